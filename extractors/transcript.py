@@ -1,0 +1,128 @@
+"""`bert_words`: one row per transcript word, the mean of its sub-word tokens' hidden states.
+
+The word -> token mapping comes from the fast tokenizer's word ids on the caption's own word list
+(`is_split_into_words=True`), so a caption word such as "don't" or "3.5", which BERT's pre-tokenizer splits
+into several pieces, is still one row whose vector averages all its pieces. Transcripts longer than the
+model's limit are embedded in overlapping windows; each token takes its state from the window in which it
+is most central (see docs/text.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from extractors.base import Extractor, FeatureRows, Words, register
+from extractors.text_model import TextModel, TextModelConfig, feature_columns, feature_dim, model_for
+
+
+class TranscriptConfig(TextModelConfig):
+    extractor: Literal["bert_words"] = "bert_words"
+    window_stride_tokens: int | None = Field(None, ge=1)  # step between windows; None: half a window
+
+
+def window_starts(n_tokens: int, window: int, stride: int) -> np.ndarray:
+    """Start offsets of windows of `window` tokens covering [0, n_tokens); the last one ends exactly at n."""
+    if window <= 0 or stride <= 0 or stride > window:
+        raise ValueError(f"need 0 < stride <= window, got {stride = }, {window = }")
+    if n_tokens <= window:
+        return np.zeros(1, dtype=np.int64)
+    starts = list(range(0, n_tokens - window, stride)) + [n_tokens - window]
+    return np.asarray(starts, dtype=np.int64)
+
+
+def most_central_window(n_tokens: int, starts: np.ndarray, window: int) -> np.ndarray:
+    """For each token, the index of the window (among those holding it) whose centre is nearest; ties: earlier."""
+    t = np.arange(n_tokens)[:, None]
+    inside = (t >= starts[None, :]) & (t < starts[None, :] + window)
+    dist = np.abs(t - (starts[None, :] + (window - 1) / 2.0))
+    return np.argmin(np.where(inside, dist, np.inf), axis=1)
+
+
+@register
+class TranscriptExtractor(Extractor[TranscriptConfig]):
+    name: ClassVar[str] = "bert_words"
+    version: ClassVar[str] = "1"
+    config_type = TranscriptConfig
+    input_kind = "transcript"
+    uses_gpu = True  # runs on CPU too
+
+    def __init__(self, config: TranscriptConfig, device: str = "cpu") -> None:
+        super().__init__(config, device)
+        self.tm: TextModel = model_for(config, device)
+        self.dim = feature_dim(config)
+
+    @classmethod
+    def weights_id(cls, config: TranscriptConfig) -> str:
+        return config.model
+
+    @classmethod
+    def columns(cls, config: TranscriptConfig) -> list[str]:
+        return feature_columns(config)
+
+    def extract(self, x: Words) -> FeatureRows:
+        return self.extract_batch([x])[0]
+
+    def extract_batch(self, xs: Sequence[Words]) -> list[FeatureRows]:
+        """All windows of all items go through the model together, `batch_size` per forward."""
+        plans = [self._plan(w) for w in xs]
+        seqs = [ids[s : s + self._window()].tolist() for ids, _, starts in plans for s in starts]
+        cfg = self.config
+        states = self.tm.encode(seqs, cfg.layers, cfg.batch_size, cfg.autocast)
+        out, k = [], 0
+        for words, (ids, word_ids, starts) in zip(xs, plans, strict=True):
+            out.append(self._rows(words, ids, word_ids, starts, states[k : k + len(starts)]))
+            k += len(starts)
+        return out
+
+    def _window(self) -> int:
+        return self.tm.max_content_tokens
+
+    def _plan(self, words: Words) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Token ids, the word index of each token, and the window starts for one transcript."""
+        ids, word_ids = tokenize_words(self.tm.tokenizer, words.words)
+        window = self._window()
+        stride = self.config.window_stride_tokens or max(1, window // 2)
+        starts = window_starts(len(ids), window, min(stride, window)) if len(ids) else np.zeros(0, np.int64)
+        return ids, word_ids, starts
+
+    def _rows(
+        self, words: Words, ids: np.ndarray, word_ids: np.ndarray, starts: np.ndarray, states: list[np.ndarray]
+    ) -> FeatureRows:
+        dim = self.dim
+        vecs = np.zeros((len(ids), dim), dtype=np.float64)
+        if len(ids):
+            which = most_central_window(len(ids), starts, self._window())
+            for w, s in enumerate(starts):
+                tok = np.flatnonzero(which == w)
+                vecs[tok] = states[w][tok - s]
+        sums = np.zeros((len(words.words), dim), dtype=np.float64)
+        np.add.at(sums, word_ids, vecs)
+        counts = np.bincount(word_ids, minlength=len(words.words))
+        features = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        attrs = {**words.attrs, "n_windows": len(starts), "n_tokens": len(ids)}
+        extras = {"words": np.asarray(words.words, dtype=np.str_).reshape(len(words.words))}
+        return FeatureRows(features, words.intervals.astype(np.float64), extras, attrs)
+
+
+def tokenize_words(tokenizer: object, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-word ids of a word list and, per id, the index of its word (no special tokens).
+
+    A word the tokenizer turns into nothing (zero-width or control characters only) is given the unknown
+    token, so every word gets a row and a vector.
+    """
+    if not words:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    enc = tokenizer(list(words), is_split_into_words=True, add_special_tokens=False, verbose=False)
+    ids = np.asarray(enc["input_ids"], dtype=np.int64)
+    word_ids = np.asarray(enc.word_ids(), dtype=np.int64)
+    missing = np.setdiff1d(np.arange(len(words)), word_ids)
+    if len(missing):
+        # Insert an [UNK] where each empty word sits, keeping token order = word order.
+        pos = np.searchsorted(word_ids, missing)
+        ids = np.insert(ids, pos, tokenizer.unk_token_id)
+        word_ids = np.insert(word_ids, pos, missing)
+    return ids, word_ids

@@ -1,0 +1,93 @@
+"""Manifest records: the contract between steps. Validated on creation; JSONL on disk."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+Split = Literal["train", "val", "test", "unknown"]
+_ID_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_id(value: str) -> str:
+    """Item ids become store group names: no separators, no '..', nothing zarr reserves."""
+    if not value or not _ID_OK.match(value) or value.startswith(("__", ".")) or ".." in value:
+        raise ValueError(f"invalid id {value!r}: use letters, digits, '_', '-', '.' (no '..', no leading '.' or '__')")
+    return value
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MediaItem(_Record):
+    """One clip. Times are seconds; the clip's own timeline starts at 0."""
+
+    id: str
+    dataset: str
+    split: Split = "unknown"
+    video: Path | None = None
+    audio: Path | None = None  # a separate audio file; else the video's own track
+    transcript: Path | None = None  # WebVTT or SRT
+    clip_start_s: float = 0.0  # where the clip starts in its source video (Social-IQ 2.0 trims)
+    clip_end_s: float | None = None
+
+    _check = field_validator("id")(check_id)
+
+    @model_validator(mode="after")
+    def _times(self) -> MediaItem:
+        if self.clip_start_s < 0 or (self.clip_end_s is not None and self.clip_end_s <= self.clip_start_s):
+            raise ValueError(f"item {self.id}: bad clip times start={self.clip_start_s} end={self.clip_end_s}")
+        return self
+
+
+class QAItem(_Record):
+    """One question with its answers; `correct[i]` says whether `answers[i]` is right (empty: unlabelled)."""
+
+    qid: str
+    item_id: str  # the MediaItem (or text-only item) the question is about
+    dataset: str
+    split: Split = "unknown"
+    question: str
+    answers: tuple[str, ...]
+    correct: tuple[bool, ...] = ()
+    context: str | None = None  # text-only datasets (SocialIQA) carry their context here
+    q_type: str | None = None
+    ts: tuple[float, float] | None = None  # seconds of the clip the question is about, when given
+
+    _check_q = field_validator("qid")(check_id)
+    _check_i = field_validator("item_id")(check_id)
+
+    @model_validator(mode="after")
+    def _labels(self) -> QAItem:
+        if not self.answers:
+            raise ValueError(f"question {self.qid}: no answers")
+        if self.correct and len(self.correct) != len(self.answers):
+            raise ValueError(f"question {self.qid}: {len(self.answers)} answers but {len(self.correct)} labels")
+        return self
+
+
+R = TypeVar("R", bound=_Record)
+
+
+def write_jsonl(path: Path, records: Iterable[_Record]) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    with tmp.open("w") as f:
+        for r in records:
+            f.write(r.model_dump_json() + "\n")
+    tmp.replace(path)
+
+
+def read_jsonl(path: Path, kind: type[R]) -> Iterator[R]:
+    with path.open() as f:
+        for line_no, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield kind.model_validate(json.loads(line))
+                except ValueError as e:
+                    raise ValueError(f"{path}:{line_no}: {e}") from e

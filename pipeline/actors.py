@@ -1,0 +1,97 @@
+"""Ray-side code: decode tasks and model actors. Everything here also runs without Ray (tests call
+the plain functions), so `pipeline/run.py` wraps them with `ray.remote` at run time, never at import."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from typing import Any
+
+from extractors.base import ExtractorConfig, get_extractor
+from manifests.records import MediaItem, QAItem
+from pipeline import decode
+
+log = logging.getLogger(__name__)
+
+
+def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str, Any]:
+    """A failure record: what failed, where, and why, in one line a person can act on."""
+    message = str(error) or type(error).__name__
+    return {"item": item, "stage": stage, "file": str(file) if file else None,
+            "error": f"{type(error).__name__}: {message}"}
+
+
+def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int) -> list[Any]:
+    """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
+    meta holds sizes and per-kind failures (a kind that fails does not stop the others)."""
+    meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {}}
+    out: list[Any] = []
+    for kind in kinds:
+        t0 = time.perf_counter()
+        try:
+            value = _decode_kind(item, kind, questions, audio_rate_hz)
+            meta["sizes"][kind] = _size(value)
+            meta["durations"][kind] = getattr(value, "duration_s", None)
+        except Exception as e:  # recorded per (item, kind); the run goes on
+            value = None
+            meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
+        meta["seconds"][kind] = time.perf_counter() - t0
+        out.append(value)
+    return [meta, *out]
+
+
+def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate_hz: int) -> Any:
+    if kind == "frames":
+        return decode.decode_frames(item.video)
+    if kind == "audio":
+        return decode.decode_audio(decode.audio_source(item), audio_rate_hz)
+    if kind == "transcript":
+        return decode.decode_transcript(item)
+    if kind == "qa":
+        return decode.qa_text(questions)
+    raise ValueError(f"unknown input kind {kind!r}")
+
+
+def _size(value: Any) -> int:
+    """A batching weight: frames count one per frame, everything else one per item."""
+    pixels = getattr(value, "pixels", None)
+    return len(pixels) if pixels is not None else 1
+
+
+class ExtractorWorker:
+    """Holds one extractor (its model loaded once) and runs batches of items through it."""
+
+    def __init__(self, feature: str, config: ExtractorConfig, device: str, threads: int | None = None) -> None:
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.feature = feature
+        self.extractor = get_extractor(config.extractor)(config, device=device)
+        log.info("%s: %s ready on %s (pid %d)", feature, config.extractor, device, os.getpid())
+
+    def ready(self) -> bool:
+        return True
+
+    def __call__(self, item_ids: list[str], *inputs: Any) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
+        """→ [(item, rows or None, failure or None, seconds)]. A batch that fails is retried item by
+        item, so one bad item cannot take its batch-mates down with it."""
+        t0 = time.perf_counter()
+        try:
+            rows = self.extractor.extract_batch(list(inputs))
+            per_item = (time.perf_counter() - t0) / max(1, len(inputs))
+            return [(i, r, None, per_item) for i, r in zip(item_ids, rows, strict=True)]
+        except Exception:
+            if len(inputs) == 1:
+                return [self._one(item_ids[0], inputs[0])]
+            return [self._one(i, x) for i, x in zip(item_ids, inputs, strict=True)]
+
+    def _one(self, item_id: str, x: Any) -> tuple[str, Any, dict[str, Any] | None, float]:
+        t0 = time.perf_counter()
+        try:
+            return item_id, self.extractor.extract(x), None, time.perf_counter() - t0
+        except Exception as e:
+            log.debug("%s/%s failed:\n%s", self.feature, item_id, traceback.format_exc())
+            return item_id, None, failure(item_id, f"extract:{self.feature}", None, e), time.perf_counter() - t0

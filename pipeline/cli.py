@@ -1,0 +1,90 @@
+"""Command line: `python -m pipeline extract …` (what `make extract` runs), `sample`, `weights`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+log = logging.getLogger("siqfeat")
+
+
+def _extract(args: argparse.Namespace) -> int:
+    from pipeline.config import load_config
+    from pipeline.run import run_extract
+
+    raw = Path(args.raw)
+    if args.dataset == "sample" and not (raw / "siq2").exists():
+        from manifests.sample import make_sample
+
+        log.info("generating the sample dataset in %s", raw)
+        make_sample(raw)
+    config = load_config(args.config or args.dataset)
+    only = args.features.split(",") if args.features else None
+    report = run_extract(args.dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit)
+    print(report.summary())
+    return 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from manifests.sample import make_sample
+
+    print(make_sample(Path(args.dest)))
+    return 0
+
+
+def _weights(args: argparse.Namespace) -> int:
+    """Fill the weights cache (needs internet): DenseNet161 ImageNet weights and the text models."""
+    import torch
+
+    from extractors.densenet import DenseNetConfig, weights_file
+    from extractors.text_model import download_text_model
+    from extractors.weights import weights_dir
+
+    target = weights_dir(args.dir)
+    dense = weights_file(DenseNetConfig(weights="imagenet1k_v1", weights_dir=target))
+    from torchvision.models import DenseNet161_Weights
+
+    torch.hub.load_state_dict_from_url(DenseNet161_Weights.IMAGENET1K_V1.url, model_dir=str(dense.parent),
+                                       check_hash=True)
+    for name in args.text_models.split(","):
+        download_text_model(name, target)
+    print(f"weights cache ready at {target}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="siqfeat", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("extract", help="extract features into a Zarr store (cached: only missing/stale work runs)")
+    p.add_argument("--dataset", default="sample", help="dataset name; also the config preset unless --config")
+    p.add_argument("--raw", required=True, help="raw data root (for 'sample': generated there if missing)")
+    p.add_argument("--out", required=True, help="the <dataset>.zarr store to create or update")
+    p.add_argument("--config", help="a preset name or a TOML file (default: the dataset's preset)")
+    p.add_argument("--features", help="comma-separated subset of the config's features")
+    p.add_argument("--force", action="store_true", help="recompute even what is up to date")
+    p.add_argument("--limit", type=int, help="only the first N items (smoke runs)")
+    p.set_defaults(func=_extract)
+    p = sub.add_parser("sample", help="generate the sample dataset")
+    p.add_argument("dest")
+    p.set_defaults(func=_sample)
+    p = sub.add_parser("weights", help="download model weights into the weights cache (needs internet)")
+    p.add_argument("--dir", default=os.environ.get("SIQ_WEIGHTS_DIR"))
+    p.add_argument("--text-models", default="bert-base-uncased")
+    p.set_defaults(func=_weights)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError) as e:
+        log.error("%s", e)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Run configuration: which features, with which extractor configs, and how the run is shaped."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from extractors.base import ExtractorConfig, get_extractor, parse_config
+from manifests.records import check_id
+from store import layout
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class FeatureSpec(BaseModel):
+    """A feature as the store sees it: a name, its extractor and config, and what that implies."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    name: str
+    config: ExtractorConfig
+
+    @property
+    def extractor(self):
+        return get_extractor(self.config.extractor)
+
+    @property
+    def weights_id(self) -> str:
+        return self.extractor.weights_id(self.config)
+
+    @property
+    def spec_hash(self) -> str:
+        ext = self.extractor
+        return layout.spec_hash(ext.name, ext.version, self.config.canonical(), self.weights_id)
+
+    def store_attrs(self) -> dict[str, Any]:
+        ext = self.extractor
+        return {
+            "extractor": ext.name, "version": ext.version, "config": self.config.canonical(),
+            "columns": ext.columns(self.config), "rate_hz": ext.rate_hz(self.config),
+            "weights": self.weights_id, "input": ext.input_kind, "spec_hash": self.spec_hash,
+        }
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layout: Literal["siq2", "siq1", "socialiqa", "auto"] = "auto"
+    folds: Path | None = None  # Social-IQ 1.0: the SDK's std-folds file
+    features: dict[str, ExtractorConfig]
+    audio_rate_hz: int = 16000
+    frames_per_batch: int = Field(256, ge=1)  # frames gathered across videos before one model call
+    items_per_batch: int = Field(8, ge=1)  # items gathered for non-frame features
+    max_inflight_items: int = Field(8, ge=1)  # decoded items alive at once: bounds memory
+    cpu_actors: int | None = None  # actors per CPU-only feature; default: half the CPUs
+    decode_retries: int = 2
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _features(cls, value: dict[str, Any]) -> dict[str, ExtractorConfig]:
+        out = {}
+        for name, raw in value.items():
+            check_id(name)
+            out[name] = raw if isinstance(raw, ExtractorConfig) else parse_config(raw)
+        return out
+
+    def specs(self, only: list[str] | None = None) -> list[FeatureSpec]:
+        unknown = set(only or []) - set(self.features)
+        if unknown:
+            raise ValueError(f"unknown feature(s) {sorted(unknown)}; this config has {sorted(self.features)}")
+        return [FeatureSpec(name=n, config=c) for n, c in self.features.items() if not only or n in only]
+
+
+def load_config(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """A preset name (pipeline/configs/<name>.toml) or a TOML file path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{name_or_path}.toml"
+    if not path.exists():
+        presets = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        raise FileNotFoundError(f"no config {name_or_path!r}: not a file, nor one of the presets {presets}")
+    data = tomllib.loads(path.read_text())
+    data.update(overrides or {})
+    return RunConfig.model_validate(data)

@@ -1,0 +1,292 @@
+"""`make extract`: plan what is missing or stale, then a Ray DAG of CPU decode tasks feeding model
+actors (GPU when Ray sees GPUs), with bounded in-flight work, and one atomic store commit per
+(feature, item). A failing item is recorded (file, stage, error) and the run goes on."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from manifests.records import MediaItem, QAItem
+from pipeline import actors, decode
+from pipeline.config import FeatureSpec, RunConfig
+from pipeline.sources import load_items
+from store import layout
+from store.plan import Wanted, make_plan
+from store.reader import Store
+from store.writer import StoreWriter
+
+log = logging.getLogger("siqfeat")
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    dataset: str
+    store: str
+    counts: dict[str, dict[str, int]]  # feature -> done / skipped / failed / n/a
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    filtered: dict[str, dict[str, float]] = field(default_factory=dict)  # feature -> item -> ratio
+    seconds: float = 0.0
+    model_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def summary(self) -> str:
+        lines = [f"{self.dataset}: {self.store} ({self.seconds:.1f} s)"]
+        lines += self.notes
+        lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
+        for feat, c in self.counts.items():
+            lines.append(f"  {feat:<12}{c['done']:>6}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
+        for f in self.failures:
+            lines.append(f"  FAILED {f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+        for feat, items in self.filtered.items():
+            for item, ratio in sorted(items.items()):
+                lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+        return "\n".join(lines)
+
+
+def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+    """The declared identity of what an input kind is decoded from: it enters the fingerprint."""
+    if kind == "qa":
+        return {"qa": layout.sha256_of([q.model_dump(mode="json", exclude={"split"}) for q in questions])}
+    path = decode.source_path(item, kind)
+    ident: dict[str, Any] = {"path": str(path)}
+    if path is not None and path.exists():
+        ident.update(layout.file_identity(path))
+    if kind == "audio":
+        ident["rate_hz"] = config.audio_rate_hz
+    if kind == "transcript":
+        ident["clip"] = [item.clip_start_s, item.clip_end_s]
+    return ident
+
+
+def applicable(item: MediaItem, kind: str, questions: list[QAItem]) -> bool:
+    return bool(questions) if kind == "qa" else decode.source_path(item, kind) is not None
+
+
+class _Runner:
+    """The scheduling loop; one per run."""
+
+    def __init__(self, config: RunConfig, specs: list[FeatureSpec], writer: StoreWriter, report: RunReport) -> None:
+        self.config, self.specs, self.writer, self.report = config, {s.name: s for s in specs}, writer, report
+        self.fingerprints: dict[tuple[str, str], str] = {}
+        self.sources: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def start_ray(self) -> None:
+        import ray
+
+        env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                            **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
+        address = os.environ.get("RAY_ADDRESS")
+        if not ray.is_initialized():
+            if address:
+                import extractors
+                import manifests
+                import pipeline
+                import store
+
+                env["py_modules"] = [extractors, manifests, pipeline, store]
+                ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+            else:
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
+                         logging_level=logging.WARNING, log_to_driver=True)
+        self.ray = ray
+        resources = ray.cluster_resources()
+        self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
+        log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")
+
+    def start_actors(self, features: set[str]) -> None:
+        remote = self.ray.remote(actors.ExtractorWorker)
+        gpu_feats = [f for f in features if self.specs[f].extractor.uses_gpu]
+        self.actors: dict[str, list[Any]] = {}
+        for feat in sorted(features):
+            spec = self.specs[feat]
+            if feat in gpu_feats and self.gpus:
+                opts, n, device, threads = {"num_gpus": 1 / len(gpu_feats), "num_cpus": 1}, self.gpus, "cuda", None
+            elif feat in gpu_feats:  # CPU-only machine: one actor, threads shared with decoding
+                opts, n, device, threads = {"num_cpus": 0}, 1, "cpu", self.cpus
+            else:
+                n = self.config.cpu_actors or max(1, self.cpus // 2)
+                opts, device, threads = {"num_cpus": 1}, "cpu", 1
+            self.actors[feat] = [
+                remote.options(**opts, max_restarts=1, max_task_retries=1).remote(feat, spec.config, device, threads)
+                for _ in range(n)
+            ]
+            log.info("%s: %d %s actor(s) for %s", feat, n, device, spec.config.extractor)
+        self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
+
+    def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
+        from tqdm import tqdm
+
+        ray = self.ray
+        self.start_actors({f for feats in todo.values() for f in feats})
+        decode_task = ray.remote(actors.decode_item)
+        queue = deque(sorted(todo))
+        decoding: dict[Any, tuple[str, list[str], list[Any]]] = {}
+        waiting: dict[str, list[tuple[str, Any, int]]] = defaultdict(list)  # feature -> (item, ref, size)
+        running: dict[Any, tuple[str, Any]] = {}  # result ref -> (feature, actor)
+        busy: dict[Any, int] = defaultdict(int)
+        holds: dict[str, int] = {}  # item -> feature results outstanding (decoded data alive)
+        meta: dict[str, dict[str, Any]] = {}
+        total = sum(len(f) for f in todo.values())
+        bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
+
+        def submit() -> None:
+            while queue and len(decoding) + len(holds) < self.config.max_inflight_items:
+                item_id = queue.popleft()
+                kinds = sorted({self.specs[f].extractor.input_kind for f in todo[item_id]})
+                refs = decode_task.options(
+                    num_cpus=1, num_returns=1 + len(kinds), max_retries=self.config.decode_retries,
+                    retry_exceptions=[OSError],
+                ).remote(items[item_id], kinds, questions.get(item_id, []), self.config.audio_rate_hz)
+                decoding[refs[0]] = (item_id, kinds, refs[1:])
+
+        def dispatch(flush: bool) -> None:
+            for feat, batch in waiting.items():
+                threshold = (self.config.frames_per_batch if self.specs[feat].extractor.input_kind == "frames"
+                             else self.config.items_per_batch)
+                while batch and (flush or sum(s for _, _, s in batch) >= threshold):
+                    actor = min(self.actors[feat], key=lambda a: busy[a])
+                    if busy[actor] >= 2:
+                        break
+                    take, size = [], 0
+                    while batch and (size < threshold or not take):
+                        take.append(batch.pop(0))
+                        size += take[-1][2]
+                    ref = actor.__call__.remote([i for i, _, _ in take], *[r for _, r, _ in take])
+                    running[ref] = (feat, actor)
+                    busy[actor] += 1
+
+        def release(item_id: str) -> None:
+            holds[item_id] -= 1
+            if holds[item_id] == 0:
+                del holds[item_id]
+
+        submit()
+        while decoding or running or any(waiting.values()):
+            refs = list(decoding) + list(running)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
+            for ref in ready:
+                if ref in decoding:
+                    item_id, kinds, refs = decoding.pop(ref)
+                    m = meta[item_id] = ray.get(ref)
+                    holds[item_id] = 0
+                    for feat in todo[item_id]:
+                        kind = self.specs[feat].extractor.input_kind
+                        if kind in m["failures"]:
+                            self.fail(feat, m["failures"][kind])
+                            bar.update(1)
+                        else:
+                            waiting[feat].append((item_id, refs[kinds.index(kind)], m["sizes"][kind]))
+                            holds[item_id] += 1
+                    if holds[item_id] == 0:
+                        del holds[item_id]
+                else:
+                    feat, actor = running.pop(ref)
+                    busy[actor] -= 1
+                    for item_id, rows, fail, secs in self.results(ref, feat):
+                        if fail:
+                            self.fail(feat, fail)
+                        else:
+                            self.commit(feat, items[item_id], rows, meta[item_id], secs)
+                        release(item_id)
+                        bar.update(1)
+            submit()
+            dispatch(flush=not decoding)  # nothing more is coming soon: run partial batches
+        bar.close()
+
+    def results(self, ref: Any, feat: str) -> list[tuple[str, Any, Any, float]]:
+        try:
+            return self.ray.get(ref)
+        except Exception as e:  # the actor died twice; its whole batch is recorded as failed
+            raise RuntimeError(f"{feat}: model worker failed: {e}") from e
+
+    def fail(self, feat: str, record: dict[str, Any]) -> None:
+        self.report.counts[feat]["failed"] += 1
+        self.report.failures.append({**record, "feature": feat})
+        log.warning("%s/%s failed at %s: %s", feat, record["item"], record["stage"], record["error"])
+
+    def commit(self, feat: str, item: MediaItem, rows: Any, meta: dict[str, Any], secs: float) -> None:
+        spec = self.specs[feat]
+        attrs = {
+            "fingerprint": self.fingerprints[feat, item.id], "spec_hash": spec.spec_hash,
+            "source": self.sources[feat, item.id], "duration_s": meta.get("durations", {}).get(spec.extractor.input_kind),
+            "extract_seconds": round(secs, 4), "decode_seconds": round(meta["seconds"][spec.extractor.input_kind], 4),
+        }
+        try:
+            self.writer.commit(feat, item.id, rows, attrs)
+        except Exception as e:
+            self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
+            return
+        self.report.counts[feat]["done"] += 1
+        self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
+
+
+def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
+                force: bool = False, limit: int | None = None) -> RunReport:
+    t0 = time.perf_counter()
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    items, qa = load_items(dataset, raw, config)
+    items = items[:limit] if limit else items
+    questions: dict[str, list[QAItem]] = defaultdict(list)
+    for q in qa:
+        questions[q.item_id].append(q)
+    specs = config.specs(only)
+    report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
+                                                   for s in specs})
+    log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
+    writer = StoreWriter(out, dataset)
+    writer.write_manifests(items, qa)
+    runner = _Runner(config, specs, writer, report)
+    wanted = []
+    for spec in specs:
+        writer.set_feature(spec.name, spec.store_attrs())
+        kind = spec.extractor.input_kind
+        for item in items:
+            qs = questions.get(item.id, [])
+            if not applicable(item, kind, qs):
+                report.counts[spec.name]["n/a"] += 1
+                continue
+            source = source_identity(item, kind, qs, config)
+            fp = layout.fingerprint(spec.spec_hash, source)
+            runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
+            wanted.append(Wanted(spec.name, item.id, fp))
+    plan = make_plan(out, wanted, force=force)
+    for feat, n in plan.count("skipped").items():
+        report.counts[feat]["skipped"] = n
+    todo: dict[str, list[str]] = defaultdict(list)
+    for w in plan.todo:
+        todo[w.item].append(w.feature)
+    log.info("plan: %d (feature, item) pairs to compute, %d already up to date", len(plan.todo), len(plan.skipped))
+    if not items:
+        report.notes.append("  no items found")
+    if all(s.extractor.input_kind == "qa" for s in specs):
+        report.notes.append("  text-only dataset: only text extractors ran; no video expected")
+    if todo:
+        runner.start_ray()
+        runner.run(dict(todo), {i.id: i for i in items}, questions)
+    report.filtered = _filtered(out, specs)
+    report.seconds = time.perf_counter() - t0
+    writer.write_run_report(run_id, report.as_dict())
+    return report
+
+
+def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
+    store = Store(out)
+    result = {}
+    for spec in specs:
+        hidden = set(store.items(spec.name, include_filtered=True)) - set(store.items(spec.name))
+        if hidden:
+            result[spec.name] = {i: float(store.item_attrs(spec.name, i).get("face_ratio", float("nan")))
+                                 for i in hidden}
+    return result

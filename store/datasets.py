@@ -1,0 +1,244 @@
+"""PyTorch datasets for the Social-IQ tasks, read lazily from the store (docs/reading.md).
+
+- `SocialIQA2`: binary; one sample per (question, answer) with label 1.0 when the answer is correct.
+- `SocialIQA4`: four-way; per question one correct and three incorrect answers, chosen and ordered by a
+  generator seeded from (seed, qid), so every run, process and worker sees the same choice; label = the
+  position of the correct answer.
+
+Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
+words, a fixed rate, or another feature) with `store.align`. Undefined values never reach a model by
+surprise: a reference step that no row overlaps has `mask` False, a value that is NaN or +-inf after the
+collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
+
+The store is opened lazily, once per process: a DataLoader worker opens its own (no zarr handle is pickled).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import Dataset
+
+from manifests.records import QAItem
+from store.align import How, Reference, align
+from store.reader import Store, open_store
+
+Text = Literal["tokens", "pooled"]
+
+
+@dataclass(frozen=True)
+class QASample:
+    """One sample's plan: plain ints and strings only, so the dataset pickles cheaply into workers."""
+
+    qid: str
+    item: str
+    question_row: int
+    answer_rows: tuple[int, ...]  # one for A2, four for A4
+    label: int  # A2: 1 correct / 0 not; A4: index of the correct answer in answer_rows
+
+
+def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> dict[str, tuple[int, list[int]]]:
+    """qid -> (question row, answer rows in manifest order), checked against the texts the store embedded."""
+    ex = store.read(feature, item).extras
+    qids, roles = np.asarray(ex["qid"][...]), np.asarray(ex["role"][...])
+    a_index, texts = np.asarray(ex["a_index"][...]), np.asarray(ex["text"][...])
+    out = {}
+    for q in questions:
+        rows = np.flatnonzero(qids == q.qid)
+        q_rows = rows[roles[rows] == 1]
+        a_rows = [rows[(roles[rows] == 2) & (a_index[rows] == a)] for a in range(len(q.answers))]
+        if len(q_rows) != 1 or any(len(r) != 1 for r in a_rows):
+            raise ValueError(f"{store.path}: {feature}/{item} has no rows for question {q.qid} with "
+                             f"{len(q.answers)} answers; re-run extraction (the store is stale for the manifest)")
+        a_rows_i = [int(r[0]) for r in a_rows]
+        stored = [str(texts[q_rows[0]])] + [str(texts[r]) for r in a_rows_i]
+        if stored != [q.question, *q.answers]:
+            raise ValueError(f"{store.path}: {feature}/{item} question {q.qid}: stored texts {stored} differ "
+                             f"from the manifest's; re-run extraction")
+        out[q.qid] = (int(q_rows[0]), a_rows_i)
+    return out
+
+
+def a4_choice(qid: str, correct: Sequence[bool], seed: int) -> tuple[tuple[int, ...], int] | None:
+    """Answer indices (one correct, three incorrect) in a seeded order and the position of the correct one."""
+    right = [i for i, c in enumerate(correct) if c]
+    wrong = [i for i, c in enumerate(correct) if not c]
+    if not right or len(wrong) < 3:
+        return None
+    rng = np.random.default_rng([seed, zlib.crc32(qid.encode())])
+    chosen = [right[int(rng.integers(len(right)))], *(wrong[i] for i in rng.choice(len(wrong), 3, replace=False))]
+    order = rng.permutation(4)
+    answers = tuple(int(chosen[k]) for k in order)
+    return answers, int(np.flatnonzero(order == 0)[0])
+
+
+class _SocialIQ(Dataset):
+    task = ""
+
+    def __init__(
+        self, store: str | Path, split: str | None = "train", modalities: Sequence[str] = ("frames", "acoustic"),
+        to: Reference = "transcript", how: How = "mean", qa_feature: str = "qa", text: Text = "tokens",
+        fill_value: float = 0.0, exclude_filtered: bool = True, cache_items: int = 8, seed: int = 0,
+    ) -> None:
+        if text not in ("tokens", "pooled"):
+            raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
+        self.path, self.split, self.modalities = Path(store), split, tuple(modalities)
+        self.to, self.how, self.qa_feature, self.text = to, how, qa_feature, text
+        self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
+        self.dropped: Counter[str] = Counter()  # why questions were left out, with counts
+        s = open_store(self.path)
+        self.samples = self._plan(s, self._usable_items(s, exclude_filtered))
+        self._store: Store | None = None
+        self._pid = -1
+        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    # ---- planning (main process) ----
+
+    def _usable_items(self, s: Store, exclude_filtered: bool) -> set[str]:
+        needed = [*self.modalities, self.qa_feature] + ([self.to] if isinstance(self.to, str) else [])
+        usable = set.intersection(*(set(s.items(f)) for f in dict.fromkeys(needed)))
+        if exclude_filtered:  # an item a policy filtered in any feature (faces: too few) is out of the task
+            for f in s.features():
+                usable -= set(s.items(f, include_filtered=True)) - set(s.items(f))
+        return usable
+
+    def _plan(self, s: Store, usable: set[str]) -> list[QASample]:
+        by_item: dict[str, list[QAItem]] = {}
+        for q in s.qa_items():
+            if self.split is not None and q.split != self.split:
+                continue
+            if q.item_id not in usable:
+                self.dropped["item missing, incomplete or filtered in the store"] += 1
+            elif not q.correct:
+                self.dropped["unlabelled"] += 1
+            else:
+                by_item.setdefault(q.item_id, []).append(q)
+        samples = []
+        for item in sorted(by_item):
+            rows = _qa_rows(s, self.qa_feature, item, by_item[item])
+            for q in by_item[item]:
+                samples.extend(self._samples(q, *rows[q.qid]))
+        return samples
+
+    def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
+        raise NotImplementedError
+
+    # ---- reading (any process) ----
+
+    def _open(self) -> Store:
+        if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
+            self._store, self._pid, self._cache = open_store(self.path), os.getpid(), OrderedDict()
+        return self._store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_store=None, _pid=-1, _cache=OrderedDict())
+        return state
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _video(self, item: str) -> dict[str, Any]:
+        """Aligned modalities of one item, kept for the next questions of the same item (LRU)."""
+        if item in self._cache:
+            self._cache.move_to_end(item)
+            return self._cache[item]
+        a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
+        out: dict[str, Any] = {"ref_intervals": torch.from_numpy(a.ref_intervals), "modalities": {}}
+        for f in self.modalities:
+            valid = np.isfinite(a.values[f])
+            x = np.where(valid, a.values[f], self.fill_value).astype(np.float32)
+            out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(a.masks[f]),
+                                    "valid": torch.from_numpy(valid)}
+        if self.cache_items > 0:
+            self._cache[item] = out
+            while len(self._cache) > self.cache_items:
+                self._cache.popitem(last=False)
+        return out
+
+    def _texts(self, item: str, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(len(rows), T, D) text states and (len(rows), T) masks, reading one contiguous block of rows."""
+        r = self._open().read(self.qa_feature, item)
+        lo, hi = min(rows), max(rows) + 1
+        pick = [k - lo for k in rows]
+        if self.text == "pooled":
+            x = np.asarray(r.features[lo:hi], np.float32)[pick][:, None, :]
+            return torch.from_numpy(x), torch.ones(x.shape[:2], dtype=torch.bool)
+        x = np.asarray(r.extras["tokens"][lo:hi], np.float32)[pick]
+        m = np.asarray(r.extras["token_mask"][lo:hi], bool)[pick]
+        return torch.from_numpy(x), torch.from_numpy(m)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        smp = self.samples[i]
+        x, m = self._texts(smp.item, [smp.question_row, *smp.answer_rows])
+        out = {"qid": smp.qid, "item": smp.item, "question": x[0], "question_mask": m[0], **self._video(smp.item)}
+        out.update(self._answers(x[1:], m[1:], smp.label))
+        return out
+
+    def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class SocialIQA2(_SocialIQ):
+    """Binary: (question, one answer) -> 1.0 when the answer is correct, 0.0 when not."""
+
+    task = "A2"
+
+    def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
+        return [QASample(q.qid, q.item_id, q_row, (a_rows[a],), int(q.correct[a])) for a in range(len(q.answers))]
+
+    def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
+        return {"answer": x[0], "answer_mask": m[0], "label": torch.tensor(float(label))}
+
+
+class SocialIQA4(_SocialIQ):
+    """Four-way: question with one correct and three incorrect answers -> index of the correct one."""
+
+    task = "A4"
+
+    def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
+        choice = a4_choice(q.qid, q.correct, self.seed)
+        if choice is None:
+            self.dropped["fewer than 1 correct and 3 incorrect answers"] += 1
+            return []
+        answers, label = choice
+        return [QASample(q.qid, q.item_id, q_row, tuple(a_rows[a] for a in answers), label)]
+
+    def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
+        return {"answers": x, "answers_mask": m, "label": torch.tensor(label, dtype=torch.long)}
+
+
+def _pad(seqs: list[torch.Tensor], value: float | bool) -> torch.Tensor:
+    return pad_sequence(seqs, batch_first=True, padding_value=value)
+
+
+def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack a batch; reference steps padded to the longest item with mask/valid False in the padding.
+
+    Out: qid, item (lists); label (B,); question (B, Tq, D) + question_mask; answer (B, Ta, D) + answer_mask
+    (A2) or answers (B, 4, Ta, D) + answers_mask (A4); lengths (B,) reference steps; ref_intervals (B, T, 2);
+    modalities[name] = {x (B, T, D) float32, mask (B, T) bool, valid (B, T, D) bool}.
+    """
+    out: dict[str, Any] = {"qid": [b["qid"] for b in batch], "item": [b["item"] for b in batch]}
+    out["label"] = torch.stack([b["label"] for b in batch])
+    for key in ("question", "answer", "answers"):
+        if key in batch[0]:
+            out[key] = torch.stack([b[key] for b in batch])
+            out[f"{key}_mask"] = torch.stack([b[f"{key}_mask"] for b in batch])
+    out["lengths"] = torch.tensor([len(b["ref_intervals"]) for b in batch], dtype=torch.long)
+    out["ref_intervals"] = _pad([b["ref_intervals"] for b in batch], 0.0)
+    out["modalities"] = {
+        name: {k: _pad([b["modalities"][name][k] for b in batch], False if k != "x" else 0.0)
+               for k in ("x", "mask", "valid")}
+        for name in batch[0]["modalities"]
+    }
+    return out

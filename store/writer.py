@@ -1,0 +1,136 @@
+"""The store's only writer: one atomic commit per (feature, item).
+
+Each item group is written in full under `<store>/.staging/<uuid>/`, marked `complete` last, and then
+renamed into `<store>/<feature>/<item>`. A run killed at any moment leaves at most an orphan staging
+directory (invisible to readers, swept on the next open); a reader never sees half an item.
+The rename is atomic on a local or POSIX shared filesystem, which is what this writer supports.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+import warnings
+from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from extractors.base import FeatureRows
+from manifests.records import MediaItem, QAItem, check_id, write_jsonl
+from store import layout
+
+log = logging.getLogger(__name__)
+_CHUNK_BYTES = 1 << 21  # ~2 MiB per chunk along N
+
+
+def _package_version() -> str:
+    try:
+        return version("siqfeat")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
+    rows = max(1, min(max(shape[0], 1), _CHUNK_BYTES // row_bytes))
+    return (rows, *shape[1:])
+
+
+def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
+    data = np.asarray(data)
+    if data.dtype.kind == "U":
+        data = data.astype(str)  # variable-length UTF-8 in zarr v3
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr warns that string dtypes are not in the v3 core spec yet
+            arr = group.create_array(name, shape=data.shape, dtype=str, chunks=_chunks(data.shape, 64))
+            if data.size:
+                arr[...] = data
+        return
+    if data.dtype.kind == "O":
+        raise ValueError(f"array {name!r}: object arrays cannot be stored; got {data.dtype}")
+    arr = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=_chunks(data.shape, data.dtype.itemsize))
+    if data.size:
+        arr[...] = data
+
+
+class StoreWriter:
+    """Creates `<dataset>.zarr` if needed and commits finished (feature, item) groups into it."""
+
+    def __init__(self, path: Path | str, dataset: str) -> None:
+        self.path = Path(path)
+        self.root = zarr.open_group(self.path, mode="a")
+        attrs = dict(self.root.attrs)
+        if attrs.get("schema", layout.SCHEMA) != layout.SCHEMA:
+            raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
+        if attrs.get("dataset", dataset) != dataset:
+            raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
+        self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset, "package_version": _package_version()})
+        self._sweep_staging()
+
+    def _sweep_staging(self) -> None:
+        """Remove what a killed run left half-written. Only the writer's own process writes here."""
+        staging = self.path / layout.STAGING
+        if staging.exists():
+            leftovers = list(staging.iterdir())
+            if leftovers:
+                log.info("removing %d unfinished item(s) left by an interrupted run", len(leftovers))
+            shutil.rmtree(staging)
+
+    def set_feature(self, feature: str, attrs: dict[str, Any]) -> None:
+        """Create or update a feature group's attributes (extractor, version, config, columns, rate_hz, weights)."""
+        check_id(feature)
+        group = self.root.require_group(feature)
+        if dict(group.attrs) != attrs:
+            group.attrs.clear()
+            group.attrs.update(attrs)
+
+    def commit(self, feature: str, item_id: str, rows: FeatureRows, item_attrs: dict[str, Any]) -> None:
+        """Write one item's rows atomically; replaces an older version of the same item."""
+        check_id(item_id)
+        if feature not in self.root.group_keys():
+            raise KeyError(f"feature {feature!r} has no group yet; call set_feature first")
+        staging = self.path / layout.STAGING / uuid.uuid4().hex
+        staging.parent.mkdir(exist_ok=True)
+        try:
+            group = zarr.open_group(staging, mode="w")
+            _write_array(group, layout.FEATURES, rows.features)
+            _write_array(group, layout.INTERVALS, rows.intervals.astype(np.float64))
+            for name, data in rows.extras.items():
+                if name in (layout.FEATURES, layout.INTERVALS):
+                    raise ValueError(f"extra array name {name!r} is reserved")
+                _write_array(group, name, data)
+            group.attrs.update({**rows.attrs, **item_attrs, "n_rows": int(len(rows.features))})
+            group.attrs["complete"] = True  # written last
+            self._swap_in(staging, self.path / feature / item_id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def _swap_in(self, staging: Path, target: Path) -> None:
+        old = None
+        if target.exists():
+            old = staging.with_name(staging.name + "-old")
+            target.rename(old)
+        staging.rename(target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
+        folder = layout.manifest_dir(self.path)
+        folder.mkdir(exist_ok=True)
+        write_jsonl(folder / "items.jsonl", items)
+        write_jsonl(folder / "qa.jsonl", qa)
+
+    def write_run_report(self, run_id: str, report: dict[str, Any]) -> Path:
+        folder = layout.runs_dir(self.path)
+        folder.mkdir(exist_ok=True)
+        out = folder / f"{run_id}.json"
+        tmp = out.with_suffix(".partial")
+        tmp.write_text(layout.canonical_json(report))
+        tmp.replace(out)
+        return out

@@ -1,0 +1,62 @@
+"""Shared fixtures: test media are generated (documented in manifests/sample.py), never downloaded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from manifests.sample import ClipSpec, make_sample
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Short clips for end-to-end pipeline runs: DenseNet on CPU costs ~0.2 s a frame, so seconds matter.
+TINY_CLIPS = (
+    ClipSpec("tiny-a", "30", 320, 240, 3, (0, 1, 2), ((0.3, "Hello there, my friend."),), "train"),
+    ClipSpec("tiny-b", "30000/1001", 352, 288, 2, (1,), ((0.2, "I don't know."),), "train"),
+    ClipSpec("tiny-c", "25", 320, 180, 3, (), ((1.0, "Maybe later."),), "val"),
+)
+
+
+@pytest.fixture(scope="session")
+def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The full embedded sample dataset (Social-IQ 2.0 layout)."""
+    return make_sample(tmp_path_factory.mktemp("sample"))
+
+
+@pytest.fixture(scope="session")
+def tiny_root_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_sample(tmp_path_factory.mktemp("tiny"), TINY_CLIPS)
+
+
+@pytest.fixture
+def tiny_root(tiny_root_template: Path, tmp_path: Path) -> Path:
+    """A private copy of the tiny dataset that a test may damage (copy2 keeps mtimes: same fingerprints)."""
+    dest = tmp_path / "raw"
+    shutil.copytree(tiny_root_template, dest, copy_function=shutil.copy2)
+    return dest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_shutdown():
+    yield
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except ImportError:
+        pass
+
+
+def cuda_or_skip() -> str:
+    """GPU tests skip on CPU machines but fail when FAIL_WITHOUT_CUDA=1 (a GPU run must not pass silently)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if os.environ.get("FAIL_WITHOUT_CUDA") == "1":
+        pytest.fail("FAIL_WITHOUT_CUDA=1 but CUDA is not available")
+    pytest.skip("needs CUDA")

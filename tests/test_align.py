@@ -1,0 +1,178 @@
+"""Alignment against a brute-force reference written here: a loop over every (reference, row) pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extractors.base import FeatureRows
+from store.align import HOWS, align, collapse, fixed_rate_intervals, overlap_pairs
+from store.writer import StoreWriter
+
+TOL = dict(rtol=1e-9, atol=1e-9)
+
+
+def brute_overlaps(rs: float, re: float, s: float, e: float) -> bool:
+    """The rule of docs/reading.md, case by case."""
+    if re > rs and e > s:
+        return s < re and e > rs
+    if re > rs:  # zero-length row [s, s]
+        return rs <= s < re
+    if e > s:  # zero-length reference [rs, rs]
+        return s <= rs < e
+    return s == rs
+
+
+def brute_collapse(ref: np.ndarray, rows: np.ndarray, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+    out = np.full((len(ref), values.shape[1]), np.nan)
+    mask = np.zeros(len(ref), bool)
+    for j, (rs, re) in enumerate(ref):
+        hits = [i for i, (s, e) in enumerate(rows) if brute_overlaps(rs, re, s, e)]
+        if not hits:
+            continue
+        mask[j] = True
+        if how == "first":
+            i = min(hits, key=lambda i: (rows[i, 0], i))
+            out[j] = np.where(np.isfinite(values[i]), values[i], np.nan)
+            continue
+        weights = {i: max(0.0, min(rows[i, 1], re) - max(rows[i, 0], rs)) for i in hits}
+        if how != "weighted" or sum(weights.values()) == 0:
+            weights = {i: 1.0 for i in hits}
+        for d in range(values.shape[1]):
+            ok = [i for i in hits if np.isfinite(values[i, d])]
+            if how == "max":
+                out[j, d] = max(values[i, d] for i in ok) if ok else np.nan
+                continue
+            den = sum(weights[i] for i in ok)
+            out[j, d] = sum(weights[i] * values[i, d] for i in ok) / den if den > 0 else np.nan
+    return out, mask
+
+
+def random_intervals(rng: np.random.Generator, n: int, grid: bool) -> np.ndarray:
+    """Starts and lengths on a coarse grid (so boundaries touch and lengths are often zero), or continuous."""
+    if grid:
+        s = rng.integers(0, 20, n) * 0.5
+        length = rng.integers(0, 5, n) * 0.5
+    else:
+        s = rng.uniform(0, 10, n)
+        length = rng.exponential(0.7, n) * (rng.random(n) > 0.1)
+    return np.stack([s, s + length], axis=1)
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("seed", range(12))
+def test_collapse_matches_brute_force_on_random_intervals(how: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    grid = seed % 2 == 0
+    rows = random_intervals(rng, int(rng.integers(0, 40)), grid)
+    ref = random_intervals(rng, int(rng.integers(0, 30)), grid)
+    values = rng.normal(size=(len(rows), 3)) * 10 + 100  # an offset: errors in sums would show
+    values[rng.random(values.shape) < 0.15] = np.nan
+    values[rng.random(values.shape) < 0.05] = np.inf
+    out, mask = collapse(ref, rows, values, how)
+    want, want_mask = brute_collapse(ref, rows, values, how)
+    np.testing.assert_array_equal(mask, want_mask)
+    np.testing.assert_allclose(out, want, **TOL, equal_nan=True)
+
+
+interval = st.tuples(st.integers(0, 12), st.integers(0, 4)).map(lambda t: (t[0] / 4, (t[0] + t[1]) / 4))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(interval, max_size=25),
+    ref=st.lists(interval, max_size=15),
+    how=st.sampled_from(HOWS),
+    data=st.data(),
+)
+def test_collapse_property(rows: list, ref: list, how: str, data: st.DataObject) -> None:
+    rows_a = np.asarray(rows, np.float64).reshape(-1, 2)
+    ref_a = np.asarray(ref, np.float64).reshape(-1, 2)
+    vals = data.draw(st.lists(st.sampled_from([0.0, 1.5, -2.0, 7.25, np.nan, -np.inf]),
+                              min_size=2 * len(rows), max_size=2 * len(rows)))
+    values = np.asarray(vals, np.float64).reshape(len(rows), 2)
+    out, mask = collapse(ref_a, rows_a, values, how)
+    want, want_mask = brute_collapse(ref_a, rows_a, values, how)
+    np.testing.assert_array_equal(mask, want_mask)
+    np.testing.assert_allclose(out, want, **TOL, equal_nan=True)
+
+
+def test_overlap_pairs_match_brute_force_on_a_long_row_among_short_ones() -> None:
+    # One row spanning everything beside many short ones: the length classes keep the candidates right.
+    rng = np.random.default_rng(3)
+    rows = np.concatenate([[[0.0, 100.0]], random_intervals(rng, 200, False)])
+    ref = fixed_rate_intervals(12.0, 1.0)
+    r, c = overlap_pairs(ref, rows)
+    want = {(j, i) for j in range(len(ref)) for i in range(len(rows)) if brute_overlaps(*ref[j], *rows[i])}
+    assert set(zip(r.tolist(), c.tolist(), strict=True)) == want
+    assert len(r) == len(want)
+
+
+def test_worked_example_from_docs() -> None:
+    """The example of docs/reading.md, by hand: words on 0.5 s acoustic rows."""
+    words = np.array([[0.0, 0.4], [0.4, 1.2], [1.2, 1.2], [2.0, 2.5]])  # hi, there, uh (zero-length), friend
+    acoustic = np.array([[0.0, 0.5], [0.5, 1.0], [1.0, 1.5], [1.5, 2.0]])
+    values = np.array([[1.0], [3.0], [np.nan], [8.0]])
+    out, mask = collapse(words, acoustic, values, "mean")
+    np.testing.assert_array_equal(mask, [True, True, True, False])  # "friend" only touches [1.5, 2.0)
+    np.testing.assert_allclose(out[:, 0], [1.0, 2.0, np.nan, np.nan], equal_nan=True)
+    w_out, _ = collapse(words, acoustic, values, "weighted")
+    np.testing.assert_allclose(w_out[:, 0], [1.0, (0.1 * 1 + 0.5 * 3) / 0.6, np.nan, np.nan], equal_nan=True)
+    first, _ = collapse(words, acoustic, values, "first")
+    np.testing.assert_allclose(first[:, 0], [1.0, 1.0, np.nan, np.nan], equal_nan=True)
+
+
+def test_sorted_fixed_rate_rows_match_brute_force_at_scale() -> None:
+    rng = np.random.default_rng(0)
+    rows = fixed_rate_intervals(30.0, 100.0)
+    values = rng.normal(size=(len(rows), 4)) + 250.0
+    ref = np.sort(rng.uniform(0, 30, (60, 2)), axis=1)
+    out, mask = collapse(ref, rows, values, "weighted")
+    want, want_mask = brute_collapse(ref, rows, values, "weighted")
+    np.testing.assert_array_equal(mask, want_mask)
+    np.testing.assert_allclose(out, want, **TOL)
+
+
+def test_fixed_rate_intervals_clip_the_last_row() -> None:
+    np.testing.assert_allclose(fixed_rate_intervals(2.5, 1.0), [[0, 1], [1, 2], [2, 2.5]])
+    assert fixed_rate_intervals(3.0, 1.0).shape == (3, 2)
+    assert fixed_rate_intervals(0.0, 1.0).shape == (0, 2)
+
+
+def test_bad_input_is_rejected_with_the_values() -> None:
+    with pytest.raises(ValueError, match=r"row 1 ends before it starts: \[2.0, 1.0\]"):
+        collapse(np.array([[0.0, 1.0], [2.0, 1.0]]), np.zeros((0, 2)), np.zeros((0, 1)))
+    with pytest.raises(ValueError, match="2 intervals for 3 value rows"):
+        collapse(np.array([[0.0, 1.0]]), np.zeros((2, 2)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="how must be one of"):
+        collapse(np.array([[0.0, 1.0]]), np.zeros((1, 2)), np.zeros((1, 1)), "median")
+
+
+def test_store_level_align_to_words_rate_and_feature(tmp_path) -> None:
+    w = StoreWriter(tmp_path / "s.zarr", "test")
+    word_iv = np.array([[0.2, 0.6], [0.6, 1.4], [2.5, 2.7]])
+    acoustic_iv = fixed_rate_intervals(3.0, 100.0)
+    acoustic = np.arange(len(acoustic_iv), dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    w.set_feature("transcript", {"columns": ["t0"], "rate_hz": None})
+    w.set_feature("acoustic", {"columns": ["a0", "a1"], "rate_hz": 100.0})
+    words = np.array(["hello", "there", "friend"])
+    w.commit("transcript", "clip", FeatureRows(np.ones((3, 1), np.float32), word_iv, {"words": words}),
+             {"duration_s": 3.0})
+    w.commit("acoustic", "clip", FeatureRows(acoustic, acoustic_iv), {"duration_s": 3.0})
+
+    a = align(tmp_path / "s.zarr", "clip", ["acoustic"], to="transcript")
+    want, _ = brute_collapse(word_iv, acoustic_iv, acoustic.astype(np.float64), "mean")
+    np.testing.assert_allclose(a.values["acoustic"], want, rtol=1e-6)
+    assert a.ref_words.tolist() == ["hello", "there", "friend"]
+    assert a.columns["acoustic"] == ["a0", "a1"]
+
+    b = align(tmp_path / "s.zarr", "clip", ["acoustic", "transcript"], to=1.0)
+    np.testing.assert_allclose(b.ref_intervals, [[0, 1], [1, 2], [2, 3]])
+    np.testing.assert_allclose(b.values["acoustic"][:, 0], [49.5, 149.5, 249.5], rtol=1e-6)
+    np.testing.assert_array_equal(b.masks["transcript"], [True, True, True])
+
+    c = align(tmp_path / "s.zarr", "clip", ["transcript"], to=np.array([[1.5, 2.0]]))
+    np.testing.assert_array_equal(c.masks["transcript"], [False])
+    assert np.isnan(c.values["transcript"]).all()

@@ -1,0 +1,283 @@
+"""Caption parsing: WebVTT / SRT -> words with clip-timeline intervals.
+
+Every fixture is written inline by the test that uses it; expected times are worked out by hand from the
+rules in extractors/captions.py (inline tags, else len(word) + 1 characters per word).
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extractors.captions import parse_captions, siq2_misparsed_trim
+
+YOUTUBE_VTT = """WEBVTT
+Kind: captions
+Language: en
+
+00:00:00.030 --> 00:00:02.060 align:start position:0%
+␠
+hello<00:00:00.450><c> everyone</c><00:00:00.840><c> and</c>
+
+00:00:02.060 --> 00:00:02.070 align:start position:0%
+hello everyone and
+␠
+
+00:00:02.070 --> 00:00:04.950 align:start position:0%
+hello everyone and
+welcome<00:00:02.550><c> to</c><00:00:03.000><c> [Music]</c><00:00:03.900><c> the</c><00:00:04.200><c> show</c>
+
+00:00:04.950 --> 00:00:04.960 align:start position:0%
+welcome to the show
+␠
+
+00:00:04.960 --> 00:00:06.000 align:start position:0%
+welcome to the show
+␠
+""".replace("␠", " ")  # YouTube cues carry a line holding one space
+
+# Overlapping cues (2 starts before 1 ends), markup, a speaker label, sound tags, an empty cue, a NOTE.
+MANUAL_VTT = """WEBVTT
+
+NOTE made by hand
+
+1
+00:00:01.000 --> 00:00:03.000
+<v Roger>JOHN: I <i>don't</i> know
+
+2
+00:00:02.000 --> 00:00:04.000 line:0
+>> (laughs) [Applause] ♪ it's 3.5
+
+3
+00:00:05.000 --> 00:00:06.000
+
+4
+00:00:06.000 --> 00:00:07.000
+- Well-known &amp; café
+"""
+
+MANUAL_SRT = """1
+00:00:01,000 --> 00:00:03,000
+<i>JOHN: I don't know</i>
+
+2
+00:00:02,000 --> 00:00:04,000
+>> (laughs) [Applause] ♪ it's 3.5
+
+3
+00:00:05,000 --> 00:00:06,000
+
+
+4
+00:00:06,000 --> 00:00:07,000
+{\\an8}- Well-known &amp; café
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _spread(t0: float, t1: float, words: list[str]) -> list[list[float]]:
+    w = np.array([len(x) + 1 for x in words], float)
+    starts = t0 + (t1 - t0) * np.concatenate([[0], np.cumsum(w)[:-1]]) / w.sum()
+    return np.stack([starts, np.append(starts[1:], t1)], 1).tolist()
+
+
+def _assert_monotone(iv: np.ndarray) -> None:
+    assert np.all(iv[:, 1] >= iv[:, 0])
+    assert np.all(iv[1:, 0] >= iv[:-1, 1] - 1e-12)
+
+
+def test_youtube_rolling_captions_use_inline_times_and_are_not_doubled(tmp_path: Path) -> None:
+    w = parse_captions(_write(tmp_path, "yt.vtt", YOUTUBE_VTT))
+    assert w.words == ("hello", "everyone", "and", "welcome", "to", "the", "show")
+    expected = [[0.03, 0.45], [0.45, 0.84], [0.84, 2.06], [2.07, 2.55], [2.55, 3.0], [3.9, 4.2], [4.2, 4.95]]
+    np.testing.assert_allclose(w.intervals, expected, atol=1e-9)  # "to" ends where [Music] starts
+    assert w.attrs["inline_word_times"] is True
+
+
+def _manual_expected() -> tuple[list[str], np.ndarray]:
+    cue1 = ["I", "don't", "know"]
+    cue2 = ["it's", "3.5"]
+    cue4 = ["Well-known", "&", "café"]
+    iv = _spread(1, 3, cue1) + _spread(2, 4, cue2) + _spread(6, 7, cue4)
+    iv = np.array(iv)
+    # Cue 2 overlaps cue 1: its first word may not start before "know" ends at 3.0.
+    iv[3, 0] = 3.0
+    iv[3, 1] = max(iv[3, 1], 3.0)
+    iv[4, 0] = max(iv[4, 0], iv[3, 1])
+    return cue1 + cue2 + cue4, iv
+
+
+@pytest.mark.parametrize(("name", "text"), [("m.vtt", MANUAL_VTT), ("m.srt", MANUAL_SRT)])
+def test_markup_speakers_sound_tags_overlap_and_empty_cue(tmp_path: Path, name: str, text: str) -> None:
+    w = parse_captions(_write(tmp_path, name, text))
+    words, iv = _manual_expected()
+    assert list(w.words) == words
+    np.testing.assert_allclose(w.intervals, iv, atol=1e-9)
+    _assert_monotone(w.intervals)
+    assert w.attrs["format"] == name[-3:]
+
+
+def test_srt_rolling_duplicates(tmp_path: Path) -> None:
+    srt = "1\n00:00:00,000 --> 00:00:02,000\nso what do\n\n2\n00:00:02,000 --> 00:00:02,010\nso what do\n\n" \
+          "3\n00:00:02,010 --> 00:00:04,000\nso what do\nyou think\n\n" \
+          "4\n00:00:04,000 --> 00:00:05,000\nNo.\n\n5\n00:00:05,000 --> 00:00:06,000\nNo.\n"
+    w = parse_captions(_write(tmp_path, "r.srt", srt))
+    # The 10 ms repeat and the repeated first line go; two full "No." cues are speech and stay.
+    assert w.words == ("so", "what", "do", "you", "think", "No.", "No.")
+    np.testing.assert_allclose(w.intervals[3:5], _spread(2.01, 4.0, ["you", "think"]), atol=1e-9)
+
+
+def test_clip_window_shifts_drops_and_clips(tmp_path: Path) -> None:
+    w = parse_captions(_write(tmp_path, "m.vtt", MANUAL_VTT), clip_start_s=2.0, clip_duration_s=3.0)
+    words, iv = _manual_expected()
+    iv = iv - 2.0
+    keep = (iv[:, 0] < 3.0) & (iv[:, 1] > 0)
+    assert list(w.words) == [x for x, k in zip(words, keep, strict=True) if k]
+    np.testing.assert_allclose(w.intervals, np.clip(iv[keep], 0, 3.0), atol=1e-9)
+    assert "I" not in w.words and "café" not in w.words
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "what"),
+    [
+        ("WEBVTT\n\n00:00:01.000 --> 00:00:0x.000\nhi\n", 3, "bad timestamp"),
+        ("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nhi\n\njust text\nmore\n", 6, "expected a cue timing"),
+        ("WEBVTT\n\n1\n00:00:03.000 --> 00:00:02.000\nhi\n", 4, "ends before it starts"),
+        ("WEBVTT\n\n00:00:01.000 -> 00:00:02.000\nhi\n", 3, "expected a cue timing"),
+        ("00:00:01.000 --> 00:00:02.000\nhi\n", 1, "must start with 'WEBVTT'"),
+        ("WEBVTT\n\n00:01:61.000 --> 00:01:62.000\nhi\n", 3, "over 59"),
+    ],
+)
+def test_malformed_vtt_names_file_and_line(tmp_path: Path, text: str, line: int, what: str) -> None:
+    path = _write(tmp_path, "bad.vtt", text)
+    with pytest.raises(ValueError, match=rf"bad\.vtt:{line}: .*{what}"):
+        parse_captions(path)
+
+
+def test_malformed_srt_names_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "bad.srt", "1\n00:00:01,000 --> 00:00:02,000\nhi\n\n2\n00:00:02;000 --> 00:00:03,000\nyo\n")
+    with pytest.raises(ValueError, match=r"bad\.srt:6: bad timestamp"):
+        parse_captions(path)
+
+
+@pytest.mark.parametrize("text", ["", "WEBVTT\n", "WEBVTT\n\n00:00:01.000 --> 00:00:02.000\n[Music]\n"])
+def test_empty_transcripts_give_zero_words(tmp_path: Path, text: str) -> None:
+    w = parse_captions(_write(tmp_path, "e.vtt", text))
+    assert w.words == () and w.intervals.shape == (0, 2)
+
+
+# --- Social-IQ 2.0 trimmed files --------------------------------------------------------------------------
+
+
+def _script_trim(trim: float) -> float:
+    """The download script's own arithmetic (datetime, microseconds = fraction digits * 1000)."""
+    sec = int(str(trim).split(".")[0])
+    us = int(str(trim).split(".")[1]) * 1000
+    t = datetime.time(minute=sec // 60, second=sec % 60, microsecond=us)
+    return t.minute * 60 + t.second + t.microsecond / 1e6
+
+
+@pytest.mark.parametrize("trim", [12.5, 12.25, 12.125, 7.0, 105.9, 3.05, 58.09])
+def test_misparsed_trim_matches_the_script(trim: float) -> None:
+    assert siq2_misparsed_trim(trim) == pytest.approx(_script_trim(trim), abs=1e-9)
+
+
+def _ts(t: float) -> str:
+    ms = round(t * 1000)
+    return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
+
+
+def _source_truth() -> list[tuple[float, float, list[tuple[str, float]]]]:
+    """Auto-caption cues of a long source video: (start, end, [(word, start)]), in source time."""
+    rng = np.random.default_rng(7)
+    cues, t = [], 90.2
+    while t < 175:
+        n = int(rng.integers(2, 5))
+        starts = t + np.sort(rng.uniform(0.05, 1.7, n - 1))
+        words = [(f"w{round(t * 10)}x0", t)] + [(f"w{round(t * 10)}x{i + 1}", float(s)) for i, s in enumerate(starts)]
+        cues.append((t, t + 2.0, words))
+        t += 2.0
+    return cues
+
+
+def _siq2_file(tmp_path: Path, trim: float, inline: bool) -> tuple[Path, list[str], np.ndarray]:
+    """A trimmed .vtt as the download script wrote it, and the true clip-time words."""
+    bad = _script_trim(trim)
+    lines, words, iv = ["WEBVTT", ""], [], []
+    for start, end, ws in _source_truth():
+        if not (start >= bad and end <= bad + 60):  # the script keeps cues wholly inside its (wrong) window
+            continue
+        text = ws[0][0] + "".join(f"<{_ts(s)}><c> {w}</c>" for w, s in ws[1:]) if inline else " ".join(w for w, _ in ws)
+        lines += [f"{_ts(start - bad)} --> {_ts(end - bad)} align:start position:0%", text, ""]
+        bounds = [s for _, s in ws] + [end] if inline else None
+        spread = np.array(_spread(start, end, [w for w, _ in ws])) if not inline else None
+        for i, (w, _) in enumerate(ws):
+            words.append(w)
+            iv.append([bounds[i], bounds[i + 1]] if inline else spread[i].tolist())
+    path = _write(tmp_path, "clip.vtt", "\n".join(lines))
+    iv = np.array(iv) - trim
+    keep = (iv[:, 0] < 60) & (iv[:, 1] > 0)
+    return path, [w for w, k in zip(words, keep, strict=True) if k], np.clip(iv[keep], 0, 60)
+
+
+@pytest.mark.parametrize(("trim", "cue_shift"), [(100.5, 100.005 - 100.5), (100.25, 100.025 - 100.25), (100.125, 0.0)])
+def test_siq2_inline_and_cue_offsets_are_corrected(tmp_path: Path, trim: float, cue_shift: float) -> None:
+    path, words, iv = _siq2_file(tmp_path, trim, inline=True)
+    w = parse_captions(path, trim_s=trim)
+    assert list(w.words) == words
+    np.testing.assert_allclose(w.intervals, iv, atol=2e-3)  # the file stores milliseconds
+    info = w.attrs["corrections"]["siq2_trim"]
+    assert info["cue_shift_s"] == pytest.approx(cue_shift, abs=1e-9)
+    assert info["inline_shift_s"] == pytest.approx(-trim, abs=1e-9)
+    assert info["evidence"].startswith("inline times in source time")
+
+
+def test_siq2_without_inline_times_assumes_the_script_rule(tmp_path: Path) -> None:
+    path, words, iv = _siq2_file(tmp_path, 100.5, inline=False)
+    w = parse_captions(path, trim_s=100.5)
+    assert list(w.words) == words
+    np.testing.assert_allclose(w.intervals, iv, atol=2e-3)
+    assert w.attrs["corrections"]["siq2_trim"]["evidence"].startswith("assumed")
+
+
+def test_uncorrected_siq2_file_ignores_out_of_cue_inline_times(tmp_path: Path) -> None:
+    path, _, _ = _siq2_file(tmp_path, 100.5, inline=True)
+    w = parse_captions(path)  # no trims.json: tags (source time) cannot be placed, cues spread instead
+    assert w.attrs["inline_times_ignored_cues"] > 0
+    assert "corrections" not in w.attrs
+    _assert_monotone(w.intervals)
+
+
+# --- property: any cue soup gives monotone, in-clip intervals -----------------------------------------------
+
+_cue = st.tuples(
+    st.floats(0, 50, allow_nan=False),
+    st.floats(0, 5, allow_nan=False),
+    st.lists(st.sampled_from(["yes", "no", "[Music]", "don't", "3.5", "<i>ok</i>", "(sigh)", "café"]), max_size=4),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_cue, max_size=12), st.floats(0, 10), st.one_of(st.none(), st.floats(1, 40)))
+def test_intervals_never_go_backwards(tmp_path_factory, cues, clip_start, duration) -> None:
+    lines = ["WEBVTT", ""]
+    for start, length, words in cues:
+        lines += [f"{_ts(start)} --> {_ts(start + length)}", " ".join(words), ""]
+    path = _write(tmp_path_factory.mktemp("p"), "p.vtt", "\n".join(lines))
+    w = parse_captions(path, clip_start_s=clip_start, clip_duration_s=duration)
+    _assert_monotone(w.intervals)
+    assert np.all(w.intervals >= 0)
+    if duration is not None:
+        assert np.all(w.intervals <= duration)
+    assert not any(x.startswith(("[", "(", "<")) for x in w.words)

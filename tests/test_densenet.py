@@ -1,0 +1,112 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+from torchvision.models import densenet161
+
+from extractors.densenet import DenseNet161, DenseNetConfig, _rename_legacy_keys, load_densenet
+from extractors.weights import WeightsMissingError
+from pipeline.decode import decode_frames
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def reference_preprocess(pixels: np.ndarray) -> torch.Tensor:
+    """ImageNet preprocessing written out by hand: resize 256 (bilinear, antialiased), crop 224, normalise."""
+    x = torch.from_numpy(pixels.copy()).permute(0, 3, 1, 2)
+    x = TF.resize(x, [256], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
+    x = TF.center_crop(x, [224, 224])
+    return TF.normalize(x.float() / 255.0, MEAN, STD)
+
+
+def reference_features(x: torch.Tensor, seed: int = 0) -> np.ndarray:
+    """Plain torchvision fp32 forward with the same random init and the classifier removed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = densenet161(weights=None).eval()
+    model.classifier = torch.nn.Identity()
+    with torch.no_grad():
+        return model(x).numpy()
+
+
+@pytest.fixture(scope="module")
+def frames_c(sample_root: Path):
+    f = decode_frames(sample_root / "siq2/video/sample-c.mp4")
+    return type(f)(pixels=f.pixels[:6], intervals=f.intervals[:6], pts_s=f.pts_s[:6], source_fps=f.source_fps,
+                   duration_s=f.duration_s)
+
+
+@pytest.fixture(scope="module")
+def extractor() -> DenseNet161:
+    return DenseNet161(DenseNetConfig(weights="random", batch_size=4))
+
+
+def test_preprocessing_matches_imagenet_recipe(extractor: DenseNet161, frames_c) -> None:
+    ours, ref = extractor.prepare(frames_c.pixels), reference_preprocess(frames_c.pixels)
+    assert ours.shape == ref.shape == (6, 3, 224, 224)
+    # uint8 resize kernels may round a pixel differently by one level: 1/255/std ≈ 0.0175
+    assert (ours - ref).abs().max() <= 1 / 255 / min(STD) + 1e-6
+    assert (ours - ref).abs().mean() < 1e-3
+
+
+def test_matches_plain_torchvision_fp32(extractor: DenseNet161, frames_c) -> None:
+    rows = extractor.extract(frames_c)
+    ref = reference_features(extractor.prepare(frames_c.pixels))
+    assert rows.features.shape == (6, 2208)
+    np.testing.assert_allclose(rows.features, ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_array_equal(rows.intervals, frames_c.intervals)
+    assert rows.attrs["precision"] == "fp32"
+
+
+def test_batched_across_videos_of_different_sizes(extractor: DenseNet161, frames_c, sample_root: Path) -> None:
+    other = decode_frames(sample_root / "siq2/video/sample-a.mp4")
+    other = type(other)(pixels=other.pixels[:3], intervals=other.intervals[:3], pts_s=other.pts_s[:3],
+                        source_fps=30.0, duration_s=3.0)
+    together = extractor.extract_batch([frames_c, other])
+    alone = [extractor.extract(frames_c), extractor.extract(other)]
+    for t, a in zip(together, alone, strict=True):
+        np.testing.assert_allclose(t.features, a.features, rtol=1e-4, atol=1e-5)
+    assert [len(t.features) for t in together] == [6, 3]
+
+
+def test_random_weights_are_recorded_and_seeded() -> None:
+    assert DenseNet161.weights_id(DenseNetConfig(weights="random")) == "random-seed0"
+    assert DenseNet161.weights_id(DenseNetConfig()) == "imagenet1k_v1"
+    a, b = load_densenet(DenseNetConfig(weights="random")), load_densenet(DenseNetConfig(weights="random", random_seed=1))
+    assert not torch.equal(a.features.conv0.weight, b.features.conv0.weight)
+
+
+def test_missing_pretrained_weights_say_how_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(WeightsMissingError, match=r"densenet161-8d451a50\.pth.*make weights"):
+        DenseNet161(DenseNetConfig(weights="imagenet1k_v1", weights_dir=tmp_path))
+
+
+def test_pretrained_file_with_legacy_keys_loads(tmp_path: Path) -> None:
+    """The published file uses 'norm.1'-style keys; loading must map them onto the current module."""
+    model = load_densenet(DenseNetConfig(weights="random", random_seed=3))
+    legacy = {k.replace("norm1", "norm.1").replace("conv2", "conv.2"): v for k, v in model.state_dict().items()
+              if "num_batches_tracked" not in k}  # as in the published 2017 file
+    assert any("norm.1" in k for k in legacy)
+    path = tmp_path / "torchvision" / "densenet161-8d451a50.pth"
+    path.parent.mkdir()
+    torch.save(legacy, path)
+    loaded = load_densenet(DenseNetConfig(weights="imagenet1k_v1", weights_dir=tmp_path))
+    assert torch.equal(loaded.features.denseblock1.denselayer1.norm1.weight,
+                       model.features.denseblock1.denselayer1.norm1.weight)
+    assert _rename_legacy_keys({"classifier.weight": 1}) == {"classifier.weight": 1}
+
+
+@pytest.mark.gpu
+def test_cuda_reduced_precision_close_to_fp32(frames_c) -> None:
+    from conftest import cuda_or_skip
+
+    device = cuda_or_skip()
+    ref = reference_features(reference_preprocess(frames_c.pixels))
+    for precision in ("fp16", "bf16"):
+        rows = DenseNet161(DenseNetConfig(weights="random", precision=precision), device=device).extract(frames_c)
+        cos = (rows.features * ref).sum(1) / np.linalg.norm(rows.features, axis=1) / np.linalg.norm(ref, axis=1)
+        assert cos.min() >= 0.999, (precision, cos.min())
+    fp32 = DenseNet161(DenseNetConfig(weights="random", precision="fp32"), device=device).extract(frames_c)
+    np.testing.assert_allclose(fp32.features, ref, rtol=1e-3, atol=1e-4)

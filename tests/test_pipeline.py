@@ -1,0 +1,104 @@
+"""End to end through Ray on the tiny dataset: cache, staleness, failures, a killed run."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extractors.densenet import DenseNet161, DenseNetConfig
+from pipeline.config import RunConfig
+from pipeline.decode import decode_frames
+from pipeline.run import run_extract
+from store.reader import open_store
+
+pytestmark = pytest.mark.slow
+
+
+def config(seed2: int = 1) -> RunConfig:
+    return RunConfig.model_validate({
+        "layout": "siq2", "frames_per_batch": 8, "max_inflight_items": 3,
+        "features": {"frames": {"extractor": "densenet161", "weights": "random"},
+                     "frames2": {"extractor": "densenet161", "weights": "random", "random_seed": seed2}},
+    })
+
+
+def add_bad_items(raw: Path) -> None:
+    """A corrupt video, and a question about a video that is not there."""
+    (raw / "siq2/video/tiny-bad.mp4").write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\x13" * 4000)
+    row = {"qid": "orphan-q", "q": "Who?", "vid_name": "tiny-missing", "ts": "0-5", "a0": "x", "a1": "y",
+           "a2": "z", "a3": "w", "answer_idx": 0}
+    with (raw / "siq2/qa/qa_train.json").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def test_extract_cache_staleness_and_failures(tiny_root: Path, tmp_path: Path) -> None:
+    add_bad_items(tiny_root)
+    out = tmp_path / "tiny.zarr"
+    first = run_extract("tiny", tiny_root, out, config())
+    assert first.counts["frames"] == {"done": 3, "skipped": 0, "failed": 2, "n/a": 0}
+    errors = {f["item"]: f for f in first.failures if f["feature"] == "frames"}
+    assert "tiny-bad.mp4" in errors["tiny-bad"]["error"] and errors["tiny-bad"]["stage"] == "decode:frames"
+    assert "tiny-missing.mp4: video file does not exist" in errors["tiny-missing"]["error"]
+    assert "FAILED tiny-bad [decode:frames]" in first.summary()
+
+    store = open_store(out)
+    assert store.items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+    assert store.feature_attrs("frames")["weights"] == "random-seed0"
+    item = store.read("frames", "tiny-b")
+    frames = decode_frames(tiny_root / "siq2/video/tiny-b.mp4")
+    direct = DenseNet161(DenseNetConfig(weights="random")).extract(frames)
+    np.testing.assert_allclose(item.features[:], direct.features, rtol=1e-4, atol=2e-5)
+    np.testing.assert_array_equal(item.intervals, frames.intervals)
+    assert item.attrs["duration_s"] == pytest.approx(59 / 29.97, abs=1e-3)  # 2 s at 29.97 fps = 59 frames
+    fingerprints = {i: store.read("frames", i).attrs["fingerprint"] for i in store.items("frames")}
+
+    second = run_extract("tiny", tiny_root, out, config())
+    assert second.counts["frames"] == {"done": 0, "skipped": 3, "failed": 2, "n/a": 0}
+    assert second.counts["frames2"]["done"] == 0 and second.counts["frames2"]["skipped"] == 3
+
+    third = run_extract("tiny", tiny_root, out, config(seed2=7))
+    assert third.counts["frames"]["done"] == 0 and third.counts["frames"]["skipped"] == 3
+    assert third.counts["frames2"]["done"] == 3
+    store = open_store(out)
+    assert {i: store.read("frames", i).attrs["fingerprint"] for i in store.items("frames")} == fingerprints
+    assert store.feature_attrs("frames2")["weights"] == "random-seed7"
+    assert store.last_run()["counts"]["frames2"]["done"] == 3
+
+    forced = run_extract("tiny", tiny_root, out, config(seed2=7), only=["frames"], force=True)
+    assert forced.counts == {"frames": {"done": 3, "skipped": 0, "failed": 2, "n/a": 0}}
+
+
+def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tiny.zarr"
+    script = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import store.writer as sw
+        from test_pipeline import config
+        from pipeline.run import run_extract
+        real, commits = sw._write_array, []
+        def dying(group, name, data):
+            real(group, name, data)
+            if name == "features":
+                commits.append(1)
+                if len(commits) == 2:
+                    os._exit(9)  # like SIGKILL: no cleanup, no atexit
+        sw._write_array = dying
+        run_extract("tiny", Path({str(tiny_root)!r}), Path({str(out)!r}), config(), only=["frames"])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    store = open_store(out)
+    done = store.items("frames", include_filtered=True, include_stale=True)
+    assert len(done) == 1  # the first commit; the second is half-written in staging and invisible
+    for item in done:
+        assert store.read("frames", item).features.shape[1] == 2208
+
+    report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
+    assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+    assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
