@@ -20,11 +20,8 @@ each side, so memory stays bounded and rows away from the clip's edges do not de
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
-import pathlib
-from types import ModuleType
+import warnings
 from typing import Literal
 
 import librosa
@@ -48,6 +45,7 @@ class CovarepConfig(ExtractorConfig):
     f0_ceil_hz: float = Field(500.0, le=1000.0)
     silence_dbfs: float = -60.0  # rows quieter than this (25 ms RMS re full scale) are unvoiced
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
+    lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~10x slower
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -63,24 +61,9 @@ class CovarepConfig(ExtractorConfig):
         return self
 
 
-def _load_pyworld() -> ModuleType:
-    """pyworld 0.3.5's __init__ imports pkg_resources, gone from setuptools >= 81; load its compiled module directly."""
-    try:
-        return importlib.import_module("pyworld")
-    except ModuleNotFoundError as err:
-        if err.name != "pkg_resources":
-            raise
-    spec = importlib.util.find_spec("pyworld")
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError("pyworld is not installed")
-    compiled = next(pathlib.Path(spec.origin).parent.glob("pyworld.*.so"))
-    ext_spec = importlib.util.spec_from_file_location("pyworld", compiled)
-    module = importlib.util.module_from_spec(ext_spec)
-    ext_spec.loader.exec_module(module)
-    return module
-
-
-pw = _load_pyworld()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # pyworld 0.3.5 imports pkg_resources (setuptools < 81, pinned in the lock)
+    import pyworld as pw
 
 
 def n_rows_for(duration_s: float) -> int:
@@ -122,36 +105,46 @@ def mfcc_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
     return out
 
 
-def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
-    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ per row (NaN where unvoiced or no glottal cycle is near the row)."""
+def glottal_flow(
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(flow derivative, GCI sample positions, polarity) for one block; the derivative is polarity-corrected."""
     n_rows = voiced.size
-    out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
-    if not voiced.any():
-        return out
     centres = np.arange(n_rows) * HOP + HOP // 2
     near_voiced = voiced.copy()  # filters also for the rows bordering a run
     near_voiced[1:] |= voiced[:-1]
     near_voiced[:-1] |= voiced[1:]
     p_vt = 2 * round(FS_HZ / 2000) + 4
     a_vt = np.tile(np.eye(1, p_vt + 1), (n_rows, 1))
-    a_vt[near_voiced] = glottal.iaif_filters(x_hp, centres[near_voiced], FS_HZ, cfg.iaif_leak)
+    if near_voiced.any():
+        a_vt[near_voiced] = glottal.iaif_filters(x_hp, centres[near_voiced], FS_HZ, cfg.iaif_leak, cfg.lpc_method)
     dg = glottal.inverse_filter(x_hp, a_vt, HOP)
-    in_voiced = np.repeat(voiced, HOP)
-    z = dg[in_voiced] - dg[in_voiced].mean()
-    polarity = -1.0 if np.mean(z**3) > 0 else 1.0  # the flow derivative of upright speech is negatively skewed
+    polarity = glottal.polarity(dg, centres[voiced], FS_HZ)
     dg *= polarity
+    return dg, glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ), polarity
+
+
+def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
+    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ per row (NaN where unvoiced or no glottal cycle is near the row)."""
+    n_rows = voiced.size
+    out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
+    if not voiced.any():
+        return out
+    dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg)
     g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
-    gcis = glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ)
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
     if gcis.size >= 3:
         cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz))
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
+        centres = np.arange(n_rows) * HOP + HOP // 2
         a_lp = np.tile(np.eye(1, 19), (n_rows, 1))  # LP residual for MDQ: order fs/1000 + 2, 25 ms frames
-        a_lp[near_voiced] = glottal.lpc_rows(glottal.windows(x_hp, centres[near_voiced] - 200, 400), 18)
+        a_lp[voiced] = glottal.lpc_rows(glottal.windows(x_hp, centres[voiced] - 200, 400), 18, cfg.lpc_method)
         residual = polarity * glottal.inverse_filter(x_hp, a_lp, HOP)
-        out["mdq"] = glottal.to_rows(gcis.astype(float), glottal.mdq(residual, gcis), n_rows, HOP, max_dist)
+        out["mdq"] = glottal.to_rows(
+            gcis.astype(float), glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz), n_rows, HOP, max_dist
+        )
     harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ)
     for name, values in harm.items():
         out[name][voiced] = values
@@ -213,5 +206,9 @@ class Covarep(Extractor[CovarepConfig]):
         return FeatureRows(
             features=features.astype(np.float32),
             intervals=intervals,
-            attrs={"voiced_fraction": float(vuv.mean()), "sample_rate_hz": FS_HZ, "resampled": x.sample_rate_hz != FS_HZ},
+            attrs={
+                "voiced_fraction": float(vuv.mean()),
+                "sample_rate_hz": FS_HZ,
+                "resampled": x.sample_rate_hz != FS_HZ,
+            },
         )

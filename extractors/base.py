@@ -91,6 +91,7 @@ class QAText:
     answers: tuple[tuple[str, ...], ...]  # per question, its answers
     correct: tuple[tuple[bool, ...], ...]  # per question, which answers are correct (empty when unlabelled)
     context: str | None = None
+    ts: tuple[tuple[float, float] | None, ...] = ()  # per question, the seconds of the clip it is about, if known
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,8 @@ def qa_rows(x: QAText) -> list[_Row]:
     """The row plan of one item: [context], then per question its question row and answer rows."""
     if not (len(x.qids) == len(x.questions) == len(x.answers)):
         raise ValueError(f"QAText: {len(x.qids)} qids, {len(x.questions)} questions, {len(x.answers)} answer lists")
-    # QAText carries no per-question span yet; rows get [0, 0] ("not known") unless it gains `ts`.
-    spans = getattr(x, "ts", None) or [None] * len(x.qids)
+    # A question's span (QAItem.ts) when the dataset gives one; [0, 0] means "not known".
+    spans = x.ts or (None,) * len(x.qids)
     rows = [] if x.context is None else [_Row(x.context, ROLE_CONTEXT, -1, -1, -1, "", (0.0, 0.0))]
     for q, (qid, question, answers) in enumerate(zip(x.qids, x.questions, x.answers, strict=True)):
         correct = x.correct[q] if q < len(x.correct) else ()

@@ -178,7 +178,9 @@ def _special_affixes(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def load_text_model(name: str, weights_dir: Path | None = None, device: str = "cpu") -> TextModel:
     """Load model + fast tokenizer from local files only; eval mode on `device`."""
     from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a per-tensor loading bar in every worker's log says nothing useful
     local = resolve_model_dir(name, weights_dir)
     tokenizer = AutoTokenizer.from_pretrained(local, use_fast=True, local_files_only=True)
     if not tokenizer.is_fast:

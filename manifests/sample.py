@@ -189,6 +189,9 @@ def make_sample(dest: Path, clips: tuple[ClipSpec, ...] = CLIPS) -> Path:
     (root / "current_split.json").write_text(json.dumps(
         {split: [s.vid for s in clips if s.split == split] for split in ("train", "val")}))
     (root / "sample_truth.json").write_text(json.dumps(truth, indent=1))
+    from manifests.socialiqa import write_sample_socialiqa
+
+    write_sample_socialiqa(dest / "socialiqa")  # the text-only SocialIQA layout, for DATASET=sample-socialiqa
     return dest
 
 

@@ -21,6 +21,10 @@ def _extract(args: argparse.Namespace) -> int:
 
         log.info("generating the sample dataset in %s", raw)
         make_sample(raw)
+    if args.dataset == "sample-socialiqa" and not raw.exists():
+        from manifests.socialiqa import write_sample_socialiqa
+
+        write_sample_socialiqa(raw)
     config = load_config(args.config or args.dataset)
     only = args.features.split(",") if args.features else None
     report = run_extract(args.dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit)

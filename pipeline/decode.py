@@ -118,6 +118,7 @@ def qa_text(questions: list[QAItem]) -> QAText:
         answers=tuple(q.answers for q in questions),
         correct=tuple(q.correct for q in questions),
         context=questions[0].context,
+        ts=tuple(q.ts for q in questions),
     )
 
 

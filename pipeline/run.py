@@ -140,6 +140,16 @@ class _Runner:
         meta: dict[str, dict[str, Any]] = {}
         total = sum(len(f) for f in todo.values())
         bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
+        last_log = [time.perf_counter(), 0]
+
+        def progress() -> None:
+            """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
+            now = time.perf_counter()
+            if bar.disable and now - last_log[0] >= 15 and bar.n != last_log[1]:
+                c = self.report.counts
+                log.info("progress: %d/%d pairs (%s)", bar.n, total,
+                         ", ".join(f"{f} {c[f]['done']}+{c[f]['failed']} failed" for f in sorted(c)))
+                last_log[:] = [now, bar.n]
 
         def submit() -> None:
             while queue and len(decoding) + len(holds) < self.config.max_inflight_items:
@@ -201,6 +211,7 @@ class _Runner:
                             self.commit(feat, items[item_id], rows, meta[item_id], secs)
                         release(item_id)
                         bar.update(1)
+            progress()
             submit()
             dispatch(flush=not decoding)  # nothing more is coming soon: run partial batches
         bar.close()
@@ -270,8 +281,8 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     log.info("plan: %d (feature, item) pairs to compute, %d already up to date", len(plan.todo), len(plan.skipped))
     if not items:
         report.notes.append("  no items found")
-    if all(s.extractor.input_kind == "qa" for s in specs):
-        report.notes.append("  text-only dataset: only text extractors ran; no video expected")
+    if items and all(i.video is None and i.audio is None and i.transcript is None for i in items):
+        report.notes.append("  text-only dataset: no media expected; only text extractors run")
     if todo:
         runner.start_ray()
         runner.run(dict(todo), {i.id: i for i in items}, questions)

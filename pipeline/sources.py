@@ -29,4 +29,4 @@ def load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaIt
         return read_siq1(raw, folds=config.folds, dataset=dataset)
     from manifests.socialiqa import read_socialiqa
 
-    return read_socialiqa(raw)
+    return read_socialiqa(raw, dataset=dataset)

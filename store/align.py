@@ -180,27 +180,29 @@ def _reduce(
     if len(r) == 0:
         return
     starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    sizes = np.diff(np.r_[starts, len(r)])
     targets = r[starts]
     mask[targets] = True
-    v = values[c].astype(np.float64)
+    # Every row once, in order (fixed-rate rows onto a coarser grid): no gathered copy needed.
+    v = values if len(c) == len(values) and np.array_equal(c, np.arange(len(c))) else values[c]
     finite = np.isfinite(v)
+    all_finite = bool(finite.all())  # the common case (frames, words): no masking passes needed
     if how == "first":
-        first = v[starts]
-        out[targets] = np.where(np.isfinite(first), first, np.nan)
+        out[targets] = v[starts] if all_finite else np.where(finite[starts], v[starts], np.nan)
         return
     if how == "max":
-        best = np.maximum.reduceat(np.where(finite, v, -np.inf), starts, axis=0)
-        count = np.add.reduceat(finite, starts, axis=0)
-        out[targets] = np.where(count > 0, best, np.nan)
+        best = np.maximum.reduceat(v if all_finite else np.where(finite, v, -np.inf), starts, axis=0)
+        out[targets] = best if all_finite else np.where(np.isfinite(best), best, np.nan)
         return
-    w = np.ones(len(r))
-    if how == "weighted":
+    v0 = v if all_finite else np.where(finite, v, 0)
+    if how == "mean":
+        num = np.add.reduceat(v0, starts, axis=0, dtype=np.float64)
+        den = sizes[:, None] if all_finite else np.add.reduceat(finite, starts, axis=0, dtype=np.int64)
+    else:  # weighted by overlap duration; where a reference's total is zero, equal weights
         w = np.clip(np.minimum(rows[c, 1], ref[r, 1]) - np.maximum(rows[c, 0], ref[r, 0]), 0.0, None)
-        total = np.add.reduceat(w, starts)
-        w = np.where(np.repeat(total, np.diff(np.r_[starts, len(r)])) > 0, w, 1.0)
-    wf = finite * w[:, None]
-    num = np.add.reduceat(np.where(finite, v, 0.0) * w[:, None], starts, axis=0)
-    den = np.add.reduceat(wf, starts, axis=0)
+        w = np.where(np.repeat(np.add.reduceat(w, starts), sizes) > 0, w, 1.0)[:, None]
+        num = np.add.reduceat(v0 * w, starts, axis=0, dtype=np.float64)
+        den = np.add.reduceat(finite * w, starts, axis=0, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         out[targets] = np.where(den > 0, num / den, np.nan)
 
@@ -264,17 +266,17 @@ def align(
 ) -> Aligned:
     """Align `features` of one item to `to`; only the rows that can overlap the reference are read."""
     s = _open(store)
-    ref = reference_for(s, item, to, features)
+    reads = {f: s.read(f, item) for f in dict.fromkeys([*features, *([to] if isinstance(to, str) else [])])}
+    if isinstance(to, str):
+        ref, extras = reads[to].intervals, reads[to].extras
+        words = np.asarray(extras["words"][...]) if "words" in extras else None
+    else:
+        ref, words = reference_for(s, item, to, features), None
     values, masks, columns = {}, {}, {}
     for f in features:
-        r = s.read(f, item)
+        r = reads[f]
         window = _row_window(r.intervals, ref)
         rows = np.asarray(r.features[window]) if window.stop > window.start else np.zeros((0, r.features.shape[1]))
-        f_how = how[f] if isinstance(how, Mapping) else how
-        values[f], masks[f] = collapse(ref, r.intervals[window], rows, f_how)
+        values[f], masks[f] = collapse(ref, r.intervals[window], rows, how[f] if isinstance(how, Mapping) else how)
         columns[f] = r.columns
-    words = None
-    if isinstance(to, str):
-        extras = s.read(to, item).extras
-        words = np.asarray(extras["words"][...]) if "words" in extras else None
     return Aligned(item, ref, values, masks, columns, words)

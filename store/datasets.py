@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from manifests.records import QAItem
 from store.align import How, Reference, align
-from store.reader import Store, open_store
+from store.reader import ItemFeature, Store, open_store
 
 Text = Literal["tokens", "pooled"]
 
@@ -99,13 +99,15 @@ class _SocialIQ(Dataset):
         self.samples = self._plan(s, self._usable_items(s, exclude_filtered))
         self._store: Store | None = None
         self._pid = -1
-        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()  # item -> aligned modalities
+        self._handles: OrderedDict[str, ItemFeature] = OrderedDict()  # item -> lazy QA arrays
 
     # ---- planning (main process) ----
 
     def _usable_items(self, s: Store, exclude_filtered: bool) -> set[str]:
         needed = [*self.modalities, self.qa_feature] + ([self.to] if isinstance(self.to, str) else [])
-        usable = set.intersection(*(set(s.items(f)) for f in dict.fromkeys(needed)))
+        usable = set.intersection(*(set(s.items(f, include_filtered=not exclude_filtered))
+                                    for f in dict.fromkeys(needed)))
         if exclude_filtered:  # an item a policy filtered in any feature (faces: too few) is out of the task
             for f in s.features():
                 usable -= set(s.items(f, include_filtered=True)) - set(s.items(f))
@@ -136,12 +138,13 @@ class _SocialIQ(Dataset):
 
     def _open(self) -> Store:
         if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
-            self._store, self._pid, self._cache = open_store(self.path), os.getpid(), OrderedDict()
+            self._store, self._pid = open_store(self.path), os.getpid()
+            self._cache, self._handles = OrderedDict(), OrderedDict()
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_store=None, _pid=-1, _cache=OrderedDict())
+        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _handles=OrderedDict())
         return state
 
     def __len__(self) -> int:
@@ -165,9 +168,18 @@ class _SocialIQ(Dataset):
                 self._cache.popitem(last=False)
         return out
 
+    def _qa_handle(self, item: str) -> ItemFeature:
+        """The item's lazy QA arrays, kept for its next questions (samples come grouped by item)."""
+        self._open()
+        if item not in self._handles:
+            self._handles[item] = self._open().read(self.qa_feature, item)
+            while len(self._handles) > max(1, self.cache_items):
+                self._handles.popitem(last=False)
+        return self._handles[item]
+
     def _texts(self, item: str, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(len(rows), T, D) text states and (len(rows), T) masks, reading one contiguous block of rows."""
-        r = self._open().read(self.qa_feature, item)
+        r = self._qa_handle(item)
         lo, hi = min(rows), max(rows) + 1
         pick = [k - lo for k in rows]
         if self.text == "pooled":

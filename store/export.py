@@ -1,0 +1,245 @@
+"""Exports: CMU Multimodal SDK computational sequences (.csd), the SDK's Social-IQ QA layout, xarray views.
+
+A .csd file is HDF5: `/<root name>/data/<item>/features` (N, ...) and `/intervals` (N, 2) float64, and
+`/<root name>/metadata/<key>`, each a (1,) variable-length string holding the JSON of the value (what the
+SDK's `write_CSD` writes and `metadata_to_dict` reads back). The SDK prompts on stdin for every key of its
+`featuresetMetadataTemplate` that is missing, so every one is filled, including "dimension
+namescomputational sequence version": a missing comma in the SDK's metadataconfigs.py joins those two
+names into one key, and released SDK versions check for that joined key (forks that fixed the comma check
+the two separate keys, which are written as well).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store.align import as_intervals
+from store.reader import Store, open_store
+
+log = logging.getLogger(__name__)
+
+SDK_TEMPLATE_KEYS = (
+    "root name", "computational sequence description", "dimension names", "computational sequence version",
+    "alignment compatible", "dataset name", "dataset version", "creator", "contact", "featureset bib citation",
+    "dataset bib citation",
+)
+SDK_JOINED_KEY = "dimension namescomputational sequence version"  # see the module doc
+CSD_METADATA_KEYS = (*SDK_TEMPLATE_KEYS, SDK_JOINED_KEY, "uuid", "md5")
+
+SOCIAL_IQ_BIB = (
+    "@inproceedings{zadeh2019social, title={Social-IQ: A Question Answering Benchmark for Artificial Social "
+    "Intelligence}, author={Zadeh, Amir and Chan, Michael and Liang, Paul Pu and Tong, Edmund and Morency, "
+    "Louis-Philippe}, booktitle={CVPR}, pages={8807--8817}, year={2019}}"
+)
+FEATURE_BIBS = {
+    "densenet161": "@inproceedings{huang2017densely, title={Densely Connected Convolutional Networks}, "
+                   "author={Huang, Gao and Liu, Zhuang and van der Maaten, Laurens and Weinberger, Kilian Q}, "
+                   "booktitle={CVPR}, year={2017}}",
+    "mtcnn": "@article{zhang2016joint, title={Joint Face Detection and Alignment Using Multitask Cascaded "
+             "Convolutional Networks}, author={Zhang, Kaipeng and Zhang, Zhanpeng and Li, Zhifeng and Qiao, Yu}, "
+             "journal={IEEE Signal Processing Letters}, year={2016}}",
+    "covarep": "@inproceedings{degottex2014covarep, title={COVAREP: A collaborative voice analysis repository for "
+               "speech technologies}, author={Degottex, Gilles and Kane, John and Drugman, Thomas and Raitio, Tuomo "
+               "and Scherer, Stefan}, booktitle={ICASSP}, year={2014}}",
+    "bert": "@inproceedings{devlin2019bert, title={BERT: Pre-training of Deep Bidirectional Transformers for "
+            "Language Understanding}, author={Devlin, Jacob and Chang, Ming-Wei and Lee, Kenton and Toutanova, "
+            "Kristina}, booktitle={NAACL}, year={2019}}",
+}
+
+
+def _md5(entries: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    h = hashlib.md5()
+    for item in sorted(entries):
+        for arr in entries[item]:
+            h.update(item.encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def _check_entries(entries: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What the SDK's validate_data_format checks: features at least 2-D, intervals (N, 2), same N."""
+    out = {}
+    for item, (features, intervals) in entries.items():
+        if not item or "/" in item:
+            raise ValueError(f"item {item!r}: not usable as an HDF5 group name")
+        features = np.asarray(features)
+        intervals = as_intervals(intervals, f"{item} intervals")
+        if features.ndim < 2 or len(features) != len(intervals):
+            raise ValueError(f"{item}: features {features.shape} and intervals {intervals.shape} must share N, "
+                             "with features at least 2-D")
+        out[item] = (features, intervals)
+    return out
+
+
+def write_csd(
+    path: Path | str, entries: Mapping[str, tuple[np.ndarray, np.ndarray]], metadata: Mapping[str, Any],
+) -> Path:
+    """Write a computational sequence. `metadata` needs every key of SDK_TEMPLATE_KEYS; the joined SDK key,
+    "uuid" and "md5" (of the data) are filled when absent. Written to a temporary name, then renamed."""
+    import h5py
+
+    entries = _check_entries(entries)
+    missing = [k for k in SDK_TEMPLATE_KEYS if k not in metadata]
+    if missing:
+        raise ValueError(f"CSD metadata is missing {missing}: the SDK would stop and prompt for them")
+    meta = dict(metadata)
+    meta.setdefault(SDK_JOINED_KEY, [meta["dimension names"], meta["computational sequence version"]])
+    meta.setdefault("uuid", str(uuid.uuid4()))
+    meta.setdefault("md5", _md5(entries))
+    root = str(meta["root name"])
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    with h5py.File(tmp, "w") as f:
+        data = f.create_group(root).create_group("data")
+        for item, (features, intervals) in entries.items():
+            g = data.create_group(item)
+            g.create_dataset("features", data=features)
+            g.create_dataset("intervals", data=intervals)
+        group = f[root].create_group("metadata")
+        for key, value in meta.items():
+            ds = group.create_dataset(key, (1,), dtype=h5py.string_dtype())
+            ds[0] = json.dumps(value)
+    tmp.replace(path)
+    return path
+
+
+def read_csd(path: Path | str) -> tuple[str, dict[str, dict[str, np.ndarray]], dict[str, Any]]:
+    """(root name, {item: {"features", "intervals"}}, metadata) the way the SDK's read_CSD sees the file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        root = list(f.keys())[0]
+        data = {k: {"features": g["features"][...], "intervals": g["intervals"][...]}
+                for k, g in f[root]["data"].items()}
+        meta = {}
+        for key, ds in f[root]["metadata"].items():
+            raw = ds[0].decode() if isinstance(ds[0], bytes) else ds[0]
+            meta[key] = json.loads(raw)
+    return root, data, meta
+
+
+def csd_metadata(store: Store, feature: str, root_name: str, **overrides: Any) -> dict[str, Any]:
+    """Every SDK metadata key, filled from the store's feature attrs; `overrides` (underscores for spaces) win."""
+    fa = store.feature_attrs(feature)
+    extractor = str(fa.get("extractor", feature))
+    bib = next((b for k, b in FEATURE_BIBS.items() if k in extractor), "")
+    meta = {
+        "root name": root_name,
+        "computational sequence description": (
+            f"{feature}: {extractor} v{fa.get('version')} (weights {fa.get('weights')}), "
+            f"rate {fa.get('rate_hz') or 'per row'} Hz; config {json.dumps(fa.get('config', {}), sort_keys=True)}"),
+        "dimension names": list(fa.get("columns", [])),
+        "computational sequence version": f"{extractor}-{fa.get('version')}-{str(fa.get('spec_hash', ''))[:8]}",
+        "alignment compatible": True,
+        "dataset name": str(store.attrs.get("dataset", "")),
+        "dataset version": str(store.attrs.get("schema", "")),
+        "creator": f"siqfeat {store.attrs.get('package_version', '')}".strip(),
+        "contact": "siqfeat maintainers",
+        "featureset bib citation": bib,
+        "dataset bib citation": SOCIAL_IQ_BIB,
+    }
+    meta.update({k.replace("_", " "): v for k, v in overrides.items()})
+    return meta
+
+
+def export_csd(
+    store: Path | str | Store, feature: str, out: Path | str, root_name: str | None = None,
+    items: list[str] | None = None, **metadata: Any,
+) -> Path:
+    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect)."""
+    s = store if isinstance(store, Store) else open_store(store)
+    items = s.items(feature) if items is None else items
+    entries = {}
+    for item in items:
+        r = s.read(feature, item)
+        entries[item] = (np.asarray(r.features[...], np.float32), r.intervals)
+    root = root_name or f"{s.attrs.get('dataset', 'store')}_{feature}"
+    return write_csd(out, entries, csd_metadata(s, feature, root, **metadata))
+
+
+# ---- the SDK's Social-IQ QA layout ---------------------------------------------------------------------
+
+
+def _cycle(values: list, n: int) -> list:
+    return [values[k % len(values)] for k in range(n)]
+
+
+def qa_binary_choice(
+    tokens: np.ndarray, role: np.ndarray, q_index: np.ndarray, label: np.ndarray, n_questions: int = 6,
+    n_pairs: int = 12,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """One item's (n_questions, n_pairs, 3, T, D) array: per question, (q, a, i) token states for each
+    (correct a, incorrect i) pair, correct-major in stored order. Items with fewer questions or pairs are
+    filled by cycling their own (the baselines need fixed shapes); extra ones are cut. Returns the counts."""
+    questions = sorted({int(q) for q in q_index[role == 1]})
+    if not questions:
+        raise ValueError("item has no question rows")
+    per_q, n_found = [], []
+    for q in questions:
+        q_row = int(np.flatnonzero((role == 1) & (q_index == q))[0])
+        right = np.flatnonzero((role == 2) & (q_index == q) & (label == 1))
+        wrong = np.flatnonzero((role == 2) & (q_index == q) & (label == 0))
+        if not len(right) or not len(wrong):
+            raise ValueError(f"question {q}: needs a correct and an incorrect answer, has {len(right)} and {len(wrong)}")
+        pairs = [(q_row, int(a), int(i)) for a in right for i in wrong]
+        n_found.append(len(pairs))
+        per_q.append(np.stack([tokens[list(p)] for p in _cycle(pairs, n_pairs)]))
+    out = np.stack(_cycle(per_q, n_questions))
+    return out, {"questions": len(questions), "min_pairs": min(n_found), "max_pairs": max(n_found)}
+
+
+def export_qa_binary_csd(
+    store: Path | str | Store, out: Path | str, feature: str = "qa", root_name: str | None = None,
+    n_questions: int = 6, n_pairs: int = 12, **metadata: Any,
+) -> Path:
+    """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout: per item one row,
+    features (1, n_questions, n_pairs, 3, T, D) float32 and intervals (1, 2) = [0, duration or 0]."""
+    s = store if isinstance(store, Store) else open_store(store)
+    entries, fills, skipped = {}, {}, {}
+    for item in s.items(feature):
+        r = s.read(feature, item)
+        ex = {k: np.asarray(r.extras[k][...]) for k in ("role", "q_index", "label")}
+        try:
+            arr, counts = qa_binary_choice(np.asarray(r.extras["tokens"][...], np.float32), ex["role"],
+                                           ex["q_index"], ex["label"], n_questions, n_pairs)
+        except ValueError as e:  # unlabelled (test split) or one-sided questions have no pairs to offer
+            log.warning("%s: %s not exported: %s", out, item, e)
+            skipped[item] = str(e)
+            continue
+        dur = r.attrs.get("duration_s") or 0.0
+        entries[item] = (arr[None], np.array([[0.0, float(dur)]]))
+        fills[item] = counts
+    root = root_name or f"{s.attrs.get('dataset', 'store')}_QA_BINARY_CHOICE"
+    meta = csd_metadata(s, feature, root, **metadata)
+    meta["dimension names"] = ["question", "pair", "q/a/i", "token", *meta["dimension names"]]
+    meta["siqfeat layout"] = {"n_questions": n_questions, "n_pairs": n_pairs, "per_item": fills, "skipped": skipped}
+    return write_csd(out, entries, meta)
+
+
+# ---- xarray --------------------------------------------------------------------------------------------
+
+
+def to_xarray(store: Path | str | Store, feature: str, item: str, extras: bool = True):  # -> xarray.Dataset
+    """One (feature, item) as an xarray Dataset: `features` (time, column) with time = interval middles and
+    start_s / end_s coordinates; row-aligned extras (faces boxes, words, ...) as further variables."""
+    import xarray as xr
+
+    s = store if isinstance(store, Store) else open_store(store)
+    r = s.read(feature, item)
+    iv = r.intervals
+    coords = {"time": iv.mean(axis=1) if len(iv) else np.zeros(0), "start_s": ("time", iv[:, 0]),
+              "end_s": ("time", iv[:, 1]), "column": r.columns or list(range(r.features.shape[1]))}
+    variables = {"features": (("time", "column"), np.asarray(r.features[...]))}
+    for name, arr in r.extras.items() if extras else ():
+        if arr.ndim >= 1 and arr.shape[0] == len(iv):
+            variables[name] = (("time", *(f"{name}_dim{k}" for k in range(1, arr.ndim))), np.asarray(arr[...]))
+    return xr.Dataset(variables, coords=coords, attrs={"feature": feature, "item": item,
+                                                       **{k: json.dumps(v) for k, v in r.attrs.items()}})

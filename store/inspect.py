@@ -1,0 +1,187 @@
+"""One item at a glance, on one time axis: 1 fps frames with face boxes, F0 with voicing, words, frame features.
+
+    python -m store.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
+
+What a data engineer looks at to trust the alignment: every panel is drawn at the intervals the store
+records, so a frame, a face box, a voiced stretch and a word that belong together line up vertically.
+The frames are not in the store: they are re-decoded from the item's video (the manifest's path) at the
+same rule the pipeline uses (the decoded frame nearest each interval's middle); without the video that
+panel says so and the others are still drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store.reader import ItemFeature, Store, open_store
+
+FIG_SIZE_IN = (16.0, 10.0)
+DPI = 100  # the PNG is FIG_SIZE_IN * DPI pixels: 1600 x 1000
+THUMB_HEIGHT_PX = 96
+HEATMAP_MAX_COLUMNS = 256
+
+
+def _find(store: Store, item: str, names: tuple[str, ...]) -> ItemFeature | None:
+    """The first of `names` that the store holds for the item (filtered items too: this is for looking)."""
+    for f in names:
+        if f in store.features() and item in store.items(f, include_filtered=True):
+            return store.read(f, item)
+    return None
+
+
+def decode_thumbnails(
+    video: Path, intervals: np.ndarray, clip_start_s: float = 0.0, height_px: int | None = THUMB_HEIGHT_PX,
+) -> tuple[list[np.ndarray], tuple[int, int]]:
+    """One RGB image per interval (the decoded frame whose start is nearest the interval's middle), scaled to
+    `height_px` (None: full size), and the full frame size (width, height) that face boxes refer to."""
+    import decord
+    from PIL import Image
+
+    reader = decord.VideoReader(str(video), ctx=decord.cpu(0), num_threads=1)
+    starts = np.asarray(reader.get_frame_timestamp(range(len(reader))), np.float64)[:, 0]
+    starts -= starts[0]
+    target = clip_start_s + intervals.mean(axis=1)
+    pos = np.clip(np.searchsorted(starts, target), 1, len(starts) - 1)
+    index = np.where(np.abs(target - starts[pos - 1]) <= np.abs(starts[pos] - target), pos - 1, pos)
+    frames = reader.get_batch(index.tolist()).asnumpy()
+    h, w = frames.shape[1:3]
+    if height_px is None:
+        return list(frames), (w, h)
+    size = (max(1, round(w * height_px / h)), height_px)
+    return [np.asarray(Image.fromarray(f).resize(size, Image.BILINEAR)) for f in frames], (w, h)
+
+
+def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, faces: ItemFeature | None) -> None:
+    ax.set_ylabel("frames\n+ faces")
+    ax.set_yticks([])
+    ax.set_ylim(1, 0)
+    ref = frames or faces
+    media = {m.id: m for m in store.media_items()}.get(item)
+    if ref is None or media is None or media.video is None or not Path(media.video).exists():
+        why = "no frames feature" if ref is None else f"video not found ({media.video if media else 'no manifest entry'})"
+        ax.text(0.5, 0.5, f"frames not shown: {why}", transform=ax.transAxes, ha="center", va="center")
+        return
+    thumbs, (w, h) = decode_thumbnails(Path(media.video), ref.intervals, media.clip_start_s)
+    for (s, e), img in zip(ref.intervals, thumbs, strict=True):
+        ax.imshow(img, extent=(s, e, 1, 0), aspect="auto", interpolation="bilinear")
+    if faces is None:
+        return
+    boxes, mask = np.asarray(faces.extras["boxes"][...]), np.asarray(faces.extras["mask"][...])
+    for (s, e), bs, ms in zip(faces.intervals, boxes, mask, strict=True):
+        for (x0, y0, x1, y1) in bs[ms]:
+            xs = s + np.array([x0, x1, x1, x0, x0]) / w * (e - s)
+            ax.plot(xs, np.array([y0, y0, y1, y1, y0]) / h, color="lime", lw=1.2)
+
+
+def _column(r: ItemFeature, pattern: str) -> np.ndarray | None:
+    for k, name in enumerate(r.columns):
+        if re.fullmatch(pattern, name, flags=re.IGNORECASE):
+            return np.asarray(r.features[:, k], np.float64)
+    return None
+
+
+def _panel_f0(ax: Any, acoustic: ItemFeature | None) -> None:
+    ax.set_ylabel("F0 (Hz)")
+    f0 = _column(acoustic, r"f0") if acoustic is not None else None
+    if f0 is None:
+        ax.text(0.5, 0.5, "no acoustic feature with an F0 column", transform=ax.transAxes, ha="center", va="center")
+        return
+    mid = acoustic.intervals.mean(axis=1)
+    vuv = _column(acoustic, r"vuv|voic(ed|ing)")
+    voiced = (vuv > 0.5) if vuv is not None else np.isfinite(f0) & (f0 > 0)
+    shown = np.where(voiced & np.isfinite(f0) & (f0 > 0), f0, np.nan)  # unvoiced F0 is undefined: a gap
+    ax.plot(mid, shown, color="tab:blue", lw=1.2, label="F0 where voiced")
+    top = np.nanmax(shown) * 1.1 if np.isfinite(shown).any() else 1.0
+    ax.fill_between(acoustic.intervals[:, 0], 0, top, where=voiced, step="post", color="tab:orange", alpha=0.2,
+                    label="voiced" + (" (VUV)" if vuv is not None else " (F0 > 0)"))
+    ax.set_ylim(0, top)
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def _panel_words(ax: Any, transcript: ItemFeature | None) -> None:
+    ax.set_ylabel("words")
+    ax.set_yticks([])
+    ax.set_ylim(0, 3)
+    if transcript is None or "words" not in transcript.extras:
+        ax.text(0.5, 0.5, "no transcript", transform=ax.transAxes, ha="center", va="center")
+        return
+    words = np.asarray(transcript.extras["words"][...])
+    for k, ((s, e), word) in enumerate(zip(transcript.intervals, words, strict=True)):
+        y = 0.5 + k % 3 * 0.9  # three staggered rows so neighbouring words do not overprint
+        if e > s:
+            ax.broken_barh([(s, e - s)], (y - 0.3, 0.6), color="tab:green", alpha=0.35)
+        else:
+            ax.vlines(s, y - 0.3, y + 0.3, color="tab:red")
+        ax.text((s + e) / 2, y, str(word), ha="center", va="center", fontsize=7)
+
+
+def _panel_heatmap(ax: Any, fig: Any, frames: ItemFeature | None) -> None:
+    ax.set_ylabel("frame features\n(z-scored)")
+    if frames is None or len(frames.intervals) == 0:
+        ax.text(0.5, 0.5, "no frame features", transform=ax.transAxes, ha="center", va="center")
+        return
+    x = np.asarray(frames.features[...], np.float64)
+    x = np.where(np.isfinite(x), x, np.nan)
+    groups = np.array_split(np.arange(x.shape[1]), min(HEATMAP_MAX_COLUMNS, x.shape[1]))
+    x = np.stack([np.nanmean(x[:, g], axis=1) if len(g) else np.zeros(len(x)) for g in groups], axis=1)
+    sd = np.nanstd(x, axis=0)
+    z = (x - np.nanmean(x, axis=0)) / np.where(sd > 0, sd, 1.0)
+    order = np.argsort(frames.intervals[:, 0], kind="stable")
+    iv = frames.intervals[order]
+    edges = np.r_[iv[:, 0], iv[-1, 1]]
+    mesh = ax.pcolormesh(edges, np.arange(z.shape[1] + 1), z[order].T, cmap="RdBu_r", vmin=-3, vmax=3)
+    ax.set_yticks([])
+    # The colour bar sits in an inset outside the axes, so this panel keeps the shared time axis' width.
+    fig.colorbar(mesh, cax=ax.inset_axes((1.005, 0.0, 0.008, 1.0)))
+
+
+def render_item(store_path: Path | str, item_id: str, out_png: Path | str) -> Path:
+    """Write the PNG (1600 x 1000 px) for one item and return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = open_store(store_path)
+    frames, faces = _find(s, item_id, ("frames",)), _find(s, item_id, ("faces",))
+    acoustic, transcript = _find(s, item_id, ("acoustic",)), _find(s, item_id, ("transcript",))
+    present = [r for r in (frames, faces, acoustic, transcript) if r is not None]
+    if not present:
+        raise KeyError(f"{store_path}: no frames, faces, acoustic or transcript rows for item {item_id!r}")
+    durations = [r.attrs.get("duration_s") for r in present if r.attrs.get("duration_s")]
+    duration = max(durations) if durations else max(float(r.intervals[:, 1].max(initial=0)) for r in present)
+    fig, axes = plt.subplots(4, 1, figsize=FIG_SIZE_IN, dpi=DPI, sharex=True,
+                             gridspec_kw={"height_ratios": [1.3, 1, 0.8, 1.4]})
+    _panel_frames(axes[0], s, item_id, frames, faces)
+    _panel_f0(axes[1], acoustic)
+    _panel_words(axes[2], transcript)
+    _panel_heatmap(axes[3], fig, frames)
+    axes[-1].set_xlabel("seconds on the clip's timeline")
+    axes[-1].set_xlim(0, max(duration, 1e-3))
+    notes = [f"{r.feature}: {len(r.intervals)} rows" + (" (filtered)" if r.attrs.get("filtered") else "")
+             for r in present]
+    fig.suptitle(f"{item_id} — {duration:.2f} s — " + "; ".join(notes), fontsize=11)
+    fig.subplots_adjust(left=0.07, right=0.95, top=0.94, bottom=0.06, hspace=0.12)
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=DPI)  # no bbox_inches="tight": the size stays FIG_SIZE_IN * DPI
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Render one item of a feature store as a PNG.")
+    p.add_argument("store", type=Path)
+    p.add_argument("item")
+    p.add_argument("out", type=Path)
+    args = p.parse_args(argv)
+    print(render_item(args.store, args.item, args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The covarep feature against ground truth (LF-model vowels), an independent tracker (Praat) and librosa itself."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import librosa
+import numpy as np
+import pytest
+from scipy.io import wavfile
+
+from extractors import glottal
+from extractors.acoustic import HOP, Covarep, CovarepConfig, analyse_block, f0_rows, glottal_flow, rms_dbfs
+from extractors.base import Audio, get_extractor, parse_config
+from tests.synth_voice import FS_HZ, naq_per_period, synth_vowel
+
+RDS = (0.5, 1.0, 1.5, 2.0, 2.5)
+
+
+def run(speech: np.ndarray, cfg: CovarepConfig | None = None, fs: int = FS_HZ) -> dict[str, np.ndarray]:
+    cfg = cfg or CovarepConfig(f0_method="dio")
+    rows = Covarep(cfg).extract(Audio(speech.astype(np.float32), fs, speech.size / fs))
+    return {name: rows.features[:, i].astype(float) for i, name in enumerate(Covarep.columns(cfg))}
+
+
+def row_times(n: int) -> np.ndarray:
+    return (np.arange(n) + 0.5) * 0.01
+
+
+@pytest.fixture(scope="module")
+def rd_sweep() -> dict[float, tuple[dict[str, np.ndarray], float]]:
+    """Per Rd: the extracted columns of a 1 s vowel (F0 110->130 Hz) and the true median NAQ of its periods."""
+    out = {}
+    for rd in RDS:
+        voice = synth_vowel(1.0, lambda t: 110 + 20 * t, rd)
+        out[rd] = (run(voice.speech), float(np.median(naq_per_period(voice))))
+    return out
+
+
+def test_registry_columns_and_row_grid() -> None:
+    cfg = parse_config({"extractor": "covarep"})
+    assert get_extractor("covarep") is Covarep and isinstance(cfg, CovarepConfig)
+    cols = Covarep.columns(cfg)
+    assert cols[:10] == ["f0", "vuv", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "peak_slope", "mfcc_0"]
+    assert len(cols) == 9 + 13 and Covarep.rate_hz(cfg) == 100.0
+    rows = Covarep(CovarepConfig(f0_method="dio")).extract(Audio(np.zeros(1128, np.float32), FS_HZ, 0.0705))
+    assert rows.features.shape == (8, len(cols)) and rows.features.dtype == np.float32
+    np.testing.assert_allclose(rows.intervals[:, 0], np.arange(8) * 0.01)
+    np.testing.assert_allclose(rows.intervals[-1], [0.07, 0.0705])
+    with pytest.raises(ValueError, match="f0_floor_hz"):
+        CovarepConfig(f0_floor_hz=300, f0_ceil_hz=200)
+
+
+@pytest.mark.parametrize("method", ["harvest", "dio"])
+def test_f0_follows_glide(method: str) -> None:
+    """100 -> 220 Hz linear glide: median F0 error < 1 % on rows voiced in truth and output."""
+    voice = synth_vowel(1.2, lambda t: 100 + 100 * t, 1.0)
+    cols = run(voice.speech, CovarepConfig(f0_method=method))
+    truth = 100 + 100 * row_times(120)
+    both = (cols["vuv"] == 1)[5:-5]
+    assert both.mean() > 0.95
+    err = np.abs(cols["f0"][5:-5][both] / truth[5:-5][both] - 1)
+    assert np.median(err) < 0.01, np.median(err)
+    assert np.all(np.isnan(cols["f0"][cols["vuv"] == 0]))
+
+
+@pytest.mark.parametrize("method", ["harvest", "dio"])
+def test_voicing_alternation(method: str) -> None:
+    spans = [(0.1, 0.5), (0.8, 1.2), (1.5, 1.9)]
+    voice = synth_vowel(2.0, lambda t: 120 + 30 * np.sin(3 * t), 1.2, voiced_spans_s=spans, noise_rms=3e-4)
+    cols = run(voice.speech, CovarepConfig(f0_method=method))
+    t = row_times(200)
+    truth = np.any([(t >= a) & (t < b) for a, b in spans], axis=0)
+    assert np.mean((cols["vuv"] == 1) == truth) >= 0.95
+    for name in ("f0", "naq", "qoq", "h1h2", "hrf", "psp", "mdq"):
+        assert np.all(np.isnan(cols[name][cols["vuv"] == 0])), name
+
+
+def test_naq_matches_lf_truth(rd_sweep: dict) -> None:
+    """NAQ within 15 % of the value measured on the synthetic flow, and increasing with Rd."""
+    medians = []
+    for rd, (cols, true_naq) in rd_sweep.items():
+        est = np.nanmedian(cols["naq"][10:90])
+        assert abs(est / true_naq - 1) < 0.15, (rd, est, true_naq)
+        medians.append(est)
+    assert np.all(np.diff(medians) > 0), medians
+
+
+@pytest.mark.parametrize(
+    ("name", "sign"), [("mdq", 1), ("peak_slope", -1), ("h1h2", 1), ("hrf", -1), ("qoq", 1), ("psp", 1)]
+)
+def test_voice_quality_direction(rd_sweep: dict, name: str, sign: int) -> None:
+    """Pressed (Rd 0.5) to breathy (Rd 2.5): MDQ, H1-H2, QOQ, PSP rise; peak slope, HRF fall (docs/acoustic.md)."""
+    medians = np.array([np.nanmedian(rd_sweep[rd][0][name][10:90]) for rd in RDS])
+    assert np.all(sign * np.diff(medians) > 0), (name, medians)
+
+
+def test_gcis_match_lf_closures() -> None:
+    voice = synth_vowel(1.0, lambda t: 100 + 60 * t, 1.0)
+    x = voice.speech.astype(float)
+    cfg = CovarepConfig(f0_method="dio")
+    f0 = f0_rows(x, 100, cfg)
+    voiced = f0 > 0
+    _, gcis, _ = glottal_flow(glottal.highpass(x, FS_HZ), f0, voiced, cfg)
+    true = voice.gcis[(voice.gcis > 800) & (voice.gcis < 15200)]
+    nearest = np.abs(gcis[np.argmin(np.abs(gcis[None] - true[:, None]), axis=1)] - true)
+    assert np.mean(nearest <= 0.0005 * FS_HZ) >= 0.95, np.median(nearest)
+    inside = gcis[(gcis > 800) & (gcis < 15200)]
+    assert abs(inside.size - true.size) <= 2
+
+
+def test_inverted_polarity_gives_same_naq(rd_sweep: dict) -> None:
+    voice = synth_vowel(1.0, lambda t: 110 + 20 * t, 1.0)
+    flipped = np.nanmedian(run(-voice.speech)["naq"][10:90])
+    assert flipped == pytest.approx(np.nanmedian(rd_sweep[1.0][0]["naq"][10:90]), rel=0.05)
+
+
+def test_mfcc_equal_direct_librosa_call() -> None:
+    rng = np.random.default_rng(1)
+    x = (0.1 * rng.standard_normal(16000) * np.sin(np.linspace(0, 9, 16000))).astype(np.float32)
+    cols = run(x)
+    y = x.astype(np.float64)[HOP // 2 :]  # rows are centred at (i + 0.5) * 10 ms
+    mel = librosa.feature.melspectrogram(
+        y=y, sr=16000, n_fft=512, hop_length=160, win_length=400, window="hann", center=True,
+        pad_mode="constant", power=2.0, n_mels=40, fmin=20.0, fmax=8000.0,
+    )  # fmt: skip
+    ref = librosa.feature.mfcc(S=librosa.power_to_db(mel, top_db=None), n_mfcc=13)[:, :100].T
+    got = np.column_stack([cols[f"mfcc_{i}"] for i in range(13)])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-3)
+
+
+def test_blocks_match_one_pass() -> None:
+    spans = [(0.2, 1.1), (1.4, 2.6), (2.9, 3.8)]
+    voice = synth_vowel(4.0, lambda t: 110 + 40 * np.sin(2 * t), lambda t: 0.8 + 0.4 * t, voiced_spans_s=spans)
+    whole = run(voice.speech, CovarepConfig(f0_method="harvest"))
+    blocks = run(voice.speech, CovarepConfig(f0_method="harvest", block_s=1.0, block_margin_s=0.5))
+    for name, ref in whole.items():  # everything but Harvest's F0 is bit-identical; Harvest differs by < 0.1 %
+        if name == "f0":
+            np.testing.assert_allclose(blocks[name], ref, rtol=1e-3)
+        else:
+            np.testing.assert_array_equal(blocks[name], ref, err_msg=name)
+
+
+def test_silence_and_empty_input() -> None:
+    cols = run(np.zeros(8000, np.float32))
+    assert np.all(cols["vuv"] == 0)
+    for name in ("f0", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "peak_slope"):
+        assert np.all(np.isnan(cols[name])), name
+    assert np.all(np.isfinite(cols["mfcc_0"]))
+    with pytest.raises(ValueError, match="zero-length"):
+        Covarep(CovarepConfig()).extract(Audio(np.zeros(0, np.float32), FS_HZ, 0.0))
+
+
+def test_other_sample_rate_is_resampled_once() -> None:
+    voice = synth_vowel(1.0, lambda t: 150 + 0 * t, 1.0)
+    x22 = librosa.resample(voice.speech.astype(np.float64), orig_sr=FS_HZ, target_sr=22050).astype(np.float32)
+    cols = run(x22, fs=22050)
+    assert cols["f0"].size == 100
+    assert np.nanmedian(np.abs(cols["f0"][5:-5] / 150 - 1)) < 0.01
+
+
+def test_block_helpers_line_up() -> None:
+    """rms gate and analyse_block see the same rows as extract (no half-hop shift between parts)."""
+    x = np.zeros(1600)
+    x[800:960] = 0.5  # row 5 only
+    assert np.argmax(rms_dbfs(x, 10)) == 5
+    assert analyse_block(x, CovarepConfig(f0_method="dio")).shape == (10, 22)
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
+def test_f0_agrees_with_praat_on_espeak_speech(tmp_path) -> None:
+    parselmouth = pytest.importorskip("parselmouth")
+    wav = tmp_path / "out.wav"
+    text = "The quick brown fox jumps over the lazy dog, and then it rests for a while."
+    subprocess.run(["espeak-ng", "-w", str(wav), text], check=True, capture_output=True)
+    rate, pcm = wavfile.read(wav)
+    y = librosa.resample(pcm.astype(np.float64) / 32768.0, orig_sr=rate, target_sr=FS_HZ, res_type="soxr_hq")
+    cols = run(y, CovarepConfig(f0_method="harvest", f0_floor_hz=60, f0_ceil_hz=400))
+    pitch = parselmouth.Sound(y.astype(np.float64), FS_HZ).to_pitch(time_step=0.01, pitch_floor=60, pitch_ceiling=400)
+    praat = np.array([pitch.get_value_at_time(t) for t in row_times(cols["f0"].size)], dtype=float)
+    both = np.isfinite(praat) & (cols["vuv"] == 1)
+    assert both.sum() > 100
+    assert np.median(np.abs(cols["f0"][both] / praat[both] - 1)) < 0.02

@@ -1,0 +1,130 @@
+"""A2/A4 datasets over a store built from the tiny sample (real bert_qa rows, synthetic video features)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import pickletools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bench.bench_read import build_synthetic_store
+from manifests.records import QAItem
+from store.datasets import SocialIQA2, SocialIQA4, a4_choice, collate_qa
+from store.reader import open_store
+from store.writer import StoreWriter
+
+
+@pytest.fixture(scope="module")
+def store(tiny_root_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_synthetic_store(tiny_root_template, tmp_path_factory.mktemp("ds") / "tiny.zarr", 8, 16)
+
+
+@pytest.fixture(scope="module")
+def raw_qa(tiny_root_template: Path) -> dict[str, dict]:
+    """qid -> the raw line of the sample QA files, read here with json only."""
+    out = {}
+    for path in (tiny_root_template / "siq2/qa").glob("qa_*.json"):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[row["qid"]] = row
+    return out
+
+
+def row_text(store: Path, item: str, row: int) -> str:
+    return str(open_store(store).read("qa", item).extras["text"][row])
+
+
+def test_a2_labels_match_the_sample_qa_file(store: Path, raw_qa: dict) -> None:
+    ds = SocialIQA2(store, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
+    assert len(ds) == 6 * 4  # 3 clips x 2 questions x 4 answers
+    seen = set()
+    for i, smp in enumerate(ds.samples):
+        raw = raw_qa[smp.qid]
+        text = row_text(store, smp.item, smp.answer_rows[0])
+        k = [raw[f"a{j}"] for j in range(4)].index(text)
+        seen.add((smp.qid, k))
+        assert smp.label == int(k == raw["answer_idx"]), (smp.qid, text)
+        out = ds[i]
+        assert out["label"].item() == float(k == raw["answer_idx"])
+        tokens = open_store(store).read("qa", smp.item).extras["tokens"]
+        np.testing.assert_array_equal(out["answer"].numpy(), tokens[smp.answer_rows[0]])
+        assert row_text(store, smp.item, smp.question_row) == raw["q"]
+    assert len(seen) == 24
+
+
+def test_a4_has_one_correct_at_the_label_and_is_seeded(store: Path, raw_qa: dict) -> None:
+    ds = SocialIQA4(store, split="train", modalities=(), to=1.0, exclude_filtered=False, seed=0)
+    assert len(ds) == 4  # tiny-a and tiny-b are train, 2 questions each
+    for i, smp in enumerate(ds.samples):
+        raw = raw_qa[smp.qid]
+        texts = [row_text(store, smp.item, r) for r in smp.answer_rows]
+        assert sorted(texts) == sorted(raw[f"a{j}"] for j in range(4))
+        assert texts[smp.label] == raw[f"a{raw['answer_idx']}"]
+        out = ds[i]
+        assert out["answers"].shape[:2] == (4, 25) and out["label"].dtype == torch.long
+    again = SocialIQA4(store, split="train", modalities=(), to=1.0, exclude_filtered=False, seed=0)
+    assert again.samples == ds.samples
+    orders = {s for seed in range(6) for s in [a4_choice("q", (True, False, False, False), seed)]}
+    assert len(orders) > 1  # the seed changes the order
+    assert a4_choice("q", (True, False, False), 0) is None  # fewer than three incorrect answers
+
+
+def test_aligned_modalities_fill_and_masks(store: Path, tiny_root_template: Path) -> None:
+    truth = json.loads((tiny_root_template / "siq2/sample_truth.json").read_text())["tiny-a"]
+    ds = SocialIQA2(store, split=None, modalities=("frames", "acoustic"), to=1.0, exclude_filtered=False)
+    out = ds[0]
+    assert out["item"] == "tiny-a"
+    frames = out["modalities"]["frames"]
+    n = int(np.ceil(truth["duration_s"]))
+    assert len(out["ref_intervals"]) == n and frames["mask"].all()  # 1 Hz steps over the clip
+    np.testing.assert_allclose(frames["x"][:, 0].numpy(), np.arange(n))  # synthetic frame k holds k
+    f0 = out["modalities"]["acoustic"]
+    voiced = f0["valid"][:, 0].numpy()
+    assert not voiced.all() and voiced.any()  # F0 is NaN in the silent seconds
+    assert (f0["x"][~f0["valid"]] == 0.0).all() and torch.isfinite(f0["x"]).all()  # filled, never NaN/inf
+    words = SocialIQA2(store, split=None, modalities=("acoustic",), to="transcript", exclude_filtered=False)[0]
+    assert words["modalities"]["acoustic"]["mask"].all()  # every word overlaps acoustic rows
+    assert words["modalities"]["acoustic"]["valid"][:, 0].all()  # words are voiced: F0 defined
+
+
+def test_filtered_items_are_left_out(store: Path) -> None:
+    ds = SocialIQA2(store, split=None, modalities=("frames",), to=1.0)
+    assert {s.item for s in ds.samples} == {"tiny-a"}  # tiny-b (1 of 2 s with a face) and tiny-c (none): filtered
+    assert ds.dropped["item missing, incomplete or filtered in the store"] == 4
+
+
+def test_dataloader_with_two_spawned_workers(store: Path) -> None:
+    ds = SocialIQA2(store, split=None, modalities=("frames", "acoustic"), to="transcript", exclude_filtered=False)
+    ds[0]
+    strings = {str(arg) for op, arg, _ in pickletools.genops(pickle.dumps(ds)) if isinstance(arg, str)}
+    assert not any(m.startswith("zarr") for m in strings), strings  # no open handle travels to workers
+    loader = DataLoader(ds, batch_size=5, num_workers=2, collate_fn=collate_qa, multiprocessing_context="spawn")
+    qids = []
+    for batch in loader:
+        qids += batch["qid"]
+        b, t = batch["modalities"]["frames"]["mask"].shape
+        assert batch["modalities"]["acoustic"]["x"].shape == (b, t, 74)
+        assert batch["question"].shape == (b, 25, 384) and batch["label"].shape == (b,)
+        pad = torch.arange(t)[None, :] >= batch["lengths"][:, None]
+        assert not batch["modalities"]["frames"]["mask"][pad].any()
+        assert batch["modalities"]["frames"]["mask"][~pad].all()
+    assert sorted(qids) == sorted(s.qid for s in ds.samples)
+
+
+def test_a_store_stale_for_the_manifest_is_refused(store: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    s = open_store(copy)
+    qa = [q.model_copy(update={"answers": ("changed", *q.answers[1:])}) if q.qid == "tiny-a-q0" else q
+          for q in s.qa_items()]
+    StoreWriter(copy, "sample").write_manifests(s.media_items(), [QAItem.model_validate(q.model_dump()) for q in qa])
+    with pytest.raises(ValueError, match="tiny-a-q0: stored texts"):
+        SocialIQA2(copy, split=None, modalities=(), to=1.0, exclude_filtered=False)
