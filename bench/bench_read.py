@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from extractors.base import FeatureRows
-from store.align import collapse, fixed_rate_intervals, overlaps
+from store.align import collapse, fixed_rate_intervals, overlaps, reference_for
 from store.writer import StoreWriter
 
 ACOUSTIC_COLUMNS = ["F0", "VUV", *(f"c{i:02d}" for i in range(72))]  # COVAREP-like: F0 and voicing first
@@ -183,8 +183,6 @@ def bench_collapse(store: Path) -> None:
         t_vec = t_ref = t_py = 0.0
         pairs = 0
         for item in s.items(feature, include_filtered=True):
-            from store.align import reference_for
-
             ref = reference_for(s, item, to, [feature])
             r = s.read(feature, item)
             rows, values = r.intervals, np.asarray(r.features[:])
@@ -197,6 +195,21 @@ def bench_collapse(store: Path) -> None:
         print(f"collapse {feature:>10} -> {to!r:>12}: vectorised {t_vec * 1e3:8.2f} ms | per-reference loop "
               f"{t_ref * 1e3:8.1f} ms (x{t_ref / t_vec:5.1f}) | all-pairs Python loop {t_py * 1e3:9.1f} ms "
               f"(x{t_py / t_vec:7.1f}) | {pairs} pairs tested by the loops")
+
+
+def bench_scaling() -> None:
+    """Longer clips than the sample's: 74-column acoustic rows at 100 Hz onto 3 words a second."""
+    rng = np.random.default_rng(0)
+    for minutes in (1, 10):
+        dur = 60.0 * minutes
+        rows = fixed_rate_intervals(dur, 100.0)
+        values = rng.normal(size=(len(rows), 74)).astype(np.float32)
+        starts = np.sort(rng.uniform(0, dur - 0.5, int(3 * dur)))
+        ref = np.stack([starts, starts + rng.uniform(0.1, 0.5, len(starts))], axis=1)
+        t_vec = _timed(collapse, ref, rows, values, "mean", repeats=3)
+        t_ref = _timed(per_reference_loop, ref, rows, values)
+        print(f"collapse {minutes:>2} min acoustic ({len(rows)} rows) -> {len(ref)} words: vectorised "
+              f"{t_vec * 1e3:7.1f} ms | per-reference loop {t_ref * 1e3:8.1f} ms (x{t_ref / t_vec:5.1f})")
 
 
 def main() -> None:
@@ -216,6 +229,7 @@ def main() -> None:
         bench_dataset(store, ("frames", "acoustic", "faces"), "transcript")
         bench_dataset(store, ("frames", "acoustic", "faces"), 1.0)
         bench_collapse(store)
+    bench_scaling()
 
 
 if __name__ == "__main__":

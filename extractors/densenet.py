@@ -107,8 +107,11 @@ class DenseNet161(Extractor[DenseNetConfig]):
 
     @torch.inference_mode()
     def embed(self, batch: torch.Tensor) -> np.ndarray:
-        if not self.on_cuda or self.config.precision == "fp32":
+        if not self.on_cuda:
             return pooled_features(self.model, batch).float().cpu().numpy()
+        if self.config.precision == "fp32":
+            with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # true fp32, not TF32
+                return pooled_features(self.model, batch).float().cpu().numpy()
         dtype = torch.float16 if self.config.precision == "fp16" else torch.bfloat16
         with torch.autocast("cuda", dtype=dtype):
             out = pooled_features(self.model, batch.contiguous(memory_format=torch.channels_last))

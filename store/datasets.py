@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -86,7 +86,7 @@ class _SocialIQ(Dataset):
 
     def __init__(
         self, store: str | Path, split: str | None = "train", modalities: Sequence[str] = ("frames", "acoustic"),
-        to: Reference = "transcript", how: How = "mean", qa_feature: str = "qa", text: Text = "tokens",
+        to: Reference = "transcript", how: How | Mapping[str, How] = "mean", qa_feature: str = "qa", text: Text = "tokens",
         fill_value: float = 0.0, exclude_filtered: bool = True, cache_items: int = 8, seed: int = 0,
     ) -> None:
         if text not in ("tokens", "pooled"):

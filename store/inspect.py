@@ -35,19 +35,19 @@ def _find(store: Store, item: str, names: tuple[str, ...]) -> ItemFeature | None
 
 
 def decode_thumbnails(
-    video: Path, intervals: np.ndarray, clip_start_s: float = 0.0, height_px: int | None = THUMB_HEIGHT_PX,
+    video: Path, intervals: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX,
 ) -> tuple[list[np.ndarray], tuple[int, int]]:
-    """One RGB image per interval (the decoded frame whose start is nearest the interval's middle), scaled to
-    `height_px` (None: full size), and the full frame size (width, height) that face boxes refer to."""
+    """One RGB image per interval, chosen by the pipeline's own rule (pipeline/decode.py: the frame nearest the
+    interval's middle on the video's timeline), scaled to `height_px` (None: full size), and the full frame size
+    (width, height) that face boxes refer to."""
     import decord
     from PIL import Image
 
+    from pipeline.decode import pick_frames
+
     reader = decord.VideoReader(str(video), ctx=decord.cpu(0), num_threads=1)
     starts = np.asarray(reader.get_frame_timestamp(range(len(reader))), np.float64)[:, 0]
-    starts -= starts[0]
-    target = clip_start_s + intervals.mean(axis=1)
-    pos = np.clip(np.searchsorted(starts, target), 1, len(starts) - 1)
-    index = np.where(np.abs(target - starts[pos - 1]) <= np.abs(starts[pos] - target), pos - 1, pos)
+    index = pick_frames(starts - starts[0], np.asarray(intervals, np.float64))
     frames = reader.get_batch(index.tolist()).asnumpy()
     h, w = frames.shape[1:3]
     if height_px is None:
@@ -66,7 +66,7 @@ def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, 
         why = "no frames feature" if ref is None else f"video not found ({media.video if media else 'no manifest entry'})"
         ax.text(0.5, 0.5, f"frames not shown: {why}", transform=ax.transAxes, ha="center", va="center")
         return
-    thumbs, (w, h) = decode_thumbnails(Path(media.video), ref.intervals, media.clip_start_s)
+    thumbs, (w, h) = decode_thumbnails(Path(media.video), ref.intervals)
     for (s, e), img in zip(ref.intervals, thumbs, strict=True):
         ax.imshow(img, extent=(s, e, 1, 0), aspect="auto", interpolation="bilinear")
     if faces is None:

@@ -71,9 +71,10 @@ class Store:
 
     def read(self, feature: str, item: str) -> ItemFeature:
         fgroup = self._feature_group(feature)
-        if item not in fgroup.group_keys():
-            raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
-        g = fgroup[item]
+        try:
+            g = fgroup[item]  # one metadata read; listing the feature's items would cost O(items)
+        except KeyError:
+            raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}") from None
         attrs = dict(g.attrs)
         if not attrs.get("complete"):
             raise KeyError(f"{self.path}: {feature}/{item} is not complete")

@@ -99,6 +99,36 @@ def test_collapse_property(rows: list, ref: list, how: str, data: st.DataObject)
     np.testing.assert_allclose(out, want, **TOL, equal_nan=True)
 
 
+def sdk_align_mean(ref: np.ndarray, rows: np.ndarray, values: np.ndarray, eps: float = 10e-6) -> dict[int, np.ndarray]:
+    """The CMU SDK's mmdataset.align with an average collapse (its __intersect_and_copy, restated):
+    reference index -> mean of the rows whose clipped intersection is longer than eps; others absent."""
+    out = {}
+    for j, (rs, re) in enumerate(ref):
+        if abs(re - rs) < eps:
+            continue  # the SDK skips zero-length references
+        near = (rows[:, 0] < re + eps) & (rows[:, 1] > rs - eps)
+        clipped = np.minimum(rows[near, 1], re) - np.maximum(rows[near, 0], rs)
+        keep = np.flatnonzero(near)[np.abs(clipped) > eps]
+        if len(keep):
+            out[j] = np.average(values[keep], axis=0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mean_matches_the_cmu_sdk_align_on_positive_length_intervals(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    rows = random_intervals(rng, 60, False)
+    rows = rows[rows[:, 1] - rows[:, 0] > 1e-3]  # the SDK drops zero-length rows; ours aligns them (docs)
+    ref = random_intervals(rng, 30, False)
+    ref = ref[ref[:, 1] - ref[:, 0] > 1e-3]
+    values = rng.normal(size=(len(rows), 4))
+    out, mask = collapse(ref, rows, values, "mean")
+    sdk = sdk_align_mean(ref, rows, values)
+    assert sorted(sdk) == np.flatnonzero(mask).tolist()
+    for j, v in sdk.items():
+        np.testing.assert_allclose(out[j], v, **TOL)
+
+
 def test_overlap_pairs_match_brute_force_on_a_long_row_among_short_ones() -> None:
     # One row spanning everything beside many short ones: the length classes keep the candidates right.
     rng = np.random.default_rng(3)

@@ -118,4 +118,4 @@ def test_cuda_reduced_precision_close_to_fp32() -> None:
         cos = (rows.features * ref).sum(1) / np.linalg.norm(rows.features, axis=1) / np.linalg.norm(ref, axis=1)
         assert cos.min() >= 0.999, (precision, cos.min())
     fp32 = DenseNet161(DenseNetConfig(weights="random", precision="fp32"), device=device).extract(frames_c)
-    np.testing.assert_allclose(fp32.features, ref, rtol=1e-3, atol=1e-3)  # TF32 convolutions on Ampere+
+    np.testing.assert_allclose(fp32.features, ref, rtol=1e-4, atol=1e-4)  # TF32 is switched off for fp32
