@@ -101,9 +101,9 @@ def test_pretrained_file_with_legacy_keys_loads(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_cuda_reduced_precision_close_to_fp32() -> None:
     """Runs without ffmpeg/decord (GPU machines may lack them): frames are a real photo, shifted."""
+    from conftest import cuda_or_skip
     from skimage import data
 
-    from conftest import cuda_or_skip
     from extractors.base import Frames
 
     device = cuda_or_skip()
