@@ -20,6 +20,7 @@ from bench.memory import run_measured
 from extractors.densenet import DenseNet161, DenseNetConfig
 from manifests.sample import make_sample
 from pipeline.decode import decode_audio, decode_frames
+from store.reader import Store
 
 
 def decode_floor(raw: Path) -> tuple[float, int]:
@@ -67,6 +68,10 @@ def main(argv: list[str] | None = None) -> None:
             wall, peak, code = run_measured(cmd)
             print(f"make extract DATASET=sample (all features, cold store): {wall:.1f} s, exit {code}, "
                   f"ratio to decode floor {wall / floor_s:.1f}x, peak RSS of the process tree {peak / 2**30:.2f} GiB")
+            shares = Store(Path(tmp) / "sample.zarr").last_run()["model_seconds"]
+            total = sum(shares.values())
+            print("model time by feature (share of all extractor time): " + ", ".join(
+                f"{f} {t:.1f} s ({100 * t / total:.0f}%)" for f, t in sorted(shares.items(), key=lambda kv: -kv[1])))
             wall2, _, _ = run_measured(cmd)
             print(f"second run (everything cached, no model work): {wall2:.1f} s")
             shutil.rmtree(raw, ignore_errors=True)

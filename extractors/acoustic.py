@@ -45,7 +45,7 @@ class CovarepConfig(ExtractorConfig):
     f0_ceil_hz: float = Field(500.0, le=1000.0)
     silence_dbfs: float = -60.0  # rows quieter than this (25 ms RMS re full scale) are unvoiced
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
-    lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~10x slower
+    lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -172,7 +172,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "1"
+    version = "2"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False

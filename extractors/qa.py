@@ -16,8 +16,8 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from extractors.base import Extractor, FeatureRows, QAText, register
-from extractors.text_model import TextModel, TextModelConfig, feature_columns, feature_dim, model_for
+from extractors.base import FeatureRows, QAText, register
+from extractors.text_model import TextModelConfig, TextModelExtractor
 
 ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2
 
@@ -59,28 +59,11 @@ def qa_rows(x: QAText) -> list[_Row]:
 
 
 @register
-class QAExtractor(Extractor[QAConfig]):
+class QAExtractor(TextModelExtractor[QAConfig]):
     name: ClassVar[str] = "bert_qa"
     version: ClassVar[str] = "1"
     config_type = QAConfig
     input_kind = "qa"
-    uses_gpu = True  # runs on CPU too
-
-    def __init__(self, config: QAConfig, device: str = "cpu") -> None:
-        super().__init__(config, device)
-        self.tm: TextModel = model_for(config, device)
-        self.dim = feature_dim(config)
-
-    @classmethod
-    def weights_id(cls, config: QAConfig) -> str:
-        return config.model
-
-    @classmethod
-    def columns(cls, config: QAConfig) -> list[str]:
-        return feature_columns(config)
-
-    def extract(self, x: QAText) -> FeatureRows:
-        return self.extract_batch([x])[0]
 
     def extract_batch(self, xs: Sequence[QAText]) -> list[FeatureRows]:
         """The texts of all items go through the model together, `batch_size` per forward."""

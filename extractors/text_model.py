@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import Field
 
-from extractors.base import ExtractorConfig
+from extractors.base import Extractor, ExtractorConfig, FeatureRows
 from extractors.weights import ENV_VAR, WeightsMissingError
 from extractors.weights import weights_dir as resolve_weights_dir
 
@@ -201,3 +201,29 @@ def model_for(config: TextModelConfig, device: str) -> TextModel:
             raise ValueError(f"max_tokens must be in ({reserved}, {tm.max_tokens}], got {config.max_tokens}")
         tm.max_tokens = config.max_tokens
     return tm
+
+
+TC = TypeVar("TC", bound=TextModelConfig)
+
+
+class TextModelExtractor(Extractor[TC]):
+    """What the text extractors share: the model loaded once, weights id = model name, columns from the
+    model's hidden size and the layer choice. Subclasses implement `extract_batch`."""
+
+    uses_gpu = True  # runs on CPU too
+
+    def __init__(self, config: TC, device: str = "cpu") -> None:
+        super().__init__(config, device)
+        self.tm: TextModel = model_for(config, device)
+        self.dim = feature_dim(config)
+
+    @classmethod
+    def weights_id(cls, config: TC) -> str:
+        return config.model
+
+    @classmethod
+    def columns(cls, config: TC) -> list[str]:
+        return feature_columns(config)
+
+    def extract(self, x: Any) -> FeatureRows:
+        return self.extract_batch([x])[0]

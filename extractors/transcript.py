@@ -15,8 +15,8 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from extractors.base import Extractor, FeatureRows, Words, register
-from extractors.text_model import TextModel, TextModelConfig, feature_columns, feature_dim, model_for
+from extractors.base import FeatureRows, Words, register
+from extractors.text_model import TextModelConfig, TextModelExtractor
 
 
 class TranscriptConfig(TextModelConfig):
@@ -43,28 +43,11 @@ def most_central_window(n_tokens: int, starts: np.ndarray, window: int) -> np.nd
 
 
 @register
-class TranscriptExtractor(Extractor[TranscriptConfig]):
+class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
     name: ClassVar[str] = "bert_words"
     version: ClassVar[str] = "1"
     config_type = TranscriptConfig
     input_kind = "transcript"
-    uses_gpu = True  # runs on CPU too
-
-    def __init__(self, config: TranscriptConfig, device: str = "cpu") -> None:
-        super().__init__(config, device)
-        self.tm: TextModel = model_for(config, device)
-        self.dim = feature_dim(config)
-
-    @classmethod
-    def weights_id(cls, config: TranscriptConfig) -> str:
-        return config.model
-
-    @classmethod
-    def columns(cls, config: TranscriptConfig) -> list[str]:
-        return feature_columns(config)
-
-    def extract(self, x: Words) -> FeatureRows:
-        return self.extract_batch([x])[0]
 
     def extract_batch(self, xs: Sequence[Words]) -> list[FeatureRows]:
         """All windows of all items go through the model together, `batch_size` per forward."""

@@ -9,6 +9,8 @@ import librosa
 import numpy as np
 import pytest
 from scipy.io import wavfile
+from scipy.linalg import solve_toeplitz
+from scipy.signal import convolve
 
 from extractors import glottal
 from extractors.acoustic import HOP, Covarep, CovarepConfig, analyse_block, f0_rows, glottal_flow, rms_dbfs
@@ -182,3 +184,63 @@ def test_f0_agrees_with_praat_on_espeak_speech(tmp_path) -> None:
     both = np.isfinite(praat) & (cols["vuv"] == 1)
     assert both.sum() > 100
     assert np.median(np.abs(cols["f0"][both] / praat[both] - 1)) < 0.02
+
+
+# The fast paths in extractors/glottal.py against direct references (docs/acoustic.md, "Throughput").
+
+
+@pytest.mark.parametrize("size", [1, 700, 20000])
+def test_wavelet_bands_equal_direct_convolution(size: int) -> None:
+    """Overlap-save with a shared signal FFT == direct 'same' convolution, also for inputs shorter than a segment."""
+    x = np.random.default_rng(3).standard_normal(size)
+    got = glottal.wavelet_bands(x, [1, 4, 64])
+    for row, s in zip(got, [1, 4, 64], strict=True):
+        t = np.arange(-5 * s, 5 * s + 1) / s
+        ref = convolve(x, -np.cos(np.pi * t) * np.exp(-(t**2) / 2), mode="same", method="direct")
+        np.testing.assert_allclose(row, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("order", [1, 8, 20])
+def test_lpc_rows_solve_the_normal_equations(order: int) -> None:
+    """Autocorrelation LPC == the Toeplitz solve on np.correlate of the Hann-windowed frame (up to the 1e-9 noise)."""
+    frames = np.random.default_rng(4).standard_normal((5, 400))
+    a = glottal.lpc_rows(frames, order)
+    for row, frame in zip(a, frames * np.hanning(400), strict=True):
+        r = np.correlate(frame, frame, "full")[399 : 400 + order]
+        np.testing.assert_allclose(row, np.r_[1.0, solve_toeplitz(r[:order], -r[1:])], rtol=0, atol=1e-7)
+
+
+def test_inverse_filter_matches_per_sample_loop() -> None:
+    """Time-varying FIR == per-sample filtering with coefficients interpolated between row centres (held at ends)."""
+    rng = np.random.default_rng(5)
+    hop, n_rows, taps = 8, 6, 3
+    x, a_rows = rng.standard_normal(n_rows * hop), rng.standard_normal((n_rows, taps))
+    centres = np.arange(n_rows) * hop + hop // 2
+    ref = np.zeros(x.size)
+    for t in range(x.size):
+        coef = [np.interp(t, centres, a_rows[:, k]) for k in range(taps)]
+        ref[t] = sum(coef[k] * x[t - k] for k in range(taps) if t - k >= 0)
+    np.testing.assert_allclose(glottal.inverse_filter(x, a_rows, hop), ref, rtol=0, atol=1e-12)
+
+
+def test_psp_early_stop_equals_full_fit() -> None:
+    """Fitting the first 128 bins first and refitting only the rows that did not stop gives the full fit's numbers."""
+    rng = np.random.default_rng(6)
+    k = np.arange(256.0)
+    smooth = 10 - 1e-3 * k**2 + 1e-4 * rng.standard_normal((20, 256))  # near-parabolic: stops late or never
+    rough = 30 * np.log10(1 + 1 / (1 + k / rng.uniform(2, 20, (20, 1)))) + rng.standard_normal((20, 256))
+    spec = np.concatenate([smooth, rough])
+    stopped = glottal._psp_fit(spec[:, :128], 0.01)[1]
+    assert stopped.any() and not stopped.all()
+    np.testing.assert_array_equal(glottal.psp_a(spec), glottal.psp_a(spec, first_bins=256))
+
+
+def test_harmonic_params_on_known_harmonics() -> None:
+    """H1-H2 and HRF of a stationary sum of harmonics A_k = 1/k^2 (k f0 <= 5 kHz) within 0.1 dB of their values."""
+    f0 = 150.0
+    t = np.arange(FS_HZ) / FS_HZ
+    amps = 1 / np.arange(1, 34) ** 2
+    dg = sum(a * np.cos(2 * np.pi * (k + 1) * f0 * t + 0.3 * k) for k, a in enumerate(amps))
+    got = glottal.harmonic_params(dg, np.full(100, f0), np.arange(20, 80), HOP, FS_HZ)
+    np.testing.assert_allclose(got["h1h2"], 20 * np.log10(amps[0] / amps[1]), atol=0.1)
+    np.testing.assert_allclose(got["hrf"], 20 * np.log10(amps[1:].sum() / amps[0]), atol=0.1)
