@@ -87,7 +87,9 @@ class DenseNet161(Extractor[DenseNetConfig]):
 
     @classmethod
     def weights_id(cls, config: DenseNetConfig) -> str:
-        return config.weights if config.weights != "random" else f"random-seed{config.random_seed}"
+        # "random" exactly (the store contract's marker for features nobody may mistake for real ones);
+        # the seed lives in the config, which the fingerprint covers too.
+        return config.weights
 
     @classmethod
     def columns(cls, config: DenseNetConfig) -> list[str]:

@@ -28,7 +28,7 @@ def test_every_feature_completes(tiny_store) -> None:
     assert report.failures == []
     for feature in ("frames", "faces", "transcript", "qa", "acoustic"):
         assert report.counts[feature]["done"] == 3, (feature, report.counts)
-    assert open_store(out).feature_attrs("frames")["weights"] == "random-seed0"
+    assert open_store(out).feature_attrs("frames")["weights"] == "random"
 
 
 def test_faces_follow_the_seconds_the_photo_was_shown(tiny_store, tiny_root_template: Path) -> None:

@@ -47,7 +47,7 @@ def test_extract_cache_staleness_and_failures(tiny_root: Path, tmp_path: Path) -
 
     store = open_store(out)
     assert store.items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
-    assert store.feature_attrs("frames")["weights"] == "random-seed0"
+    assert store.feature_attrs("frames")["weights"] == "random"
     item = store.read("frames", "tiny-b")
     frames = decode_frames(tiny_root / "siq2/video/tiny-b.mp4")
     direct = DenseNet161(DenseNetConfig(weights="random")).extract(frames)
@@ -65,7 +65,8 @@ def test_extract_cache_staleness_and_failures(tiny_root: Path, tmp_path: Path) -
     assert third.counts["frames2"]["done"] == 3
     store = open_store(out)
     assert {i: store.read("frames", i).attrs["fingerprint"] for i in store.items("frames")} == fingerprints
-    assert store.feature_attrs("frames2")["weights"] == "random-seed7"
+    assert store.feature_attrs("frames2")["weights"] == "random"
+    assert store.feature_attrs("frames2")["config"]["random_seed"] == 7
     assert store.last_run()["counts"]["frames2"]["done"] == 3
 
     forced = run_extract("tiny", tiny_root, out, config(seed2=7), only=["frames"], force=True)
