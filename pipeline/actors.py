@@ -23,9 +23,18 @@ def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str,
             "error": f"{type(error).__name__}: {message}"}
 
 
+def crash_point(stage: str, item_id: str) -> None:
+    """Fault injection for the pipeline's tests: with SIQ_CRASH_ON="decode:<item>,extract:<item>" the
+    worker process handling that item dies on the spot, as it would on a segfault or the OOM killer."""
+    wanted = os.environ.get("SIQ_CRASH_ON")
+    if wanted and f"{stage}:{item_id}" in wanted.split(","):
+        os._exit(13)
+
+
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes and per-kind failures (a kind that fails does not stop the others)."""
+    crash_point("decode", item.id)
     meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {}}
     out: list[Any] = []
     for kind in kinds:
@@ -78,6 +87,8 @@ class ExtractorWorker:
     def __call__(self, item_ids: list[str], *inputs: Any) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
         """→ [(item, rows or None, failure or None, seconds)]. A batch that fails is retried item by
         item, so one bad item cannot take its batch-mates down with it."""
+        for item_id in item_ids:
+            crash_point("extract", item_id)
         t0 = time.perf_counter()
         try:
             rows = self.extractor.extract_batch(list(inputs))

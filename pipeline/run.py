@@ -107,6 +107,7 @@ class _Runner:
 
     def start_actors(self, features: set[str]) -> None:
         remote = self.ray.remote(actors.ExtractorWorker)
+        self.new_actor: dict[str, Any] = {}
         gpu_feats = [f for f in features if self.specs[f].extractor.uses_gpu]
         self.actors: dict[str, list[Any]] = {}
         for feat in sorted(features):
@@ -118,10 +119,10 @@ class _Runner:
             else:
                 n = self.config.cpu_actors or max(1, self.cpus // 2)
                 opts, device, threads = {"num_cpus": 1}, "cpu", 1
-            self.actors[feat] = [
-                remote.options(**opts, max_restarts=1, max_task_retries=1).remote(feat, spec.config, device, threads)
-                for _ in range(n)
-            ]
+            self.new_actor[feat] = (lambda opts=opts, feat=feat, spec=spec, device=device, threads=threads:
+                                    remote.options(**opts, max_restarts=1, max_task_retries=1)
+                                    .remote(feat, spec.config, device, threads))
+            self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
             log.info("%s: %d %s actor(s) for %s", feat, n, device, spec.config.extractor)
         self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
 
@@ -133,8 +134,9 @@ class _Runner:
         decode_task = ray.remote(actors.decode_item)
         queue = deque(sorted(todo))
         decoding: dict[Any, tuple[str, list[str], list[Any]]] = {}
-        waiting: dict[str, list[tuple[str, Any, int]]] = defaultdict(list)  # feature -> (item, ref, size)
-        running: dict[Any, tuple[str, Any]] = {}  # result ref -> (feature, actor)
+        # feature -> [(item, input ref, batching size, solo)]; solo: run alone (its batch crashed a worker)
+        waiting: dict[str, list[tuple[str, Any, int, bool]]] = defaultdict(list)
+        running: dict[Any, tuple[str, Any, list[tuple[str, Any, int, bool]]]] = {}  # result ref -> (feature, actor, batch)
         busy: dict[Any, int] = defaultdict(int)
         holds: dict[str, int] = {}  # item -> feature results outstanding (decoded data alive)
         meta: dict[str, dict[str, Any]] = {}
@@ -165,17 +167,19 @@ class _Runner:
             for feat, batch in waiting.items():
                 threshold = (self.config.frames_per_batch if self.specs[feat].extractor.input_kind == "frames"
                              else self.config.items_per_batch)
-                while batch and (flush or sum(s for _, _, s in batch) >= threshold):
+                while batch and (flush or batch[0][3] or sum(w[2] for w in batch) >= threshold):
                     actor = min(self.actors[feat], key=lambda a: busy[a])
-                    if busy[actor] >= 2:
+                    solo = batch[0][3]  # a suspect runs alone on an idle worker: if it kills it, nothing else dies
+                    if busy[actor] >= 2 or (solo and busy[actor]):
                         break
-                    take, size = [], 0
-                    while batch and (size < threshold or not take):
+                    take = [batch.pop(0)]
+                    size = take[0][2]
+                    while batch and not take[0][3] and not batch[0][3] and size < threshold:
                         take.append(batch.pop(0))
                         size += take[-1][2]
-                    ref = actor.__call__.remote([i for i, _, _ in take], *[r for _, r, _ in take])
-                    running[ref] = (feat, actor)
-                    busy[actor] += 1
+                    ref = actor.__call__.remote([w[0] for w in take], *[w[1] for w in take])
+                    running[ref] = (feat, actor, take)
+                    busy[actor] += 2 if solo else 1
 
         def release(item_id: str) -> None:
             holds[item_id] -= 1
@@ -189,7 +193,15 @@ class _Runner:
             for ref in ready:
                 if ref in decoding:
                     item_id, kinds, refs = decoding.pop(ref)
-                    m = meta[item_id] = ray.get(ref)
+                    try:
+                        m = meta[item_id] = ray.get(ref)
+                    except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
+                        for feat in todo[item_id]:
+                            kind = self.specs[feat].extractor.input_kind
+                            self.fail(feat, actors.failure(item_id, f"decode:{kind}",
+                                                           decode.source_path(items[item_id], kind), _ray_error(e)))
+                            bar.update(1)
+                        continue
                     holds[item_id] = 0
                     for feat in todo[item_id]:
                         kind = self.specs[feat].extractor.input_kind
@@ -197,15 +209,17 @@ class _Runner:
                             self.fail(feat, m["failures"][kind])
                             bar.update(1)
                         else:
-                            waiting[feat].append((item_id, refs[kinds.index(kind)], m["sizes"][kind]))
+                            waiting[feat].append((item_id, refs[kinds.index(kind)], m["sizes"][kind], False))
                             holds[item_id] += 1
                     if holds[item_id] == 0:
                         del holds[item_id]
                 else:
-                    feat, actor = running.pop(ref)
-                    busy[actor] -= 1
-                    for item_id, rows, fail, secs in self.results(ref, feat):
+                    feat, actor, take = running.pop(ref)
+                    busy[actor] -= 2 if take[0][3] else 1
+                    for item_id, rows, fail, secs in self.results(ref, feat, actor, take, waiting[feat]):
                         if fail:
+                            if not fail.get("file"):
+                                fail["file"] = _str(decode.source_path(items[item_id], self.specs[feat].extractor.input_kind))
                             self.fail(feat, fail)
                         else:
                             self.commit(feat, items[item_id], rows, meta[item_id], secs)
@@ -216,11 +230,22 @@ class _Runner:
             dispatch(flush=not decoding)  # nothing more is coming soon: run partial batches
         bar.close()
 
-    def results(self, ref: Any, feat: str) -> list[tuple[str, Any, Any, float]]:
+    def results(self, ref: Any, feat: str, actor: Any, take: list[tuple[str, Any, int, bool]],
+                waiting: list[tuple[str, Any, int, bool]]) -> list[tuple[str, Any, Any, float]]:
+        """The batch's per-item results. If the worker process died (segfault, out of memory) even after
+        Ray's restart and retry, the actor is replaced; a batch of several items goes back to the queue
+        one item per call, so only the item that kills a worker fails, and it fails alone."""
         try:
             return self.ray.get(ref)
-        except Exception as e:  # the actor died twice; its whole batch is recorded as failed
-            raise RuntimeError(f"{feat}: model worker failed: {e}") from e
+        except self.ray.exceptions.RayError as e:
+            if isinstance(e, self.ray.exceptions.RayActorError) and actor in self.actors[feat]:
+                self.actors[feat].remove(actor)
+                self.actors[feat].append(self.new_actor[feat]())
+                log.warning("%s: a model worker died (%s); started a new one", feat, _ray_error(e))
+            if len(take) > 1:
+                waiting[:0] = [(w[0], w[1], w[2], True) for w in take]
+                return []
+            return [(take[0][0], None, actors.failure(take[0][0], f"extract:{feat}", None, _ray_error(e)), 0.0)]
 
     def fail(self, feat: str, record: dict[str, Any]) -> None:
         self.report.counts[feat]["failed"] += 1
@@ -243,12 +268,27 @@ class _Runner:
         self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
 
 
+class WorkerLost(RuntimeError):
+    """A Ray worker process died while handling this item, on every retry."""
+
+
+def _ray_error(e: BaseException) -> WorkerLost:
+    """Ray's errors carry pages of traceback; the failure record keeps the class and the first line."""
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return WorkerLost(f"{type(e).__name__}: {first}")
+
+
+def _str(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
 def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
                 force: bool = False, limit: int | None = None) -> RunReport:
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-    items, qa = load_items(dataset, raw, config)
-    items = items[:limit] if limit else items
+    raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
+    all_items, qa = load_items(dataset, raw, config)
+    items = all_items[:limit] if limit else all_items
     questions: dict[str, list[QAItem]] = defaultdict(list)
     for q in qa:
         questions[q.item_id].append(q)
@@ -256,8 +296,18 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
     log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
-    writer = StoreWriter(out, dataset)
-    writer.write_manifests(items, qa)
+    writer = StoreWriter(out, dataset)  # holds the store's write lock until the run ends
+    try:
+        return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0)
+    finally:
+        writer.close()
+
+
+def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], report: RunReport,
+             items: list[MediaItem], all_items: list[MediaItem], qa: list[QAItem],
+             questions: dict[str, list[QAItem]], force: bool, t0: float) -> RunReport:
+    out, run_id = writer.path, report.run_id
+    writer.write_manifests(all_items, qa)  # the whole dataset's records, also when --limit runs a few
     runner = _Runner(config, specs, writer, report)
     wanted = []
     for spec in specs:
@@ -269,7 +319,9 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
                 report.counts[spec.name]["n/a"] += 1
                 continue
             source = source_identity(item, kind, qs, config)
-            fp = layout.fingerprint(spec.spec_hash, source)
+            # the file's name, size and mtime identify it, not the path it was reached by: moving the
+            # raw root or writing RAW relative instead of absolute recomputes nothing
+            fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     plan = make_plan(out, wanted, force=force)

@@ -9,6 +9,7 @@ from typing import Any
 
 SCHEMA = "siqfeat.store/1"
 STAGING = ".staging"  # no zarr.json inside: invisible to zarr listings
+LOCK = ".lock"  # held (flock) by the one open writer
 MANIFESTS = "_manifests"  # plain JSONL files beside the groups
 RUNS = "_runs"  # one JSON report per run
 

@@ -3,12 +3,18 @@
 Each item group is written in full under `<store>/.staging/<uuid>/`, marked `complete` last, and then
 renamed into `<store>/<feature>/<item>`. A run killed at any moment leaves at most an orphan staging
 directory (invisible to readers, swept on the next open); a reader never sees half an item.
-The rename is atomic on a local or POSIX shared filesystem, which is what this writer supports.
+Replacing an item moves the old version aside first; if a run dies between the two renames, the next
+writer puts the old version back. The rename is atomic on a local or POSIX shared filesystem, which is
+what this writer supports. One writer per store at a time: an exclusive lock on `<store>/.lock` (held
+while the writer is open) makes a second run on the same store stop with a clear error instead of
+sweeping the first run's unfinished items away.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import shutil
 import uuid
 import warnings
@@ -64,6 +70,7 @@ class StoreWriter:
     def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = Path(path)
         self.root = zarr.open_group(self.path, mode="a")
+        self._lock = self._acquire_lock()
         attrs = dict(self.root.attrs)
         if attrs.get("schema", layout.SCHEMA) != layout.SCHEMA:
             raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
@@ -72,22 +79,57 @@ class StoreWriter:
         self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset, "package_version": _package_version()})
         self._sweep_staging()
 
+    def _acquire_lock(self) -> int:
+        fd = os.open(self.path / layout.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RuntimeError(f"{self.path}: another run is writing to this store ({holder}); "
+                               "wait for it to finish or write to another store") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        """Release the store's write lock (also done when the writer is garbage-collected or the process ends)."""
+        if getattr(self, "_lock", None) is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
     def _sweep_staging(self) -> None:
-        """Remove what a killed run left half-written. Only the writer's own process writes here."""
+        """Remove what a killed run left half-written, and put back an old item version that a killed
+        replacement had moved aside. Safe: this writer holds the store's lock."""
         staging = self.path / layout.STAGING
-        if staging.exists():
-            leftovers = list(staging.iterdir())
-            if leftovers:
-                log.info("removing %d unfinished item(s) left by an interrupted run", len(leftovers))
-            shutil.rmtree(staging)
+        if not staging.exists():
+            return
+        for marker in staging.glob("*.target"):
+            old = staging / (marker.stem + "-old")
+            target = self.path / marker.read_text()
+            if old.is_dir() and not target.exists():
+                log.info("restoring %s, which an interrupted run was replacing", target.relative_to(self.path))
+                old.rename(target)
+        leftovers = [p for p in staging.iterdir() if p.suffix != ".target"]
+        if leftovers:
+            log.info("removing %d unfinished item(s) left by an interrupted run", len(leftovers))
+        shutil.rmtree(staging)
 
     def set_feature(self, feature: str, attrs: dict[str, Any]) -> None:
         """Create or update a feature group's attributes (extractor, version, config, columns, rate_hz, weights)."""
         check_id(feature)
         group = self.root.require_group(feature)
         if dict(group.attrs) != attrs:
-            group.attrs.clear()
-            group.attrs.update(attrs)
+            group.attrs.put(attrs)  # one metadata write: never a moment with no spec_hash
 
     def commit(self, feature: str, item_id: str, rows: FeatureRows, item_attrs: dict[str, Any]) -> None:
         """Write one item's rows atomically; replaces an older version of the same item."""
@@ -106,19 +148,25 @@ class StoreWriter:
                 _write_array(group, name, data)
             group.attrs.update({**rows.attrs, **item_attrs, "n_rows": int(len(rows.features))})
             group.attrs["complete"] = True  # written last
-            self._swap_in(staging, self.path / feature / item_id)
+            self._swap_in(staging, feature, item_id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
 
-    def _swap_in(self, staging: Path, target: Path) -> None:
-        old = None
+    def _swap_in(self, staging: Path, feature: str, item_id: str) -> None:
+        target = self.path / feature / item_id
+        if not (staging / layout.FEATURES / "zarr.json").exists():
+            raise RuntimeError(f"{staging}: staged item lost its arrays before commit; not committing {feature}/{item_id}")
+        old = marker = None
         if target.exists():
             old = staging.with_name(staging.name + "-old")
+            marker = staging.with_name(staging.name + ".target")
+            marker.write_text(f"{feature}/{item_id}")  # lets the next writer undo a half-done swap
             target.rename(old)
         staging.rename(target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+            marker.unlink(missing_ok=True)
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         folder = layout.manifest_dir(self.path)

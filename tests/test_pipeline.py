@@ -103,3 +103,40 @@ def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_pat
     report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
     assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
     assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+
+
+def test_a_worker_process_that_dies_fails_only_its_item(tiny_root: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode worker and a model worker that die outright (segfault, OOM killer) on one item each:
+    those two items fail with their files named, every other item completes, and the run reports."""
+    import ray
+
+    ray.shutdown()  # workers read SIQ_* at Ray start-up
+    monkeypatch.setenv("SIQ_CRASH_ON", "decode:tiny-a,extract:tiny-b")
+    out = tmp_path / "tiny.zarr"
+    try:
+        report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
+    finally:
+        ray.shutdown()
+    assert report.counts["frames"] == {"done": 1, "skipped": 0, "failed": 2, "n/a": 0}
+    errors = {f["item"]: f for f in report.failures}
+    assert errors["tiny-a"]["stage"] == "decode:frames" and errors["tiny-a"]["file"].endswith("tiny-a.mp4")
+    assert errors["tiny-b"]["stage"] == "extract:frames" and errors["tiny-b"]["file"].endswith("tiny-b.mp4")
+    assert all(e["error"].startswith("WorkerLost: ") for e in errors.values())
+    assert open_store(out).items("frames") == ["tiny-c"]
+    assert open_store(out).last_run()["counts"]["frames"]["failed"] == 2
+
+    monkeypatch.delenv("SIQ_CRASH_ON")
+    again = run_extract("tiny", tiny_root, out, config(), only=["frames"])
+    assert again.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+
+
+def test_fingerprints_do_not_depend_on_how_the_raw_root_is_spelled(tiny_root: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "tiny.zarr"
+    assert run_extract("tiny", tiny_root, out, config(), only=["frames"]).counts["frames"]["done"] == 3
+    monkeypatch.chdir(tiny_root.parent)
+    moved = Path(tiny_root.name) / ".." / tiny_root.name  # relative, with a detour
+    assert run_extract("tiny", moved, out, config(), only=["frames"]).counts["frames"]["skipped"] == 3
+    (tiny_root / "siq2/video/tiny-c.mp4").touch()  # a changed file (new mtime) is recomputed
+    assert run_extract("tiny", moved, out, config(), only=["frames"]).counts["frames"]["done"] == 1

@@ -128,3 +128,44 @@ def test_wrong_dataset_or_missing_store_is_a_clear_error(tmp_path: Path) -> None
         StoreWriter(tmp_path / "s.zarr", "other")
     with pytest.raises(FileNotFoundError, match="not a feature store"):
         open_store(tmp_path / "nothing.zarr")
+
+
+def test_one_writer_per_store(tmp_path: Path) -> None:
+    """A second run on the same store stops at once instead of sweeping the first run's staging."""
+    path = tmp_path / "s.zarr"
+    first = StoreWriter(path, "demo")
+    first.set_feature("feat", ATTRS)
+    with pytest.raises(RuntimeError, match=r"another run is writing to this store \(pid \d+"):
+        StoreWriter(path, "demo")
+    first.commit("feat", "i", rows(1), {"spec_hash": "s1"})
+    first.close()
+    with StoreWriter(path, "demo") as second:  # free again once the first writer is closed
+        second.commit("feat", "j", rows(1), {"spec_hash": "s1"})
+    assert open_store(path).items("feat") == ["i", "j"]
+
+
+def test_a_replacement_killed_between_its_renames_keeps_the_old_version(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    w = StoreWriter(path, "demo")
+    w.set_feature("feat", ATTRS)
+    w.commit("feat", "i", rows(3, 1.0), {"spec_hash": "s1"})
+
+    real_rename = Path.rename
+    calls = []
+
+    def rename(self: Path, target: Path) -> Path:
+        calls.append(self)
+        if len(calls) == 2:  # the staged new version's rename into place
+            raise KeyboardInterrupt
+        return real_rename(self, target)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Path, "rename", rename)
+        m.setattr("shutil.rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+        with pytest.raises(KeyboardInterrupt):
+            w.commit("feat", "i", rows(2, 7.0), {"spec_hash": "s1"})
+    w.close()
+    assert open_store(path).items("feat") == []  # between the renames the item is absent, never half
+    StoreWriter(path, "demo").close()  # the next writer puts the old version back
+    r = open_store(path).read("feat", "i")
+    assert r.features.shape == (3, 2) and float(r.features[0, 0]) == 1.0
