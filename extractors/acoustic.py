@@ -15,7 +15,9 @@ rebuilds its content; the glottal measures live in `extractors.glottal`, whose d
 Rows: N = ceil(duration_s / 0.01) rows; row i covers [i*0.01, (i+1)*0.01) s (the last one clipped to duration_s) and
 every analysis is centred on (i + 0.5) * 0.01 s (COVAREP samples at the same instants). Audio shorter than
 N * 10 ms is padded with zeros. Long clips are analysed in blocks of `block_s` with `block_margin_s` of context on
-each side, so memory stays bounded and rows away from the clip's edges do not depend on the block size.
+each side, so memory stays bounded and rows away from the clip's edges do not depend on the block size, with one
+deliberate exception: the flow's polarity is voted per block, so a block whose vote is close to even may flip (a
+spliced video whose sources differ in polarity is then right in each part).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class CovarepConfig(ExtractorConfig):
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
     block_s: float = Field(30.0, ge=1.0)
-    block_margin_s: float = Field(1.0, ge=0.1)
+    block_margin_s: float = Field(1.0, ge=0.5)  # below 0.5 s, rows next to block edges start to differ
 
     @model_validator(mode="after")
     def _check(self) -> CovarepConfig:
@@ -188,6 +190,10 @@ class Covarep(Extractor[CovarepConfig]):
     def extract(self, x: Audio) -> FeatureRows:
         if x.samples.size == 0 or x.duration_s <= 0:
             raise ValueError(f"covarep: zero-length audio ({x.samples.size} samples, duration_s={x.duration_s})")
+        bad = np.flatnonzero(~np.isfinite(x.samples))
+        if bad.size:  # checked first: the F0 tracker would spend its time on them before librosa refuses them
+            raise ValueError(f"covarep: {bad.size} non-finite audio samples (NaN or inf), the first at "
+                             f"{bad[0] / x.sample_rate_hz:.3f} s; the decoded audio is corrupt")
         samples = x.samples
         if x.sample_rate_hz != FS_HZ:
             samples = librosa.resample(samples, orig_sr=x.sample_rate_hz, target_sr=FS_HZ, res_type="soxr_hq")

@@ -45,7 +45,7 @@ def load_densenet(config: DenseNetConfig) -> torch.nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.random_seed)
             return densenet161(weights=None).eval()
-    path = require(weights_file(config), f"DenseNet161 {config.weights} weights")
+    path = require(weights_file(config), f"DenseNet161 {config.weights} weights", weights_dir(config.weights_dir))
     state = torch.load(path, map_location="cpu", weights_only=True)
     model = densenet161(weights=None)
     model.load_state_dict(_rename_legacy_keys(state))

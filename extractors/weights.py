@@ -20,10 +20,11 @@ def weights_dir(explicit: Path | str | None = None) -> Path:
     return Path(os.environ.get(ENV_VAR) or Path.home() / ".cache" / "siqfeat" / "weights").expanduser()
 
 
-def require(path: Path, what: str, fill_hint: str = "make weights") -> Path:
+def require(path: Path, what: str, root: Path, fill_hint: str = "make weights") -> Path:
+    """`path` (a file under the weights cache `root`), or an error that says how to fill the cache."""
     if not path.exists():
         raise WeightsMissingError(
-            f"{what} not found at {path}. On a machine with internet run `{fill_hint} WEIGHTS_DIR={path.parent}` "
+            f"{what} not found at {path}. On a machine with internet run `{fill_hint} WEIGHTS_DIR={root}` "
             f"(or set ${ENV_VAR} to a directory that holds them); for a smoke run without real weights "
             "set `weights = \"random\"` in the feature's config."
         )

@@ -201,9 +201,11 @@ def export_qa_binary_csd(
     n_questions: int = 6, n_pairs: int = 12, **metadata: Any,
 ) -> Path:
     """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout: per item one row,
-    features (1, n_questions, n_pairs, 3, T, D) float32 and intervals (1, 2) = [0, duration or 0]."""
+    features (1, n_questions, n_pairs, 3, T, D) float32 and intervals (1, 2) = [0, the video's duration], the
+    longest `duration_s` the item's media features record (0 for a text-only item)."""
     s = store if isinstance(store, Store) else open_store(store)
     entries, fills, skipped = {}, {}, {}
+    media = {f: set(s.items(f, include_filtered=True)) for f in s.features() if f != feature}
     for item in s.items(feature):
         r = s.read(feature, item)
         ex = {k: np.asarray(r.extras[k][...]) for k in ("role", "q_index", "label")}
@@ -214,7 +216,8 @@ def export_qa_binary_csd(
             log.warning("%s: %s not exported: %s", out, item, e)
             skipped[item] = str(e)
             continue
-        dur = r.attrs.get("duration_s") or 0.0
+        durations = [s.item_attrs(f, item).get("duration_s") for f, have in media.items() if item in have]
+        dur = max([float(d) for d in durations if d is not None] or [r.attrs.get("duration_s") or 0.0])
         entries[item] = (arr[None], np.array([[0.0, float(dur)]]))
         fills[item] = counts
     root = root_name or f"{s.attrs.get('dataset', 'store')}_QA_BINARY_CHOICE"

@@ -152,6 +152,12 @@ def test_silence_and_empty_input() -> None:
     assert np.all(np.isfinite(cols["mfcc_0"]))
     with pytest.raises(ValueError, match="zero-length"):
         Covarep(CovarepConfig()).extract(Audio(np.zeros(0, np.float32), FS_HZ, 0.0))
+    corrupt = np.zeros(8000, np.float32)
+    corrupt[[4000, 4100]] = [np.nan, np.inf]
+    with pytest.raises(ValueError, match=r"2 non-finite audio samples .* first at 0\.250 s"):
+        Covarep(CovarepConfig()).extract(Audio(corrupt, FS_HZ, 0.5))
+    with pytest.raises(ValueError, match="block_margin_s"):
+        CovarepConfig(block_margin_s=0.3)
 
 
 def test_other_sample_rate_is_resampled_once() -> None:

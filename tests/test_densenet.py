@@ -79,7 +79,7 @@ def test_random_weights_are_recorded_and_seeded() -> None:
 
 
 def test_missing_pretrained_weights_say_how_to_fix(tmp_path: Path) -> None:
-    with pytest.raises(WeightsMissingError, match=r"densenet161-8d451a50\.pth.*make weights"):
+    with pytest.raises(WeightsMissingError, match=rf"densenet161-8d451a50\.pth.*make weights WEIGHTS_DIR={tmp_path}`"):
         DenseNet161(DenseNetConfig(weights="imagenet1k_v1", weights_dir=tmp_path))
 
 

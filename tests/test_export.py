@@ -103,6 +103,9 @@ def test_qa_binary_choice_layout(store: Path, tmp_path: Path) -> None:
     assert sorted(data) == s.items("qa")
     for item, entry in data.items():
         assert entry["features"].shape == (1, 6, 12, 3, 25, 384) and entry["intervals"].shape == (1, 2)
+        video_s = max(s.item_attrs(f, item).get("duration_s") or 0.0 for f in s.features() if f != "qa"
+                      and item in s.items(f, include_filtered=True))
+        assert video_s > 0 and entry["intervals"][0].tolist() == [0.0, video_s]
         ex = s.read("qa", item).extras
         tokens, role, label, q_index = (np.asarray(ex[k][...]) for k in ("tokens", "role", "label", "q_index"))
         for q in range(6):
