@@ -16,8 +16,9 @@ _ID_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 def check_id(value: str) -> str:
     """Item ids become store group names: no separators, no '..', nothing zarr reserves."""
-    if not value or not _ID_OK.match(value) or value.startswith(("__", ".")) or ".." in value:
-        raise ValueError(f"invalid id {value!r}: use letters, digits, '_', '-', '.' (no '..', no leading '.' or '__')")
+    if not value or not _ID_OK.match(value) or value.startswith(("__", ".")) or ".." in value or value == "zarr.json":
+        raise ValueError(f"invalid id {value!r}: use letters, digits, '_', '-', '.' "
+                         "(no '..', no leading '.' or '__', not 'zarr.json')")
     return value
 
 

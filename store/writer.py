@@ -127,6 +127,8 @@ class StoreWriter:
     def set_feature(self, feature: str, attrs: dict[str, Any]) -> None:
         """Create or update a feature group's attributes (extractor, version, config, columns, rate_hz, weights)."""
         check_id(feature)
+        if feature in (layout.MANIFESTS, layout.RUNS):
+            raise ValueError(f"invalid feature name {feature!r}: the store keeps its own {feature}/ folder")
         group = self.root.require_group(feature)
         if dict(group.attrs) != attrs:
             group.attrs.put(attrs)  # one metadata write: never a moment with no spec_hash

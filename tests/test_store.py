@@ -46,6 +46,10 @@ def test_zero_rows_and_rejects_bad_ids(tmp_path: Path) -> None:
     assert open_store(tmp_path / "s.zarr").read("feat", "empty").features.shape == (0, 2)
     with pytest.raises(ValueError, match="invalid id"):
         w.commit("feat", "../evil", rows(1), {})
+    with pytest.raises(ValueError, match="invalid id"):
+        w.commit("feat", "zarr.json", rows(1), {})  # would replace the feature group's own metadata
+    with pytest.raises(ValueError, match="invalid feature name"):
+        w.set_feature(layout.RUNS, ATTRS)
 
 
 def test_stale_and_filtered_items_are_hidden_by_default(tmp_path: Path) -> None:
