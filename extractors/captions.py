@@ -2,12 +2,15 @@
 
 Rules (docs/text.md has the long form):
 - Markup (<i>, <c.colorE5E5E5>, <v Name>, {\\an8}), speaker labels ("JOHN:", ">>", a dialogue "- ") and
-  zero-width/control characters are stripped; sound tags in brackets or parentheses ("[Music]", "(laughs)")
-  and music notes never become words.
+  format characters (soft hyphen, zero-width joiners) are removed; a zero-width space and control characters
+  become spaces. Sound tags in brackets or parentheses ("[Music]", "(laughs)") and music notes never become
+  words.
 - Rolling captions (YouTube auto-captions repeat the previous line above the new one, and show it again in
   10 ms "transition" cues) are not doubled: a cue's leading lines equal to the previous cue's last lines are
-  dropped when more lines follow them, the cue lasts at most 0.1 s, or the file is an auto-caption file
-  (it has inline word times).
+  dropped when the cue starts within 10 ms of the previous cue's end (or overlaps it), those lines carry no
+  inline word times, and either more lines follow them, the cue lasts at most 0.1 s, or the file is an
+  auto-caption file (it has inline word times).
+- A cue starts at a blank line or at a timing line ('-->'); a number just before a timing line is its id.
 - Inline word times (`word<00:00:00.450><c> next</c>`) give the start of the word they precede; the cue's
   start is that of its first word. Words without a time share the span between the nearest known times in
   proportion to len(word) + 1 characters (the +1 stands for the following space). A word ends where the next
@@ -42,6 +45,8 @@ _SOUND_RE = re.compile(r"\[[^\]]*\]|\([^)]*\)|[♪♫♬]|(?<!\S)(?:>>+|-)(?!\S)
 _SPEAKER_RE = re.compile(r"^\s*(?:>>+\s*|-\s+)?[A-Z][A-Z0-9 .'\-]*[A-Z0-9]\s*:(?=\s|$)")
 _ASS_RE = re.compile(r"\{\\[^}]*\}")
 _TRANSITION_S = 0.1  # YouTube's repeat-only cues last 10 ms
+_ROLL_GAP_S = 0.01  # a rolled-up line shows again at most this long after the previous cue ends
+_INDEX_RE = re.compile(r"^\s*\d+\s*$")
 
 
 @dataclass
@@ -71,10 +76,18 @@ def parse_timestamp(text: str, where: str) -> float:
     return int(h or 0) * 3600 + int(mi) * 60 + int(s) + int(frac) / 10 ** len(frac)
 
 
+def _invisible(c: str) -> str:
+    # Format characters (soft hyphen, joiners, BOM, direction marks) sit inside words: removing them keeps
+    # "co\u00adoperate" and ZWJ emoji one word. A zero-width space and control characters (tab) separate words.
+    cat = unicodedata.category(c)
+    if cat == "Cf":
+        return " " if c == "\u200b" else ""
+    return " " if cat == "Cc" else c
+
+
 def _clean_text(text: str) -> str:
     text = _ASS_RE.sub(" ", html.unescape(text))
-    # Zero-width and control characters are invisible in captions and tokenise to nothing.
-    return "".join(" " if unicodedata.category(c) in ("Cf", "Cc") else c for c in text)
+    return "".join(_invisible(c) for c in text)
 
 
 def _line_words(line: str) -> list[_Word]:
@@ -119,13 +132,22 @@ def _attach_times(
 
 
 def _split_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
-    """Blocks separated by empty lines, each with the 1-based number of its first line."""
+    """Blocks separated by empty lines, each with the 1-based number of its first line.
+
+    A timing line ('-->') also starts a block, as in WebVTT's parser, so a missing or whitespace-only separator
+    does not glue the next cue on as text; a number just before it is that cue's id. Lines of spaces inside a
+    cue (YouTube) stay in it.
+    """
     blocks, cur, start = [], [], 0
     for i, line in enumerate(lines, 1):
         if line == "":
             if cur:
                 blocks.append((start, cur))
             cur = []
+        elif "-->" in line and cur and (len(cur) > 1 or "-->" in cur[0]):
+            head = cur[-1:] if len(cur) > 1 and _INDEX_RE.match(cur[-1]) else []
+            blocks.append((start, cur[: len(cur) - len(head)]))
+            cur, start = [*head, line], i - len(head)
         else:
             if not cur:
                 start = i
@@ -169,20 +191,26 @@ def _cue(path: Path, line_no: int, timing: str, body: list[str]) -> _Cue:
 def _drop_rolling_repeats(cues: list[_Cue], auto: bool) -> None:
     """Remove leading lines that repeat the previous cue's last lines (rolling captions), in place.
 
-    In auto-captions (`auto`: the file has inline word times) every repeat is rolling. Elsewhere a whole cue
-    that repeats the previous one is kept unless it is a short transition cue: "No." / "No." may be speech.
+    A repeat is rolling only when the cue starts at most 10 ms after the previous one ends (or overlaps it)
+    and the repeated lines carry no inline times: YouTube re-shows a line at once and in plain text, while
+    the same words said again after a pause come later, with their own tags. In auto-captions (`auto`: the
+    file has inline word times) such a repeat of a whole cue is rolling too. Elsewhere a whole cue that
+    repeats the previous one is kept unless it is a short transition cue: "No." / "No." may be speech.
     """
     prev: list[str] = []
+    prev_end = -np.inf
     for cue in cues:
         shown = [" ".join(w.text for w in ln) for ln in cue.lines]
         if not shown:
             continue
+        plain = [all(w.start_s is None and w.end_s is None for w in ln) for ln in cue.lines]
+        close = cue.start_s <= prev_end + _ROLL_GAP_S + 1e-6  # + rounding of millisecond times
         whole_ok = auto or cue.end_s - cue.start_s <= _TRANSITION_S
         for j in range(min(len(shown), len(prev)), 0, -1):
-            if shown[:j] == prev[-j:] and (j < len(shown) or whole_ok):
+            if close and all(plain[:j]) and shown[:j] == prev[-j:] and (j < len(shown) or whole_ok):
                 cue.lines = cue.lines[j:]
                 break
-        prev = shown
+        prev, prev_end = shown, cue.end_s
 
 
 def _cue_times(cue: _Cue) -> list[tuple[str, float, float]]:

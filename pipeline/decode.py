@@ -3,8 +3,13 @@
 Which frame stands for a second: row k covers [k, min(k+1, D)) where D is the video's duration
 (end of its last frame); it uses the decoded frame whose start timestamp is nearest the middle of
 that interval (k + 0.5 s for every full second), ties going to the earlier frame. Timestamps come from
-the container (so variable and odd frame rates need no special case), on a timeline where the first
-frame starts at 0. Comparisons are made in whole microseconds, so float rounding never breaks a tie.
+the container (so variable and odd frame rates need no special case). Comparisons are made in whole
+microseconds, so float rounding never breaks a tie.
+
+The clip's timeline is the container's: time 0 is its start time, where captions start too. A video or
+audio stream that starts later than the container (an offset of more than `STREAM_OFFSET_MIN_S`) keeps
+its place on it: its frames are stamped later, its audio is preceded by silence (or trimmed when it
+starts earlier). Smaller offsets (encoder delay, AAC priming) are left alone.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import numpy as np
 
 from extractors.base import Audio, Frames, QAText, Words
 from manifests.records import MediaItem, QAItem
+
+STREAM_OFFSET_MIN_S = 0.05
 
 
 class InputError(ValueError):
@@ -63,7 +70,8 @@ def decode_frames(path: Path) -> Frames:
     ts = np.asarray(reader.get_frame_timestamp(range(n)), np.float64)
     if not np.all(np.isfinite(ts)) or np.any(np.diff(ts[:, 0]) < 0):
         raise InputError(f"{path}: frame timestamps are missing or not increasing")
-    origin = ts[0, 0]
+    # decord counts from the stream's first frame; put the frames where the container says they play
+    origin = ts[0, 0] - stream_offset_s(path, "video")
     starts, duration = ts[:, 0] - origin, float(ts[-1, 1] - origin)
     intervals = second_intervals(duration)
     index = pick_frames(starts, intervals)
@@ -98,7 +106,22 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
     samples = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
     if samples.size == 0:
         raise InputError(f"{path}: audio track is empty")
+    shift = round(stream_offset_s(path, "audio") * rate_hz)  # the stream's place on the container's timeline
+    samples = np.concatenate([np.zeros(shift, np.float32), samples]) if shift >= 0 else samples[-shift:]
     return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz)
+
+
+def stream_offset_s(path: Path, kind: str) -> float:
+    """Seconds from the container's start to the first stream of `kind`'s start; 0 when under
+    STREAM_OFFSET_MIN_S or unknown."""
+    import av
+
+    with av.open(str(path)) as container:
+        streams = container.streams.video if kind == "video" else container.streams.audio
+        if not streams or streams[0].start_time is None or container.start_time is None:
+            return 0.0
+        offset = float(streams[0].start_time * streams[0].time_base) - container.start_time / av.time_base
+    return offset if abs(offset) > STREAM_OFFSET_MIN_S else 0.0
 
 
 def decode_transcript(item: MediaItem) -> Words:

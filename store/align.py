@@ -148,8 +148,8 @@ def collapse(
     Returns `out` (M, D) and `mask` (M,): mask[j] is True when at least one row overlaps reference j.
     Non-finite values (NaN, +-inf: undefined parameters) are ignored per column by every `how`:
     - "mean": the plain mean of the overlapping rows (the CMU SDK's `align` with an average collapse);
-    - "weighted": the mean weighted by each row's overlap duration with the reference; where the total
-      overlap duration is zero (a zero-length reference, or only zero-length rows) the plain mean;
+    - "weighted": the mean weighted by each row's overlap duration with the reference; in a column whose
+      finite values have zero total overlap (a zero-length reference, or only zero-length rows) their plain mean;
     - "max": the column-wise maximum;
     - "first": the overlapping row that starts first (ties: the lower row index), non-finite -> NaN.
     `out` is NaN where mask is False and where a column has no finite value to collapse.
@@ -198,11 +198,14 @@ def _reduce(
     if how == "mean":
         num = np.add.reduceat(v0, starts, axis=0, dtype=np.float64)
         den = sizes[:, None] if all_finite else np.add.reduceat(finite, starts, axis=0, dtype=np.int64)
-    else:  # weighted by overlap duration; where a reference's total is zero, equal weights
-        w = np.clip(np.minimum(rows[c, 1], ref[r, 1]) - np.maximum(rows[c, 0], ref[r, 0]), 0.0, None)
-        w = np.where(np.repeat(np.add.reduceat(w, starts), sizes) > 0, w, 1.0)[:, None]
+    else:  # weighted by overlap duration, per column over its finite values
+        w = np.clip(np.minimum(rows[c, 1], ref[r, 1]) - np.maximum(rows[c, 0], ref[r, 0]), 0.0, None)[:, None]
         num = np.add.reduceat(v0 * w, starts, axis=0, dtype=np.float64)
         den = np.add.reduceat(finite * w, starts, axis=0, dtype=np.float64)
+        zero = den == 0  # no overlap weight on this column's finite values: their plain mean (NaN if none)
+        if zero.any():
+            num = np.where(zero, np.add.reduceat(v0, starts, axis=0, dtype=np.float64), num)
+            den = np.where(zero, np.add.reduceat(finite, starts, axis=0, dtype=np.float64), den)
     with np.errstate(invalid="ignore", divide="ignore"):
         out[targets] = np.where(den > 0, num / den, np.nan)
 

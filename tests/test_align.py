@@ -37,14 +37,14 @@ def brute_collapse(ref: np.ndarray, rows: np.ndarray, values: np.ndarray, how: s
             i = min(hits, key=lambda i: (rows[i, 0], i))
             out[j] = np.where(np.isfinite(values[i]), values[i], np.nan)
             continue
-        weights = {i: max(0.0, min(rows[i, 1], re) - max(rows[i, 0], rs)) for i in hits}
-        if how != "weighted" or sum(weights.values()) == 0:
-            weights = {i: 1.0 for i in hits}
+        overlap = {i: max(0.0, min(rows[i, 1], re) - max(rows[i, 0], rs)) for i in hits}
         for d in range(values.shape[1]):
             ok = [i for i in hits if np.isfinite(values[i, d])]
             if how == "max":
                 out[j, d] = max(values[i, d] for i in ok) if ok else np.nan
                 continue
+            # Weighted: per column over its finite rows; a zero total there means the plain mean of those rows.
+            weights = overlap if how == "weighted" and sum(overlap[i] for i in ok) > 0 else dict.fromkeys(hits, 1.0)
             den = sum(weights[i] for i in ok)
             out[j, d] = sum(weights[i] * values[i, d] for i in ok) / den if den > 0 else np.nan
     return out, mask
@@ -152,6 +152,17 @@ def test_worked_example_from_docs() -> None:
     np.testing.assert_allclose(w_out[:, 0], [1.0, (0.1 * 1 + 0.5 * 3) / 0.6, np.nan, np.nan], equal_nan=True)
     first, _ = collapse(words, acoustic, values, "first")
     np.testing.assert_allclose(first[:, 0], [1.0, 1.0, np.nan, np.nan], equal_nan=True)
+
+
+def test_weighted_falls_back_to_the_mean_per_column_over_finite_values() -> None:
+    # The only finite value of column 0 sits on a zero-length row; the long row's NaN must not claim the weight.
+    ref = np.array([[0.0, 1.0]])
+    rows = np.array([[0.2, 0.2], [0.0, 1.0]])
+    values = np.array([[5.0, 1.0], [np.nan, 3.0]])
+    out, mask = collapse(ref, rows, values, "weighted")
+    np.testing.assert_allclose(out, [[5.0, 3.0]])  # column 1: all the overlap weight is on the long row
+    np.testing.assert_allclose(out, brute_collapse(ref, rows, values, "weighted")[0])
+    np.testing.assert_allclose(collapse(ref, rows, values, "mean")[0][:, 0], [5.0])
 
 
 def test_sorted_fixed_rate_rows_match_brute_force_at_scale() -> None:

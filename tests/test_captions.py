@@ -138,6 +138,75 @@ def test_srt_rolling_duplicates(tmp_path: Path) -> None:
     np.testing.assert_allclose(w.intervals[3:5], _spread(2.01, 4.0, ["you", "think"]), atol=1e-9)
 
 
+# A repeat after a pause is new speech: its own inline times, or (one word, so no tag) a plain line that does
+# not follow the previous cue within 10 ms. The 10 ms repeats and the rolled-up line still go.
+REPEATED_SPEECH_VTT = """WEBVTT
+
+00:00:01.000 --> 00:00:02.990 align:start position:0%
+␠
+thank<00:00:01.500><c> you</c>
+
+00:00:02.990 --> 00:00:03.000 align:start position:0%
+thank you
+␠
+
+00:00:05.000 --> 00:00:06.990 align:start position:0%
+␠
+thank<00:00:05.500><c> you</c>
+
+00:00:06.990 --> 00:00:07.000 align:start position:0%
+thank you
+␠
+
+00:00:07.000 --> 00:00:08.990 align:start position:0%
+thank you
+so<00:00:07.400><c> much</c>
+
+00:00:08.990 --> 00:00:09.000 align:start position:0%
+so much
+␠
+
+00:00:12.000 --> 00:00:13.000 align:start position:0%
+␠
+so much
+""".replace("␠", " ")
+
+
+def test_repeated_speech_after_a_pause_is_not_a_rolling_repeat(tmp_path: Path) -> None:
+    w = parse_captions(_write(tmp_path, "rep.vtt", REPEATED_SPEECH_VTT))
+    assert w.words == ("thank", "you", "thank", "you", "so", "much", "so", "much")
+    expected = [[1.0, 1.5], [1.5, 2.99], [5.0, 5.5], [5.5, 6.99], [7.0, 7.4], [7.4, 8.99], *_spread(12, 13, ["so", "much"])]
+    np.testing.assert_allclose(w.intervals, expected, atol=1e-9)
+
+
+def test_srt_repeat_after_a_gap_is_kept(tmp_path: Path) -> None:
+    srt = "1\n00:00:00,000 --> 00:00:02,000\nso what do\n\n2\n00:00:03,000 --> 00:00:05,000\nso what do\nyou think\n"
+    w = parse_captions(_write(tmp_path, "g.srt", srt))
+    assert w.words == ("so", "what", "do", "so", "what", "do", "you", "think")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("ws.srt", "1\n00:00:01,000 --> 00:00:02,000\nhello there\n \n2\n00:00:03,000 --> 00:00:04,000\nworld\n"),
+        ("glued.srt", "1\n00:00:01,000 --> 00:00:02,000\nhello there\n2\n00:00:03,000 --> 00:00:04,000\nworld\n"),
+        ("glued.vtt", "WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nhello there\n00:00:03.000 --> 00:00:04.000\nworld\n"),
+        ("ws.vtt", "WEBVTT\n\n1\n00:00:01.000 --> 00:00:02.000\nhello there\n\t\n2\n00:00:03.000 --> 00:00:04.000\nworld\n"),
+    ],    ids=["srt-space-line", "srt-no-blank", "vtt-no-blank", "vtt-tab-line-ids"],
+)
+def test_a_timing_line_starts_a_cue_without_a_blank_line(tmp_path: Path, name: str, text: str) -> None:
+    w = parse_captions(_write(tmp_path, name, text))
+    assert w.words == ("hello", "there", "world")
+    np.testing.assert_allclose(w.intervals, [*_spread(1, 2, ["hello", "there"]), [3, 4]], atol=1e-9)
+
+
+def test_format_characters_are_removed_and_separators_split(tmp_path: Path) -> None:
+    # Soft hyphen, ZWJ, word joiner, BOM, LRM vanish inside a word; a zero-width space and a tab separate words.
+    line = "co\u00adoperate \U0001f469\u200d\U0001f4bb no\u2060w\ufeff zero\u200bwidth\u200e tab\there"
+    w = parse_captions(_write(tmp_path, "cf.vtt", f"WEBVTT\n\n00:00:01.000 --> 00:00:02.000\n{line}\n"))
+    assert w.words == ("cooperate", "\U0001f469\U0001f4bb", "now", "zero", "width", "tab", "here")
+
+
 def test_clip_window_shifts_drops_and_clips(tmp_path: Path) -> None:
     w = parse_captions(_write(tmp_path, "m.vtt", MANUAL_VTT), clip_start_s=2.0, clip_duration_s=3.0)
     words, iv = _manual_expected()

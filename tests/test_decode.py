@@ -69,3 +69,30 @@ def test_audio_is_resampled_to_16k_mono_on_the_clip_timeline(sample_root: Path) 
     for audio in (wav, track):
         onset = np.flatnonzero(np.abs(audio.samples) > 0.05)[0] / 16000
         assert onset == pytest.approx(1.0, abs=0.06)
+
+
+def test_a_stream_that_starts_late_keeps_its_place_on_the_container_timeline(sample_root: Path, tmp_path: Path) -> None:
+    """Video delayed by 0.5 s (audio not), then audio delayed by 0.5 s (video not), against the original file."""
+    src = sample_root / "siq2/video/sample-c.mp4"  # 25 fps, frames carry their index as a barcode
+    late_video, late_audio = tmp_path / "late_video.mp4", tmp_path / "late_audio.mp4"
+    for out, delayed in ((late_video, "0:v"), (late_audio, "0:a")):
+        kept = "1:a" if delayed == "0:v" else "1:v"
+        subprocess.run(["ffmpeg", "-loglevel", "error", "-itsoffset", "0.5", "-i", str(src), "-i", str(src),
+                        "-map", delayed, "-map", kept, "-c", "copy", str(out)], check=True)
+    fps = Fraction(25)
+    orig, late = decode_frames(src), decode_frames(late_video)
+    assert late.duration_s == pytest.approx(orig.duration_s + 0.5, abs=1e-3)
+    # row k covers [k, min(k+1, D)) of the container's time; frame i now plays at i/fps + 0.5
+    n = round(orig.duration_s * 25)
+    duration = Fraction(n, 25) + Fraction(1, 2)
+    mids = [(k + min(Fraction(k + 1), duration)) / 2 for k in range(len(late.pixels))]
+    expected = [min(range(n), key=lambda i: (abs(Fraction(i) / fps + Fraction(1, 2) - mid), i)) for mid in mids]
+    assert [read_barcode(p) for p in late.pixels] == expected
+
+    audio, shifted = decode_audio(src), decode_audio(late_audio)
+    # 0.5 s of silence in front (the remuxed AAC track's priming may differ by a few samples)
+    assert abs(shifted.samples.size - (audio.samples.size + 8000)) <= 16
+    assert not shifted.samples[:7980].any()
+    onset = [np.flatnonzero(np.abs(a.samples) > 0.05)[0] / 16000 for a in (audio, shifted)]
+    assert onset[1] - onset[0] == pytest.approx(0.5, abs=0.002)
+    assert decode_audio(late_video).samples.size == audio.samples.size  # audio that did not move stays put
