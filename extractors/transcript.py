@@ -45,7 +45,7 @@ def most_central_window(n_tokens: int, starts: np.ndarray, window: int) -> np.nd
 @register
 class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
     name: ClassVar[str] = "bert_words"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: caption rules (timing lines start cues, repeats after a pause, format chars)
     config_type = TranscriptConfig
     input_kind = "transcript"
 
