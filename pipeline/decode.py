@@ -23,6 +23,9 @@ from extractors.base import Audio, Frames, QAText, Words
 from manifests.records import MediaItem, QAItem
 
 STREAM_OFFSET_MIN_S = 0.05
+# enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
+# (2: streams that start late keep their place on the container's timeline)
+DECODE_VERSION = "2"
 
 
 class InputError(ValueError):

@@ -63,6 +63,8 @@ def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config:
     ident: dict[str, Any] = {"path": str(path)}
     if path is not None and path.exists():
         ident.update(layout.file_identity(path))
+    if kind in ("frames", "audio"):
+        ident["decode"] = decode.DECODE_VERSION
     if kind == "audio":
         ident["rate_hz"] = config.audio_rate_hz
     if kind == "transcript":
