@@ -3,7 +3,9 @@
 Each item group is written in full under `<store>/.staging/<uuid>/`, marked `complete` last, and then
 renamed into `<store>/<feature>/<item>`. A run killed at any moment leaves at most an orphan staging
 directory (invisible to readers, swept on the next open); a reader never sees half an item.
-Replacing an item moves the old version aside first; if a run dies between the two renames, the next
+Every staged file is fsynced before the rename (and the parent folder after it), so a power cut, not
+only a killed process, cannot leave a complete-looking item with empty chunks. Replacing an item moves
+the old version aside first; if a run dies between the two renames, the next
 writer puts the old version back. The rename is atomic on a local or POSIX shared filesystem, which is
 what this writer supports. One writer per store at a time: an exclusive lock on `<store>/.lock` (held
 while the writer is open) makes a second run on the same store stop with a clear error instead of
@@ -62,6 +64,22 @@ def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
     arr = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=_chunks(data.shape, data.dtype.itemsize))
     if data.size:
         arr[...] = data
+
+
+def _fsync(path: Path | str) -> None:
+    """Flush a file, or a directory's entries, to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync(os.path.join(folder, name))
+        _fsync(folder)
 
 
 class StoreWriter:
@@ -150,6 +168,7 @@ class StoreWriter:
                 _write_array(group, name, data)
             group.attrs.update({**rows.attrs, **item_attrs, "n_rows": int(len(rows.features))})
             group.attrs["complete"] = True  # written last
+            _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             self._swap_in(staging, feature, item_id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -166,6 +185,7 @@ class StoreWriter:
             marker.write_text(f"{feature}/{item_id}")  # lets the next writer undo a half-done swap
             target.rename(old)
         staging.rename(target)
+        _fsync(target.parent)  # the rename itself
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
             marker.unlink(missing_ok=True)

@@ -173,3 +173,24 @@ def test_a_replacement_killed_between_its_renames_keeps_the_old_version(tmp_path
     StoreWriter(path, "demo").close()  # the next writer puts the old version back
     r = open_store(path).read("feat", "i")
     assert r.features.shape == (3, 2) and float(r.features[0, 0]) == 1.0
+
+
+def test_an_item_is_on_disk_before_it_becomes_visible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every staged file is fsynced before the rename, and the rename's directory after it."""
+    import os
+
+    import store.writer as sw
+
+    w = StoreWriter(tmp_path / "s.zarr", "demo")
+    w.set_feature("feat", ATTRS)
+    synced, renamed = [], []
+    real_fsync, real_rename = sw._fsync, Path.rename
+    monkeypatch.setattr(sw, "_fsync", lambda p: (synced.append(Path(p)), real_fsync(p)))
+    monkeypatch.setattr(Path, "rename", lambda self, t: (renamed.append(len(synced)), real_rename(self, t))[1])
+    w.commit("feat", "i", rows(3), {"spec_hash": "s1"})
+    staging = tmp_path / "s.zarr" / layout.STAGING
+    before = {"/".join(p.relative_to(staging).parts[1:]) for p in synced[: renamed[0]] if p.is_relative_to(staging)}
+    assert {"zarr.json", "features/zarr.json", "intervals/zarr.json", ""} <= before  # "" = the item's folder
+    assert any(f.startswith("features/c/") for f in before)  # the chunk data, not only metadata
+    assert synced[-1] == tmp_path / "s.zarr" / "feat"  # the directory the item was renamed into
+    assert os.path.isdir(tmp_path / "s.zarr" / "feat" / "i")
