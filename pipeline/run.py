@@ -235,8 +235,8 @@ class _Runner:
     def results(self, ref: Any, feat: str, actor: Any, take: list[tuple[str, Any, int, bool]],
                 waiting: list[tuple[str, Any, int, bool]]) -> list[tuple[str, Any, Any, float]]:
         """The batch's per-item results. If the worker process died (segfault, out of memory) even after
-        Ray's restart and retry, the actor is replaced; a batch of several items goes back to the queue
-        one item per call, so only the item that kills a worker fails, and it fails alone."""
+        Ray's restart and retry, the actor is replaced, and the batch's items go back to the queue to run
+        alone on an idle actor: only the item that kills a worker when alone fails."""
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
@@ -244,7 +244,7 @@ class _Runner:
                 self.actors[feat].remove(actor)
                 self.actors[feat].append(self.new_actor[feat]())
                 log.warning("%s: a model worker died (%s); started a new one", feat, _ray_error(e))
-            if len(take) > 1:
+            if not take[0][3]:  # not yet run alone: the killer may be a batch-mate or another call on that actor
                 waiting[:0] = [(w[0], w[1], w[2], True) for w in take]
                 return []
             return [(take[0][0], None, actors.failure(take[0][0], f"extract:{feat}", None, _ray_error(e)), 0.0)]
