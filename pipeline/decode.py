@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def decode_frames(path: Path) -> Frames:
     if not np.all(np.isfinite(ts)) or np.any(np.diff(ts[:, 0]) < 0):
         raise InputError(f"{path}: frame timestamps are missing or not increasing")
     # decord counts from the stream's first frame; put the frames where the container says they play
-    origin = ts[0, 0] - stream_offset_s(path, "video")
+    origin = ts[0, 0] - video_offset_s(path)
     starts, duration = ts[:, 0] - origin, float(ts[-1, 1] - origin)
     intervals = second_intervals(duration)
     index = pick_frames(starts, intervals)
@@ -98,6 +99,7 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
     with container:
         if not container.streams.audio:
             raise InputError(f"{path}: no audio track")
+        offset_s = _stream_offset_s(container, container.streams.audio)
         resampler = av.AudioResampler(format="flt", layout="mono", rate=rate_hz)
         chunks = []
         try:
@@ -109,21 +111,27 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
     samples = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
     if samples.size == 0:
         raise InputError(f"{path}: audio track is empty")
-    shift = round(stream_offset_s(path, "audio") * rate_hz)  # the stream's place on the container's timeline
+    shift = round(offset_s * rate_hz)  # the stream's place on the container's timeline
     samples = np.concatenate([np.zeros(shift, np.float32), samples]) if shift >= 0 else samples[-shift:]
     return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz)
 
 
-def stream_offset_s(path: Path, kind: str) -> float:
-    """Seconds from the container's start to the first stream of `kind`'s start; 0 when under
-    STREAM_OFFSET_MIN_S or unknown."""
+def video_offset_s(path: Path) -> float:
+    """The video stream's offset on the container's timeline (decord does not expose it)."""
     import av
 
     with av.open(str(path)) as container:
-        streams = container.streams.video if kind == "video" else container.streams.audio
-        if not streams or streams[0].start_time is None or container.start_time is None:
-            return 0.0
-        offset = float(streams[0].start_time * streams[0].time_base) - container.start_time / av.time_base
+        return _stream_offset_s(container, container.streams.video)
+
+
+def _stream_offset_s(container: Any, streams: Any) -> float:  # a PyAV container and one of its stream lists
+    """Seconds from the container's start to the first of `streams`' start; 0 when under
+    STREAM_OFFSET_MIN_S or unknown."""
+    import av
+
+    if not streams or streams[0].start_time is None or container.start_time is None:
+        return 0.0
+    offset = float(streams[0].start_time * streams[0].time_base) - container.start_time / av.time_base
     return offset if abs(offset) > STREAM_OFFSET_MIN_S else 0.0
 
 

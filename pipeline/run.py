@@ -4,6 +4,7 @@ actors (GPU when Ray sees GPUs), with bounded in-flight work, and one atomic sto
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -121,9 +122,8 @@ class _Runner:
             else:
                 n = self.config.cpu_actors or max(1, self.cpus // 2)
                 opts, device, threads = {"num_cpus": 1}, "cpu", 1
-            self.new_actor[feat] = (lambda opts=opts, feat=feat, spec=spec, device=device, threads=threads:
-                                    remote.options(**opts, max_restarts=1, max_task_retries=1)
-                                    .remote(feat, spec.config, device, threads))
+            self.new_actor[feat] = functools.partial(  # also used to replace an actor whose process died
+                remote.options(**opts, max_restarts=1, max_task_retries=1).remote, feat, spec.config, device, threads)
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
             log.info("%s: %d %s actor(s) for %s", feat, n, device, spec.config.extractor)
         self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from store.align import as_intervals
+from store.align import as_intervals, item_duration_s
 from store.reader import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,8 @@ def export_qa_binary_csd(
 ) -> Path:
     """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout: per item one row,
     features (1, n_questions, n_pairs, 3, T, D) float32 and intervals (1, 2) = [0, the video's duration], the
-    longest `duration_s` the item's media features record (0 for a text-only item)."""
+    longest `duration_s` the item's other features record, else their latest row end (`align.item_duration_s`;
+    0 for a text-only item)."""
     s = store if isinstance(store, Store) else open_store(store)
     entries, fills, skipped = {}, {}, {}
     media = {f: set(s.items(f, include_filtered=True)) for f in s.features() if f != feature}
@@ -216,8 +217,7 @@ def export_qa_binary_csd(
             log.warning("%s: %s not exported: %s", out, item, e)
             skipped[item] = str(e)
             continue
-        durations = [s.item_attrs(f, item).get("duration_s") for f, have in media.items() if item in have]
-        dur = max([float(d) for d in durations if d is not None] or [r.attrs.get("duration_s") or 0.0])
+        dur = item_duration_s(s, item, [f for f, have in media.items() if item in have])
         entries[item] = (arr[None], np.array([[0.0, float(dur)]]))
         fills[item] = counts
     root = root_name or f"{s.attrs.get('dataset', 'store')}_QA_BINARY_CHOICE"
