@@ -51,6 +51,22 @@ def _ray_shutdown():
         pass
 
 
+def realdata_dir() -> Path | None:
+    """The real public files of ../shared/realdata (SIQ_REALDATA overrides), or None where absent."""
+    env = os.environ.get("SIQ_REALDATA")
+    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+    return path if path.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def realdata() -> Path:
+    """Conformance tests read real files nobody here wrote; a fresh clone without ../shared skips them."""
+    path = realdata_dir()
+    if path is None:
+        pytest.skip("real data not found: ../shared/realdata beside the checkout (or SIQ_REALDATA) is absent")
+    return path
+
+
 def cuda_or_skip() -> str:
     """GPU tests skip on CPU machines but fail when FAIL_WITHOUT_CUDA=1 (a GPU run must not pass silently)."""
     import torch
