@@ -15,7 +15,9 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-InputKind = Literal["frames", "audio", "transcript", "qa"]
+# "frames" is what the visual extractors take: `Frames` from a video, or a `Still` from an image item.
+# "caption" and "reactions" are texts an item carries itself (Socratis), decoded to `Texts`.
+InputKind = Literal["frames", "audio", "transcript", "qa", "caption", "reactions"]
 
 
 class ExtractorConfig(BaseModel):
@@ -53,6 +55,37 @@ class Frames:
         if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
             raise ValueError(f"pixels must be (N, H, W, 3) uint8, got {self.pixels.shape = }, {self.pixels.dtype = }")
         _check_intervals(self.intervals, len(self.pixels), "Frames")
+
+
+@dataclass(frozen=True)
+class Still:
+    """A still image (not a video): one row for the visual extractors, pixels shaped (1, H, W, 3) so that
+    their batch code takes it as it takes a video's frames. A still has no time extent: its row's interval is
+    [0, 0], the instant 0 of an item whose duration is 0 (the item's text rows sit at that instant too)."""
+
+    pixels: np.ndarray  # (1, H, W, 3) uint8 RGB, full resolution
+    intervals: np.ndarray = field(default_factory=lambda: np.zeros((1, 2)))
+    duration_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.pixels.ndim != 4 or self.pixels.shape[0] != 1 or self.pixels.shape[-1] != 3 \
+                or self.pixels.dtype != np.uint8:
+            raise ValueError(f"pixels must be (1, H, W, 3) uint8, got {self.pixels.shape = }, {self.pixels.dtype = }")
+        _check_intervals(self.intervals, 1, "Still")
+
+
+@dataclass(frozen=True)
+class Texts:
+    """Short texts of one item, each embedded on its own (Socratis: its caption; its reactions), with
+    per-text labels kept beside the vectors (e.g. emotion, reason)."""
+
+    texts: tuple[str, ...]
+    labels: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # name -> one value per text
+
+    def __post_init__(self) -> None:
+        for name, values in self.labels.items():
+            if len(values) != len(self.texts):
+                raise ValueError(f"Texts: label {name!r} has {len(values)} values for {len(self.texts)} texts")
 
 
 @dataclass(frozen=True)
@@ -160,6 +193,8 @@ _MODULES: dict[str, str] = {
     "bert_words": "extractors.transcript",
     "bert_qa": "extractors.qa",
     "covarep": "extractors.acoustic",
+    "bert_caption": "extractors.texts",
+    "bert_reactions": "extractors.texts",
 }
 _REGISTRY: dict[str, type[Extractor]] = {}
 

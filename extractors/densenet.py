@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torchvision.models import DenseNet161_Weights, densenet161
 
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, register
+from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, register
 from extractors.weights import require, weights_dir
 
 FEATURE_DIM = 2208
@@ -119,11 +119,11 @@ class DenseNet161(Extractor[DenseNetConfig]):
             out = pooled_features(self.model, batch.contiguous(memory_format=torch.channels_last))
         return out.float().cpu().numpy()
 
-    def extract(self, x: Frames) -> FeatureRows:
+    def extract(self, x: Frames | Still) -> FeatureRows:
         return self.extract_batch([x])[0]
 
     @torch.inference_mode()
-    def extract_batch(self, xs: Sequence[Frames]) -> list[FeatureRows]:
+    def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         """All frames of all videos go through the network in batches of `batch_size`, then split back."""
         prepared = torch.cat([self.prepare(x.pixels) for x in xs if len(x.pixels)] or [torch.empty(0)])
         step = self.config.batch_size
@@ -133,7 +133,8 @@ class DenseNet161(Extractor[DenseNetConfig]):
         precision = self.config.precision if self.on_cuda else "fp32"
         for x in xs:
             n = len(x.pixels)
+            source = {"input": "image"} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
             results.append(FeatureRows(features=feats[start:start + n], intervals=x.intervals,
-                                       attrs={"precision": precision, "frame_pts_s": x.pts_s.tolist()}))
+                                       attrs={"precision": precision, **source}))
             start += n
         return results

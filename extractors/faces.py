@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, register
+from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, register
 
 COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
 
@@ -144,14 +144,16 @@ def _padded(dets: list[Detections], k_max: int | None) -> dict[str, np.ndarray]:
     return {"boxes": boxes, "probs": probs, "landmarks": landmarks, "mask": mask, "count": count}
 
 
-def pack_video(raw: list[Detections], frames: Frames, config: FacesConfig) -> FeatureRows:
-    """One video's FeatureRows from its frames' raw detections."""
+def pack_video(raw: list[Detections], frames: Frames | Still, config: FacesConfig) -> FeatureRows:
+    """One video's (or still image's) FeatureRows from its frames' raw detections."""
     if len(raw) != len(frames.pixels):
         raise ValueError(f"{len(raw)} detections for {len(frames.pixels)} frames")
     dets = [d.above(config.prob_threshold) for d in raw]
     height, width = frames.pixels.shape[1:3]
     extras = _padded(dets, config.max_faces)
     attrs = face_filter_attrs(extras["count"], config.min_face_ratio)
+    if isinstance(frames, Still):
+        attrs["input"] = "image"
     return FeatureRows(_dense_features(dets, height, width), frames.intervals.copy(), extras, attrs)
 
 
@@ -192,13 +194,13 @@ class MTCNNFaces(Extractor[FacesConfig]):
     def rate_hz(cls, config: FacesConfig) -> float | None:
         return 1.0
 
-    def extract(self, x: Frames) -> FeatureRows:
+    def extract(self, x: Frames | Still) -> FeatureRows:
         return self.extract_batch([x])[0]
 
-    def extract_batch(self, xs: Sequence[Frames]) -> list[FeatureRows]:
+    def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         for i, x in enumerate(xs):
-            if not isinstance(x, Frames):
-                raise TypeError(f"mtcnn expects Frames, got {type(x).__name__} at position {i}")
+            if not isinstance(x, Frames | Still):
+                raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__} at position {i}")
         raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
         for refs in _group_by_size(xs).values():
             for start in range(0, len(refs), self.config.batch_size):
@@ -209,7 +211,7 @@ class MTCNNFaces(Extractor[FacesConfig]):
         return [pack_video(r, x, self.config) for r, x in zip(raw, xs, strict=True)]  # type: ignore[arg-type]
 
 
-def _group_by_size(xs: Sequence[Frames]) -> dict[tuple[int, int], list[tuple[int, int]]]:
+def _group_by_size(xs: Sequence[Frames | Still]) -> dict[tuple[int, int], list[tuple[int, int]]]:
     """(video index, frame index) of every frame, grouped by frame (H, W), in input order."""
     groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     for v, x in enumerate(xs):

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, JsonValue, field_validator, model_validator
 
 Split = Literal["train", "val", "test", "unknown"]
 _ID_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -26,8 +26,18 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Reaction(_Record):
+    """One worker's reaction to a Socratis image-caption pair, as the file gives it: emotion word(s) and
+    the reason(s). Kept as given (not paired up here): pairing, and the per-item error when the counts
+    differ, happen when the item is decoded, so one bad entry fails only that item's reactions."""
+
+    emotions: tuple[str, ...]
+    reasons: tuple[str, ...]
+    demographics: JsonValue = None  # anonymised, often missing; kept as found
+
+
 class MediaItem(_Record):
-    """One clip. Times are seconds; the clip's own timeline starts at 0."""
+    """One clip, or one still image. Times are seconds; the clip's own timeline starts at 0."""
 
     id: str
     dataset: str
@@ -37,6 +47,14 @@ class MediaItem(_Record):
     transcript: Path | None = None  # WebVTT or SRT
     clip_start_s: float = 0.0  # where the clip starts in its source video (Social-IQ 2.0 trims)
     clip_end_s: float | None = None
+    # True (TinySocial): video, audio and transcript are the whole source; the pipeline cuts
+    # [clip_start_s, clip_end_s) out of them and re-times it so 0 is the clip's start. False (Social-IQ 2.0):
+    # the files already are the clip; clip_start_s only says where it came from.
+    cut_from_source: bool = False
+    image: Path | None = None  # a still image (Socratis): one row for frames and faces, interval [0, 0]
+    caption: str | None = None  # the text shown with the image (Socratis)
+    reactions: tuple[Reaction, ...] = ()  # Socratis: one per worker
+    annotations: Path | None = None  # the file the caption and reactions come from (named in errors)
 
     _check = field_validator("id")(check_id)
 
@@ -44,6 +62,8 @@ class MediaItem(_Record):
     def _times(self) -> MediaItem:
         if self.clip_start_s < 0 or (self.clip_end_s is not None and self.clip_end_s <= self.clip_start_s):
             raise ValueError(f"item {self.id}: bad clip times start={self.clip_start_s} end={self.clip_end_s}")
+        if self.image is not None and (self.video is not None or self.audio is not None):
+            raise ValueError(f"item {self.id}: a still image and a video/audio in one item")
         return self
 
 

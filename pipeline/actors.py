@@ -11,7 +11,7 @@ from typing import Any
 
 from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import decode
+from pipeline import decode, inputs
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,10 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
 
 
 def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate_hz: int) -> Any:
+    if kind == "frames" and item.image is not None:
+        return inputs.decode_image(item.image)
+    if kind in inputs.TEXT_KINDS:
+        return inputs.item_texts(item, kind)
     if kind == "frames":
         return decode.decode_frames(item.video)
     if kind == "audio":

@@ -47,7 +47,7 @@ class FeatureSpec(BaseModel):
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    layout: Literal["siq2", "siq1", "socialiqa", "auto"] = "auto"
+    layout: Literal["siq2", "siq1", "socialiqa", "tinysocial", "socratis", "auto"] = "auto"
     folds: Path | None = None  # Social-IQ 1.0: the SDK's std-folds file
     features: dict[str, ExtractorConfig]
     audio_rate_hz: int = 16000

@@ -163,4 +163,5 @@ def audio_source(item: MediaItem) -> Path | None:
 
 def source_path(item: MediaItem, kind: str) -> Path | None:
     """The file an input kind is decoded from (None for QA text, which lives in the manifest)."""
-    return {"frames": item.video, "audio": audio_source(item), "transcript": item.transcript}.get(kind)
+    return {"frames": item.video or item.image, "audio": audio_source(item), "transcript": item.transcript,
+            "caption": item.annotations, "reactions": item.annotations}.get(kind)

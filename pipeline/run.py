@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, decode
+from pipeline import actors, decode, inputs
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import load_items
 from store import layout
@@ -60,12 +60,14 @@ def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config:
     """The declared identity of what an input kind is decoded from: it enters the fingerprint."""
     if kind == "qa":
         return {"qa": layout.sha256_of([q.model_dump(mode="json", exclude={"split"}) for q in questions])}
+    if kind in inputs.TEXT_KINDS:  # the item's own texts, not the whole annotations file
+        return {"path": str(item.annotations), kind: layout.sha256_of(inputs.text_identity(item, kind))}
     path = decode.source_path(item, kind)
     ident: dict[str, Any] = {"path": str(path)}
     if path is not None and path.exists():
         ident.update(layout.file_identity(path))
     if kind in ("frames", "audio"):
-        ident["decode"] = decode.DECODE_VERSION
+        ident["decode"] = decode.DECODE_VERSION if item.image is None else f"image-{inputs.IMAGE_DECODE_VERSION}"
     if kind == "audio":
         ident["rate_hz"] = config.audio_rate_hz
     if kind == "transcript":

@@ -1,0 +1,74 @@
+"""Decoding of inputs that are not media streams: a still image, and the texts an item carries (Socratis).
+
+A still image becomes `Still`: one row, interval [0, 0] (a still has no time extent; see extractors/base.py),
+turned upright by its EXIF orientation as a viewer shows it, in RGB. The caption and the reactions become
+`Texts`; a pair without reactions, or a worker entry whose emotion and reason counts differ, is an error of
+that item naming the annotations file and the pair.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from extractors.base import Still, Texts
+from manifests.records import MediaItem
+from pipeline.decode import InputError, _existing
+
+# enters every still's fingerprint: bump when the same file would give different pixels
+IMAGE_DECODE_VERSION = "1"
+TEXT_KINDS = ("caption", "reactions")
+
+
+def decode_image(path) -> Still:  # path: Path | None (None: the manifest found no image for the item)
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    path = _existing(path, "image")
+    try:
+        with Image.open(path) as img:
+            img.load()
+            upright = ImageOps.exif_transpose(img)
+            pixels = np.asarray(upright.convert("RGB"), np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read image: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from e
+    if pixels.ndim != 3 or min(pixels.shape[:2]) == 0:
+        raise InputError(f"{path}: image has no pixels ({pixels.shape})")
+    return Still(pixels=np.ascontiguousarray(pixels[None]))
+
+
+def _where(item: MediaItem) -> str:
+    return f"{item.annotations or '(no annotations file)'}: pair {item.id}"
+
+
+def caption_texts(item: MediaItem) -> Texts:
+    if item.caption is None:
+        raise InputError(f"{_where(item)}: no caption")
+    return Texts(texts=(item.caption,))
+
+
+def reaction_texts(item: MediaItem) -> Texts:
+    """One text per (emotion, reason): the k-th emotion of a worker's entry goes with its k-th reason."""
+    from extractors.texts import reaction_text
+
+    emotions, reasons, workers = [], [], []
+    for w, r in enumerate(item.reactions):
+        if len(r.emotions) != len(r.reasons):
+            raise InputError(f"{_where(item)}, worker entry {w}: {len(r.emotions)} emotion(s) "
+                             f"{list(r.emotions)} but {len(r.reasons)} reason(s)")
+        emotions += r.emotions
+        reasons += r.reasons
+        workers += [w] * len(r.emotions)
+    if not emotions:
+        raise InputError(f"{_where(item)}: no reactions")
+    texts = tuple(reaction_text(e, r) for e, r in zip(emotions, reasons, strict=True))
+    return Texts(texts=texts, labels={"emotion": tuple(emotions), "reason": tuple(reasons), "worker": tuple(workers)})
+
+
+def item_texts(item: MediaItem, kind: str) -> Texts:
+    return caption_texts(item) if kind == "caption" else reaction_texts(item)
+
+
+def text_identity(item: MediaItem, kind: str) -> object:
+    """What a text kind is made from, for the fingerprint (the item's own texts, not the whole file)."""
+    if kind == "caption":
+        return item.caption
+    return [r.model_dump(mode="json", include={"emotions", "reasons"}) for r in item.reactions]
