@@ -13,7 +13,9 @@ after the documented rules of docs/text.md, applied here by independent code:
 - rolling captions: a cue's leading lines equal to the previous cue's last lines go when the cue starts at most
   10 ms after that cue ends and either more lines follow, the cue lasts at most 0.1 s, or the file is an
   auto-caption file (inline word times);
-- order: cues by start time (stable), a cue's words together.
+- order: cues by start time (stable), a cue's words together;
+- an empty line right after a timing line and before the cue's text is YouTube's line of one space with the
+  space stripped: the libraries are given the file with the space put back (`restore_youtube_space`).
 Each word must lie within its own cue's times, and only a zero-length cue may give a zero-length word.
 Files that no library reads into a cue fail with `<file>:<line>:`.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import html
 import re
+import tempfile
 import unicodedata
 import warnings
 from dataclasses import dataclass
@@ -44,7 +47,7 @@ MALFORMED = {
     "glut23__webvtt-py__invalid.vtt": 1,  # no WEBVTT header
     "glut23__webvtt-py__invalid_format1.srt": 1,  # a lone "1"
     "byroot__pysrt__invalid.srt": 2,  # "00:00:01 --> 00:00:10": no milliseconds
-    "byroot__pysrt__windows-1252.srt": 6,  # not UTF-8 (first bad byte on line 6)
+    "byroot__pysrt__windows-1252.srt": 7,  # not UTF-8 (first bad byte on line 7: "É")
     "cdown__srt__gb2312.srt": 3,
 }
 
@@ -136,8 +139,23 @@ class Row:
     error: str = ""
 
 
+def restore_youtube_space(path: Path, tmp: Path) -> Path:
+    """The file with ' ' on each empty line that sits between a timing line and a line of text."""
+    lines = path.read_bytes().split(b"\n")
+    fix = [i for i in range(1, len(lines) - 2) if lines[i].strip() == b"" and b"-->" in lines[i - 1]
+           and lines[i + 1].strip() and b"-->" not in lines[i + 1] + lines[i + 2]]
+    if not fix:
+        return path
+    for i in fix:
+        lines[i] = b" "
+    out = tmp / path.name
+    out.write_bytes(b"\n".join(lines))
+    return out
+
+
 def compare(path: Path, library: str) -> Row | None:
-    cues = READERS[library](path)
+    with tempfile.TemporaryDirectory() as tmp:
+        cues = READERS[library](restore_youtube_space(path, Path(tmp)))
     if cues is None or (not cues and path.name in MALFORMED):
         return None
     auto = bool(re.search(r"<\d+:\d+[.:]", path.read_text("utf-8", errors="replace")))
@@ -167,7 +185,10 @@ def test_real_file_gives_the_reference_words_within_their_cues(name: str) -> Non
     if name in MALFORMED:
         assert not rows
         return
-    assert rows, f"{name}: no reference library reads it; add it to MALFORMED with the line to name"
+    if not rows:  # no library reads a file without text (webvtt-py refuses an empty one): no words, no error
+        assert not corpus()[name].read_bytes().strip(), f"{name}: no library reads it; add it to MALFORMED"
+        assert parse_captions(corpus()[name]).words == ()
+        return
     for r in rows:
         assert (r.error, r.mismatched, r.outside_cue, r.zero_length) == ("", 0, 0, 0), r
 
