@@ -18,7 +18,7 @@ Rules (docs/text.md has the long form):
 - Cues are ordered by start; then no word starts before the previous one ends (start = max(start, previous
   end)) and none ends before it starts, so intervals never go backwards.
 - Times are shifted by -clip_start_s; words wholly outside [0, clip_duration_s) are dropped, the rest clipped.
-- Social-IQ 2.0 trimmed files (trim_s given): see `siq2_misparsed_trim` and `_siq2_shifts`.
+- Social-IQ 2.0 trimmed files (trim_s given): see `siq2_misparsed_trim` and `_siq2_correct`.
 """
 
 from __future__ import annotations
@@ -316,44 +316,44 @@ def siq2_misparsed_trim(trim_s: float) -> float:
     return int(whole) + int(frac) * 1000 / 1e6
 
 
-def _siq2_shifts(cues: list[_Cue], trim_s: float) -> tuple[float, float, dict]:
-    """(cue shift, inline shift) that put the file's times on the clip timeline, and what was found.
+def _siq2_correct(cues: list[_Cue], trim_s: float) -> dict:
+    """Put a Social-IQ 2.0 trimmed file's cues on the clip timeline, in place; returns what was done.
 
-    The script wrote cue = source - T_cue and left inline tags in source time. Which trim T_cue was used is
-    read off the tags where there are any: (tag - cue) sits within the cue for exactly one of the candidate
-    offsets. Without tags the script's rule (the mis-parsed trim) is assumed.
+    The download script (webvtt-py 0.4.6, as its requirements pin) wrote cue = source - misparsed trim, and
+    its reader had already stripped every inline tag, so the file holds cue times only: source time is
+    cue + misparsed trim, clip time is that - trim_s. This is exact (the file stores milliseconds, and so
+    does the misparsed trim) and needs nothing from the file itself. Inline tags, which the script never
+    leaves, would share the cues' time base and are shifted with them.
+
+    The script kept the cues wholly inside [misparsed trim, + 60 s]. When the cue that straddled the window's
+    start was cut, YouTube's 10 ms repeat of its last line (a cue of <= 0.1 s that the next cue, starting at
+    its end, shows again above new text) is left first, alone: those words were said in the cut cue, which
+    ended where the repeat starts and began before the window. They get that known part of the cut cue,
+    [window start, repeat start], instead of 10 ms after the cue they belong to.
     """
     bad = siq2_misparsed_trim(trim_s)
-    pairs = [(w.start_s, c.start_s, c.end_s) for c in cues for ln in c.lines for w in ln if w.start_s is not None]
-    info = {"trim_s": trim_s, "misparsed_trim_s": bad}
-    if not pairs:
-        t_cue, evidence, tag_offset = bad, "assumed (no inline times)", 0.0
-    else:
-        tag, lo, hi = (np.array(v) for v in zip(*pairs, strict=True))
-        # Candidate offsets D = T_cue - T_tag: script as written (bad), exact trim, or tags already shifted.
-        cands = [(bad, bad, 0.0), (trim_s, trim_s, 0.0), (0.0, bad, bad)]
-        misfit = [np.sum(np.maximum(0, lo - (tag - d)) + np.maximum(0, (tag - d) - hi)) for d, _, _ in cands]
-        best = int(np.argmin(np.round(misfit, 3)))
-        _, t_cue, tag_offset = cands[best]
-        evidence = ["inline times in source time", "inline times in source time, cues exact", "inline times shifted"][
-            best
-        ]
-    cue_shift = t_cue - trim_s
-    inline_shift = tag_offset - trim_s
-    info.update({"cue_shift_s": cue_shift, "inline_shift_s": inline_shift, "evidence": evidence})
-    return cue_shift, inline_shift, info
-
-
-def _apply_shifts(cues: list[_Cue], cue_shift: float, inline_shift: float) -> None:
+    shift = bad - trim_s
     for c in cues:
-        c.start_s += cue_shift
-        c.end_s += cue_shift
-        for ln in c.lines:
-            for w in ln:
-                if w.start_s is not None:
-                    w.start_s += inline_shift
-                if w.end_s is not None:
-                    w.end_s += inline_shift
+        c.start_s += shift
+        c.end_s += shift
+        for w in (w for ln in c.lines for w in ln):
+            w.start_s = None if w.start_s is None else w.start_s + shift
+            w.end_s = None if w.end_s is None else w.end_s + shift
+    info = {"trim_s": trim_s, "misparsed_trim_s": bad, "cue_shift_s": shift}
+    worded = [c for c in cues if c.lines]
+    if len(worded) > 1 and _orphan_repeat(*worded[:2]):
+        first = worded[0]
+        first.start_s, first.end_s = min(shift, first.start_s), first.start_s
+        info["cut_cue_repeat"] = {"line": first.line_no, "span_s": [first.start_s, first.end_s]}
+    return info
+
+
+def _orphan_repeat(c0: _Cue, c1: _Cue) -> bool:
+    """c0 is a YouTube transition cue: at most 0.1 s, plain text, shown again as c1's first line right after."""
+    shown = [" ".join(w.text for w in ln) for ln in c0.lines]
+    plain = all(w.start_s is None for ln in c0.lines for w in ln)
+    again = [" ".join(w.text for w in ln) for ln in c1.lines[: len(shown)]] == shown and len(c1.lines) > len(shown)
+    return plain and again and c0.end_s - c0.start_s <= _TRANSITION_S and abs(c1.start_s - c0.end_s) <= _ROLL_GAP_S
 
 
 def parse_captions(
@@ -367,7 +367,7 @@ def parse_captions(
     clip_start_s: where the clip starts on the file's timeline (subtracted from every time).
     clip_duration_s: words wholly after it are dropped; None keeps all (60 s when trim_s is given).
     trim_s: the clip's start in its source video from Social-IQ 2.0's trims.json; turns on the correction of
-      that dataset's trimmed files (see `_siq2_shifts`), recorded in `Words.attrs["corrections"]`.
+      that dataset's trimmed files (see `_siq2_correct`), recorded in `Words.attrs["corrections"]`.
     Raises ValueError naming the file and line for malformed input.
     """
     path = Path(path)
@@ -378,9 +378,7 @@ def parse_captions(
         attrs["skipped_blocks"] = skipped
         _log.warning("%d caption block(s) skipped: %s", len(skipped), "; ".join(skipped[:3]))
     if trim_s is not None:
-        cue_shift, inline_shift, info = _siq2_shifts(cues, float(trim_s))
-        _apply_shifts(cues, cue_shift, inline_shift)
-        attrs["corrections"] = {"siq2_trim": info}
+        attrs["corrections"] = {"siq2_trim": _siq2_correct(cues, float(trim_s))}
         clip_duration_s = SIQ2_CLIP_S if clip_duration_s is None else clip_duration_s
     _drop_rolling_repeats(cues, auto=has_inline)
     cues.sort(key=lambda c: c.start_s)  # stable: file order among equal starts
