@@ -1,10 +1,11 @@
 """WebVTT and SRT captions -> `Words` (each word with [start, end) seconds on the clip's timeline).
 
 Rules (docs/text.md has the long form):
-- Markup (<i>, <c.colorE5E5E5>, <v Name>, {\\an8}), speaker labels ("JOHN:", ">>", a dialogue "- ") and
-  format characters (soft hyphen, zero-width joiners) are removed; a zero-width space and control characters
-  become spaces. Sound tags in brackets or parentheses ("[Music]", "(laughs)") and music notes never become
-  words.
+- Markup (<i>, <c.colorE5E5E5>, <v Name>, {\\an8} even inside a word), SSA breaks (\\N, \\n) and hard spaces
+  (\\h), speaker labels ("JOHN:", ">>", a dialogue "- ") and format characters (soft hyphen, zero-width joiners)
+  are removed; entities are decoded after tags go ("&lt;b&gt;" is the text "<b>"); a zero-width space and
+  control characters become spaces. Sound tags in brackets or parentheses ("[Music]", "(laughs)") and music
+  notes never become words.
 - Rolling captions (YouTube auto-captions repeat the previous line above the new one, and show it again in
   10 ms "transition" cues) are not doubled: a cue's leading lines equal to the previous cue's last lines are
   dropped when the cue starts within 10 ms of the previous cue's end (or overlaps it), those lines carry no
@@ -15,8 +16,10 @@ Rules (docs/text.md has the long form):
   start is that of its first word. Words without a time share the span between the nearest known times in
   proportion to len(word) + 1 characters (the +1 stands for the following space). A word ends where the next
   word of its cue starts; the last one at the cue's end.
-- Cues are ordered by start; then no word starts before the previous one ends (start = max(start, previous
-  end)) and none ends before it starts, so intervals never go backwards.
+- Cues are ordered by start (stable), a cue's words together; every word keeps its own cue's times, so words of
+  overlapping cues overlap, and only a zero-length cue gives zero-length words.
+- A block without a timing line, or with an unreadable one, is skipped and listed in attrs["skipped_blocks"];
+  a file with text but no readable cue is an error naming file and line.
 - Times are shifted by -clip_start_s; words wholly outside [0, clip_duration_s) are dropped, the rest clipped.
 - Social-IQ 2.0 trimmed files (trim_s given): see `siq2_misparsed_trim` and `_siq2_correct`.
 """
@@ -73,7 +76,7 @@ def parse_timestamp(text: str, where: str, srt: bool = False) -> float:
     """'HH:MM:SS.mmm', 'MM:SS.mmm' (or with ',' as in SRT) -> seconds; fields may have one digit.
 
     The fraction is a decimal fraction (WebVTT: '.5' is 500 ms, as webvtt-py reads it), except a one- or
-    two-digit SRT fraction, which SRT readers (pysrt, webvtt-py, ffmpeg) take as milliseconds: ',5' is 5 ms.
+    two-digit SRT fraction, which SRT readers (pysrt, webvtt-py) take as milliseconds: ',5' is 5 ms.
     """
     m = _TS_RE.match(text.strip())
     if not m:
