@@ -41,7 +41,7 @@ from extractors.base import Words
 SIQ2_CLIP_S = 60.0
 _TS = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})[.,](\d{1,6})"  # one-digit fields too (Teams 0:0:0.0, HLS 00:0.120)
 _TS_RE = re.compile(rf"^{_TS}$")
-_TIMING_RE = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
+_TIMING_RE = re.compile(r"^\s*(\S+?)\s*-->\s*(\S+)(?:\s.*)?$")  # spaces around the arrow optional
 _TAG_RE = re.compile(r"(<[^>]*>)")
 _INLINE_TS_RE = re.compile(rf"^<{_TS}>$")
 # Sound tags, music notes, and the speaker-change marks ">>" and a lone "-" anywhere in a line.
@@ -193,7 +193,7 @@ def _read_cues(path: Path, text: str) -> tuple[str, list[_Cue], list[str]]:
     exception keeps text: a block right after a cue with no text is that cue's text (a YouTube file whose
     line of one space after the timing line was stripped to an empty line).
     """
-    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+    lines = re.split(r"\r\n|\r|\n", text)  # WebVTT's line ends: CRLF, LF or a lone CR (old Mac files)
     is_vtt = lines[0].startswith("WEBVTT")
     if path.suffix.lower() == ".vtt" and not is_vtt and text.strip():
         raise ValueError(f"{path}:1: a WebVTT file must start with 'WEBVTT', got {lines[0][:40]!r}")

@@ -436,3 +436,18 @@ def test_non_utf8_file_names_the_line(tmp_path: Path) -> None:
     path.write_bytes("1\n00:00:01,000 --> 00:00:02,000\nCaf\u00e9\n".encode("cp1252"))
     with pytest.raises(ValueError, match=r"cp\.srt:3: not UTF-8 text"):
         parse_captions(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("cr.vtt", "WEBVTT\r\r00:00:01.000 --> 00:00:02.000\rhello there\r\r00:00:03.000 --> 00:00:04.000\rworld\r"),
+        ("crlf.srt", "1\r\n00:00:01,000 --> 00:00:02,000\r\nhello there\r\n\r\n2\r\n00:00:03,000 --> 00:00:04,000\r\nworld\r\n"),
+        ("arrow.srt", "1\n00:00:01,000-->00:00:02,000\nhello there\n\n2\n00:00:03,000\t-->  00:00:04,000\nworld\n"),
+        ("arrow.vtt", "WEBVTT\n\n00:00:01.000-->00:00:02.000\nhello there\n\n00:00:03.000 -->00:00:04.000\nworld\n"),
+    ],
+)
+def test_line_endings_and_arrow_spacing_as_subtitle_libraries_read_them(tmp_path: Path, name: str, text: str) -> None:
+    w = parse_captions(_write(tmp_path, name, text))
+    assert w.words == ("hello", "there", "world") and "skipped_blocks" not in w.attrs
+    np.testing.assert_allclose(w.intervals, [*_spread(1, 2, ["hello", "there"]), [3, 4]], atol=1e-9)
