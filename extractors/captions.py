@@ -378,7 +378,7 @@ def parse_captions(
     has_inline = any(w.start_s is not None for c in cues for ln in c.lines for w in ln)
     attrs: dict = {"format": fmt, "inline_word_times": has_inline}
     if skipped:
-        attrs["skipped_blocks"] = skipped
+        attrs["skipped_blocks"] = [m.replace(str(path), path.name, 1) for m in skipped]  # stores stay path-free
         _log.warning("%d caption block(s) skipped: %s", len(skipped), "; ".join(skipped[:3]))
     if trim_s is not None:
         attrs["corrections"] = {"siq2_trim": _siq2_correct(cues, float(trim_s))}
