@@ -25,6 +25,14 @@ def _extract(args: argparse.Namespace) -> int:
         from manifests.socialiqa import write_sample_socialiqa
 
         write_sample_socialiqa(raw)
+    if args.dataset == "sample-socratis" and not raw.exists():
+        from manifests.socratis import write_sample_socratis
+
+        write_sample_socratis(raw)
+    if args.dataset == "sample-tinysocial" and not raw.exists():
+        from manifests.tinysocial import write_sample_tinysocial
+
+        write_sample_tinysocial(raw)
     config = load_config(args.config or args.dataset)
     only = args.features.split(",") if args.features else None
     report = run_extract(args.dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit)

@@ -254,3 +254,82 @@ def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:
         for name in batch[0]["modalities"]
     }
     return out
+
+
+@dataclass(frozen=True)
+class ReactionSample:
+    """One Socratis reaction's plan: the pair (item) and the reaction's row in the reactions feature."""
+
+    item: str
+    row: int
+
+
+class SocratisReactions(Dataset):
+    """Socratis: one sample per reaction, (image, caption, emotion, reason).
+
+    Out: item; image[name] = {x (D,) float32, valid (D,) bool} for each still-image feature (its one row; a
+    value that is NaN, e.g. faces' columns when no face was found, has valid False and reads `fill_value`);
+    caption (T, D) + caption_mask (T,) as tokens, or (1, D) pooled; reaction the same for "<emotion>: <reason>";
+    emotion, reason (str) and worker (int). Items missing any of the features are left out (`dropped`).
+    """
+
+    def __init__(self, store: str | Path, image_features: Sequence[str] = ("frames", "faces"),
+                 caption_feature: str = "caption", reactions_feature: str = "reactions", text: Text = "tokens",
+                 fill_value: float = 0.0) -> None:
+        if text not in ("tokens", "pooled"):
+            raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
+        self.path, self.image_features, self.text = Path(store), tuple(image_features), text
+        self.caption_feature, self.reactions_feature, self.fill_value = caption_feature, reactions_feature, fill_value
+        s = open_store(self.path)
+        needed = [*self.image_features, caption_feature, reactions_feature]
+        everywhere = set.intersection(*(set(s.items(f, include_filtered=True)) for f in needed))
+        media = [m.id for m in s.media_items()]
+        self.dropped: Counter[str] = Counter({"item missing or failed in a feature": len(set(media) - everywhere)})
+        self.samples = [ReactionSample(item, row) for item in sorted(everywhere)
+                        for row in range(s.read(reactions_feature, item).features.shape[0])]
+        self._store: Store | None = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None, "_pid": -1}
+
+    def _open(self) -> Store:
+        if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
+            self._store, self._pid = open_store(self.path), os.getpid()
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _text(self, feature: str, item: str, row: int) -> tuple[torch.Tensor, torch.Tensor, ItemFeature]:
+        r = self._open().read(feature, item)
+        if self.text == "pooled":
+            x = np.asarray(r.features[row : row + 1], np.float32)
+            return torch.from_numpy(x), torch.ones(1, dtype=torch.bool), r
+        x = np.asarray(r.extras["tokens"][row], np.float32)
+        return torch.from_numpy(x), torch.from_numpy(np.asarray(r.extras["token_mask"][row], bool)), r
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        smp = self.samples[i]
+        image = {}
+        for f in self.image_features:
+            x = np.asarray(self._open().read(f, smp.item).features[0], np.float32)
+            valid = np.isfinite(x)
+            image[f] = {"x": torch.from_numpy(np.where(valid, x, self.fill_value).astype(np.float32)),
+                        "valid": torch.from_numpy(valid)}
+        caption, caption_mask, _ = self._text(self.caption_feature, smp.item, 0)
+        reaction, reaction_mask, r = self._text(self.reactions_feature, smp.item, smp.row)
+        return {"item": smp.item, "image": image, "caption": caption, "caption_mask": caption_mask,
+                "reaction": reaction, "reaction_mask": reaction_mask, "emotion": str(r.extras["emotion"][smp.row]),
+                "reason": str(r.extras["reason"][smp.row]), "worker": int(r.extras["worker"][smp.row])}
+
+
+def collate_reactions(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack a batch of `SocratisReactions` samples; item, emotion, reason stay lists of strings."""
+    out: dict[str, Any] = {k: [b[k] for b in batch] for k in ("item", "emotion", "reason")}
+    out["worker"] = torch.tensor([b["worker"] for b in batch], dtype=torch.long)
+    for key in ("caption", "caption_mask", "reaction", "reaction_mask"):
+        out[key] = torch.stack([b[key] for b in batch])
+    out["image"] = {f: {k: torch.stack([b["image"][f][k] for b in batch]) for k in ("x", "valid")}
+                    for f in batch[0]["image"]}
+    return out
