@@ -42,6 +42,7 @@ class MediaItem(_Record):
     id: str
     dataset: str
     split: Split = "unknown"
+    subset: str | None = None  # the dataset's own grouping (Social-IQ 2.0: youtubeclips, movieclips, car)
     video: Path | None = None
     audio: Path | None = None  # a separate audio file; else the video's own track
     transcript: Path | None = None  # WebVTT or SRT
