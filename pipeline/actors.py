@@ -11,7 +11,7 @@ from typing import Any
 
 from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import decode, inputs
+from pipeline import cut, decode, inputs
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate
         return inputs.decode_image(item.image)
     if kind in inputs.TEXT_KINDS:
         return inputs.item_texts(item, kind)
+    if item.cut_from_source and kind in ("frames", "audio", "transcript"):
+        return cut.decode_cut(item, kind, audio_rate_hz)
     if kind == "frames":
         return decode.decode_frames(item.video)
     if kind == "audio":

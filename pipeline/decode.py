@@ -60,7 +60,8 @@ def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray
     return np.where(take_left, left, right)
 
 
-def decode_frames(path: Path) -> Frames:
+def decode_frames(path: Path, clip: tuple[float, float | None] | None = None) -> Frames:
+    """One picture per second; of the clip [start_s, end_s) of the file when `clip` is given (pipeline/cut.py)."""
     import decord
 
     path = _existing(path, "video")
@@ -77,10 +78,16 @@ def decode_frames(path: Path) -> Frames:
     # decord counts from the stream's first frame; put the frames where the container says they play
     origin = ts[0, 0] - video_offset_s(path)
     starts, duration = ts[:, 0] - origin, float(ts[-1, 1] - origin)
+    frame_no = np.arange(n)
+    if clip is not None:  # a clip inside the file: only its frames, on its own timeline
+        from pipeline.cut import cut_frame_times
+
+        keep, starts, duration = cut_frame_times(starts, duration, *clip, path)
+        frame_no = frame_no[keep]
     intervals = second_intervals(duration)
     index = pick_frames(starts, intervals)
     try:
-        pixels = reader.get_batch(index.tolist()).asnumpy()
+        pixels = reader.get_batch(frame_no[index].tolist()).asnumpy()
     except Exception as e:
         raise InputError(f"{path}: decoding failed: {str(e).splitlines()[0][:200]}") from e
     return Frames(pixels=np.ascontiguousarray(pixels), intervals=intervals, pts_s=starts[index],

@@ -70,6 +70,8 @@ def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config:
         ident["decode"] = decode.DECODE_VERSION if item.image is None else f"image-{inputs.IMAGE_DECODE_VERSION}"
     if kind == "audio":
         ident["rate_hz"] = config.audio_rate_hz
+    if item.cut_from_source and kind in ("frames", "audio"):
+        ident["cut"] = [item.clip_start_s, item.clip_end_s]
     if kind == "transcript":
         ident["clip"] = [item.clip_start_s, item.clip_end_s]
     return ident

@@ -1,0 +1,98 @@
+"""Clips cut out of a whole video (TinySocial): `MediaItem.cut_from_source` with [clip_start_s, clip_end_s).
+
+Frames, audio and captions are all cut to [start_s, end_s) of the file's timeline and re-timed so that 0 is
+the clip's start; the result is what decoding the same content pre-cut (`ffmpeg -ss start_s -i in -t
+duration`) gives: the same 1 fps grid [k, k+1) on the clip's timeline, the frame nearest each row's middle
+chosen among the frames shown in the clip (start in [start_s, end_s)), the audio samples from
+round(start_s * rate) on, the words re-timed and those wholly outside the clip dropped.
+
+A clip that starts at or after the end of the video, or ends more than `END_TOLERANCE_S` after it, is an
+error of that item naming the file and both times; an end within the tolerance is clipped to the video's end
+(a clip list's end rounded up to the second must not fail a whole clip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from extractors.base import Audio, Words
+from manifests.records import MediaItem
+
+END_TOLERANCE_S = 0.1
+
+
+def clip_span(item: MediaItem) -> tuple[float, float | None]:
+    return item.clip_start_s, item.clip_end_s
+
+
+def check_span(start_s: float, end_s: float | None, duration_s: float, path: Path | None, what: str) -> float:
+    """The clip's duration, or ValueError when [start_s, end_s) does not lie in the file's [0, duration_s)."""
+    from pipeline.decode import InputError
+
+    if start_s >= duration_s or (end_s is not None and end_s > duration_s + END_TOLERANCE_S):
+        end = f"{end_s:g}" if end_s is not None else "end"
+        raise InputError(f"{path}: clip [{start_s:g}, {end}) s lies outside the "
+                         f"{what} (duration {duration_s:.3f} s)")
+    end = duration_s if end_s is None else min(end_s, duration_s)
+    return end - start_s
+
+
+def cut_frame_times(starts_s: np.ndarray, duration_s: float, start_s: float, end_s: float | None,
+                    path: Path | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """(which frames lie in the clip (bool mask), their start times on the clip's timeline, the clip's duration).
+
+    A frame belongs to the clip when it starts in [start_s, end_s); row intervals and the frame choice then work
+    on the clip's timeline exactly as for a pre-cut file."""
+    clip_s = check_span(start_s, end_s, duration_s, path, "video")
+    shifted = np.asarray(starts_s, np.float64) - start_s
+    # whole microseconds, as pick_frames compares: float noise never moves a frame across the clip's edges
+    us = np.round(shifted * 1e6)
+    keep = (us >= 0) & (us < round(clip_s * 1e6))
+    if not keep.any():
+        from pipeline.decode import InputError
+
+        raise InputError(f"{path}: no video frame starts inside the clip [{start_s:g}, {start_s + clip_s:g}) s")
+    return keep, shifted[keep], clip_s
+
+
+def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | None) -> Audio:
+    """Samples [round(start_s * rate), round(end_s * rate)) of the whole track, re-timed to the clip."""
+    clip_s = check_span(start_s, end_s, audio.duration_s, path, "audio")
+    rate = audio.sample_rate_hz
+    lo = round(start_s * rate)
+    hi = min(audio.samples.size, lo + round(clip_s * rate))
+    samples = np.ascontiguousarray(audio.samples[lo:hi])
+    changes: dict[str, object] = {"samples": samples, "duration_s": samples.size / rate}
+    missing = getattr(audio, "missing_s", None)  # seconds the decoder could not decode, when it says
+    if missing is not None:
+        m = np.clip(np.asarray(missing, np.float64).reshape(-1, 2) - start_s, 0.0, clip_s)
+        changes["missing_s"] = m[m[:, 1] > m[:, 0]]
+    return dataclasses.replace(audio, **changes)
+
+
+def cut_transcript(item: MediaItem) -> Words:
+    """The item's captions (on the video file's timeline) re-timed to the clip; words wholly outside dropped."""
+    from extractors.captions import parse_captions
+    from pipeline.decode import _existing
+
+    path = _existing(item.transcript, "transcript")
+    duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
+    return parse_captions(path, clip_start_s=item.clip_start_s, clip_duration_s=duration)
+
+
+def decode_cut(item: MediaItem, kind: str, audio_rate_hz: int) -> object:
+    """Decode one input kind of a clip cut out of its file."""
+    from pipeline import decode
+
+    span = clip_span(item)
+    if kind == "frames":
+        return decode.decode_frames(item.video, clip=span)
+    if kind == "audio":
+        source = decode.audio_source(item)
+        return cut_audio(decode.decode_audio(source, audio_rate_hz), *span, source)
+    if kind == "transcript":
+        return cut_transcript(item)
+    raise ValueError(f"input kind {kind!r} cannot be cut from a source video")
