@@ -339,7 +339,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     log.info("plan: %d (feature, item) pairs to compute, %d already up to date", len(plan.todo), len(plan.skipped))
     if not items:
         report.notes.append("  no items found")
-    if items and all(i.video is None and i.audio is None and i.transcript is None for i in items):
+    if items and all(i.video is None and i.audio is None and i.transcript is None and i.image is None for i in items):
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
     if todo:
         runner.start_ray()

@@ -39,6 +39,7 @@ def test_good_pairs_complete_and_bad_ones_fail_alone(extracted) -> None:
     assert (c["caption"]["done"], c["caption"]["failed"]) == (5, 1)  # only the pair with no entries has none
     assert (c["reactions"]["done"], c["reactions"]["failed"]) == (4, 2)
     errors = {(f["feature"], f["item"]): f for f in report.failures}
+    assert not any("text-only" in note for note in report.notes)  # stills are media
     assert "never-unpacked.jpg: image file does not exist" in errors["frames", "soc-no-image"]["error"]
     assert errors["reactions", "soc-empty"]["error"].endswith(f"{raw / FILE_NAMES[0]}: pair soc-empty: no reactions")
     assert "pair soc-uneven, worker entry 0: 2 emotion(s)" in errors["reactions", "soc-uneven"]["error"]
