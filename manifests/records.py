@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 Split = Literal["train", "val", "test", "unknown"]
 _ID_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -33,7 +33,7 @@ class Reaction(_Record):
 
     emotions: tuple[str, ...]
     reasons: tuple[str, ...]
-    demographics: JsonValue = None  # anonymised, often missing; kept as found
+    demographics: str | None = None  # anonymised, often missing; kept as found, JSON-encoded (hashable)
 
 
 class MediaItem(_Record):

@@ -64,7 +64,7 @@ def _entry(entry: Any) -> tuple[str, str, Reaction]:
         emotions, reasons = _texts(entry[2]), _texts(entry[3])
     except ValueError as e:
         raise ValueError(f"emotions/explanations: {e}") from e
-    demographics = entry[4] if len(entry) == 5 else None
+    demographics = json.dumps(entry[4], sort_keys=True) if len(entry) == 5 and entry[4] is not None else None
     name = PurePosixPath(image.replace("\\", "/")).name  # matched by file name: the archive's folders differ
     return name, caption, Reaction(emotions=emotions, reasons=reasons, demographics=demographics)
 

@@ -8,6 +8,8 @@ that item naming the annotations file and the pair.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from extractors.base import Still, Texts
@@ -19,7 +21,7 @@ IMAGE_DECODE_VERSION = "1"
 TEXT_KINDS = ("caption", "reactions")
 
 
-def decode_image(path) -> Still:  # path: Path | None (None: the manifest found no image for the item)
+def decode_image(path: Path | None) -> Still:  # None: the manifest found no image for the item
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     path = _existing(path, "image")
