@@ -142,6 +142,7 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
             try:
                 row = json.loads(line)
                 rows.append((_siq2_question(row, split, f"{path.stem}-{line_no}"), f"{path}:{line_no}"))
+                _check_answers(*rows[-1], notes)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 log.warning("%s:%d: skipping malformed question: %s", path, line_no, e)
                 qid = row.get("qid") if isinstance(row, dict) else None
@@ -151,6 +152,19 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
     qa, dup_notes = unique_questions(rows)
     notes += dup_notes
     return qa
+
+
+def _check_answers(q: QAItem, where: str, notes: list[ManifestNote]) -> None:
+    """The release has questions whose correct answer's text is also one of the incorrect answers (33 labelled
+    ones): kept as published, but A2 then holds contradictory pairs and A4 two identical choices."""
+    if not q.correct:
+        return
+    right = {a for a, c in zip(q.answers, q.correct, strict=True) if c}
+    if right & {a for a, c in zip(q.answers, q.correct, strict=True) if not c}:
+        notes.append(ManifestNote(kind="note", what="question", id=q.qid, file=where,
+                                  reason="the correct answer's text is also given as an incorrect answer",
+                                  detail="kept as published: A2 gets the same text labelled 1 and 0, "
+                                         "A4 two identical choices"))
 
 
 def _one_line(e: BaseException) -> str:

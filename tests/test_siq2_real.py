@@ -70,6 +70,13 @@ def test_every_published_question_is_one_record_with_a_unique_qid(manifest, publ
     renamed = [n for n in notes if n.reason.startswith("qid also names")]
     assert len(renamed) == 898 and sum(".test" in n.detail for n in renamed) == 872
     assert {(q.item_id, q.qid) for q in qa if q.correct and "." not in q.qid} == train_val
+    assert [n for n in notes if n.kind != "note"] == []  # nothing published is dropped or failed
+    # labelled questions whose correct answer's text is also one of the incorrect answers: kept, and listed
+    ambiguous = {(f"qa_{s}.json", k) for s in ("train", "val") for k, r in enumerate(published[s], 1)
+                 if [r[f"a{i}"] for i in range(4)].count(r[f"a{r['answer_idx']}"]) > 1}
+    listed = {(Path(n.file.rsplit(":", 1)[0]).name, int(n.file.rsplit(":", 1)[1])) for n in notes
+              if n.reason.startswith("the correct answer's text")}
+    assert listed == ambiguous and len(listed) == 33
 
 
 def test_split_file_subsets_and_trims(manifest, realdata: Path) -> None:
