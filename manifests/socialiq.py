@@ -3,12 +3,18 @@
 2.0 (challenge release), under RAW or RAW/siq2:
     video/<vid>.mp4, audio/wav/<vid>.wav, transcript/<vid>.vtt,
     qa/qa_{train,val,test}.json  (JSON Lines: qid, q, vid_name, ts "0.00-60.06", a0..a3, answer_idx, …),
-    trims.json (clip start second in the source video), current_split.json (split → video ids).
+    trims.json (clip start second in the source video), current_split.json as download_all.py writes it,
+    else original_split.json as shipped: {"subsets": {"youtubeclips"|"movieclips"|"car": {split: [ids]}}}
+    (a flat {split: [ids]} is read too). An item's split and subset come from that file (first listing of
+    a video listed twice), else from its questions; a question's split is its QA file's.
+    Question identity and unique qids: manifests/questions.py.
 1.0, under RAW (or RAW/raw):
     vision/raw/<vid>_trimmed-out.mp4, qa/<vid>_trimmed.txt with lines `q<k>: …`, `a…: …` (correct),
     `i…: …` (incorrect); transcript/<vid>_trimmed.vtt when present. Folds: the CMU Multimodal SDK's
     `socialiq_std_folds.py` (or a JSON {"train": [...], "val": [...]}) passed as `folds`.
-A malformed QA line is logged with its file and line and skips that question only.
+Nothing is skipped in silence: a malformed QA line skips that question only, a video with an unusable id
+is dropped, a bad trims.json value fails that video only, and zero or missing trims are kept as they are;
+each is appended to `notes` (ManifestNote), which the run report lists.
 """
 
 from __future__ import annotations
