@@ -141,6 +141,9 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
     rows: list[tuple[QAItem, str]] = []
     for path in sorted(qa_dir.glob("qa_*.json")):
         split = _SPLITS.get(path.stem.removeprefix("qa_").lower(), "unknown")
+        if split == "unknown":
+            notes.append(ManifestNote(kind="note", what="QA file", id=path.name, file=str(path),
+                                      reason="not qa_{train,val,test}.json: its questions get split 'unknown'"))
         for line_no, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
                 continue
@@ -254,7 +257,17 @@ def read_siq2(raw: Path, dataset: str = "socialiq2",
             log.warning("%s: %s: %s", trims_path, vid, e)
             notes.append(ManifestNote(kind="failed", what="video", id=vid, file=str(trims_path), reason="bad trim",
                                       detail=_one_line(e)))
+    _orphans(root, {i.id for i in items} | {n.id for n in notes if n.kind == "failed"}, notes)
     return items, qa
+
+
+def _orphans(root: Path, items: set[str], notes: list[ManifestNote]) -> None:
+    """Audio and transcripts that no item takes (no usable video or question of that id) are listed."""
+    for what, folder, suffix in (("audio", root / "audio" / "wav", ".wav"), ("transcript", root / "transcript", ".vtt")):
+        for p in sorted(folder.glob(f"*{suffix}")) if folder.is_dir() else []:
+            if p.stem not in items:
+                notes.append(ManifestNote(kind="dropped", what=what, id=p.stem, file=str(p),
+                                          reason="no item of that id (no usable video or question)"))
 
 
 _SIQ1_LINE = re.compile(r"^(q|a|i)(\d*)\s*:\s*(.*\S)\s*$", re.IGNORECASE)

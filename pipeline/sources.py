@@ -15,7 +15,7 @@ def detect_layout(raw: Path) -> str:
     if (raw / "qa").is_dir() or (raw / "raw" / "qa").is_dir():
         return "siq1"
     # SocialIQA's zip unpacks to socialiqa-train-dev/: its .jsonl files may sit one folder down
-    if any(raw.glob("*.jsonl")) or any(raw.glob("*/*.jsonl")):
+    if any(raw.glob("*.jsonl")) or any(p.name in ("train.jsonl", "dev.jsonl", "test.jsonl") for p in raw.glob("*/*.jsonl")):
         return "socialiqa"
     raise FileNotFoundError(f"{raw}: no known dataset layout (Social-IQ 2.0, Social-IQ 1.0 or SocialIQA, "
                             "here or, for SocialIQA, one folder down)")

@@ -146,6 +146,8 @@ def test_siq2_one_bad_trim_fails_that_video_only(tmp_path: Path, bad) -> None:
                     _row("e_q", "e", "?"), _row("z_q", "z", "?")]}
     trims = {"a": bad, "b": 12.5, "c": [3.25, 63.25], "d": "7.5-67.5", "e": 0.0}
     raw = _siq2_layout(tmp_path, qa, trims)
+    (raw / "siq2" / "transcript").mkdir()
+    (raw / "siq2" / "transcript" / "a.vtt").write_text("")  # the failed video's: not listed again as an orphan
     notes: list[ManifestNote] = []
     items, got = read_siq2(raw, notes=notes)
     assert {i.id: (i.clip_start_s, i.clip_end_s) for i in items} == {
@@ -153,6 +155,7 @@ def test_siq2_one_bad_trim_fails_that_video_only(tmp_path: Path, bad) -> None:
     assert len(got) == 6  # the failed video's questions are kept
     failed = [n for n in notes if n.kind == "failed"]
     assert [(n.id, n.file) for n in failed] == [("a", str(raw / "siq2" / "trims.json"))]
+    assert not [n for n in notes if n.kind == "dropped"]
     assert repr(bad) in failed[0].detail
     reasons = {n.id: n.reason for n in notes if n.kind == "note"}
     assert reasons["e"].startswith("trim is 0") and reasons["z"].startswith("no trim entry and no video")
@@ -162,12 +165,20 @@ def test_siq2_unusable_ids_are_listed_not_lost(tmp_path: Path) -> None:
     qa = {"train": [_row("ok_q", "ok", "?"), _row("sp_q", "a b", "?")]}
     notes: list[ManifestNote] = []
     raw = _siq2_layout(tmp_path, qa, {"ok": 1.0}, videos=("ok.mp4", "a b.mp4", "é.mp4", "zarr.json.mp4", "ok.webm"))
+    (raw / "siq2" / "transcript").mkdir()
+    (raw / "siq2" / "audio" / "wav").mkdir(parents=True)
+    for name in ("transcript/ok.vtt", "transcript/a b.vtt", "transcript/gone.vtt", "audio/wav/gone.wav"):
+        (raw / "siq2" / name).write_text("")
+    (raw / "siq2" / "qa" / "qa_extra.json").write_text(json.dumps(_row("ok_x", "ok", "?")) + "\n")
     items, got = read_siq2(raw, notes=notes)
-    assert [i.id for i in items] == ["ok"] and [q.qid for q in got] == ["ok_q"]
+    assert [i.id for i in items] == ["ok"] and [(q.qid, q.split) for q in got] == [("ok_x", "unknown"), ("ok_q", "train")]
     dropped = {(n.what, n.id, n.reason) for n in notes if n.kind == "dropped"}
+    orphan = "no item of that id (no usable video or question)"
     assert dropped == {("video", "a b", "unusable id"), ("video", "é", "unusable id"),
                        ("video", "zarr.json", "unusable id"), ("video", "ok.webm", "not an .mp4 file"),
-                       ("question", "sp_q", "malformed question")}
+                       ("question", "sp_q", "malformed question"), ("transcript", "a b", orphan),
+                       ("transcript", "gone", orphan), ("audio", "gone", orphan)}
+    assert [n.id for n in notes if n.kind == "note"] == ["qa_extra.json"]  # its questions: split "unknown"
     assert all(n.file for n in notes)
 
 
