@@ -246,6 +246,10 @@ def read_siq2(raw: Path, dataset: str = "socialiq2",
         try:
             start, end = _clip_times(vid, trims, trims_path, video.exists(), notes)
             split, subset = listings.get(vid, (q_split.get(vid, "unknown"), None))
+            if split_path and vid not in listings:
+                notes.append(ManifestNote(kind="note", what="split entry", id=vid, file=str(split_path),
+                                          reason="video not in the split file: its split is its questions'",
+                                          detail=f"split {split}, no subset"))
             audio = root / "audio" / "wav" / f"{vid}.wav"
             transcript = root / "transcript" / f"{vid}.vtt"
             items.append(MediaItem(

@@ -133,7 +133,7 @@ def test_siq2_nested_split_file_and_subset(tmp_path: Path) -> None:
     assert got == {"a": ("train", "youtubeclips"), "b": ("val", "youtubeclips"), "c": ("train", "movieclips"),
                    "d": ("test", "movieclips"), "e": ("test", "car"), "x": ("train", None)}  # x: not listed
     kinds = {(n.what, n.id, n.kind) for n in notes if n.what == "split entry"}
-    assert kinds == {("split entry", "a", "note"), ("split entry", "car/extra", "dropped")}
+    assert kinds == {("split entry", "a", "note"), ("split entry", "car/extra", "dropped"), ("split entry", "x", "note")}
     # the flat {split: [ids]} form, and current_split.json (what download_all.py writes) before the original
     (tmp_path / "siq2" / "current_split.json").write_text(json.dumps({"val": ["a", "c"]}))
     items, _ = read_siq2(tmp_path)
