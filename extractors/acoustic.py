@@ -42,10 +42,13 @@ GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq"]
 
 class CovarepConfig(ExtractorConfig):
     extractor: Literal["covarep"] = "covarep"
-    f0_method: Literal["harvest", "dio"] = "harvest"
+    f0_method: Literal["dio", "harvest"] = "dio"
     f0_floor_hz: float = Field(60.0, gt=30.0)
     f0_ceil_hz: float = Field(500.0, le=1000.0)
     silence_dbfs: float = -60.0  # rows quieter than this (25 ms RMS re full scale) are unvoiced
+    # a row is voiced only if the signal repeats itself one tracked period later: normalised cross-correlation at
+    # the period >= this (0.45 is Praat's default voicing threshold; 0 keeps every row the tracker calls voiced)
+    voicing_nccf: float = Field(0.45, ge=0.0, lt=1.0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     n_mfcc: int = Field(13, ge=1, le=40)
@@ -85,6 +88,41 @@ def f0_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
     out = np.zeros(n_rows)
     out[: min(n_rows, f0.size)] = f0[:n_rows]
     return out
+
+
+def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int = 2) -> np.ndarray:
+    """Normalised cross-correlation of each row's 2-period (at least 10 ms) segment with the segment one tracked
+    period later, maximised over lags within +-`search` samples of the period (integer lags; F0 is not rounded).
+
+    On the high-passed signal: a DC offset or hum would correlate with itself at any lag.
+    """
+    if rows.size == 0:
+        return np.zeros(0)
+    lag0 = np.round(FS_HZ / f0[rows]).astype(int)
+    length = np.maximum(2 * lag0, HOP)
+    width = int(length.max()) + int(lag0.max()) + 2 * search
+    seg = glottal.windows(x_hp, rows * HOP + HOP // 2 - (length + lag0) // 2 - search, width)
+    n = np.arange(int(length.max()))
+    inside = n[None] < length[:, None]
+    best = np.zeros(rows.size)
+    a = np.where(inside, seg[:, search : search + n.size], 0.0)
+    energy_a = np.einsum("fn,fn->f", a, a)
+    for d in range(-search, search + 1):
+        idx = np.minimum(n[None] + search + lag0[:, None] + d, width - 1)
+        b = np.where(inside, np.take_along_axis(seg, idx, axis=1), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.einsum("fn,fn->f", a, b) / np.sqrt(energy_a * np.einsum("fn,fn->f", b, b))
+        best = np.fmax(best, r)
+    return np.nan_to_num(best)
+
+
+def voicing(x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
+    """Voiced rows: F0 inside [floor, ceiling], 25 ms RMS above silence_dbfs, periodic at the tracked period."""
+    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (rms_dbfs(x, f0.size) > cfg.silence_dbfs)
+    if cfg.voicing_nccf > 0:
+        rows = np.flatnonzero(voiced)
+        voiced[rows] = periodicity(x_hp, f0, rows) >= cfg.voicing_nccf
+    return voiced
 
 
 def rms_dbfs(x: np.ndarray, n_rows: int, win: int = 400) -> np.ndarray:
@@ -160,8 +198,8 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     n_rows = x.size // HOP
     x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
     f0 = f0_rows(x, n_rows, cfg)
-    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (rms_dbfs(x, n_rows) > cfg.silence_dbfs)
     x_hp = glottal.highpass(x, FS_HZ)
+    voiced = voicing(x, x_hp, f0, cfg)
     cols = glottal_rows(x_hp, f0, voiced, cfg)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
@@ -174,7 +212,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "2"
+    version = "3"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False
