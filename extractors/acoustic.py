@@ -37,6 +37,7 @@ from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, regi
 FS_HZ = 16000
 HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
+PEAK_SLOPE_WINDOW_S = 0.04
 GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq"]
 
 
@@ -203,7 +204,10 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     cols = glottal_rows(x_hp, f0, voiced, cfg)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
-    cols["peak_slope"] = glottal.peak_slope(x_hp, n_rows, HOP)
+    # a tilt needs signal: rows whose high-passed 25 ms RMS is below silence_dbfs (digital silence, DC, rumble) get NaN
+    cols["peak_slope"] = np.where(
+        rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, glottal.peak_slope(x_hp, n_rows, HOP), np.nan
+    )
     mfcc = mfcc_rows(x, n_rows, cfg)
     names = Covarep.columns(cfg)
     return np.column_stack([cols[c] for c in names[: -cfg.n_mfcc]] + [mfcc])
@@ -244,6 +248,8 @@ class Covarep(Extractor[CovarepConfig]):
             r1 = min(n_rows, r0 + step)
             a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
             features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config)[r0 - a : r1 - a]
+        if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
+            features[:, self.columns(self.config).index("peak_slope")] = np.nan
         starts = np.arange(n_rows) * HOP_S
         intervals = np.column_stack([starts, np.minimum(starts + HOP_S, x.duration_s)])
         vuv = features[:, 1]

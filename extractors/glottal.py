@@ -223,19 +223,21 @@ def cycle_params(g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_ra
     right = np.where(below & (n > i_max[:, None]), n, width).min(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         naq = f_ac / (d_peak * length)
-        lo = np.where(inside, seg, np.inf).min(axis=1, keepdims=True)
-        hi = np.where(inside, seg, -np.inf).max(axis=1, keepdims=True)
-        pulse = np.where(inside, (seg - lo) / (hi - lo), 0.0)
+        pulse = np.where(inside, comp / f_ac[:, None], 0.0)  # the drift-free pulse scaled to [0, 1]
     n_bins = PSP_NFFT // 8
     a = psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins))
     uniq, inv = np.unique(length, return_inverse=True)
     boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
     a_max = psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins))[inv]
+    psp = a / a_max
+    # A pulse whose spectrum falls faster near DC than a flat (DC) flow of the same length has more of its mass at
+    # the cycle's edges than inside: no glottal pulse (a GCI off the closed phase). Undefined, not clipped.
+    psp[psp > 1] = np.nan
     return {
         "centre": start + length / 2,
         "naq": naq,
         "qoq": (right - left) / length,
-        "psp": a / a_max,
+        "psp": psp,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import warnings
 
 import librosa
 import numpy as np
@@ -250,3 +251,21 @@ def test_harmonic_params_on_known_harmonics() -> None:
     got = glottal.harmonic_params(dg, np.full(100, f0), np.arange(20, 80), HOP, FS_HZ)
     np.testing.assert_allclose(got["h1h2"], 20 * np.log10(amps[0] / amps[1]), atol=0.1)
     np.testing.assert_allclose(got["hrf"], 20 * np.log10(amps[1:].sum() / amps[0]), atol=0.1)
+
+
+@pytest.mark.parametrize(
+    ("label", "x"),
+    [
+        ("dc only", np.full(8000, 0.3, np.float32)),
+        ("one sample", np.array([0.5], np.float32)),
+        ("-120 dBFS noise", 1e-6 * np.random.default_rng(7).standard_normal(8000).astype(np.float32)),
+    ],
+)
+def test_peak_slope_needs_signal(label: str, x: np.ndarray) -> None:
+    """No tilt is measured on DC, on input shorter than the 40 ms window, or below silence_dbfs: NaN, not a value."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # librosa warns that n_fft exceeds a 1-sample input
+        cols = run(x, CovarepConfig())
+    assert np.all(np.isnan(cols["peak_slope"])), (label, cols["peak_slope"][:5])
+    noise = 0.03 * np.random.default_rng(8).standard_normal(8000).astype(np.float32)
+    assert np.all(np.isfinite(run(noise, CovarepConfig())["peak_slope"]))
