@@ -38,7 +38,7 @@ FS_HZ = 16000
 HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
 PEAK_SLOPE_WINDOW_S = 0.04
-GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq"]
+GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
 
 
 class CovarepConfig(ExtractorConfig):
@@ -166,7 +166,7 @@ def glottal_flow(
 
 
 def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
-    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ per row (NaN where unvoiced or no glottal cycle is near the row)."""
+    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ, Rd per row (NaN where unvoiced or no glottal cycle is near the row)."""
     n_rows = voiced.size
     out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
     if not voiced.any():
@@ -179,6 +179,7 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
         cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz))
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
+        out["rd"] = glottal.to_rows(cyc["centre"], glottal.rd_from_naq(cyc["naq"]), n_rows, HOP, max_dist)
         centres = np.arange(n_rows) * HOP + HOP // 2
         a_lp = np.tile(np.eye(1, 19), (n_rows, 1))  # LP residual for MDQ: order fs/1000 + 2, 25 ms frames
         a_lp[voiced] = glottal.lpc_rows(glottal.windows(x_hp, centres[voiced] - 200, 400), 18, cfg.lpc_method)
