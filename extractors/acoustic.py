@@ -29,7 +29,7 @@ from typing import Literal
 import librosa
 import numpy as np
 from pydantic import Field, model_validator
-from scipy.signal import lfilter
+from scipy.signal import lfilter, welch
 
 from extractors import glottal
 from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, register
@@ -70,6 +70,22 @@ class CovarepConfig(ExtractorConfig):
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # pyworld 0.3.5 imports pkg_resources (setuptools < 81, pinned in the lock)
     import pyworld as pw
+
+
+def low_band(x: np.ndarray) -> dict:
+    """Is the low band missing (telephone, 300-3,400 Hz)? Long-term spectrum (Welch, 64 ms segments): energy in
+    60-250 Hz re 300-3,400 Hz below -25 dB AND a filter edge: 320-400 Hz more than 5 dB above 200-280 Hz. The edge
+    keeps a voice whose own F0 is near 300 Hz (nothing below it either, but no edge) from being flagged."""
+    f, p = welch(x, FS_HZ, nperseg=1024)
+
+    def level_db(lo: float, hi: float) -> float:
+        return float(10 * np.log10(p[(f >= lo) & (f < hi)].sum() + 1e-30))
+
+    low_db = level_db(60, 250) - level_db(300, 3400)
+    edge_db = level_db(320, 400) - level_db(200, 280)
+    limited = bool(low_db < -25 and edge_db > 5)
+    # WORLD's trackers lose the missing fundamental (gross errors 100 % on band-passed ARCTIC speech): say so
+    return {"low_band_db": round(low_db, 1), "band_limited": limited, "f0_reliable": not limited}
 
 
 def n_rows_for(duration_s: float) -> int:
@@ -261,5 +277,6 @@ class Covarep(Extractor[CovarepConfig]):
                 "voiced_fraction": float(vuv.mean()),
                 "sample_rate_hz": FS_HZ,
                 "resampled": x.sample_rate_hz != FS_HZ,
+                **low_band(padded),
             },
         )

@@ -179,3 +179,15 @@ def test_psp_stays_in_its_range(realdata: Path) -> None:
     psp = np.concatenate(psp)
     assert np.nanmax(psp) <= 1.0 and np.nanmin(psp) >= 0.0, (np.nanmin(psp), np.nanmax(psp))
     assert np.isnan(psp).mean() <= 0.02, np.isnan(psp).mean()
+
+
+@pytest.mark.parametrize("order", [4, 8])
+def test_telephone_band_is_detected(realdata: Path, order: int) -> None:
+    """Real speech band-passed to 300-3,400 Hz (Butterworth, zero phase) is flagged and its F0 marked unreliable
+    (DIO and Harvest make 100 % gross errors there); the untouched files, the 294 Hz sung vowel included, are not."""
+    band = butter(order, [300, 3400], "bandpass", fs=FS_HZ, output="sos")
+    for name in SPEECH:
+        x = speech_16k(realdata, name)
+        for signal, limited in ((x, False), (sosfiltfilt(band, x), name != "covarep_DB-cresc-a-D4-m1")):
+            attrs = Covarep(CovarepConfig()).extract(Audio(signal.astype(np.float32), FS_HZ, x.size / FS_HZ)).attrs
+            assert attrs["band_limited"] is limited and attrs["f0_reliable"] is not limited, (name, limited, attrs)
