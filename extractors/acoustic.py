@@ -76,7 +76,7 @@ def low_band(x: np.ndarray) -> dict:
     """Is the low band missing (telephone, 300-3,400 Hz)? Long-term spectrum (Welch, 64 ms segments): energy in
     60-250 Hz re 300-3,400 Hz below -25 dB AND a filter edge: 320-400 Hz more than 5 dB above 200-280 Hz. The edge
     keeps a voice whose own F0 is near 300 Hz (nothing below it either, but no edge) from being flagged."""
-    f, p = welch(x, FS_HZ, nperseg=1024)
+    f, p = welch(x, FS_HZ, nperseg=1024, noverlap=0)  # no overlap: a long-term average needs none
 
     def level_db(lo: float, hi: float) -> float:
         return float(10 * np.log10(p[(f >= lo) & (f < hi)].sum() + 1e-30))
@@ -117,19 +117,17 @@ def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int 
         return np.zeros(0)
     lag0 = np.round(FS_HZ / f0[rows]).astype(int)
     length = np.maximum(2 * lag0, HOP)
-    width = int(length.max()) + int(lag0.max()) + 2 * search
-    seg = glottal.windows(x_hp, rows * HOP + HOP // 2 - (length + lag0) // 2 - search, width)
-    n = np.arange(int(length.max()))
-    inside = n[None] < length[:, None]
-    best = np.zeros(rows.size)
-    a = np.where(inside, seg[:, search : search + n.size], 0.0)
+    width = int(length.max())
+    start = rows * HOP + HOP // 2 - (length + lag0) // 2
+    inside = np.arange(width)[None] < length[:, None]
+    a = np.where(inside, glottal.windows(x_hp, start, width), 0.0)
     energy_a = np.einsum("fn,fn->f", a, a)
-    for d in range(-search, search + 1):
-        idx = np.minimum(n[None] + search + lag0[:, None] + d, width - 1)
-        b = np.where(inside, np.take_along_axis(seg, idx, axis=1), 0.0)
+    best = np.zeros(rows.size)
+    for d in range(-search, search + 1):  # b needs no mask in the product: a is zero outside the segment
+        b = glottal.windows(x_hp, start + lag0 + d, width)
+        energy_b = np.einsum("fn,fn,fn->f", b, b, inside)
         with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.einsum("fn,fn->f", a, b) / np.sqrt(energy_a * np.einsum("fn,fn->f", b, b))
-        best = np.fmax(best, r)
+            best = np.fmax(best, np.einsum("fn,fn->f", a, b) / np.sqrt(energy_a * energy_b))
     return np.nan_to_num(best)
 
 
