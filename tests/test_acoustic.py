@@ -76,7 +76,7 @@ def test_voicing_alternation(method: str) -> None:
     t = row_times(200)
     truth = np.any([(t >= a) & (t < b) for a, b in spans], axis=0)
     assert np.mean((cols["vuv"] == 1) == truth) >= 0.95
-    for name in ("f0", "naq", "qoq", "h1h2", "hrf", "psp", "mdq"):
+    for name in ("f0", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"):
         assert np.all(np.isnan(cols[name][cols["vuv"] == 0])), name
 
 

@@ -167,15 +167,17 @@ def test_white_noise_stays_unvoiced(dbfs: float) -> None:
 
 
 def test_psp_stays_in_its_range(realdata: Path) -> None:
-    """PSP = a / a_max lies in [0, 1] on every voiced row of real speech (it exceeded 1 on 0.7 % of them, max 2.7);
+    """Glottal columns are NaN on unvoiced rows; PSP = a / a_max lies in [0, 1] on every voiced row of real speech (it exceeded 1 on 0.7 % of them, max 2.7);
     a cycle whose pulse would exceed 1 is NaN, on at most 2 % of the voiced rows."""
     psp = []
     cfg = CovarepConfig()
-    col = Covarep.columns(cfg).index("psp")
+    names = Covarep.columns(cfg)
+    glottal_cols = [names.index(c) for c in ("f0", *acoustic.GLOTTAL_COLUMNS)]
     for name in SPEECH:
         x = speech_16k(realdata, name)
         feats = Covarep(cfg).extract(Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)).features
-        psp.append(feats[feats[:, 1] == 1, col].astype(float))
+        assert np.isnan(feats[feats[:, 1] == 0][:, glottal_cols]).all(), name  # rows the voicing test rejects
+        psp.append(feats[feats[:, 1] == 1, names.index("psp")].astype(float))
     psp = np.concatenate(psp)
     assert np.nanmax(psp) <= 1.0 and np.nanmin(psp) >= 0.0, (np.nanmin(psp), np.nanmax(psp))
     assert np.isnan(psp).mean() <= 0.02, np.isnan(psp).mean()
