@@ -347,9 +347,10 @@ def to_rows(times: np.ndarray, values: np.ndarray, n_rows: int, hop: int, max_di
 RD_GRID = np.round(np.arange(0.3, 2.7001, 0.05), 2)  # the range of Fant's (1995) regressions
 
 
-def _lf_cycle(rd: float, t: np.ndarray) -> np.ndarray:
-    """One LF flow-derivative cycle (Fant, Liljencrants & Lin 1985) of unit period and Ee = 1 at times t in [0, 1)
-    from the opening, with (Ra, Rk, Rg) from Rd by Fant's (1995) regressions."""
+def _lf_cycles(rd: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(len(rd), len(t)) LF flow-derivative cycles (Fant, Liljencrants & Lin 1985) of unit period and Ee = 1 at
+    times t in [0, 1) from the opening, with (Ra, Rk, Rg) from Rd by Fant's (1995) regressions."""
+    rd = np.asarray(rd, dtype=float)[:, None]
     ra, rk = (4.8 * rd - 1.0) / 100.0, (11.8 * rd + 22.4) / 100.0
     rg = rk / (4.0 * (0.11 * rd / (0.5 + 1.2 * rk) - ra))
     tp, ta = 1.0 / (2.0 * rg), ra
@@ -360,33 +361,30 @@ def _lf_cycle(rd: float, t: np.ndarray) -> np.ndarray:
         eps = (1.0 - np.exp(-eps * tb)) / ta
     wg = np.pi / tp
 
-    def shape(alpha: float) -> np.ndarray:
+    def shape(alpha: np.ndarray, t: np.ndarray) -> np.ndarray:
         e0 = -1.0 / (np.exp(alpha * te) * np.sin(wg * te))  # Ee = 1 at te
-        opening = e0 * np.exp(alpha * t) * np.sin(wg * t)
         ret = -(np.exp(-eps * (t - te)) - np.exp(-eps * tb)) / (eps * ta)
-        return np.where(t <= te, opening, ret)
+        return np.where(t <= te, e0 * np.exp(alpha * t) * np.sin(wg * t), ret)
 
-    lo, hi = -10.0, 60.0  # alpha (per period): the net flow over a cycle falls through 0 inside this bracket
+    coarse = np.arange(1000) / 1000  # the net flow's sign needs no fine grid
+    lo, hi = np.full_like(rd, -10.0), np.full_like(rd, 60.0)  # alpha (per period): the net flow falls through 0
     for _ in range(50):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if shape(mid).mean() > 0 else (lo, mid)
-    return shape((lo + hi) / 2)
+        positive = shape(mid, coarse).mean(axis=1, keepdims=True) > 0
+        lo, hi = np.where(positive, mid, lo), np.where(positive, hi, mid)
+    return shape((lo + hi) / 2, t)
 
 
 _NAQ_OF_RD: np.ndarray | None = None
 
 
-def lf_naq(rd_grid: np.ndarray = RD_GRID) -> np.ndarray:
+def lf_naq() -> np.ndarray:
     """NAQ = f_ac / (d_peak * T0) of the LF cycle for each Rd of RD_GRID (increasing), computed once."""
     global _NAQ_OF_RD
     if _NAQ_OF_RD is None:
-        t = np.arange(8000) / 8000
-        naq = []
-        for rd in rd_grid:
-            d = _lf_cycle(float(rd), t)
-            flow = np.cumsum(d) / t.size
-            naq.append((flow.max() - flow.min()) / -d.min())
-        _NAQ_OF_RD = np.asarray(naq)
+        d = _lf_cycles(RD_GRID, np.arange(8000) / 8000)
+        flow = np.cumsum(d, axis=1) / d.shape[1]
+        _NAQ_OF_RD = (flow.max(axis=1) - flow.min(axis=1)) / -d.min(axis=1)
     return _NAQ_OF_RD
 
 
