@@ -94,6 +94,24 @@ class QAItem(_Record):
         return self
 
 
+class ManifestNote(_Record):
+    """An input the manifest saw and did not take as it was, so that no run passes over it in silence.
+
+    kind: "failed" (an item whose metadata is bad: no item made; it counts as a failure of the run),
+    "dropped" (an input that could not become a record: an unusable id, a malformed line, a duplicate),
+    "note" (made into a record, with a caveat the user should know: a zero trim, a renamed qid).
+    `reason` is short and the same for every input of its kind (the summary groups by it); `detail`
+    says what exactly happened to this input.
+    """
+
+    kind: Literal["failed", "dropped", "note"]
+    what: str  # "video", "question", "trim", "split entry", ...
+    id: str  # as found in the input (it may be an unusable id)
+    file: str | None = None  # the file (with :line where it has lines) the input came from
+    reason: str
+    detail: str = ""
+
+
 R = TypeVar("R", bound=_Record)
 
 

@@ -23,7 +23,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from manifests.records import MediaItem, Reaction, check_id
+from manifests.records import ManifestNote, MediaItem, Reaction, check_id
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +90,24 @@ def _item_id(pair_id: str, seen: set[str]) -> str | None:
     return None if item_id in seen else item_id
 
 
+def _dropped(notes: list[ManifestNote] | None, what: str, id_: str, source: Path, reason: str, detail: str) -> None:
+    log.warning("%s: %s: skipping %s: %s", source, id_, reason, detail)
+    if notes is not None:
+        notes.append(ManifestNote(kind="dropped", what=what, id=id_, file=str(source), reason=reason, detail=detail))
+
+
 def _pair(pair_id: str, item_id: str, entries: Any, source: Path, images: dict[str, Path],
-          image_dir: Path, dataset: str) -> MediaItem:
+          image_dir: Path, dataset: str, notes: list[ManifestNote] | None) -> MediaItem:
     if not isinstance(entries, list):
+        _dropped(notes, "worker entries", f"pair {pair_id}", source, "not a list of worker entries",
+                 json.dumps(entries)[:80])
         entries = []
-        log.warning("%s: pair %s: value is not a list of worker entries; no reactions", source, pair_id)
     names, captions, reactions = [], [], []
     for k, entry in enumerate(entries):
         try:
             name, caption, reaction = _entry(entry)
         except ValueError as e:
-            log.warning("%s: pair %s, entry %d: skipping malformed entry: %s", source, pair_id, k, e)
+            _dropped(notes, "worker entry", f"pair {pair_id}, entry {k}", source, "malformed entry", str(e))
             continue
         names.append(name)
         captions.append(caption)
@@ -115,9 +122,10 @@ def _pair(pair_id: str, item_id: str, entries: Any, source: Path, images: dict[s
     )
 
 
-def read_socratis(raw: Path, dataset: str = DATASET) -> list[MediaItem]:
+def read_socratis(raw: Path, dataset: str = DATASET, notes: list[ManifestNote] | None = None) -> list[MediaItem]:
     """One MediaItem per pair, in the file's order. A pair id that is not a usable item id has its
-    other characters replaced by '_'; one that still is not (or collides) is logged and skipped."""
+    other characters replaced by '_'; one that still is not (or collides) is logged and skipped. What is
+    skipped is also noted in `notes` when given (the run report)."""
     raw = Path(raw)
     source = find_annotations(raw)
     if source is None:
@@ -135,10 +143,10 @@ def read_socratis(raw: Path, dataset: str = DATASET) -> list[MediaItem]:
     for pair_id, entries in data.items():
         item_id = _item_id(str(pair_id), seen)
         if item_id is None:
-            log.warning("%s: pair %r: unusable or repeated id; skipped", source, pair_id)
+            _dropped(notes, "pair", f"pair {pair_id}", source, "unusable or repeated pair id", repr(pair_id))
             continue
         seen.add(item_id)
-        items.append(_pair(str(pair_id), item_id, entries, source, images, image_dir, dataset))
+        items.append(_pair(str(pair_id), item_id, entries, source, images, image_dir, dataset, notes))
     return items
 
 

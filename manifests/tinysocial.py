@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from manifests.records import MediaItem, QAItem, check_id
+from manifests.records import ManifestNote, MediaItem, QAItem, check_id
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,14 @@ def _why(e: Exception) -> str:
     return str(e)
 
 
-def read_clips(path: Path) -> list[ClipRow]:
+def _dropped(notes: list[ManifestNote] | None, what: str, id_: str, where: str, reason: str, detail: str = "") -> None:
+    """Log a skipped input with its file:line, and note it for the run report."""
+    log.warning("%s: skipping %s %s: %s%s", where, what, id_, reason, f": {detail}" if detail else "")
+    if notes is not None:
+        notes.append(ManifestNote(kind="dropped", what=what, id=id_, file=where, reason=reason, detail=detail))
+
+
+def read_clips(path: Path, notes: list[ManifestNote] | None = None) -> list[ClipRow]:
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f, skipinitialspace=True)
         missing = [c for c in CLIP_COLUMNS if c not in (reader.fieldnames or [])]
@@ -93,41 +100,42 @@ def read_clips(path: Path) -> list[ClipRow]:
         rows: list[ClipRow] = []
         seen: set[str] = set()
         for row in reader:
-            line = reader.line_num
+            where, name = f"{path}:{reader.line_num}", str(row.get("clip_id") or f"line {reader.line_num}")
             if None in row or any(row[c] is None for c in CLIP_COLUMNS):  # the optional `video` may be left off
-                log.warning("%s:%d: skipping malformed row: wrong number of fields", path, line)
+                _dropped(notes, "clip", name, where, "wrong number of fields")
                 continue
             try:
                 clip = ClipRow.model_validate({k: v.strip() for k, v in row.items() if v is not None})
             except ValidationError as e:
-                log.warning("%s:%d: skipping malformed row: %s", path, line, _why(e))
+                _dropped(notes, "clip", name, where, "malformed row", _why(e))
                 continue
             if clip.clip_id in seen:
-                log.warning("%s:%d: skipping row: clip_id %s already listed", path, line, clip.clip_id)
+                _dropped(notes, "clip", name, where, "clip_id already listed")
                 continue
             seen.add(clip.clip_id)
             rows.append(clip)
     return rows
 
 
-def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET) -> list[QAItem]:
+def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET,
+            notes: list[ManifestNote] | None = None) -> list[QAItem]:
     out: list[QAItem] = []
     seen: set[str] = set()
     for path in sorted(qa_dir.glob("qa_*.jsonl")):
         for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue
+            where = f"{path}:{line_no}"
             try:
                 row = QARow.model_validate(json.loads(line))
             except (json.JSONDecodeError, ValidationError) as e:
-                log.warning("%s:%d: skipping malformed question: %s", path, line_no, _why(e))
+                _dropped(notes, "question", f"line {line_no}", where, "malformed question", _why(e))
                 continue
             if row.vid_name not in clips:
-                log.warning("%s:%d: skipping question %s: clip %s is not in clips.csv", path, line_no, row.qid,
-                            row.vid_name)
+                _dropped(notes, "question", row.qid, where, "its clip is not in clips.csv", row.vid_name)
                 continue
             if row.qid in seen:
-                log.warning("%s:%d: skipping question: qid %s already used", path, line_no, row.qid)
+                _dropped(notes, "question", row.qid, where, "qid already used")
                 continue
             seen.add(row.qid)
             answers = (row.a0, row.a1, row.a2, row.a3)
@@ -137,12 +145,14 @@ def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET) -> 
     return out
 
 
-def read_tinysocial(raw: Path, dataset: str = DATASET) -> tuple[list[MediaItem], list[QAItem]]:
+def read_tinysocial(raw: Path, dataset: str = DATASET,
+                    notes: list[ManifestNote] | None = None) -> tuple[list[MediaItem], list[QAItem]]:
+    """Items and questions; what was skipped is logged and, when `notes` is given, noted there (run report)."""
     raw = Path(raw)
     clips_csv = raw / "clips.csv"
     if not clips_csv.is_file():
         raise FileNotFoundError(f"{raw}: no TinySocial layout (expected clips.csv, video/, qa/qa_<subset>.jsonl)")
-    clips = {c.clip_id: c for c in read_clips(clips_csv)}
+    clips = {c.clip_id: c for c in read_clips(clips_csv, notes)}
     items = []
     for c in clips.values():
         transcript = raw / "transcript" / f"{c.clip_id}.vtt"
@@ -151,7 +161,7 @@ def read_tinysocial(raw: Path, dataset: str = DATASET) -> tuple[list[MediaItem],
             transcript=transcript if transcript.is_file() else None,
             clip_start_s=c.start_s or 0.0, clip_end_s=c.end_s, cut_from_source=c.start_s is not None,
         ))
-    return items, read_qa(raw / "qa", clips, dataset)
+    return items, read_qa(raw / "qa", clips, dataset, notes)
 
 
 # ---- the offline sample: two generated videos (barcoded frames, espeak-ng speech, WebVTT; see sample.py) ----

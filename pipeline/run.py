@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from manifests.records import MediaItem, QAItem
+from manifests.records import ManifestNote, MediaItem, QAItem
 from pipeline import actors, decode, inputs
 from pipeline.config import FeatureSpec, RunConfig
-from pipeline.sources import load_items
+from pipeline.sources import load_items, manifest_summary
 from store import layout
 from store.plan import Wanted, make_plan
 from store.reader import Store
@@ -38,6 +38,7 @@ class RunReport:
     seconds: float = 0.0
     model_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -45,6 +46,7 @@ class RunReport:
     def summary(self) -> str:
         lines = [f"{self.dataset}: {self.store} ({self.seconds:.1f} s)"]
         lines += self.notes
+        lines += manifest_summary(self.manifest)
         lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
             lines.append(f"  {feat:<12}{c['done']:>6}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
@@ -293,7 +295,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
-    all_items, qa = load_items(dataset, raw, config)
+    all_items, qa, notes = load_items(dataset, raw, config)
     items = all_items[:limit] if limit else all_items
     questions: dict[str, list[QAItem]] = defaultdict(list)
     for q in qa:
@@ -301,12 +303,24 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
+    _manifest_failures(report, notes)
     log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
     writer = StoreWriter(out, dataset)  # holds the store's write lock until the run ends
     try:
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0)
     finally:
         writer.close()
+
+
+def _manifest_failures(report: RunReport, notes: list[ManifestNote]) -> None:
+    """Keep the manifest's notes; an item whose metadata failed is a failure of each feature asked for."""
+    report.manifest = [n.model_dump(mode="json") for n in notes]
+    for n in notes:
+        if n.kind == "failed":
+            for feat in report.counts:
+                report.counts[feat]["failed"] += 1
+                report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
+                                        "error": f"{n.reason}: {n.detail}", "feature": feat})
 
 
 def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], report: RunReport,

@@ -88,6 +88,10 @@ def test_bad_pairs_fail_alone_with_file_and_pair(tmp_path: Path, caplog: pytest.
     with pytest.raises(InputError, match=rf"{source}: pair uneven, worker entry 0: 2 emotion\(s\).*1 reason"):
         inputs.reaction_texts(items["uneven"])
     assert items["empty"].image is None  # nothing to say which image: frames and faces are n/a
+    notes: list = []
+    read_socratis(root, notes=notes)
+    assert [(n.kind, n.what, n.id, n.file) for n in notes] == [
+        ("dropped", "worker entry", "pair junk, entry 0", source), ("dropped", "worker entry", "pair junk, entry 1", source)]
 
 
 def test_still_pixels_upright_and_one_timeless_row(tmp_path: Path) -> None:

@@ -64,6 +64,10 @@ def test_rows_become_items_and_bad_rows_are_skipped_with_file_and_line(raw: Path
     assert qa[0].answers == ("A", "B", "C", "D") and qa[2].item_id == "c2"
     crowd = raw / "qa" / "qa_crowd.jsonl"
     assert warned >= {f"{crowd}:{n}" for n in (3, 4, 5, 6, 7)}
+    notes: list = []
+    read_tinysocial(raw, notes=notes)  # the same, noted for the run report
+    assert {(n.kind, n.file) for n in notes} == {("dropped", w) for w in warned}
+    assert len(notes) == 11 and {n.what for n in notes} == {"clip", "question"}
 
 
 def test_header_without_the_columns_is_an_error(tmp_path: Path) -> None:

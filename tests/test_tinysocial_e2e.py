@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def extracted(tmp_path_factory: pytest.TempPathFactory):
     raw = write_sample_tinysocial(tmp_path_factory.mktemp("tinysocial-raw"))
     with (raw / "clips.csv").open("a") as f:
-        f.write("ts-outside,crowd,x,6.0,9.0,video/ts-source-a.mp4\nts-missing,inhouse,y,,,\n")
+        f.write("ts-outside,crowd,x,6.0,9.0,video/ts-source-a.mp4\nts-missing,inhouse,y,,,\nbad id,crowd,z,0,1,\n")
     out = tmp_path_factory.mktemp("tinysocial-out") / "tinysocial.zarr"
     return raw, out, run_extract("sample-tinysocial", raw, out, load_config("sample-tinysocial"))
 
@@ -35,6 +35,7 @@ def test_clips_cut_and_whole_complete_and_bad_ones_fail_alone(extracted) -> None
     assert "ts-source-a.mp4: clip [6, 9) s lies outside the video (duration 7.000 s)" in errors["frames", "ts-outside"]
     assert "ts-source-a.mp4: clip [6, 9) s lies outside the audio" in errors["acoustic", "ts-outside"]
     assert "ts-missing.mp4: video file does not exist" in errors["frames", "ts-missing"]
+    assert [(n["kind"], n["file"]) for n in report.manifest] == [("dropped", f"{raw / 'clips.csv'}:6")]
     store = open_store(out)
     truth = json.loads((raw / "sample_truth.json").read_text())
     # the crowd clip is [2.5, 5.5) of the source: its rows' middles are the source's 3.0, 4.0 and 5.0 s
