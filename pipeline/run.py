@@ -22,7 +22,7 @@ from pipeline.sources import load_items
 from store import layout
 from store.plan import Wanted, make_plan
 from store.reader import Store
-from store.writer import StoreWriter
+from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
 
@@ -39,15 +39,17 @@ class RunReport:
     model_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
+    not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
 
     @property
     def exit_code(self) -> int:
-        """FAILURES when any pair failed; DAMAGED when damaged items were left as they are."""
+        """FAILURES when any pair failed; DAMAGED when damaged items were left as they are; STORE when
+        only the report could not be saved."""
         if any(c["failed"] for c in self.counts.values()):
             return exitcodes.FAILURES
         if any(not d["recomputed"] for d in self.damaged):
             return exitcodes.DAMAGED
-        return exitcodes.OK
+        return exitcodes.STORE if self.not_saved else exitcodes.OK
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -66,11 +68,13 @@ class RunReport:
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+        if self.not_saved:
+            lines.append(f"  run report NOT saved: {self.not_saved}")
         failed = sum(c["failed"] for c in self.counts.values())
         if failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
-            lines.append(f"  completed; damaged items remain in the store: exit code {self.exit_code}")
+            lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
 
 
@@ -365,7 +369,11 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         runner.run(dict(todo), {i.id: i for i in items}, questions)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
-    writer.write_run_report(run_id, report.as_dict())
+    try:
+        writer.write_run_report(run_id, report.as_dict())
+    except StoreError as e:  # the summary still reaches the user (and the exit code says so)
+        log.error("%s", e)
+        report.not_saved = str(e)
     return report
 
 
