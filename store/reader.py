@@ -43,6 +43,7 @@ class Store:
             raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
                              f"({type(e).__name__}: {e})") from None
         self.attrs = dict(self.root.attrs)
+        self._reported: set[tuple[Path, str | None]] = set()
         if self.attrs.get("schema") != layout.SCHEMA:
             raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
 
@@ -87,7 +88,8 @@ class Store:
         for c in self.check(feature):
             if c.ok:
                 good.append(c)
-            else:
+            elif (c.path, c.problem) not in self._reported:  # once per Store, not on every items() call
+                self._reported.add((c.path, c.problem))
                 log.warning("%s: damaged item left out (%s)", c.path, c.problem)
         return good
 

@@ -35,7 +35,7 @@ class VerifyReport:
                 lines.append(f"  NO RECORD {c.feature}/{c.item}: committed before integrity records; its metadata "
                              "reads and its arrays decode, but its bytes cannot be compared with the commit")
         if self.damaged:
-            lines.append(f"  {len(self.damaged)} damaged item(s): `make extract` with the same store recomputes them")
+            lines.append(f"  {len(self.damaged)} damaged item(s): `make extract EXTRACT_ARGS=--verify` on this store recomputes them")
         return "\n".join(lines)
 
 
