@@ -42,5 +42,8 @@ class VerifyReport:
 def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyReport:
     t0 = time.perf_counter()
     store = Store(path)
+    unknown = set(features or []) - set(store.features())
+    if unknown:
+        raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {store.features()}")
     checks = [c for f in (features or store.features()) for c in store.check(f, full=True)]
     return VerifyReport(Path(path), checks, time.perf_counter() - t0)
