@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from scipy.signal import lfilter
 
 from extractors import glottal
-from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, register
+from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, rate_intervals, register
 
 FS_HZ = 16000
 HOP_S = 0.01
@@ -206,8 +206,7 @@ class Covarep(Extractor[CovarepConfig]):
             r1 = min(n_rows, r0 + step)
             a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
             features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config)[r0 - a : r1 - a]
-        starts = np.arange(n_rows) * HOP_S
-        intervals = np.column_stack([starts, np.minimum(starts + HOP_S, x.duration_s)])
+        intervals = rate_intervals(n_rows, FS_HZ / HOP, x.duration_s)  # from integers: no float-noise overlaps
         vuv = features[:, 1]
         return FeatureRows(
             features=features.astype(np.float32),
