@@ -8,21 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extractors.base import FeatureRows
-from store.align import HOWS, align, collapse, fixed_rate_intervals, overlap_pairs
+from store.align import HOWS, OVERLAP_TOL_S, align, collapse, fixed_rate_intervals, overlap_pairs
 from store.writer import StoreWriter
 
 TOL = dict(rtol=1e-9, atol=1e-9)
 
 
-def brute_overlaps(rs: float, re: float, s: float, e: float) -> bool:
-    """The rule of docs/reading.md, case by case."""
-    if re > rs and e > s:
-        return s < re and e > rs
-    if re > rs:  # zero-length row [s, s]
-        return rs <= s < re
-    if e > s:  # zero-length reference [rs, rs]
-        return s <= rs < e
-    return s == rs
+def brute_overlaps(rs: float, re: float, s: float, e: float, tol: float = OVERLAP_TOL_S) -> bool:
+    """The rule of docs/reading.md, case by case: times closer than tol are one instant."""
+    if re - rs > tol and e - s > tol:
+        return s < re - tol and e > rs + tol
+    if re - rs > tol:  # a point row [s, s]
+        return rs - tol <= s < re - tol
+    if e - s > tol:  # a point reference [rs, rs]
+        return s <= rs + tol and e > rs + tol
+    return abs(s - rs) <= tol
 
 
 def brute_collapse(ref: np.ndarray, rows: np.ndarray, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
