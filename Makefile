@@ -9,7 +9,7 @@ ITEM ?= sample-a
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXTRACT_ARGS ?=
 
-.PHONY: install extract test bench lint clean weights inspect sample
+.PHONY: install extract verify test bench lint clean weights inspect sample
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,9 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 extract: install
 	$(PY) -m pipeline extract --dataset $(DATASET) --raw $(RAW) --out $(OUT) $(EXTRACT_ARGS)
+
+verify: install
+	$(PY) -m pipeline verify --out $(OUT)
 
 sample: install
 	$(PY) -m pipeline sample build/sample

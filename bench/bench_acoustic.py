@@ -1,7 +1,9 @@
-"""Throughput of the `covarep` feature on one CPU core: seconds of audio per second of compute, and each group's share.
+"""Throughput of the `covarep` feature on one CPU core, each stage's share, and the voicing table on real speech.
 
-Run: `.venv/bin/python -m bench.bench_acoustic [--seconds 30] [--repeats 4]`. The audio is synthetic speech-like material
-(LF-model vowels with moving F0 and Rd, 65 % voiced, pauses with noise), made in the script.
+Run: `.venv/bin/python -m bench.bench_acoustic [--seconds 60] [--repeats 5]` (on a shared machine:
+`flock /tmp/siq-heavy.lock taskset -c 0 .venv/bin/python -m bench.bench_acoustic`). The audio is the real recordings
+of ../shared/realdata/speech (tests/conftest.py's realdata_dir()) at 16 kHz, concatenated and repeated up to
+`--seconds`; where they are absent, synthetic speech-like LF vowels (said in the output).
 """
 
 from __future__ import annotations
@@ -18,7 +20,21 @@ import numpy as np  # noqa: E402
 
 from extractors import acoustic, glottal  # noqa: E402
 from extractors.base import Audio  # noqa: E402
+from tests.conftest import realdata_dir  # noqa: E402
 from tests.synth_voice import FS_HZ, synth_vowel  # noqa: E402
+
+SPEECH = ("arctic_a0007", "amfm_sample", "covarep_0011.arctic_bdl1", "covarep_DB-cresc-a-D4-m1",
+          "covarep_glottalized-m1")  # fmt: skip
+BEFORE = acoustic.CovarepConfig(f0_method="harvest", voicing_nccf=0.0)  # version 2's default
+
+
+def real_speech() -> dict[str, np.ndarray]:
+    root = realdata_dir()
+    if root is None:
+        return {}
+    from tests.test_acoustic_real import speech_16k
+
+    return {name: speech_16k(root, name) for name in SPEECH if (root / "speech" / f"{name}.wav").is_file()}
 
 
 def speech_like(seconds: float) -> np.ndarray:
@@ -31,67 +47,93 @@ def speech_like(seconds: float) -> np.ndarray:
     voice = synth_vowel(
         seconds, lambda t: 140 + 50 * np.sin(1.3 * t), lambda t: 1.5 + np.sin(0.4 * t), spans, noise_rms=1e-3
     )
-    return voice.speech
+    return voice.speech.astype(np.float64)
 
 
-def groups(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
-    """Seconds per parameter group over `cfg.block_s` blocks (the same calls analyse_block makes)."""
-    spent = dict.fromkeys(["f0 + voicing (pyworld)", "glottal (IAIF, GCI, NAQ..MDQ)", "peak slope", "mfcc"], 0.0)
+def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
+    """Seconds per stage over `cfg.block_s` blocks (the calls analyse_block and extract make, in their order)."""
+    spent: dict[str, float] = {}
+
+    def timed(key: str, fn, *args):  # noqa: ANN001, ANN202
+        t0 = time.perf_counter()
+        out = fn(*args)
+        spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+        return out
+
     step = round(cfg.block_s * 100) * acoustic.HOP
     for start in range(0, x.size, step):
         block = x[start : start + step]
         n = block.size // acoustic.HOP
-        t0 = time.perf_counter()
-        f0 = acoustic.f0_rows(block, n, cfg)
-        voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (acoustic.rms_dbfs(block, n) > cfg.silence_dbfs)
-        t1 = time.perf_counter()
-        x_hp = glottal.highpass(block, FS_HZ)
-        acoustic.glottal_rows(x_hp, f0, voiced, cfg)
-        t2 = time.perf_counter()
-        glottal.peak_slope(x_hp, n, acoustic.HOP)
-        t3 = time.perf_counter()
-        acoustic.mfcc_rows(block, n, cfg)
-        t4 = time.perf_counter()
-        for key, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
-            spent[key] += dt
+        block = block[: n * acoustic.HOP]
+        f0 = timed("f0 (DIO + StoneMask)" if cfg.f0_method == "dio" else "f0 (Harvest)", acoustic.f0_rows, block, n, cfg)
+        x_hp = timed("high-pass", glottal.highpass, block, FS_HZ)
+        voiced = timed("voicing (RMS gate + NCCF)", acoustic.voicing, block, x_hp, f0, cfg)
+        timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
+        timed("peak slope", glottal.peak_slope, x_hp, n, acoustic.HOP)
+        timed("mfcc", acoustic.mfcc_rows, block, n, cfg)
+    timed("band check (Welch)", acoustic.low_band, x)
     return spent
 
 
-def whole_set(audio: Audio, cfg: acoustic.CovarepConfig, repeats: int) -> tuple[float, float, float]:
-    """(first call, median of the later calls, voiced fraction). The first call in a process also pays for
-    first-touch page faults (about 200 MB, mostly inside pyworld's DIO); later calls reuse that memory, as a
-    long-running pipeline worker does."""
-    times, rows = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        rows = acoustic.Covarep(cfg).extract(audio)
-        times.append(time.perf_counter() - t0)
-    later = float(np.median(times[1:])) if len(times) > 1 else times[0]
-    return times[0], later, rows.attrs["voiced_fraction"]
+def voicing_table(files: dict[str, np.ndarray]) -> None:
+    """Voicing F1 and F0 errors against Praat per file: version 2's default (Harvest) and this one."""
+    try:
+        from tests.test_acoustic_real import GROSS_CENTS, cents, extract, f1, praat_f0
+    except ImportError:  # parselmouth is a test dependency
+        print("  (voicing table skipped: praat-parselmouth not installed)")
+        return
+    print("  voicing vs Praat (to_pitch_ac 60-500 Hz); F0 on rows both call voiced: median cents / gross > 20 %")
+    print(f"  {'file':28s} {'s':>5s} | {'before: harvest':>26s} | {'after: dio + NCCF':>26s}")
+    pooled: dict[str, list] = {"before": [], "after": []}
+    for name, x in files.items():
+        cells = []
+        for key, cfg in (("before", BEFORE), ("after", acoustic.CovarepConfig())):
+            f0, voiced = extract(x, cfg)
+            praat = praat_f0(x, f0.size)
+            both = voiced & np.isfinite(praat)
+            err = cents(f0[both], praat[both])
+            pooled[key].append((voiced, np.isfinite(praat)))
+            cells.append(f"F1 {f1(voiced, np.isfinite(praat)):.3f} {np.median(err):4.1f} c "
+                         f"{100 * np.mean(err > GROSS_CENTS):4.1f} %")  # fmt: skip
+        print(f"  {name:28s} {x.size / FS_HZ:5.1f} | {cells[0]:>26s} | {cells[1]:>26s}")
+    tot = [f1(np.concatenate([v for v, _ in p]), np.concatenate([r for _, r in p])) for p in pooled.values()]
+    print(f"  {'all files (pooled rows)':28s} {'':5s} | {'F1 ' + format(tot[0], '.3f'):>26s} | "
+          f"{'F1 ' + format(tot[1], '.3f'):>26s}")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--repeats", type=int, default=4, help="whole-set runs with dio (harvest runs once)")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--repeats", type=int, default=5, help="whole-set calls; the first pays page faults")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    x = speech_like(args.seconds)
-    audio = Audio(x, FS_HZ, x.size / FS_HZ)
-    acoustic.Covarep(acoustic.CovarepConfig(f0_method="dio")).extract(Audio(x[:16000], FS_HZ, 1.0))  # JIT warm-up
-    print(f"covarep on {args.seconds:.0f} s of synthetic speech-like audio, one core")
-    for method, repeats in (("dio", max(1, args.repeats)), ("harvest", 1)):
-        cfg = acoustic.CovarepConfig(f0_method=method)
-        first, later, voiced = whole_set(audio, cfg, repeats)
-        print(f"  {method:8s} whole set, first call: {first:6.2f} s -> {args.seconds / first:6.1f}x real time "
-              f"(voiced fraction {voiced:.2f})")  # fmt: skip
-        if repeats > 1:
-            print(f"  {method:8s} whole set, median of the {repeats - 1} later calls: {later:6.2f} s -> "
-                  f"{args.seconds / later:6.1f}x real time")  # fmt: skip
-        spent = groups(x.astype(np.float64), cfg)
-        for key, dt in spent.items():
-            print(f"      {key:32s} {dt:6.2f} s  {100 * dt / sum(spent.values()):5.1f} %")
+    files = real_speech()
+    n = round(args.seconds * FS_HZ)
+    if files:
+        joined = np.concatenate(list(files.values()))
+        x = np.tile(joined, -(-n // joined.size))[:n]
+        what = f"real speech ({len(files)} files of ../shared/realdata/speech, {joined.size / FS_HZ:.1f} s, repeated)"
+    else:
+        x, what = speech_like(args.seconds), "synthetic speech-like LF vowels (no ../shared/realdata)"
+    audio = Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)
+    cfg = acoustic.CovarepConfig()
+    print(f"covarep (default config) on {args.seconds:.0f} s of {what}, one core")
+    times, rows = [], None
+    for _ in range(max(2, args.repeats)):
+        t0 = time.perf_counter()
+        rows = acoustic.Covarep(cfg).extract(audio)
+        times.append(time.perf_counter() - t0)
+    later = np.array(times[1:])
+    print(f"  first call {times[0]:.2f} s -> {args.seconds / times[0]:.0f}x real time (pays one-off LF table and "
+          f"page faults); later calls: best {later.min():.2f} s -> {args.seconds / later.min():.0f}x, median "
+          f"{np.median(later):.2f} s -> {args.seconds / np.median(later):.0f}x real time "
+          f"(voiced fraction {rows.attrs['voiced_fraction']:.2f})")  # fmt: skip
+    spent = stages(x, cfg)
+    for key, dt in spent.items():
+        print(f"      {key:32s} {dt:6.3f} s  {100 * dt / sum(spent.values()):5.1f} %")
+    if files:
+        voicing_table(files)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Literal
 import librosa
 import numpy as np
 from pydantic import Field, model_validator
-from scipy.signal import lfilter
+from scipy.signal import lfilter, welch
 
 from extractors import glottal
 from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, rate_intervals, register
@@ -37,15 +37,19 @@ from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, rate
 FS_HZ = 16000
 HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
-GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq"]
+PEAK_SLOPE_WINDOW_S = 0.04
+GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
 
 
 class CovarepConfig(ExtractorConfig):
     extractor: Literal["covarep"] = "covarep"
-    f0_method: Literal["harvest", "dio"] = "harvest"
+    f0_method: Literal["dio", "harvest"] = "dio"
     f0_floor_hz: float = Field(60.0, gt=30.0)
     f0_ceil_hz: float = Field(500.0, le=1000.0)
     silence_dbfs: float = -60.0  # rows quieter than this (25 ms RMS re full scale) are unvoiced
+    # a row is voiced only if the signal repeats itself one tracked period later: normalised cross-correlation at
+    # the period >= this (0.45 is Praat's default voicing threshold; 0 keeps every row the tracker calls voiced)
+    voicing_nccf: float = Field(0.45, ge=0.0, lt=1.0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     n_mfcc: int = Field(13, ge=1, le=40)
@@ -68,6 +72,22 @@ with warnings.catch_warnings():
     import pyworld as pw
 
 
+def low_band(x: np.ndarray) -> dict:
+    """Is the low band missing (telephone, 300-3,400 Hz)? Long-term spectrum (Welch, 64 ms segments): energy in
+    60-250 Hz re 300-3,400 Hz below -25 dB AND a filter edge: 320-400 Hz more than 5 dB above 200-280 Hz. The edge
+    keeps a voice whose own F0 is near 300 Hz (nothing below it either, but no edge) from being flagged."""
+    f, p = welch(x, FS_HZ, nperseg=1024, noverlap=0)  # no overlap: a long-term average needs none
+
+    def level_db(lo: float, hi: float) -> float:
+        return float(10 * np.log10(p[(f >= lo) & (f < hi)].sum() + 1e-30))
+
+    low_db = level_db(60, 250) - level_db(300, 3400)
+    edge_db = level_db(320, 400) - level_db(200, 280)
+    limited = bool(low_db < -25 and edge_db > 5)
+    # WORLD's trackers lose the missing fundamental (gross errors 100 % on band-passed ARCTIC speech): say so
+    return {"low_band_db": round(low_db, 1), "band_limited": limited, "f0_reliable": not limited}
+
+
 def n_rows_for(duration_s: float) -> int:
     """ceil(duration / 10 ms), tolerant of float noise (0.07 s is 7 rows, not 8)."""
     return math.ceil(round(duration_s / HOP_S, 6))
@@ -85,6 +105,39 @@ def f0_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
     out = np.zeros(n_rows)
     out[: min(n_rows, f0.size)] = f0[:n_rows]
     return out
+
+
+def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int = 2) -> np.ndarray:
+    """Normalised cross-correlation of each row's 2-period (at least 10 ms) segment with the segment one tracked
+    period later, maximised over lags within +-`search` samples of the period (integer lags; F0 is not rounded).
+
+    On the high-passed signal: a DC offset or hum would correlate with itself at any lag.
+    """
+    if rows.size == 0:
+        return np.zeros(0)
+    lag0 = np.round(FS_HZ / f0[rows]).astype(int)
+    length = np.maximum(2 * lag0, HOP)
+    width = int(length.max())
+    start = rows * HOP + HOP // 2 - (length + lag0) // 2
+    inside = np.arange(width)[None] < length[:, None]
+    a = np.where(inside, glottal.windows(x_hp, start, width), 0.0)
+    energy_a = np.einsum("fn,fn->f", a, a)
+    best = np.zeros(rows.size)
+    for d in range(-search, search + 1):  # b needs no mask in the product: a is zero outside the segment
+        b = glottal.windows(x_hp, start + lag0 + d, width)
+        energy_b = np.einsum("fn,fn,fn->f", b, b, inside)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            best = np.fmax(best, np.einsum("fn,fn->f", a, b) / np.sqrt(energy_a * energy_b))
+    return np.nan_to_num(best)
+
+
+def voicing(x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
+    """Voiced rows: F0 inside [floor, ceiling], 25 ms RMS above silence_dbfs, periodic at the tracked period."""
+    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (rms_dbfs(x, f0.size) > cfg.silence_dbfs)
+    if cfg.voicing_nccf > 0:
+        rows = np.flatnonzero(voiced)
+        voiced[rows] = periodicity(x_hp, f0, rows) >= cfg.voicing_nccf
+    return voiced
 
 
 def rms_dbfs(x: np.ndarray, n_rows: int, win: int = 400) -> np.ndarray:
@@ -127,7 +180,7 @@ def glottal_flow(
 
 
 def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
-    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ per row (NaN where unvoiced or no glottal cycle is near the row)."""
+    """NAQ, QOQ, H1-H2, HRF, PSP, MDQ, Rd per row (NaN where unvoiced or no glottal cycle is near the row)."""
     n_rows = voiced.size
     out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
     if not voiced.any():
@@ -140,6 +193,7 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
         cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz))
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
+        out["rd"] = glottal.to_rows(cyc["centre"], glottal.rd_from_naq(cyc["naq"]), n_rows, HOP, max_dist)
         centres = np.arange(n_rows) * HOP + HOP // 2
         a_lp = np.tile(np.eye(1, 19), (n_rows, 1))  # LP residual for MDQ: order fs/1000 + 2, 25 ms frames
         a_lp[voiced] = glottal.lpc_rows(glottal.windows(x_hp, centres[voiced] - 200, 400), 18, cfg.lpc_method)
@@ -160,12 +214,15 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     n_rows = x.size // HOP
     x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
     f0 = f0_rows(x, n_rows, cfg)
-    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (rms_dbfs(x, n_rows) > cfg.silence_dbfs)
     x_hp = glottal.highpass(x, FS_HZ)
+    voiced = voicing(x, x_hp, f0, cfg)
     cols = glottal_rows(x_hp, f0, voiced, cfg)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
-    cols["peak_slope"] = glottal.peak_slope(x_hp, n_rows, HOP)
+    # a tilt needs signal: rows whose high-passed 25 ms RMS is below silence_dbfs (digital silence, DC, rumble) get NaN
+    cols["peak_slope"] = np.where(
+        rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, glottal.peak_slope(x_hp, n_rows, HOP), np.nan
+    )
     mfcc = mfcc_rows(x, n_rows, cfg)
     names = Covarep.columns(cfg)
     return np.column_stack([cols[c] for c in names[: -cfg.n_mfcc]] + [mfcc])
@@ -174,7 +231,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "2"
+    version = "3"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False
@@ -206,6 +263,8 @@ class Covarep(Extractor[CovarepConfig]):
             r1 = min(n_rows, r0 + step)
             a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
             features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config)[r0 - a : r1 - a]
+        if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
+            features[:, self.columns(self.config).index("peak_slope")] = np.nan
         intervals = rate_intervals(n_rows, FS_HZ / HOP, x.duration_s)  # from integers: no float-noise overlaps
         vuv = features[:, 1]
         return FeatureRows(
@@ -215,5 +274,6 @@ class Covarep(Extractor[CovarepConfig]):
                 "voiced_fraction": float(vuv.mean()),
                 "sample_rate_hz": FS_HZ,
                 "resampled": x.sample_rate_hz != FS_HZ,
+                **low_band(padded),
             },
         )

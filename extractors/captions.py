@@ -1,10 +1,11 @@
 """WebVTT and SRT captions -> `Words` (each word with [start, end) seconds on the clip's timeline).
 
 Rules (docs/text.md has the long form):
-- Markup (<i>, <c.colorE5E5E5>, <v Name>, {\\an8}), speaker labels ("JOHN:", ">>", a dialogue "- ") and
-  format characters (soft hyphen, zero-width joiners) are removed; a zero-width space and control characters
-  become spaces. Sound tags in brackets or parentheses ("[Music]", "(laughs)") and music notes never become
-  words.
+- Markup (<i>, <c.colorE5E5E5>, <v Name>, {\\an8} even inside a word), SSA breaks (\\N, \\n) and hard spaces
+  (\\h), speaker labels ("JOHN:", ">>", a dialogue "- ") and format characters (soft hyphen, zero-width joiners)
+  are removed; entities are decoded after tags go ("&lt;b&gt;" is the text "<b>"); a zero-width space and
+  control characters become spaces. Sound tags in brackets or parentheses ("[Music]", "(laughs)") and music
+  notes never become words.
 - Rolling captions (YouTube auto-captions repeat the previous line above the new one, and show it again in
   10 ms "transition" cues) are not doubled: a cue's leading lines equal to the previous cue's last lines are
   dropped when the cue starts within 10 ms of the previous cue's end (or overlaps it), those lines carry no
@@ -15,15 +16,19 @@ Rules (docs/text.md has the long form):
   start is that of its first word. Words without a time share the span between the nearest known times in
   proportion to len(word) + 1 characters (the +1 stands for the following space). A word ends where the next
   word of its cue starts; the last one at the cue's end.
-- Cues are ordered by start; then no word starts before the previous one ends (start = max(start, previous
-  end)) and none ends before it starts, so intervals never go backwards.
+- Cues are ordered by start (stable), a cue's words together; every word keeps its own cue's times, so words of
+  overlapping cues overlap, and only a zero-length cue gives zero-length words.
+- A block without a timing line, or with an unreadable one, is skipped and listed in attrs["skipped_blocks"];
+  a file with text but no readable cue is an error naming file and line.
 - Times are shifted by -clip_start_s; words wholly outside [0, clip_duration_s) are dropped, the rest clipped.
-- Social-IQ 2.0 trimmed files (trim_s given): see `siq2_misparsed_trim` and `_siq2_shifts`.
+- Social-IQ 2.0 trimmed files (trim_s given): see `siq2_misparsed_trim` and `_siq2_correct`.
 """
 
 from __future__ import annotations
 
+import codecs
 import html
+import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -34,19 +39,21 @@ import numpy as np
 from extractors.base import Words
 
 SIQ2_CLIP_S = 60.0
-_TS = r"(?:(\d+):)?(\d{1,2}):(\d{2})[.,](\d{1,6})"
+_TS = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})[.,](\d{1,6})"  # one-digit fields too (Teams 0:0:0.0, HLS 00:0.120)
 _TS_RE = re.compile(rf"^{_TS}$")
-_TIMING_RE = re.compile(r"^\s*(\S+)\s+-->\s+(\S+)(?:\s.*)?$")
+_TIMING_RE = re.compile(r"^\s*(\S+?)\s*-->\s*(\S+)(?:\s.*)?$")  # spaces around the arrow optional
 _TAG_RE = re.compile(r"(<[^>]*>)")
 _INLINE_TS_RE = re.compile(rf"^<{_TS}>$")
 # Sound tags, music notes, and the speaker-change marks ">>" and a lone "-" anywhere in a line.
 _SOUND_RE = re.compile(r"\[[^\]]*\]|\([^)]*\)|[♪♫♬]|(?<!\S)(?:>>+|-)(?!\S)")
 # A speaker label in capitals at the start of a line ("JOHN:", "MALE SPEAKER:"), after optional ">>" / "-".
 _SPEAKER_RE = re.compile(r"^\s*(?:>>+\s*|-\s+)?[A-Z][A-Z0-9 .'\-]*[A-Z0-9]\s*:(?=\s|$)")
-_ASS_RE = re.compile(r"\{\\[^}]*\}")
+_ASS_RE = re.compile(r"\{\\[^}]*\}")  # SSA/ASS override blocks ({\an8}, {\i1}): zero-width, also inside a word
+_ASS_BREAK_RE = re.compile(r"\\[Nn]")  # SSA/ASS line breaks in SRT text, as pysubs2 reads them
 _TRANSITION_S = 0.1  # YouTube's repeat-only cues last 10 ms
 _ROLL_GAP_S = 0.01  # a rolled-up line shows again at most this long after the previous cue ends
 _INDEX_RE = re.compile(r"^\s*\d+\s*$")
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,15 +72,20 @@ class _Cue:
     inline_ignored: bool = False  # its inline times did not fit the cue
 
 
-def parse_timestamp(text: str, where: str) -> float:
-    """'HH:MM:SS.mmm', 'MM:SS.mmm' (or with ',' as in SRT) -> seconds."""
+def parse_timestamp(text: str, where: str, srt: bool = False) -> float:
+    """'HH:MM:SS.mmm', 'MM:SS.mmm' (or with ',' as in SRT) -> seconds; fields may have one digit.
+
+    The fraction is a decimal fraction (WebVTT: '.5' is 500 ms, as webvtt-py reads it), except a one- or
+    two-digit SRT fraction, which SRT readers (pysrt, webvtt-py) take as milliseconds: ',5' is 5 ms.
+    """
     m = _TS_RE.match(text.strip())
     if not m:
         raise ValueError(f"{where}: bad timestamp {text!r} (expected HH:MM:SS.mmm)")
     h, mi, s, frac = m.groups()
     if int(mi) >= 60 or int(s) >= 60:
         raise ValueError(f"{where}: bad timestamp {text!r} (minutes/seconds over 59)")
-    return int(h or 0) * 3600 + int(mi) * 60 + int(s) + int(frac) / 10 ** len(frac)
+    frac_s = int(frac) / 1000 if srt and len(frac) < 3 else int(frac) / 10 ** len(frac)
+    return int(h or 0) * 3600 + int(mi) * 60 + int(s) + frac_s
 
 
 def _invisible(c: str) -> str:
@@ -86,7 +98,8 @@ def _invisible(c: str) -> str:
 
 
 def _clean_text(text: str) -> str:
-    text = _ASS_RE.sub(" ", html.unescape(text))
+    # Override blocks go before entities are decoded, so an escaped brace stays text; '\h' is a hard space.
+    text = html.unescape(_ASS_RE.sub("", text).replace("\\h", " "))
     return "".join(_invisible(c) for c in text)
 
 
@@ -103,7 +116,8 @@ def _line_words(line: str) -> list[_Word]:
     drop = np.zeros(len(text) + 1, dtype=bool)
     for m in _SOUND_RE.finditer(text):
         drop[m.start() : m.end()] = True
-    speaker = _SPEAKER_RE.match(text)
+    # A label is found with the sound tags blanked: "WOMAN ( gasping ):" is a speaker label too.
+    speaker = _SPEAKER_RE.match("".join(" " if drop[i] else c for i, c in enumerate(text)))
     if speaker:
         drop[: speaker.end()] = True
     kept = "".join(" " if drop[i] else c for i, c in enumerate(text))
@@ -131,12 +145,12 @@ def _attach_times(
     return out
 
 
-def _split_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
+def _split_blocks(lines: list[str], header: bool) -> list[tuple[int, list[str]]]:
     """Blocks separated by empty lines, each with the 1-based number of its first line.
 
     A timing line ('-->') also starts a block, as in WebVTT's parser, so a missing or whitespace-only separator
     does not glue the next cue on as text; a number just before it is that cue's id. Lines of spaces inside a
-    cue (YouTube) stay in it.
+    cue (YouTube) stay in it. `header`: the first block is a WebVTT header, which a timing line also ends.
     """
     blocks, cur, start = [], [], 0
     for i, line in enumerate(lines, 1):
@@ -144,7 +158,7 @@ def _split_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
             if cur:
                 blocks.append((start, cur))
             cur = []
-        elif "-->" in line and cur and (len(cur) > 1 or "-->" in cur[0]):
+        elif "-->" in line and cur and (len(cur) > 1 or "-->" in cur[0] or (header and start == 1)):
             head = cur[-1:] if len(cur) > 1 and _INDEX_RE.match(cur[-1]) else []
             blocks.append((start, cur[: len(cur) - len(head)]))
             cur, start = [*head, line], i - len(head)
@@ -157,35 +171,74 @@ def _split_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
     return blocks
 
 
-def _read_cues(path: Path, text: str) -> tuple[str, list[_Cue]]:
-    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+def _decode(path: Path) -> str:
+    """The file's text: UTF-8, or UTF-16/32 when a byte-order mark says so (as pysrt and webvtt-py read them)."""
+    raw = path.read_bytes()
+    boms = [(codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+            (codecs.BOM_UTF16_BE, "utf-16")]
+    encoding = next((enc for bom, enc in boms if raw.startswith(bom)), "utf-8-sig")
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not {encoding.removesuffix('-sig').upper()} text ({e.reason} at byte "
+                         f"{e.start}); convert the file to UTF-8") from e
+
+
+def _read_cues(path: Path, text: str) -> tuple[str, list[_Cue], list[str]]:
+    """The format, the cues, and the blocks skipped (each as '<file>:<line>: problem').
+
+    As in WebVTT's parser (and webvtt-py, pysrt), a block without a timing line or with an unreadable one is
+    skipped, not fatal, but it is reported; a file with text in which no cue can be read is an error. One
+    exception keeps text: a block right after a cue with no text is that cue's text (a YouTube file whose
+    line of one space after the timing line was stripped to an empty line).
+    """
+    lines = re.split(r"\r\n|\r|\n", text)  # WebVTT's line ends: CRLF, LF or a lone CR (old Mac files)
     is_vtt = lines[0].startswith("WEBVTT")
     if path.suffix.lower() == ".vtt" and not is_vtt and text.strip():
         raise ValueError(f"{path}:1: a WebVTT file must start with 'WEBVTT', got {lines[0][:40]!r}")
-    cues = []
-    for first, block in _split_blocks(lines):
+    cues, skipped, textless = [], [], None
+    for first, block in _split_blocks(lines, header=is_vtt):
         if is_vtt and (first == 1 or re.match(r"^(NOTE|STYLE|REGION)(\s|$)", block[0])):
             continue
+        lead = next((j for j, ln in enumerate(block) if ln.strip()), None)
+        if lead is None:
+            continue  # lines of spaces between cues
+        first, block = first + lead, block[lead:]
         k = next((j for j, ln in enumerate(block[:2]) if "-->" in ln), None)
-        if k is None:
-            raise ValueError(f"{path}:{first}: expected a cue timing line 'start --> end', got {block[0][:60]!r}")
-        cues.append(_cue(path, first + k, block[k], block[k + 1 :]))
-    return ("vtt" if is_vtt else "srt"), cues
+        owner, textless = textless, None
+        try:
+            if k is None and owner is not None:
+                owner.lines = _body(path, first, block)
+            elif k is None:
+                raise ValueError(f"{path}:{first}: expected a cue timing line 'start --> end', got {block[0][:60]!r}")
+            else:
+                cues.append(_cue(path, first + k, block[k], block[k + 1 :], srt=not is_vtt))
+                textless = cues[-1] if len(block) == k + 1 else None
+        except ValueError as e:
+            skipped.append(f"{e}; block skipped")
+    if skipped and not cues:
+        raise ValueError(skipped[0].removesuffix("; block skipped"))
+    return ("vtt" if is_vtt else "srt"), cues, skipped
 
 
-def _cue(path: Path, line_no: int, timing: str, body: list[str]) -> _Cue:
+def _body(path: Path, line_no: int, body: list[str]) -> list[list[_Word]]:
+    """The words of a cue's text lines (SSA '\\N' breaks a line); empty lines left out."""
+    try:
+        return [ws for ln in body for part in _ASS_BREAK_RE.split(ln) if (ws := _line_words(part))]
+    except ValueError as e:
+        raise ValueError(f"{path}:{line_no}: {e}") from e
+
+
+def _cue(path: Path, line_no: int, timing: str, body: list[str], srt: bool) -> _Cue:
     m = _TIMING_RE.match(timing)
     where = f"{path}:{line_no}"
     if not m:
         raise ValueError(f"{where}: bad cue timing line {timing!r}")
-    start, end = parse_timestamp(m.group(1), where), parse_timestamp(m.group(2), where)
+    start, end = parse_timestamp(m.group(1), where, srt), parse_timestamp(m.group(2), where, srt)
     if end < start:
         raise ValueError(f"{where}: cue ends before it starts ({m.group(1)} --> {m.group(2)})")
-    try:
-        lines = [ws for ws in (_line_words(ln) for ln in body) if ws]
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
-    return _Cue(start, end, line_no, lines)
+    return _Cue(start, end, line_no, _body(path, line_no, body))
 
 
 def _drop_rolling_repeats(cues: list[_Cue], auto: bool) -> None:
@@ -223,6 +276,14 @@ def _cue_times(cue: _Cue) -> list[tuple[str, float, float]]:
         known = [None] * len(words)  # inline times that do not fit their cue are not trusted
         cue.inline_ignored = True
     known[0] = cue.start_s if known[0] is None else known[0]
+    last = -np.inf
+    for i, t in enumerate(known):  # a time not after the previous one, or at the cue's end, gives no span:
+        if t is None:  # such words share the span around them by characters instead (YouTube tags the last
+            continue  # word of a cue at the cue's very end)
+        if i and (t <= last or t >= cue.end_s > cue.start_s):
+            known[i] = None
+        else:
+            last = t
     anchors = [i for i, t in enumerate(known) if t is not None] + [len(words)]
     bounds = [*known, cue.end_s]
     starts = np.empty(len(words))
@@ -236,15 +297,6 @@ def _cue_times(cue: _Cue) -> list[tuple[str, float, float]]:
         hints = np.array([np.inf if w.end_s is None else w.end_s for w in words])
         ends = np.maximum(np.minimum(ends, hints), starts)
     return [(w.text, float(s), float(e)) for w, s, e in zip(words, starts, ends, strict=True)]
-
-
-def _monotone(intervals: np.ndarray) -> np.ndarray:
-    out = intervals.copy()
-    for i in range(len(out)):
-        if i:
-            out[i, 0] = max(out[i, 0], out[i - 1, 1])
-        out[i, 1] = max(out[i, 1], out[i, 0])
-    return out
 
 
 def _clip(words: list[str], iv: np.ndarray, duration_s: float | None) -> tuple[list[str], np.ndarray]:
@@ -267,44 +319,44 @@ def siq2_misparsed_trim(trim_s: float) -> float:
     return int(whole) + int(frac) * 1000 / 1e6
 
 
-def _siq2_shifts(cues: list[_Cue], trim_s: float) -> tuple[float, float, dict]:
-    """(cue shift, inline shift) that put the file's times on the clip timeline, and what was found.
+def _siq2_correct(cues: list[_Cue], trim_s: float) -> dict:
+    """Put a Social-IQ 2.0 trimmed file's cues on the clip timeline, in place; returns what was done.
 
-    The script wrote cue = source - T_cue and left inline tags in source time. Which trim T_cue was used is
-    read off the tags where there are any: (tag - cue) sits within the cue for exactly one of the candidate
-    offsets. Without tags the script's rule (the mis-parsed trim) is assumed.
+    The download script (webvtt-py 0.4.6, as its requirements pin) wrote cue = source - misparsed trim, and
+    its reader had already stripped every inline tag, so the file holds cue times only: source time is
+    cue + misparsed trim, clip time is that - trim_s. This is exact (the file stores milliseconds, and so
+    does the misparsed trim) and needs nothing from the file itself. Inline tags, which the script never
+    leaves, would share the cues' time base and are shifted with them.
+
+    The script kept the cues wholly inside [misparsed trim, + 60 s]. When the cue that straddled the window's
+    start was cut, YouTube's 10 ms repeat of its last line (a cue of <= 0.1 s that the next cue, starting at
+    its end, shows again above new text) is left first, alone: those words were said in the cut cue, which
+    ended where the repeat starts and began before the window. They get that known part of the cut cue,
+    [window start, repeat start], instead of 10 ms after the cue they belong to.
     """
     bad = siq2_misparsed_trim(trim_s)
-    pairs = [(w.start_s, c.start_s, c.end_s) for c in cues for ln in c.lines for w in ln if w.start_s is not None]
-    info = {"trim_s": trim_s, "misparsed_trim_s": bad}
-    if not pairs:
-        t_cue, evidence, tag_offset = bad, "assumed (no inline times)", 0.0
-    else:
-        tag, lo, hi = (np.array(v) for v in zip(*pairs, strict=True))
-        # Candidate offsets D = T_cue - T_tag: script as written (bad), exact trim, or tags already shifted.
-        cands = [(bad, bad, 0.0), (trim_s, trim_s, 0.0), (0.0, bad, bad)]
-        misfit = [np.sum(np.maximum(0, lo - (tag - d)) + np.maximum(0, (tag - d) - hi)) for d, _, _ in cands]
-        best = int(np.argmin(np.round(misfit, 3)))
-        _, t_cue, tag_offset = cands[best]
-        evidence = ["inline times in source time", "inline times in source time, cues exact", "inline times shifted"][
-            best
-        ]
-    cue_shift = t_cue - trim_s
-    inline_shift = tag_offset - trim_s
-    info.update({"cue_shift_s": cue_shift, "inline_shift_s": inline_shift, "evidence": evidence})
-    return cue_shift, inline_shift, info
-
-
-def _apply_shifts(cues: list[_Cue], cue_shift: float, inline_shift: float) -> None:
+    shift = bad - trim_s
     for c in cues:
-        c.start_s += cue_shift
-        c.end_s += cue_shift
-        for ln in c.lines:
-            for w in ln:
-                if w.start_s is not None:
-                    w.start_s += inline_shift
-                if w.end_s is not None:
-                    w.end_s += inline_shift
+        c.start_s += shift
+        c.end_s += shift
+        for w in (w for ln in c.lines for w in ln):
+            w.start_s = None if w.start_s is None else w.start_s + shift
+            w.end_s = None if w.end_s is None else w.end_s + shift
+    info = {"trim_s": trim_s, "misparsed_trim_s": bad, "cue_shift_s": shift}
+    worded = [c for c in cues if c.lines]
+    if len(worded) > 1 and _orphan_repeat(*worded[:2]):
+        first = worded[0]
+        first.start_s, first.end_s = min(shift, first.start_s), first.start_s
+        info["cut_cue_repeat"] = {"line": first.line_no, "span_s": [first.start_s, first.end_s]}
+    return info
+
+
+def _orphan_repeat(c0: _Cue, c1: _Cue) -> bool:
+    """c0 is a YouTube transition cue: at most 0.1 s, plain text, shown again as c1's first line right after."""
+    shown = [" ".join(w.text for w in ln) for ln in c0.lines]
+    plain = all(w.start_s is None for ln in c0.lines for w in ln)
+    again = [" ".join(w.text for w in ln) for ln in c1.lines[: len(shown)]] == shown and len(c1.lines) > len(shown)
+    return plain and again and c0.end_s - c0.start_s <= _TRANSITION_S and abs(c1.start_s - c0.end_s) <= _ROLL_GAP_S
 
 
 def parse_captions(
@@ -318,21 +370,18 @@ def parse_captions(
     clip_start_s: where the clip starts on the file's timeline (subtracted from every time).
     clip_duration_s: words wholly after it are dropped; None keeps all (60 s when trim_s is given).
     trim_s: the clip's start in its source video from Social-IQ 2.0's trims.json; turns on the correction of
-      that dataset's trimmed files (see `_siq2_shifts`), recorded in `Words.attrs["corrections"]`.
+      that dataset's trimmed files (see `_siq2_correct`), recorded in `Words.attrs["corrections"]`.
     Raises ValueError naming the file and line for malformed input.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e})") from e
-    fmt, cues = _read_cues(path, text)
+    fmt, cues, skipped = _read_cues(path, _decode(path))
     has_inline = any(w.start_s is not None for c in cues for ln in c.lines for w in ln)
     attrs: dict = {"format": fmt, "inline_word_times": has_inline}
+    if skipped:
+        attrs["skipped_blocks"] = [m.replace(str(path), path.name, 1) for m in skipped]  # stores stay path-free
+        _log.warning("%d caption block(s) skipped: %s", len(skipped), "; ".join(skipped[:3]))
     if trim_s is not None:
-        cue_shift, inline_shift, info = _siq2_shifts(cues, float(trim_s))
-        _apply_shifts(cues, cue_shift, inline_shift)
-        attrs["corrections"] = {"siq2_trim": info}
+        attrs["corrections"] = {"siq2_trim": _siq2_correct(cues, float(trim_s))}
         clip_duration_s = SIQ2_CLIP_S if clip_duration_s is None else clip_duration_s
     _drop_rolling_repeats(cues, auto=has_inline)
     cues.sort(key=lambda c: c.start_s)  # stable: file order among equal starts
@@ -340,6 +389,6 @@ def parse_captions(
     words = [w for w, _, _ in triples]
     if any(c.inline_ignored for c in cues):
         attrs["inline_times_ignored_cues"] = sum(c.inline_ignored for c in cues)
-    iv = _monotone(np.array([[s, e] for _, s, e in triples], dtype=np.float64).reshape(-1, 2)) - clip_start_s
+    iv = np.array([[s, e] for _, s, e in triples], dtype=np.float64).reshape(-1, 2) - clip_start_s
     words, iv = _clip(words, iv, clip_duration_s)
     return Words(tuple(words), iv, attrs)

@@ -223,19 +223,21 @@ def cycle_params(g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_ra
     right = np.where(below & (n > i_max[:, None]), n, width).min(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         naq = f_ac / (d_peak * length)
-        lo = np.where(inside, seg, np.inf).min(axis=1, keepdims=True)
-        hi = np.where(inside, seg, -np.inf).max(axis=1, keepdims=True)
-        pulse = np.where(inside, (seg - lo) / (hi - lo), 0.0)
+        pulse = np.where(inside, comp / f_ac[:, None], 0.0)  # the drift-free pulse scaled to [0, 1]
     n_bins = PSP_NFFT // 8
     a = psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins))
     uniq, inv = np.unique(length, return_inverse=True)
     boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
     a_max = psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins))[inv]
+    psp = a / a_max
+    # A pulse whose spectrum falls faster near DC than a flat (DC) flow of the same length has more of its mass at
+    # the cycle's edges than inside: no glottal pulse (a GCI off the closed phase). Undefined, not clipped.
+    psp[psp > 1] = np.nan
     return {
         "centre": start + length / 2,
         "naq": naq,
         "qoq": (right - left) / length,
-        "psp": a / a_max,
+        "psp": psp,
     }
 
 
@@ -340,3 +342,53 @@ def to_rows(times: np.ndarray, values: np.ndarray, n_rows: int, hop: int, max_di
     near = nearest <= max_dist
     out[near] = np.interp(centres[near], times, values)
     return out
+
+
+RD_GRID = np.round(np.arange(0.3, 2.7001, 0.05), 2)  # the range of Fant's (1995) regressions
+
+
+def _lf_cycles(rd: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(len(rd), len(t)) LF flow-derivative cycles (Fant, Liljencrants & Lin 1985) of unit period and Ee = 1 at
+    times t in [0, 1) from the opening, with (Ra, Rk, Rg) from Rd by Fant's (1995) regressions."""
+    rd = np.asarray(rd, dtype=float)[:, None]
+    ra, rk = (4.8 * rd - 1.0) / 100.0, (11.8 * rd + 22.4) / 100.0
+    rg = rk / (4.0 * (0.11 * rd / (0.5 + 1.2 * rk) - ra))
+    tp, ta = 1.0 / (2.0 * rg), ra
+    te = tp * (1.0 + rk)
+    tb = 1.0 - te
+    eps = 1.0 / ta
+    for _ in range(50):  # eps * ta = 1 - exp(-eps * tb): fixed point from 1/ta
+        eps = (1.0 - np.exp(-eps * tb)) / ta
+    wg = np.pi / tp
+
+    def shape(alpha: np.ndarray, t: np.ndarray) -> np.ndarray:
+        e0 = -1.0 / (np.exp(alpha * te) * np.sin(wg * te))  # Ee = 1 at te
+        ret = -(np.exp(-eps * (t - te)) - np.exp(-eps * tb)) / (eps * ta)
+        return np.where(t <= te, e0 * np.exp(alpha * t) * np.sin(wg * t), ret)
+
+    coarse = np.arange(1000) / 1000  # the net flow's sign needs no fine grid
+    lo, hi = np.full_like(rd, -10.0), np.full_like(rd, 60.0)  # alpha (per period): the net flow falls through 0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        positive = shape(mid, coarse).mean(axis=1, keepdims=True) > 0
+        lo, hi = np.where(positive, mid, lo), np.where(positive, hi, mid)
+    return shape((lo + hi) / 2, t)
+
+
+_NAQ_OF_RD: np.ndarray | None = None
+
+
+def lf_naq() -> np.ndarray:
+    """NAQ = f_ac / (d_peak * T0) of the LF cycle for each Rd of RD_GRID (increasing), computed once."""
+    global _NAQ_OF_RD
+    if _NAQ_OF_RD is None:
+        d = _lf_cycles(RD_GRID, np.arange(8000) / 8000)
+        flow = np.cumsum(d, axis=1) / d.shape[1]
+        _NAQ_OF_RD = (flow.max(axis=1) - flow.min(axis=1)) / -d.min(axis=1)
+    return _NAQ_OF_RD
+
+
+def rd_from_naq(naq: np.ndarray) -> np.ndarray:
+    """Rd of the LF cycle whose NAQ equals the measured one (Fant's definition of Rd, U0 F0 / (110 Ee) with U0/Ee
+    in ms, made exact for the model), clipped to RD_GRID's range; NaN stays NaN."""
+    return np.interp(naq, lf_naq(), RD_GRID)

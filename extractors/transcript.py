@@ -45,7 +45,8 @@ def most_central_window(n_tokens: int, starts: np.ndarray, window: int) -> np.nd
 @register
 class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
     name: ClassVar[str] = "bert_words"
-    version: ClassVar[str] = "2"  # 2: caption rules (timing lines start cues, repeats after a pause, format chars)
+    version: ClassVar[str] = "3"  # 3: caption conformance (issue 11): overlapping cues keep their times, SIQ2 trims
+    # 2: caption rules (timing lines start cues, repeats after a pause, format chars)
     config_type = TranscriptConfig
     input_kind = "transcript"
 

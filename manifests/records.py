@@ -32,6 +32,7 @@ class MediaItem(_Record):
     id: str
     dataset: str
     split: Split = "unknown"
+    subset: str | None = None  # the dataset's own grouping (Social-IQ 2.0: youtubeclips, movieclips, car)
     video: Path | None = None
     audio: Path | None = None  # a separate audio file; else the video's own track
     transcript: Path | None = None  # WebVTT or SRT
@@ -71,6 +72,24 @@ class QAItem(_Record):
         if self.correct and len(self.correct) != len(self.answers):
             raise ValueError(f"question {self.qid}: {len(self.answers)} answers but {len(self.correct)} labels")
         return self
+
+
+class ManifestNote(_Record):
+    """An input the manifest saw and did not take as it was, so that no run passes over it in silence.
+
+    kind: "failed" (an item whose metadata is bad: no item made; it counts as a failure of the run),
+    "dropped" (an input that could not become a record: an unusable id, a malformed line, a duplicate),
+    "note" (made into a record, with a caveat the user should know: a zero trim, a renamed qid).
+    `reason` is short and the same for every input of its kind (the summary groups by it); `detail`
+    says what exactly happened to this input.
+    """
+
+    kind: Literal["failed", "dropped", "note"]
+    what: str  # "video", "question", "trim", "split entry", ...
+    id: str  # as found in the input (it may be an unusable id)
+    file: str | None = None  # the file (with :line where it has lines) the input came from
+    reason: str
+    detail: str = ""
 
 
 R = TypeVar("R", bound=_Record)

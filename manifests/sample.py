@@ -186,8 +186,8 @@ def make_sample(dest: Path, clips: tuple[ClipSpec, ...] = CLIPS) -> Path:
         lines = [line for spec in clips if spec.split == split for line in _qa_lines(spec)]
         (root / "qa" / f"qa_{split}.json").write_text("\n".join(lines) + "\n")
     (root / "trims.json").write_text(json.dumps({spec.vid: 0.0 for spec in clips}))
-    (root / "current_split.json").write_text(json.dumps(
-        {split: [s.vid for s in clips if s.split == split] for split in ("train", "val")}))
+    (root / "current_split.json").write_text(json.dumps({"subsets": {"youtubeclips": {  # the release's shape
+        split: [s.vid for s in clips if s.split == split] for split in ("train", "val", "test")}}}))
     (root / "sample_truth.json").write_text(json.dumps(truth, indent=1))
     from manifests.socialiqa import write_sample_socialiqa
 

@@ -3,12 +3,18 @@
 2.0 (challenge release), under RAW or RAW/siq2:
     video/<vid>.mp4, audio/wav/<vid>.wav, transcript/<vid>.vtt,
     qa/qa_{train,val,test}.json  (JSON Lines: qid, q, vid_name, ts "0.00-60.06", a0..a3, answer_idx, …),
-    trims.json (clip start second in the source video), current_split.json (split → video ids).
+    trims.json (clip start second in the source video), current_split.json as download_all.py writes it,
+    else original_split.json as shipped: {"subsets": {"youtubeclips"|"movieclips"|"car": {split: [ids]}}}
+    (a flat {split: [ids]} is read too). An item's split and subset come from that file (first listing of
+    a video listed twice), else from its questions; a question's split is its QA file's.
+    Question identity and unique qids: manifests/questions.py.
 1.0, under RAW (or RAW/raw):
     vision/raw/<vid>_trimmed-out.mp4, qa/<vid>_trimmed.txt with lines `q<k>: …`, `a…: …` (correct),
     `i…: …` (incorrect); transcript/<vid>_trimmed.vtt when present. Folds: the CMU Multimodal SDK's
     `socialiq_std_folds.py` (or a JSON {"train": [...], "val": [...]}) passed as `folds`.
-A malformed QA line is logged with its file and line and skips that question only.
+Nothing is skipped in silence: a malformed QA line skips that question only, a video with an unusable id
+is dropped, a bad trims.json value fails that video only, and zero or missing trims are kept as they are;
+each is appended to `notes` (ManifestNote), which the run report lists.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import math
 import re
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from manifests.records import MediaItem, QAItem, check_id
+from manifests.questions import unique_questions
+from manifests.records import ManifestNote, MediaItem, QAItem, check_id
 
 log = logging.getLogger(__name__)
 CLIP_S = 60.0
@@ -44,12 +51,19 @@ def _first_existing(*paths: Path) -> Path | None:
 
 
 def _parse_trim(value: Any) -> float:
-    """trims.json values: a start second, [start, end], or "start-end"."""
-    if isinstance(value, list | tuple):
-        value = value[0]
-    if isinstance(value, str):
-        value = value.split("-")[0]
-    return float(value)
+    """trims.json values: a start second, [start, end], or "start-end". Anything else is a ValueError."""
+    start = value[0] if isinstance(value, list | tuple) and value else value
+    if isinstance(start, str):
+        start = start.strip().split("-")[0] if not start.strip().startswith("-") else start
+    try:
+        if isinstance(start, bool):
+            raise TypeError
+        out = float(start)
+    except (TypeError, ValueError):
+        out = math.nan
+    if not math.isfinite(out) or out < 0:
+        raise ValueError(f"trim {value!r} is not a start time (seconds >= 0, [start, end] or \"start-end\")")
+    return out
 
 
 def _parse_ts(ts: str) -> tuple[float, float]:
@@ -59,16 +73,49 @@ def _parse_ts(ts: str) -> tuple[float, float]:
     return start, end
 
 
-def _split_map(path: Path | None) -> dict[str, str]:
-    if path is None:
-        return {}
-    data = json.loads(path.read_text())
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not readable JSON ({e})") from e
+
+
+def _split_listings(path: Path, notes: list[ManifestNote]) -> dict[str, tuple[str, str | None]]:
+    """vid -> (split, subset) from a split file: nested {"subsets": {subset: {split: [ids]}}} as Social-IQ 2.0
+    ships it (original_split.json; the download script writes current_split.json the same way), or flat
+    {split: [ids]}. A video listed twice keeps its first listing (file order); the others are noted."""
+    data = _read_json(path)
     data = data.get("subsets", data) if isinstance(data, dict) else data
-    out = {}
-    for split, vids in data.items():
-        for vid in vids:
-            out[vid] = _SPLITS.get(split.lower(), "unknown")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected {{\"subsets\": {{subset: {{split: [ids]}}}}}} or {{split: [ids]}}")
+    nested = {sub: v for sub, v in data.items() if isinstance(v, dict)}
+    flat = {None: {k: v for k, v in data.items() if not isinstance(v, dict)}}
+    out: dict[str, tuple[str, str | None]] = {}
+    for subset, splits in [*nested.items(), *flat.items()]:
+        for name, vids in splits.items():
+            split = _SPLITS.get(str(name).lower(), "unknown")
+            where = f"{subset}/{name}" if subset else str(name)
+            if split == "unknown" or not isinstance(vids, list):
+                notes.append(ManifestNote(kind="dropped", what="split entry", id=where, file=str(path),
+                                          reason="not a split name with a list of video ids",
+                                          detail=f"{name!r}: {type(vids).__name__}"))
+                continue
+            for vid in vids:
+                vid = str(vid)
+                if vid in out:
+                    first = out[vid]
+                    notes.append(ManifestNote(
+                        kind="note", what="split entry", id=vid, file=str(path),
+                        reason="video listed more than once in the split file: its first listing counts",
+                        detail=f"{where} ignored; kept {first[1] + '/' if first[1] else ''}{first[0]}"))
+                else:
+                    out[vid] = (split, subset)
     return out
+
+
+def _split_map(path: Path | None) -> dict[str, str]:
+    """vid -> split (see `_split_listings`)."""
+    return {} if path is None else {vid: s for vid, (s, _) in _split_listings(path, []).items()}
 
 
 def _siq2_question(row: dict[str, Any], split: str, where: str) -> QAItem:
@@ -87,69 +134,174 @@ def _siq2_question(row: dict[str, Any], split: str, where: str) -> QAItem:
     )
 
 
-def read_siq2_qa(qa_dir: Path) -> list[QAItem]:
-    out: list[QAItem] = []
+def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[QAItem]:
+    """Every question of qa_*.json, one record each with a unique qid (rules: manifests/questions.py).
+    A question's split is its file's (qa_test.json also asks about train and val videos)."""
+    notes = [] if notes is None else notes
+    rows: list[tuple[QAItem, str]] = []
     for path in sorted(qa_dir.glob("qa_*.json")):
         split = _SPLITS.get(path.stem.removeprefix("qa_").lower(), "unknown")
+        if split == "unknown":
+            notes.append(ManifestNote(kind="note", what="QA file", id=path.name, file=str(path),
+                                      reason="not qa_{train,val,test}.json: its questions get split 'unknown'"))
         for line_no, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
                 continue
+            row: Any = None
             try:
-                out.append(_siq2_question(json.loads(line), split, f"{path.stem}-{line_no}"))
-            except (ValueError, KeyError, TypeError) as e:
+                row = json.loads(line)
+                rows.append((_siq2_question(row, split, f"{path.stem}-{line_no}"), f"{path}:{line_no}"))
+                _check_answers(*rows[-1], notes)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 log.warning("%s:%d: skipping malformed question: %s", path, line_no, e)
-    return out
+                qid = row.get("qid") if isinstance(row, dict) else None
+                notes.append(ManifestNote(kind="dropped", what="question", id=str(qid or f"line {line_no}"),
+                                          file=f"{path}:{line_no}", reason="malformed question",
+                                          detail=_one_line(e)))
+    qa, dup_notes = unique_questions(rows)
+    notes += dup_notes
+    return qa
 
 
-def read_siq2(raw: Path, dataset: str = "socialiq2") -> tuple[list[MediaItem], list[QAItem]]:
+def _check_answers(q: QAItem, where: str, notes: list[ManifestNote]) -> None:
+    """The release has questions whose correct answer's text is also one of the incorrect answers (33 labelled
+    ones): kept as published, but A2 then holds contradictory pairs and A4 two identical choices."""
+    if not q.correct:
+        return
+    right = {a for a, c in zip(q.answers, q.correct, strict=True) if c}
+    if right & {a for a, c in zip(q.answers, q.correct, strict=True) if not c}:
+        notes.append(ManifestNote(kind="note", what="question", id=q.qid, file=where,
+                                  reason="the correct answer's text is also given as an incorrect answer",
+                                  detail="kept as published: A2 gets the same text labelled 1 and 0, "
+                                         "A4 two identical choices"))
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:200]}"
+
+
+def _read_trims(root: Path, raw: Path, notes: list[ManifestNote]) -> tuple[dict[str, Any], Path | None]:
+    path = _first_existing(root / "trims.json", raw / "trims.json")
+    if path is None:
+        notes.append(ManifestNote(kind="note", what="trims", id="trims.json", reason="no trims.json",
+                                  detail="every video is taken as the clip as it is, from 0 s"))
+        return {}, None
+    trims = _read_json(path)
+    if not isinstance(trims, dict):
+        raise ValueError(f"{path}: expected {{video id: start second}}, got {type(trims).__name__}")
+    return trims, path
+
+
+def _clip_times(vid: str, trims: dict[str, Any], trims_path: Path | None, has_video: bool,
+                notes: list[ManifestNote]) -> tuple[float, float | None]:
+    """(clip_start_s, clip_end_s) from trims.json; a bad value raises ValueError. Zero and missing trims
+    are noted: download_all.py downloads no video without a trim, and a zero trim may be a placeholder."""
+    if trims_path is None:
+        return 0.0, None
+    if vid not in trims:
+        reason = ("no trim entry: its video file is taken as the clip as it is (from 0 s, no trim correction)"
+                  if has_video else "no trim entry and no video (download_all.py skips videos without a trim): "
+                  "its media features fail as missing files, its questions are kept")
+        notes.append(ManifestNote(kind="note", what="trim", id=vid, file=str(trims_path), reason=reason))
+        return 0.0, None
+    start = _parse_trim(trims[vid])
+    if start == 0:
+        notes.append(ManifestNote(kind="note", what="trim", id=vid, file=str(trims_path),
+                                  reason="trim is 0: the clip is taken as the source's first 60 s (no trim correction)"))
+    return start, start + CLIP_S
+
+
+def read_siq2(raw: Path, dataset: str = "socialiq2",
+              notes: list[ManifestNote] | None = None) -> tuple[list[MediaItem], list[QAItem]]:
+    """Items (videos on disk and videos the QA files ask about) and questions. What the layout holds but
+    does not become a record, or becomes one with a caveat, is appended to `notes` (ManifestNote)."""
+    notes = [] if notes is None else notes
     root = _siq2_root(raw)
     if root is None:
         raise FileNotFoundError(f"{raw}: no Social-IQ 2.0 layout (expected qa/ and video/ under it or under siq2/)")
-    qa = [q.model_copy(update={"dataset": dataset}) for q in read_siq2_qa(root / "qa")]
-    trims_path = _first_existing(root / "trims.json", raw / "trims.json")
-    trims = {k: _parse_trim(v) for k, v in json.loads(trims_path.read_text()).items()} if trims_path else {}
-    splits = _split_map(_first_existing(root / "current_split.json", raw / "current_split.json"))
-    q_split = {q.item_id: q.split for q in qa}
-    vids = sorted({p.stem for p in (root / "video").glob("*.mp4")} | set(q_split))
+    qa = [q.model_copy(update={"dataset": dataset}) for q in read_siq2_qa(root / "qa", notes)]
+    trims, trims_path = _read_trims(root, raw, notes)
+    split_path = _first_existing(*(d / f for f in ("current_split.json", "original_split.json") for d in (root, raw)))
+    listings = _split_listings(split_path, notes) if split_path else {}
+    q_split: dict[str, str] = {}
+    for q in sorted(qa, key=lambda q: not q.correct):  # a video's labelled questions say its split first
+        q_split.setdefault(q.item_id, q.split)
+    files = sorted(p for p in (root / "video").iterdir() if p.is_file() and not p.name.startswith("."))
+    for p in files:
+        if p.suffix != ".mp4":
+            notes.append(ManifestNote(kind="dropped", what="video", id=p.name, file=str(p),
+                                      reason="not an .mp4 file", detail="ignored"))
+    vids = sorted({p.stem for p in files if p.suffix == ".mp4"} | set(q_split))
     items = []
     for vid in vids:
+        video = root / "video" / f"{vid}.mp4"
         try:
             check_id(vid)
         except ValueError as e:
             log.warning("%s: skipping video with unusable id: %s", root / "video", e)
+            notes.append(ManifestNote(kind="dropped", what="video", id=vid, file=str(video if video.exists() else root / "qa"),
+                                      reason="unusable id", detail=str(e)))
             continue
-        audio = root / "audio" / "wav" / f"{vid}.wav"
-        transcript = root / "transcript" / f"{vid}.vtt"
-        start = trims.get(vid, 0.0)
-        items.append(MediaItem(
-            id=vid, dataset=dataset, split=splits.get(vid, q_split.get(vid, "unknown")),
-            video=root / "video" / f"{vid}.mp4",
-            audio=audio if audio.exists() else None,
-            transcript=transcript if transcript.exists() else None,
-            clip_start_s=start, clip_end_s=start + CLIP_S if vid in trims else None,
-        ))
+        try:
+            start, end = _clip_times(vid, trims, trims_path, video.exists(), notes)
+            split, subset = listings.get(vid, (q_split.get(vid, "unknown"), None))
+            if split_path and vid not in listings:
+                notes.append(ManifestNote(kind="note", what="split entry", id=vid, file=str(split_path),
+                                          reason="video not in the split file: its split is its questions'",
+                                          detail=f"split {split}, no subset"))
+            audio = root / "audio" / "wav" / f"{vid}.wav"
+            transcript = root / "transcript" / f"{vid}.vtt"
+            items.append(MediaItem(
+                id=vid, dataset=dataset, split=split, subset=subset, video=video,
+                audio=audio if audio.exists() else None, transcript=transcript if transcript.exists() else None,
+                clip_start_s=start, clip_end_s=end,
+            ))
+        except ValueError as e:  # bad metadata for this video: it fails, the others go on
+            log.warning("%s: %s: %s", trims_path, vid, e)
+            notes.append(ManifestNote(kind="failed", what="video", id=vid, file=str(trims_path), reason="bad trim",
+                                      detail=_one_line(e)))
+    _orphans(root, {i.id for i in items} | {n.id for n in notes if n.kind == "failed"}, notes)
     return items, qa
+
+
+def _orphans(root: Path, items: set[str], notes: list[ManifestNote]) -> None:
+    """Audio and transcripts that no item takes (no usable video or question of that id) are listed."""
+    for what, folder, suffix in (("audio", root / "audio" / "wav", ".wav"), ("transcript", root / "transcript", ".vtt")):
+        for p in sorted(folder.glob(f"*{suffix}")) if folder.is_dir() else []:
+            if p.stem not in items:
+                notes.append(ManifestNote(kind="dropped", what=what, id=p.stem, file=str(p),
+                                          reason="no item of that id (no usable video or question)"))
 
 
 _SIQ1_LINE = re.compile(r"^(q|a|i)(\d*)\s*:\s*(.*\S)\s*$", re.IGNORECASE)
 
 
-def read_siq1_qa_file(path: Path, vid: str, split: str, dataset: str = "socialiq1") -> list[QAItem]:
+def read_siq1_qa_file(path: Path, vid: str, split: str, dataset: str = "socialiq1",
+                      notes: list[ManifestNote] | None = None) -> list[QAItem]:
     """`q<k>:` opens a question; `a…:` lines are correct answers, `i…:` incorrect ones."""
+    notes = [] if notes is None else notes
     out: list[QAItem] = []
     current: dict[str, Any] | None = None
-    bad = False
+    bad: tuple[int, str] | None = None  # the first malformed line of the open question
+
+    def drop(line_no: int, why: str) -> None:
+        log.warning("%s:%d: %s; skipping its question", path, line_no, why)
+        notes.append(ManifestNote(kind="dropped", what="question", id=f"{vid} line {line_no}",
+                                  file=f"{path}:{line_no}", reason="malformed question", detail=why))
 
     def close() -> None:
-        if current is None or bad:
+        if current is None:
             return
-        if not current["answers"]:
-            log.warning("%s:%d: question without answers, skipped", path, current["line"])
-            return
-        out.append(QAItem(
-            qid=f"{vid}_q{len(out)}", item_id=vid, dataset=dataset, split=split, question=current["q"],
-            answers=tuple(current["answers"]), correct=tuple(current["correct"]),
-        ))
+        if bad:
+            drop(*bad)
+        elif not current["answers"]:
+            drop(current["line"], "question without answers")
+        else:
+            out.append(QAItem(
+                qid=f"{vid}_q{len(out)}", item_id=vid, dataset=dataset, split=split, question=current["q"],
+                answers=tuple(current["answers"]), correct=tuple(current["correct"]),
+            ))
 
     for line_no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         if not line.strip():
@@ -158,13 +310,14 @@ def read_siq1_qa_file(path: Path, vid: str, split: str, dataset: str = "socialiq
         kind = m.group(1).lower() if m else None
         if kind == "q":
             close()
-            current, bad = {"q": m.group(3), "answers": [], "correct": [], "line": line_no}, False
+            current, bad = {"q": m.group(3), "answers": [], "correct": [], "line": line_no}, None
         elif kind in ("a", "i") and current is not None:
             current["answers"].append(m.group(3))
             current["correct"].append(kind == "a")
+        elif current is None:
+            drop(line_no, f"malformed QA line {line[:60]!r} before any question")
         else:
-            log.warning("%s:%d: malformed QA line %r; skipping its question", path, line_no, line[:60])
-            bad = True
+            bad = bad or (line_no, f"malformed QA line {line[:60]!r}")
     close()
     return out
 
@@ -184,22 +337,29 @@ def read_folds(path: Path | None) -> dict[str, str]:
     return out
 
 
-def read_siq1(raw: Path, folds: Path | None = None, dataset: str = "socialiq1") -> tuple[list[MediaItem], list[QAItem]]:
+def read_siq1(raw: Path, folds: Path | None = None, dataset: str = "socialiq1",
+              notes: list[ManifestNote] | None = None) -> tuple[list[MediaItem], list[QAItem]]:
+    notes = [] if notes is None else notes
     root = raw / "raw" if (raw / "raw" / "qa").is_dir() else raw
     if not (root / "qa").is_dir():
         raise FileNotFoundError(f"{raw}: no Social-IQ 1.0 layout (expected qa/ under it or under raw/)")
     split_of = read_folds(folds)
     videos = {p.name.removesuffix("_trimmed-out.mp4"): p for p in (root / "vision" / "raw").glob("*_trimmed-out.mp4")}
+    qa_files = {p.name.removesuffix("_trimmed.txt"): p for p in sorted((root / "qa").glob("*_trimmed.txt"))}
     items, qa = [], []
-    by_vid: dict[str, list[QAItem]] = defaultdict(list)
-    for path in sorted((root / "qa").glob("*_trimmed.txt")):
-        vid = path.name.removesuffix("_trimmed.txt")
-        by_vid[vid] = read_siq1_qa_file(path, vid, split_of.get(vid, "unknown"), dataset)
-    for vid in sorted(set(videos) | set(by_vid)):
+    for vid in sorted(set(videos) | set(qa_files)):
+        try:
+            check_id(vid)
+        except ValueError as e:
+            log.warning("%s: skipping video with unusable id: %s", root, e)
+            notes.append(ManifestNote(kind="dropped", what="video", id=vid, file=str(videos.get(vid) or qa_files[vid]),
+                                      reason="unusable id", detail=str(e)))
+            continue
         transcript = root / "transcript" / f"{vid}_trimmed.vtt"
         items.append(MediaItem(
             id=vid, dataset=dataset, split=split_of.get(vid, "unknown"), video=videos.get(vid),
             transcript=transcript if transcript.exists() else None,
         ))
-        qa.extend(by_vid.get(vid, []))
+        if vid in qa_files:
+            qa.extend(read_siq1_qa_file(qa_files[vid], vid, split_of.get(vid, "unknown"), dataset, notes))
     return items, qa

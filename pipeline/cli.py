@@ -1,12 +1,16 @@
-"""Command line: `python -m pipeline extract …` (what `make extract` runs), `sample`, `weights`."""
+"""Command line: `python -m pipeline extract …` (what `make extract` runs), `verify`, `sample`, `weights`.
+Exit codes: pipeline/exitcodes.py."""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
 from pathlib import Path
+
+from pipeline import exitcodes
 
 log = logging.getLogger("siqfeat")
 
@@ -27,9 +31,18 @@ def _extract(args: argparse.Namespace) -> int:
         write_sample_socialiqa(raw)
     config = load_config(args.config or args.dataset)
     only = args.features.split(",") if args.features else None
-    report = run_extract(args.dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit)
+    report = run_extract(args.dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit,
+                         verify=args.verify)
     print(report.summary())
-    return 0
+    return report.exit_code
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from store.verify import verify_store
+
+    report = verify_store(Path(args.out), args.features.split(",") if args.features else None)
+    print(report.summary())
+    return exitcodes.DAMAGED if report.damaged else exitcodes.OK
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -71,7 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--features", help="comma-separated subset of the config's features")
     p.add_argument("--force", action="store_true", help="recompute even what is up to date")
     p.add_argument("--limit", type=int, help="only the first N items (smoke runs)")
+    p.add_argument("--verify", action="store_true",
+                   help="first check every stored item's content hashes; damaged items are recomputed")
     p.set_defaults(func=_extract)
+    p = sub.add_parser("verify", help="check every stored item against what was recorded at its commit")
+    p.add_argument("--out", required=True, help="the store to check")
+    p.add_argument("--features", help="comma-separated subset of the store's features")
+    p.set_defaults(func=_verify)
     p = sub.add_parser("sample", help="generate the sample dataset")
     p.add_argument("dest")
     p.set_defaults(func=_sample)
@@ -83,11 +102,31 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Expected problems end in one line naming the path and the problem, with their own exit code;
+    anything else is a bug and keeps its traceback."""
+    from store.writer import StoreError, StoreLocked
+
     try:
         return args.func(args)
+    except StoreLocked as e:
+        log.error("%s", e)
+        return exitcodes.LOCKED
+    except StoreError as e:
+        log.error("%s", e)
+        return exitcodes.STORE
     except (FileNotFoundError, ValueError) as e:
         log.error("%s", e)
-        return 2
+        return exitcodes.BAD_INPUT
+    except OSError as e:  # not the store's (that is a StoreError): an input or the machine
+        log.error("%s: %s", e.filename or "error", e.strerror or e)
+        return exitcodes.STORE if e.errno in _STORAGE_ERRNOS else exitcodes.BAD_INPUT
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 
 
 if __name__ == "__main__":

@@ -15,14 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from manifests.records import MediaItem, QAItem
-from pipeline import actors, decode
+from manifests.records import ManifestNote, MediaItem, QAItem
+from pipeline import actors, decode, exitcodes
 from pipeline.config import FeatureSpec, RunConfig
-from pipeline.sources import load_items
+from pipeline.sources import load_items, manifest_summary
 from store import layout
 from store.plan import Wanted, make_plan
 from store.reader import Store
-from store.writer import StoreWriter
+from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
 
@@ -38,6 +38,19 @@ class RunReport:
     seconds: float = 0.0
     model_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
+    damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
+    not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
+
+    @property
+    def exit_code(self) -> int:
+        """FAILURES when any pair failed; DAMAGED when damaged items were left as they are; STORE when
+        only the report could not be saved."""
+        if any(c["failed"] for c in self.counts.values()):
+            return exitcodes.FAILURES
+        if any(not d["recomputed"] for d in self.damaged):
+            return exitcodes.DAMAGED
+        return exitcodes.STORE if self.not_saved else exitcodes.OK
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -45,14 +58,25 @@ class RunReport:
     def summary(self) -> str:
         lines = [f"{self.dataset}: {self.store} ({self.seconds:.1f} s)"]
         lines += self.notes
+        lines += manifest_summary(self.manifest)
         lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
             lines.append(f"  {feat:<12}{c['done']:>6}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
-        for f in self.failures:
-            lines.append(f"  FAILED {f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+        for d in self.damaged:
+            lines.append(f"  DAMAGED {d['feature']}/{d['item']} ({d['path']}): {d['problem']}; "
+                         + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
+        for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
+            lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+        if self.not_saved:
+            lines.append(f"  run report NOT saved: {self.not_saved}")
+        failed = sum(c["failed"] for c in self.counts.values())
+        if failed:
+            lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
+        elif self.exit_code:
+            lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
 
 
@@ -285,11 +309,13 @@ def _str(path: Path | None) -> str | None:
 
 
 def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
-                force: bool = False, limit: int | None = None) -> RunReport:
+                force: bool = False, limit: int | None = None, verify: bool = False) -> RunReport:
+    """`verify`: check every stored item's content hashes (not only metadata and file sizes) before
+    planning, so items with changed bytes are recomputed too."""
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
-    all_items, qa = load_items(dataset, raw, config)
+    all_items, qa, notes = load_items(dataset, raw, config)
     items = all_items[:limit] if limit else all_items
     questions: dict[str, list[QAItem]] = defaultdict(list)
     for q in qa:
@@ -297,17 +323,29 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
+    _manifest_failures(report, notes)
     log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
     writer = StoreWriter(out, dataset)  # holds the store's write lock until the run ends
     try:
-        return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0)
+        return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
     finally:
         writer.close()
 
 
+def _manifest_failures(report: RunReport, notes: list[ManifestNote]) -> None:
+    """Keep the manifest's notes; an item whose metadata failed is a failure of each feature asked for."""
+    report.manifest = [n.model_dump(mode="json") for n in notes]
+    for n in notes:
+        if n.kind == "failed":
+            for feat in report.counts:
+                report.counts[feat]["failed"] += 1
+                report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
+                                        "error": f"{n.reason}: {n.detail}", "feature": feat})
+
+
 def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], report: RunReport,
              items: list[MediaItem], all_items: list[MediaItem], qa: list[QAItem],
-             questions: dict[str, list[QAItem]], force: bool, t0: float) -> RunReport:
+             questions: dict[str, list[QAItem]], force: bool, t0: float, verify: bool = False) -> RunReport:
     out, run_id = writer.path, report.run_id
     writer.write_manifests(all_items, qa)  # the whole dataset's records, also when --limit runs a few
     runner = _Runner(config, specs, writer, report)
@@ -326,7 +364,10 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
-    plan = make_plan(out, wanted, force=force)
+    plan = make_plan(out, wanted, force=force, verify=verify)
+    todo_pairs = {(w.feature, w.item) for w in plan.todo}
+    report.damaged = [{"feature": c.feature, "item": c.item, "path": str(c.path), "problem": c.problem,
+                       "recomputed": (c.feature, c.item) in todo_pairs} for c in plan.damaged]
     for feat, n in plan.count("skipped").items():
         report.counts[feat]["skipped"] = n
     todo: dict[str, list[str]] = defaultdict(list)
@@ -342,7 +383,11 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         runner.run(dict(todo), {i.id: i for i in items}, questions)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
-    writer.write_run_report(run_id, report.as_dict())
+    try:
+        writer.write_run_report(run_id, report.as_dict())
+    except StoreError as e:  # the summary still reaches the user (and the exit code says so)
+        log.error("%s", e)
+        report.not_saved = str(e)
     return report
 
 

@@ -3,7 +3,9 @@
 - `SocialIQA2`: binary; one sample per (question, answer) with label 1.0 when the answer is correct.
 - `SocialIQA4`: four-way; per question one correct and three incorrect answers, chosen and ordered by a
   generator seeded from (seed, qid), so every run, process and worker sees the same choice; label = the
-  position of the correct answer.
+  position of the correct answer. On a store whose questions all have fewer than four answers (SocialIQA
+  has three) it raises instead of building an empty dataset: `SocialIQA3` is the three-way task there.
+- `SocialIQA3`: the same with one correct and two incorrect answers (SocialIQA's own multiple choice).
 
 Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
 words, a fixed rate, or another feature) with `store.align`. Undefined values never reach a model by
@@ -68,15 +70,16 @@ def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> 
     return out
 
 
-def a4_choice(qid: str, correct: Sequence[bool], seed: int) -> tuple[tuple[int, ...], int] | None:
-    """Answer indices (one correct, three incorrect) in a seeded order and the position of the correct one."""
+def a4_choice(qid: str, correct: Sequence[bool], seed: int, n_answers: int = 4) -> tuple[tuple[int, ...], int] | None:
+    """Answer indices (one correct, n_answers - 1 incorrect) in a seeded order and the position of the correct one."""
     right = [i for i, c in enumerate(correct) if c]
     wrong = [i for i, c in enumerate(correct) if not c]
-    if not right or len(wrong) < 3:
+    if not right or len(wrong) < n_answers - 1:
         return None
     rng = np.random.default_rng([seed, zlib.crc32(qid.encode())])
-    chosen = [right[int(rng.integers(len(right)))], *(wrong[i] for i in rng.choice(len(wrong), 3, replace=False))]
-    order = rng.permutation(4)
+    chosen = [right[int(rng.integers(len(right)))],
+              *(wrong[i] for i in rng.choice(len(wrong), n_answers - 1, replace=False))]
+    order = rng.permutation(n_answers)
     answers = tuple(int(chosen[k]) for k in order)
     return answers, int(np.flatnonzero(order == 0)[0])
 
@@ -216,17 +219,35 @@ class SocialIQA4(_SocialIQ):
     """Four-way: question with one correct and three incorrect answers -> index of the correct one."""
 
     task = "A4"
+    n_answers = 4
+
+    def __init__(self, store: str | Path, *args: Any, **kwargs: Any) -> None:
+        self._too_few: Counter[int] = Counter()  # answer counts of the questions left out for having too few
+        super().__init__(store, *args, **kwargs)
+        if not self.samples and self._too_few:
+            found = ", ".join(f"{n} questions with {k} answers" for k, n in sorted(self._too_few.items()))
+            hint = "; use SocialIQA3, the three-way task" if max(self._too_few) >= 3 else ""
+            raise ValueError(f"{store}: {self.task} needs questions with 1 correct and {self.n_answers - 1} "
+                             f"incorrect answers; this store has none ({found}){hint}")
 
     def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
-        choice = a4_choice(q.qid, q.correct, self.seed)
+        choice = a4_choice(q.qid, q.correct, self.seed, self.n_answers)
         if choice is None:
-            self.dropped["fewer than 1 correct and 3 incorrect answers"] += 1
+            self.dropped[f"fewer than 1 correct and {self.n_answers - 1} incorrect answers"] += 1
+            self._too_few[len(q.answers)] += 1
             return []
         answers, label = choice
         return [QASample(q.qid, q.item_id, q_row, tuple(a_rows[a] for a in answers), label)]
 
     def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
         return {"answers": x, "answers_mask": m, "label": torch.tensor(label, dtype=torch.long)}
+
+
+class SocialIQA3(SocialIQA4):
+    """Three-way (SocialIQA's multiple choice): one correct and two incorrect answers -> index of the correct one."""
+
+    task = "A3"
+    n_answers = 3
 
 
 def _pad(seqs: list[torch.Tensor], value: float | bool) -> torch.Tensor:
@@ -237,7 +258,7 @@ def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:
     """Stack a batch; reference steps padded to the longest item with mask/valid False in the padding.
 
     Out: qid, item (lists); label (B,); question (B, Tq, D) + question_mask; answer (B, Ta, D) + answer_mask
-    (A2) or answers (B, 4, Ta, D) + answers_mask (A4); lengths (B,) reference steps; ref_intervals (B, T, 2);
+    (A2) or answers (B, n, Ta, D) + answers_mask (A4: n = 4, A3: n = 3); lengths (B,) reference steps; ref_intervals (B, T, 2);
     modalities[name] = {x (B, T, D) float32, mask (B, T) bool, valid (B, T, D) bool}.
     """
     out: dict[str, Any] = {"qid": [b["qid"] for b in batch], "item": [b["item"] for b in batch]}

@@ -1,12 +1,16 @@
-"""Which (feature, item) pairs need computing: missing, stale (fingerprint differs) or forced."""
+"""Which (feature, item) pairs need computing: missing, stale (fingerprint differs), damaged or forced."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.integrity import ItemCheck
 from store.reader import Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,7 @@ class Wanted:
 class Plan:
     todo: list[Wanted]
     skipped: list[Wanted]  # already in the store with the same fingerprint
+    damaged: list[ItemCheck] = field(default_factory=list)  # items on disk that failed the check: recomputed if wanted
 
     def count(self, which: str) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -28,12 +33,23 @@ class Plan:
         return dict(counts)
 
 
-def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False) -> Plan:
+def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False) -> Plan:
+    """A damaged item (unreadable metadata, a missing or truncated file; with `verify` also changed bytes)
+    counts as missing, so it is recomputed; each is logged with its folder and listed in `Plan.damaged`."""
     if force or not (store_path / "zarr.json").exists():
         return Plan(todo=list(wanted), skipped=[])
     store = Store(store_path)
-    stored = {f: store.stored_fingerprints(f) for f in {w.feature for w in wanted}}
+    stored: dict[str, dict[str, str]] = {}
+    damaged: list[ItemCheck] = []
+    for feature in sorted({w.feature for w in wanted}):
+        stored[feature] = {}
+        for c in store.check(feature, full=verify):
+            if c.ok:
+                stored[feature][c.item] = c.attrs.get("fingerprint", "")
+            else:
+                damaged.append(c)
+                log.warning("%s: damaged item, recomputing it (%s)", c.path, c.problem)
     todo, skipped = [], []
     for w in wanted:
         (skipped if stored[w.feature].get(w.item) == w.fingerprint else todo).append(w)
-    return Plan(todo=todo, skipped=skipped)
+    return Plan(todo=todo, skipped=skipped, damaged=damaged)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +14,9 @@ import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl
 from store import layout
+from store.integrity import RECORD, DamagedItem, ItemCheck, check_item, item_dirs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,60 +37,105 @@ class Store:
         self.path = Path(path)
         if not (self.path / "zarr.json").exists():
             raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
-        self.root = zarr.open_group(self.path, mode="r")
+        try:
+            self.root = zarr.open_group(self.path, mode="r")
+        except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
+            raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
+                             f"({type(e).__name__}: {e})") from None
         self.attrs = dict(self.root.attrs)
+        self._reported: set[tuple[Path, str | None]] = set()
         if self.attrs.get("schema") != layout.SCHEMA:
             raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
 
     def features(self) -> list[str]:
-        return sorted(self.root.group_keys())
+        """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
+        out = []
+        for name, path in item_dirs(self.path):
+            if not (path / "zarr.json").exists():
+                continue  # _manifests, _runs: plain folders
+            try:
+                self.root[name]
+            except (ValueError, TypeError, KeyError) as e:
+                log.warning("%s: feature metadata unreadable (%s: %s); feature left out", path / "zarr.json",
+                            type(e).__name__, e)
+                continue
+            out.append(name)
+        return out
 
     def feature_attrs(self, feature: str) -> dict[str, Any]:
         return dict(self._feature_group(feature).attrs)
 
     def _feature_group(self, feature: str) -> zarr.Group:
-        if feature not in self.root.group_keys():
+        if feature.startswith(".") or "/" in feature or not (self.path / feature / "zarr.json").exists():
             raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
-        return self.root[feature]
+        try:
+            return self.root[feature]
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"{self.path / feature / 'zarr.json'}: feature metadata unreadable "
+                             f"({type(e).__name__}: {e})") from None
 
     def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
-        return dict(self._feature_group(feature)[item].attrs)
+        return self._checked(feature, item).attrs or {}
+
+    def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
+        """Every item folder of a feature, checked against what the writer recorded at commit
+        (store/integrity.py: `full` also compares content hashes). Never raises for one bad item."""
+        return [check_item(path, feature, name, full) for name, path in item_dirs(self.path / feature)]
+
+    def _good(self, feature: str) -> list[ItemCheck]:
+        """The feature's items that pass the quick check; the others are logged with their folder."""
+        good = []
+        for c in self.check(feature):
+            if c.ok:
+                good.append(c)
+            elif (c.path, c.problem) not in self._reported:  # once per Store, not on every items() call
+                self._reported.add((c.path, c.problem))
+                log.warning("%s: damaged item left out (%s)", c.path, c.problem)
+        return good
 
     def items(self, feature: str, include_filtered: bool = False, include_stale: bool = False) -> list[str]:
         """Complete items of a feature. Items made with an older spec (config, version, weights) are
-        stale and left out unless asked for; so are items a policy filtered (faces: too few faces)."""
-        group = self._feature_group(feature)
-        spec = group.attrs.get("spec_hash")
+        stale and left out unless asked for; so are items a policy filtered (faces: too few faces) and
+        damaged items (logged with their folder; `python -m pipeline verify` lists them)."""
+        spec = self._feature_group(feature).attrs.get("spec_hash")
         out = []
-        for name, sub in group.groups():
-            attrs = sub.attrs
-            if not attrs.get("complete"):
+        for c in self._good(feature):
+            if not include_stale and c.attrs.get("spec_hash") != spec:
                 continue
-            if not include_stale and attrs.get("spec_hash") != spec:
+            if not include_filtered and c.attrs.get("filtered"):
                 continue
-            if not include_filtered and attrs.get("filtered"):
-                continue
-            out.append(name)
+            out.append(c.item)
         return sorted(out)
 
+    def _checked(self, feature: str, item: str) -> ItemCheck:
+        self._feature_group(feature)
+        path = self.path / feature / item
+        if item.startswith(".") or "/" in item or not path.is_dir():
+            raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
+        c = check_item(path, feature, item)
+        if not c.ok:
+            raise DamagedItem(f"{path}: damaged item ({c.problem}); the next `make extract` recomputes it")
+        return ItemCheck(c.feature, c.item, c.path, None, {k: v for k, v in c.attrs.items() if k != RECORD},
+                         c.recorded)
+
     def read(self, feature: str, item: str) -> ItemFeature:
-        fgroup = self._feature_group(feature)
+        """One item, after the quick check (metadata, recorded files present with their sizes): a damaged
+        item raises DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
+        c = self._checked(feature, item)
         try:
-            g = fgroup[item]  # one metadata read; listing the feature's items would cost O(items)
-        except KeyError:
-            raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}") from None
-        attrs = dict(g.attrs)
-        if not attrs.get("complete"):
-            raise KeyError(f"{self.path}: {feature}/{item} is not complete")
-        extras = {k: v for k, v in g.arrays() if k not in (layout.FEATURES, layout.INTERVALS)}
+            g = zarr.open_group(c.path, mode="r")
+            extras = {k: v for k, v in g.arrays() if k not in (layout.FEATURES, layout.INTERVALS)}
+            features, intervals = g[layout.FEATURES], np.asarray(g[layout.INTERVALS][...], dtype=np.float64)
+        except Exception as e:  # metadata that passed the quick check but zarr cannot use
+            raise DamagedItem(f"{c.path}: damaged item ({type(e).__name__}: {e})") from None
         return ItemFeature(
             feature=feature,
             item=item,
-            features=g[layout.FEATURES],
-            intervals=np.asarray(g[layout.INTERVALS][...], dtype=np.float64),
+            features=features,
+            intervals=intervals,
             extras=extras,
-            attrs=attrs,
-            columns=list(fgroup.attrs.get("columns", [])),
+            attrs=c.attrs,
+            columns=list(self._feature_group(feature).attrs.get("columns", [])),
         )
 
     @cached_property
@@ -110,14 +159,8 @@ class Store:
         return json.loads(runs[-1].read_text()) if runs else None
 
     def stored_fingerprints(self, feature: str) -> dict[str, str]:
-        """item -> fingerprint of its complete group: what the planner compares with."""
-        if feature not in self.root.group_keys():
-            return {}
-        return {
-            name: sub.attrs.get("fingerprint", "")
-            for name, sub in self.root[feature].groups()
-            if sub.attrs.get("complete")
-        }
+        """item -> fingerprint of its complete, undamaged group: what the planner compares with."""
+        return {c.item: c.attrs.get("fingerprint", "") for c in self._good(feature)}
 
 
 def open_store(path: Path | str) -> Store:

@@ -31,6 +31,7 @@ import zarr
 from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
 from store import layout
+from store.integrity import RECORD, make_record
 
 log = logging.getLogger(__name__)
 _CHUNK_BYTES = 1 << 21  # ~2 MiB per chunk along N
@@ -82,20 +83,53 @@ def _fsync_tree(root: Path) -> None:
         _fsync(folder)
 
 
+class StoreError(RuntimeError):
+    """The store as a whole cannot be written (read-only, not a folder, disk full, unreadable root
+    metadata); the message names the path and the problem in one line."""
+
+
+class StoreLocked(StoreError):
+    """Another run holds the store's write lock."""
+
+
+def _os_problem(e: OSError, fallback: Path) -> str:
+    """'<path>: <problem>' from an OSError, whichever path it names (or the store's)."""
+    return f"{e.filename or fallback}: {e.strerror or e}"
+
+
 class StoreWriter:
     """Creates `<dataset>.zarr` if needed and commits finished (feature, item) groups into it."""
 
     def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = Path(path)
-        self.root = zarr.open_group(self.path, mode="a")
-        self._lock = self._acquire_lock()
-        attrs = dict(self.root.attrs)
-        if attrs.get("schema", layout.SCHEMA) != layout.SCHEMA:
-            raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
-        if attrs.get("dataset", dataset) != dataset:
-            raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
-        self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset, "package_version": _package_version()})
-        self._sweep_staging()
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreError(f"{self.path}: is a file, not a store folder; give --out a folder (new or a store)")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = self._acquire_lock()
+            self.root = self._open_root()
+            attrs = dict(self.root.attrs)
+            if attrs.get("schema", layout.SCHEMA) != layout.SCHEMA:
+                raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
+            if attrs.get("dataset", dataset) != dataset:
+                raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
+            self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset,
+                                    "package_version": _package_version()})
+            self._sweep_staging()
+        except OSError as e:
+            self.close()
+            raise StoreError(f"cannot write the store: {_os_problem(e, self.path)}") from e
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_root(self) -> zarr.Group:
+        try:
+            return zarr.open_group(self.path, mode="a")
+        except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError too
+            raise StoreError(f"{self.path / 'zarr.json'}: the store's own metadata is unreadable "
+                             f"({type(e).__name__}: {e}); its items may be intact, but this store needs repair "
+                             "by hand or a new --out") from e
 
     def _acquire_lock(self) -> int:
         fd = os.open(self.path / layout.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -104,8 +138,8 @@ class StoreWriter:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise RuntimeError(f"{self.path}: another run is writing to this store ({holder}); "
-                               "wait for it to finish or write to another store") from None
+            raise StoreLocked(f"{self.path}: another run is writing to this store ({holder}); "
+                              "wait for it to finish or write to another store") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
         return fd
@@ -147,14 +181,24 @@ class StoreWriter:
         check_id(feature)
         if feature in (layout.MANIFESTS, layout.RUNS):
             raise ValueError(f"invalid feature name {feature!r}: the store keeps its own {feature}/ folder")
-        group = self.root.require_group(feature)
-        if dict(group.attrs) != attrs:
-            group.attrs.put(attrs)  # one metadata write: never a moment with no spec_hash
+        try:
+            try:
+                group = self.root.require_group(feature)
+            except (ValueError, TypeError, KeyError) as e:  # its metadata is damaged; the items are separate
+                meta = self.path / feature / "zarr.json"
+                log.warning("%s: unreadable (%s: %s); writing it anew from this run's spec", meta,
+                            type(e).__name__, e)
+                meta.unlink(missing_ok=True)
+                group = self.root.require_group(feature)
+            if dict(group.attrs) != attrs:
+                group.attrs.put(attrs)  # one metadata write: never a moment with no spec_hash
+        except OSError as e:
+            raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}") from e
 
     def commit(self, feature: str, item_id: str, rows: FeatureRows, item_attrs: dict[str, Any]) -> None:
         """Write one item's rows atomically; replaces an older version of the same item."""
         check_id(item_id)
-        if feature not in self.root.group_keys():
+        if not (self.path / feature / "zarr.json").is_file():  # not group_keys(): that parses every feature
             raise KeyError(f"feature {feature!r} has no group yet; call set_feature first")
         staging = self.path / layout.STAGING / uuid.uuid4().hex
         staging.parent.mkdir(exist_ok=True)
@@ -167,6 +211,9 @@ class StoreWriter:
                     raise ValueError(f"extra array name {name!r} is reserved")
                 _write_array(group, name, data)
             group.attrs.update({**rows.attrs, **item_attrs, "n_rows": int(len(rows.features))})
+            # what verify compares with later: every file's size and hash, each array's shape and dtype, and
+            # a hash of the attributes as they read back
+            group.attrs[RECORD] = make_record(staging)
             group.attrs["complete"] = True  # written last
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             self._swap_in(staging, feature, item_id)
@@ -192,15 +239,22 @@ class StoreWriter:
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         folder = layout.manifest_dir(self.path)
-        folder.mkdir(exist_ok=True)
-        write_jsonl(folder / "items.jsonl", items)
-        write_jsonl(folder / "qa.jsonl", qa)
+        try:
+            folder.mkdir(exist_ok=True)
+            write_jsonl(folder / "items.jsonl", items)
+            write_jsonl(folder / "qa.jsonl", qa)
+        except OSError as e:
+            raise StoreError(f"cannot write the store: {_os_problem(e, folder)}") from e
 
     def write_run_report(self, run_id: str, report: dict[str, Any]) -> Path:
         folder = layout.runs_dir(self.path)
-        folder.mkdir(exist_ok=True)
         out = folder / f"{run_id}.json"
         tmp = out.with_suffix(".partial")
-        tmp.write_text(layout.canonical_json(report))
-        tmp.replace(out)
+        try:
+            folder.mkdir(exist_ok=True)
+            tmp.write_text(layout.canonical_json(report))
+            tmp.replace(out)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot save the run report: {_os_problem(e, out)}") from e
         return out

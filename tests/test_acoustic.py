@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import warnings
 
 import librosa
 import numpy as np
@@ -15,7 +16,7 @@ from scipy.signal import convolve
 from extractors import glottal
 from extractors.acoustic import HOP, Covarep, CovarepConfig, analyse_block, f0_rows, glottal_flow, rms_dbfs
 from extractors.base import Audio, get_extractor, parse_config
-from tests.synth_voice import FS_HZ, naq_per_period, synth_vowel
+from tests.synth_voice import FS_HZ, lf_derivative, naq_per_period, synth_vowel
 
 RDS = (0.5, 1.0, 1.5, 2.0, 2.5)
 
@@ -44,8 +45,8 @@ def test_registry_columns_and_row_grid() -> None:
     cfg = parse_config({"extractor": "covarep"})
     assert get_extractor("covarep") is Covarep and isinstance(cfg, CovarepConfig)
     cols = Covarep.columns(cfg)
-    assert cols[:10] == ["f0", "vuv", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "peak_slope", "mfcc_0"]
-    assert len(cols) == 9 + 13 and Covarep.rate_hz(cfg) == 100.0
+    assert cols[:11] == ["f0", "vuv", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd", "peak_slope", "mfcc_0"]
+    assert len(cols) == 10 + 13 and Covarep.rate_hz(cfg) == 100.0
     rows = Covarep(CovarepConfig(f0_method="dio")).extract(Audio(np.zeros(1128, np.float32), FS_HZ, 0.0705))
     assert rows.features.shape == (8, len(cols)) and rows.features.dtype == np.float32
     np.testing.assert_allclose(rows.intervals[:, 0], np.arange(8) * 0.01)
@@ -75,7 +76,7 @@ def test_voicing_alternation(method: str) -> None:
     t = row_times(200)
     truth = np.any([(t >= a) & (t < b) for a, b in spans], axis=0)
     assert np.mean((cols["vuv"] == 1) == truth) >= 0.95
-    for name in ("f0", "naq", "qoq", "h1h2", "hrf", "psp", "mdq"):
+    for name in ("f0", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"):
         assert np.all(np.isnan(cols[name][cols["vuv"] == 0])), name
 
 
@@ -173,7 +174,7 @@ def test_block_helpers_line_up() -> None:
     x = np.zeros(1600)
     x[800:960] = 0.5  # row 5 only
     assert np.argmax(rms_dbfs(x, 10)) == 5
-    assert analyse_block(x, CovarepConfig(f0_method="dio")).shape == (10, 22)
+    assert analyse_block(x, CovarepConfig(f0_method="dio")).shape == (10, 23)
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
@@ -250,3 +251,64 @@ def test_harmonic_params_on_known_harmonics() -> None:
     got = glottal.harmonic_params(dg, np.full(100, f0), np.arange(20, 80), HOP, FS_HZ)
     np.testing.assert_allclose(got["h1h2"], 20 * np.log10(amps[0] / amps[1]), atol=0.1)
     np.testing.assert_allclose(got["hrf"], 20 * np.log10(amps[1:].sum() / amps[0]), atol=0.1)
+
+
+@pytest.mark.parametrize(
+    ("label", "x"),
+    [
+        ("dc only", np.full(8000, 0.3, np.float32)),
+        ("one sample", np.array([0.5], np.float32)),
+        ("-120 dBFS noise", 1e-6 * np.random.default_rng(7).standard_normal(8000).astype(np.float32)),
+    ],
+)
+def test_peak_slope_needs_signal(label: str, x: np.ndarray) -> None:
+    """No tilt is measured on DC, on input shorter than the 40 ms window, or below silence_dbfs: NaN, not a value."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # librosa warns that n_fft exceeds a 1-sample input
+        cols = run(x, CovarepConfig())
+    assert np.all(np.isnan(cols["peak_slope"])), (label, cols["peak_slope"][:5])
+    noise = 0.03 * np.random.default_rng(8).standard_normal(8000).astype(np.float32)
+    assert np.all(np.isfinite(run(noise, CovarepConfig())["peak_slope"]))
+
+
+LF_RDS = (0.3, 0.5, 0.9, 1.3, 1.7, 2.1, 2.7)
+
+
+def lf_h1h2_db(f0_hz: float, rd: float) -> float:
+    """H1-H2 of the periodic LF flow derivative of tests/synth_voice.py: its Fourier series, finely sampled."""
+    period_s = 1 / f0_hz
+    harmonics = np.fft.rfft(lf_derivative(np.arange(8192) / 8192 * period_s, period_s, rd))
+    return float(20 * np.log10(abs(harmonics[1]) / abs(harmonics[2])))
+
+
+@pytest.fixture(scope="module")
+def lf_grid() -> dict[tuple[float, float], tuple[dict[str, float], float]]:
+    """(F0, Rd) -> (median of each column over the middle 0.8 s, true median NAQ); F0 rises 5 % over 1 s."""
+    out = {}
+    for f0 in (110.0, 220.0):
+        for rd in LF_RDS:
+            voice = synth_vowel(1.0, lambda t, f0=f0: f0 * (1 + 0.05 * t), rd)
+            cols = run(voice.speech, CovarepConfig())
+            out[f0, rd] = ({k: float(np.nanmedian(v[10:90])) for k, v in cols.items()},
+                           float(np.median(naq_per_period(voice))))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("f0", [110.0, 220.0])
+def test_rd_recovers_lf_vowels(lf_grid: dict, f0: float) -> None:
+    """Rd within +-0.25 of the LF vowel's over 0.3..2.7, and increasing with it (docs/acoustic.md, "Rd")."""
+    got = np.array([lf_grid[f0, rd][0]["rd"] for rd in LF_RDS])
+    np.testing.assert_allclose(got, LF_RDS, atol=0.25)
+    assert np.all(np.diff(got) > 0), got
+
+
+@pytest.mark.parametrize("f0", [110.0, 220.0])
+def test_naq_and_h1h2_on_lf_vowels(lf_grid: dict, f0: float) -> None:
+    """NAQ within 20 % of the true flow's and H1-H2 within 1.5 dB of the LF series', where the docs claim it:
+    NAQ everywhere at 110 Hz and from Rd 0.9 at 220 Hz; H1-H2 up to Rd 1.3 (docs/acoustic.md, "Limits")."""
+    for rd in LF_RDS:
+        cols, true_naq = lf_grid[f0, rd]
+        if f0 < 200 or rd >= 0.9:
+            assert abs(cols["naq"] / true_naq - 1) <= 0.2, (rd, cols["naq"], true_naq)
+        if rd <= 1.3:
+            assert abs(cols["h1h2"] - lf_h1h2_db(f0 * 1.025, rd)) <= 1.5, (rd, cols["h1h2"], lf_h1h2_db(f0, rd))

@@ -128,3 +128,27 @@ def test_a_store_stale_for_the_manifest_is_refused(store: Path, tmp_path: Path) 
     StoreWriter(copy, "sample").write_manifests(s.media_items(), [QAItem.model_validate(q.model_dump()) for q in qa])
     with pytest.raises(ValueError, match="tiny-a-q0: stored texts"):
         SocialIQA2(copy, split=None, modalities=(), to=1.0, exclude_filtered=False)
+
+
+def test_a4_on_a_three_answer_dataset_is_an_error_and_a3_builds(tmp_path: Path) -> None:
+    """SocialIQA has three answers: A4 says so instead of returning an empty dataset; A3 is its task."""
+    from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
+    from store.datasets import SocialIQA3
+    from tests.qa_store import write_qa_store
+
+    write_sample_socialiqa(tmp_path / "raw", n=6)
+    media, qa = read_socialiqa(tmp_path / "raw")
+    store = write_qa_store(tmp_path / "siqa.zarr", media, qa)
+    with pytest.raises(ValueError, match=r"A4 needs .* 1 correct and 3 incorrect .* \(6 questions with 3 answers\); "
+                                         r"use SocialIQA3"):
+        SocialIQA4(store, split="train", modalities=(), to=1.0)
+    a3 = SocialIQA3(store, split="train", modalities=(), to=1.0)
+    assert len(a3) == 6 and not a3.dropped
+    truth = {q.qid: q for q in qa}
+    s = open_store(store)
+    for smp in a3.samples:
+        texts = [str(s.read("qa", smp.item).extras["text"][r]) for r in smp.answer_rows]
+        q = truth[smp.qid]
+        assert sorted(texts) == sorted(q.answers) and texts[smp.label] == q.answers[q.correct.index(True)]
+    batch = collate_qa([a3[0], a3[1]])
+    assert batch["answers"].shape[:2] == (2, 3) and batch["label"].dtype == torch.long

@@ -43,7 +43,9 @@ def test_extract_cache_staleness_and_failures(tiny_root: Path, tmp_path: Path) -
     errors = {f["item"]: f for f in first.failures if f["feature"] == "frames"}
     assert "tiny-bad.mp4" in errors["tiny-bad"]["error"] and errors["tiny-bad"]["stage"] == "decode:frames"
     assert "tiny-missing.mp4: video file does not exist" in errors["tiny-missing"]["error"]
-    assert "FAILED tiny-bad [decode:frames]" in first.summary()
+    assert "FAILED frames/tiny-bad [decode:frames]" in first.summary()  # one line per feature: frames2 too
+    assert "FAILED frames2/tiny-bad [decode:frames]" in first.summary()
+    assert first.exit_code == 3  # completed with failures
 
     store = open_store(out)
     assert store.items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
@@ -140,3 +142,31 @@ def test_fingerprints_do_not_depend_on_how_the_raw_root_is_spelled(tiny_root: Pa
     assert run_extract("tiny", moved, out, config(), only=["frames"]).counts["frames"]["skipped"] == 3
     (tiny_root / "siq2/video/tiny-c.mp4").touch()  # a changed file (new mtime) is recomputed
     assert run_extract("tiny", moved, out, config(), only=["frames"]).counts["frames"]["done"] == 1
+
+
+def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_path: Path) -> None:
+    """Truncated item metadata and a deleted chunk (found by every plan), flipped chunk bytes (found with
+    --verify): each damaged item is named with its folder and recomputed; the intact one is skipped."""
+    out = tmp_path / "tiny.zarr"
+    assert run_extract("tiny", tiny_root, out, config(), only=["frames"]).exit_code == 0
+    reference = open_store(out).read("frames", "tiny-a").features[:]
+    meta = out / "frames/tiny-a/zarr.json"
+    meta.write_bytes(meta.read_bytes()[:100])
+    (out / "frames/tiny-b/features/c/0/0").unlink()
+    chunk = out / "frames/tiny-c/features/c/0/0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    assert open_store(out).items("frames") == ["tiny-c"]  # the store still reads; damaged items left out
+
+    report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
+    assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+    assert {(d["item"], d["path"], d["recomputed"]) for d in report.damaged} == {
+        ("tiny-a", str(out / "frames/tiny-a"), True), ("tiny-b", str(out / "frames/tiny-b"), True)}
+    assert f"DAMAGED frames/tiny-a ({out / 'frames/tiny-a'})" in report.summary() and report.exit_code == 0
+    np.testing.assert_array_equal(open_store(out).read("frames", "tiny-a").features[:], reference)
+
+    verified = run_extract("tiny", tiny_root, out, config(), only=["frames"], verify=True)
+    assert [d["item"] for d in verified.damaged] == ["tiny-c"] and "SHA-256" in verified.damaged[0]["problem"]
+    assert verified.counts["frames"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
+    assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]

@@ -1,0 +1,9 @@
+"""Exit codes of `python -m pipeline` (documented in README.md, "Exit codes")."""
+
+OK = 0  # everything asked for is done (or was already up to date)
+INTERNAL = 1  # a bug: Python's own traceback follows
+BAD_INPUT = 2  # bad arguments, config, raw data root or store schema/dataset; nothing was computed
+FAILURES = 3  # the run completed, but some (feature, item) pairs failed (listed as FAILED lines)
+DAMAGED = 4  # damaged items found in the store and not recomputed (verify; extract's leftovers)
+STORE = 5  # the store cannot be written: read-only, not a folder, disk full, unreadable root metadata
+LOCKED = 6  # another run holds the store's lock: retry when it has finished

@@ -1,0 +1,138 @@
+"""The command line ends every expected problem with one line naming the path and the problem, and an exit
+code that says what happened (pipeline/exitcodes.py, README "Exit codes"); never a traceback."""
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extractors.base import FeatureRows
+from pipeline import exitcodes
+from pipeline.cli import main
+from pipeline.run import RunReport
+from store.writer import StoreWriter
+
+
+def extract(raw: Path, out: Path, *extra: str) -> int:
+    return main(["extract", "--dataset", "sample", "--raw", str(raw), "--out", str(out), *extra])
+
+
+def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_locked_store_is_one_line(tiny_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "s.zarr"
+    with StoreWriter(out, "sample"):
+        assert extract(tiny_root, out) == exitcodes.LOCKED
+    [line] = error_lines(caplog)
+    assert line.startswith(f"{out}: another run is writing to this store (pid {os.getpid()}")
+
+
+def test_out_pointing_at_a_file_is_one_line(tiny_root: Path, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "s.zarr"
+    out.write_text("not a store")
+    assert extract(tiny_root, out) == exitcodes.STORE
+    assert error_lines(caplog) == [f"{out}: is a file, not a store folder; give --out a folder (new or a store)"]
+    assert out.read_text() == "not a store"
+
+
+def test_a_read_only_store_is_one_line(tiny_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only mount (EROFS) cannot be made without privileges here, so the kernel's answer is played:
+    the first write into the store (its lock file) fails as it would there."""
+    out = tmp_path / "s.zarr"
+    StoreWriter(out, "sample").close()
+    real_open = os.open
+
+    def read_only(path, flags, *a, **k):
+        if str(path).startswith(str(out)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert extract(tiny_root, out) == exitcodes.STORE
+    assert error_lines(caplog) == [f"cannot write the store: {out / '.lock'}: Read-only file system"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux) to produce a real ENOSPC")
+def test_disk_full_before_the_first_commit_is_one_line(tiny_root: Path, tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A real ENOSPC from the kernel: the manifest file the run writes first is /dev/full."""
+    out = tmp_path / "s.zarr"
+    (out / "_manifests").mkdir(parents=True)
+    (out / "_manifests" / "items.jsonl.partial").symlink_to("/dev/full")
+    assert extract(tiny_root, out) == exitcodes.STORE
+    [line] = error_lines(caplog)
+    assert line == f"cannot write the store: {out / '_manifests'}: No space left on device"
+
+
+def report(failed: int) -> RunReport:
+    r = RunReport("run", "sample", "s.zarr", {f: {"done": 2, "skipped": 0, "failed": failed, "n/a": 0}
+                                              for f in ("frames", "faces")})
+    for feat in ("frames", "faces") if failed else ():
+        r.failures.append({"feature": feat, "item": "clip-x", "stage": "decode:frames", "file": "/raw/clip-x.mp4",
+                           "error": "InputError: corrupt"})
+    return r
+
+
+def test_failed_pairs_exit_non_zero_with_a_line_per_feature(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    seen = {}
+
+    def fake_run(*a, **k):
+        seen.update(k)
+        return report(failed=1)
+
+    monkeypatch.setattr("pipeline.run.run_extract", fake_run)
+    (tmp_path / "siq2").mkdir()
+    assert extract(tmp_path, tmp_path / "s.zarr", "--verify") == exitcodes.FAILURES
+    assert seen["verify"] is True
+    out = capsys.readouterr().out
+    assert "FAILED frames/clip-x [decode:frames] /raw/clip-x.mp4: InputError: corrupt" in out
+    assert "FAILED faces/clip-x [decode:frames] /raw/clip-x.mp4: InputError: corrupt" in out
+    assert "completed with 2 failed (feature, item) pair(s): exit code 3" in out
+    assert report(failed=0).exit_code == exitcodes.OK
+
+
+def test_every_commit_failing_on_a_full_disk_fails_the_run(tmp_path: Path) -> None:
+    """What the driver does when each commit meets ENOSPC: every pair failed, with the store named, exit 3."""
+    from manifests.records import MediaItem
+    from pipeline.config import RunConfig
+    from pipeline.run import _Runner
+
+    class FullDisk:
+        path = tmp_path / "s.zarr"
+
+        def commit(self, *a):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}}})
+    r = RunReport("run", "sample", "s.zarr", {"frames": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}})
+    runner = _Runner(config, config.specs(), FullDisk(), r)
+    for i in ("a", "b"):
+        runner.fingerprints["frames", i], runner.sources["frames", i] = "fp", {}
+        runner.commit("frames", MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),
+                      {"seconds": {"frames": 0.1}}, 0.1)
+    assert r.counts["frames"] == {"done": 0, "skipped": 0, "failed": 2, "n/a": 0}
+    assert r.exit_code == exitcodes.FAILURES
+    assert f"FAILED frames/a [write:frames] {tmp_path / 's.zarr'}: OSError: [Errno 28] No space left" in r.summary()
+
+
+def test_verify_command_lists_damage_and_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "s.zarr"
+    with StoreWriter(out, "demo") as w:
+        w.set_feature("feat", {"spec_hash": "s1", "columns": ["a"]})
+        for item in ("a", "b"):
+            w.commit("feat", item, FeatureRows(np.ones((3, 1), np.float32), np.array([[0, 1], [1, 2], [2, 3.0]])),
+                     {"spec_hash": "s1"})
+    assert main(["verify", "--out", str(out)]) == exitcodes.OK
+    assert "feat             2        0          0" in capsys.readouterr().out
+    (out / "feat" / "b" / "features" / "c" / "0" / "0").unlink()
+    assert main(["verify", "--out", str(out)]) == exitcodes.DAMAGED
+    printed = capsys.readouterr().out
+    assert f"DAMAGED feat/b ({out / 'feat' / 'b'}): features/c/0/0 is missing" in printed

@@ -1,0 +1,183 @@
+"""A damaged item never blocks the store: it is reported with its folder, left out of reads, recomputed by the
+next run, and `verify` finds every kind of damage (metadata, missing, truncated or changed chunk files)."""
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extractors.base import FeatureRows
+from store import layout
+from store.integrity import RECORD, DamagedItem
+from store.plan import Wanted, make_plan
+from store.reader import open_store
+from store.verify import verify_store
+from store.writer import StoreWriter
+
+ATTRS = {"extractor": "x", "version": "1", "config": {}, "columns": ["a", "b"], "rate_hz": 1.0,
+         "weights": "none", "spec_hash": "s1"}
+ITEMS = ("a", "b", "c")
+
+
+def rows(n: int, value: float) -> FeatureRows:
+    """Several chunks per array (chunk rows forced small), a string extra and an all-zero array (zarr writes
+    no chunk file for it: the record, not the chunk grid, says which files exist)."""
+    return FeatureRows(
+        features=np.arange(n * 2, dtype=np.float32).reshape(n, 2) + value,
+        intervals=np.stack([np.arange(n), np.arange(n) + 1.0], axis=1),
+        extras={"words": np.array([f"w{i}" for i in range(n)]), "zeros": np.zeros(n, np.int32)},
+        attrs={"face_ratio": 0.5},
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import store.writer as sw
+
+    monkeypatch.setattr(sw, "_CHUNK_BYTES", 64)  # 8 rows of features per chunk: 3 chunk files per item
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        for i, item in enumerate(ITEMS):
+            w.commit("feat", item, rows(20, 100.0 * i), {"spec_hash": "s1", "fingerprint": f"fp-{item}"})
+    return path
+
+
+def wanted() -> list[Wanted]:
+    return [Wanted("feat", item, f"fp-{item}") for item in ITEMS]
+
+
+def files_of(item_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(item_dir)) for p in item_dir.rglob("*") if p.is_file())
+
+
+def damage(path: Path, how: str, at: float = 0.5) -> None:
+    data = path.read_bytes()
+    if how == "delete":
+        path.unlink()
+    elif how == "truncate":
+        path.write_bytes(data[: int(len(data) * at)])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "flip":
+        k = min(len(data) - 1, int(len(data) * at))
+        path.write_bytes(data[:k] + bytes([data[k] ^ 0x01]) + data[k + 1:])
+
+
+def test_the_record_lists_what_was_committed(store: Path) -> None:
+    item = store / "feat" / "b"
+    record = json.loads((item / "zarr.json").read_text())["attributes"][RECORD]
+    assert sorted(record["files"]) == [f for f in files_of(item) if f != "zarr.json"]
+    assert [f for f in record["files"] if f.startswith("features/c/")] == ["features/c/0/0", "features/c/1/0",
+                                                                          "features/c/2/0"]
+    assert not any(f.startswith("zeros/c/") for f in record["files"])  # all-zero chunks are never written
+    assert record["arrays"]["features"] == {"shape": [20, 2], "dtype": "float32"}
+    assert record["arrays"]["words"]["shape"] == [20]
+    assert "integrity" not in open_store(store).read("feat", "b").attrs  # internal: not in the item's attrs
+
+
+@pytest.mark.parametrize("target,how", [
+    ("zarr.json", "truncate"),  # the reported case: "Unterminated string …"
+    ("zarr.json", "empty"),
+    ("zarr.json", "delete"),
+    ("features/zarr.json", "truncate"),
+    ("intervals/zarr.json", "delete"),
+    ("features/c/1/0", "delete"),  # read back as zeros before
+    ("features/c/2/0", "truncate"),
+    ("words/c/0", "empty"),
+])
+def test_a_damaged_item_is_reported_left_out_and_recomputed(store: Path, target: str, how: str,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    item_dir = store / "feat" / "b"
+    damage(item_dir / target, how)
+    s = open_store(store)
+    with caplog.at_level(logging.WARNING):
+        assert s.items("feat") == ["a", "c"]  # the others still read
+    assert str(item_dir) in caplog.text
+    np.testing.assert_array_equal(s.read("feat", "c").features[:], rows(20, 200.0).features)
+    with pytest.raises(DamagedItem, match=f"{item_dir}: damaged item"):
+        s.read("feat", "b")
+    with pytest.raises(DamagedItem):
+        s.item_attrs("feat", "b")
+
+    plan = make_plan(store, wanted())
+    assert [w.item for w in plan.todo] == ["b"] and [w.item for w in plan.skipped] == ["a", "c"]
+    assert [(c.item, c.path) for c in plan.damaged] == [("b", item_dir)] and plan.damaged[0].problem
+
+    report = verify_store(store)
+    assert [(c.feature, c.item) for c in report.damaged] == [("feat", "b")]
+    assert f"DAMAGED feat/b ({item_dir})" in report.summary()
+
+    with StoreWriter(store, "demo") as w:  # what the next run does with the planned pair
+        w.set_feature("feat", ATTRS)
+        w.commit("feat", "b", rows(20, 100.0), {"spec_hash": "s1", "fingerprint": "fp-b"})
+    assert open_store(store).items("feat") == list(ITEMS)
+    np.testing.assert_array_equal(open_store(store).read("feat", "b").features[:], rows(20, 100.0).features)
+    assert not verify_store(store).damaged
+
+
+def test_every_file_deleted_truncated_or_flipped_is_found_by_verify(store: Path, tmp_path: Path) -> None:
+    """The class, not the listed cases: each file of an item (its own metadata included), each way of
+    damaging it, at several places. Changed bytes need the full check (hashes); the rest the quick one."""
+    import shutil
+
+    pristine = tmp_path / "pristine"
+    shutil.copytree(store / "feat" / "b", pristine)
+    damages = [("delete", 0.0), ("empty", 0.0), ("truncate", 0.5), ("truncate", 0.98)]
+    damages += [("flip", at) for at in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)]
+    missed = []
+    for rel in files_of(pristine):
+        for how, at in damages:
+            shutil.rmtree(store / "feat" / "b")
+            shutil.copytree(pristine, store / "feat" / "b")
+            damage(store / "feat" / "b" / rel, how, at)
+            s = open_store(store)
+            full = [c.item for c in s.check("feat", full=True) if not c.ok]
+            quick = [c.item for c in s.check("feat") if not c.ok]
+            if full != ["b"] or (how != "flip" and quick != ["b"]):
+                missed.append((rel, how, at, full, quick))
+    assert not missed
+
+
+def test_verify_before_planning_recomputes_changed_bytes(store: Path) -> None:
+    damage(store / "feat" / "a" / "features/c/0/0", "flip")
+    assert make_plan(store, wanted()).todo == []  # sizes unchanged: only hashes tell
+    plan = make_plan(store, wanted(), verify=True)
+    assert [w.item for w in plan.todo] == ["a"] and "SHA-256" in plan.damaged[0].problem
+
+
+def test_damaged_feature_metadata_is_rewritten_by_the_next_writer(store: Path) -> None:
+    damage(store / "feat" / "zarr.json", "truncate")
+    with pytest.raises(ValueError, match="feature metadata unreadable"):
+        open_store(store).items("feat")
+    assert open_store(store).features() == []  # left out, logged; the store still opens
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("feat", ATTRS)  # every attribute comes from the run's spec
+    assert open_store(store).items("feat") == list(ITEMS)
+
+
+def test_items_without_a_record_are_named_not_failed(store: Path) -> None:
+    """Items committed before records existed: metadata and decoding checked, and verify says so."""
+    meta_path = store / "feat" / "c" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["attributes"][RECORD]
+    meta_path.write_text(json.dumps(meta))
+    s = open_store(store)
+    assert s.items("feat") == list(ITEMS)
+    report = verify_store(store)
+    assert not report.damaged and "NO RECORD feat/c" in report.summary()
+    (store / "feat" / "c" / "intervals" / "zarr.json").write_text("{")
+    assert [c.item for c in verify_store(store).damaged] == ["c"]
+
+
+def test_the_store_root_damaged_is_one_clear_error(store: Path) -> None:
+    from store.writer import StoreError
+
+    damage(store / "zarr.json", "truncate")
+    with pytest.raises(ValueError, match=f"{store / 'zarr.json'}: the store's metadata is unreadable"):
+        open_store(store)
+    with pytest.raises(StoreError, match=f"{store / 'zarr.json'}: the store's own metadata is unreadable"):
+        StoreWriter(store, "demo")
+    assert layout.SCHEMA  # the store is left as it is for a person to look at
