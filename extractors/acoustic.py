@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from scipy.signal import lfilter, welch
 
 from extractors import glottal
-from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, register
+from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, rate_intervals, register
 
 FS_HZ = 16000
 HOP_S = 0.01
@@ -265,8 +265,7 @@ class Covarep(Extractor[CovarepConfig]):
             features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config)[r0 - a : r1 - a]
         if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
             features[:, self.columns(self.config).index("peak_slope")] = np.nan
-        starts = np.arange(n_rows) * HOP_S
-        intervals = np.column_stack([starts, np.minimum(starts + HOP_S, x.duration_s)])
+        intervals = rate_intervals(n_rows, FS_HZ / HOP, x.duration_s)  # from integers: no float-noise overlaps
         vuv = features[:, 1]
         return FeatureRows(
             features=features.astype(np.float32),

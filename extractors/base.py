@@ -41,6 +41,20 @@ def _check_intervals(intervals: np.ndarray, n: int, what: str) -> None:
         raise ValueError(f"{what}: interval {bad} ends before it starts: {intervals[bad].tolist()}")
 
 
+def rate_intervals(n_rows: int, rate_hz: float, duration_s: float | None = None) -> np.ndarray:
+    """(n_rows, 2) rows [i / rate, (i + 1) / rate), the last end clipped to `duration_s` when given.
+
+    Every boundary is one division of an integer by the rate, so row i's end and row i + 1's start are the same
+    float. Accumulating a float step (`arange(n) * 0.01`, then `start + 0.01`) instead leaves neighbours that
+    overlap by ~1e-15 s, and an alignment then counts the neighbour of a boundary row as overlapping.
+    """
+    if n_rows < 0 or rate_hz <= 0 or not np.isfinite(rate_hz):
+        raise ValueError(f"rate_intervals needs n_rows >= 0 and a positive rate, got {n_rows = }, {rate_hz = }")
+    edges = np.arange(n_rows + 1, dtype=np.float64) / rate_hz
+    ends = edges[1:] if duration_s is None else np.minimum(edges[1:], duration_s)
+    return np.stack([edges[:-1], ends], axis=1)
+
+
 @dataclass(frozen=True)
 class Frames:
     """Frames sampled at 1 fps: row k stands for `intervals[k]` = [k, k+1) s (the last one clipped)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import Audio, Frames, QAText, Words
+from extractors.base import Audio, Frames, QAText, Words, rate_intervals
 from manifests.records import MediaItem, QAItem
 
 STREAM_OFFSET_MIN_S = 0.05
@@ -45,9 +45,7 @@ def _existing(path: Path | None, what: str) -> Path:
 
 def second_intervals(duration_s: float) -> np.ndarray:
     """(N, 2) rows [k, min(k+1, D)), N = ceil(D)."""
-    n = max(0, math.ceil(duration_s - 1e-6))
-    starts = np.arange(n, dtype=np.float64)
-    return np.stack([starts, np.minimum(starts + 1.0, duration_s)], axis=1)
+    return rate_intervals(max(0, math.ceil(duration_s - 1e-6)), 1.0, duration_s)
 
 
 def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray:

@@ -1,10 +1,14 @@
 """Alignment on read: collapse the rows of a feature onto reference intervals (docs/reading.md).
 
-Overlap rule, for a row [s, e) and a reference interval [rs, re):
-- both of positive length: they overlap when s < re and e > rs (touching is not overlapping);
-- a zero-length row [t, t] overlaps a reference when rs <= t < re;
-- a zero-length reference [t, t] collects the rows with s <= t < e;
-- a zero-length row [t, t] and a zero-length reference [u, u] overlap when t == u.
+Times closer than OVERLAP_TOL_S (10 us, the CMU SDK's epsilon) are the same instant: interval ends computed in
+floating point carry rounding noise of ~1e-15 s, which must not decide whether two intervals overlap. An
+interval no longer than the tolerance is a point at its start. Overlap rule, for a row [s, e) and a reference
+interval [rs, re), with tol = OVERLAP_TOL_S:
+- both longer than tol: they overlap when s < re - tol and e > rs + tol (their intersection is longer than tol;
+  touching, within tol, is not overlapping);
+- a point row t overlaps a reference when rs - tol <= t < re - tol;
+- a point reference u collects the rows with s <= u + tol and e > u + tol;
+- a point row t and a point reference u overlap when |t - u| <= tol.
 
 Each reference interval gets one output row: the rows that overlap it collapsed by `how`. A reference
 interval that no row overlaps is False in the returned mask and NaN in the output, never zero.
@@ -12,22 +16,31 @@ interval that no row overlaps is False in the returned mask and NaN in the outpu
 The pairs (reference, row) that overlap are found with sorted-interval arithmetic: rows are grouped by
 length class (powers of two), each group sorted by start, and for each reference interval the candidate
 rows of a group are one `searchsorted` range [rs - longest row of the group, re]. Rows may be unsorted and
-may overlap each other (words do). For fixed-rate features (one group, sorted) the candidates are the
-overlapping rows plus at most one on each side, so the cost is O((N + M) log N + pairs x D).
+may overlap each other (words do). When a feature's rows are sorted by start and by end (fixed-rate rows),
+the overlapping rows of each reference are exactly one range found by two `searchsorted` calls, and sums
+are sparse-matrix products over blocks of rows converted to float64 in cache-sized pieces:
+O((N + M) log N + pairs x D).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
+from scipy.sparse import csr_matrix
+
+from extractors.base import rate_intervals
 
 How = Literal["mean", "weighted", "max", "first"]
 HOWS: tuple[str, ...] = get_args(How)
+OVERLAP_TOL_S = 1e-5  # the CMU SDK's `epsilon`: far above float noise in seconds, far below any real time step
 _PAIR_BUDGET = 1 << 22  # candidate pairs per block: bounds memory when many long rows overlap many references
+_CHUNK_VALUES = 1 << 18  # values converted to float64 at a time (2 MiB): the sums stay in cache
+_SCRATCH = threading.local()  # per-thread reusable work arrays (see _scratch)
 
 
 def as_intervals(intervals: np.ndarray, what: str = "intervals") -> np.ndarray:
@@ -50,17 +63,20 @@ def fixed_rate_intervals(duration_s: float, rate_hz: float) -> np.ndarray:
         raise ValueError(f"rate_hz must be positive, got {rate_hz}")
     if duration_s < 0 or not np.isfinite(duration_s):
         raise ValueError(f"duration_s must be >= 0, got {duration_s}")
-    n = int(np.ceil(duration_s * rate_hz - 1e-9))
-    starts = np.arange(n, dtype=np.float64) / rate_hz
-    ends = np.minimum(np.arange(1, n + 1, dtype=np.float64) / rate_hz, duration_s)
-    return np.stack([starts, ends], axis=1)
+    return rate_intervals(int(np.ceil(duration_s * rate_hz - 1e-9)), rate_hz, duration_s)
+
+
+def _nondecreasing(x: np.ndarray) -> bool:
+    return bool(len(x) < 2 or (x[1:] >= x[:-1]).all())
 
 
 @dataclass(frozen=True)
 class _Group:
     order: np.ndarray  # row indices of this group, sorted by start (stable: ties keep row order)
     starts: np.ndarray  # their starts, sorted
-    longest_s: float  # the longest row of the group (0 for the zero-length group)
+    ends: np.ndarray  # their ends, in the same order
+    longest_s: float  # the longest row of the group (0 for the group of points)
+    exact: bool  # rows longer than the tolerance whose ends are sorted too: searchsorted ranges are exact
 
 
 class RowIndex:
@@ -68,70 +84,101 @@ class RowIndex:
 
     def __init__(self, intervals: np.ndarray) -> None:
         self.intervals = as_intervals(intervals)
-        lengths = self.intervals[:, 1] - self.intervals[:, 0]
-        # Class -1: zero-length rows; class k: lengths in [2^k, 2^(k+1)). Within a class the longest row is at
-        # most twice the shortest, so the candidate range wastes at most about one row-length's worth of rows.
+        starts, ends = self.intervals[:, 0], self.intervals[:, 1]
+        lengths = ends - starts
+        extended = lengths > OVERLAP_TOL_S
+        if len(starts) and extended.all() and _nondecreasing(starts) and _nondecreasing(ends):
+            # Fixed-rate rows (the common case): one group, already in order, no sort and no class split.
+            self.groups = [_Group(np.arange(len(starts)), starts, ends, float(lengths.max()), True)]
+            return
+        # Class -1: points (no longer than the tolerance); class k: lengths in [2^k, 2^(k+1)). Within a class the
+        # longest row is at most twice the shortest, so the candidate range wastes at most about one row-length's
+        # worth of rows.
         cls = np.full(len(lengths), -(2**20), dtype=np.int64)
-        pos = lengths > 0
-        cls[pos] = np.floor(np.log2(lengths[pos])).astype(np.int64)
+        cls[extended] = np.floor(np.log2(lengths[extended])).astype(np.int64)
         self.groups = []
         for c in np.unique(cls):
             rows = np.flatnonzero(cls == c)
-            order = rows[np.argsort(self.intervals[rows, 0], kind="stable")]
-            self.groups.append(_Group(order, self.intervals[order, 0], float(lengths[rows].max())))
+            order = rows[np.argsort(starts[rows], kind="stable")]
+            exact = c != -(2**20) and _nondecreasing(ends[order])
+            self.groups.append(_Group(order, starts[order], ends[order], float(lengths[rows].max()), exact))
 
     def _ranges(self, ref: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per group, the candidate position range [lo, hi) of each reference interval (a superset)."""
+        """Per group, the position range [lo, hi) of each reference interval: exact for `exact` groups, else a
+        superset of candidates that `overlaps` filters."""
         out = []
+        tol = OVERLAP_TOL_S
         for g in self.groups:
-            # A row of this group that overlaps [rs, re) starts in [rs - longest, re]; the slack covers rounding.
-            low = ref[:, 0] - g.longest_s - 1e-9 * (np.abs(ref[:, 0]) + g.longest_s + 1.0)
-            out.append((np.searchsorted(g.starts, low, "left"), np.searchsorted(g.starts, ref[:, 1], "right")))
+            if g.exact:
+                # Rows longer than tol, starts and ends sorted. Overlap (see the module doc) is s < re - tol and
+                # e > rs + tol for a reference longer than tol, s <= u + tol and e > u + tol for a point u.
+                point = ref[:, 1] - ref[:, 0] <= tol
+                hi = np.where(point, np.searchsorted(g.starts, ref[:, 0] + tol, "right"),
+                              np.searchsorted(g.starts, ref[:, 1] - tol, "left"))
+                lo = np.searchsorted(g.ends, ref[:, 0] + tol, "right")
+                out.append((lo, np.maximum(hi, lo)))
+                continue
+            # A row of this group that overlaps [rs, re) starts in [rs - longest - tol, re + tol]; the slack
+            # covers rounding.
+            low = ref[:, 0] - g.longest_s - 2 * tol - 1e-9 * (np.abs(ref[:, 0]) + g.longest_s + 1.0)
+            out.append((np.searchsorted(g.starts, low, "left"), np.searchsorted(g.starts, ref[:, 1] + 2 * tol, "right")))
         return out
 
-    def pairs(self, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All overlapping (reference index, row index) pairs, ordered by reference, then row start, then row."""
-        ref = as_intervals(ref, "reference intervals")
-        refs, rows = [], []
-        for g, (lo, hi) in zip(self.groups, self._ranges(ref), strict=True):
+    def _pairs(self, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(overlapping rows per reference (M,), row indices (K,)), grouped by reference in order, each
+        reference's rows ordered by start, then row index."""
+        counts_all, refs, rows = np.zeros(len(ref), np.int64), [], []
+        ranges = self._ranges(ref)
+        for g, (lo, hi) in zip(self.groups, ranges, strict=True):
             counts = hi - lo
             total = int(counts.sum())
             if total == 0:
                 continue
-            r = np.repeat(np.arange(len(ref)), counts)
             offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-            cand = g.order[np.repeat(lo, counts) + offsets]
-            keep = overlaps(ref[r], self.intervals[cand])
+            pos = np.repeat(lo, counts) + offsets
+            if g.exact and len(self.groups) == 1:  # already the answer, in the promised order
+                return counts, g.order[pos]
+            r = np.repeat(np.arange(len(ref)), counts)
+            cand = g.order[pos]
+            keep = np.ones(total, bool) if g.exact else overlaps(ref[r], self.intervals[cand])
             refs.append(r[keep])
             rows.append(cand[keep])
         if not refs:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return counts_all, np.zeros(0, np.int64)
         r, c = np.concatenate(refs), np.concatenate(rows)
         order = np.lexsort((c, self.intervals[c, 0], r))
-        return r[order], c[order]
+        return np.bincount(r, minlength=len(ref)), c[order]
+
+    def pairs(self, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All overlapping (reference index, row index) pairs, ordered by reference, then row start, then row."""
+        counts, c = self._pairs(as_intervals(ref, "reference intervals"))
+        return np.repeat(np.arange(len(counts)), counts), c
 
     def blocks(self, ref: np.ndarray) -> Iterator[slice]:
         """Slices of `ref` whose candidate pairs stay under the memory budget."""
         per_ref = sum((hi - lo for lo, hi in self._ranges(ref)), np.zeros(len(ref), np.int64))
-        start, acc = 0, 0
-        for j, n in enumerate(per_ref.tolist()):
-            if acc and acc + n > _PAIR_BUDGET:
-                yield slice(start, j)
-                start, acc = j, 0
-            acc += n
-        if start < len(ref) or len(ref) == 0:
-            yield slice(start, len(ref))
+        ends = np.cumsum(per_ref)
+        start = 0
+        while start < len(ref) or (start == 0 and len(ref) == 0):
+            base = ends[start - 1] if start else 0
+            # the largest stop whose pairs fit the budget, at least one reference further
+            stop = max(start + 1, int(np.searchsorted(ends, base + _PAIR_BUDGET, "right")))
+            yield slice(start, min(stop, len(ref)))
+            if len(ref) == 0:
+                return
+            start = stop
 
 
 def overlaps(ref: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Element-wise overlap test of reference intervals `ref` (K, 2) and rows (K, 2), by the module's rule."""
+    tol = OVERLAP_TOL_S
     rs, re_, s, e = ref[:, 0], ref[:, 1], rows[:, 0], rows[:, 1]
-    ref_pos, row_pos = re_ > rs, e > s
-    both = (s < re_) & (e > rs)
-    zero_row = (rs <= s) & (s < re_)
-    zero_ref = (s <= rs) & (rs < e)
-    points = s == rs
-    return np.where(ref_pos, np.where(row_pos, both, zero_row), np.where(row_pos, zero_ref, points))
+    ref_ext, row_ext = re_ - rs > tol, e - s > tol
+    both = (s < re_ - tol) & (e > rs + tol)
+    point_row = (rs - tol <= s) & (s < re_ - tol)
+    point_ref = (s <= rs + tol) & (e > rs + tol)
+    points = np.abs(s - rs) <= tol
+    return np.where(ref_ext, np.where(row_ext, both, point_row), np.where(row_ext, point_ref, points))
 
 
 def overlap_pairs(ref_intervals: np.ndarray, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,10 +196,10 @@ def collapse(
     Non-finite values (NaN, +-inf: undefined parameters) are ignored per column by every `how`:
     - "mean": the plain mean of the overlapping rows (the CMU SDK's `align` with an average collapse);
     - "weighted": the mean weighted by each row's overlap duration with the reference; in a column whose
-      finite values have zero total overlap (a zero-length reference, or only zero-length rows) their plain mean;
+      finite values have zero total overlap (a point reference, or only point rows) their plain mean;
     - "max": the column-wise maximum;
     - "first": the overlapping row that starts first (ties: the lower row index), non-finite -> NaN.
-    `out` is NaN where mask is False and where a column has no finite value to collapse.
+    `out` is NaN where mask is False and where a column has no finite value to collapse. Sums are float64.
     """
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
@@ -167,45 +214,109 @@ def collapse(
     out = np.full((len(ref), values.shape[1]), np.nan, out_dtype)
     mask = np.zeros(len(ref), bool)
     for block in index.blocks(ref):
-        r, c = index.pairs(ref[block])
-        _reduce(ref[block], index.intervals, values, r, c, how, out[block], mask[block])
+        counts, c = index._pairs(ref[block])
+        _reduce(ref[block], index.intervals, values, counts, c, how, out[block], mask[block])
     return out, mask
 
 
+def _scratch(slot: int, rows: int, dim: int) -> np.ndarray:
+    """A (rows, dim) float64 work array reused across calls in this thread: a fresh multi-MiB array per call
+    costs more in page faults than the sums themselves. At most 2 x _CHUNK_VALUES (or 2 rows) per slot."""
+    cache = _SCRATCH.__dict__.setdefault("arrays", {})
+    arr = cache.get(slot)
+    if arr is None or arr.size < rows * dim:
+        arr = cache[slot] = np.empty(max(rows * dim, 1 << 12))
+    return arr[: rows * dim].reshape(rows, dim)
+
+
+def _segment_sums(
+    values: np.ndarray, c: np.ndarray, bounds: np.ndarray, w: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment k (pairs bounds[k]:bounds[k+1] of `c`, none empty): the float64 sum of w * values[c] over
+    finite values (S, D), and the sum of w over those finite values: (S, D), or (S, 1) when all are finite.
+    w None: every weight 1.
+
+    The rows are converted to float64 a cache-sized piece of pairs at a time (neighbouring rows as one slice,
+    scattered ones gathered); each piece is summed as a sparse (segments x rows) matrix times the piece, in pair
+    order, so a segment inside one piece gets exactly the sequential sum. Pieces end at segment bounds unless
+    one segment alone is larger than a piece.
+    """
+    n_seg, dim = len(bounds) - 1, values.shape[1]
+    num = np.zeros((n_seg, dim))
+    den_vec, den_full = np.zeros(n_seg), None  # den_full: per column, once some value is not finite
+    step = max(1, _CHUNK_VALUES // max(dim, 1))
+    a, n_pairs = 0, len(c)
+    while a < n_pairs:
+        i = int(np.searchsorted(bounds, a + step, "right")) - 1
+        b = int(bounds[i]) if bounds[i] > a else min(a + step, n_pairs)
+        k0 = int(np.searchsorted(bounds, a, "right")) - 1  # the segments this piece touches: k0 .. k1
+        k1 = int(np.searchsorted(bounds, b - 1, "right")) - 1
+        cc = c[a:b]
+        lo, hi = int(cc.min()), int(cc.max()) + 1
+        contiguous = hi - lo <= 2 * (b - a)  # neighbouring rows (fixed-rate features): a slice, no gather
+        piece = _scratch(0, hi - lo if contiguous else b - a, dim)
+        np.copyto(piece, values[lo:hi] if contiguous else values[cc])
+        indptr = np.clip(bounds[k0 : k1 + 2], a, b) - a
+        weights = np.ones(b - a) if w is None else w[a:b]
+        mat = csr_matrix((weights, cc - lo if contiguous else np.arange(b - a), indptr), shape=(k1 - k0 + 1, len(piece)))
+        finite = np.isfinite(piece)
+        if finite.all():
+            sums = np.diff(indptr).astype(np.float64) if w is None else np.asarray(mat.sum(axis=1)).ravel()
+            if den_full is None:
+                den_vec[k0 : k1 + 1] += sums
+            else:
+                den_full[k0 : k1 + 1] += sums[:, None]
+        else:
+            # NaN -> 0 as max(x, 0) + min(x, 0) (fmax/fmin skip NaN): exact for finite x, and several times
+            # faster than a masked assignment; infinities are rare and zeroed by mask.
+            low = _scratch(2, len(piece), dim)
+            np.fmin(piece, 0.0, out=low)
+            np.fmax(piece, 0.0, out=piece)
+            np.add(piece, low, out=piece)
+            inf = np.isinf(piece)
+            if inf.any():
+                piece[inf] = 0.0
+            if den_full is None:
+                den_full = np.repeat(den_vec[:, None], dim, axis=1)
+            counted = _scratch(1, len(piece), dim)
+            np.copyto(counted, finite)
+            den_full[k0 : k1 + 1] += mat @ counted
+        num[k0 : k1 + 1] += mat @ piece
+        a = b
+    return num, den_vec[:, None] if den_full is None else den_full
+
+
 def _reduce(
-    ref: np.ndarray, rows: np.ndarray, values: np.ndarray, r: np.ndarray, c: np.ndarray, how: str,
+    ref: np.ndarray, rows: np.ndarray, values: np.ndarray, counts: np.ndarray, c: np.ndarray, how: str,
     out: np.ndarray, mask: np.ndarray,
 ) -> None:
-    """Fill `out` and `mask` (views of one block) from the overlapping pairs (r, c), sorted by r."""
-    if len(r) == 0:
+    """Fill `out` and `mask` (views of one block) from the overlapping rows `c`, `counts[j]` of them for ref j."""
+    if len(c) == 0:
         return
-    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-    sizes = np.diff(np.r_[starts, len(r)])
-    targets = r[starts]
+    targets = np.flatnonzero(counts)
+    bounds = np.r_[0, np.cumsum(counts[targets])]
+    starts = bounds[:-1]
     mask[targets] = True
-    # Every row once, in order (fixed-rate rows onto a coarser grid): no gathered copy needed.
-    v = values if len(c) == len(values) and np.array_equal(c, np.arange(len(c))) else values[c]
-    finite = np.isfinite(v)
-    all_finite = bool(finite.all())  # the common case (frames, words): no masking passes needed
-    if how == "first":
-        out[targets] = v[starts] if all_finite else np.where(finite[starts], v[starts], np.nan)
-        return
-    if how == "max":
+    if how in ("first", "max"):
+        v = values[c]
+        finite = np.isfinite(v)
+        all_finite = bool(finite.all())
+        if how == "first":
+            out[targets] = v[starts] if all_finite else np.where(finite[starts], v[starts], np.nan)
+            return
         best = np.maximum.reduceat(v if all_finite else np.where(finite, v, -np.inf), starts, axis=0)
         out[targets] = best if all_finite else np.where(np.isfinite(best), best, np.nan)
         return
-    v0 = v if all_finite else np.where(finite, v, 0)
     if how == "mean":
-        num = np.add.reduceat(v0, starts, axis=0, dtype=np.float64)
-        den = sizes[:, None] if all_finite else np.add.reduceat(finite, starts, axis=0, dtype=np.int64)
+        num, den = _segment_sums(values, c, bounds, None)
     else:  # weighted by overlap duration, per column over its finite values
-        w = np.clip(np.minimum(rows[c, 1], ref[r, 1]) - np.maximum(rows[c, 0], ref[r, 0]), 0.0, None)[:, None]
-        num = np.add.reduceat(v0 * w, starts, axis=0, dtype=np.float64)
-        den = np.add.reduceat(finite * w, starts, axis=0, dtype=np.float64)
+        r = np.repeat(targets, counts[targets])
+        w = np.clip(np.minimum(rows[c, 1], ref[r, 1]) - np.maximum(rows[c, 0], ref[r, 0]), 0.0, None)
+        num, den = _segment_sums(values, c, bounds, w)
         zero = den == 0  # no overlap weight on this column's finite values: their plain mean (NaN if none)
         if zero.any():
-            num = np.where(zero, np.add.reduceat(v0, starts, axis=0, dtype=np.float64), num)
-            den = np.where(zero, np.add.reduceat(finite, starts, axis=0, dtype=np.float64), den)
+            num1, den1 = _segment_sums(values, c, bounds, None)
+            num, den = np.where(zero, num1, num), np.where(zero, den1, den)
     with np.errstate(invalid="ignore", divide="ignore"):
         out[targets] = np.where(den > 0, num / den, np.nan)
 

@@ -39,20 +39,85 @@ SOCIAL_IQ_BIB = (
     "Intelligence}, author={Zadeh, Amir and Chan, Michael and Liang, Paul Pu and Tong, Edmund and Morency, "
     "Louis-Philippe}, booktitle={CVPR}, pages={8807--8817}, year={2019}}"
 )
-FEATURE_BIBS = {
-    "densenet161": "@inproceedings{huang2017densely, title={Densely Connected Convolutional Networks}, "
-                   "author={Huang, Gao and Liu, Zhuang and van der Maaten, Laurens and Weinberger, Kilian Q}, "
-                   "booktitle={CVPR}, year={2017}}",
+SOCIALIQA_BIB = (
+    "@inproceedings{sap2019socialiqa, title={Social IQa: Commonsense Reasoning about Social Interactions}, "
+    "author={Sap, Maarten and Rashkin, Hannah and Chen, Derek and Le Bras, Ronan and Choi, Yejin}, "
+    "booktitle={EMNLP-IJCNLP}, year={2019}}"
+)
+_BIBS = {
+    "densenet": "@inproceedings{huang2017densely, title={Densely Connected Convolutional Networks}, "
+                "author={Huang, Gao and Liu, Zhuang and van der Maaten, Laurens and Weinberger, Kilian Q}, "
+                "booktitle={CVPR}, year={2017}}",
     "mtcnn": "@article{zhang2016joint, title={Joint Face Detection and Alignment Using Multitask Cascaded "
              "Convolutional Networks}, author={Zhang, Kaipeng and Zhang, Zhanpeng and Li, Zhifeng and Qiao, Yu}, "
              "journal={IEEE Signal Processing Letters}, year={2016}}",
     "covarep": "@inproceedings{degottex2014covarep, title={COVAREP: A collaborative voice analysis repository for "
                "speech technologies}, author={Degottex, Gilles and Kane, John and Drugman, Thomas and Raitio, Tuomo "
                "and Scherer, Stefan}, booktitle={ICASSP}, year={2014}}",
+    "world": "@article{morise2016world, title={WORLD: A Vocoder-Based High-Quality Speech Synthesis System for "
+             "Real-Time Applications}, author={Morise, Masanori and Yokomori, Fumiya and Ozawa, Kenji}, "
+             "journal={IEICE Transactions on Information and Systems}, volume={E99-D}, number={7}, year={2016}}",
     "bert": "@inproceedings{devlin2019bert, title={BERT: Pre-training of Deep Bidirectional Transformers for "
             "Language Understanding}, author={Devlin, Jacob and Chang, Ming-Wei and Lee, Kenton and Toutanova, "
             "Kristina}, booktitle={NAACL}, year={2019}}",
+    "roberta": "@article{liu2019roberta, title={RoBERTa: A Robustly Optimized BERT Pretraining Approach}, "
+               "author={Liu, Yinhan and Ott, Myle and Goyal, Naman and Du, Jingfei and Joshi, Mandar and Chen, Danqi "
+               "and Levy, Omer and Lewis, Mike and Zettlemoyer, Luke and Stoyanov, Veselin}, "
+               "journal={arXiv preprint arXiv:1907.11692}, year={2019}}",
+    "minilm": "@inproceedings{wang2020minilm, title={MiniLM: Deep Self-Attention Distillation for Task-Agnostic "
+              "Compression of Pre-Trained Transformers}, author={Wang, Wenhui and Wei, Furu and Dong, Li and Bao, "
+              "Hangbo and Yang, Nan and Zhou, Ming}, booktitle={NeurIPS}, year={2020}}",
+    "sbert": "@inproceedings{reimers2019sentence, title={Sentence-BERT: Sentence Embeddings using Siamese "
+             "BERT-Networks}, author={Reimers, Nils and Gurevych, Iryna}, booktitle={EMNLP-IJCNLP}, year={2019}}",
 }
+# Media extractors by their exact registered name; the text extractors cite the model their config names.
+EXTRACTOR_BIBS = {"densenet161": ("densenet",), "mtcnn": ("mtcnn",), "covarep": ("covarep", "world")}
+TEXT_EXTRACTORS = ("bert_words", "bert_qa")
+# The root names of the SDK's own Social-IQ sequences (mmsdk/mmdatasdk/dataset/standard_datasets/SocialIQ), by
+# the extractor that makes the same kind of sequence; the SDK has no faces sequence, so that name is ours.
+SDK_SOCIAL_IQ_ROOTS = {
+    "densenet161": "SOCIAL_IQ_DENSENET161_1FPS",
+    "covarep": "SOCIAL_IQ_COVAREP",
+    "bert_words": "SOCIAL_IQ_TRANSCRIPT_RAW_CHUNKS_BERT",
+    "mtcnn": "SOCIAL_IQ_MTCNN_FACES_1FPS",
+}
+SDK_SOCIAL_IQ_QA_BINARY_ROOT = "SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE"
+QA_BINARY_AXES = ("question", "pair", "q/a/i", "token")  # the axes before the hidden one, in the QA layout
+
+
+def model_bib(model: str) -> str:
+    """The citation of a text model by its name (hub id or bundled name); "" for a model not on record."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if "minilm" in name:
+        return " ".join((_BIBS["minilm"], _BIBS["sbert"]))
+    if name.startswith("roberta"):
+        return _BIBS["roberta"]
+    if name.startswith("bert-"):
+        return _BIBS["bert"]
+    return ""
+
+
+def featureset_bib(extractor: str, config: Mapping[str, Any]) -> str:
+    """The featureset citation: chosen by the exact extractor name, and for text extractors by the model."""
+    if extractor in TEXT_EXTRACTORS:
+        return model_bib(str(config.get("model", "")))
+    return " ".join(_BIBS[k] for k in EXTRACTOR_BIBS.get(extractor, ()))
+
+
+def social_iq_version(store: Store) -> str | None:
+    """"2.0" or "1.0" when the store's item manifest comes from a Social-IQ layout (the sample is a 2.0
+    layout), else None: 2.0 keeps videos as video/<id>.mp4 and transcripts as transcript/<id>.vtt, 1.0 names them
+    <id>_trimmed-out.mp4 and <id>_trimmed.vtt."""
+    for m in store.media_items():
+        for path, v1_suffix, v2_folder, v2_suffix in ((m.video, "_trimmed-out.mp4", "video", ".mp4"),
+                                                      (m.transcript, "_trimmed.vtt", "transcript", ".vtt")):
+            if path is None:
+                continue
+            if path.name == f"{m.id}{v1_suffix}":
+                return "1.0"
+            if path.name == f"{m.id}{v2_suffix}" and path.parent.name == v2_folder:
+                return "2.0"
+    return None
 
 
 def _md5(entries: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> str:
@@ -130,39 +195,85 @@ def csd_metadata(store: Store, feature: str, root_name: str, **overrides: Any) -
     """Every SDK metadata key, filled from the store's feature attrs; `overrides` (underscores for spaces) win."""
     fa = store.feature_attrs(feature)
     extractor = str(fa.get("extractor", feature))
-    bib = next((b for k, b in FEATURE_BIBS.items() if k in extractor), "")
+    config = fa.get("config") or {}
+    siq = social_iq_version(store)
+    socialiqa = siq is None and any(q.context for q in store.qa_items())
     meta = {
         "root name": root_name,
         "computational sequence description": (
             f"{feature}: {extractor} v{fa.get('version')} (weights {fa.get('weights')}), "
-            f"rate {fa.get('rate_hz') or 'per row'} Hz; config {json.dumps(fa.get('config', {}), sort_keys=True)}"),
+            f"rate {fa.get('rate_hz') or 'per row'} Hz; config {json.dumps(config, sort_keys=True)}"),
         "dimension names": list(fa.get("columns", [])),
         "computational sequence version": f"{extractor}-{fa.get('version')}-{str(fa.get('spec_hash', ''))[:8]}",
         "alignment compatible": True,
         "dataset name": str(store.attrs.get("dataset", "")),
-        "dataset version": str(store.attrs.get("schema", "")),
+        # the data's version, not the store's schema: known for the Social-IQ layouts, else given by the caller
+        "dataset version": f"Social-IQ {siq}" if siq else "unknown",
         "creator": f"siqfeat {store.attrs.get('package_version', '')}".strip(),
         "contact": "siqfeat maintainers",
-        "featureset bib citation": bib,
-        "dataset bib citation": SOCIAL_IQ_BIB,
+        "featureset bib citation": featureset_bib(extractor, config),
+        "dataset bib citation": SOCIAL_IQ_BIB if siq else SOCIALIQA_BIB if socialiqa else "",
     }
     meta.update({k.replace("_", " "): v for k, v in overrides.items()})
     return meta
 
 
+def default_root_name(store: Store, feature: str) -> str:
+    """The SDK's Social-IQ root name for the feature's extractor in a Social-IQ store, else <dataset>_<feature>."""
+    extractor = str(store.feature_attrs(feature).get("extractor", feature))
+    if social_iq_version(store) and extractor in SDK_SOCIAL_IQ_ROOTS:
+        return SDK_SOCIAL_IQ_ROOTS[extractor]
+    return f"{store.attrs.get('dataset', 'store')}_{feature}"
+
+
+def default_qa_root_name(store: Store) -> str:
+    """SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE in a Social-IQ store, else <dataset>_QA_BINARY_CHOICE."""
+    return SDK_SOCIAL_IQ_QA_BINARY_ROOT if social_iq_version(store) else f"{store.attrs.get('dataset', 'store')}_QA_BINARY_CHOICE"
+
+
 def export_csd(
     store: Path | str | Store, feature: str, out: Path | str, root_name: str | None = None,
-    items: list[str] | None = None, **metadata: Any,
+    items: list[str] | None = None, include_filtered: bool = True, **metadata: Any,
 ) -> Path:
-    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect)."""
+    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect).
+
+    Every complete item by default, the ones a policy filtered (faces) included: the SDK's `unify()` keeps only
+    the items every loaded sequence holds, so leaving them out of one file would drop them from all. Their ids
+    are listed under the metadata key "siqfeat filtered"; pass include_filtered=False to every export (or
+    `items`) to apply the filter. root_name: default_root_name()."""
     s = store if isinstance(store, Store) else open_store(store)
-    items = s.items(feature) if items is None else items
+    items = s.items(feature, include_filtered=include_filtered) if items is None else items
     entries = {}
     for item in items:
         r = s.read(feature, item)
         entries[item] = (np.asarray(r.features[...], np.float32), r.intervals)
-    root = root_name or f"{s.attrs.get('dataset', 'store')}_{feature}"
-    return write_csd(out, entries, csd_metadata(s, feature, root, **metadata))
+    meta = csd_metadata(s, feature, root_name or default_root_name(s, feature), **metadata)
+    meta["siqfeat filtered"] = sorted(set(s.items(feature, include_filtered=True)) - set(s.items(feature)))
+    return write_csd(out, entries, meta)
+
+
+def export_sdk_folder(
+    store: Path | str | Store, out_dir: Path | str, features: list[str] | None = None, qa_feature: str = "qa",
+    qa_dir: Path | str | None = None, include_filtered: bool = True,
+) -> dict[str, Path]:
+    """Every feature but the QA one as `<root name>.csd` in `out_dir`: the folder `mmdatasdk.mmdataset(out_dir)`
+    reads (each sequence keyed by its root name) and aligns. The QA feature, when the store has it, goes to
+    `qa_dir` (default `out_dir/qa`) in the binary-choice layout: the SDK's `align` cannot collapse its
+    multi-dimensional rows (its `__collapse` reshapes only 1-D results), so, as in the Social-IQ baselines, it is
+    read on its own. Returns root name -> path."""
+    s = store if isinstance(store, Store) else open_store(store)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for feature in features if features is not None else s.features():
+        if feature == qa_feature:
+            root, folder = default_qa_root_name(s), Path(qa_dir) if qa_dir is not None else out_dir / "qa"
+            folder.mkdir(parents=True, exist_ok=True)
+            written[root] = export_qa_binary_csd(s, folder / f"{root}.csd", feature, root)
+        else:
+            root = default_root_name(s, feature)
+            written[root] = export_csd(s, feature, out_dir / f"{root}.csd", root, include_filtered=include_filtered)
+    return written
 
 
 # ---- the SDK's Social-IQ QA layout ---------------------------------------------------------------------
@@ -220,10 +331,10 @@ def export_qa_binary_csd(
         dur = item_duration_s(s, item, [f for f, have in media.items() if item in have])
         entries[item] = (arr[None], np.array([[0.0, float(dur)]]))
         fills[item] = counts
-    root = root_name or f"{s.attrs.get('dataset', 'store')}_QA_BINARY_CHOICE"
-    meta = csd_metadata(s, feature, root, **metadata)
-    meta["dimension names"] = ["question", "pair", "q/a/i", "token", *meta["dimension names"]]
-    meta["siqfeat layout"] = {"n_questions": n_questions, "n_pairs": n_pairs, "per_item": fills, "skipped": skipped}
+    meta = csd_metadata(s, feature, root_name or default_qa_root_name(s), **metadata)
+    # "dimension names" names the last (hidden) axis, as for every sequence; the axes before it are ours to name
+    meta["siqfeat layout"] = {"axes": [*QA_BINARY_AXES, "hidden"], "n_questions": n_questions, "n_pairs": n_pairs,
+                              "per_item": fills, "skipped": skipped}
     return write_csd(out, entries, meta)
 
 

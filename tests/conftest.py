@@ -67,6 +67,17 @@ def realdata() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def mmdatasdk(realdata: Path):
+    """The real CMU Multimodal SDK (`mmsdk.mmdatasdk`, from ../shared/realdata/cmu-multimodal-sdk) as a client."""
+    from bench.cmu_sdk import load_mmdatasdk
+
+    sdk = load_mmdatasdk(realdata)
+    if sdk is None:
+        pytest.skip(f"the CMU Multimodal SDK source is not in {realdata / 'cmu-multimodal-sdk'}")
+    return sdk
+
+
 def cuda_or_skip() -> str:
     """GPU tests skip on CPU machines but fail when FAIL_WITHOUT_CUDA=1 (a GPU run must not pass silently)."""
     import torch

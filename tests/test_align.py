@@ -8,21 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extractors.base import FeatureRows
-from store.align import HOWS, align, collapse, fixed_rate_intervals, overlap_pairs
+from store.align import HOWS, OVERLAP_TOL_S, align, collapse, fixed_rate_intervals, overlap_pairs
 from store.writer import StoreWriter
 
 TOL = dict(rtol=1e-9, atol=1e-9)
 
 
-def brute_overlaps(rs: float, re: float, s: float, e: float) -> bool:
-    """The rule of docs/reading.md, case by case."""
-    if re > rs and e > s:
-        return s < re and e > rs
-    if re > rs:  # zero-length row [s, s]
-        return rs <= s < re
-    if e > s:  # zero-length reference [rs, rs]
-        return s <= rs < e
-    return s == rs
+def brute_overlaps(rs: float, re: float, s: float, e: float, tol: float = OVERLAP_TOL_S) -> bool:
+    """The rule of docs/reading.md, case by case: times closer than tol are one instant."""
+    if re - rs > tol and e - s > tol:
+        return s < re - tol and e > rs + tol
+    if re - rs > tol:  # a point row [s, s]
+        return rs - tol <= s < re - tol
+    if e - s > tol:  # a point reference [rs, rs]
+        return s <= rs + tol and e > rs + tol
+    return abs(s - rs) <= tol
 
 
 def brute_collapse(ref: np.ndarray, rows: np.ndarray, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
@@ -138,6 +138,72 @@ def test_overlap_pairs_match_brute_force_on_a_long_row_among_short_ones() -> Non
     want = {(j, i) for j in range(len(ref)) for i in range(len(rows)) if brute_overlaps(*ref[j], *rows[i])}
     assert set(zip(r.tolist(), c.tolist(), strict=True)) == want
     assert len(r) == len(want)
+
+
+def test_float_noise_in_row_times_does_not_make_neighbours_overlap() -> None:
+    """10 ms rows built by accumulating a float step (`arange(n) * 0.01`, then `start + 0.01`) overlap their
+    neighbours by ~1e-15 s; within the tolerance that is touching, so they collapse exactly like rows built
+    from integers (`i / 100`), onto one-second steps and onto word times alike."""
+    n = 13_200
+    noisy = np.stack([np.arange(n) * 0.01, np.arange(n) * 0.01 + 0.01], axis=1)
+    exact = fixed_rate_intervals(n / 100, 100.0)
+    assert (noisy[:-1, 1] > noisy[1:, 0]).sum() > 1000 and (exact[:-1, 1] == exact[1:, 0]).all()
+    values = np.random.default_rng(1).normal(size=(n, 3)) + 50
+    words = np.array([[0.12, 0.57], [1.0, 1.3], [17.0, 17.25], [99.99, 101.0], [130.0, 130.0]])
+    for ref in (fixed_rate_intervals(n / 100, 1.0), words):
+        got, got_mask = collapse(ref, noisy, values)
+        want, want_mask = collapse(ref, exact, values)
+        np.testing.assert_array_equal(got_mask, want_mask)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    one_hz, _ = collapse(fixed_rate_intervals(n / 100, 1.0), noisy, values)
+    np.testing.assert_allclose(one_hz, values.reshape(132, 100, 3).mean(axis=1), rtol=1e-12)  # 100 rows each
+
+
+def test_overlaps_shorter_than_the_tolerance_do_not_count() -> None:
+    ref = np.array([[1.0, 2.0]])
+    rows = np.array([[0.5, 1.0 + 0.9 * OVERLAP_TOL_S], [2.0 - 0.9 * OVERLAP_TOL_S, 3.0], [1.5, 1.5 + OVERLAP_TOL_S / 2],
+                     [0.5, 1.0 + 2 * OVERLAP_TOL_S]])
+    r, c = overlap_pairs(ref, rows)
+    assert c.tolist() == [3, 2]  # by start: the long row reaching 2 tol in, then the short row (a point at 1.5)
+    assert overlap_pairs(np.array([[2.0 - OVERLAP_TOL_S / 2] * 2]), rows)[1].tolist() == [1]  # the point 2.0 - tol/2 is 2.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_rows_of_varied_length_match_brute_force(seed: int) -> None:
+    """Rows sorted by start and by end (the exact-range path), with gaps and overlaps, against every kind of
+    reference: long, short, points, touching."""
+    rng = np.random.default_rng(50 + seed)
+    starts = np.cumsum(rng.choice([0.0, 0.25, 0.5, 0.3], 60))
+    rows = np.stack([starts, starts + rng.choice([0.25, 0.5, 0.75], 60)], axis=1)
+    rows[:, 1] = np.maximum.accumulate(rows[:, 1])
+    ref = random_intervals(rng, 40, seed % 2 == 0)
+    values = rng.normal(size=(60, 2)) + 10
+    values[rng.random(values.shape) < 0.2] = np.nan
+    for how in HOWS:
+        out, mask = collapse(ref, rows, values, how)
+        want, want_mask = brute_collapse(ref, rows, values, how)
+        np.testing.assert_array_equal(mask, want_mask)
+        np.testing.assert_allclose(out, want, **TOL, equal_nan=True)
+
+
+@pytest.mark.parametrize("how", ["mean", "weighted"])
+@pytest.mark.parametrize("seed", range(4))
+def test_sums_split_into_small_pieces_match_brute_force(monkeypatch, how: str, seed: int) -> None:
+    """Pieces of a few values force every path of the piecewise sums: segments split across pieces, gathered
+    rows, a non-finite value appearing after all-finite pieces."""
+    import store.align
+
+    monkeypatch.setattr(store.align, "_CHUNK_VALUES", 7)
+    rng = np.random.default_rng(seed)
+    rows = random_intervals(rng, 50, seed % 2 == 0) if seed < 2 else fixed_rate_intervals(5.0, 10.0)
+    ref = np.concatenate([random_intervals(rng, 20, seed % 2 == 0), [[0.0, 5.0]]])
+    values = rng.normal(size=(len(rows), 3)) * 10 + 100
+    values[-5:][rng.random((5, 3)) < 0.5] = np.nan
+    values[-1, 0] = np.inf
+    out, mask = collapse(ref, rows, values, how)
+    want, want_mask = brute_collapse(ref, rows, values, how)
+    np.testing.assert_array_equal(mask, want_mask)
+    np.testing.assert_allclose(out, want, **TOL, equal_nan=True)
 
 
 def test_worked_example_from_docs() -> None:

