@@ -231,7 +231,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "3"
+    version = "4"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False
