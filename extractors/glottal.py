@@ -143,7 +143,7 @@ GCI_LOWPASS_HZ = 2000.0
 
 def detect_gcis(dg: np.ndarray, f0_rows: np.ndarray, voiced: np.ndarray, hop: int, fs: int) -> np.ndarray:
     """GCI sample positions: minima of the (low-passed) flow derivative one local period apart, in voiced runs."""
-    if GCI_LOWPASS_HZ < fs / 2:
+    if fs / 2 > GCI_LOWPASS_HZ:  # (a cutoff at or above Nyquist: no filter)
         dg = sosfiltfilt(butter(4, GCI_LOWPASS_HZ, fs=fs, output="sos"), dg)
     edges = np.flatnonzero(np.diff(np.concatenate([[0], voiced.astype(np.int8), [0]])))
     out: list[int] = []
