@@ -113,6 +113,10 @@ def test_extract_on_a_two_node_cluster_with_token_auth(ray_cluster: dict[str, st
     for name, address in (("gcs", env["SIQ_TEST_GCS"]), ("client", env["SIQ_TEST_CLIENT"])):
         out = tmp_path / f"{name}.zarr"
         result = _extract(env, address, tiny_root, out)
+        if name == "client" and "Starting Ray client server failed" in result.stderr:
+            # Ray's client proxy sometimes fails to fork the per-driver server (seen 1 time in 5 here);
+            # README says to run again
+            result = _extract(env, address, tiny_root, out)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
         report = open_store(out).last_run()
         assert report["counts"]["frames"] == {"done": 3, "skipped": 0, "failed": 0, "n/a": 0}
