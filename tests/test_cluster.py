@@ -145,3 +145,24 @@ def test_a_token_cluster_without_a_token_is_one_clear_line(ray_cluster: dict[str
     assert result.returncode == 2
     assert f"the Ray cluster at {env['SIQ_TEST_GCS']} requires a token: set RAY_AUTH_MODE=token" in result.stderr
     assert time.perf_counter() - t0 < 15  # not Ray's ~20 s of retries
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"RAY_AUTH_TOKEN": "abc", "RAY_AUTH_TOKEN_PATH": "/t"}, "RAY_AUTH_TOKEN"),
+    ({"RAY_AUTH_TOKEN_PATH": "/t"}, "/t"),
+    ({}, "HOME/.ray/auth_token"),
+])
+def test_token_source_follows_rays_precedence(env: dict[str, str], expected: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.cluster import token_source
+
+    for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if not env:
+        assert token_source() is None  # no token anywhere
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray/auth_token").write_text("t")
+    assert token_source() == expected.replace("HOME", str(tmp_path))
