@@ -63,11 +63,11 @@ def ray_cluster() -> Iterator[dict[str, str]]:
     token.write_text(secrets.token_hex(32))
     gcs, client, dash, *node_ports = _free_ports(15)
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-    common = ["--num-cpus=1", f"--temp-dir={tmp}", "--min-worker-port=0", "--max-worker-port=0",
+    common = [f"--temp-dir={tmp}", "--min-worker-port=0", "--max-worker-port=0",
               "--disable-usage-stats"]
     nodes = [[str(RAY), "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
-              f"--dashboard-port={dash}", "--include-dashboard=false"],
-             [str(RAY), "start", f"--address=127.0.0.1:{gcs}"]]
+              f"--dashboard-port={dash}", "--include-dashboard=false", "--num-cpus=2"],
+             [str(RAY), "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=1"]]
     sids: list[int] = []
     try:
         for i, cmd in enumerate(nodes):
@@ -90,18 +90,32 @@ def ray_cluster() -> Iterator[dict[str, str]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Two CPU actors of 1 CPU each on 3 CPUs (head 2, worker node 1) leave one CPU for decoding: whichever
+# way Ray places them, both nodes get work (actors on the head and decoding on the worker node, or an
+# actor on each). Placement by resources, not by timing: decoding alone may all run on one node.
+CONFIG = """
+layout = "siq2"
+cpu_actors = 2
+
+[features.acoustic]
+extractor = "covarep"
+"""
+
+
 def _extract(env: dict[str, str], address: str, raw: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    config = out.with_suffix(".toml")
+    config.write_text(CONFIG)
     cmd = [sys.executable, "-m", "pipeline", "extract", "--dataset", "sample", "--raw", str(raw),
-           "--out", str(out), "--features", "frames"]
+           "--out", str(out), "--config", str(config)]
     return subprocess.run(cmd, env={**env, "RAY_ADDRESS": address}, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
 
 
 def _same_store(a: Path, b: Path) -> None:
     sa, sb = open_store(a), open_store(b)
-    assert sa.items("frames") == sb.items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
-    for item in sa.items("frames"):
-        ra, rb = sa.read("frames", item), sb.read("frames", item)
+    assert sa.items("acoustic") == sb.items("acoustic") == ["tiny-a", "tiny-b", "tiny-c"]
+    for item in sa.items("acoustic"):
+        ra, rb = sa.read("acoustic", item), sb.read("acoustic", item)
         assert ra.attrs["fingerprint"] == rb.attrs["fingerprint"]
         np.testing.assert_array_equal(ra.intervals[:], rb.intervals[:])
         np.testing.assert_allclose(ra.features[:], rb.features[:], rtol=1e-5, atol=1e-6)
@@ -119,19 +133,21 @@ def test_extract_on_a_two_node_cluster_with_token_auth(ray_cluster: dict[str, st
             result = _extract(env, address, tiny_root, out)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
         report = open_store(out).last_run()
-        assert report["counts"]["frames"] == {"done": 3, "skipped": 0, "failed": 0, "n/a": 0}
+        assert report["counts"]["acoustic"] == {"done": 3, "skipped": 0, "failed": 0, "n/a": 0}
         cluster = report["cluster"]
         assert cluster["address"] == address
-        assert len(cluster["nodes"]) == 2 and cluster["resources"]["CPU"] == 2.0
-        # where Ray ran each decode task (its runtime context inside the task): both nodes took some
-        decode_nodes = {node for node, work in cluster["work"].items() if work.get("decode")}
-        assert decode_nodes == set(cluster["nodes"]), cluster
+        assert len(cluster["nodes"]) == 2 and cluster["resources"]["CPU"] == 3.0
+        # where Ray ran each decode task and model actor (its runtime context there): both nodes
+        assert set(cluster["work"]) == set(cluster["nodes"]), cluster
         assert sum(w.get("decode", 0) for w in cluster["work"].values()) == 3
-        assert f"Ray {address}: 2 node(s), 2 CPU, 0 GPU" in result.stdout
+        assert sum(w.get("acoustic actor", 0) for w in cluster["work"].values()) == 2
+        assert f"Ray {address}: 2 node(s), 3 CPU, 0 GPU" in result.stdout
 
     local = tmp_path / "local.zarr"
-    report = run_extract("sample", tiny_root, local, load_config("sample"), only=["frames"])
-    assert report.counts["frames"]["done"] == 3 and report.cluster["address"] == "local"
+    local_config = tmp_path / "local.toml"
+    local_config.write_text(CONFIG.replace("cpu_actors = 2", "cpu_actors = 1"))
+    report = run_extract("sample", tiny_root, local, load_config(local_config))
+    assert report.counts["acoustic"]["done"] == 3 and report.cluster["address"] == "local"
     _same_store(tmp_path / "gcs.zarr", local)
     _same_store(tmp_path / "client.zarr", local)
 
