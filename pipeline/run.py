@@ -168,10 +168,8 @@ class _Runner:
             while queue and len(decoding) + len(holds) < self.config.max_inflight_items:
                 item_id = queue.popleft()
                 kinds = sorted({self.specs[f].extractor.input_kind for f in todo[item_id]})
-                # SPREAD: on a cluster, decoding goes round the nodes instead of piling on the driver's
                 refs = decode_task.options(
                     num_cpus=1, num_returns=1 + len(kinds), max_retries=self.config.decode_retries,
-                    scheduling_strategy="SPREAD",
                     retry_exceptions=[OSError],
                 ).remote(items[item_id], kinds, questions.get(item_id, []), self.config.audio_rate_hz)
                 decoding[refs[0]] = (item_id, kinds, refs[1:])
