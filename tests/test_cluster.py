@@ -1,5 +1,5 @@
 """The existing-cluster path, as README.md "On an existing Ray cluster" documents it: a two-node Ray
-cluster with token authentication (head + one worker node, separate raylets, 1 CPU each, started with
+cluster with token authentication (head 2 CPUs + worker node 1 CPU, separate raylets, started with
 `ray start` in a private temp dir on free ports), the CLI driven through RAY_ADDRESS (GCS address and
 Ray Client address), placement on both nodes from Ray's runtime context, and stores equal to a local run."""
 
@@ -57,7 +57,7 @@ def _kill_sessions(sids: list[int]) -> None:
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[dict[str, str]]:
-    """Head (1 CPU) + worker node (1 CPU), token authentication on; yields the driver's environment."""
+    """Head (2 CPUs) + worker node (1 CPU), token authentication on; yields the driver's environment."""
     tmp = Path(tempfile.mkdtemp(prefix="siq-ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     token = tmp / "token"
     token.write_text(secrets.token_hex(32))
