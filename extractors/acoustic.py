@@ -3,9 +3,10 @@
 Social-IQ's acoustic baseline used COVAREP (Degottex, Kane, Drugman, Raitio & Scherer, ICASSP 2014). This module
 rebuilds its content; the glottal measures live in `extractors.glottal`, whose docstring cites each one.
 
-- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: Harvest (Morise, Interspeech 2017) by
-  default, DIO + StoneMask as the fast option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling] and its
-  25 ms RMS is above `silence_dbfs`. (COVAREP itself uses SRH, Drugman & Alwan, Interspeech 2011.)
+- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: DIO + StoneMask by default, Harvest
+  (Morise, Interspeech 2017) as an option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling], its 25 ms
+  RMS is above `silence_dbfs` and the signal is periodic at that F0 (`voicing`). (COVAREP itself uses SRH, Drugman
+  & Alwan, Interspeech 2011.)
 - Glottal source (voiced rows only, NaN elsewhere): IAIF flow (Alku 1992), GCIs, NAQ (Alku et al. 2002), QOQ, H1-H2,
   HRF, PSP (Alku et al. 1997), MDQ (Kane & Gobl 2013). Peak slope (Kane & Gobl 2011) is a spectral-tilt measure
   defined on every row with signal, as in COVAREP.
@@ -231,7 +232,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "3"
+    version = "4"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False

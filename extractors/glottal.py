@@ -133,8 +133,18 @@ def polarity(dg: np.ndarray, voiced_centres: np.ndarray, fs: int) -> float:
     return 1.0 if np.mean(w.max(axis=1) + w.min(axis=1) < 0) >= 0.5 else -1.0
 
 
+# The minima are taken on the flow derivative low-passed at this cutoff (4th-order Butterworth, zero phase): above
+# it the IAIF output is mostly what the vocal-tract inverse filter amplifies (noise, aspiration, missed formants),
+# which moves a sample-level minimum by samples. Chosen on noisy LF vowels (docs/acoustic.md, "GCIs"): the lowest
+# cutoff whose pulse-shape-dependent offset spreads no wider than without the filter; lower ones pull the
+# minimum towards the slow side of the pulse, by an amount that depends on Rd.
+GCI_LOWPASS_HZ = 2000.0
+
+
 def detect_gcis(dg: np.ndarray, f0_rows: np.ndarray, voiced: np.ndarray, hop: int, fs: int) -> np.ndarray:
-    """GCI sample positions: minima of the flow derivative one local period apart, inside voiced runs."""
+    """GCI sample positions: minima of the (low-passed) flow derivative one local period apart, in voiced runs."""
+    if fs / 2 > GCI_LOWPASS_HZ:  # (a cutoff at or above Nyquist: no filter)
+        dg = sosfiltfilt(butter(4, GCI_LOWPASS_HZ, fs=fs, output="sos"), dg)
     edges = np.flatnonzero(np.diff(np.concatenate([[0], voiced.astype(np.int8), [0]])))
     out: list[int] = []
     for r0, r1 in zip(edges[::2], edges[1::2], strict=True):

@@ -35,7 +35,8 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes and per-kind failures (a kind that fails does not stop the others)."""
     crash_point("decode", item.id)
-    meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {}}
+    meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {},
+                            "node": node_id()}
     out: list[Any] = []
     for kind in kinds:
         t0 = time.perf_counter()
@@ -49,6 +50,14 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
         meta["seconds"][kind] = time.perf_counter() - t0
         out.append(value)
     return [meta, *out]
+
+
+def node_id() -> str | None:
+    """The Ray node this code runs on, as Ray placed it (None without Ray): the run report counts it."""
+    import sys
+
+    ray = sys.modules.get("ray")  # never imports Ray: plain calls (tests, no cluster) stay Ray-free
+    return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
 
 
 def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate_hz: int) -> Any:
@@ -87,8 +96,8 @@ class ExtractorWorker:
         self.extractor = get_extractor(config.extractor)(config, device=device)
         log.info("%s: %s ready on %s (pid %d)", feature, config.extractor, device, os.getpid())
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str | None:
+        return node_id()
 
     def __call__(self, item_ids: list[str], *inputs: Any) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
         """→ [(item, rows or None, failure or None, seconds)]. A batch that fails is retried item by

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import actors, decode, exitcodes, inputs
+from pipeline import actors, cluster, decode, exitcodes, inputs
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import load_items, manifest_summary
 from store import layout
@@ -38,6 +38,7 @@ class RunReport:
     seconds: float = 0.0
     model_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cluster: dict[str, Any] = field(default_factory=dict)  # the Ray cluster used: address, nodes, resources, work
     manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
@@ -58,6 +59,8 @@ class RunReport:
     def summary(self) -> str:
         lines = [f"{self.dataset}: {self.store} ({self.seconds:.1f} s)"]
         lines += self.notes
+        if self.cluster:
+            lines.append(cluster.summary_line(self.cluster))
         lines += manifest_summary(self.manifest)
         lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
@@ -126,15 +129,19 @@ class _Runner:
                 import pipeline
                 import store
 
-                env["py_modules"] = [extractors, manifests, pipeline, store]
+                # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env
+                env["py_modules"] = [str(Path(m.__file__).parent) for m in (extractors, manifests, pipeline, store)]
+                cluster.prepare_auth(address)
                 ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
             else:
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
+                # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
+                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                          logging_level=logging.WARNING, log_to_driver=True)
         self.ray = ray
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
         log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")
+        self.report.cluster = cluster.describe(ray, address)
 
     def start_actors(self, features: set[str]) -> None:
         remote = self.ray.remote(actors.ExtractorWorker)
@@ -154,7 +161,10 @@ class _Runner:
                 remote.options(**opts, max_restarts=1, max_task_retries=1).remote, feat, spec.config, device, threads)
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
             log.info("%s: %d %s actor(s) for %s", feat, n, device, spec.config.extractor)
-        self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
+        placed = self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
+        feats = [feat for feat, group in self.actors.items() for _ in group]
+        for feat, node in zip(feats, placed, strict=True):
+            cluster.count_work(self.report.cluster, node, f"{feat} actor")
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
         from tqdm import tqdm
@@ -225,6 +235,7 @@ class _Runner:
                     item_id, kinds, refs = decoding.pop(ref)
                     try:
                         m = meta[item_id] = ray.get(ref)
+                        cluster.count_work(self.report.cluster, m.get("node"), "decode")
                     except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
                         for feat in todo[item_id]:
                             kind = self.specs[feat].extractor.input_kind

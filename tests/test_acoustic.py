@@ -305,10 +305,10 @@ def test_rd_recovers_lf_vowels(lf_grid: dict, f0: float) -> None:
 @pytest.mark.parametrize("f0", [110.0, 220.0])
 def test_naq_and_h1h2_on_lf_vowels(lf_grid: dict, f0: float) -> None:
     """NAQ within 20 % of the true flow's and H1-H2 within 1.5 dB of the LF series', where the docs claim it:
-    NAQ everywhere at 110 Hz and from Rd 0.9 at 220 Hz; H1-H2 up to Rd 1.3 (docs/acoustic.md, "Limits")."""
+    NAQ everywhere at 110 Hz and from Rd 0.5 at 220 Hz; H1-H2 up to Rd 1.3 (docs/acoustic.md, "Limits")."""
     for rd in LF_RDS:
         cols, true_naq = lf_grid[f0, rd]
-        if f0 < 200 or rd >= 0.9:
+        if f0 < 200 or rd >= 0.5:  # version 3 read +22 % at (220 Hz, Rd 0.5)
             assert abs(cols["naq"] / true_naq - 1) <= 0.2, (rd, cols["naq"], true_naq)
         if rd <= 1.3:
             assert abs(cols["h1h2"] - lf_h1h2_db(f0 * 1.025, rd)) <= 1.5, (rd, cols["h1h2"], lf_h1h2_db(f0, rd))

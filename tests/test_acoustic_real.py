@@ -157,6 +157,8 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
     assert 0 < delay < 0.003, delay  # larynx to microphone: ~0.5-3 ms
     hit = np.mean(np.abs(offset - delay) <= 0.00025)
     assert hit >= (0.93 if name == "covarep_DB-cresc-a-D4-m1" else 0.8), (hit, inside.size)
+    if name == "covarep_DB-cresc-a-D4-m1":  # version 3 (minima of the unfiltered derivative): 98.3 %
+        assert np.mean(np.abs(offset - delay) <= 0.0005) >= 0.995, np.mean(np.abs(offset - delay) <= 0.0005)
 
 
 @pytest.mark.parametrize("dbfs", [-50.0, -30.0, -20.0])

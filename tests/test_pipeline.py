@@ -170,3 +170,22 @@ def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_p
     assert [d["item"] for d in verified.damaged] == ["tiny-c"] and "SHA-256" in verified.damaged[0]["problem"]
     assert verified.counts["frames"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
     assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+
+
+@pytest.mark.slow
+def test_local_run_ignores_a_cluster_recorded_by_ray_start(tiny_root: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RAY_ADDRESS a run starts its own Ray, even where `ray start` once recorded a cluster in
+    /tmp/ray/ray_current_cluster (Ray's default would try to join it and refuse our num_cpus)."""
+    import ray
+    from ray._private import services
+
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "get_ray_address_from_environment", lambda addr, temp_dir: "192.0.2.1:6379")
+    try:
+        report = run_extract("sample", tiny_root, tmp_path / "s.zarr", config(), only=["frames"], limit=1)
+    finally:
+        ray.shutdown()
+    assert report.counts["frames"]["done"] == 1 and report.cluster["address"] == "local"

@@ -1,0 +1,101 @@
+"""An existing Ray cluster (RAY_ADDRESS): its token authentication, and a record of what a run used.
+
+Since Ray 2.52 a cluster may require a token on every RPC (`RAY_AUTH_MODE=token`). A local `ray.init()`
+creates one in ~/.ray/auth_token (Ray 2.59+), and `ray start --head` turns token authentication on by
+itself whenever such a token exists. A driver given an explicit address never does: it fails after
+~20 s of InvalidAuthToken warnings. `prepare_auth` closes that gap; an explicit RAY_AUTH_MODE is kept."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("siqfeat")
+
+TOKEN_HINT = ("set RAY_AUTH_MODE=token and give this driver the cluster's token "
+              "(in ~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=<file>, or RAY_AUTH_TOKEN)")
+
+
+class ClusterError(ValueError):
+    """RAY_ADDRESS names a cluster this driver cannot use; the message says in one line what to set."""
+
+
+def token_source() -> str | None:
+    """Where Ray would read a token from, in Ray's own order of precedence; None when there is none."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return os.environ["RAY_AUTH_TOKEN_PATH"]  # Ray itself says so if that file cannot be read
+    default = Path.home() / ".ray" / "auth_token"
+    return str(default) if default.is_file() else None
+
+
+def prepare_auth(address: str) -> None:
+    """Turn token authentication on for this driver when the cluster at `address` requires it."""
+    if os.environ.get("RAY_AUTH_MODE") or address == "auto":  # explicit choice, or Ray's own detection
+        return
+    source = token_source()
+    if address.startswith("ray://"):
+        # A Ray Client driver runs no Ray process that the cluster calls back: a token the cluster
+        # does not check costs nothing, so send it whenever there is one.
+        if source:
+            _enable_token(address, source)
+        return
+    if not _gcs_wants_token(address):
+        return
+    if source is None:
+        raise ClusterError(f"the Ray cluster at {address} requires a token: {TOKEN_HINT}")
+    _enable_token(address, source)
+
+
+def _gcs_wants_token(address: str) -> bool:
+    """Ask the cluster's GCS once without a token (~0.5 s): only token clusters refuse."""
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        return True
+    except Exception as e:  # unreachable, or not a Ray GCS: ray.init would wait as long again, then fail
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ClusterError(f"no Ray cluster answers at {address} (RAY_ADDRESS): {first}") from e
+    return False
+
+
+def _enable_token(address: str, source: str) -> None:
+    from ray._raylet import Config
+
+    os.environ["RAY_AUTH_MODE"] = "token"
+    Config.initialize("")  # Ray caches its config from the environment; this is how Ray itself refreshes it
+    log.info("Ray cluster at %s: token authentication with the token from %s (RAY_AUTH_MODE=token)",
+             address, source)
+
+
+def describe(ray: Any, address: str | None) -> dict[str, Any]:
+    """The cluster a run used, for the run report: address, alive nodes with their resources, totals.
+    `work` (node id -> decode tasks and model actors placed there) is filled in as the run goes."""
+    nodes = {n["NodeID"]: {"ip": n["NodeManagerAddress"], "resources": _resources(n["Resources"])}
+             for n in ray.nodes() if n["Alive"]}
+    return {"address": address or "local", "nodes": nodes, "resources": _resources(ray.cluster_resources()),
+            "work": {}}
+
+
+def count_work(cluster: dict[str, Any], node_id: str | None, what: str) -> None:
+    counts = cluster["work"].setdefault(node_id or "unknown", {})
+    counts[what] = counts.get(what, 0) + 1
+
+
+def summary_line(cluster: dict[str, Any]) -> str:
+    r = cluster["resources"]
+    work = "; ".join(f"{node[:8]}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+                     for node, c in sorted(cluster["work"].items()))
+    return (f"  Ray {cluster['address']}: {len(cluster['nodes'])} node(s), {r.get('CPU', 0):g} CPU, "
+            f"{r.get('GPU', 0):g} GPU" + (f"; work per node: {work}" if work else ""))
+
+
+def _resources(resources: dict[str, float]) -> dict[str, float]:
+    """Ray's resource totals without its per-node marker entries ("node:<ip>")."""
+    return {k: float(v) for k, v in sorted(resources.items()) if not k.startswith("node:")}
