@@ -11,8 +11,9 @@ The clip's timeline is the container's: time 0 is its start time, where captions
 audio stream that starts later than the container (an offset of more than `STREAM_OFFSET_MIN_S`) keeps
 its place on it: its frames are stamped later, its audio is preceded by silence (or trimmed when it
 starts earlier). Smaller offsets (encoder delay, AAC priming) are left alone. Audio ends where its track
-says it ends (the last packet's end, never after the container's duration): the encoder's padding of the
-last AAC frame is not audio. Within the track, decoded audio is placed by its timestamps.
+says it ends (the last packet's timestamp plus its duration: in mp4 the edit list's end), never after the
+container's duration (Matroska, MPEG-TS), so the encoder's padding of the last AAC frame is not audio; priming before the edit list's
+start is dropped by the demuxer. Within the track, decoded audio is placed by its timestamps.
 
 Damaged files (docs/design.md): a video whose data is partly undecodable yields the seconds that decode;
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
@@ -309,8 +310,10 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
         track.finish()
         decoded_end_s = max((s + p.size / rate_hz for s, p in track.pieces), default=0.0)
         end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end_s
-        if container.duration:  # never past the container's end (its duration counts from its own start)
-            end_s = min(end_s, container.duration / av.time_base)
+        if container.duration and container.start_time is not None:  # (raw ADTS has neither: a bit-rate guess)
+            # never past the container's end (Matroska knows the padded last frame only from its duration)
+            true_offset_s = float(track.origin * tb) - container.start_time / av.time_base
+            end_s = min(end_s, container.duration / av.time_base - true_offset_s + track.shift_s)
     if end_s - decoded_end_s > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
         track.missing_s.append((decoded_end_s, end_s))
     samples = track.samples(end_s)

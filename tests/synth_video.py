@@ -54,3 +54,41 @@ def make_index_video(path: Path, fps: str, n_frames: int, extra_args: tuple[str,
     if proc.wait() != 0:
         raise RuntimeError(f"ffmpeg failed making {path}")
     return path
+
+
+def make_timed_video(path: Path, times_ms: list[int]) -> Path:
+    """Variable frame rate: frame i (showing index i) at `times_ms[i]` exactly, libx264 with B-frames, via PyAV."""
+    from fractions import Fraction
+
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", options={"preset": "ultrafast", "bf": "3"})
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        frames = index_frames(np.arange(len(times_ms)))
+        for t_ms, grey in zip(times_ms, frames, strict=True):
+            frame = av.VideoFrame.from_ndarray(grey, format="gray").reformat(format="yuv420p")
+            frame.pts, frame.time_base = t_ms, Fraction(1, 1000)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return path
+
+
+def damage_packets(path: Path, out: Path, hit) -> list[tuple[str, float]]:
+    """Copy `path` to `out` with every packet for which `hit(stream_type, seconds)` is true overwritten by 0xFF
+    bytes (the container's index stays intact, so demuxing works and decoding those packets fails).
+    Returns the (stream type, seconds) of the damaged packets."""
+    import av
+
+    data = bytearray(path.read_bytes())
+    damaged = []
+    with av.open(str(path)) as container:
+        for packet in container.demux():
+            if packet.size and packet.pts is not None:
+                t = float(packet.pts * packet.time_base)
+                if hit(packet.stream.type, t):
+                    data[packet.pos:packet.pos + packet.size] = b"\xff" * packet.size
+                    damaged.append((packet.stream.type, t))
+    out.write_bytes(bytes(data))
+    return damaged

@@ -1,3 +1,4 @@
+import bisect
 import json
 import math
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 
 from manifests.sample import read_barcode
 from pipeline.decode import InputError, decode_audio, decode_frames, pick_frames, second_intervals
+from tests.synth_video import damage_packets, make_index_video, make_timed_video, read_index
 
 
 def expected_frame(k: int, fps: Fraction, duration: Fraction) -> int:
@@ -96,3 +98,98 @@ def test_a_stream_that_starts_late_keeps_its_place_on_the_container_timeline(sam
     onset = [np.flatnonzero(np.abs(a.samples) > 0.05)[0] / 16000 for a in (audio, shifted)]
     assert onset[1] - onset[0] == pytest.approx(0.5, abs=0.002)
     assert decode_audio(late_video).samples.size == audio.samples.size  # audio that did not move stays put
+
+
+def nearest_to_middles(times: list[Fraction], duration: Fraction, n_rows: int) -> list[int]:
+    """Independent reference (exact fractions): per row k, the frame whose time is nearest the middle of
+    [k, min(k+1, D)), ties → earlier. Only the two frames around the middle can win."""
+    out = []
+    for k in range(n_rows):
+        mid = (k + min(Fraction(k + 1), duration)) / 2
+        j = bisect.bisect_right(times, mid)
+        candidates = [i for i in (j - 1, j) if 0 <= i < len(times)]
+        out.append(min(candidates, key=lambda i: (abs(times[i] - mid), i)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hour_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """60 min at 29.97 fps, B-frames, 64x48: 107,892 frames that show their own index (~10 s to make)."""
+    n = 107_892
+    return make_index_video(tmp_path_factory.mktemp("hour") / "hour.mp4", "30000/1001", n), n
+
+
+def test_every_row_of_an_hour_long_clip_picks_the_exact_frame(hour_clip: tuple[Path, int]) -> None:
+    """float32 timestamps (decord) picked frame 35499 instead of 35500 for row 1184 (also rows 2185, 3186)."""
+    path, n = hour_clip
+    fps = Fraction(30000, 1001)
+    frames = decode_frames(path)
+    duration = n / fps
+    assert frames.duration_s == pytest.approx(float(duration), abs=1e-6)
+    assert len(frames.pixels) == math.ceil(duration) == 3600
+    picked = [read_index(p) for p in frames.pixels]
+    assert picked == nearest_to_middles([i / fps for i in range(n)], duration, 3600)
+    np.testing.assert_allclose(frames.pts_s, [float(i / fps) for i in picked], atol=1e-9)
+
+
+@pytest.mark.parametrize(("fps", "container"), [("24000/1001", "mp4"), ("60000/1001", "mkv"),
+                                                ("30000/1001", "ts"), ("25", "mov")])
+def test_odd_frame_rates_in_several_containers(tmp_path: Path, fps: str, container: str) -> None:
+    """B-frames everywhere; MPEG-TS starts its clock at 1.4 s and keeps no edit list, Matroska counts in ms."""
+    rate = Fraction(fps)
+    n = int(75 * rate)
+    frames = decode_frames(make_index_video(tmp_path / f"clip.{container}", fps, n))
+    times = [i / rate for i in range(n)]
+    duration = n / rate
+    assert frames.duration_s == pytest.approx(float(duration), abs=2e-3 if container == "mkv" else 1e-6)
+    if container == "mkv":  # millisecond timestamps: the reference uses the same rounding
+        times = [Fraction(round(t * 1000), 1000) for t in times]
+        duration = Fraction(round(frames.duration_s * 1000), 1000)
+    assert [read_index(p) for p in frames.pixels] == nearest_to_middles(times, duration, math.ceil(duration))
+
+
+def test_variable_frame_rate_with_b_frames(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    times_ms = np.cumsum(np.r_[0, rng.choice([10, 33, 40, 100, 250, 700], 399)]).tolist()
+    frames = decode_frames(make_timed_video(tmp_path / "vfr.mp4", times_ms))
+    times = [Fraction(t, 1000) for t in times_ms]
+    assert times[-1] < frames.duration_s <= times[-1] + 0.7
+    duration = Fraction(frames.duration_s).limit_denominator(10**6)
+    assert [read_index(p) for p in frames.pixels] == nearest_to_middles(times, duration, math.ceil(duration))
+    np.testing.assert_allclose(frames.pts_s, [float(times[read_index(p)]) for p in frames.pixels], atol=1e-9)
+
+
+def _clicks_clip(path: Path, rate_hz: int, seconds: int, clicks_s: tuple[float, ...], video_args: tuple[str, ...] = ()) -> Path:
+    """AAC at `rate_hz` with 10 ms 1 kHz bursts at `clicks_s`, beside a 64x48 testsrc2 video of the same length."""
+    burst = "+".join(f"between(t,{c},{c + 0.01})" for c in clicks_s)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    f"aevalsrc='0.8*sin(2*PI*1000*t)*({burst})':s={rate_hz}:d={seconds}", "-f", "lavfi", "-i",
+                    f"testsrc2=size=64x48:rate=30:duration={seconds}", "-c:a", "aac", "-c:v", "libx264",
+                    "-preset", "ultrafast", *video_args, str(path)], check=True)
+    return path
+
+
+def _onsets_s(audio) -> list[float]:
+    loud = np.flatnonzero(np.abs(audio.samples) > 0.1)
+    return [loud[0] / 16000] + [loud[i] / 16000 for i in np.flatnonzero(np.diff(loud) > 1600) + 1]
+
+
+@pytest.mark.parametrize("rate_hz", [22050, 44100, 48000])
+def test_aac_padding_does_not_make_audio_outlive_the_clip(tmp_path: Path, rate_hz: int) -> None:
+    """An 8.000 s clip gave 8.034 s of audio at 22.05 kHz (804 acoustic rows): the last AAC frame's padding."""
+    from extractors.acoustic import n_rows_for
+
+    clip = _clicks_clip(tmp_path / "clip.mp4", rate_hz, 8, (2.0, 7.5))
+    audio = decode_audio(clip)
+    assert audio.duration_s == pytest.approx(8.0, abs=1 / 16000)
+    assert n_rows_for(audio.duration_s) == 800
+    assert _onsets_s(audio) == pytest.approx([2.0, 7.5], abs=1e-3)  # priming dropped: the audio keeps its place
+    assert not len(audio.missing_s)
+    # Matroska keeps no edit list: the priming plays first, the content and the end move with it
+    mkv = tmp_path / "clip.mkv"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(clip), "-c", "copy", str(mkv)], check=True)
+    remuxed = decode_audio(mkv)
+    priming_s = _onsets_s(remuxed)[0] - 2.0
+    assert 0 <= priming_s < 0.05
+    assert _onsets_s(remuxed) == pytest.approx([2.0 + priming_s, 7.5 + priming_s], abs=1e-3)
+    assert remuxed.duration_s == pytest.approx(8.0 + priming_s, abs=2e-3)  # (millisecond timestamps)
