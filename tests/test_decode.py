@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from extractors.base import Audio
 from manifests.sample import read_barcode
 from pipeline.decode import InputError, decode_audio, decode_frames, pick_frames, second_intervals
 from tests.synth_video import damage_packets, make_index_video, make_timed_video, read_index
@@ -193,3 +194,91 @@ def test_aac_padding_does_not_make_audio_outlive_the_clip(tmp_path: Path, rate_h
     assert 0 <= priming_s < 0.05
     assert _onsets_s(remuxed) == pytest.approx([2.0 + priming_s, 7.5 + priming_s], abs=1e-3)
     assert remuxed.duration_s == pytest.approx(8.0 + priming_s, abs=2e-3)  # (millisecond timestamps)
+
+
+@pytest.fixture(scope="module")
+def damaged_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str, float]]]:
+    """10 s, 30 fps all-intra index video + 44.1 kHz AAC with bursts at 2.0 and 8.0 s; then frame 45 (row 1's
+    choice), frames 90-119 (all of second 3) and the audio packets of [5.0, 5.2) s are overwritten."""
+    tmp = tmp_path_factory.mktemp("damaged")
+    video = make_index_video(tmp / "v.mp4", "30", 300, ("-g", "1"))
+    clicks = _clicks_clip(tmp / "a.mp4", 44100, 10, (2.0, 8.0))
+    good = tmp / "good.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(video), "-i", str(clicks), "-map", "0:v", "-map", "1:a",
+                    "-c", "copy", str(good)], check=True)
+    damaged = damage_packets(good, tmp / "damaged.mp4", lambda kind, t: (
+        (kind == "video" and (round(t * 30) == 45 or 90 <= round(t * 30) < 120)) or (kind == "audio" and 5.0 <= t < 5.2)))
+    return tmp / "damaged.mp4", damaged
+
+
+def test_a_partly_damaged_video_yields_the_seconds_that_decode(damaged_clip: tuple[Path, list]) -> None:
+    """decord failed the whole item; now a lost chosen frame gives way to the nearest intact frame shown in
+    the same second (frame 45 → 44, a tie with 46 going to the earlier), a second without one has no row."""
+    path, damaged = damaged_clip
+    assert sum(kind == "video" for kind, _ in damaged) == 31
+    frames = decode_frames(path)
+    expected = {k: 30 * k + 15 for k in range(10) if k != 3} | {1: 44}
+    assert frames.intervals.tolist() == [[k, k + 1] for k in sorted(expected)]
+    assert [read_index(p) for p in frames.pixels] == [expected[k] for k in sorted(expected)]
+    assert frames.missing_s.tolist() == [[3.0, 4.0]]
+    assert frames.duration_s == pytest.approx(10.0)
+
+
+def test_damaged_audio_packets_become_missing_silence_and_later_audio_keeps_its_place(damaged_clip) -> None:
+    """The AAC decoder's error (InvalidDataError, or EPERM: 'Operation not permitted') failed the whole track."""
+    path, damaged = damaged_clip
+    lost = [t for kind, t in damaged if kind == "audio"]
+    audio = decode_audio(path)
+    assert audio.duration_s == pytest.approx(10.0, abs=1 / 16000)
+    assert audio.missing_s.shape == (1, 2)
+    assert audio.missing_s[0] == pytest.approx([lost[0], lost[-1] + 1024 / 44100], abs=1e-4)
+    a, b = (round(t * 16000) for t in audio.missing_s[0])
+    assert not audio.samples[a:b].any()
+    assert _onsets_s(audio) == pytest.approx([2.0, 8.0], abs=1e-3)
+
+
+def test_rows_over_missing_audio_are_dropped() -> None:
+    from extractors.base import FeatureRows
+    from pipeline.actors import without_missing
+
+    iv = np.column_stack([np.arange(100) * 0.01, np.arange(1, 101) * 0.01])
+    rows = FeatureRows(np.arange(100, dtype=np.float32)[:, None], iv, {"per_row": np.arange(100)}, {"a": 1})
+    spans = np.array([[0.255, 0.30], [0.50, 0.501], [0.90, 2.0]])
+    kept = without_missing(rows, Audio(np.zeros(16000, np.float32), 16000, 1.0, missing_s=spans))
+    gone = set(range(25, 30)) | {50} | set(range(90, 100))
+    assert kept.features[:, 0].tolist() == [i for i in range(100) if i not in gone]
+    assert kept.extras["per_row"].tolist() == kept.features[:, 0].tolist()
+    assert without_missing(rows, Audio(np.zeros(10, np.float32), 16000, 1.0)) is rows
+
+
+def test_a_video_with_no_decodable_frame_says_so(damaged_clip, tmp_path: Path) -> None:
+    path, _ = damaged_clip
+    ruined = tmp_path / "ruined.mp4"
+    damage_packets(path, ruined, lambda kind, t: kind == "video")
+    with pytest.raises(InputError, match="ruined.mp4: no frame could be decoded: .*Invalid data"):
+        decode_frames(ruined)
+    assert decode_audio(ruined).duration_s == pytest.approx(10.0, abs=1 / 16000)  # the audio is intact
+
+
+def test_four_kib_of_garbage_in_the_middle_still_decodes(sample_root: Path, tmp_path: Path) -> None:
+    """The issue's case: 4 KiB overwritten mid-file (random bytes, fixed seed); both inputs still decode."""
+    bad = tmp_path / "garbage.mp4"
+    data = bytearray((sample_root / "siq2/video/sample-c.mp4").read_bytes())
+    data[len(data) // 2:len(data) // 2 + 4096] = np.random.default_rng(0).integers(0, 256, 4096, np.uint8).tobytes()
+    bad.write_bytes(bytes(data))
+    frames, audio = decode_frames(bad), decode_audio(bad)
+    assert len(frames.pixels) + len(frames.missing_s) == 20
+    assert audio.duration_s == pytest.approx(20.0, abs=0.05)
+
+
+@pytest.mark.parametrize(("width", "height"), [(16, 12), (24, 16), (8, 8)])
+def test_tiny_videos_decode(tmp_path: Path, width: int, height: int) -> None:
+    """decord failed under ~30 px wide (`Check failed: from_size == to_size`). Frame i is grey level 8 i."""
+    levels = np.repeat((np.arange(32) * 8).astype(np.uint8), width * height * 3)
+    path = tmp_path / "tiny.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
+                    "-framerate", "8", "-i", "-", "-c:v", "libx264", "-qp", "0", "-pix_fmt", "yuv420p", str(path)],
+                   input=levels.tobytes(), check=True)
+    frames = decode_frames(path)
+    assert frames.pixels.shape == (4, height, width, 3)
+    assert [round(float(p.mean()) / 8) for p in frames.pixels] == [4, 12, 20, 28]  # nearest k + 0.5 s at 8 fps
