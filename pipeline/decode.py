@@ -137,9 +137,11 @@ def _frame_times(container: Any, stream: Any, path: Path) -> tuple[np.ndarray, n
 
 
 def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int],
-                     stop_early: bool) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
+                     fast: bool) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
     """Decode the video stream in order; RGB pictures of the `wanted` PTS, the PTS of every intact frame, and
-    the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact."""
+    the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
+    `fast`: stop once every wanted picture is in, and skip decoding unwanted frames that no other frame refers
+    to (non-reference B-frames); the intact set is then incomplete."""
     import av
 
     pictures: dict[int, np.ndarray] = {}
@@ -148,7 +150,10 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int],
     with _open(path) as container:
         stream = _video_stream(container, path)
         try:
+            context = stream.codec_context
             for packet in container.demux(stream):
+                if fast:
+                    context.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in wanted else "NONREF"
                 try:
                     frames = packet.decode()
                 except av.FFmpegError as e:
@@ -160,7 +165,7 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int],
                     intact.add(frame.pts)
                     if frame.pts in wanted and frame.pts not in pictures:
                         pictures[frame.pts] = frame.to_ndarray(format="rgb24", width=size[1], height=size[0])
-                if stop_early and len(pictures) == len(wanted):
+                if fast and len(pictures) == len(wanted):
                     break
         except av.FFmpegError as e:
             errors.append((-1, f"demuxing stopped: {_first_line(e)}"))
@@ -197,13 +202,15 @@ def decode_frames(path: Path) -> Frames:
     intervals = second_intervals(duration)
     index = pick_frames(starts, intervals)
     wanted = set(ticks[index].tolist())
-    pictures, intact, errors = _decode_pictures(path, wanted, size, stop_early=True)
+    pictures, intact, errors = _decode_pictures(path, wanted, size, fast=True)
     lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
-    if lost.any():  # damaged data: choose again among the frames that decoded, then fetch those
+    if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
+        pictures, intact, errors = _decode_pictures(path, wanted, size, fast=False)
+        lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
         index = _fallback_frames(index, lost, ticks, starts, duration, intervals, intact)
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
-            pictures.update(_decode_pictures(path, extra, size, stop_early=True)[0])
+            pictures.update(_decode_pictures(path, extra, size, fast=True)[0])
         index = np.where([i >= 0 and int(ticks[i]) in pictures for i in index], index, -1)
     keep = index >= 0
     if not keep.any():
