@@ -334,14 +334,6 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
     return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing)
 
 
-def video_offset_s(path: Path) -> float:
-    """The video stream's offset on the container's timeline."""
-    import av
-
-    with av.open(str(path)) as container:
-        return _stream_offset_s(container, container.streams.video)
-
-
 def _stream_offset_s(container: Any, streams: Any) -> float:  # a PyAV container and one of its stream lists
     """Seconds from the container's start to the first of `streams`' start; 0 when under
     STREAM_OFFSET_MIN_S or unknown."""
