@@ -64,6 +64,8 @@ class Frames:
     pts_s: np.ndarray  # (N,) timestamp of the decoded frame chosen for each row
     source_fps: float
     duration_s: float
+    # (M, 2) seconds with no decodable frame (damaged data): those rows are left out of `intervals`
+    missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
 
     def __post_init__(self) -> None:
         if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
@@ -109,6 +111,8 @@ class Audio:
     samples: np.ndarray  # (S,) float32 in [-1, 1]
     sample_rate_hz: int
     duration_s: float
+    # (M, 2) seconds that could not be decoded (damaged data), silent in `samples`; rows there are dropped
+    missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
 
     def __post_init__(self) -> None:
         if self.samples.ndim != 1 or self.samples.dtype != np.float32:

@@ -9,7 +9,9 @@ import time
 import traceback
 from typing import Any
 
-from extractors.base import ExtractorConfig, get_extractor
+import numpy as np
+
+from extractors.base import ExtractorConfig, FeatureRows, get_extractor
 from manifests.records import MediaItem, QAItem
 from pipeline import cut, decode, inputs
 
@@ -36,7 +38,7 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     meta holds sizes and per-kind failures (a kind that fails does not stop the others)."""
     crash_point("decode", item.id)
     meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {},
-                            "node": node_id()}
+                            "missing": {}, "node": node_id()}
     out: list[Any] = []
     for kind in kinds:
         t0 = time.perf_counter()
@@ -44,6 +46,8 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
             value = _decode_kind(item, kind, questions, audio_rate_hz)
             meta["sizes"][kind] = _size(value)
             meta["durations"][kind] = getattr(value, "duration_s", None)
+            if len(getattr(value, "missing_s", ())):  # damaged data: these seconds have no rows
+                meta["missing"][kind] = np.round(value.missing_s, 6).tolist()
         except Exception as e:  # recorded per (item, kind); the run goes on
             value = None
             meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
@@ -78,6 +82,23 @@ def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate
     raise ValueError(f"unknown input kind {kind!r}")
 
 
+def without_missing(rows: FeatureRows, x: Any) -> FeatureRows:
+    """Rows that overlap the input's undecodable spans (`missing_s`: damaged audio, silent in the samples) are
+    dropped, so alignment reports those times missing instead of averaging silence into them."""
+    spans = np.asarray(getattr(x, "missing_s", ()), np.float64).reshape(-1, 2)
+    iv = rows.intervals
+    if not len(spans) or not len(iv):
+        return rows
+    spans = spans[np.argsort(spans[:, 0])]
+    before = np.searchsorted(spans[:, 0], iv[:, 1], side="left") - 1  # the last span starting before a row ends
+    hit = (before >= 0) & (np.maximum.accumulate(spans[:, 1])[np.maximum(before, 0)] > iv[:, 0])
+    if not hit.any():
+        return rows
+    keep = ~hit
+    extras = {k: v[keep] if len(v) == len(iv) else v for k, v in rows.extras.items()}
+    return FeatureRows(rows.features[keep], iv[keep], extras, rows.attrs)
+
+
 def _size(value: Any) -> int:
     """A batching weight: frames count one per frame, everything else one per item."""
     pixels = getattr(value, "pixels", None)
@@ -108,7 +129,7 @@ class ExtractorWorker:
         try:
             rows = self.extractor.extract_batch(list(inputs))
             per_item = (time.perf_counter() - t0) / max(1, len(inputs))
-            return [(i, r, None, per_item) for i, r in zip(item_ids, rows, strict=True)]
+            return [(i, without_missing(r, x), None, per_item) for i, r, x in zip(item_ids, rows, inputs, strict=True)]
         except Exception:
             if len(inputs) == 1:
                 return [self._one(item_ids[0], inputs[0])]
@@ -117,7 +138,7 @@ class ExtractorWorker:
     def _one(self, item_id: str, x: Any) -> tuple[str, Any, dict[str, Any] | None, float]:
         t0 = time.perf_counter()
         try:
-            return item_id, self.extractor.extract(x), None, time.perf_counter() - t0
+            return item_id, without_missing(self.extractor.extract(x), x), None, time.perf_counter() - t0
         except Exception as e:
             log.debug("%s/%s failed:\n%s", self.feature, item_id, traceback.format_exc())
             return item_id, None, failure(item_id, f"extract:{self.feature}", None, e), time.perf_counter() - t0

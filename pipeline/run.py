@@ -300,6 +300,8 @@ class _Runner:
             "source": self.sources[feat, item.id], "duration_s": meta.get("durations", {}).get(spec.extractor.input_kind),
             "extract_seconds": round(secs, 4), "decode_seconds": round(meta["seconds"][spec.extractor.input_kind], 4),
         }
+        if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
+            attrs["missing_s"] = meta["missing"][spec.extractor.input_kind]
         try:
             self.writer.commit(feat, item.id, rows, attrs)
         except Exception as e:

@@ -37,18 +37,18 @@ def _find(store: Store, item: str, names: tuple[str, ...]) -> ItemFeature | None
 def decode_thumbnails(
     video: Path, intervals: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX,
 ) -> tuple[list[np.ndarray], tuple[int, int]]:
-    """One RGB image per interval, chosen by the pipeline's own rule (pipeline/decode.py: the frame nearest the
-    interval's middle on the video's timeline), scaled to `height_px` (None: full size), and the full frame size
-    (width, height) that face boxes refer to."""
-    import decord
+    """One RGB image per interval, the very frame the pipeline chose for that row (pipeline/decode.py:
+    `decode_frames`, float64 container timestamps), scaled to `height_px` (None: full size), and the full frame
+    size (width, height) that face boxes refer to. A row whose second had no decodable frame is black."""
     from PIL import Image
 
-    from pipeline.decode import pick_frames
+    from pipeline.decode import decode_frames
 
-    reader = decord.VideoReader(str(video), ctx=decord.cpu(0), num_threads=1)
-    starts = np.asarray(reader.get_frame_timestamp(range(len(reader))), np.float64)[:, 0]
-    index = pick_frames(starts - starts[0], np.asarray(intervals, np.float64))
-    frames = reader.get_batch(index.tolist()).asnumpy()
+    decoded = decode_frames(video)
+    row = {float(s): i for i, s in enumerate(decoded.intervals[:, 0])}
+    blank = np.zeros_like(decoded.pixels[0])
+    frames = np.stack([decoded.pixels[row[float(s)]] if float(s) in row else blank
+                       for s in np.asarray(intervals, np.float64)[:, 0]])
     h, w = frames.shape[1:3]
     if height_px is None:
         return list(frames), (w, h)
