@@ -75,7 +75,7 @@ class Store:
                              f"({type(e).__name__}: {e})") from None
 
     def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
-        return self._checked(feature, item).attrs or {}
+        return self._checked(feature, item)[1].attrs or {}
 
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every item folder of a feature, checked against what the writer recorded at commit
@@ -107,21 +107,22 @@ class Store:
             out.append(c.item)
         return sorted(out)
 
-    def _checked(self, feature: str, item: str) -> ItemCheck:
-        self._feature_group(feature)
+    def _checked(self, feature: str, item: str) -> tuple[zarr.Group, ItemCheck]:
+        """The feature's group and the item's quick check, its attributes without the record."""
+        fgroup = self._feature_group(feature)
         path = self.path / feature / item
         if item.startswith(".") or "/" in item or not path.is_dir():
             raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
         c = check_item(path, feature, item)
         if not c.ok:
             raise DamagedItem(f"{path}: damaged item ({c.problem}); the next `make extract` recomputes it")
-        return ItemCheck(c.feature, c.item, c.path, None, {k: v for k, v in c.attrs.items() if k != RECORD},
-                         c.recorded)
+        return fgroup, ItemCheck(c.feature, c.item, c.path, None,
+                                 {k: v for k, v in c.attrs.items() if k != RECORD}, c.recorded)
 
     def read(self, feature: str, item: str) -> ItemFeature:
         """One item, after the quick check (metadata, recorded files present with their sizes): a damaged
         item raises DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
-        c = self._checked(feature, item)
+        fgroup, c = self._checked(feature, item)
         try:
             g = zarr.open_group(c.path, mode="r")
             extras = {k: v for k, v in g.arrays() if k not in (layout.FEATURES, layout.INTERVALS)}
@@ -135,7 +136,7 @@ class Store:
             intervals=intervals,
             extras=extras,
             attrs=c.attrs,
-            columns=list(self._feature_group(feature).attrs.get("columns", [])),
+            columns=list(fgroup.attrs.get("columns", [])),
         )
 
     @cached_property
