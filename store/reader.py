@@ -159,10 +159,6 @@ class Store:
         runs = sorted(layout.runs_dir(self.path).glob("*.json"))
         return json.loads(runs[-1].read_text()) if runs else None
 
-    def stored_fingerprints(self, feature: str) -> dict[str, str]:
-        """item -> fingerprint of its complete, undamaged group: what the planner compares with."""
-        return {c.item: c.attrs.get("fingerprint", "") for c in self._good(feature)}
-
 
 def open_store(path: Path | str) -> Store:
     return Store(path)
