@@ -242,13 +242,15 @@ def export_csd(
     are listed under the metadata key "siqfeat filtered"; pass include_filtered=False to every export (or
     `items`) to apply the filter. root_name: default_root_name()."""
     s = store if isinstance(store, Store) else open_store(store)
-    items = s.items(feature, include_filtered=include_filtered) if items is None else items
+    every, kept = s.items(feature, include_filtered=True), s.items(feature)  # each call checks every item folder
+    if items is None:
+        items = every if include_filtered else kept
     entries = {}
     for item in items:
         r = s.read(feature, item)
         entries[item] = (np.asarray(r.features[...], np.float32), r.intervals)
     meta = csd_metadata(s, feature, root_name or default_root_name(s, feature), **metadata)
-    meta["siqfeat filtered"] = sorted(set(s.items(feature, include_filtered=True)) - set(s.items(feature)))
+    meta["siqfeat filtered"] = sorted(set(every) - set(kept))
     return write_csd(out, entries, meta)
 
 
