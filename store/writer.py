@@ -211,10 +211,9 @@ class StoreWriter:
                     raise ValueError(f"extra array name {name!r} is reserved")
                 _write_array(group, name, data)
             group.attrs.update({**rows.attrs, **item_attrs, "n_rows": int(len(rows.features))})
-            # what verify compares with later: every file's size and hash, each array's shape and dtype, and
-            # a hash of the attributes as they read back
-            group.attrs[RECORD] = make_record(staging)
-            group.attrs["complete"] = True  # written last
+            # What verify compares with later: every file's size and hash, each array's shape and dtype, and a
+            # hash of the attributes as they read back. One metadata write with `complete`, written last.
+            group.attrs.update({RECORD: make_record(staging), "complete": True})
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             self._swap_in(staging, feature, item_id)
         except BaseException:
