@@ -80,21 +80,22 @@ def make_record(item_dir: Path) -> dict[str, Any]:
     for rel in files:
         name, _, last = rel.rpartition("/")
         if last == META and "/" not in name:
-            meta = _read_json(item_dir / rel)
+            meta = _read_json(item_dir / rel, rel)
             arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
     return {"version": RECORD_VERSION, "arrays": arrays, "attrs_sha256": attrs_digest(attrs),
             "files": {rel: [(item_dir / rel).stat().st_size, _sha256(item_dir / rel)] for rel in files}}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, where: str = META) -> dict[str, Any]:
+    """`where`: the file's path inside the item, for the message (an array's metadata is `<array>/zarr.json`)."""
     try:
         meta = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise DamagedItem(f"{path.name} is missing") from None
+        raise DamagedItem(f"{where} is missing") from None
     except (OSError, ValueError) as e:  # ValueError: invalid JSON or UTF-8
-        raise DamagedItem(f"{path.name} is unreadable ({type(e).__name__}: {e})") from None
+        raise DamagedItem(f"{where} is unreadable ({type(e).__name__}: {e})") from None
     if not isinstance(meta, dict):
-        raise DamagedItem(f"{path.name} is not a JSON object")
+        raise DamagedItem(f"{where} is not a JSON object")
     return meta
 
 
@@ -111,8 +112,8 @@ def read_item_attrs(item_dir: Path) -> dict[str, Any]:
 
 def _check_arrays(item_dir: Path, arrays: dict[str, dict[str, Any]]) -> None:
     for name, want in arrays.items():
-        meta = _read_json(item_dir / name / META)
         where = f"{name}/{META}"
+        meta = _read_json(item_dir / where, where)
         if meta.get("zarr_format") != 3 or meta.get("node_type") != "array":
             raise DamagedItem(f"{where} does not describe an array")
         if want.get("shape") is not None and meta.get("shape") != want["shape"]:

@@ -158,6 +158,15 @@ def test_damaged_feature_metadata_is_rewritten_by_the_next_writer(store: Path) -
     assert open_store(store).items("feat") == list(ITEMS)
 
 
+@pytest.mark.parametrize("target", ["zarr.json", "features/zarr.json", "intervals/zarr.json"])
+@pytest.mark.parametrize("how", ["delete", "truncate"])
+def test_the_problem_names_the_damaged_metadata_file_within_the_item(store: Path, target: str, how: str) -> None:
+    """An array's damaged metadata is named as <array>/zarr.json, not as the item's own zarr.json."""
+    damage(store / "feat" / "b" / target, how)
+    [c] = [c for c in open_store(store).check("feat") if not c.ok]
+    assert c.problem.startswith(f"{target} is "), c.problem
+
+
 def test_items_without_a_record_are_named_not_failed(store: Path) -> None:
     """Items committed before records existed: metadata and decoding checked, and verify says so."""
     meta_path = store / "feat" / "c" / "zarr.json"
