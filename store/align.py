@@ -124,11 +124,12 @@ class RowIndex:
             out.append((np.searchsorted(g.starts, low, "left"), np.searchsorted(g.starts, ref[:, 1] + 2 * tol, "right")))
         return out
 
-    def _pairs(self, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(self, ref: np.ndarray, ranges: list[tuple[np.ndarray, np.ndarray]] | None = None,
+               ) -> tuple[np.ndarray, np.ndarray]:
         """(overlapping rows per reference (M,), row indices (K,)), grouped by reference in order, each
-        reference's rows ordered by start, then row index."""
+        reference's rows ordered by start, then row index. `ranges`: `_ranges(ref)` when already known."""
         counts_all, refs, rows = np.zeros(len(ref), np.int64), [], []
-        ranges = self._ranges(ref)
+        ranges = self._ranges(ref) if ranges is None else ranges
         for g, (lo, hi) in zip(self.groups, ranges, strict=True):
             counts = hi - lo
             total = int(counts.sum())
@@ -154,9 +155,10 @@ class RowIndex:
         counts, c = self._pairs(as_intervals(ref, "reference intervals"))
         return np.repeat(np.arange(len(counts)), counts), c
 
-    def blocks(self, ref: np.ndarray) -> Iterator[slice]:
-        """Slices of `ref` whose candidate pairs stay under the memory budget."""
-        per_ref = sum((hi - lo for lo, hi in self._ranges(ref)), np.zeros(len(ref), np.int64))
+    def blocks(self, ref: np.ndarray, ranges: list[tuple[np.ndarray, np.ndarray]] | None = None) -> Iterator[slice]:
+        """Slices of `ref` whose candidate pairs stay under the memory budget (`ranges`: `_ranges(ref)`)."""
+        ranges = self._ranges(ref) if ranges is None else ranges
+        per_ref = sum((hi - lo for lo, hi in ranges), np.zeros(len(ref), np.int64))
         ends = np.cumsum(per_ref)
         start = 0
         while start < len(ref) or (start == 0 and len(ref) == 0):
@@ -213,8 +215,9 @@ def collapse(
     out_dtype = np.float64 if values.dtype == np.float64 else np.float32
     out = np.full((len(ref), values.shape[1]), np.nan, out_dtype)
     mask = np.zeros(len(ref), bool)
-    for block in index.blocks(ref):
-        counts, c = index._pairs(ref[block])
+    ranges = index._ranges(ref)  # per reference, so a block's ranges are slices of these: searched once
+    for block in index.blocks(ref, ranges):
+        counts, c = index._pairs(ref[block], [(lo[block], hi[block]) for lo, hi in ranges])
         _reduce(ref[block], index.intervals, values, counts, c, how, out[block], mask[block])
     return out, mask
 
