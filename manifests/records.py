@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 Split = Literal["train", "val", "test", "unknown"]
 _ID_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
+log = logging.getLogger(__name__)
 
 
 def check_id(value: str) -> str:
@@ -110,6 +112,14 @@ class ManifestNote(_Record):
     file: str | None = None  # the file (with :line where it has lines) the input came from
     reason: str
     detail: str = ""
+
+
+def note_dropped(notes: list[ManifestNote] | None, what: str, id_: str, where: str | Path, reason: str,
+                 detail: str = "") -> None:
+    """Log an input a reader skips, with its file (and :line), and note it for the run report when `notes` is given."""
+    log.warning("%s: skipping %s %s: %s%s", where, what, id_, reason, f": {detail}" if detail else "")
+    if notes is not None:
+        notes.append(ManifestNote(kind="dropped", what=what, id=id_, file=str(where), reason=reason, detail=detail))
 
 
 R = TypeVar("R", bound=_Record)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.questions import unique_questions
-from manifests.records import ManifestNote, MediaItem, QAItem, check_id
+from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped
 
 log = logging.getLogger(__name__)
 CLIP_S = 60.0
@@ -153,11 +153,9 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
                 rows.append((_siq2_question(row, split, f"{path.stem}-{line_no}"), f"{path}:{line_no}"))
                 _check_answers(*rows[-1], notes)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                log.warning("%s:%d: skipping malformed question: %s", path, line_no, e)
                 qid = row.get("qid") if isinstance(row, dict) else None
-                notes.append(ManifestNote(kind="dropped", what="question", id=str(qid or f"line {line_no}"),
-                                          file=f"{path}:{line_no}", reason="malformed question",
-                                          detail=_one_line(e)))
+                note_dropped(notes, "question", str(qid or f"line {line_no}"), f"{path}:{line_no}",
+                             "malformed question", _one_line(e))
     qa, dup_notes = unique_questions(rows)
     notes += dup_notes
     return qa
@@ -239,9 +237,7 @@ def read_siq2(raw: Path, dataset: str = "socialiq2",
         try:
             check_id(vid)
         except ValueError as e:
-            log.warning("%s: skipping video with unusable id: %s", root / "video", e)
-            notes.append(ManifestNote(kind="dropped", what="video", id=vid, file=str(video if video.exists() else root / "qa"),
-                                      reason="unusable id", detail=str(e)))
+            note_dropped(notes, "video", vid, video if video.exists() else root / "qa", "unusable id", str(e))
             continue
         try:
             start, end = _clip_times(vid, trims, trims_path, video.exists(), notes)
@@ -286,9 +282,7 @@ def read_siq1_qa_file(path: Path, vid: str, split: str, dataset: str = "socialiq
     bad: tuple[int, str] | None = None  # the first malformed line of the open question
 
     def drop(line_no: int, why: str) -> None:
-        log.warning("%s:%d: %s; skipping its question", path, line_no, why)
-        notes.append(ManifestNote(kind="dropped", what="question", id=f"{vid} line {line_no}",
-                                  file=f"{path}:{line_no}", reason="malformed question", detail=why))
+        note_dropped(notes, "question", f"{vid} line {line_no}", f"{path}:{line_no}", "malformed question", why)
 
     def close() -> None:
         if current is None:
@@ -351,9 +345,7 @@ def read_siq1(raw: Path, folds: Path | None = None, dataset: str = "socialiq1",
         try:
             check_id(vid)
         except ValueError as e:
-            log.warning("%s: skipping video with unusable id: %s", root, e)
-            notes.append(ManifestNote(kind="dropped", what="video", id=vid, file=str(videos.get(vid) or qa_files[vid]),
-                                      reason="unusable id", detail=str(e)))
+            note_dropped(notes, "video", vid, videos.get(vid) or qa_files[vid], "unusable id", str(e))
             continue
         transcript = root / "transcript" / f"{vid}_trimmed.vtt"
         items.append(MediaItem(

@@ -23,7 +23,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from manifests.records import ManifestNote, MediaItem, Reaction, check_id
+from manifests.records import ManifestNote, MediaItem, Reaction, check_id, note_dropped
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +90,10 @@ def _item_id(pair_id: str, seen: set[str]) -> str | None:
     return None if item_id in seen else item_id
 
 
-def _dropped(notes: list[ManifestNote] | None, what: str, id_: str, source: Path, reason: str, detail: str) -> None:
-    log.warning("%s: %s: skipping %s: %s", source, id_, reason, detail)
-    if notes is not None:
-        notes.append(ManifestNote(kind="dropped", what=what, id=id_, file=str(source), reason=reason, detail=detail))
-
-
 def _pair(pair_id: str, item_id: str, entries: Any, source: Path, images: dict[str, Path],
           image_dir: Path, dataset: str, notes: list[ManifestNote] | None) -> MediaItem:
     if not isinstance(entries, list):
-        _dropped(notes, "worker entries", f"pair {pair_id}", source, "not a list of worker entries",
+        note_dropped(notes, "worker entries", f"pair {pair_id}", source, "not a list of worker entries",
                  json.dumps(entries)[:80])
         entries = []
     names, captions, reactions = [], [], []
@@ -107,7 +101,7 @@ def _pair(pair_id: str, item_id: str, entries: Any, source: Path, images: dict[s
         try:
             name, caption, reaction = _entry(entry)
         except ValueError as e:
-            _dropped(notes, "worker entry", f"pair {pair_id}, entry {k}", source, "malformed entry", str(e))
+            note_dropped(notes, "worker entry", f"pair {pair_id}, entry {k}", source, "malformed entry", str(e))
             continue
         names.append(name)
         captions.append(caption)
@@ -143,7 +137,7 @@ def read_socratis(raw: Path, dataset: str = DATASET, notes: list[ManifestNote] |
     for pair_id, entries in data.items():
         item_id = _item_id(str(pair_id), seen)
         if item_id is None:
-            _dropped(notes, "pair", f"pair {pair_id}", source, "unusable or repeated pair id", repr(pair_id))
+            note_dropped(notes, "pair", f"pair {pair_id}", source, "unusable or repeated pair id", repr(pair_id))
             continue
         seen.add(item_id)
         items.append(_pair(str(pair_id), item_id, entries, source, images, image_dir, dataset, notes))

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from manifests.records import ManifestNote, MediaItem, QAItem, check_id
-
-log = logging.getLogger(__name__)
+from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped
 
 DATASET = "tinysocial"
 CLIP_COLUMNS = ("clip_id", "subset", "source", "start_s", "end_s")
@@ -84,13 +81,6 @@ def _why(e: Exception) -> str:
     return str(e)
 
 
-def _dropped(notes: list[ManifestNote] | None, what: str, id_: str, where: str, reason: str, detail: str = "") -> None:
-    """Log a skipped input with its file:line, and note it for the run report."""
-    log.warning("%s: skipping %s %s: %s%s", where, what, id_, reason, f": {detail}" if detail else "")
-    if notes is not None:
-        notes.append(ManifestNote(kind="dropped", what=what, id=id_, file=where, reason=reason, detail=detail))
-
-
 def read_clips(path: Path, notes: list[ManifestNote] | None = None) -> list[ClipRow]:
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f, skipinitialspace=True)
@@ -102,15 +92,15 @@ def read_clips(path: Path, notes: list[ManifestNote] | None = None) -> list[Clip
         for row in reader:
             where, name = f"{path}:{reader.line_num}", str(row.get("clip_id") or f"line {reader.line_num}")
             if None in row or any(row[c] is None for c in CLIP_COLUMNS):  # the optional `video` may be left off
-                _dropped(notes, "clip", name, where, "wrong number of fields")
+                note_dropped(notes, "clip", name, where, "wrong number of fields")
                 continue
             try:
                 clip = ClipRow.model_validate({k: v.strip() for k, v in row.items() if v is not None})
             except ValidationError as e:
-                _dropped(notes, "clip", name, where, "malformed row", _why(e))
+                note_dropped(notes, "clip", name, where, "malformed row", _why(e))
                 continue
             if clip.clip_id in seen:
-                _dropped(notes, "clip", name, where, "clip_id already listed")
+                note_dropped(notes, "clip", name, where, "clip_id already listed")
                 continue
             seen.add(clip.clip_id)
             rows.append(clip)
@@ -129,13 +119,13 @@ def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET,
             try:
                 row = QARow.model_validate(json.loads(line))
             except (json.JSONDecodeError, ValidationError) as e:
-                _dropped(notes, "question", f"line {line_no}", where, "malformed question", _why(e))
+                note_dropped(notes, "question", f"line {line_no}", where, "malformed question", _why(e))
                 continue
             if row.vid_name not in clips:
-                _dropped(notes, "question", row.qid, where, "its clip is not in clips.csv", row.vid_name)
+                note_dropped(notes, "question", row.qid, where, "its clip is not in clips.csv", row.vid_name)
                 continue
             if row.qid in seen:
-                _dropped(notes, "question", row.qid, where, "qid already used")
+                note_dropped(notes, "question", row.qid, where, "qid already used")
                 continue
             seen.add(row.qid)
             answers = (row.a0, row.a1, row.a2, row.a3)

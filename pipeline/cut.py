@@ -20,6 +20,8 @@ import numpy as np
 
 from extractors.base import Audio, Words
 from manifests.records import MediaItem
+from pipeline import decode
+from pipeline.decode import InputError
 
 END_TOLERANCE_S = 0.1
 
@@ -29,9 +31,7 @@ def clip_span(item: MediaItem) -> tuple[float, float | None]:
 
 
 def check_span(start_s: float, end_s: float | None, duration_s: float, path: Path | None, what: str) -> float:
-    """The clip's duration, or ValueError when [start_s, end_s) does not lie in the file's [0, duration_s)."""
-    from pipeline.decode import InputError
-
+    """The clip's duration, or InputError when [start_s, end_s) does not lie in the file's [0, duration_s)."""
     if start_s >= duration_s or (end_s is not None and end_s > duration_s + END_TOLERANCE_S):
         end = f"{end_s:g}" if end_s is not None else "end"
         raise InputError(f"{path}: clip [{start_s:g}, {end}) s lies outside the "
@@ -52,8 +52,6 @@ def cut_frame_times(starts_s: np.ndarray, duration_s: float, start_s: float, end
     us = np.round(shifted * 1e6)
     keep = (us >= 0) & (us < round(clip_s * 1e6))
     if not keep.any():
-        from pipeline.decode import InputError
-
         raise InputError(f"{path}: no video frame starts inside the clip [{start_s:g}, {start_s + clip_s:g}) s")
     return keep, shifted[keep], clip_s
 
@@ -76,17 +74,14 @@ def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | No
 def cut_transcript(item: MediaItem) -> Words:
     """The item's captions (on the video file's timeline) re-timed to the clip; words wholly outside dropped."""
     from extractors.captions import parse_captions
-    from pipeline.decode import _existing
 
-    path = _existing(item.transcript, "transcript")
+    path = decode._existing(item.transcript, "transcript")
     duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
     return parse_captions(path, clip_start_s=item.clip_start_s, clip_duration_s=duration)
 
 
 def decode_cut(item: MediaItem, kind: str, audio_rate_hz: int) -> object:
     """Decode one input kind of a clip cut out of its file."""
-    from pipeline import decode
-
     span = clip_span(item)
     if kind == "frames":
         return decode.decode_frames(item.video, clip=span)
