@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import FeatureRows, QAText, register
-from extractors.text_model import TextModelConfig, TextModelExtractor
+from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 
 ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2
 
@@ -81,14 +81,7 @@ class QAExtractor(TextModelExtractor[QAConfig]):
 
     def _item(self, rows: list[_Row], n_tokens: list[int], states: list[np.ndarray]) -> FeatureRows:
         n, t_max, dtype = len(rows), self.config.max_text_tokens, np.dtype(self.config.dtype)
-        pooled = np.zeros((n, self.dim), dtype=np.float32)
-        tokens = np.zeros((n, t_max, self.dim), dtype=dtype)
-        mask = np.zeros((n, t_max), dtype=bool)
-        for i, s in enumerate(states):
-            if len(s):  # an empty text has no tokens: zero vector, empty mask
-                pooled[i] = s.astype(np.float64).mean(0)
-            tokens[i, : min(len(s), t_max)] = s[:t_max]
-            mask[i, : min(len(s), t_max)] = True
+        pooled, tokens, mask = pool_and_pad(states, self.dim, t_max, dtype)
         extras = {
             "tokens": tokens,
             "token_mask": mask,

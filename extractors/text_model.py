@@ -1,6 +1,6 @@
 """A Hugging Face text encoder (BERT family) loaded by name from a local weights cache.
 
-Shared by the `bert_words` (transcript) and `bert_qa` extractors. Nothing here touches the network at run
+Shared by the `bert_words` (transcript), `bert_qa` and `bert_caption`/`bert_reactions` extractors. Nothing here touches the network at run
 time: models load with `local_files_only=True` from `<weights_dir>/<name>`; `download_text_model` (run by
 `make weights` on a machine with internet) is the only function that fetches anything.
 """
@@ -201,6 +201,21 @@ def model_for(config: TextModelConfig, device: str) -> TextModel:
             raise ValueError(f"max_tokens must be in ({reserved}, {tm.max_tokens}], got {config.max_tokens}")
         tm.max_tokens = config.max_tokens
     return tm
+
+
+def pool_and_pad(states: Sequence[np.ndarray], dim: int, t_max: int, dtype: np.dtype) -> tuple[np.ndarray, ...]:
+    """Per text: pooled (mean of its token states, float32 from a float64 mean), the first `t_max` token states
+    zero-padded to (t_max, dim) in `dtype`, and their mask. An empty text has no tokens: zero vector, empty mask."""
+    n = len(states)
+    pooled = np.zeros((n, dim), dtype=np.float32)
+    tokens = np.zeros((n, t_max, dim), dtype=dtype)
+    mask = np.zeros((n, t_max), dtype=bool)
+    for i, s in enumerate(states):
+        if len(s):
+            pooled[i] = s.astype(np.float64).mean(0)
+        m = min(len(s), t_max)
+        tokens[i, :m], mask[i, :m] = s[:m], True
+    return pooled, tokens, mask
 
 
 TC = TypeVar("TC", bound=TextModelConfig)

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import FeatureRows, Texts, register
-from extractors.text_model import TextModelConfig, TextModelExtractor
+from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 from extractors.transcript import tokenize_words
 
 
@@ -67,16 +67,12 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
               states: list[np.ndarray]) -> FeatureRows:
         n, t_max, dtype = len(plan), self.config.max_text_tokens, np.dtype(self.config.dtype)
         w_max = max([1, *(len(words) for words, _, _ in plan)])
-        pooled = np.zeros((n, self.dim), np.float32)
-        tokens = np.zeros((n, t_max, self.dim), dtype)
-        mask = np.zeros((n, t_max), bool)
+        pooled, tokens, mask = pool_and_pad(states, self.dim, t_max, dtype)
         token_word = np.full((n, t_max), -1, np.int32)
         words = np.full((n, w_max), "", dtype=object)
         for i, ((ws, _ids, word_ids), s) in enumerate(zip(plan, states, strict=True)):
-            if len(s):  # an empty text has no tokens: zero vector, empty mask
-                pooled[i] = s.astype(np.float64).mean(0)
             m = min(len(s), t_max)
-            tokens[i, :m], mask[i, :m], token_word[i, :m] = s[:m], True, word_ids[:m]
+            token_word[i, :m] = word_ids[:m]
             words[i, : len(ws)] = ws
         extras = {
             "tokens": tokens, "token_mask": mask, "token_word": token_word,
