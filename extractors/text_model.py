@@ -1,8 +1,8 @@
 """A Hugging Face text encoder (BERT family) loaded by name from a local weights cache.
 
-Shared by the `bert_words` (transcript), `bert_qa` and `bert_caption`/`bert_reactions` extractors. Nothing here touches the network at run
-time: models load with `local_files_only=True` from `<weights_dir>/<name>`; `download_text_model` (run by
-`make weights` on a machine with internet) is the only function that fetches anything.
+Shared by the `bert_words` (transcript), `bert_qa` and `bert_caption`/`bert_reactions` extractors. Nothing here
+touches the network at run time: models load with `local_files_only=True` from `<weights_dir>/<name>`;
+`download_text_model` (run by `make weights` on a machine with internet) is the only function that fetches anything.
 """
 
 from __future__ import annotations

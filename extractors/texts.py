@@ -54,7 +54,7 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
     def extract_batch(self, xs: Sequence[Texts]) -> list[FeatureRows]:
         """The texts of all items go through the model together, `batch_size` per forward."""
         limit = self.tm.max_content_tokens
-        plans = [[(text.split(), *tokenize_words(self.tm.tokenizer, text.split())) for text in x.texts] for x in xs]
+        plans = [[(ws, *tokenize_words(self.tm.tokenizer, ws)) for ws in map(str.split, x.texts)] for x in xs]
         seqs = [ids[:limit].tolist() for plan in plans for _, ids, _ in plan]  # longer texts cut at the model's limit
         states = self.tm.encode(seqs, self.config.layers, self.config.batch_size, self.config.autocast)
         out, k = [], 0
