@@ -82,7 +82,7 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
             "text": np.asarray(x.texts, dtype=np.str_).reshape(n),
         }
         for name, values in x.labels.items():
-            extras[name] = np.asarray(values).reshape(n) if n else np.zeros(0, np.asarray(values).dtype)
+            extras[name] = np.asarray(values).reshape(n)  # (n,) also for n = 0
         attrs = {"max_text_tokens": t_max, "n_cut_texts": int(sum(len(p[1]) > t_max for p in plan))}
         return FeatureRows(pooled.astype(dtype), np.zeros((n, 2)), extras, attrs)
 
