@@ -242,3 +242,14 @@ class TextModelExtractor(Extractor[TC]):
 
     def extract(self, x: Any) -> FeatureRows:
         return self.extract_batch([x])[0]
+
+    def encode_per_item(self, seqs_per_item: Sequence[Sequence[Sequence[int]]]) -> list[list[np.ndarray]]:
+        """Token states of each token-id sequence of each item: the sequences of all items go through the model
+        together, `batch_size` per forward (similar lengths share a batch across items), then are split back."""
+        cfg = self.config
+        states = self.tm.encode([s for seqs in seqs_per_item for s in seqs], cfg.layers, cfg.batch_size, cfg.autocast)
+        out, k = [], 0
+        for seqs in seqs_per_item:
+            out.append(states[k : k + len(seqs)])
+            k += len(seqs)
+        return out

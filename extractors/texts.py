@@ -55,13 +55,9 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
         """The texts of all items go through the model together, `batch_size` per forward."""
         limit = self.tm.max_content_tokens
         plans = [[(ws, *tokenize_words(self.tm.tokenizer, ws)) for ws in map(str.split, x.texts)] for x in xs]
-        seqs = [ids[:limit].tolist() for plan in plans for _, ids, _ in plan]  # longer texts cut at the model's limit
-        states = self.tm.encode(seqs, self.config.layers, self.config.batch_size, self.config.autocast)
-        out, k = [], 0
-        for x, plan in zip(xs, plans, strict=True):
-            out.append(self._item(x, plan, states[k : k + len(plan)]))
-            k += len(plan)
-        return out
+        seqs = [[ids[:limit].tolist() for _, ids, _ in plan] for plan in plans]  # longer texts cut at the limit
+        states = self.encode_per_item(seqs)
+        return [self._item(x, plan, st) for x, plan, st in zip(xs, plans, states, strict=True)]
 
     def _item(self, x: Texts, plan: list[tuple[list[str], np.ndarray, np.ndarray]],
               states: list[np.ndarray]) -> FeatureRows:
