@@ -69,7 +69,7 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         x_hp = timed("high-pass", glottal.highpass, block, FS_HZ)
         voiced = timed("voicing (RMS gate + NCCF)", acoustic.voicing, block, x_hp, f0, cfg)
         timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
-        timed("peak slope", glottal.peak_slope, x_hp, n, acoustic.HOP)
+        timed("peak slope", acoustic.peak_slope_rows, x_hp, n, cfg)
         timed("mfcc", acoustic.mfcc_rows, block, n, cfg)
     timed("band check (Welch)", acoustic.low_band, x)
     return spent

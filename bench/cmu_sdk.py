@@ -7,7 +7,6 @@ its own imports (h5py, tqdm, requests, validators, colorama) are in the `test` e
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -19,8 +18,11 @@ import numpy as np
 def sdk_source(realdata: Path | None = None) -> Path | None:
     """The SDK's source folder (holding `mmsdk/`), or None where ../shared is absent."""
     if realdata is None:
-        env = os.environ.get("SIQ_REALDATA")
-        realdata = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "realdata"
+        from tests.conftest import realdata_dir  # one rule for where the real data is ($SIQ_REALDATA or ../shared)
+
+        realdata = realdata_dir()
+        if realdata is None:
+            return None
     path = realdata / "cmu-multimodal-sdk"
     return path if (path / "mmsdk" / "mmdatasdk").is_dir() else None
 

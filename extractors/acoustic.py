@@ -210,6 +210,12 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
     return out
 
 
+def peak_slope_rows(x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
+    """Peak slope per row; a tilt needs signal: rows whose high-passed 25 ms RMS is below silence_dbfs (digital
+    silence, DC, rumble) get NaN."""
+    return np.where(rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, glottal.peak_slope(x_hp, n_rows, HOP), np.nan)
+
+
 def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     """(len(x) // HOP, D) rows for one block whose first sample sits on a row boundary."""
     n_rows = x.size // HOP
@@ -220,10 +226,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     cols = glottal_rows(x_hp, f0, voiced, cfg)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
-    # a tilt needs signal: rows whose high-passed 25 ms RMS is below silence_dbfs (digital silence, DC, rumble) get NaN
-    cols["peak_slope"] = np.where(
-        rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, glottal.peak_slope(x_hp, n_rows, HOP), np.nan
-    )
+    cols["peak_slope"] = peak_slope_rows(x_hp, n_rows, cfg)
     mfcc = mfcc_rows(x, n_rows, cfg)
     names = Covarep.columns(cfg)
     return np.column_stack([cols[c] for c in names[: -cfg.n_mfcc]] + [mfcc])

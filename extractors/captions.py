@@ -241,6 +241,11 @@ def _cue(path: Path, line_no: int, timing: str, body: list[str], srt: bool) -> _
     return _Cue(start, end, line_no, _body(path, line_no, body))
 
 
+def _shown(lines: list[list[_Word]]) -> list[str]:
+    """A cue's lines as shown, for comparing a cue's lines with another's."""
+    return [" ".join(w.text for w in ln) for ln in lines]
+
+
 def _drop_rolling_repeats(cues: list[_Cue], auto: bool) -> None:
     """Remove leading lines that repeat the previous cue's last lines (rolling captions), in place.
 
@@ -253,7 +258,7 @@ def _drop_rolling_repeats(cues: list[_Cue], auto: bool) -> None:
     prev: list[str] = []
     prev_end = -np.inf
     for cue in cues:
-        shown = [" ".join(w.text for w in ln) for ln in cue.lines]
+        shown = _shown(cue.lines)
         if not shown:
             continue
         plain = [all(w.start_s is None and w.end_s is None for w in ln) for ln in cue.lines]
@@ -353,9 +358,9 @@ def _siq2_correct(cues: list[_Cue], trim_s: float) -> dict:
 
 def _orphan_repeat(c0: _Cue, c1: _Cue) -> bool:
     """c0 is a YouTube transition cue: at most 0.1 s, plain text, shown again as c1's first line right after."""
-    shown = [" ".join(w.text for w in ln) for ln in c0.lines]
+    shown = _shown(c0.lines)
     plain = all(w.start_s is None for ln in c0.lines for w in ln)
-    again = [" ".join(w.text for w in ln) for ln in c1.lines[: len(shown)]] == shown and len(c1.lines) > len(shown)
+    again = _shown(c1.lines[: len(shown)]) == shown and len(c1.lines) > len(shown)
     return plain and again and c0.end_s - c0.start_s <= _TRANSITION_S and abs(c1.start_s - c0.end_s) <= _ROLL_GAP_S
 
 

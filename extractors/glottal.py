@@ -24,6 +24,8 @@ sample `j * hop + hop // 2` (the [j*10 ms, (j+1)*10 ms) rows of the store). Refe
 
 from __future__ import annotations
 
+import functools
+
 import librosa
 import numpy as np
 from scipy.fft import irfft, rfft
@@ -385,17 +387,12 @@ def _lf_cycles(rd: np.ndarray, t: np.ndarray) -> np.ndarray:
     return shape((lo + hi) / 2, t)
 
 
-_NAQ_OF_RD: np.ndarray | None = None
-
-
+@functools.cache
 def lf_naq() -> np.ndarray:
-    """NAQ = f_ac / (d_peak * T0) of the LF cycle for each Rd of RD_GRID (increasing), computed once."""
-    global _NAQ_OF_RD
-    if _NAQ_OF_RD is None:
-        d = _lf_cycles(RD_GRID, np.arange(8000) / 8000)
-        flow = np.cumsum(d, axis=1) / d.shape[1]
-        _NAQ_OF_RD = (flow.max(axis=1) - flow.min(axis=1)) / -d.min(axis=1)
-    return _NAQ_OF_RD
+    """NAQ = f_ac / (d_peak * T0) of the LF cycle for each Rd of RD_GRID (increasing), computed once per process."""
+    d = _lf_cycles(RD_GRID, np.arange(8000) / 8000)
+    flow = np.cumsum(d, axis=1) / d.shape[1]
+    return (flow.max(axis=1) - flow.min(axis=1)) / -d.min(axis=1)
 
 
 def rd_from_naq(naq: np.ndarray) -> np.ndarray:

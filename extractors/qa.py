@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import FeatureRows, QAText, register
-from extractors.text_model import TextModelConfig, TextModelExtractor
+from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 
 ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2
 
@@ -71,24 +71,13 @@ class QAExtractor(TextModelExtractor[QAConfig]):
         limit = self.tm.max_content_tokens
         tok = self.tm.tokenizer
         full = [tok([r.text for r in rows], add_special_tokens=False)["input_ids"] if rows else [] for rows in plans]
-        seqs = [ids[:limit] for ids_list in full for ids in ids_list]  # longer texts are cut at the model's limit
-        states = self.tm.encode(seqs, self.config.layers, self.config.batch_size, self.config.autocast)
-        out, k = [], 0
-        for rows, ids_list in zip(plans, full, strict=True):
-            out.append(self._item(rows, [len(i) for i in ids_list], states[k : k + len(rows)]))
-            k += len(rows)
-        return out
+        states = self.encode_per_item([[ids[:limit] for ids in ids_list] for ids_list in full])  # longer texts cut
+        return [self._item(rows, [len(i) for i in ids_list], st)
+                for rows, ids_list, st in zip(plans, full, states, strict=True)]
 
     def _item(self, rows: list[_Row], n_tokens: list[int], states: list[np.ndarray]) -> FeatureRows:
         n, t_max, dtype = len(rows), self.config.max_text_tokens, np.dtype(self.config.dtype)
-        pooled = np.zeros((n, self.dim), dtype=np.float32)
-        tokens = np.zeros((n, t_max, self.dim), dtype=dtype)
-        mask = np.zeros((n, t_max), dtype=bool)
-        for i, s in enumerate(states):
-            if len(s):  # an empty text has no tokens: zero vector, empty mask
-                pooled[i] = s.astype(np.float64).mean(0)
-            tokens[i, : min(len(s), t_max)] = s[:t_max]
-            mask[i, : min(len(s), t_max)] = True
+        pooled, tokens, mask = pool_and_pad(states, self.dim, t_max, dtype)
         extras = {
             "tokens": tokens,
             "token_mask": mask,

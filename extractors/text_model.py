@@ -1,8 +1,8 @@
 """A Hugging Face text encoder (BERT family) loaded by name from a local weights cache.
 
-Shared by the `bert_words` (transcript) and `bert_qa` extractors. Nothing here touches the network at run
-time: models load with `local_files_only=True` from `<weights_dir>/<name>`; `download_text_model` (run by
-`make weights` on a machine with internet) is the only function that fetches anything.
+Shared by the `bert_words` (transcript), `bert_qa` and `bert_caption`/`bert_reactions` extractors. Nothing here
+touches the network at run time: models load with `local_files_only=True` from `<weights_dir>/<name>`;
+`download_text_model` (run by `make weights` on a machine with internet) is the only function that fetches anything.
 """
 
 from __future__ import annotations
@@ -203,6 +203,21 @@ def model_for(config: TextModelConfig, device: str) -> TextModel:
     return tm
 
 
+def pool_and_pad(states: Sequence[np.ndarray], dim: int, t_max: int, dtype: np.dtype) -> tuple[np.ndarray, ...]:
+    """Per text: pooled (mean of its token states, float32 from a float64 mean), the first `t_max` token states
+    zero-padded to (t_max, dim) in `dtype`, and their mask. An empty text has no tokens: zero vector, empty mask."""
+    n = len(states)
+    pooled = np.zeros((n, dim), dtype=np.float32)
+    tokens = np.zeros((n, t_max, dim), dtype=dtype)
+    mask = np.zeros((n, t_max), dtype=bool)
+    for i, s in enumerate(states):
+        if len(s):
+            pooled[i] = s.astype(np.float64).mean(0)
+        m = min(len(s), t_max)
+        tokens[i, :m], mask[i, :m] = s[:m], True
+    return pooled, tokens, mask
+
+
 TC = TypeVar("TC", bound=TextModelConfig)
 
 
@@ -227,3 +242,14 @@ class TextModelExtractor(Extractor[TC]):
 
     def extract(self, x: Any) -> FeatureRows:
         return self.extract_batch([x])[0]
+
+    def encode_per_item(self, seqs_per_item: Sequence[Sequence[Sequence[int]]]) -> list[list[np.ndarray]]:
+        """Token states of each token-id sequence of each item: the sequences of all items go through the model
+        together, `batch_size` per forward (similar lengths share a batch across items), then are split back."""
+        cfg = self.config
+        states = self.tm.encode([s for seqs in seqs_per_item for s in seqs], cfg.layers, cfg.batch_size, cfg.autocast)
+        out, k = [], 0
+        for seqs in seqs_per_item:
+            out.append(states[k : k + len(seqs)])
+            k += len(seqs)
+        return out

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import FeatureRows, Texts, register
-from extractors.text_model import TextModelConfig, TextModelExtractor
+from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 from extractors.transcript import tokenize_words
 
 
@@ -54,29 +54,21 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
     def extract_batch(self, xs: Sequence[Texts]) -> list[FeatureRows]:
         """The texts of all items go through the model together, `batch_size` per forward."""
         limit = self.tm.max_content_tokens
-        plans = [[(text.split(), *tokenize_words(self.tm.tokenizer, text.split())) for text in x.texts] for x in xs]
-        seqs = [ids[:limit].tolist() for plan in plans for _, ids, _ in plan]  # longer texts cut at the model's limit
-        states = self.tm.encode(seqs, self.config.layers, self.config.batch_size, self.config.autocast)
-        out, k = [], 0
-        for x, plan in zip(xs, plans, strict=True):
-            out.append(self._item(x, plan, states[k : k + len(plan)]))
-            k += len(plan)
-        return out
+        plans = [[(ws, *tokenize_words(self.tm.tokenizer, ws)) for ws in map(str.split, x.texts)] for x in xs]
+        seqs = [[ids[:limit].tolist() for _, ids, _ in plan] for plan in plans]  # longer texts cut at the limit
+        states = self.encode_per_item(seqs)
+        return [self._item(x, plan, st) for x, plan, st in zip(xs, plans, states, strict=True)]
 
     def _item(self, x: Texts, plan: list[tuple[list[str], np.ndarray, np.ndarray]],
               states: list[np.ndarray]) -> FeatureRows:
         n, t_max, dtype = len(plan), self.config.max_text_tokens, np.dtype(self.config.dtype)
         w_max = max([1, *(len(words) for words, _, _ in plan)])
-        pooled = np.zeros((n, self.dim), np.float32)
-        tokens = np.zeros((n, t_max, self.dim), dtype)
-        mask = np.zeros((n, t_max), bool)
+        pooled, tokens, mask = pool_and_pad(states, self.dim, t_max, dtype)
         token_word = np.full((n, t_max), -1, np.int32)
         words = np.full((n, w_max), "", dtype=object)
         for i, ((ws, _ids, word_ids), s) in enumerate(zip(plan, states, strict=True)):
-            if len(s):  # an empty text has no tokens: zero vector, empty mask
-                pooled[i] = s.astype(np.float64).mean(0)
             m = min(len(s), t_max)
-            tokens[i, :m], mask[i, :m], token_word[i, :m] = s[:m], True, word_ids[:m]
+            token_word[i, :m] = word_ids[:m]
             words[i, : len(ws)] = ws
         extras = {
             "tokens": tokens, "token_mask": mask, "token_word": token_word,
@@ -86,7 +78,7 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
             "text": np.asarray(x.texts, dtype=np.str_).reshape(n),
         }
         for name, values in x.labels.items():
-            extras[name] = np.asarray(values).reshape(n) if n else np.zeros(0, np.asarray(values).dtype)
+            extras[name] = np.asarray(values).reshape(n)  # (n,) also for n = 0
         attrs = {"max_text_tokens": t_max, "n_cut_texts": int(sum(len(p[1]) > t_max for p in plan))}
         return FeatureRows(pooled.astype(dtype), np.zeros((n, 2)), extras, attrs)
 

@@ -53,14 +53,10 @@ class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
     def extract_batch(self, xs: Sequence[Words]) -> list[FeatureRows]:
         """All windows of all items go through the model together, `batch_size` per forward."""
         plans = [self._plan(w) for w in xs]
-        seqs = [ids[s : s + self._window()].tolist() for ids, _, starts in plans for s in starts]
-        cfg = self.config
-        states = self.tm.encode(seqs, cfg.layers, cfg.batch_size, cfg.autocast)
-        out, k = [], 0
-        for words, (ids, word_ids, starts) in zip(xs, plans, strict=True):
-            out.append(self._rows(words, ids, word_ids, starts, states[k : k + len(starts)]))
-            k += len(starts)
-        return out
+        window = self._window()
+        states = self.encode_per_item([[ids[s : s + window].tolist() for s in starts] for ids, _, starts in plans])
+        return [self._rows(words, ids, word_ids, starts, st)
+                for words, (ids, word_ids, starts), st in zip(xs, plans, states, strict=True)]
 
     def _window(self) -> int:
         return self.tm.max_content_tokens
