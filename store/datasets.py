@@ -113,7 +113,7 @@ class _SocialIQ(Dataset):
                                     for f in dict.fromkeys(needed)))
         if exclude_filtered:  # an item a policy filtered in any feature (faces: too few) is out of the task
             for f in s.features():
-                usable -= set(s.items(f, include_filtered=True)) - set(s.items(f))
+                usable -= set(s.filtered(f))
         return usable
 
     def _plan(self, s: Store, usable: set[str]) -> list[QASample]:

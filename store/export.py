@@ -242,15 +242,15 @@ def export_csd(
     are listed under the metadata key "siqfeat filtered"; pass include_filtered=False to every export (or
     `items`) to apply the filter. root_name: default_root_name()."""
     s = store if isinstance(store, Store) else open_store(store)
-    every, kept = s.items(feature, include_filtered=True), s.items(feature)  # each call checks every item folder
+    every, filtered = s.items(feature, include_filtered=True), s.filtered(feature)
     if items is None:
-        items = every if include_filtered else kept
+        items = every if include_filtered else sorted(set(every) - set(filtered))
     entries = {}
     for item in items:
         r = s.read(feature, item)
         entries[item] = (np.asarray(r.features[...], np.float32), r.intervals)
     meta = csd_metadata(s, feature, root_name or default_root_name(s, feature), **metadata)
-    meta["siqfeat filtered"] = sorted(set(every) - set(kept))
+    meta["siqfeat filtered"] = filtered
     return write_csd(out, entries, meta)
 
 

@@ -97,15 +97,16 @@ class Store:
         """Complete items of a feature. Items made with an older spec (config, version, weights) are
         stale and left out unless asked for; so are items a policy filtered (faces: too few faces) and
         damaged items (logged with their folder; `python -m pipeline verify` lists them)."""
+        return sorted(c.item for c in self._current(feature, include_stale)
+                      if include_filtered or not c.attrs.get("filtered"))
+
+    def filtered(self, feature: str) -> list[str]:
+        """The complete, current items of a feature that a policy filtered (faces: too few faces)."""
+        return sorted(c.item for c in self._current(feature) if c.attrs.get("filtered"))
+
+    def _current(self, feature: str, include_stale: bool = False) -> list[ItemCheck]:
         spec = self._feature_group(feature).attrs.get("spec_hash")
-        out = []
-        for c in self._good(feature):
-            if not include_stale and c.attrs.get("spec_hash") != spec:
-                continue
-            if not include_filtered and c.attrs.get("filtered"):
-                continue
-            out.append(c.item)
-        return sorted(out)
+        return [c for c in self._good(feature) if include_stale or c.attrs.get("spec_hash") == spec]
 
     def _checked(self, feature: str, item: str) -> tuple[zarr.Group, ItemCheck]:
         """The feature's group and the item's quick check, its attributes without the record."""
