@@ -163,6 +163,7 @@ def stage_three(
     return boxes[pick], torch.stack((px, py), dim=2)[pick], inds[pick]
 
 
+@torch.no_grad()  # as `MTCNN.detect`: callers need not set a grad mode
 def detect(mtcnn, frames: torch.Tensor) -> list[tuple[np.ndarray, np.ndarray]]:
     """Faces in a batch of same-size frames (B, H, W, 3) uint8 on the MTCNN's device, like `mtcnn.detect`.
 
