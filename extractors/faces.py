@@ -25,9 +25,11 @@ from pydantic import Field
 
 from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
 
-# "auto" batch sizes per device type, measured (docs/faces.md): on CPU batching is slower than one frame per call
-# (P-net over a batch loses more to memory traffic than it saves); on an H100, 32 frames per call was 2.9× one.
-AUTO_BATCH_SIZE = {"cpu": 1, "cuda": 32}
+# "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
+# 360p; on CPU with 1–2 threads batching is no faster than one frame per call (0.70–1.08×) and takes more memory,
+# while with 16 threads a batch of 16 was 1.43× (one frame's small pyramid levels cannot use 16 threads).
+AUTO_BATCH_SIZE_CUDA = 32
+AUTO_BATCH_SIZE_CPU_MANY_THREADS = 16
 # MTCNN's peak memory grows ~13× the pixels it is given (P-net pyramid in float32, summed-area tables); 64 MiB of
 # pixels (23 frames of 720p, 1.7 frames of 4000×3000) keeps one call near 1 GB (docs/faces.md, "Memory").
 DEFAULT_BATCH_BYTES = 64 * 2**20
@@ -183,7 +185,7 @@ class MTCNNFaces(Extractor[FacesConfig]):
     """Faces per 1 fps frame (facenet-pytorch MTCNN), batched across frames and videos of the same size."""
 
     name = "mtcnn"
-    # 2: the CPU default is one frame per call (was 16), which moves boxes by float rounding (~3e-5 px)
+    # 2: the CPU default with 1-2 threads is one frame per call (was 16): boxes move by float rounding (~5e-5 px)
     version = "2"
     config_type = FacesConfig
     input_kind = "frames"
@@ -202,9 +204,17 @@ class MTCNNFaces(Extractor[FacesConfig]):
             select_largest=False,
             device=torch.device(device),
         ).eval()
-        kind = torch.device(device).type
-        self.batch_size = AUTO_BATCH_SIZE.get(kind, 1) if config.batch_size == "auto" else config.batch_size
-        self.vectorised = kind == "cuda" if config.vectorised == "auto" else config.vectorised
+        self.on_cuda = torch.device(device).type == "cuda"
+        self.vectorised = self.on_cuda if config.vectorised == "auto" else config.vectorised
+
+    @property
+    def batch_size(self) -> int:
+        """Frames per call; "auto" is read per call, as the pipeline may set torch's threads after loading."""
+        if self.config.batch_size != "auto":
+            return self.config.batch_size
+        if self.on_cuda:
+            return AUTO_BATCH_SIZE_CUDA
+        return 1 if torch.get_num_threads() <= 2 else AUTO_BATCH_SIZE_CPU_MANY_THREADS
 
     @classmethod
     def weights_id(cls, config: FacesConfig) -> str:

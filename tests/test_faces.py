@@ -411,7 +411,15 @@ def test_batching_and_byte_limit_never_change_faces(monkeypatch) -> None:
 
 def test_auto_batching_per_device_and_left_out_of_fingerprint() -> None:
     faces = MTCNNFaces(FacesConfig())
-    assert (faces.batch_size, faces.vectorised) == (1, False)  # CPU: one frame per call, facenet-pytorch's stages
+    threads = torch.get_num_threads()
+    try:  # CPU: one frame per call with 1-2 threads, 16 with more; facenet-pytorch's own stages
+        torch.set_num_threads(2)
+        assert (faces.batch_size, faces.vectorised) == (1, False)
+        torch.set_num_threads(3)
+        assert faces.batch_size == 16
+    finally:
+        torch.set_num_threads(threads)
+    assert MTCNNFaces(FacesConfig(batch_size=5)).batch_size == 5
     canonical = FacesConfig(batch_size=7, batch_bytes=10, vectorised=True).canonical()
     assert canonical == FacesConfig().canonical() and "batch_size" not in canonical
     for bad in ({"batch_size": "big"}, {"batch_bytes": 0}):
