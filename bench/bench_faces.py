@@ -1,13 +1,15 @@
 """Faces (MTCNN) throughput: one frame per call vs batched, facenet-pytorch's per-box stages 2/3 vs vectorised.
 
     /work/main/.venv/bin/python -m bench.bench_faces [--sizes 360x640 720x1280] [--frames 16] [--batch-size 16]
-        [--device cpu|cuda] [--threads N] [--repeats 2]
+        [--device cpu|cuda] [--threads N] [--repeats 2] [--clock wall|cpu]
 
 Frames are scikit-image's astronaut photo pasted at a different scale and place on each uniform-noise frame,
 split into 3 videos of the same size (so batches cross video boundaries as in a real run). For each size it prints
 frames/s of the extractor in four ways (facenet-pytorch `MTCNN.detect` or `mtcnn_stages.detect`, batch 1 or
 `--batch-size`), checks that all four find the same faces, and splits one batched call into stage 1 (P-net, the
-same code in both) and stages 2+3 (per-box loop vs vectorised). Times are the best of `--repeats`.
+same code in both) and stages 2+3 (per-box loop vs vectorised). Times are the best of `--repeats`; `--clock cpu`
+times this process's CPU seconds instead of wall time (with `--threads 1` on a shared machine, other processes then
+barely move the figures; a CUDA run needs wall time).
 """
 
 from __future__ import annotations
@@ -42,18 +44,22 @@ def synthetic_videos(n_frames: int, height: int, width: int, n_videos: int = 3) 
     return videos
 
 
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCK["wall"]
+
+
 def best_s(fn: Callable[[], object], device: str, repeats: int) -> float:
-    """Best wall time of `repeats` calls after one warm-up (first calls allocate and pick kernels)."""
+    """Best time of `repeats` calls after one warm-up (first calls allocate and pick kernels)."""
     fn()
     times = []
     for _ in range(repeats):
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = clock()
         fn()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times)
 
 
@@ -79,11 +85,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--clock", choices=sorted(CLOCK), default="wall")
     args = parser.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"device={args.device} torch_threads={torch.get_num_threads()} frames={args.frames} "
-          f"batch_size={args.batch_size} repeats={args.repeats} (best of)")
+          f"batch_size={args.batch_size} repeats={args.repeats} (best of) clock={args.clock}")
     for size in args.sizes:
         height, width = (int(v) for v in size.split("x"))
         videos = synthetic_videos(args.frames, height, width)
