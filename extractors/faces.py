@@ -30,9 +30,10 @@ from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Sti
 # while with 16 threads a batch of 16 was 1.43× (one frame's small pyramid levels cannot use 16 threads).
 AUTO_BATCH_SIZE_CUDA = 32
 AUTO_BATCH_SIZE_CPU_MANY_THREADS = 16
-# MTCNN's peak memory grows ~13× the pixels it is given (P-net pyramid in float32, summed-area tables); 64 MiB of
-# pixels (23 frames of 720p, 1.7 frames of 4000×3000) keeps one call near 1 GB (docs/faces.md, "Memory").
-DEFAULT_BATCH_BYTES = 64 * 2**20
+# MTCNN's peak memory is ~15× the pixels it is given (float32 frames, P-net pyramid, summed-area tables; measured in
+# docs/faces.md, "Memory"). 96 MiB of pixels keeps a call near 1.5 GB and still fits the 32 frames of 720p that the
+# CUDA default was measured with; frames of 4000×3000 go 2 per call (+4.4 GB for 8 in one call before).
+DEFAULT_BATCH_BYTES = 96 * 2**20
 
 COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
 
