@@ -26,7 +26,8 @@ from pydantic import Field
 from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
-# 360p; on CPU with 1–2 threads batching is no faster than one frame per call (0.70–1.08×) and takes more memory,
+# 360p; on CPU with 1–2 threads batching loses at 720p (0.70–0.97×), gains little at 360p (0.89–1.16×) and holds
+# up to 16× the memory,
 # while with 16 threads a batch of 16 was 1.43× (one frame's small pyramid levels cannot use 16 threads).
 AUTO_BATCH_SIZE_CUDA = 32
 AUTO_BATCH_SIZE_CPU_MANY_THREADS = 16
