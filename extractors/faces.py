@@ -27,8 +27,7 @@ from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Sti
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
 # 360p; on CPU with 1–2 threads batching loses at 720p (0.70–0.97×), gains little at 360p (0.89–1.16×) and holds
-# up to 16× the memory,
-# while with 16 threads a batch of 16 was 1.43× (one frame's small pyramid levels cannot use 16 threads).
+# up to 16× the memory; with 16 threads a batch of 16 was 1.43× (one frame's small pyramid levels cannot use them).
 AUTO_BATCH_SIZE_CUDA = 32
 AUTO_BATCH_SIZE_CPU_MANY_THREADS = 16
 # MTCNN's peak memory is ~15× the pixels it is given (float32 frames, P-net pyramid, summed-area tables; measured in
