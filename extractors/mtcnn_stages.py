@@ -34,7 +34,7 @@ from facenet_pytorch.models.utils.detect_face import (
 )
 from torchvision.ops.boxes import batched_nms
 
-BOXES_PER_GATHER = 256  # bounds the (boxes, 3, n, n) int64 index tensors of one gather: 256·3·48²·8 B = 14 MiB
+BOXES_PER_GATHER = 512  # bounds one gather's (boxes, n, n) int64 indices and sums: 512·48²·(8 + 3·4) B = 23 MiB
 
 
 def pyramid_scales(height: int, width: int, min_face_size: int, factor: float) -> list[float]:
@@ -47,13 +47,15 @@ def pyramid_scales(height: int, width: int, min_face_size: int, factor: float) -
     return scales
 
 
-def summed_area(imgs: torch.Tensor) -> torch.Tensor:
-    """(B, 3, H, W) integer-valued pixels → (B, 3, H+1, W+1) integer sums of every top-left rectangle."""
-    height, width = imgs.shape[2:]
+def summed_area(frames: torch.Tensor) -> torch.Tensor:
+    """(B, H, W, C) uint8 frames → (B, H+1, W+1, C) integer sums of every top-left rectangle, channels last so that
+    one gather fetches a pixel's C sums together."""
+    height, width = frames.shape[1:3]
     # int32 holds the whole frame's sum when 255·H·W < 2**31 (up to ~8.4 Mpx); larger frames need int64
     dtype = torch.int32 if 255 * height * width < 2**31 else torch.int64
-    table = torch.zeros((*imgs.shape[:2], height + 1, width + 1), dtype=dtype, device=imgs.device)
-    table[:, :, 1:, 1:] = imgs.to(dtype).cumsum(2, dtype=dtype).cumsum(3, dtype=dtype)  # torch widens ints to int64 by default
+    table = torch.zeros((len(frames), height + 1, width + 1, frames.shape[3]), dtype=dtype, device=frames.device)
+    # dtype= also for cumsum: torch widens integer sums to int64 by default
+    table[:, 1:, 1:] = frames.to(dtype).cumsum(1, dtype=dtype).cumsum(2, dtype=dtype)
     return table
 
 
@@ -69,20 +71,23 @@ def crops_area_resized(
     table: torch.Tensor, image_inds: torch.Tensor, y0: torch.Tensor, y1: torch.Tensor, x0: torch.Tensor,
     x1: torch.Tensor, n: int,
 ) -> torch.Tensor:
-    """Crops rows y0:y1, columns x0:x1 of frame image_inds[k], each area-resized to n×n: (k, 3, n, n) float32.
+    """Crops rows y0:y1, columns x0:x1 of frame image_inds[k], each area-resized to n×n: (k, C, n, n) float32.
 
-    Equal to `imresample(imgs[k:k+1, :, y0:y1, x0:x1], (n, n))` per box (see the module doc for why exactly).
+    `table` is `summed_area(frames)`. Equal to `imresample(imgs[k:k+1, :, y0:y1, x0:x1], (n, n))` per box, with
+    imgs the frames as (B, C, H, W) float32 (see the module doc for why exactly).
     """
-    channels, rows, cols = table.shape[1:]
+    rows, cols, channels = table.shape[1:]
     r_lo, r_hi = _cell_edges(y0, y1 - y0, n)
     c_lo, c_hi = _cell_edges(x0, x1 - x0, n)
-    base = (image_inds[:, None] * channels + torch.arange(channels, device=table.device)) * (rows * cols)  # (k, 3)
-    flat = table.reshape(-1)
+    base = image_inds[:, None, None] * (rows * cols)
+    pixels = table.reshape(-1, channels)  # one row per (frame, y, x): its C sums
 
     def corner(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return flat[base[:, :, None, None] + (r * cols)[:, None, :, None] + c[:, None, None, :]]
+        return pixels[base + (r * cols)[:, :, None] + c[:, None, :]]  # (k, n, n, C)
 
     sums = corner(r_hi, c_hi) - corner(r_lo, c_hi) - corner(r_hi, c_lo) + corner(r_lo, c_lo)
+    # contiguous (k, C, n, n): the R-/O-net convolutions round differently on a channels-last layout
+    sums = sums.permute(0, 3, 1, 2).contiguous()
     rows_per_cell = (r_hi - r_lo).to(torch.float32)[:, None, :, None]
     cols_per_cell = (c_hi - c_lo).to(torch.float32)[:, None, None, :]
     return sums.to(torch.float32) / rows_per_cell / cols_per_cell
@@ -91,7 +96,7 @@ def crops_area_resized(
 def _crops(table: torch.Tensor, boxes: torch.Tensor, image_inds: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """facenet-pytorch's crop of each box (via its `pad`), area-resized to n×n and normalised as it does; and the
     mask of boxes whose clipped crop is not empty."""
-    height, width = table.shape[2] - 1, table.shape[3] - 1
+    height, width = table.shape[1] - 1, table.shape[2] - 1
     y, ey, x, ex = (torch.as_tensor(np.asarray(v, np.int64), device=boxes.device) for v in pad(boxes, width, height))
     ok = (ey > y - 1) & (ex > x - 1)
     y, ey, x, ex, inds = y[ok], ey[ok], x[ok], ex[ok], image_inds[ok]
@@ -173,7 +178,7 @@ def detect(mtcnn, frames: torch.Tensor) -> list[tuple[np.ndarray, np.ndarray]]:
     boxes, inds = stage_one(mtcnn, imgs)
     points = torch.zeros((0, 5, 2), device=imgs.device)
     if len(boxes):
-        table = summed_area(frames.permute(0, 3, 1, 2))
+        table = summed_area(frames)
         boxes, inds = stage_two(mtcnn, table, boxes, inds)
         if len(boxes):
             boxes, points, inds = stage_three(mtcnn, table, boxes, inds)

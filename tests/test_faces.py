@@ -294,16 +294,18 @@ def test_cuda_matches_cpu(faces) -> None:
 
 def test_area_resized_crops_equal_facenet_per_box_resample() -> None:
     """The summed-area crops equal facenet-pytorch's `imresample` of each slice bit for bit, for crops smaller and
-    larger than the output, at frame edges, of one pixel, and in 4000-px frames (int64 table)."""
+    larger than the output, at frame edges, of one pixel, whole frames, and in a 2200×4000 frame (int64 table)."""
     from facenet_pytorch.models.utils.detect_face import imresample
 
     from extractors.mtcnn_stages import crops_area_resized, summed_area
 
     rng = np.random.default_rng(3)
-    for shape in [(3, 3, 70, 90), (1, 3, 40, 4000)]:
-        imgs = torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8))
-        table = summed_area(imgs)
-        n_img, _, h, w = shape
+    for shape in [(3, 70, 90, 3), (1, 2200, 4000, 3)]:
+        frames = torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8))
+        imgs = frames.permute(0, 3, 1, 2)
+        table = summed_area(frames)
+        assert table.dtype == (torch.int32 if shape[1] < 1000 else torch.int64)
+        n_img, h, w, _ = shape
         y0 = torch.from_numpy(rng.integers(0, h, 60))
         x0 = torch.from_numpy(rng.integers(0, w, 60))
         y1 = torch.minimum(y0 + torch.from_numpy(rng.integers(1, 80, 60)), torch.tensor(h))
