@@ -68,6 +68,8 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         f0 = timed("f0 (DIO + StoneMask)" if cfg.f0_method == "dio" else "f0 (Harvest)", acoustic.f0_rows, block, n, cfg)
         x_hp = timed("high-pass", glottal.highpass, block, FS_HZ)
         voiced = timed("voicing (RMS gate + NCCF)", acoustic.voicing, block, x_hp, f0, cfg)
+        if cfg.f0_refine:
+            f0 = timed("F0 refinement (NCCF peak)", acoustic.refine_f0, x_hp, f0, voiced, cfg)
         timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
         timed("peak slope", acoustic.peak_slope_rows, x_hp, n, cfg)
         timed("mfcc", acoustic.mfcc_rows, block, n, cfg)
