@@ -9,7 +9,8 @@ References, fixed before looking at our output (docs/acoustic.md, "Real speech")
   percentile, at least 1/600 s apart, refined to sub-sample by a parabola through three samples. EGG F0 of a row =
   (cycles - 1) / time spanned by the EGG GCIs within +-10 ms of the row centre (at least 3 GCIs, no gap > 20 ms).
 - Our GCIs lag the EGG's by the sound's travel from larynx to microphone: the constant is taken out as the median
-  offset (reported), then each EGG GCI inside our voiced runs is matched to our nearest GCI.
+  offset (reported), then each EGG GCI inside our voiced runs is matched to our nearest GCI. The EGG F0 is read at
+  row centre - that delay (the larynx time of what the microphone hears at the row centre).
 """
 
 from __future__ import annotations
