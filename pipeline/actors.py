@@ -42,7 +42,7 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
                             "missing": {}, "node": node_id(), "calls": []}
     out: list[Any] = []
     for kind in kinds:
-        t0, start_s = time.perf_counter(), time.time()
+        t0, started = time.perf_counter(), stages.clock()
         try:
             value = _decode_kind(item, kind, questions, audio_rate_hz)
             meta["sizes"][kind] = _size(value)
@@ -53,7 +53,7 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
             value = None
             meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
         meta["seconds"][kind] = time.perf_counter() - t0
-        meta["calls"].append(stages.call_record(f"decode:{kind}", start_s, stages.units_of(value), 1,
+        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1,
                                                 stages.UNITS.get(kind, "items")))
         out.append(value)
     return [meta, *out]
@@ -126,11 +126,11 @@ class ExtractorWorker:
     def __call__(self, item_ids: list[str], *inputs: Any) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]],
                                                                     dict[str, Any]]:
         """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`)."""
-        start_s = time.time()
+        started = stages.clock()
         results = self._batch(item_ids, inputs)
         kind = self.extractor.input_kind
         units = sum(stages.units_of(x) for x in inputs)
-        return results, stages.call_record(f"model:{self.feature}", start_s, units, len(inputs),
+        return results, stages.call_record(f"model:{self.feature}", started, units, len(inputs),
                                            stages.UNITS.get(kind, "items"))
 
     def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:

@@ -309,13 +309,13 @@ class _Runner:
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = meta["missing"][spec.extractor.input_kind]
-        start_s = time.time()
+        started = stages.clock()
         try:
             self.writer.commit(feat, item.id, rows, attrs)
         except Exception as e:
             self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
             return
-        self.stages.add(stages.call_record(f"commit:{feat}", start_s, 1, 1, "items"))
+        self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
         self.report.counts[feat]["done"] += 1
         self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
 

@@ -9,7 +9,8 @@ Per stage: `calls`, `items`, `units`, `worker_s` (the sum of the calls' duration
 stage costs), `busy_s` (the union of the calls' intervals: how long at least one call of the stage ran, what
 the stage adds to the wall time when nothing else overlaps it), `span_s` (first start to last end),
 `units_per_busy_s` (the stage's throughput in this run) and `units_per_worker_s` (one worker's throughput,
-the inverse of the per-unit cost). Times are `time.time()` seconds, comparable across the processes of one
+the inverse of the per-unit cost), `cpu_s` (CPU seconds of the calls' processes, all threads: core-seconds) and
+`cpu_s_per_unit`. Times are `time.time()` seconds, comparable across the processes of one
 machine (and across nodes as far as their clocks agree).
 """
 
@@ -34,9 +35,18 @@ def units_of(value: Any) -> float:
     return float(getattr(value, "duration_s", 1.0) or 0.0)
 
 
-def call_record(stage: str, start_s: float, units: float, items: int, unit: str) -> dict[str, Any]:
-    """A finished call of `stage` that began at `start_s` (time.time()) and ends now."""
-    return {"stage": stage, "start_s": start_s, "end_s": time.time(), "units": units, "items": items, "unit": unit}
+def clock() -> tuple[float, float]:
+    """(wall-clock time.time(), this process's CPU seconds, all threads): what `call_record` starts from."""
+    return time.time(), time.process_time()
+
+
+def call_record(stage: str, started: tuple[float, float], units: float, items: int, unit: str) -> dict[str, Any]:
+    """A finished call of `stage` that began at `started` (`clock()`) and ends now. `cpu_s` is the process's CPU
+    time over the call: a decode task or an actor runs one call at a time, so that is the call's cost in
+    core-seconds (plus Ray's own threads in that process, which idle meanwhile)."""
+    wall, cpu = clock()
+    return {"stage": stage, "start_s": started[0], "end_s": wall, "cpu_s": cpu - started[1], "units": units,
+            "items": items, "unit": unit}
 
 
 def union_seconds(intervals: Iterable[tuple[float, float]]) -> float:
@@ -68,6 +78,7 @@ class StageStats:
             spans = [(c["start_s"], c["end_s"]) for c in calls]
             busy, worker = union_seconds(spans), sum(e - s for s, e in spans)
             units = sum(c["units"] for c in calls)
+            cpu = sum(c.get("cpu_s", 0.0) for c in calls)
             out[stage] = {
                 "unit": calls[0]["unit"], "calls": len(calls), "items": sum(c["items"] for c in calls),
                 "units": round(units, 3), "busy_s": round(busy, 4), "worker_s": round(worker, 4),
@@ -75,5 +86,6 @@ class StageStats:
                 "span_s": round(max(e for _, e in spans) - min(s for s, _ in spans), 4),
                 "units_per_busy_s": round(units / busy, 4) if busy > 0 else None,
                 "units_per_worker_s": round(units / worker, 4) if worker > 0 else None,
+                "cpu_s": round(cpu, 4), "cpu_s_per_unit": cpu / units if units > 0 else None,
             }
         return out

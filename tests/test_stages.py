@@ -36,7 +36,8 @@ def test_union_seconds_against_a_sweep() -> None:
 def test_stage_summary_from_known_calls() -> None:
     st = stages.StageStats()
     for start, end, units in ((10.0, 12.0, 60), (11.0, 13.0, 60), (15.0, 16.0, 30)):  # two overlap, one apart
-        st.add({"stage": "model:frames", "start_s": start, "end_s": end, "units": units, "items": 2, "unit": "frames"})
+        st.add({"stage": "model:frames", "start_s": start, "end_s": end, "cpu_s": 1.5 * (end - start), "units": units,
+                "items": 2, "unit": "frames"})
     st.add({"stage": "decode:audio", "start_s": 0.0, "end_s": 4.0, "units": 60.0, "items": 1, "unit": "audio_s"})
     st.add(None)
     s = st.summary()
@@ -44,6 +45,7 @@ def test_stage_summary_from_known_calls() -> None:
     assert (f["calls"], f["items"], f["units"], f["unit"]) == (3, 6, 150, "frames")
     assert f["busy_s"] == pytest.approx(4.0) and f["worker_s"] == pytest.approx(5.0) and f["span_s"] == pytest.approx(6.0)
     assert f["units_per_busy_s"] == pytest.approx(37.5) and f["units_per_worker_s"] == pytest.approx(30.0)
+    assert f["cpu_s"] == pytest.approx(7.5) and f["cpu_s_per_unit"] == pytest.approx(0.05)
     assert s["decode:audio"]["units_per_busy_s"] == pytest.approx(15.0)
 
 
@@ -95,3 +97,4 @@ def test_decode_and_model_calls_report_their_units(scale_raw: Path) -> None:
     assert results[0][0] == item.id and results[0][2] is None
     assert (call["stage"], call["unit"], call["items"]) == ("model:acoustic", "audio_s", 1)
     assert call["units"] == pytest.approx(3.0, abs=0.01) and call["end_s"] >= call["start_s"]
+    assert 0 < call["cpu_s"] < 60 and calls["decode:frames"]["cpu_s"] > 0
