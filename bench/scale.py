@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -228,9 +227,9 @@ def _size(text: str) -> tuple[int, int]:
     return int(w), int(h)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="the scale benchmark (docs/scale.md)")
-    p.add_argument("--clips", type=int, default=int(os.environ.get("CLIPS", 20)))
+    p.add_argument("--clips", type=int, default=20)
     p.add_argument("--seconds", type=int, default=60)
     p.add_argument("--sizes", type=_size, nargs="+", default=list(SIZES), help="e.g. 640x360 1280x720 (alternating)")
     p.add_argument("--fps", nargs="+", default=list(FPS), help="exact rates, alternating: 30 30000/1001")
@@ -241,7 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--interval", type=float, default=1.0, help="sampling interval, seconds")
     args = p.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
-    print(table(run(args)))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    print(table(run(parse_args(argv))))
 
 
 if __name__ == "__main__":
