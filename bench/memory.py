@@ -63,6 +63,21 @@ def proc_memory(pid: int, smaps: bool = False) -> dict[str, Any] | None:
         return None
 
 
+def _raylet_address(procs: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """(ip, node manager port) of the raylet among `procs`, from its command line and its session's log."""
+    for p in procs:
+        ip = re.search(r"--node_ip_address=(\S+)", p["cmdline"])
+        sock = re.search(r"--raylet_socket_name=(\S+)", p["cmdline"])
+        if "raylet" in p["name"].split()[0] and ip and sock:
+            log = Path(sock.group(1)).parent.parent / "logs" / "raylet.out"
+            port = re.search(r"NodeManager server started, listening on port (\d+)", log.read_text()) if log.exists() else None
+            if port:
+                if (Path.home() / ".ray" / "auth_token").is_file():  # a local ray.init turns token auth on then
+                    os.environ.setdefault("RAY_AUTH_MODE", "token")
+                return ip.group(1), int(port.group(1))
+    return None
+
+
 def machine_cpu_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -88,7 +103,7 @@ class TreeSampler(threading.Thread):
         self.gpu_mem_peak: float | None = None
         self.store_peak: int | None = None
         self.store_error: str | None = None
-        self._ray_state: Any = None
+        self._raylet: tuple[str, int] | None = None
         self.machine0 = machine_cpu_ticks()
         self.t0 = time.time()
 
@@ -127,24 +142,20 @@ class TreeSampler(threading.Thread):
             pass
 
     def _object_store(self, procs: list[dict[str, Any]]) -> None:
-        """Bytes in the object store now, from the raylet's store stats (what `ray memory --stats-only` shows),
-        asked through the GCS whose address the tree's raylet was started with."""
+        """Bytes in the object store now: the raylet's store stats (what `ray memory --stats-only` shows), asked
+        of the tree's raylet over a plain gRPC channel. Not through the GCS: Ray's GCS client ends its process
+        when the GCS it talks to has been gone for 60 s, which it is once the run ends."""
         try:
-            from ray._private.internal_api import get_memory_info_reply, get_state_from_address
-
-            if self._ray_state is None:
-                gcs = next((m.group(1) for p in procs if "raylet" in p["name"]
-                            for m in [re.search(r"--gcs-address=(\S+)", p["cmdline"])] if m), None)
-                if gcs is None:
+            if self._raylet is None:
+                self._raylet = _raylet_address(procs)
+                if self._raylet is None:
                     return
-                from pipeline.cluster import prepare_auth
+            from ray._private.internal_api import node_stats
 
-                prepare_auth(gcs)  # a local cluster may require Ray's token (see pipeline/cluster.py)
-                self._ray_state = get_state_from_address(gcs)
-            used = get_memory_info_reply(self._ray_state, timeout_seconds=5).store_stats.object_store_bytes_used
-            self.store_peak = max(self.store_peak or 0, int(used))
-        except Exception as e:  # the cluster is starting or gone; the figure stays what was seen
-            self.store_error = f"{type(e).__name__}: {str(e)[:200]}"
+            reply = node_stats(*self._raylet, include_memory_info=False)
+            self.store_peak = max(self.store_peak or 0, int(reply.store_stats.object_store_bytes_used))
+        except Exception as e:  # the raylet is starting or gone; the figure stays what was seen
+            self.store_error = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
 
     def result(self) -> dict[str, Any]:
         wall = self.t1 - self.t0

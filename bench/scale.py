@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pipeline", "extract", "--dataset", "socialiq", "--raw", str(raw),
            "--out", str(store), "--config", str(args.config), *(["--features", args.features] if args.features else [])]
     print("running:", " ".join(cmd), f"(log: {log})", flush=True)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         sampler = TreeSampler(proc.pid, args.interval)
@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "clips": args.clips, "clip_seconds": args.seconds, "sizes": [list(s) for s in args.sizes], "fps": list(args.fps),
         "words": sum(len(t["words"]) for t in truth.values()), "counts": report["counts"],
         "wall_s": round(wall, 2), "run_report_seconds": round(report["seconds"], 2),
-        "stages": report.get("stages", {}), "resources": sampler.result(),
+        "stages": report.get("stages", {}),
+        "resources": {**sampler.result(), "sampler_cpu_s": round(time.process_time() - cpu0, 2)},  # its own cost
     }
     result["summary"] = summarise(result)
     result["projection"] = project(result)
