@@ -4,7 +4,7 @@ RSS counts a shared page (Ray's object store, shared libraries) once in every pr
 tree's summed RSS overstates what the tree holds; PSS shares each page among its mappers and sums to the real
 figure; USS (private pages only) is what killing a process would free. PSS/USS come from
 /proc/<pid>/smaps_rollup, readable for one's own processes, at ~25 ms per GiB of RSS: `TreeSampler` reads them only
-near the tree's RSS peak so far (and every 10th sample), RSS every sample.
+when the tree's RSS reaches a new high (by 128 MiB) and every 10th sample, RSS every sample.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class TreeSampler(threading.Thread):
         self.root, self.interval_s = root, interval_s
         self.done = threading.Event()
         self.samples = self.smaps_samples = 0
+        self.smaps_high = 0
         self.peak: dict[str, Any] = {"pss": 0, "rss": 0, "uss": 0}  # the sample with the highest PSS
         self.max = {"rss": 0, "pss": 0, "uss": 0}  # each figure's own maximum
         self.peak_processes: list[dict[str, Any]] = []
@@ -124,8 +125,10 @@ class TreeSampler(threading.Thread):
         for p in procs:
             self.cpu_s[p["pid"]] = max(self.cpu_s.get(p["pid"], 0.0), p["cpu_s"])
         rss = sum(p["rss"] for p in procs)
-        # smaps_rollup costs ~25 ms per GiB of RSS: read it near the RSS peak so far, and every 10th sample
-        if rss >= 0.9 * self.max["rss"] or self.samples % 10 == 1:
+        # smaps_rollup costs ~25 ms per GiB of RSS: read it when RSS is 128 MiB above the last such read's high,
+        # and every 10th sample
+        if rss > self.smaps_high + 2**27 or self.samples % 10 == 1:
+            self.smaps_high = max(self.smaps_high, rss)
             procs = [p for p in (proc_memory(p["pid"], smaps=True) for p in procs) if p]
             totals = {k: sum(p[k] for p in procs) for k in ("rss", "pss", "uss")}
             self.smaps_samples += 1
