@@ -7,7 +7,7 @@
 4. Reads the run report's `stages` (pipeline/stages.py), prints the table and the projection to all of
    Social-IQ, and saves everything as `<store>/_runs/<run id>.scale.json` beside the run report.
 
-Not a `bench_*` module: the plain `make bench` does not run it (a 20-clip run takes a quarter of an hour on
+Not a `bench_*` module: the plain `make bench` does not run it (a 20-clip run takes about 11 minutes on
 2 cores). The figures are explained in docs/scale.md.
 """
 
