@@ -13,7 +13,7 @@ import numpy as np
 
 from extractors.base import ExtractorConfig, FeatureRows, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import cut, decode, inputs
+from pipeline import cut, decode, inputs, stages
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,14 @@ def crash_point(stage: str, item_id: str) -> None:
 
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
-    meta holds sizes and per-kind failures (a kind that fails does not stop the others)."""
+    meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
+    `stages.call_record` per kind."""
     crash_point("decode", item.id)
     meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {},
-                            "missing": {}, "node": node_id()}
+                            "missing": {}, "node": node_id(), "calls": []}
     out: list[Any] = []
     for kind in kinds:
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), stages.clock()
         try:
             value = _decode_kind(item, kind, questions, audio_rate_hz)
             meta["sizes"][kind] = _size(value)
@@ -52,6 +53,8 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
             value = None
             meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
         meta["seconds"][kind] = time.perf_counter() - t0
+        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1,
+                                                stages.UNITS.get(kind, "items")))
         out.append(value)
     return [meta, *out]
 
@@ -120,9 +123,18 @@ class ExtractorWorker:
     def ready(self) -> str | None:
         return node_id()
 
-    def __call__(self, item_ids: list[str], *inputs: Any) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
-        """→ [(item, rows or None, failure or None, seconds)]. A batch that fails is retried item by
-        item, so one bad item cannot take its batch-mates down with it."""
+    def __call__(self, item_ids: list[str], *inputs: Any) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]],
+                                                                    dict[str, Any]]:
+        """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`)."""
+        started = stages.clock()
+        results = self._batch(item_ids, inputs)
+        kind = self.extractor.input_kind
+        units = sum(stages.units_of(x) for x in inputs)
+        return results, stages.call_record(f"model:{self.feature}", started, units, len(inputs),
+                                           stages.UNITS.get(kind, "items"))
+
+    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
+        """A batch that fails is retried item by item, so one bad item cannot take its batch-mates down with it."""
         for item_id in item_ids:
             crash_point("extract", item_id)
         t0 = time.perf_counter()
