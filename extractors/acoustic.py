@@ -235,7 +235,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "4"
+    version = "5"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False
