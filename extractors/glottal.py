@@ -11,7 +11,7 @@ sample `j * hop + hop // 2` (the [j*10 ms, (j+1)*10 ms) rows of the store). Refe
   quantitative review", IEEE TASLP 20(3), 2012 (SEDREAMS). SEDREAMS takes the residual peak inside intervals derived
   from a mean-based signal; here the intervals come from the F0 contour instead (the next GCI is searched in
   [0.6, 1.4] local periods after the last one) and the peak is the minimum of the IAIF flow derivative, the LF
-  model's instant of maximal excitation. Polarity: in upright speech the flow derivative's negative (closing)
+  model's instant of maximal excitation: found at 2 kHz, then refined at 1 kHz within +-0.5 ms. Polarity: in upright speech the flow derivative's negative (closing)
   peak exceeds its positive one; a block where most voiced 30 ms windows say otherwise is inverted.
 - NAQ: Alku, Bäckström & Vilkman, JASA 112(2), 2002: f_ac / (d_peak * T0) per cycle. QOQ: Hacki 1989 (quasi-open
   quotient at 50 % of f_ac). PSP: Alku, Strik & Vilkman, Speech Comm. 22, 1997 (parabola fitted to the single-cycle
