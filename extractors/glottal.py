@@ -11,7 +11,7 @@ sample `j * hop + hop // 2` (the [j*10 ms, (j+1)*10 ms) rows of the store). Refe
   quantitative review", IEEE TASLP 20(3), 2012 (SEDREAMS). SEDREAMS takes the residual peak inside intervals derived
   from a mean-based signal; here the intervals come from the F0 contour instead (the next GCI is searched in
   [0.6, 1.4] local periods after the last one) and the peak is the minimum of the IAIF flow derivative, the LF
-  model's instant of maximal excitation. Polarity: in upright speech the flow derivative's negative (closing)
+  model's instant of maximal excitation: found at 2 kHz, then refined at 1 kHz within +-0.5 ms. Polarity: in upright speech the flow derivative's negative (closing)
   peak exceeds its positive one; a block where most voiced 30 ms windows say otherwise is inverted.
 - NAQ: Alku, Bäckström & Vilkman, JASA 112(2), 2002: f_ac / (d_peak * T0) per cycle. QOQ: Hacki 1989 (quasi-open
   quotient at 50 % of f_ac). PSP: Alku, Strik & Vilkman, Speech Comm. 22, 1997 (parabola fitted to the single-cycle
@@ -141,12 +141,34 @@ def polarity(dg: np.ndarray, voiced_centres: np.ndarray, fs: int) -> float:
 # cutoff whose pulse-shape-dependent offset spreads no wider than without the filter; lower ones pull the
 # minimum towards the slow side of the pulse, by an amount that depends on Rd.
 GCI_LOWPASS_HZ = 2000.0
+# Each minimum is then moved to the minimum of the derivative low-passed at GCI_REFINE_HZ within
+# +-GCI_REFINE_S (coarse to fine, as SEDREAMS takes the residual peak inside an interval, here the other way round):
+# the 2 kHz signal says WHICH trough is the closure (a creaky or pressed closure is a spike a sample or two wide that
+# a 1 kHz filter flattens below a broad neighbouring trough), the 1 kHz one WHERE it is (aspiration noise in
+# breathy voice moves a 2 kHz minimum by samples). Chosen on LF vowels with Rd and F0 sweeping inside each clip, EGG
+# files held out (docs/acoustic.md, "Version 5").
+GCI_REFINE_HZ = 1000.0
+GCI_REFINE_S = 0.0005
+
+
+def _lowpass(x: np.ndarray, cutoff_hz: float, fs: int) -> np.ndarray:
+    """Zero-phase 4th-order Butterworth low-pass; a cutoff at or above Nyquist leaves x as it is."""
+    return sosfiltfilt(butter(4, cutoff_hz, fs=fs, output="sos"), x) if fs / 2 > cutoff_hz else x
 
 
 def detect_gcis(dg: np.ndarray, f0_rows: np.ndarray, voiced: np.ndarray, hop: int, fs: int) -> np.ndarray:
-    """GCI sample positions: minima of the (low-passed) flow derivative one local period apart, in voiced runs."""
-    if fs / 2 > GCI_LOWPASS_HZ:  # (a cutoff at or above Nyquist: no filter)
-        dg = sosfiltfilt(butter(4, GCI_LOWPASS_HZ, fs=fs, output="sos"), dg)
+    """GCI sample positions: minima of the (low-passed) flow derivative one local period apart, in voiced runs,
+    each refined to the minimum of the derivative low-passed at GCI_REFINE_HZ within +-GCI_REFINE_S."""
+    gcis = _gci_minima(_lowpass(dg, GCI_LOWPASS_HZ, fs), f0_rows, voiced, hop, fs)
+    if gcis.size == 0:
+        return gcis
+    r = round(GCI_REFINE_S * fs)
+    fine = windows(_lowpass(dg, GCI_REFINE_HZ, fs), gcis - r, 2 * r + 1)
+    return np.unique(np.clip(gcis - r + fine.argmin(axis=1), 0, dg.size - 1))
+
+
+def _gci_minima(dg: np.ndarray, f0_rows: np.ndarray, voiced: np.ndarray, hop: int, fs: int) -> np.ndarray:
+    """Minima of dg one local period apart (F0-guided), in voiced runs."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], voiced.astype(np.int8), [0]])))
     out: list[int] = []
     for r0, r1 in zip(edges[::2], edges[1::2], strict=True):

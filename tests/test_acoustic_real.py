@@ -150,12 +150,16 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
     f0_pipeline = acoustic.refine_f0(x_hp, acoustic.f0_rows(xb, n, cfg), voiced, cfg)  # what analyse_block uses
     _, ours, _ = acoustic.glottal_flow(x_hp, f0_pipeline, voiced, cfg)
     ours_s = ours / FS_HZ
+    # EGG GCIs inside our voiced rows (the module docstring's definition; version 4's test took the span from our
+    # first to last GCI, which counted 2 EGG GCIs of glottalized-m1 in a row our voicing rejects as misses)
     inside = egg[(egg > ours_s.min()) & (egg < ours_s.max())]
+    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), n - 1)]]
     offset = ours_s[np.argmin(np.abs(ours_s[None] - inside[:, None]), axis=1)] - inside
     delay = np.median(offset)
     assert 0 < delay < 0.003, delay  # larynx to microphone: ~0.5-3 ms
+    # version 4 (2 kHz minima, not refined): 94.2 % and 100 % (9 of 9) within 0.25 ms; version 5: 98.9 %, 100 %
     hit = np.mean(np.abs(offset - delay) <= 0.00025)
-    assert hit >= (0.93 if name == "covarep_DB-cresc-a-D4-m1" else 0.8), (hit, inside.size)
+    assert hit >= 0.95, (hit, inside.size)
     if name == "covarep_DB-cresc-a-D4-m1":  # version 3 (minima of the unfiltered derivative): 98.3 %
         assert np.mean(np.abs(offset - delay) <= 0.0005) >= 0.995, np.mean(np.abs(offset - delay) <= 0.0005)
 
