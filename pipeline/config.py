@@ -53,7 +53,11 @@ class RunConfig(BaseModel):
     audio_rate_hz: int = 16000
     frames_per_batch: int = Field(256, ge=1)  # frames gathered across videos before one model call
     items_per_batch: int = Field(8, ge=1)  # items gathered for non-frame features
-    max_inflight_items: int = Field(8, ge=1)  # decoded items alive at once: bounds memory
+    max_inflight_items: int = Field(8, ge=1)  # decoded items (or segments) alive at once: bounds memory
+    # bytes of decoded input (pixels, samples) in one model call; a video whose frames take more is decoded
+    # and extracted in segments of at most this; one input bigger than it (a huge still) runs alone
+    batch_bytes: int = Field(256 * 2**20, ge=1)
+    max_inflight_bytes: int = Field(2 * 2**30, ge=1)  # decoded data alive at once: no new decode above it
     cpu_actors: int | None = None  # actors per CPU-only feature; default: half the CPUs
     decode_retries: int = 2
 
