@@ -82,7 +82,7 @@ def read_barcode(frame: np.ndarray) -> int:
     return int(sum(1 << b for b, on in enumerate(bits) if on))
 
 
-def _face_patch(height: int) -> np.ndarray:
+def face_patch(height: int) -> np.ndarray:
     from PIL import Image
     from skimage import data
 
@@ -102,7 +102,7 @@ def _background(spec: ClipSpec, second: int) -> np.ndarray:
 def _frames(spec: ClipSpec):
     fps = Fraction(spec.fps)
     n = int(spec.duration_s * fps)
-    face = _face_patch(spec.height)
+    face = face_patch(spec.height)
     backgrounds: dict[int, np.ndarray] = {}
     for i in range(n):
         second = int(i / fps)
@@ -116,7 +116,7 @@ def _frames(spec: ClipSpec):
         yield frame
 
 
-def _speak(text: str, tmp: Path) -> np.ndarray:
+def speak(text: str, tmp: Path) -> np.ndarray:
     out = tmp / "s.wav"
     subprocess.run(["espeak-ng", "-s", "150", "-w", str(out), text], check=True, capture_output=True)
     with wave.open(str(out)) as w:
@@ -127,37 +127,56 @@ def _speak(text: str, tmp: Path) -> np.ndarray:
     return pcm[loud[0]:loud[-1] + 1]  # the cue then spans exactly the speech
 
 
-def _vtt_time(t: float) -> str:
+def vtt_time(t: float) -> str:
     ms = round(t * 1000)
     return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
 
 
-def _make_clip(spec: ClipSpec, root: Path, tmp: Path) -> dict:
-    track = np.zeros(spec.duration_s * SPEECH_RATE_HZ, np.float32)
+def speech_track(sentences, duration_s: int, tmp: Path) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+    """A float32 track at SPEECH_RATE_HZ with each (start second, text) spoken there, and its cues
+    (start, end, text) spanning exactly the speech."""
+    track = np.zeros(duration_s * SPEECH_RATE_HZ, np.float32)
     cues = []
-    for start_s, text in spec.sentences:
-        speech = _speak(text, tmp)
+    for start_s, text in sentences:
+        speech = speak(text, tmp)
         i0 = round(start_s * SPEECH_RATE_HZ)
         track[i0:i0 + len(speech)] = speech[:len(track) - i0]
         cues.append((start_s, start_s + len(speech) / SPEECH_RATE_HZ, text))
-    wav_path = root / "audio" / "wav" / f"{spec.vid}.wav"
-    with wave.open(str(wav_path), "wb") as w:
+    return track, cues
+
+
+def write_wav(path: Path, track: np.ndarray, rate_hz: int = SPEECH_RATE_HZ) -> None:
+    """16-bit mono WAV of a float track in [-1, 1]."""
+    with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
-        w.setframerate(SPEECH_RATE_HZ)
-        w.writeframes((track * 32767).astype(np.int16).tobytes())
-    vtt = ["WEBVTT", ""] + [f"{_vtt_time(s)} --> {_vtt_time(e)}\n{t}\n" for s, e, t in cues]
-    (root / "transcript" / f"{spec.vid}.vtt").write_text("\n".join(vtt))
+        w.setframerate(rate_hz)
+        w.writeframes((np.clip(track, -1, 1) * 32767).astype(np.int16).tobytes())
+
+
+def encode_mp4(frames, width: int, height: int, fps: str, wav_path: Path, out: Path,
+               preset: str = "ultrafast", threads: int = 1) -> None:
+    """H.264 + AAC mp4 from RGB frames (an iterable of (height, width, 3) uint8) and a WAV: the command in
+    the module doc."""
     cmd = ["ffmpeg", "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
-           "-s", f"{spec.width}x{spec.height}", "-framerate", spec.fps, "-i", "-", "-i", str(wav_path),
-           "-c:v", "libx264", "-preset", "ultrafast", "-crf", "18", "-pix_fmt", "yuv420p", "-threads", "1",
-           "-c:a", "aac", "-b:a", "96k", str(root / "video" / f"{spec.vid}.mp4")]
+           "-s", f"{width}x{height}", "-framerate", fps, "-i", "-", "-i", str(wav_path),
+           "-c:v", "libx264", "-preset", preset, "-crf", "18", "-pix_fmt", "yuv420p", "-threads", str(threads),
+           "-c:a", "aac", "-b:a", "96k", str(out)]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
-    for frame in _frames(spec):
+    for frame in frames:
         proc.stdin.write(frame.tobytes())
     proc.stdin.close()
     if proc.wait() != 0:
-        raise RuntimeError(f"ffmpeg failed making {spec.vid}")
+        raise RuntimeError(f"ffmpeg failed making {out}")
+
+
+def _make_clip(spec: ClipSpec, root: Path, tmp: Path) -> dict:
+    track, cues = speech_track(spec.sentences, spec.duration_s, tmp)
+    wav_path = root / "audio" / "wav" / f"{spec.vid}.wav"
+    write_wav(wav_path, track)
+    vtt = ["WEBVTT", ""] + [f"{vtt_time(s)} --> {vtt_time(e)}\n{t}\n" for s, e, t in cues]
+    (root / "transcript" / f"{spec.vid}.vtt").write_text("\n".join(vtt))
+    encode_mp4(_frames(spec), spec.width, spec.height, spec.fps, wav_path, root / "video" / f"{spec.vid}.mp4")
     return {**asdict(spec), "cues": cues}
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from extractors.base import ExtractorConfig, FeatureRows, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import cut, decode, inputs
+from pipeline import cut, decode, inputs, stages
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +36,14 @@ def crash_point(stage: str, item_id: str) -> None:
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
                 segment_bytes: int | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
-    meta holds sizes and per-kind failures (a kind that fails does not stop the others). A video whose
-    frames exceed `segment_bytes` gives its first segment here (meta["segments"]["frames"]: how many),
-    the others come from `decode_segment`."""
+    meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
+    `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
+    (meta["segments"]["frames"]: how many), the others come from `decode_segment`."""
     crash_point("decode", item.id)
-    meta: dict[str, Any] = {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {},
-                            "durations": {}, "missing": {}, "segments": {}, "node": node_id()}
+    meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), stages.clock()
         try:
             if kind == "frames" and item.video is not None and item.image is None:
                 value, meta["segments"][kind] = _decode_frames(item, 0, segment_bytes)
@@ -55,6 +54,8 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
             value = None
             meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
         meta["seconds"][kind] = time.perf_counter() - t0
+        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1,
+                                                stages.UNITS.get(kind, "items")))
         out.append(value)
     return [meta, *out]
 
@@ -62,9 +63,8 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
 def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[Any]:
     """[meta, Frames] of one later segment of a long video (see `decode_item`)."""
     crash_point("decode", f"{item.id}#{segment}")
-    meta: dict[str, Any] = {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {},
-                            "durations": {}, "missing": {}, "segments": {}, "node": node_id()}
-    t0 = time.perf_counter()
+    meta = _new_meta(item)
+    t0, started = time.perf_counter(), stages.clock()
     value = None
     try:
         value, _ = _decode_frames(item, segment, segment_bytes)
@@ -72,7 +72,14 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[An
     except Exception as e:
         meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
     meta["seconds"]["frames"] = time.perf_counter() - t0
+    meta["calls"].append(stages.call_record("decode:frames", started, stages.units_of(value), 1,
+                                            stages.UNITS["frames"]))
     return [meta, value]
+
+
+def _new_meta(item: MediaItem) -> dict[str, Any]:
+    return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
+            "missing": {}, "segments": {}, "node": node_id(), "calls": []}
 
 
 def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None) -> tuple[Any, int]:
@@ -159,9 +166,18 @@ class ExtractorWorker:
     def ready(self) -> str | None:
         return node_id()
 
-    def __call__(self, item_ids: list[str], *inputs: Any) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
-        """→ [(item, rows or None, failure or None, seconds)]. A batch that fails is retried item by
-        item, so one bad item cannot take its batch-mates down with it."""
+    def __call__(self, item_ids: list[str], *inputs: Any) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]],
+                                                                    dict[str, Any]]:
+        """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`)."""
+        started = stages.clock()
+        results = self._batch(item_ids, inputs)
+        kind = self.extractor.input_kind
+        units = sum(stages.units_of(x) for x in inputs)
+        return results, stages.call_record(f"model:{self.feature}", started, units, len(inputs),
+                                           stages.UNITS.get(kind, "items"))
+
+    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
+        """A batch that fails is retried item by item, so one bad item cannot take its batch-mates down with it."""
         for item_id in item_ids:
             crash_point("extract", item_id)
         t0 = time.perf_counter()

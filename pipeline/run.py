@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import actors, cluster, decode, exitcodes, inputs
+from pipeline import actors, cluster, decode, exitcodes, inputs, stages
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import load_items, manifest_summary
 from store import layout
@@ -42,6 +42,7 @@ class RunReport:
     cluster: dict[str, Any] = field(default_factory=dict)  # the Ray cluster used: address, nodes, resources, work
     manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
 
     @property
@@ -137,6 +138,7 @@ class _Runner:
         self.config, self.specs, self.writer, self.report = config, {s.name: s for s in specs}, writer, report
         self.fingerprints: dict[tuple[str, str], str] = {}
         self.sources: dict[tuple[str, str], dict[str, Any]] = {}
+        self.stages = stages.StageStats()
 
     def start_ray(self) -> None:
         import ray
@@ -219,6 +221,7 @@ class _Runner:
             self.submit()
             self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
         self.bar.close()
+        self.report.stages = self.stages.summary()
 
     def progress(self, total: int) -> None:
         """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
@@ -265,6 +268,8 @@ class _Runner:
         try:
             m = ray.get(ref)
             cluster.count_work(self.report.cluster, m.get("node"), "decode")
+            for call in m.get("calls", ()):
+                self.stages.add(call)
         except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
             m = {"failures": {kind: actors.failure(item_id, f"decode:{kind}", decode.source_path(item, kind),
                                                    _ray_error(e)) for kind in kinds}}
@@ -359,7 +364,9 @@ class _Runner:
         Ray's restart and retry, the actor is replaced, and the batch's items go back to the queue to run
         alone on an idle actor: only the item that kills a worker when alone fails."""
         try:
-            return list(zip(take, self.ray.get(ref), strict=True))
+            results, call = self.ray.get(ref)
+            self.stages.add(call)
+            return list(zip(take, results, strict=True))
         except self.ray.exceptions.RayError as e:
             if isinstance(e, self.ray.exceptions.RayActorError) and actor in self.actors[feat]:
                 self.actors[feat].remove(actor)
@@ -385,11 +392,13 @@ class _Runner:
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
+        started = stages.clock()
         try:
             self.writer.commit(feat, item.id, rows, attrs)
         except Exception as e:
             self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
             return
+        self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
         self.report.counts[feat]["done"] += 1
         self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
 
