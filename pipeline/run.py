@@ -170,21 +170,15 @@ class _Runner:
     def start_actors(self, features: set[str]) -> None:
         remote = self.ray.remote(actors.ExtractorWorker)
         self.new_actor: dict[str, Any] = {}
-        gpu_feats = [f for f in features if self.specs[f].extractor.uses_gpu]
         self.actors: dict[str, list[Any]] = {}
-        for feat in sorted(features):
+        for feat, (opts, n, device, threads) in actor_plan(self.specs, features, self.config, self.cpus,
+                                                          self.gpus).items():
             spec = self.specs[feat]
-            if feat in gpu_feats and self.gpus:
-                opts, n, device, threads = {"num_gpus": 1 / len(gpu_feats), "num_cpus": 1}, self.gpus, "cuda", None
-            elif feat in gpu_feats:  # CPU-only machine: one actor, threads shared with decoding
-                opts, n, device, threads = {"num_cpus": 0}, 1, "cpu", self.cpus
-            else:
-                n = self.config.cpu_actors or max(1, self.cpus // 2)
-                opts, device, threads = {"num_cpus": 1}, "cpu", 1
             self.new_actor[feat] = functools.partial(  # also used to replace an actor whose process died
                 remote.options(**opts, max_restarts=1, max_task_retries=1).remote, feat, spec.config, device, threads)
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
-            log.info("%s: %d %s actor(s) for %s", feat, n, device, spec.config.extractor)
+            log.info("%s: %d %s actor(s) for %s%s", feat, n, device, spec.config.extractor,
+                     f", {threads} thread(s) each" if threads else "")
         placed = self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
         feats = [feat for feat, group in self.actors.items() for _ in group]
         for feat, node in zip(feats, placed, strict=True):
@@ -401,6 +395,28 @@ class _Runner:
         self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
         self.report.counts[feat]["done"] += 1
         self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
+
+
+def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,
+               gpus: int) -> dict[str, tuple[dict[str, Any], int, str, int | None]]:
+    """feature -> (Ray options, number of actors, device, torch threads) of its model actors.
+
+    With GPUs: `actors_per_gpu` actors of each GPU feature per GPU (default 1), all of them sharing each GPU
+    in equal fractions. On a CPU-only machine the GPU features' actors reserve no CPU (decode tasks keep
+    theirs) and split the cores between them (`model_threads` each, default cores ÷ such features): more
+    threads than cores made every stage slower (docs/design.md). CPU features: `cpu_actors` of 1 CPU."""
+    gpu_feats = sorted(f for f in features if specs[f].extractor.uses_gpu)
+    per_gpu = {f: config.actors_per_gpu.get(f, 1) for f in gpu_feats}
+    threads = config.model_threads or max(1, cpus // max(1, len(gpu_feats)))
+    plan = {}
+    for feat in sorted(features):
+        if feat in gpu_feats and gpus:
+            plan[feat] = {"num_gpus": 1 / sum(per_gpu.values()), "num_cpus": 1}, gpus * per_gpu[feat], "cuda", None
+        elif feat in gpu_feats:
+            plan[feat] = {"num_cpus": 0}, 1, "cpu", threads
+        else:
+            plan[feat] = {"num_cpus": 1}, config.cpu_actors or max(1, cpus // 2), "cpu", 1
+    return plan
 
 
 class WorkerLost(RuntimeError):

@@ -14,7 +14,7 @@ from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import FacesConfig, MTCNNFaces
 from pipeline.config import RunConfig
 from pipeline.decode import decode_frames
-from pipeline.run import _Runner, _Unit, run_extract
+from pipeline.run import _Runner, _Unit, actor_plan, run_extract
 from store.reader import open_store
 
 
@@ -111,3 +111,21 @@ def test_a_segment_that_fails_fails_its_pairs(tiny_root: Path, tmp_path: Path, m
     assert report.counts["frames"] == {"done": 2, "skipped": 0, "failed": 1, "n/a": 0}
     assert [(f["item"], f["stage"]) for f in report.failures] == [("tiny-a", "decode:frames")]
     assert open_store(out).items("frames") == ["tiny-b", "tiny-c"]  # nothing of tiny-a committed
+
+
+def test_actor_plan_shares_gpus_and_cores() -> None:
+    config = RunConfig.model_validate({"features": {
+        "frames": {"extractor": "densenet161", "weights": "random"}, "faces": {"extractor": "mtcnn"},
+        "acoustic": {"extractor": "covarep"}}, "actors_per_gpu": {"faces": 3}})
+    specs = {s.name: s for s in config.specs()}
+    gpu = actor_plan(specs, set(specs), config, cpus=16, gpus=2)
+    assert gpu["faces"][1:3] == (6, "cuda") and gpu["frames"][1:3] == (2, "cuda")  # per GPU: 3 faces, 1 frames
+    assert gpu["faces"][0]["num_gpus"] == gpu["frames"][0]["num_gpus"] == 1 / 4  # 4 actors share each GPU
+    assert gpu["acoustic"] == ({"num_cpus": 1}, 8, "cpu", 1)
+    cpu = actor_plan(specs, set(specs), config, cpus=2, gpus=0)
+    assert cpu["faces"] == cpu["frames"] == ({"num_cpus": 0}, 1, "cpu", 1)  # 2 cores for 2 model features
+    assert actor_plan(specs, {"faces"}, config, cpus=16, gpus=0)["faces"][3] == 16
+    pinned = config.model_copy(update={"model_threads": 3})
+    assert actor_plan(specs, set(specs), pinned, cpus=2, gpus=0)["faces"][3] == 3
+    with pytest.raises(ValueError, match="actors_per_gpu: nope = 2"):
+        RunConfig.model_validate({"features": {"faces": {"extractor": "mtcnn"}}, "actors_per_gpu": {"nope": 2}})
