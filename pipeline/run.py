@@ -189,6 +189,8 @@ class _Runner:
 
         self.start_actors({f for feats in todo.values() for f in feats})
         self.todo, self.items, self.questions = todo, items, questions
+        # made once: each ray.remote() is a new function for Ray to export
+        self.decode_task, self.segment_task = self.ray.remote(actors.decode_item), self.ray.remote(actors.decode_segment)
         self.queue = deque(sorted(todo))  # items not yet decoding
         self.later: deque[tuple[str, int]] = deque()  # (item, segment) of long videos still to decode
         self.decoding: dict[Any, tuple[str, int, list[str], list[Any]]] = {}  # meta ref -> item, segment, kinds, refs
@@ -236,14 +238,14 @@ class _Runner:
                 item_id, segment = self.later.popleft()
                 if not self.open_feats(item_id, "frames"):
                     continue  # its pairs failed already
-                ref, frames = self.ray.remote(actors.decode_segment).options(
+                ref, frames = self.segment_task.options(
                     num_cpus=1, num_returns=2, max_retries=config.decode_retries, retry_exceptions=[OSError],
                 ).remote(self.items[item_id], segment, config.batch_bytes)
                 self.decoding[ref] = (item_id, segment, ["frames"], [frames])
                 continue
             item_id = self.queue.popleft()
             kinds = sorted({self.specs[f].extractor.input_kind for f in self.todo[item_id]})
-            refs = self.ray.remote(actors.decode_item).options(
+            refs = self.decode_task.options(
                 num_cpus=1, num_returns=1 + len(kinds), max_retries=config.decode_retries, retry_exceptions=[OSError],
             ).remote(self.items[item_id], kinds, self.questions.get(item_id, []), config.audio_rate_hz,
                      config.batch_bytes)
