@@ -8,8 +8,11 @@ OUT ?= build/$(DATASET).zarr
 ITEM ?= sample-a
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXTRACT_ARGS ?=
+CLIPS ?= 20
+SECONDS ?= 60
+SCALE_ARGS ?=
 
-.PHONY: install extract verify test bench lint clean weights inspect sample
+.PHONY: install extract verify test bench bench-scale lint clean weights inspect sample
 
 install: $(VENV)/.installed
 
@@ -38,6 +41,10 @@ test: install
 
 bench: install
 	$(PY) -m bench
+
+# the real extraction on a generated Social-IQ-shaped set, measured (docs/scale.md); cached under build/scale
+bench-scale: install
+	$(PY) -m bench.scale --clips $(CLIPS) --seconds $(SECONDS) $(SCALE_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

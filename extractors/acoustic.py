@@ -39,6 +39,8 @@ FS_HZ = 16000
 HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
 PEAK_SLOPE_WINDOW_S = 0.04
+F0_REFINE_PERIODS = 3.0  # refinement segment in tracked periods: chosen on LF vowels (2, 2.5, 3, 3.5 measured)
+F0_REFINE_STEPS = 2  # how far (samples) the refined period may move from the tracked one
 GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
 
 
@@ -51,6 +53,7 @@ class CovarepConfig(ExtractorConfig):
     # a row is voiced only if the signal repeats itself one tracked period later: normalised cross-correlation at
     # the period >= this (0.45 is Praat's default voicing threshold; 0 keeps every row the tracker calls voiced)
     voicing_nccf: float = Field(0.45, ge=0.0, lt=1.0)
+    f0_refine: bool = True  # voiced rows' F0 from the cross-correlation peak at sub-sample precision (refine_f0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     n_mfcc: int = Field(13, ge=1, le=40)
@@ -108,6 +111,23 @@ def f0_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
     return out
 
 
+def nccf(x_hp: np.ndarray, rows: np.ndarray, lag: np.ndarray, length: np.ndarray, offsets: tuple) -> np.ndarray:
+    """(rows, offsets): normalised cross-correlation of each row's `length`-sample segment with the segment
+    `lag + d` samples later, for each d in `offsets`; the two segments together are centred on the row centre."""
+    width = int(length.max())
+    start = rows * HOP + HOP // 2 - (length + lag) // 2
+    inside = np.arange(width)[None] < length[:, None]
+    a = np.where(inside, glottal.windows(x_hp, start, width), 0.0)
+    energy_a = np.einsum("fn,fn->f", a, a)
+    out = np.zeros((rows.size, len(offsets)))
+    for i, d in enumerate(offsets):  # b needs no mask in the product: a is zero outside the segment
+        b = glottal.windows(x_hp, start + lag + d, width)
+        energy_b = np.einsum("fn,fn,fn->f", b, b, inside)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[:, i] = np.einsum("fn,fn->f", a, b) / np.sqrt(energy_a * energy_b)
+    return np.nan_to_num(out)
+
+
 def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int = 2) -> np.ndarray:
     """Normalised cross-correlation of each row's 2-period (at least 10 ms) segment with the segment one tracked
     period later, maximised over lags within +-`search` samples of the period (integer lags; F0 is not rounded).
@@ -116,20 +136,42 @@ def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int 
     """
     if rows.size == 0:
         return np.zeros(0)
-    lag0 = np.round(FS_HZ / f0[rows]).astype(int)
-    length = np.maximum(2 * lag0, HOP)
-    width = int(length.max())
-    start = rows * HOP + HOP // 2 - (length + lag0) // 2
-    inside = np.arange(width)[None] < length[:, None]
-    a = np.where(inside, glottal.windows(x_hp, start, width), 0.0)
-    energy_a = np.einsum("fn,fn->f", a, a)
-    best = np.zeros(rows.size)
-    for d in range(-search, search + 1):  # b needs no mask in the product: a is zero outside the segment
-        b = glottal.windows(x_hp, start + lag0 + d, width)
-        energy_b = np.einsum("fn,fn,fn->f", b, b, inside)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            best = np.fmax(best, np.einsum("fn,fn->f", a, b) / np.sqrt(energy_a * energy_b))
-    return np.nan_to_num(best)
+    lag = np.round(FS_HZ / f0[rows]).astype(int)
+    r = nccf(x_hp, rows, lag, np.maximum(2 * lag, HOP), tuple(range(-search, search + 1)))
+    return np.maximum(r.max(axis=1), 0.0)
+
+
+def refine_f0(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
+    """F0 of the voiced rows from the peak of the normalised cross-correlation near the tracked period, at
+    sub-sample precision (a parabola through the peak lag and its two neighbours), with a segment of
+    F0_REFINE_PERIODS tracked periods (at least 10 ms). A row keeps the tracker's F0 when the peak is more than
+    F0_REFINE_STEPS samples from the tracked period or not a strict interior maximum.
+
+    Why: StoneMask's window is not the one a period measurement wants; on LF vowels with known periods
+    (vibrato, jitter, intonation) this cuts the median error against the 3-period truth from 2.8 to 1.8 cents
+    and on real speech brings every file within 3.2 cents of Praat (docs/acoustic.md, "Version 5")."""
+    out = f0.copy()
+    rows = np.flatnonzero(voiced)
+    if rows.size == 0:
+        return out
+    period = FS_HZ / f0[rows]
+    lag = np.round(period).astype(int)
+    length = np.maximum(np.round(F0_REFINE_PERIODS * period).astype(int), HOP)
+    r = nccf(x_hp, rows, lag, length, (-1, 0, 1))
+    for _ in range(F0_REFINE_STEPS):  # walk to the peak where the tracked period is more than half a sample off
+        step = np.where(r[:, 0] > r[:, 1], -1, np.where(r[:, 2] > r[:, 1], 1, 0))
+        move = np.flatnonzero(step)
+        if move.size == 0:
+            break
+        lag[move] += step[move]
+        r[move] = nccf(x_hp, rows[move], lag[move], length[move], (-1, 0, 1))
+    a, b, c = r.T
+    curvature = a - 2 * b + c
+    peak = (b > a) & (b > c) & (curvature < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = lag + np.where(peak, 0.5 * (a - c) / curvature, 0.0)
+    out[rows[peak]] = np.clip(FS_HZ / tau[peak], cfg.f0_floor_hz, cfg.f0_ceil_hz)
+    return out
 
 
 def voicing(x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
@@ -223,6 +265,8 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     f0 = f0_rows(x, n_rows, cfg)
     x_hp = glottal.highpass(x, FS_HZ)
     voiced = voicing(x, x_hp, f0, cfg)
+    if cfg.f0_refine:
+        f0 = refine_f0(x_hp, f0, voiced, cfg)
     cols = glottal_rows(x_hp, f0, voiced, cfg)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
@@ -235,7 +279,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "4"
+    version = "5"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torchvision.models import DenseNet161_Weights, densenet161
 
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, register
+from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
 from extractors.weights import require, weights_dir
 
 FEATURE_DIM = 2208
@@ -31,7 +31,9 @@ class DenseNetConfig(ExtractorConfig):
     random_seed: int = 0  # only for weights = "random": the same seed gives the same network
     precision: Literal["fp32", "fp16", "bf16"] = "fp16"  # CUDA only; CPU always runs fp32
     # How the work is run, not what it computes: left out of the fingerprint.
-    batch_size: int = Field(64, ge=1, exclude=True)
+    batch_size: int = Field(64, ge=1, exclude=True)  # frames per forward
+    # decoded pixels per forward (at least one frame): bounds the full-size frames preprocessing holds at once
+    batch_bytes: int = Field(256 * 2**20, ge=1, exclude=True)
     weights_dir: Path | None = Field(None, exclude=True)
 
 
@@ -124,10 +126,12 @@ class DenseNet161(Extractor[DenseNetConfig]):
 
     @torch.inference_mode()
     def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
-        """All frames of all videos go through the network in batches of `batch_size`, then split back."""
-        prepared = torch.cat([self.prepare(x.pixels) for x in xs if len(x.pixels)] or [torch.empty(0)])
-        step = self.config.batch_size
-        outs = [self.embed(prepared[i:i + step]) for i in range(0, len(prepared), step)]
+        """All frames of all videos go through the network in batches of at most `batch_size` frames and
+        `batch_bytes` of decoded pixels (a batch may span videos), then are split back per video."""
+        refs = [(v, f) for v, x in enumerate(xs) for f in range(len(x.pixels))]
+        sizes = [xs[v].pixels[f].nbytes for v, f in refs]
+        outs = [self.embed(self._prepare_refs(xs, refs[part]))
+                for part in bounded_batches(sizes, self.config.batch_size, self.config.batch_bytes)]
         feats = np.concatenate(outs) if outs else np.zeros((0, FEATURE_DIM), np.float32)
         results, start = [], 0
         precision = self.config.precision if self.on_cuda else "fp32"
@@ -138,3 +142,14 @@ class DenseNet161(Extractor[DenseNetConfig]):
                                        attrs={"precision": precision, **source}))
             start += n
         return results
+
+    def _prepare_refs(self, xs: Sequence[Frames | Still], refs: list[tuple[int, int]]) -> torch.Tensor:
+        """Preprocessed frames `refs` (video, frame), in order; each video's run of frames is one slice (a view,
+        no copy of the decoded pixels), as videos in one batch may differ in size."""
+        parts, start = [], 0
+        for end in range(1, len(refs) + 1):
+            if end == len(refs) or refs[end][0] != refs[start][0]:
+                v = refs[start][0]
+                parts.append(self.prepare(xs[v].pixels[refs[start][1]:refs[end - 1][1] + 1]))
+                start = end
+        return torch.cat(parts)

@@ -5,7 +5,10 @@ every face whose probability reaches `prob_threshold` (boxes, probabilities, fiv
 mask) and marks the item `filtered` when its face ratio is below `min_face_ratio` (the item is never dropped here).
 
 MTCNN's first stage runs one image pyramid over a batch of same-size images, so `extract_batch` groups the frames
-of all given videos by (H, W) and detects in chunks of `batch_size` frames, then splits results back per video.
+of all given videos by (H, W) and detects in chunks of at most `batch_size` frames and `batch_bytes` bytes of
+pixels, then splits results back per video. On CUDA, stages 2 and 3 run vectorised over all candidate boxes
+(`extractors/mtcnn_stages.py`, same outputs as facenet-pytorch's per-box loop); on CPU facenet-pytorch's own
+`MTCNN.detect` runs, one frame per call by default (both choices measured: docs/faces.md).
 """
 
 from __future__ import annotations
@@ -14,13 +17,23 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, register
+from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
+
+# "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
+# 360p; on CPU with 1–2 threads batching loses at 720p (0.70–0.97×), gains little at 360p (0.89–1.16×) and holds
+# up to 16× the memory; with 16 threads a batch of 16 was 1.43× (one frame's small pyramid levels cannot use them).
+AUTO_BATCH_SIZE_CUDA = 32
+AUTO_BATCH_SIZE_CPU_MANY_THREADS = 16
+# MTCNN's peak memory is ~15× the pixels it is given (float32 frames, P-net pyramid, summed-area tables; measured in
+# docs/faces.md, "Memory"). 96 MiB of pixels keeps a call near 1.5 GB and still fits the 32 frames of 720p that the
+# CUDA default was measured with; frames of 4000×3000 go 2 per call (+4.4 GB for 8 in one call before).
+DEFAULT_BATCH_BYTES = 96 * 2**20
 
 COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
 
@@ -31,7 +44,10 @@ class FacesConfig(ExtractorConfig):
     extractor: Literal["mtcnn"] = "mtcnn"
     prob_threshold: float = Field(0.9, ge=0.0, le=1.0)  # faces kept per frame: prob >= this (select_boxes' default)
     min_face_ratio: float = Field(0.8, ge=0.0, le=1.0)  # Social-IQ: a face in >= 80 % of frames, else filtered
-    batch_size: int = Field(16, ge=1)  # frames per MTCNN call (same size only)
+    # How the work is run, not what it computes (batching changes boxes by < 1e-3 px): left out of the fingerprint.
+    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = Field("auto", exclude=True)  # frames per call
+    batch_bytes: int = Field(DEFAULT_BATCH_BYTES, ge=1, exclude=True)  # pixel bytes per call (>= one frame runs)
+    vectorised: bool | Literal["auto"] = Field("auto", exclude=True)  # stages 2/3 over all boxes; auto: on CUDA
     min_face_size: int = Field(20, ge=1)  # pixels; facenet-pytorch default
     thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7)  # P-, R-, O-net score thresholds
     factor: float = Field(0.709, gt=0.0, lt=1.0)  # image pyramid scale step
@@ -80,8 +96,11 @@ def detections_from_facenet(boxes: Any, probs: Any, points: Any) -> Detections:
     return Detections(_as_float32(boxes, (4,)), _as_float32(probs, ()), _as_float32(points, (5, 2)))
 
 
-def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str) -> list[Detections]:
-    """Run `mtcnn.detect` once on a batch of same-size frames (B, H, W, 3) uint8; one `Detections` per frame."""
+def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str, vectorised: bool = False) -> list[Detections]:
+    """Detect faces once in a batch of same-size frames (B, H, W, 3) uint8; one `Detections` per frame.
+
+    `vectorised` runs `mtcnn_stages.detect` (stages 2/3 over all boxes at once) instead of `mtcnn.detect`; the
+    detections are the same (tests/test_faces.py compares them bit for bit)."""
     if pixels.ndim != 4 or pixels.shape[-1] != 3:
         raise ValueError(f"pixels must be (B, H, W, 3), got {pixels.shape = }")
     if len(pixels) == 0 or min(pixels.shape[1:3]) < mtcnn.min_face_size:
@@ -89,6 +108,11 @@ def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str) -> list[Detection
         return [Detections.empty() for _ in range(len(pixels))]
     batch = torch.from_numpy(np.ascontiguousarray(pixels)).to(device)
     with torch.inference_mode():
+        if vectorised:
+            from extractors import mtcnn_stages
+
+            found = mtcnn_stages.detect(mtcnn, batch)
+            return [Detections(b[:, :4].copy(), b[:, 4].copy(), p) for b, p in found]
         boxes, probs, points = mtcnn.detect(batch, landmarks=True)
     return [detections_from_facenet(b, p, q) for b, p, q in zip(boxes, probs, points, strict=True)]
 
@@ -162,7 +186,8 @@ class MTCNNFaces(Extractor[FacesConfig]):
     """Faces per 1 fps frame (facenet-pytorch MTCNN), batched across frames and videos of the same size."""
 
     name = "mtcnn"
-    version = "1"
+    # 2: the CPU default with 1-2 threads is one frame per call (was 16): boxes move by float rounding (~5e-5 px)
+    version = "2"
     config_type = FacesConfig
     input_kind = "frames"
     uses_gpu = True
@@ -180,6 +205,17 @@ class MTCNNFaces(Extractor[FacesConfig]):
             select_largest=False,
             device=torch.device(device),
         ).eval()
+        self.on_cuda = torch.device(device).type == "cuda"
+        self.vectorised = self.on_cuda if config.vectorised == "auto" else config.vectorised
+
+    @property
+    def batch_size(self) -> int:
+        """Frames per call; "auto" is read per call, as the pipeline may set torch's threads after loading."""
+        if self.config.batch_size != "auto":
+            return self.config.batch_size
+        if self.on_cuda:
+            return AUTO_BATCH_SIZE_CUDA
+        return 1 if torch.get_num_threads() <= 2 else AUTO_BATCH_SIZE_CPU_MANY_THREADS
 
     @classmethod
     def weights_id(cls, config: FacesConfig) -> str:
@@ -210,11 +246,12 @@ class MTCNNFaces(Extractor[FacesConfig]):
             if not isinstance(x, Frames | Still):
                 raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__} at position {i}")
         raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
-        for refs in _group_by_size(xs).values():
-            for start in range(0, len(refs), self.config.batch_size):
-                chunk = refs[start : start + self.config.batch_size]
+        for (height, width), refs in _group_by_size(xs).items():
+            for part in bounded_batches([height * width * 3] * len(refs), self.batch_size, self.config.batch_bytes):
+                chunk = refs[part]
                 pixels = np.stack([xs[v].pixels[f] for v, f in chunk])
-                for (v, f), det in zip(chunk, detect_frames(self.mtcnn, pixels, self.device), strict=True):
+                found = detect_frames(self.mtcnn, pixels, self.device, self.vectorised)
+                for (v, f), det in zip(chunk, found, strict=True):
                     raw[v][f] = det
         return [pack_video(r, x, self.config) for r, x in zip(raw, xs, strict=True)]  # type: ignore[arg-type]
 

@@ -9,7 +9,8 @@ References, fixed before looking at our output (docs/acoustic.md, "Real speech")
   percentile, at least 1/600 s apart, refined to sub-sample by a parabola through three samples. EGG F0 of a row =
   (cycles - 1) / time spanned by the EGG GCIs within +-10 ms of the row centre (at least 3 GCIs, no gap > 20 ms).
 - Our GCIs lag the EGG's by the sound's travel from larynx to microphone: the constant is taken out as the median
-  offset (reported), then each EGG GCI inside our voiced runs is matched to our nearest GCI.
+  offset (reported), then each EGG GCI inside our voiced runs is matched to our nearest GCI. The EGG F0 is read at
+  row centre - that delay (the larynx time of what the microphone hears at the row centre).
 """
 
 from __future__ import annotations
@@ -109,15 +110,16 @@ def test_voicing_agrees_with_praat(tracks: dict) -> None:
 
 
 def test_f0_agrees_with_praat_where_both_voiced(tracks: dict) -> None:
-    """On rows both call voiced: gross errors <= 3 % in every file, median <= 5 cents over all rows."""
+    """On rows both call voiced: gross errors <= 3 % in every file, median <= 4 cents in each (version 5: 0.9-3.2;
+    version 4, without the sub-sample refinement: 1.8-6.4) and <= 2 cents over all rows (1.5; version 4: 2.9)."""
     errors = []
     for name, (f0, voiced, praat) in tracks.items():
         both = voiced & np.isfinite(praat)
         err = cents(f0[both], praat[both])
         assert np.mean(err > GROSS_CENTS) <= 0.03, (name, np.mean(err > GROSS_CENTS))
-        assert np.median(err) <= 7.0, (name, np.median(err))
+        assert np.median(err) <= 4.0, (name, np.median(err))
         errors.append(err)
-    assert np.median(np.concatenate(errors)) <= 5.0, np.median(np.concatenate(errors))
+    assert np.median(np.concatenate(errors)) <= 2.0, np.median(np.concatenate(errors))
 
 
 def test_f0_agrees_with_covarep_own_track(realdata: Path, tracks: dict) -> None:
@@ -140,16 +142,13 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
     cfg = CovarepConfig()
     f0, voiced = extract(x, cfg)
     egg = egg_gcis_s(realdata / "speech" / f"{name}.egg")
-    truth = cycle_f0(egg, row_centres_s(f0.size))
-    both = voiced & np.isfinite(truth)
-    err = cents(f0[both], truth[both])
-    assert np.mean(err > GROSS_CENTS) == 0 and np.median(err) <= 4.0, (np.median(err), both.sum())
 
     n = f0.size
     xb = np.zeros(n * HOP)  # the extractor's zero-padded grid
     xb[: min(x.size, xb.size)] = x[: xb.size]
-    raw_f0 = acoustic.f0_rows(xb, n, cfg)
-    _, ours, _ = acoustic.glottal_flow(glottal.highpass(xb, FS_HZ), raw_f0, voiced, cfg)
+    x_hp = glottal.highpass(xb, FS_HZ)
+    f0_pipeline = acoustic.refine_f0(x_hp, acoustic.f0_rows(xb, n, cfg), voiced, cfg)  # what analyse_block uses
+    _, ours, _ = acoustic.glottal_flow(x_hp, f0_pipeline, voiced, cfg)
     ours_s = ours / FS_HZ
     inside = egg[(egg > ours_s.min()) & (egg < ours_s.max())]
     offset = ours_s[np.argmin(np.abs(ours_s[None] - inside[:, None]), axis=1)] - inside
@@ -159,6 +158,16 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
     assert hit >= (0.93 if name == "covarep_DB-cresc-a-D4-m1" else 0.8), (hit, inside.size)
     if name == "covarep_DB-cresc-a-D4-m1":  # version 3 (minima of the unfiltered derivative): 98.3 %
         assert np.mean(np.abs(offset - delay) <= 0.0005) >= 0.995, np.mean(np.abs(offset - delay) <= 0.0005)
+
+    # F0: the row centre heard at the microphone was produced at the larynx `delay` earlier (the sung vowel's
+    # vibrato moves F0 by up to ~25 cents per 10 ms, so 1.5 ms matter: version 4 read 3.47 cents unaligned, 3.04 aligned)
+    truth = cycle_f0(egg, row_centres_s(n) - delay)
+    both = voiced & np.isfinite(truth)
+    err = cents(f0[both], truth[both])
+    # glottalized-m1: 7 rows (creak's periods are too long for 3 EGG cycles in +-10 ms elsewhere), one at 60 cents
+    # (version 4, aligned: 4.50 cents; version 5: 4.57, the same within one row's noise)
+    limit = 2.6 if name == "covarep_DB-cresc-a-D4-m1" else 5.0
+    assert np.mean(err > GROSS_CENTS) == 0 and np.median(err) <= limit, (np.median(err), both.sum())
 
 
 @pytest.mark.parametrize("dbfs", [-50.0, -30.0, -20.0])

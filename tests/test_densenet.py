@@ -119,3 +119,43 @@ def test_cuda_reduced_precision_close_to_fp32() -> None:
         assert cos.min() >= 0.999, (precision, cos.min())
     fp32 = DenseNet161(DenseNetConfig(weights="random", precision="fp32"), device=device).extract(frames_c)
     np.testing.assert_allclose(fp32.features, ref, rtol=1e-4, atol=1e-4)  # TF32 is switched off for fp32
+
+
+def test_batches_bounded_in_bytes_and_batching_never_changes_features(monkeypatch) -> None:
+    """Forwards take at most `batch_size` frames and `batch_bytes` of decoded pixels, across videos of different
+    sizes (the splitter's own cases are in test_bounded_batches.py); the features equal one frame per forward within
+    fp32 rounding."""
+    from skimage import data
+
+    from extractors.base import Frames
+
+    photo = data.astronaut()
+
+    def video(n: int, h: int, w: int) -> Frames:
+        pixels = np.stack([np.ascontiguousarray(photo[30 * k : 30 * k + h, 40 * k : 40 * k + w]) for k in range(n)])
+        t = np.arange(n, dtype=float)
+        return Frames(pixels=pixels, intervals=np.stack([t, t + 1], 1), pts_s=t + 0.5, source_fps=25.0, duration_s=n)
+
+    videos = [video(3, 120, 160), video(2, 90, 300)]  # 57,600 and 81,000 bytes per frame
+    calls: list[int] = []
+    embed = DenseNet161.embed
+
+    def spy(self, batch):
+        calls.append(len(batch))
+        return embed(self, batch)
+
+    monkeypatch.setattr(DenseNet161, "embed", spy)
+    out = {}
+    for name, cfg, expected in [
+        ("one", {"batch_size": 1}, [1] * 5),
+        ("all", {"batch_size": 8}, [5]),
+        ("bytes", {"batch_size": 8, "batch_bytes": 150_000}, [2, 2, 1]),  # 2×57,600; 57,600+81,000; 81,000
+    ]:
+        calls.clear()
+        out[name] = DenseNet161(DenseNetConfig(weights="random", **cfg)).extract_batch(videos)
+        assert calls == expected, (name, calls)
+    for name, rows in out.items():
+        for got, ref, v in zip(rows, out["one"], videos, strict=True):
+            assert got.features.shape == (len(v.pixels), 2208)
+            np.testing.assert_allclose(got.features, ref.features, rtol=1e-5, atol=1e-6, err_msg=name)
+            np.testing.assert_array_equal(got.intervals, v.intervals)

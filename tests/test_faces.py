@@ -17,7 +17,15 @@ from pydantic import ValidationError
 from skimage.data import astronaut
 
 from extractors.base import Frames, get_extractor, parse_config
-from extractors.faces import COLUMNS, Detections, FacesConfig, MTCNNFaces, face_filter_attrs, pack_video
+from extractors.faces import (
+    COLUMNS,
+    Detections,
+    FacesConfig,
+    MTCNNFaces,
+    detections_from_facenet,
+    face_filter_attrs,
+    pack_video,
+)
 
 H, W = 240, 320
 ASTRONAUT = astronaut()
@@ -279,3 +287,164 @@ def test_cuda_matches_cpu(faces) -> None:
         for i, j in zip(*np.nonzero(cpu.extras["mask"]), strict=True):
             assert iou(gpu.extras["boxes"][i, j], cpu.extras["boxes"][i, j]) >= 0.9
         np.testing.assert_allclose(gpu.extras["probs"], cpu.extras["probs"], atol=1e-3)
+
+
+# --- vectorised stages 2/3 (extractors/mtcnn_stages.py) and batching --------------------------------------------
+
+
+def test_area_resized_crops_equal_facenet_per_box_resample() -> None:
+    """The summed-area crops equal facenet-pytorch's `imresample` of each slice bit for bit, for crops smaller and
+    larger than the output, at frame edges, of one pixel, whole frames, and in a 2200×4000 frame (int64 table)."""
+    from facenet_pytorch.models.utils.detect_face import imresample
+
+    from extractors.mtcnn_stages import crops_area_resized, summed_area
+
+    rng = np.random.default_rng(3)
+    for shape in [(3, 70, 90, 3), (1, 2200, 4000, 3)]:
+        frames = torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8))
+        imgs = frames.permute(0, 3, 1, 2)
+        table = summed_area(frames)
+        assert table.dtype == (torch.int32 if shape[1] < 1000 else torch.int64)
+        n_img, h, w, _ = shape
+        y0 = torch.from_numpy(rng.integers(0, h, 60))
+        x0 = torch.from_numpy(rng.integers(0, w, 60))
+        y1 = torch.minimum(y0 + torch.from_numpy(rng.integers(1, 80, 60)), torch.tensor(h))
+        x1 = torch.minimum(x0 + torch.from_numpy(rng.integers(1, 3000, 60)), torch.tensor(w))
+        inds = torch.from_numpy(rng.integers(0, n_img, 60))
+        y0[0], y1[0], x0[0], x1[0] = 0, h, 0, w  # the whole frame
+        y0[1], y1[1], x0[1], x1[1] = h - 1, h, w - 1, w  # one pixel in the corner
+        for n in (24, 48):
+            got = crops_area_resized(table, inds, y0, y1, x0, x1, n)
+            ref = torch.cat([imresample(imgs[i : i + 1, :, a:b, c:d].float(), (n, n))
+                             for i, a, b, c, d in zip(inds, y0, y1, x0, x1, strict=True)])
+            assert torch.equal(got, ref), (shape, n, (got - ref).abs().max())
+
+
+def edge_and_size_frames() -> dict[tuple[int, int], list[np.ndarray]]:
+    """Astronaut faces at several frame sizes, some cut off at an edge (MTCNN's `pad` clips those crops)."""
+    return {
+        (H, W): face_frames() + empty_frames()[1:2],
+        (180, 180): [paste(canvas("noise", 11, 180, 180), scaled(0.5), 0, 0),
+                     paste(canvas("plain", 0, 180, 180), scaled(0.3), 90, 100)],
+        (96, 400): [paste(canvas("noise", 12, 96, 400), scaled(0.2), 0, 350)],
+    }
+
+
+def as_plain(found) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """facenet-pytorch's `detect` output per frame as float32 (boxes, probs, landmarks); empty arrays for none."""
+    out = []
+    for b, p, q in zip(*found, strict=True):
+        d = detections_from_facenet(b, p, q)
+        out.append((d.boxes, d.probs, d.landmarks))
+    return out
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_vectorised_stages_equal_facenet_detect(reference, one_at_a_time: bool) -> None:
+    """`mtcnn_stages.detect` finds facenet-pytorch's `MTCNN.detect` faces bit for bit, batched or one frame per call
+    (every candidate, not only those above `prob_threshold`; stages 2/3 see hundreds of boxes per frame)."""
+    from extractors.mtcnn_stages import detect
+
+    for size, frames in edge_and_size_frames().items():
+        batch = torch.from_numpy(np.stack(frames))
+        calls = [batch[k : k + 1] for k in range(len(batch))] if one_at_a_time else [batch]
+        for call in calls:
+            with torch.inference_mode():
+                ref = as_plain(reference.detect(call, landmarks=True))
+                got = detect(reference, call)
+            assert len(got) == len(ref) == len(call)
+            for (gb, gq), (rb, rp, rq) in zip(got, ref, strict=True):
+                assert gb.shape == (len(rp), 5) and gq.shape == (len(rp), 5, 2), size
+                np.testing.assert_array_equal(gb[:, :4], rb)
+                np.testing.assert_array_equal(gb[:, 4], rp)
+                np.testing.assert_array_equal(gq, rq)
+        assert sum(len(g[0]) for g in detect(reference, batch)) >= 1
+
+
+def assert_same_faces(a, b) -> None:
+    """Batching moves MTCNN boxes by float rounding only (CPU convolutions sum in a batch-dependent order)."""
+    np.testing.assert_array_equal(a.extras["count"], b.extras["count"])
+    np.testing.assert_array_equal(a.extras["mask"], b.extras["mask"])
+    np.testing.assert_allclose(a.extras["boxes"], b.extras["boxes"], atol=1e-3)
+    np.testing.assert_allclose(a.extras["landmarks"], b.extras["landmarks"], atol=1e-3)
+    np.testing.assert_allclose(a.extras["probs"], b.extras["probs"], atol=1e-5)
+    np.testing.assert_allclose(a.features, b.features, atol=1e-5)
+    assert a.attrs == b.attrs
+
+
+def test_batching_and_byte_limit_never_change_faces(monkeypatch) -> None:
+    """Every frame reaches MTCNN exactly once, in calls of at most `batch_size` frames and `batch_bytes` bytes
+    (one larger frame alone), and the faces are the same batched, one at a time, split by bytes, vectorised."""
+    import extractors.faces as faces_module
+
+    sizes = edge_and_size_frames()
+    videos = [make_frames(sizes[H, W][:3]), Frames(np.stack(sizes[180, 180]), np.array([[0.0, 1], [1, 2]]),
+                                                   np.array([0.5, 1.5]), 25.0, 2.0), make_frames(sizes[H, W][3:])]
+    calls: list[tuple[int, ...]] = []
+    real = faces_module.detect_frames
+
+    def spy(mtcnn, pixels, device, vectorised=False):
+        calls.append(pixels.shape)
+        return real(mtcnn, pixels, device, vectorised)
+
+    monkeypatch.setattr(faces_module, "detect_frames", spy)
+    frame_bytes = H * W * 3
+    outs = {}
+    for name, cfg in {
+        "one": FacesConfig(batch_size=1),
+        "batched": FacesConfig(batch_size=16),
+        "bytes": FacesConfig(batch_size=16, batch_bytes=int(2.5 * frame_bytes)),
+        "vectorised": FacesConfig(batch_size=16, batch_bytes=int(2.5 * frame_bytes), vectorised=True),
+        "tiny_bytes": FacesConfig(batch_size=16, batch_bytes=1),
+    }.items():
+        calls.clear()
+        outs[name] = MTCNNFaces(cfg).extract_batch(videos)
+        if name in ("bytes", "vectorised"):  # 5 frames of 240×320 by 2, then the two 180×180 frames (< 2.5 frames)
+            assert calls == [(2, H, W, 3), (2, H, W, 3), (1, H, W, 3), (2, 180, 180, 3)], calls
+        if name in ("one", "tiny_bytes"):
+            assert calls == [(1, H, W, 3)] * 5 + [(1, 180, 180, 3)] * 2, calls
+        if name == "batched":
+            assert calls == [(5, H, W, 3), (2, 180, 180, 3)], calls
+    assert [r.extras["count"].tolist() for r in outs["one"]] == [[1, 1, 1], [1, 1], [1, 0]]
+    for out in outs.values():
+        for a, b in zip(out, outs["one"], strict=True):
+            assert_same_faces(a, b)
+
+
+def test_auto_batching_per_device_and_left_out_of_fingerprint() -> None:
+    faces = MTCNNFaces(FacesConfig())
+    threads = torch.get_num_threads()
+    try:  # CPU: one frame per call with 1-2 threads, 16 with more; facenet-pytorch's own stages
+        torch.set_num_threads(2)
+        assert (faces.batch_size, faces.vectorised) == (1, False)
+        torch.set_num_threads(3)
+        assert faces.batch_size == 16
+    finally:
+        torch.set_num_threads(threads)
+    assert MTCNNFaces(FacesConfig(batch_size=5)).batch_size == 5
+    canonical = FacesConfig(batch_size=7, batch_bytes=10, vectorised=True).canonical()
+    assert canonical == FacesConfig().canonical() and "batch_size" not in canonical
+    for bad in ({"batch_size": "big"}, {"batch_bytes": 0}):
+        with pytest.raises(ValidationError):
+            FacesConfig(**bad)
+
+
+@pytest.mark.gpu
+def test_cuda_vectorised_equals_facenet_on_cuda() -> None:
+    if not torch.cuda.is_available():
+        if os.environ.get("FAIL_WITHOUT_CUDA") == "1":
+            pytest.fail("FAIL_WITHOUT_CUDA=1 but torch.cuda.is_available() is False")
+        pytest.skip("needs CUDA")
+    from facenet_pytorch import MTCNN
+
+    from extractors.mtcnn_stages import detect
+
+    mtcnn = MTCNN(keep_all=True, select_largest=False, device=torch.device("cuda"))
+    for frames in edge_and_size_frames().values():
+        batch = torch.from_numpy(np.stack(frames)).cuda()
+        with torch.inference_mode():
+            ref, got = as_plain(mtcnn.detect(batch, landmarks=True)), detect(mtcnn, batch)
+        for (gb, gq), (rb, rp, rq) in zip(got, ref, strict=True):
+            np.testing.assert_allclose(gb[:, :4], rb, atol=1e-3)
+            np.testing.assert_allclose(gb[:, 4], rp, atol=1e-5)
+            np.testing.assert_allclose(gq, rq, atol=1e-3)
