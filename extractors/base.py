@@ -221,6 +221,42 @@ class Extractor(ABC, Generic[C]):
         """Rows for several items; override to batch model calls across items."""
         return [self.extract(x) for x in xs]
 
+    @classmethod
+    def join(cls, parts: Sequence[FeatureRows], config: C) -> FeatureRows:
+        """One item's rows from the rows of its segments, in time order (a long video is decoded and
+        extracted in segments). Per-row extras are stacked, padded along their other axes where segments
+        differ (NaN for floats, zero/False otherwise: the padding `_padded` faces use); list attrs are joined
+        and every other attr must agree. Override when an attr sums up the whole item (faces' face_ratio)."""
+        if len(parts) == 1:
+            return parts[0]
+        extras = {k: _stack_padded([p.extras[k] for p in parts]) for k in parts[0].extras}
+        attrs: dict[str, Any] = {}
+        for key, value in parts[0].attrs.items():
+            values = [p.attrs.get(key) for p in parts]
+            if isinstance(value, list):
+                attrs[key] = [v for vs in values for v in vs]
+            elif all(v == value for v in values):
+                attrs[key] = value
+            else:
+                raise ValueError(f"{cls.name}: attr {key!r} differs between segments ({values[:3]}…); "
+                                 "the extractor must say how to join it")
+        return FeatureRows(np.concatenate([p.features for p in parts]),
+                           np.concatenate([p.intervals for p in parts]), extras, attrs)
+
+
+def _stack_padded(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Concatenate along axis 0, padding the other axes to the largest size."""
+    shape = np.max([a.shape[1:] for a in arrays], axis=0).astype(int) if arrays[0].ndim > 1 else ()
+    if all(a.shape[1:] == tuple(shape) for a in arrays):
+        return np.concatenate(arrays)
+    fill = np.nan if np.issubdtype(arrays[0].dtype, np.floating) else 0
+    out = np.full((sum(len(a) for a in arrays), *shape), fill, arrays[0].dtype)
+    at = 0
+    for a in arrays:
+        out[(slice(at, at + len(a)), *(slice(0, n) for n in a.shape[1:]))] = a
+        at += len(a)
+    return out
+
 
 # Registry by name. Modules are imported lazily so that asking for one extractor does not import
 # every model library (transformers alone takes seconds).

@@ -233,6 +233,14 @@ class MTCNNFaces(Extractor[FacesConfig]):
     def extract(self, x: Frames | Still) -> FeatureRows:
         return self.extract_batch([x])[0]
 
+    @classmethod
+    def join(cls, parts: Sequence[FeatureRows], config: FacesConfig) -> FeatureRows:
+        """Segments' rows joined; the filter attrs are the whole video's (its share of frames with a face)."""
+        parts = [FeatureRows(p.features, p.intervals, p.extras, {}) for p in parts]
+        rows = super().join(parts, config)
+        return FeatureRows(rows.features, rows.intervals, rows.extras,
+                           face_filter_attrs(rows.extras["count"], config.min_face_ratio))
+
     def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         for i, x in enumerate(xs):
             if not isinstance(x, Frames | Still):

@@ -33,22 +33,23 @@ def crash_point(stage: str, item_id: str) -> None:
         os._exit(13)
 
 
-def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int) -> list[Any]:
+def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
+                segment_bytes: int | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
-    `stages.call_record` per kind."""
+    `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
+    (meta["segments"]["frames"]: how many), the others come from `decode_segment`."""
     crash_point("decode", item.id)
-    meta: dict[str, Any] = {"item": item.id, "sizes": {}, "failures": {}, "seconds": {}, "durations": {},
-                            "missing": {}, "node": node_id(), "calls": []}
+    meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
         t0, started = time.perf_counter(), stages.clock()
         try:
-            value = _decode_kind(item, kind, questions, audio_rate_hz)
-            meta["sizes"][kind] = _size(value)
-            meta["durations"][kind] = getattr(value, "duration_s", None)
-            if len(getattr(value, "missing_s", ())):  # damaged data: these seconds have no rows
-                meta["missing"][kind] = np.round(value.missing_s, 6).tolist()
+            if kind == "frames" and item.video is not None and item.image is None:
+                value, meta["segments"][kind] = _decode_frames(item, 0, segment_bytes)
+            else:
+                value = _decode_kind(item, kind, questions, audio_rate_hz)
+            _describe(meta, kind, value)
         except Exception as e:  # recorded per (item, kind); the run goes on
             value = None
             meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
@@ -57,6 +58,41 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
                                                 stages.UNITS.get(kind, "items")))
         out.append(value)
     return [meta, *out]
+
+
+def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[Any]:
+    """[meta, Frames] of one later segment of a long video (see `decode_item`)."""
+    crash_point("decode", f"{item.id}#{segment}")
+    meta = _new_meta(item)
+    t0, started = time.perf_counter(), stages.clock()
+    value = None
+    try:
+        value, _ = _decode_frames(item, segment, segment_bytes)
+        _describe(meta, "frames", value)
+    except Exception as e:
+        meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
+    meta["seconds"]["frames"] = time.perf_counter() - t0
+    meta["calls"].append(stages.call_record("decode:frames", started, stages.units_of(value), 1,
+                                            stages.UNITS["frames"]))
+    return [meta, value]
+
+
+def _new_meta(item: MediaItem) -> dict[str, Any]:
+    return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
+            "missing": {}, "segments": {}, "node": node_id(), "calls": []}
+
+
+def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None) -> tuple[Any, int]:
+    clip = cut.clip_span(item) if item.cut_from_source else None
+    return decode.decode_frames_segment(item.video, clip, segment, segment_bytes)
+
+
+def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
+    meta["sizes"][kind] = _size(value)
+    meta["bytes"][kind] = nbytes(value)
+    meta["durations"][kind] = getattr(value, "duration_s", None)
+    if len(getattr(value, "missing_s", ())):  # damaged data: these seconds have no rows
+        meta["missing"][kind] = np.round(value.missing_s, 6).tolist()
 
 
 def node_id() -> str | None:
@@ -106,6 +142,13 @@ def _size(value: Any) -> int:
     """A batching weight: frames count one per frame, everything else one per item."""
     pixels = getattr(value, "pixels", None)
     return len(pixels) if pixels is not None else 1
+
+
+def nbytes(value: Any) -> int:
+    """The bytes of a decoded input's arrays (pixels, samples): what batches and in-flight data are bounded
+    by. Texts count as nothing: they are tiny next to any frame or second of audio."""
+    fields = getattr(value, "__dataclass_fields__", {})
+    return sum(int(v.nbytes) for v in (getattr(value, f) for f in fields) if isinstance(v, np.ndarray))
 
 
 class ExtractorWorker:

@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from extractors.base import ExtractorConfig, get_extractor, parse_config
 from manifests.records import check_id
@@ -53,8 +53,15 @@ class RunConfig(BaseModel):
     audio_rate_hz: int = 16000
     frames_per_batch: int = Field(256, ge=1)  # frames gathered across videos before one model call
     items_per_batch: int = Field(8, ge=1)  # items gathered for non-frame features
-    max_inflight_items: int = Field(8, ge=1)  # decoded items alive at once: bounds memory
+    max_inflight_items: int = Field(8, ge=1)  # decoded items (or segments) alive at once: bounds memory
+    # bytes of decoded input (pixels, samples) in one model call; a video whose frames take more is decoded
+    # and extracted in segments of at most this; one input bigger than it (a huge still) runs alone
+    batch_bytes: int = Field(256 * 2**20, ge=1)
+    max_inflight_bytes: int = Field(2 * 2**30, ge=1)  # decoded data alive at once: no new decode above it
     cpu_actors: int | None = None  # actors per CPU-only feature; default: half the CPUs
+    # GPU features: actors per GPU (fractional GPUs: several MTCNN actors can share one); default 1
+    actors_per_gpu: dict[str, int] = Field(default_factory=dict)
+    model_threads: int | None = Field(None, ge=1)  # torch threads per GPU-feature actor without a GPU
     decode_retries: int = 2
 
     @field_validator("features", mode="before")
@@ -65,6 +72,14 @@ class RunConfig(BaseModel):
             check_id(name)
             out[name] = raw if isinstance(raw, ExtractorConfig) else parse_config(raw)
         return out
+
+    @model_validator(mode="after")
+    def _actors_per_gpu(self) -> RunConfig:
+        for feat, n in self.actors_per_gpu.items():
+            if feat not in self.features or n < 1:
+                raise ValueError(f"actors_per_gpu: {feat} = {n}: wants a feature of this config "
+                                 f"({sorted(self.features)}) and at least 1 actor")
+        return self
 
     def specs(self, only: list[str] | None = None) -> list[FeatureSpec]:
         unknown = set(only or []) - set(self.features)

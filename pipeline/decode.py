@@ -134,12 +134,13 @@ def _frame_times(container: Any, stream: Any, path: Path) -> tuple[np.ndarray, n
     return ticks, starts, float(_ticks_to_s(np.array([end - ticks[0]]), tb)[0] + offset_s)
 
 
-def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int],
-                     fast: bool) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
+def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: bool,
+                     span: tuple[int, int] | None = None) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
     """Decode the video stream in order; RGB pictures of the `wanted` PTS, the PTS of every intact frame, and
     the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
     `fast`: stop once every wanted picture is in, and skip decoding unwanted frames that no other frame refers
-    to (non-reference B-frames); the intact set is then incomplete."""
+    to (non-reference B-frames); the intact set is then incomplete. `span` (first PTS, last PTS): a segment of
+    the video; decoding starts at the keyframe before the first (a seek) and stops after the last."""
     import av
 
     pictures: dict[int, np.ndarray] = {}
@@ -147,6 +148,8 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int],
     errors: list[tuple[int, str]] = []
     with _open(path) as container:
         stream = _video_stream(container, path)
+        if span is not None and span[0] > 0:
+            container.seek(int(span[0]), stream=stream, backward=True, any_frame=False)
         try:
             context = stream.codec_context
             for packet in container.demux(stream):
@@ -163,7 +166,9 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int],
                     intact.add(frame.pts)
                     if frame.pts in wanted and frame.pts not in pictures:
                         pictures[frame.pts] = frame.to_ndarray(format="rgb24", width=size[1], height=size[0])
-                if fast and len(pictures) == len(wanted):
+                # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
+                if (fast and len(pictures) == len(wanted)) or (span is not None and any(
+                        f.pts is not None and f.pts > span[1] for f in frames)):
                     break
         except av.FFmpegError as e:
             errors.append((-1, f"demuxing stopped: {_first_line(e)}"))
@@ -192,6 +197,22 @@ def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, sta
 def decode_frames(path: Path, clip: tuple[float, float | None] | None = None) -> Frames:
     """One RGB picture per second of the video (see the module docstring for which); of the clip
     [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (pipeline/cut.py)."""
+    return decode_frames_segment(path, clip)[0]
+
+
+def segment_rows(n_rows: int, frame_bytes: int, max_bytes: int | None) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of the segments a video of `n_rows` rows is decoded in: each holds at most
+    `max_bytes` of pixels (one row at least), all of them one segment when `max_bytes` is None."""
+    step = n_rows if max_bytes is None else max(1, max_bytes // max(1, frame_bytes))
+    return [(a, min(n_rows, a + step)) for a in range(0, n_rows, max(1, step))] or [(0, 0)]
+
+
+def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = None, segment: int = 0,
+                          max_bytes: int | None = None) -> tuple[Frames, int]:
+    """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
+    `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
+    Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
+    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
     path = _existing(path, "video")
     with _open(path) as container:
         stream = _video_stream(container, path)
@@ -203,21 +224,31 @@ def decode_frames(path: Path, clip: tuple[float, float | None] | None = None) ->
 
         keep, starts, duration = cut_frame_times(starts, duration, *clip, path)
         ticks = ticks[keep]
-    intervals = second_intervals(duration)
+    all_intervals = second_intervals(duration)
+    segments = segment_rows(len(all_intervals), size[0] * size[1] * 3, max_bytes)
+    if not 0 <= segment < len(segments):
+        raise ValueError(f"{path}: segment {segment} of a video decoded in {len(segments)}")
+    lo, hi = segments[segment]
+    intervals = all_intervals[lo:hi]
     index = pick_frames(starts, intervals)
+    span = None
+    if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
+        first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
+        last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
+        span = (int(ticks[first]) if segment else 0, int(ticks[last]))
     wanted = set(ticks[index].tolist())
-    pictures, intact, errors = _decode_pictures(path, wanted, size, fast=True)
+    pictures, intact, errors = _decode_pictures(path, wanted, size, fast=True, span=span)
     lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
     if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
-        pictures, intact, errors = _decode_pictures(path, wanted, size, fast=False)
+        pictures, intact, errors = _decode_pictures(path, wanted, size, fast=False, span=span)
         lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
         index = _fallback_frames(index, lost, ticks, starts, duration, intervals, intact)
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
-            pictures.update(_decode_pictures(path, extra, size, fast=True)[0])
+            pictures.update(_decode_pictures(path, extra, size, fast=True, span=span)[0])
         index = np.where([i >= 0 and int(ticks[i]) in pictures for i in index], index, -1)
     keep = index >= 0
-    if not keep.any():
+    if not keep.any() and len(segments) == 1:
         why = f": {errors[0][1]}" if errors else ""
         raise InputError(f"{path}: no frame could be decoded{why}")
     missing = intervals[~keep]
@@ -225,9 +256,11 @@ def decode_frames(path: Path, clip: tuple[float, float | None] | None = None) ->
         where = ", ".join(f"{a:g}-{b:g} s" for a, b in missing[:5]) + (" …" if len(missing) > 5 else "")
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(missing), len(intervals), where)
-    pixels = np.stack([pictures[int(ticks[i])] for i in index[keep]])
-    return Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                  duration_s=duration, missing_s=missing)
+    pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
+              else np.zeros((0, *size, 3), np.uint8))
+    frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
+                    duration_s=duration, missing_s=missing)
+    return frames, len(segments)
 
 
 class _AudioTrack:

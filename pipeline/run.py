@@ -4,6 +4,7 @@ actors (GPU when Ray sees GPUs), with bounded in-flight work, and one atomic sto
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -109,6 +110,27 @@ def applicable(item: MediaItem, kind: str, questions: list[QAItem]) -> bool:
     return bool(questions) if kind == "qa" else decode.source_path(item, kind) is not None
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One decoded input (an item's, or a segment of a long video's) waiting for a model call."""
+
+    item: str
+    ref: Any  # its object ref: the data stays in the object store until an actor reads it
+    n: int  # batching count: frames, or 1 for other inputs
+    nbytes: int
+    part: int = 0  # segment
+    solo: bool = False  # run alone: its batch crashed a worker
+
+
+@dataclass
+class _Pair:
+    """An open (feature, item): rows of its segments as they come back."""
+
+    segments: int = 1
+    rows: dict[int, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
 class _Runner:
     """The scheduling loop; one per run."""
 
@@ -148,21 +170,15 @@ class _Runner:
     def start_actors(self, features: set[str]) -> None:
         remote = self.ray.remote(actors.ExtractorWorker)
         self.new_actor: dict[str, Any] = {}
-        gpu_feats = [f for f in features if self.specs[f].extractor.uses_gpu]
         self.actors: dict[str, list[Any]] = {}
-        for feat in sorted(features):
+        for feat, (opts, n, device, threads) in actor_plan(self.specs, features, self.config, self.cpus,
+                                                          self.gpus).items():
             spec = self.specs[feat]
-            if feat in gpu_feats and self.gpus:
-                opts, n, device, threads = {"num_gpus": 1 / len(gpu_feats), "num_cpus": 1}, self.gpus, "cuda", None
-            elif feat in gpu_feats:  # CPU-only machine: one actor, threads shared with decoding
-                opts, n, device, threads = {"num_cpus": 0}, 1, "cpu", self.cpus
-            else:
-                n = self.config.cpu_actors or max(1, self.cpus // 2)
-                opts, device, threads = {"num_cpus": 1}, "cpu", 1
             self.new_actor[feat] = functools.partial(  # also used to replace an actor whose process died
                 remote.options(**opts, max_restarts=1, max_task_retries=1).remote, feat, spec.config, device, threads)
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
-            log.info("%s: %d %s actor(s) for %s", feat, n, device, spec.config.extractor)
+            log.info("%s: %d %s actor(s) for %s%s", feat, n, device, spec.config.extractor,
+                     f", {threads} thread(s) each" if threads else "")
         placed = self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
         feats = [feat for feat, group in self.actors.items() for _ in group]
         for feat, node in zip(feats, placed, strict=True):
@@ -171,129 +187,192 @@ class _Runner:
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
         from tqdm import tqdm
 
-        ray = self.ray
         self.start_actors({f for feats in todo.values() for f in feats})
-        decode_task = ray.remote(actors.decode_item)
-        queue = deque(sorted(todo))
-        decoding: dict[Any, tuple[str, list[str], list[Any]]] = {}
-        # feature -> [(item, input ref, batching size, solo)]; solo: run alone (its batch crashed a worker)
-        waiting: dict[str, list[tuple[str, Any, int, bool]]] = defaultdict(list)
-        running: dict[Any, tuple[str, Any, list[tuple[str, Any, int, bool]]]] = {}  # result ref -> (feature, actor, batch)
-        busy: dict[Any, int] = defaultdict(int)
-        holds: dict[str, int] = {}  # item -> feature results outstanding (decoded data alive)
-        meta: dict[str, dict[str, Any]] = {}
+        self.todo, self.items, self.questions = todo, items, questions
+        # made once: each ray.remote() is a new function for Ray to export
+        self.decode_task, self.segment_task = self.ray.remote(actors.decode_item), self.ray.remote(actors.decode_segment)
+        self.queue = deque(sorted(todo))  # items not yet decoding
+        self.later: deque[tuple[str, int]] = deque()  # (item, segment) of long videos still to decode
+        self.decoding: dict[Any, tuple[str, int, list[str], list[Any]]] = {}  # meta ref -> item, segment, kinds, refs
+        self.waiting: dict[str, list[_Unit]] = defaultdict(list)  # feature -> decoded inputs for its actors
+        self.running: dict[Any, tuple[str, Any, list[_Unit]]] = {}  # result ref -> (feature, actor, batch)
+        self.busy: dict[Any, int] = defaultdict(int)
+        self.holds: dict[tuple[str, int], int] = {}  # (item, segment) -> feature results outstanding
+        self.held_bytes: dict[tuple[str, int], int] = {}  # (item, segment) -> bytes of its decoded objects
+        self.meta: dict[str, dict[str, Any]] = {}  # item -> decode meta, while any of its pairs is open
+        self.pairs: dict[tuple[str, str], _Pair] = {}  # open (feature, item) pairs
         total = sum(len(f) for f in todo.values())
-        bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
-        last_log = [time.perf_counter(), 0]
-
-        def progress() -> None:
-            """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
-            now = time.perf_counter()
-            if bar.disable and now - last_log[0] >= 15 and bar.n != last_log[1]:
-                c = self.report.counts
-                log.info("progress: %d/%d pairs (%s)", bar.n, total,
-                         ", ".join(f"{f} {c[f]['done']}+{c[f]['failed']} failed" for f in sorted(c)))
-                last_log[:] = [now, bar.n]
-
-        def submit() -> None:
-            while queue and len(decoding) + len(holds) < self.config.max_inflight_items:
-                item_id = queue.popleft()
-                kinds = sorted({self.specs[f].extractor.input_kind for f in todo[item_id]})
-                refs = decode_task.options(
-                    num_cpus=1, num_returns=1 + len(kinds), max_retries=self.config.decode_retries,
-                    retry_exceptions=[OSError],
-                ).remote(items[item_id], kinds, questions.get(item_id, []), self.config.audio_rate_hz)
-                decoding[refs[0]] = (item_id, kinds, refs[1:])
-
-        def dispatch(flush: bool) -> None:
-            for feat, batch in waiting.items():
-                threshold = (self.config.frames_per_batch if self.specs[feat].extractor.input_kind == "frames"
-                             else self.config.items_per_batch)
-                while batch and (flush or batch[0][3] or sum(w[2] for w in batch) >= threshold):
-                    actor = min(self.actors[feat], key=lambda a: busy[a])
-                    solo = batch[0][3]  # a suspect runs alone on an idle worker: if it kills it, nothing else dies
-                    if busy[actor] >= 2 or (solo and busy[actor]):
-                        break
-                    take = [batch.pop(0)]
-                    size = take[0][2]
-                    while batch and not take[0][3] and not batch[0][3] and size < threshold:
-                        take.append(batch.pop(0))
-                        size += take[-1][2]
-                    ref = actor.__call__.remote([w[0] for w in take], *[w[1] for w in take])
-                    running[ref] = (feat, actor, take)
-                    busy[actor] += 2 if solo else 1
-
-        def release(item_id: str) -> None:
-            holds[item_id] -= 1
-            if holds[item_id] == 0:
-                del holds[item_id]
-
-        submit()
-        while decoding or running or any(waiting.values()):
-            refs = list(decoding) + list(running)
-            ready, _ = ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
+        self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
+        self.last_log = (time.perf_counter(), 0)
+        self.submit()
+        while self.decoding or self.running or any(self.waiting.values()):
+            refs = list(self.decoding) + list(self.running)
+            ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
             for ref in ready:
-                if ref in decoding:
-                    item_id, kinds, refs = decoding.pop(ref)
-                    try:
-                        m = meta[item_id] = ray.get(ref)
-                        cluster.count_work(self.report.cluster, m.get("node"), "decode")
-                        for call in m.get("calls", ()):
-                            self.stages.add(call)
-                    except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
-                        for feat in todo[item_id]:
-                            kind = self.specs[feat].extractor.input_kind
-                            self.fail(feat, actors.failure(item_id, f"decode:{kind}",
-                                                           decode.source_path(items[item_id], kind), _ray_error(e)))
-                            bar.update(1)
-                        continue
-                    holds[item_id] = 0
-                    for feat in todo[item_id]:
-                        kind = self.specs[feat].extractor.input_kind
-                        if kind in m["failures"]:
-                            self.fail(feat, m["failures"][kind])
-                            bar.update(1)
-                        else:
-                            waiting[feat].append((item_id, refs[kinds.index(kind)], m["sizes"][kind], False))
-                            holds[item_id] += 1
-                    if holds[item_id] == 0:
-                        del holds[item_id]
+                if ref in self.decoding:
+                    self.decoded(ref, *self.decoding.pop(ref))
                 else:
-                    feat, actor, take = running.pop(ref)
-                    busy[actor] -= 2 if take[0][3] else 1
-                    for item_id, rows, fail, secs in self.results(ref, feat, actor, take, waiting[feat]):
-                        if fail:
-                            if not fail.get("file"):
-                                fail["file"] = _str(decode.source_path(items[item_id], self.specs[feat].extractor.input_kind))
-                            self.fail(feat, fail)
-                        else:
-                            self.commit(feat, items[item_id], rows, meta[item_id], secs)
-                        release(item_id)
-                        bar.update(1)
-            progress()
-            submit()
-            dispatch(flush=not decoding)  # nothing more is coming soon: run partial batches
-        bar.close()
+                    self.extracted(ref, *self.running.pop(ref))
+            self.progress(total)
+            self.submit()
+            self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
+        self.bar.close()
         self.report.stages = self.stages.summary()
 
-    def results(self, ref: Any, feat: str, actor: Any, take: list[tuple[str, Any, int, bool]],
-                waiting: list[tuple[str, Any, int, bool]]) -> list[tuple[str, Any, Any, float]]:
+    def progress(self, total: int) -> None:
+        """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
+        now, bar = time.perf_counter(), self.bar
+        if bar.disable and now - self.last_log[0] >= 15 and bar.n != self.last_log[1]:
+            c = self.report.counts
+            log.info("progress: %d/%d pairs (%s)", bar.n, total,
+                     ", ".join(f"{f} {c[f]['done']}+{c[f]['failed']} failed" for f in sorted(c)))
+            self.last_log = (now, bar.n)
+
+    def submit(self) -> None:
+        """Start decode tasks while decoded data alive stays under `max_inflight_items` objects and
+        `max_inflight_bytes`; later segments of videos already started come first."""
+        config = self.config
+        while (self.later or self.queue) and len(self.decoding) + len(self.holds) < config.max_inflight_items \
+                and sum(self.held_bytes.values()) < config.max_inflight_bytes:
+            if self.later:
+                item_id, segment = self.later.popleft()
+                if not self.open_feats(item_id, "frames"):
+                    continue  # its pairs failed already
+                ref, frames = self.segment_task.options(
+                    num_cpus=1, num_returns=2, max_retries=config.decode_retries, retry_exceptions=[OSError],
+                ).remote(self.items[item_id], segment, config.batch_bytes)
+                self.decoding[ref] = (item_id, segment, ["frames"], [frames])
+                continue
+            item_id = self.queue.popleft()
+            kinds = sorted({self.specs[f].extractor.input_kind for f in self.todo[item_id]})
+            refs = self.decode_task.options(
+                num_cpus=1, num_returns=1 + len(kinds), max_retries=config.decode_retries, retry_exceptions=[OSError],
+            ).remote(self.items[item_id], kinds, self.questions.get(item_id, []), config.audio_rate_hz,
+                     config.batch_bytes)
+            self.decoding[refs[0]] = (item_id, 0, kinds, refs[1:])
+            for feat in self.todo[item_id]:
+                self.pairs[feat, item_id] = _Pair()
+
+    def open_feats(self, item_id: str, kind: str) -> list[str]:
+        """The item's features of this input kind whose pair is still open."""
+        return [f for f in self.todo[item_id]
+                if (f, item_id) in self.pairs and self.specs[f].extractor.input_kind == kind]
+
+    def decoded(self, ref: Any, item_id: str, segment: int, kinds: list[str], refs: list[Any]) -> None:
+        """A decode task finished: its inputs wait for their features' actors (or their pairs fail)."""
+        ray, item = self.ray, self.items[item_id]
+        try:
+            m = ray.get(ref)
+            cluster.count_work(self.report.cluster, m.get("node"), "decode")
+            for call in m.get("calls", ()):
+                self.stages.add(call)
+        except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
+            m = {"failures": {kind: actors.failure(item_id, f"decode:{kind}", decode.source_path(item, kind),
+                                                   _ray_error(e)) for kind in kinds}}
+        if segment == 0:
+            self.meta[item_id] = m
+        elif item_id in self.meta:  # a later segment: its decode time and damaged seconds add to the item's
+            whole = self.meta[item_id]
+            for key in ("seconds", "missing"):
+                for kind, value in m.get(key, {}).items():
+                    whole[key][kind] = whole[key].get(kind, 0 if key == "seconds" else []) + value
+        key = (item_id, segment)
+        self.holds[key], self.held_bytes[key] = 0, sum(m.get("bytes", {}).values())
+        for kind, value_ref in zip(kinds, refs, strict=True):
+            for feat in self.open_feats(item_id, kind):
+                if kind in m["failures"]:
+                    self.finish(feat, item_id, failed=m["failures"][kind])
+                    continue
+                if segment == 0:
+                    self.pairs[feat, item_id].segments = m["segments"].get(kind, 1)
+                self.waiting[feat].append(_Unit(item_id, value_ref, m["sizes"][kind], m["bytes"][kind], segment))
+                self.holds[key] += 1
+        if segment == 0 and m.get("segments", {}).get("frames", 1) > 1 and self.open_feats(item_id, "frames"):
+            self.later.extend((item_id, k) for k in range(1, m["segments"]["frames"]))
+        self.release(key, 0)
+
+    def dispatch(self, flush: bool) -> None:
+        """Send waiting inputs to the least busy actor (two calls queued at most) in batches of up to
+        `frames_per_batch` frames (`items_per_batch` items for other inputs) and `batch_bytes` bytes; one
+        input bigger than that runs alone."""
+        max_bytes = self.config.batch_bytes
+        for feat, batch in self.waiting.items():
+            threshold = (self.config.frames_per_batch if self.specs[feat].extractor.input_kind == "frames"
+                         else self.config.items_per_batch)
+            while batch and (flush or batch[0].solo or sum(u.n for u in batch) >= threshold
+                             or sum(u.nbytes for u in batch) >= max_bytes):
+                actor = min(self.actors[feat], key=lambda a: self.busy[a])
+                solo = batch[0].solo  # a suspect runs alone on an idle worker: if it kills it, nothing else dies
+                if self.busy[actor] >= 2 or (solo and self.busy[actor]):
+                    break
+                take = [batch.pop(0)]
+                n, size = take[0].n, take[0].nbytes
+                while (batch and not solo and not batch[0].solo and n + batch[0].n <= threshold
+                       and size + batch[0].nbytes <= max_bytes):
+                    take.append(batch.pop(0))
+                    n, size = n + take[-1].n, size + take[-1].nbytes
+                ref = actor.__call__.remote([u.item for u in take], *[u.ref for u in take])
+                self.running[ref] = (feat, actor, take)
+                self.busy[actor] += 2 if solo else 1
+
+    def extracted(self, ref: Any, feat: str, actor: Any, take: list[_Unit]) -> None:
+        self.busy[actor] -= 2 if take[0].solo else 1
+        for unit, (item_id, rows, fail, secs) in self.results(ref, feat, actor, take):
+            self.release((item_id, unit.part), 1)
+            pair = self.pairs.get((feat, item_id))
+            if pair is None:  # failed already (another segment)
+                continue
+            if fail:
+                if not fail.get("file"):
+                    fail["file"] = _str(decode.source_path(self.items[item_id], self.specs[feat].extractor.input_kind))
+                self.finish(feat, item_id, failed=fail)
+                continue
+            pair.rows[unit.part], pair.seconds = rows, pair.seconds + secs
+            if len(pair.rows) == pair.segments:
+                self.finish(feat, item_id)
+
+    def finish(self, feat: str, item_id: str, failed: dict[str, Any] | None = None) -> None:
+        """Close a (feature, item) pair: commit its rows (joined from its segments) or record its failure."""
+        pair = self.pairs.pop((feat, item_id))
+        if failed is None:
+            try:
+                rows = self.specs[feat].extractor.join([pair.rows[k] for k in sorted(pair.rows)],
+                                                       self.specs[feat].config)
+            except Exception as e:
+                failed = actors.failure(item_id, f"extract:{feat}", decode.source_path(
+                    self.items[item_id], self.specs[feat].extractor.input_kind), e)
+            else:
+                self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds)
+        if failed is not None:
+            self.fail(feat, failed)
+        self.bar.update(1)
+        if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
+            self.meta.pop(item_id, None)
+
+    def release(self, key: tuple[str, int], n: int) -> None:
+        """`n` feature results of a decoded (item, segment) are in: when none is outstanding, its objects go."""
+        self.holds[key] -= n
+        if self.holds[key] <= 0:
+            del self.holds[key], self.held_bytes[key]
+
+    def results(self, ref: Any, feat: str, actor: Any, take: list[_Unit]) -> list[tuple[_Unit, tuple[str, Any, Any, float]]]:
         """The batch's per-item results. If the worker process died (segfault, out of memory) even after
         Ray's restart and retry, the actor is replaced, and the batch's items go back to the queue to run
         alone on an idle actor: only the item that kills a worker when alone fails."""
         try:
             results, call = self.ray.get(ref)
             self.stages.add(call)
-            return results
+            return list(zip(take, results, strict=True))
         except self.ray.exceptions.RayError as e:
             if isinstance(e, self.ray.exceptions.RayActorError) and actor in self.actors[feat]:
                 self.actors[feat].remove(actor)
                 self.actors[feat].append(self.new_actor[feat]())
                 log.warning("%s: a model worker died (%s); started a new one", feat, _ray_error(e))
-            if not take[0][3]:  # not yet run alone: the killer may be a batch-mate or another call on that actor
-                waiting[:0] = [(w[0], w[1], w[2], True) for w in take]
+            if not take[0].solo:  # not yet run alone: the killer may be a batch-mate or another call on that actor
+                self.waiting[feat][:0] = [dataclasses.replace(u, solo=True) for u in take]
                 return []
-            return [(take[0][0], None, actors.failure(take[0][0], f"extract:{feat}", None, _ray_error(e)), 0.0)]
+            item_id = take[0].item
+            return [(take[0], (item_id, None, actors.failure(item_id, f"extract:{feat}", None, _ray_error(e)), 0.0))]
 
     def fail(self, feat: str, record: dict[str, Any]) -> None:
         self.report.counts[feat]["failed"] += 1
@@ -308,7 +387,7 @@ class _Runner:
             "extract_seconds": round(secs, 4), "decode_seconds": round(meta["seconds"][spec.extractor.input_kind], 4),
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
-            attrs["missing_s"] = meta["missing"][spec.extractor.input_kind]
+            attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
         started = stages.clock()
         try:
             self.writer.commit(feat, item.id, rows, attrs)
@@ -318,6 +397,28 @@ class _Runner:
         self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
         self.report.counts[feat]["done"] += 1
         self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
+
+
+def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,
+               gpus: int) -> dict[str, tuple[dict[str, Any], int, str, int | None]]:
+    """feature -> (Ray options, number of actors, device, torch threads) of its model actors.
+
+    With GPUs: `actors_per_gpu` actors of each GPU feature per GPU (default 1), all of them sharing each GPU
+    in equal fractions. On a CPU-only machine the GPU features' actors reserve no CPU (decode tasks keep
+    theirs) and split the cores between them (`model_threads` each, default cores ÷ such features): more
+    threads than cores made every stage slower (docs/design.md). CPU features: `cpu_actors` of 1 CPU."""
+    gpu_feats = sorted(f for f in features if specs[f].extractor.uses_gpu)
+    per_gpu = {f: config.actors_per_gpu.get(f, 1) for f in gpu_feats}
+    threads = config.model_threads or max(1, cpus // max(1, len(gpu_feats)))
+    plan = {}
+    for feat in sorted(features):
+        if feat in gpu_feats and gpus:
+            plan[feat] = {"num_gpus": 1 / sum(per_gpu.values()), "num_cpus": 1}, gpus * per_gpu[feat], "cuda", None
+        elif feat in gpu_feats:
+            plan[feat] = {"num_cpus": 0}, 1, "cpu", threads
+        else:
+            plan[feat] = {"num_cpus": 1}, config.cpu_actors or max(1, cpus // 2), "cpu", 1
+    return plan
 
 
 class WorkerLost(RuntimeError):
