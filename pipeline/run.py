@@ -335,13 +335,18 @@ class _Runner:
         """Close a (feature, item) pair: commit its rows (joined from its segments) or record its failure."""
         pair = self.pairs.pop((feat, item_id))
         if failed is None:
+            kind = self.specs[feat].extractor.input_kind
+            path = decode.source_path(self.items[item_id], kind)
             try:
                 rows = self.specs[feat].extractor.join([pair.rows[k] for k in sorted(pair.rows)],
                                                        self.specs[feat].config)
             except Exception as e:
-                failed = actors.failure(item_id, f"extract:{feat}", decode.source_path(
-                    self.items[item_id], self.specs[feat].extractor.input_kind), e)
+                failed = actors.failure(item_id, f"extract:{feat}", path, e)
             else:
+                if pair.segments > 1 and not len(rows.intervals):  # as decoding it in one piece would have said
+                    failed = actors.failure(item_id, f"decode:{kind}", path, decode.InputError(
+                        f"{path}: no frame could be decoded in any of its {pair.segments} segments"))
+            if failed is None:
                 self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds)
         if failed is not None:
             self.fail(feat, failed)

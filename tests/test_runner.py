@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from extractors.base import FeatureRows
 from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import FacesConfig, MTCNNFaces
+from manifests.records import MediaItem
 from pipeline.config import RunConfig
 from pipeline.decode import decode_frames
-from pipeline.run import _Runner, _Unit, actor_plan, run_extract
+from pipeline.run import RunReport, _Pair, _Runner, _Unit, actor_plan, run_extract
 from store.reader import open_store
 
 
@@ -68,6 +70,22 @@ def test_no_batch_waits_while_under_both_limits() -> None:
     r.waiting["frames"].append(_Unit("b", None, 3, 800))  # together over the byte limit: "a" goes alone
     r.dispatch(flush=False)
     assert actor.calls == [["a"]]
+
+
+def test_a_video_whose_every_segment_lost_its_frames_fails() -> None:
+    """In one piece such a video fails with "no frame could be decoded"; in segments, each segment is merely
+    empty (its seconds missing), so the joined pair must fail the same way instead of committing no rows."""
+    r, _ = runner()
+    r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
+    r.items = {"v": MediaItem(id="v", dataset="tiny", video=Path("/raw/v.mp4"))}
+    r.todo, r.meta, r.bar = {"v": ["frames"]}, {"v": {}}, SimpleNamespace(update=lambda n: None)
+    empty = FeatureRows(np.zeros((0, 2208), np.float32), np.zeros((0, 2), np.float64))
+    r.pairs = {("frames", "v"): _Pair(segments=3, rows=dict.fromkeys(range(3), empty))}
+    r.finish("frames", "v")
+    assert r.report.counts["frames"]["failed"] == 1 and r.report.counts["frames"]["done"] == 0
+    (failure,) = r.report.failures
+    assert failure["stage"] == "decode:frames" and failure["file"] == "/raw/v.mp4"
+    assert "no frame could be decoded in any of its 3 segments" in failure["error"]
 
 
 def seg_config(**extra: Any) -> RunConfig:
