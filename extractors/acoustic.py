@@ -220,11 +220,12 @@ def grow_voicing(
     if cfg.grow_rows == 0:
         return f0, voiced
     n = voiced.size
+    fresh = voiced.copy()  # rows whose neighbours have not been tried from them yet (a failed try would fail again)
     for _ in range(cfg.grow_rows):
         left = np.zeros(n, bool)
-        left[1:] = voiced[:-1]
+        left[1:] = fresh[:-1]
         right = np.zeros(n, bool)
-        right[:-1] = voiced[1:]
+        right[:-1] = fresh[1:]
         rows = np.flatnonzero(~voiced & loud & (left | right))
         if rows.size == 0:
             break
@@ -243,6 +244,8 @@ def grow_voicing(
             break
         voiced[rows[ok]] = True
         f0[rows[ok]] = new_f0[ok]
+        fresh[:] = False
+        fresh[rows[ok]] = True
     return f0, voiced
 
 
