@@ -67,7 +67,10 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         block = block[: n * acoustic.HOP]
         f0 = timed("f0 (DIO + StoneMask)" if cfg.f0_method == "dio" else "f0 (Harvest)", acoustic.f0_rows, block, n, cfg)
         x_hp = timed("high-pass", glottal.highpass, block, FS_HZ)
-        voiced = timed("voicing (RMS gate + NCCF)", acoustic.voicing, block, x_hp, f0, cfg)
+        floor = timed("voicing (RMS gate + NCCF)", acoustic.relative_floor_dbfs, block, n, cfg)
+        voiced = timed("voicing (RMS gate + NCCF)", acoustic.voicing, block, x_hp, f0, cfg, floor)
+        loud = timed("voiced runs grown (NCCF)", acoustic.loud_rows, block, n, cfg, floor)
+        f0, voiced = timed("voiced runs grown (NCCF)", acoustic.grow_voicing, x_hp, f0, voiced, loud, cfg)
         if cfg.f0_refine:
             f0 = timed("F0 refinement (NCCF peak)", acoustic.refine_f0, x_hp, f0, voiced, cfg)
         timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)

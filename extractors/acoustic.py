@@ -30,6 +30,7 @@ from typing import Literal
 import librosa
 import numpy as np
 from pydantic import Field, model_validator
+from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
 from extractors import glottal
@@ -40,6 +41,7 @@ HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
 PEAK_SLOPE_WINDOW_S = 0.04
 F0_REFINE_PERIODS = 3.0  # refinement segment in tracked periods: chosen on LF vowels (2, 2.5, 3, 3.5 measured)
+GROW_SEARCH = 0.06  # a row grown from its neighbour may differ from it by up to 6 % in period (1 semitone per 10 ms)
 F0_REFINE_STEPS = 2  # how far (samples) the refined period may move from the tracked one
 GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
 
@@ -52,9 +54,17 @@ class CovarepConfig(ExtractorConfig):
     f0_floor_hz: float = Field(60.0, gt=30.0)
     f0_ceil_hz: float = Field(500.0, le=1000.0)
     silence_dbfs: float = -60.0  # rows quieter than this (25 ms RMS re full scale) are unvoiced
+    # ... and rows more than this many dB below the loudest row within +-relative_window_s (Praat's silence
+    # threshold, 0.03 of the peak; None = the absolute floor alone, version 5's behaviour). Keeps low steady sounds
+    # in pauses (mains hum at 100/120 Hz, a fan, distant music) from being voiced.
+    relative_silence_db: float | None = Field(30.0, gt=0.0)
+    relative_window_s: float = Field(5.0, gt=0.0)
     # a row is voiced only if the signal repeats itself one tracked period later: normalised cross-correlation at
     # the period >= this (0.45 is Praat's default voicing threshold; 0 keeps every row the tracker calls voiced)
     voicing_nccf: float = Field(0.45, ge=0.0, lt=1.0)
+    # voiced runs grow by up to this many rows on each side into loud rows the tracker left unvoiced, where the
+    # signal repeats itself at the neighbour's period (grow_voicing; 0 = off, version 5's behaviour)
+    grow_rows: int = Field(50, ge=0)
     f0_refine: bool = True  # voiced rows' F0 from the cross-correlation peak at sub-sample precision (refine_f0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
@@ -176,13 +186,80 @@ def refine_f0(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Covarep
     return out
 
 
-def voicing(x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
-    """Voiced rows: F0 inside [floor, ceiling], 25 ms RMS above silence_dbfs, periodic at the tracked period."""
-    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & (rms_dbfs(x, f0.size) > cfg.silence_dbfs)
+def voicing(
+    x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | float | None = None
+) -> np.ndarray:
+    """Voiced rows: F0 inside [floor, ceiling], 25 ms RMS above silence_dbfs and above `floor_dbfs` (per row: the
+    relative gate of `relative_floor_dbfs`, computed on the whole clip), periodic at the tracked period."""
+    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & loud_rows(x, f0.size, cfg, floor_dbfs)
     if cfg.voicing_nccf > 0:
         rows = np.flatnonzero(voiced)
         voiced[rows] = periodicity(x_hp, f0, rows) >= cfg.voicing_nccf
     return voiced
+
+
+def loud_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig, floor_dbfs: np.ndarray | float | None) -> np.ndarray:
+    """Rows whose 25 ms RMS is above silence_dbfs and above `floor_dbfs` (the relative gate)."""
+    floor = cfg.silence_dbfs if floor_dbfs is None else np.maximum(cfg.silence_dbfs, floor_dbfs)
+    return rms_dbfs(x, n_rows) > floor
+
+
+def grow_voicing(
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, loud: np.ndarray, cfg: CovarepConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Voiced runs extended row by row into loud rows the tracker left unvoiced: a row next to a voiced one is
+    voiced when the signal repeats itself (NCCF >= voicing_nccf) at a lag within GROW_SEARCH of the neighbour's
+    period; its F0 is that lag's (refined later with the others).
+
+    Why: DIO decides voicing from the fundamental; where the microphone or the channel weakens it (headsets,
+    phone-like recordings) DIO returns 0 on most voiced rows (phonlab's example recordings: voicing F1 vs Praat
+    0.35-0.67 on the weakest), while the waveform still repeats itself at the period of the neighbouring rows.
+    Only rows next to rows the tracker and the NCCF test both accepted are tried, one row per step, so noise,
+    hum below the relative gate and isolated periodic sounds stay as they were."""
+    f0, voiced = f0.copy(), voiced.copy()
+    if cfg.grow_rows == 0:
+        return f0, voiced
+    n = voiced.size
+    fresh = voiced.copy()  # rows whose neighbours have not been tried from them yet (a failed try would fail again)
+    for _ in range(cfg.grow_rows):
+        left = np.zeros(n, bool)
+        left[1:] = fresh[:-1]
+        right = np.zeros(n, bool)
+        right[:-1] = fresh[1:]
+        rows = np.flatnonzero(~voiced & loud & (left | right))
+        if rows.size == 0:
+            break
+        ref = np.where(left[rows], f0[np.maximum(rows - 1, 0)], f0[np.minimum(rows + 1, n - 1)])
+        lag = np.round(FS_HZ / ref).astype(int)
+        reach = np.ceil(GROW_SEARCH * lag).astype(int)
+        offsets = tuple(range(-int(reach.max()), int(reach.max()) + 1))
+        r = nccf(x_hp, rows, lag, np.maximum(2 * lag, HOP), offsets)
+        r[np.abs(np.array(offsets))[None] > reach[:, None]] = -1.0
+        best = r.argmax(axis=1)
+        new_f0 = FS_HZ / (lag + np.array(offsets)[best])
+        ok = (r[np.arange(rows.size), best] >= cfg.voicing_nccf) & (new_f0 >= cfg.f0_floor_hz) & (
+            new_f0 <= cfg.f0_ceil_hz
+        )
+        if not ok.any():
+            break
+        voiced[rows[ok]] = True
+        f0[rows[ok]] = new_f0[ok]
+        fresh[:] = False
+        fresh[rows[ok]] = True
+    return f0, voiced
+
+
+def relative_floor_dbfs(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray | None:
+    """Per row: the loudest 25 ms RMS within +-relative_window_s, minus relative_silence_db (None when off).
+
+    Praat's silence threshold works the same way against the whole sound's peak; a window keeps a loud laugh a
+    minute away from silencing a quiet speaker. Computed on the whole clip before it is cut into blocks, so rows do
+    not depend on the block size."""
+    if cfg.relative_silence_db is None:
+        return None
+    half = round(cfg.relative_window_s / HOP_S)
+    loudest = maximum_filter1d(rms_dbfs(x, n_rows), size=2 * half + 1, mode="nearest")
+    return loudest - cfg.relative_silence_db
 
 
 def rms_dbfs(x: np.ndarray, n_rows: int, win: int = 400) -> np.ndarray:
@@ -260,15 +337,28 @@ def peak_slope_rows(x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.nda
     return np.where(rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, glottal.peak_slope(x_hp, n_rows, HOP), np.nan)
 
 
-def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
-    """(len(x) // HOP, D) rows for one block whose first sample sits on a row boundary."""
-    n_rows = x.size // HOP
-    x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
+def track(
+    x: np.ndarray, x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(F0 in Hz, 0 where the tracker gave none; voiced mask) of a block: tracker, voicing decision, grown runs,
+    refinement. `floor_dbfs` as in analyse_block."""
     f0 = f0_rows(x, n_rows, cfg)
-    x_hp = glottal.highpass(x, FS_HZ)
-    voiced = voicing(x, x_hp, f0, cfg)
+    if floor_dbfs is None:
+        floor_dbfs = relative_floor_dbfs(x, n_rows, cfg)
+    voiced = voicing(x, x_hp, f0, cfg, floor_dbfs)
+    f0, voiced = grow_voicing(x_hp, f0, voiced, loud_rows(x, n_rows, cfg, floor_dbfs), cfg)
     if cfg.f0_refine:
         f0 = refine_f0(x_hp, f0, voiced, cfg)
+    return f0, voiced
+
+
+def analyse_block(x: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None) -> np.ndarray:
+    """(len(x) // HOP, D) rows for one block whose first sample sits on a row boundary; `floor_dbfs`: the block's
+    rows of `relative_floor_dbfs` (computed on the whole clip; None = computed on this block alone)."""
+    n_rows = x.size // HOP
+    x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
+    x_hp = glottal.highpass(x, FS_HZ)
+    f0, voiced = track(x, x_hp, n_rows, cfg, floor_dbfs)
     cols = glottal_rows(x_hp, f0, voiced, cfg)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
@@ -281,7 +371,7 @@ def analyse_block(x: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "5"
+    version = "6"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False
@@ -309,10 +399,12 @@ class Covarep(Extractor[CovarepConfig]):
         padded[: min(padded.size, samples.size)] = samples[: padded.size]
         features = np.empty((n_rows, len(self.columns(self.config))))
         step, margin = round(self.config.block_s / HOP_S), round(self.config.block_margin_s / HOP_S)
+        floor_dbfs = relative_floor_dbfs(padded, n_rows, self.config)
         for r0 in range(0, n_rows, step):
             r1 = min(n_rows, r0 + step)
             a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
-            features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config)[r0 - a : r1 - a]
+            block_floor = None if floor_dbfs is None else floor_dbfs[a:b]
+            features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config, block_floor)[r0 - a : r1 - a]
         if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
             features[:, self.columns(self.config).index("peak_slope")] = np.nan
         intervals = rate_intervals(n_rows, FS_HZ / HOP, x.duration_s)  # from integers: no float-noise overlaps
