@@ -8,11 +8,12 @@ References, fixed before looking at our output (docs/acoustic.md, "Real speech")
   larger (the closing phase is the EGG's steepest slope), after a 40 Hz high-pass, above 20 % of the 99.5th
   percentile, at least 1/600 s apart, refined to sub-sample by a parabola through three samples. EGG F0 of a row =
   3 / time spanned by 3 EGG cycles: the cycle (GCI to next GCI) containing the row centre and one each side; none
-  where one of them is longer than 1 / f0 floor (a gap, not a cycle). Per-cycle periods from the laryngograph are
-  the usual pitch reference (Bagshaw's FDA database, Keele, PTDB-TUG); 3 cycles because a row's F0 is a local mean
-  (3 periods is the shortest window of Praat's and of our refinement) and cycle-to-cycle jitter would otherwise
-  set the figure; counted in cycles, not ms, so that creak's long periods still give a reference. Version 5's
-  reference (cycles within +-10 ms, >= 3 GCIs) left most creak without one (docs/acoustic.md, "EGG reference").
+  where one of them is longer than 1 / f0 floor (a gap, not a cycle). Laryngograph pitch references are built from
+  the EGG's own cycles (Bagshaw et al. 1993, FDA: one F0 per cycle; Keele, Plante et al. 1995, and PTDB-TUG, Pirker et
+  al. 2011: a short-window tracker on the laryngograph); 3 cycles because a row's F0 is a local mean over a few periods
+  (ours: 3 tracked periods) and one cycle's period carries jitter no row-rate tracker follows; counted in cycles, not
+  ms, so that creak's long periods still give a reference. Chosen on these grounds, not on the figures; the
+  alternatives measured (1 cycle; +-10 ms) are in docs/acoustic.md, "EGG F0 reference and creak".
 - Our GCIs lag the EGG's by the sound's travel from larynx to microphone: the constant is taken out as the median
   offset (reported), then each EGG GCI inside our voiced runs is matched to our nearest GCI. The EGG F0 is read at
   row centre - that delay (the larynx time of what the microphone hears at the row centre).
