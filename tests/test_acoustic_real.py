@@ -7,7 +7,13 @@ References, fixed before looking at our output (docs/acoustic.md, "Real speech")
 - EGG: glottal closure instants are the peaks of the EGG's derivative (dEGG) of the sign whose extreme peaks are
   larger (the closing phase is the EGG's steepest slope), after a 40 Hz high-pass, above 20 % of the 99.5th
   percentile, at least 1/600 s apart, refined to sub-sample by a parabola through three samples. EGG F0 of a row =
-  (cycles - 1) / time spanned by the EGG GCIs within +-10 ms of the row centre (at least 3 GCIs, no gap > 20 ms).
+  3 / time spanned by 3 EGG cycles: the cycle (GCI to next GCI) containing the row centre and one each side; none
+  where one of them is longer than 1 / f0 floor (a gap, not a cycle). Laryngograph pitch references are built from
+  the EGG's own cycles (Bagshaw et al. 1993, FDA: one F0 per cycle; Keele, Plante et al. 1995, and PTDB-TUG, Pirker et
+  al. 2011: a short-window tracker on the laryngograph); 3 cycles because a row's F0 is a local mean over a few periods
+  (ours: 3 tracked periods) and one cycle's period carries jitter no row-rate tracker follows; counted in cycles, not
+  ms, so that creak's long periods still give a reference. Chosen on these grounds, not on the figures; the
+  alternatives measured (1 cycle; +-10 ms) are in docs/acoustic.md, "EGG F0 reference and creak".
 - Our GCIs lag the EGG's by the sound's travel from larynx to microphone: the constant is taken out as the median
   offset (reported), then each EGG GCI inside our voiced runs is matched to our nearest GCI. The EGG F0 is read at
   row centre - that delay (the larynx time of what the microphone hears at the row centre).
@@ -78,14 +84,16 @@ def egg_gcis_s(path: Path) -> np.ndarray:
     return (peaks + 0.5 + 0.5 * (a - c) / (a - 2 * b + c)) / rate  # +0.5: diff sits between samples
 
 
-def cycle_f0(gcis_s: np.ndarray, times_s: np.ndarray, half_s: float = 0.01) -> np.ndarray:
-    """(cycles - 1) / span of the GCIs within +-half_s of each time; NaN with < 3 GCIs or a gap > 20 ms."""
+def cycle_f0(gcis_s: np.ndarray, times_s: np.ndarray, floor_hz: float = 60.0) -> np.ndarray:
+    """3 / span of the 3 EGG cycles centred on the cycle containing each time; NaN at the ends or where one of
+    the 3 is longer than 1 / floor_hz (a gap in voicing, not a cycle)."""
     out = np.full(times_s.size, np.nan)
-    lo, hi = np.searchsorted(gcis_s, times_s - half_s), np.searchsorted(gcis_s, times_s + half_s, side="right")
-    for i, (a, b) in enumerate(zip(lo, hi, strict=True)):
-        g = gcis_s[a:b]
-        if g.size >= 3 and np.diff(g).max() < 0.02:
-            out[i] = (g.size - 1) / (g[-1] - g[0])
+    k = np.searchsorted(gcis_s, times_s, side="right") - 1  # gcis_s[k] <= t < gcis_s[k + 1]
+    ok = (k >= 1) & (k + 2 < gcis_s.size)
+    k = k[ok]
+    cycles = np.stack([gcis_s[k + j + 1] - gcis_s[k + j] for j in (-1, 0, 1)])
+    span = gcis_s[k + 2] - gcis_s[k - 1]
+    out[np.flatnonzero(ok)] = np.where(cycles.max(axis=0) <= 1 / floor_hz, 3 / span, np.nan)
     return out
 
 
@@ -165,13 +173,17 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
 
     # F0: the row centre heard at the microphone was produced at the larynx `delay` earlier (the sung vowel's
     # vibrato moves F0 by up to ~25 cents per 10 ms, so 1.5 ms matter: version 4 read 3.47 cents unaligned, 3.04 aligned)
-    truth = cycle_f0(egg, row_centres_s(n) - delay)
+    truth = cycle_f0(egg, row_centres_s(n) - delay, cfg.f0_floor_hz)
     both = voiced & np.isfinite(truth)
     err = cents(f0[both], truth[both])
-    # glottalized-m1: 7 rows (creak's periods are too long for 3 EGG cycles in +-10 ms elsewhere), one at 60 cents
-    # (version 4, aligned: 4.50 cents; version 5: 4.57, the same within one row's noise)
-    limit = 2.6 if name == "covarep_DB-cresc-a-D4-m1" else 5.0
-    assert np.mean(err > GROSS_CENTS) == 0 and np.median(err) <= limit, (np.median(err), both.sum())
+    # acceptance: <= 3 cents. DB-cresc (6.3 s sung vowel): 590 rows, 2.23 cents (version 5 against the +-10 ms
+    # reference: 2.16 on 591 rows; Praat 2.66, was 2.35). glottalized-m1 is 0.26 s long: 13 EGG cycles, a reference on
+    # 10 rows, all 7 rows we call voiced have one: 2.29 cents (the +-10 ms reference: 4.57; Praat 2.65 on 6 rows)
+    rows = 500 if name == "covarep_DB-cresc-a-D4-m1" else 7
+    assert both.sum() >= rows, both.sum()
+    assert np.mean(err > GROSS_CENTS) == 0 and np.median(err) <= 3.0, (np.median(err), both.sum())
+    if name == "covarep_DB-cresc-a-D4-m1":
+        assert np.median(err) <= 2.6, np.median(err)
 
 
 @pytest.mark.parametrize("hum_hz", [100.0, 120.0])
