@@ -58,6 +58,9 @@ class CovarepConfig(ExtractorConfig):
     f0_refine: bool = True  # voiced rows' F0 from the cross-correlation peak at sub-sample precision (refine_f0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
+    # vocal-tract inverse filter for the glottal columns: IAIF, or quasi-closed-phase weighted LP (QCP) whose weights
+    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "Version 6")
+    inverse_filter: Literal["iaif", "qcp"] = "iaif"
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -221,7 +224,14 @@ def glottal_flow(
     dg = glottal.inverse_filter(x_hp, a_vt, HOP)
     polarity = glottal.polarity(dg, centres[voiced], FS_HZ)
     dg *= polarity
-    return dg, glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ), polarity
+    gcis = glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ)
+    if cfg.inverse_filter == "qcp" and gcis.size >= 2:
+        weight = glottal.ame_weight(x_hp.size, gcis, 1.2 * FS_HZ / cfg.f0_floor_hz)
+        # QCP's weights need GCIs: those found on IAIF's flow derivative (re-detecting them on QCP's output moved
+        # NAQ by <= 4 points on the LF vowels and costs another pass: not done)
+        a_vt[near_voiced] = glottal.qcp_filters(x_hp, centres[near_voiced], weight, FS_HZ)
+        dg = polarity * glottal.inverse_filter(x_hp, a_vt, HOP)
+    return dg, gcis, polarity
 
 
 def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
