@@ -154,6 +154,7 @@ def test_gcis_match_lf_closures() -> None:
 
 
 VOWEL_E = ((530, 60), (1840, 100), (2480, 120), (3400, 175), (4500, 250))
+VOWEL_U = ((300, 60), (870, 100), (2240, 120), (3400, 175), (4500, 250))
 
 
 @pytest.mark.parametrize("formants", [None, VOWEL_E], ids=["a", "e"])
@@ -280,6 +281,40 @@ def test_lpc_rows_solve_the_normal_equations(order: int) -> None:
     for row, frame in zip(a, frames * np.hanning(400), strict=True):
         r = np.correlate(frame, frame, "full")[399 : 400 + order]
         np.testing.assert_allclose(row, np.r_[1.0, solve_toeplitz(r[:order], -r[1:])], rtol=0, atol=1e-7)
+
+
+def test_wlp_rows_solve_the_weighted_least_squares() -> None:
+    """Weighted LP == lstsq on the explicitly weighted lagged matrix; with unit weights == autocorrelation LPC."""
+    rng = np.random.default_rng(7)
+    order, n = 12, 300
+    frames, weights = rng.standard_normal((4, n)), rng.uniform(1e-5, 1.0, (4, n + order))
+    a = glottal.wlp_rows(frames, weights, order)
+    for row, frame, w in zip(a, frames * np.hanning(n), weights, strict=True):
+        lagged = np.stack([np.r_[np.zeros(k), frame, np.zeros(order - k)] for k in range(order + 1)], axis=1)
+        sw = np.sqrt(w)[:, None]
+        coef = np.linalg.lstsq(lagged[:, 1:] * sw, -lagged[:, 0] * sw[:, 0], rcond=None)[0]
+        np.testing.assert_allclose(row, np.r_[1.0, coef], rtol=0, atol=1e-6)
+    ones = glottal.wlp_rows(frames, np.ones((4, n + order)), order)
+    np.testing.assert_allclose(ones, glottal.lpc_rows(frames, order), rtol=0, atol=1e-6)
+
+
+def test_ame_weight_attenuates_each_closure() -> None:
+    """AME weight: d from (PQ + DQ) of a cycle to PQ of the next (ramps excluded), 1 in between and off cycles."""
+    gcis = np.array([300, 400, 500, 600])
+    w = glottal.ame_weight(900, gcis, 150.0, dq=0.7, pq=0.1, d=1e-5, ramp=3)
+    for g in (200, *gcis):  # the cycle before the first GCI and after the last take their neighbour's period
+        assert np.all(w[g + 13 : g + 77] == 1.0) and np.all(w[g + 80 : g + 100] == 1e-5), g
+        assert np.all(w[g : g + 10] == 1e-5) and 1e-5 < w[g + 10] < w[g + 11] < w[g + 12] < 1.0, g  # ramp up
+    assert np.all(w[:200] == 1.0) and np.all(w[700:] == 1.0)  # no cycle near: plain LP
+
+
+@pytest.mark.parametrize("rd", [0.5, 0.9])
+def test_qcp_recovers_naq_of_close_vowel(rd: float) -> None:
+    """/u/ (F1 300 Hz) at 220 Hz: IAIF's tract fit takes F1 for the source (NAQ +229 %, +45 %); QCP is within 20 %."""
+    voice = synth_vowel(1.0, lambda t: 220 * (1 + 0.05 * t), rd, formants=VOWEL_U)
+    est = np.nanmedian(run(voice.speech, CovarepConfig(inverse_filter="qcp"))["naq"][10:90])
+    true_naq = float(np.median(naq_per_period(voice)))
+    assert abs(est / true_naq - 1) <= 0.2, (est, true_naq)
 
 
 def test_inverse_filter_matches_per_sample_loop() -> None:
