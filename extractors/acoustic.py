@@ -61,6 +61,9 @@ class CovarepConfig(ExtractorConfig):
     # vocal-tract inverse filter for the glottal columns: IAIF, or quasi-closed-phase weighted LP (QCP) whose weights
     # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "Version 6")
     inverse_filter: Literal["iaif", "qcp"] = "iaif"
+    # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
+    # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5)
+    harmonic_filter: Literal["gfm", "same"] = "gfm"
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -256,6 +259,14 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
         out["mdq"] = glottal.to_rows(
             gcis.astype(float), glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz), n_rows, HOP, max_dist
         )
+    if cfg.harmonic_filter == "gfm":
+        near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
+        near_voiced[1:] |= voiced[:-1]
+        near_voiced[:-1] |= voiced[1:]
+        centres = np.arange(n_rows) * HOP + HOP // 2
+        a_gfm = np.tile(np.eye(1, 2 * round(FS_HZ / 2000) + 5), (n_rows, 1))
+        a_gfm[near_voiced] = glottal.gfm_filters(x_hp, centres[near_voiced], FS_HZ, cfg.iaif_leak)
+        dg = glottal.inverse_filter(x_hp, a_gfm, HOP)  # harmonic magnitudes: polarity does not matter
     harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ)
     for name, values in harm.items():
         out[name][voiced] = values

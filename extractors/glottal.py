@@ -102,6 +102,23 @@ def iaif_filters(
     return lpc_rows(y, p_vt, lpc_method)
 
 
+def gfm_filters(x_hp: np.ndarray, centres: np.ndarray, fs: int, leak: float, n_gl: int = 3) -> np.ndarray:
+    """Vocal-tract inverse filters (F, p_vt+1) by the first ("gross") stage of GFM-IAIF (Perrotin & McLoughlin,
+    ICASSP 2019): on the lip-radiation-cancelled (leakily integrated) 32 ms frame, the glottis is modelled as n_gl
+    cascaded 1st-order LPCs (glottal formant and spectral tilt; IAIF takes one), then the vocal tract is the order
+    p_vt LPC of the frame with that glottis cancelled. The paper's second ("fine") glottis/tract pass was measured
+    and not kept (docs/acoustic.md, "Version 6")."""
+    p_vt = 2 * round(fs / 2000) + 4
+    length = round(IAIF_FRAME_S * fs)
+    gv = lfilter([1.0], [1.0, -leak], x_hp)
+    ext = windows(gv, centres - length // 2 - n_gl, length + n_gl)
+    ag = lpc_rows(ext[:, n_gl:], 1)
+    for _ in range(n_gl - 1):  # cancel the current glottis estimate, fit one more pole, cascade (polynomial product)
+        a1 = lpc_rows(_fir_rows(ag, ext[:, n_gl - ag.shape[1] + 1 :]), 1)[:, 1:]
+        ag = np.pad(ag, ((0, 0), (0, 1))) + a1 * np.pad(ag, ((0, 0), (1, 0)))
+    return lpc_rows(_fir_rows(ag, ext), p_vt)
+
+
 # Quasi-closed-phase analysis (Airaksinen, Raitio, Story & Alku, IEEE/ACM TASLP 22(3), 2014): the attenuated-main-
 # excitation (AME) weight is 1 from QCP_PQ to QCP_PQ + QCP_DQ of each glottal cycle after its GCI (linear ramps of
 # QCP_RAMP samples at both ends) and QCP_D elsewhere, so the vocal-tract fit ignores the instants around each closure,
