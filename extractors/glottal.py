@@ -112,11 +112,15 @@ def gfm_filters(x_hp: np.ndarray, centres: np.ndarray, fs: int, leak: float, n_g
     length = round(IAIF_FRAME_S * fs)
     gv = lfilter([1.0], [1.0, -leak], x_hp)
     ext = windows(gv, centres - length // 2 - n_gl, length + n_gl)
+
+    def fir(a: np.ndarray) -> np.ndarray:  # row-wise FIR of a few taps: shifted multiply-adds beat a thin matmul
+        return sum(a[:, k, None] * ext[:, n_gl - k : n_gl - k + length] for k in range(a.shape[1]))
+
     ag = lpc_rows(ext[:, n_gl:], 1)
     for _ in range(n_gl - 1):  # cancel the current glottis estimate, fit one more pole, cascade (polynomial product)
-        a1 = lpc_rows(_fir_rows(ag, ext[:, n_gl - ag.shape[1] + 1 :]), 1)[:, 1:]
+        a1 = lpc_rows(fir(ag), 1)[:, 1:]
         ag = np.pad(ag, ((0, 0), (0, 1))) + a1 * np.pad(ag, ((0, 0), (1, 0)))
-    return lpc_rows(_fir_rows(ag, ext), p_vt)
+    return lpc_rows(fir(ag), p_vt)
 
 
 # Quasi-closed-phase analysis (Airaksinen, Raitio, Story & Alku, IEEE/ACM TASLP 22(3), 2014): the attenuated-main-
