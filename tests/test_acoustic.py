@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 from scipy.linalg import solve_toeplitz
-from scipy.signal import convolve
+from scipy.signal import convolve, lfilter
 
 from extractors import glottal
 from extractors.acoustic import (
@@ -296,6 +296,28 @@ def test_wlp_rows_solve_the_weighted_least_squares() -> None:
         np.testing.assert_allclose(row, np.r_[1.0, coef], rtol=0, atol=1e-6)
     ones = glottal.wlp_rows(frames, np.ones((4, n + order)), order)
     np.testing.assert_allclose(ones, glottal.lpc_rows(frames, order), rtol=0, atol=1e-6)
+
+
+def test_gfm_filters_match_a_per_frame_reference() -> None:
+    """GFM first stage == per frame: integrate, three cascaded 1st-order LPCs (np.convolve), cancel them (lfilter with
+    the frame's past), order-20 LPC; each LPC the Toeplitz solve of np.correlate on the Hann-windowed frame."""
+
+    def lpc(frame: np.ndarray, order: int) -> np.ndarray:
+        w = frame * np.hanning(frame.size)
+        r = np.correlate(w, w, "full")[w.size - 1 : w.size + order]
+        return np.r_[1.0, solve_toeplitz(r[:order], -r[1:])]
+
+    x = np.random.default_rng(9).standard_normal(4000)
+    centres, length = np.array([600, 1777, 3000]), round(glottal.IAIF_FRAME_S * 16000)
+    got = glottal.gfm_filters(x, centres, 16000, 0.99)
+    gv = lfilter([1.0], [1.0, -0.99], x)
+    for row, c in zip(got, centres, strict=True):
+        lo = c - length // 2
+        ag = lpc(gv[lo : lo + length], 1)
+        for _ in range(2):
+            ag = np.convolve(ag, lpc(lfilter(ag, [1.0], gv[lo - 3 : lo + length])[3:], 1))
+        ref = lpc(lfilter(ag, [1.0], gv[lo - 3 : lo + length])[3:], 20)
+        np.testing.assert_allclose(row, ref, rtol=0, atol=1e-6)
 
 
 def test_ame_weight_attenuates_each_closure() -> None:
