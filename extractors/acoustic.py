@@ -59,7 +59,7 @@ class CovarepConfig(ExtractorConfig):
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     # vocal-tract inverse filter for the glottal columns: IAIF, or quasi-closed-phase weighted LP (QCP) whose weights
-    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "Version 6")
+    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "QCP")
     inverse_filter: Literal["iaif", "qcp"] = "iaif"
     # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
     # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5)

@@ -129,7 +129,7 @@ def gfm_filters(x_hp: np.ndarray, centres: np.ndarray, fs: int, leak: float, n_g
 # where the glottal excitation (not the tract's ringing) dominates the prediction error. DQ, d and the ramp are the
 # paper's values; PQ 0.05 of its 0-0.1 (0.1 and 0 were measured worse on the LF vowels: docs).
 # The fit is made on the pre-emphasised (1 - z^-1) signal, as in the paper; without it the fit takes the glottal tilt
-# (docs/acoustic.md, "Version 6: QCP").
+# (docs/acoustic.md, "QCP").
 QCP_DQ, QCP_PQ, QCP_D, QCP_RAMP = 0.7, 0.05, 1e-5, 7
 
 
