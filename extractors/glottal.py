@@ -7,6 +7,9 @@ sample `j * hop + hop // 2` (the [j*10 ms, (j+1)*10 ms) rows of the store). Refe
   1992. Run per 32 ms frame (Hann window, autocorrelation LPC as MATLAB's `lpc`), vocal-tract order
   2*round(fs/2000)+4, glottal order 2*round(fs/4000), as in COVAREP; the frames' inverse filters are cross-faded
   between row centres.
+- GFM-IAIF (H1-H2 and HRF since version 6, first stage only): Perrotin & McLoughlin, "A spectral glottal flow model
+  for source-filter separation of speech", ICASSP 2019. QCP (option): Airaksinen, Raitio, Story & Alku,
+  "Quasi closed phase glottal inverse filtering analysis with weighted linear prediction", IEEE/ACM TASLP 22(3), 2014.
 - GCIs: Drugman, Thomas, Gudnason, Naylor & Dutoit, "Detection of glottal closure instants from speech signals: a
   quantitative review", IEEE TASLP 20(3), 2012 (SEDREAMS). SEDREAMS takes the residual peak inside intervals derived
   from a mean-based signal; here the intervals come from the F0 contour instead (the next GCI is searched in
