@@ -68,6 +68,12 @@ class CovarepConfig(ExtractorConfig):
     f0_refine: bool = True  # voiced rows' F0 from the cross-correlation peak at sub-sample precision (refine_f0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
+    # vocal-tract inverse filter for the glottal columns: IAIF, or quasi-closed-phase weighted LP (QCP) whose weights
+    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "QCP")
+    inverse_filter: Literal["iaif", "qcp"] = "iaif"
+    # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
+    # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5)
+    harmonic_filter: Literal["gfm", "same"] = "gfm"
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -298,7 +304,14 @@ def glottal_flow(
     dg = glottal.inverse_filter(x_hp, a_vt, HOP)
     polarity = glottal.polarity(dg, centres[voiced], FS_HZ)
     dg *= polarity
-    return dg, glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ), polarity
+    gcis = glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ)
+    if cfg.inverse_filter == "qcp" and gcis.size >= 2:
+        weight = glottal.ame_weight(x_hp.size, gcis, 1.2 * FS_HZ / cfg.f0_floor_hz)
+        # QCP's weights need GCIs: those found on IAIF's flow derivative (re-detecting them on QCP's output moved
+        # NAQ by <= 4 points on the LF vowels and costs another pass: not done)
+        a_vt[near_voiced] = glottal.qcp_filters(x_hp, centres[near_voiced], weight, FS_HZ)
+        dg = polarity * glottal.inverse_filter(x_hp, a_vt, HOP)
+    return dg, gcis, polarity
 
 
 def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
@@ -323,6 +336,24 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
         out["mdq"] = glottal.to_rows(
             gcis.astype(float), glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz), n_rows, HOP, max_dist
         )
+    if cfg.harmonic_filter == "gfm":
+        near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
+        near_voiced[1:] |= voiced[:-1]
+        near_voiced[:-1] |= voiced[1:]
+        centres = np.arange(n_rows) * HOP + HOP // 2
+        a_gfm = np.tile(np.eye(1, 2 * round(FS_HZ / 2000) + 5), (n_rows, 1))
+        # fitted on every second row (the rows between take their neighbours' mean): the 32 ms frames overlap by
+        # 22 ms, and on the LF vowels the summed H1-H2 / HRF errors moved by <= 0.3 dB; saves half the fits
+        fit = near_voiced.copy()
+        fit[1:] |= near_voiced[:-1]
+        fit[:-1] |= near_voiced[1:]
+        fit &= np.arange(n_rows) % 2 == 0
+        a_gfm[fit] = glottal.gfm_filters(x_hp, centres[fit], FS_HZ, cfg.iaif_leak)
+        mid = np.flatnonzero(near_voiced & ~fit)
+        lo, hi = fit[mid - 1, None], fit[np.minimum(mid + 1, n_rows - 1), None]
+        left, right = a_gfm[mid - 1], a_gfm[np.minimum(mid + 1, n_rows - 1)]
+        a_gfm[mid] = np.where(lo & hi, (left + right) / 2, np.where(lo, left, right))
+        dg = glottal.inverse_filter(x_hp, a_gfm, HOP)  # harmonic magnitudes: polarity does not matter
     harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ)
     for name, values in harm.items():
         out[name][voiced] = values

@@ -7,6 +7,9 @@ sample `j * hop + hop // 2` (the [j*10 ms, (j+1)*10 ms) rows of the store). Refe
   1992. Run per 32 ms frame (Hann window, autocorrelation LPC as MATLAB's `lpc`), vocal-tract order
   2*round(fs/2000)+4, glottal order 2*round(fs/4000), as in COVAREP; the frames' inverse filters are cross-faded
   between row centres.
+- GFM-IAIF (H1-H2 and HRF since version 6, first stage only): Perrotin & McLoughlin, "A spectral glottal flow model
+  for source-filter separation of speech", ICASSP 2019. QCP (option): Airaksinen, Raitio, Story & Alku,
+  "Quasi closed phase glottal inverse filtering analysis with weighted linear prediction", IEEE/ACM TASLP 22(3), 2014.
 - GCIs: Drugman, Thomas, Gudnason, Naylor & Dutoit, "Detection of glottal closure instants from speech signals: a
   quantitative review", IEEE TASLP 20(3), 2012 (SEDREAMS). SEDREAMS takes the residual peak inside intervals derived
   from a mean-based signal; here the intervals come from the F0 contour instead (the next GCI is searched in
@@ -100,6 +103,110 @@ def iaif_filters(
     a_gl = lpc_rows(g1, p_gl, lpc_method)  # 2nd pass: glottal contribution of order p_gl from the 1st flow estimate
     y = integrate(_fir_rows(a_gl, ext[:, p_vt - p_gl :]))
     return lpc_rows(y, p_vt, lpc_method)
+
+
+def gfm_filters(x_hp: np.ndarray, centres: np.ndarray, fs: int, leak: float, n_gl: int = 3) -> np.ndarray:
+    """Vocal-tract inverse filters (F, p_vt+1) by the first ("gross") stage of GFM-IAIF (Perrotin & McLoughlin,
+    ICASSP 2019): on the lip-radiation-cancelled (leakily integrated) 32 ms frame, the glottis is modelled as n_gl
+    cascaded 1st-order LPCs (glottal formant and spectral tilt; IAIF takes one), then the vocal tract is the order
+    p_vt LPC of the frame with that glottis cancelled. The paper's second ("fine") glottis/tract pass was measured
+    and not kept (docs/acoustic.md, "Version 6")."""
+    p_vt = 2 * round(fs / 2000) + 4
+    length = round(IAIF_FRAME_S * fs)
+    gv = lfilter([1.0], [1.0, -leak], x_hp)
+    ext = windows(gv, centres - length // 2 - n_gl, length + n_gl)
+
+    def fir(a: np.ndarray) -> np.ndarray:  # row-wise FIR of a few taps: shifted multiply-adds beat a thin matmul
+        return sum(a[:, k, None] * ext[:, n_gl - k : n_gl - k + length] for k in range(a.shape[1]))
+
+    ag = lpc_rows(ext[:, n_gl:], 1)
+    for _ in range(n_gl - 1):  # cancel the current glottis estimate, fit one more pole, cascade (polynomial product)
+        a1 = lpc_rows(fir(ag), 1)[:, 1:]
+        ag = np.pad(ag, ((0, 0), (0, 1))) + a1 * np.pad(ag, ((0, 0), (1, 0)))
+    return lpc_rows(fir(ag), p_vt)
+
+
+# Quasi-closed-phase analysis (Airaksinen, Raitio, Story & Alku, IEEE/ACM TASLP 22(3), 2014): the attenuated-main-
+# excitation (AME) weight is 1 from QCP_PQ to QCP_PQ + QCP_DQ of each glottal cycle after its GCI (linear ramps of
+# QCP_RAMP samples at both ends) and QCP_D elsewhere, so the vocal-tract fit ignores the instants around each closure,
+# where the glottal excitation (not the tract's ringing) dominates the prediction error. DQ, d and the ramp are the
+# paper's values; PQ 0.05 of its 0-0.1 (0.1 and 0 were measured worse on the LF vowels: docs).
+# The fit is made on the pre-emphasised (1 - z^-1) signal, as in the paper; without it the fit takes the glottal tilt
+# (docs/acoustic.md, "QCP").
+QCP_DQ, QCP_PQ, QCP_D, QCP_RAMP = 0.7, 0.05, 1e-5, 7
+
+
+def ame_weight(
+    n: int, gcis: np.ndarray, max_period: float, dq: float | None = None, pq: float | None = None,
+    d: float | None = None, ramp: int | None = None,
+) -> np.ndarray:  # fmt: skip
+    """AME weight per sample of a block of n samples: 1 where no glottal cycle is near (unvoiced: plain LP)."""
+    dq = QCP_DQ if dq is None else dq
+    pq = QCP_PQ if pq is None else pq
+    d = QCP_D if d is None else d
+    ramp = QCP_RAMP if ramp is None else ramp
+    w = np.ones(n)
+    if gcis.size < 2:
+        return w
+    periods = np.diff(gcis).astype(float)
+    ok = periods <= max_period
+    # each sample's cycle: the last GCI at or before it, its period the gap to the next GCI (or the previous gap
+    # for the last GCI of a run); the half period before a run's first GCI takes that cycle's period too
+    t = np.arange(n)
+    k = np.searchsorted(gcis, t, side="right") - 1
+    per = np.concatenate([[np.nan], np.where(ok, periods, np.nan), [np.nan]])  # per[k + 1] = period after gci k
+    after = per[k + 1]
+    before = per[np.clip(k, 0, None)]  # period ending at gci k (previous gap), for a run's last GCI
+    period = np.where(np.isfinite(after), after, before)
+    start = gcis[np.clip(k, 0, None)].astype(float)
+    ahead = per[np.clip(k + 2, 0, per.size - 1)]  # period after the next GCI
+    first = np.isfinite(ahead) & ~np.isfinite(period)  # before a run's first GCI: phase from the GCI ahead
+    nxt = gcis[np.clip(k + 1, 0, gcis.size - 1)]
+    period = np.where(first, ahead, period)
+    start = np.where(first, nxt - period, start)
+    phase_s = t - start  # samples since the cycle's GCI
+    near = np.isfinite(period) & (phase_s >= 0) & (phase_s < np.where(np.isfinite(period), period, 0))
+    lo, hi = pq * period, (pq + dq) * period
+    up = np.clip((phase_s - lo + 1) / (ramp + 1), 0, 1)
+    down = np.clip((hi - phase_s) / (ramp + 1), 0, 1)
+    w_cyc = d + (1 - d) * np.minimum(up, down)
+    w[near] = w_cyc[near]
+    return w
+
+
+def wlp_rows(frames: np.ndarray, weights: np.ndarray, order: int, chunk: int = 256) -> np.ndarray:
+    """Weighted LP polynomials (F, order+1): minimise sum_n w[n] e[n]^2 over n = 0 .. N+order-1 of each Hann-windowed
+    row (zero outside it), `weights` (F, N+order). The weighted covariance normal equations are built with one
+    batched matmul per chunk of rows and solved together; rows without signal get the identity filter."""
+    n = frames.shape[1]
+    win = frames * np.hanning(n)
+    out = np.zeros((len(win), order + 1))
+    out[:, 0] = 1.0
+    diag = np.arange(1, order + 1)
+    for i in range(0, len(win), chunk):
+        f = np.pad(win[i : i + chunk], ((0, 0), (order, order)))
+        y = np.lib.stride_tricks.sliding_window_view(f, n + order, axis=1)[:, ::-1]  # [F, k, n] = s[n - k]
+        yw = y * np.sqrt(weights[i : i + chunk])[:, None]
+        r = yw @ np.swapaxes(yw, 1, 2)  # (F, order+1, order+1)
+        r[:, diag, diag] *= 1 + 1e-9  # tiny white-noise correction, as in lpc_rows
+        r[:, diag, diag] += 1e-300
+        with np.errstate(all="ignore"):
+            out[i : i + chunk, 1:] = np.linalg.solve(r[:, 1:, 1:], -r[:, 1:, :1])[..., 0]
+    bad = ~np.all(np.isfinite(out), axis=1)
+    out[bad] = np.eye(1, order + 1)
+    return out
+
+
+def qcp_filters(
+    x_hp: np.ndarray, centres: np.ndarray, weight: np.ndarray, fs: int, order: int | None = None
+) -> np.ndarray:
+    """Vocal-tract inverse filters (F, order+1) by quasi-closed-phase weighted LP of the pre-emphasised signal,
+    32 ms frames centred at `centres`; `weight` is the AME function at absolute sample positions."""
+    p = order or 2 * round(fs / 2000) + 4
+    length = round(IAIF_FRAME_S * fs)
+    x_pe = np.diff(x_hp, prepend=x_hp[:1])
+    starts = centres - length // 2
+    return wlp_rows(windows(x_pe, starts, length), windows(weight, starts, length + p), p)
 
 
 def inverse_filter(x: np.ndarray, a_rows: np.ndarray, hop: int) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 from scipy.linalg import solve_toeplitz
-from scipy.signal import convolve
+from scipy.signal import convolve, lfilter
 
 from extractors import glottal
 from extractors.acoustic import (
@@ -200,6 +200,7 @@ def test_gcis_match_lf_closures() -> None:
 
 
 VOWEL_E = ((530, 60), (1840, 100), (2480, 120), (3400, 175), (4500, 250))
+VOWEL_U = ((300, 60), (870, 100), (2240, 120), (3400, 175), (4500, 250))
 
 
 @pytest.mark.parametrize("formants", [None, VOWEL_E], ids=["a", "e"])
@@ -328,6 +329,62 @@ def test_lpc_rows_solve_the_normal_equations(order: int) -> None:
         np.testing.assert_allclose(row, np.r_[1.0, solve_toeplitz(r[:order], -r[1:])], rtol=0, atol=1e-7)
 
 
+def test_wlp_rows_solve_the_weighted_least_squares() -> None:
+    """Weighted LP == lstsq on the explicitly weighted lagged matrix; with unit weights == autocorrelation LPC."""
+    rng = np.random.default_rng(7)
+    order, n = 12, 300
+    frames, weights = rng.standard_normal((4, n)), rng.uniform(1e-5, 1.0, (4, n + order))
+    a = glottal.wlp_rows(frames, weights, order)
+    for row, frame, w in zip(a, frames * np.hanning(n), weights, strict=True):
+        lagged = np.stack([np.r_[np.zeros(k), frame, np.zeros(order - k)] for k in range(order + 1)], axis=1)
+        sw = np.sqrt(w)[:, None]
+        coef = np.linalg.lstsq(lagged[:, 1:] * sw, -lagged[:, 0] * sw[:, 0], rcond=None)[0]
+        np.testing.assert_allclose(row, np.r_[1.0, coef], rtol=0, atol=1e-6)
+    ones = glottal.wlp_rows(frames, np.ones((4, n + order)), order)
+    np.testing.assert_allclose(ones, glottal.lpc_rows(frames, order), rtol=0, atol=1e-6)
+
+
+def test_gfm_filters_match_a_per_frame_reference() -> None:
+    """GFM first stage == per frame: integrate, three cascaded 1st-order LPCs (np.convolve), cancel them (lfilter with
+    the frame's past), order-20 LPC; each LPC the Toeplitz solve of np.correlate on the Hann-windowed frame."""
+
+    def lpc(frame: np.ndarray, order: int) -> np.ndarray:
+        w = frame * np.hanning(frame.size)
+        r = np.correlate(w, w, "full")[w.size - 1 : w.size + order]
+        return np.r_[1.0, solve_toeplitz(r[:order], -r[1:])]
+
+    x = np.random.default_rng(9).standard_normal(4000)
+    centres, length = np.array([600, 1777, 3000]), round(glottal.IAIF_FRAME_S * 16000)
+    got = glottal.gfm_filters(x, centres, 16000, 0.99)
+    gv = lfilter([1.0], [1.0, -0.99], x)
+    for row, c in zip(got, centres, strict=True):
+        lo = c - length // 2
+        ag = lpc(gv[lo : lo + length], 1)
+        for _ in range(2):
+            ag = np.convolve(ag, lpc(lfilter(ag, [1.0], gv[lo - 3 : lo + length])[3:], 1))
+        ref = lpc(lfilter(ag, [1.0], gv[lo - 3 : lo + length])[3:], 20)
+        np.testing.assert_allclose(row, ref, rtol=0, atol=1e-6)
+
+
+def test_ame_weight_attenuates_each_closure() -> None:
+    """AME weight: d from (PQ + DQ) of a cycle to PQ of the next (ramps excluded), 1 in between and off cycles."""
+    gcis = np.array([300, 400, 500, 600])
+    w = glottal.ame_weight(900, gcis, 150.0, dq=0.7, pq=0.1, d=1e-5, ramp=3)
+    for g in (200, *gcis):  # the cycle before the first GCI and after the last take their neighbour's period
+        assert np.all(w[g + 13 : g + 77] == 1.0) and np.all(w[g + 80 : g + 100] == 1e-5), g
+        assert np.all(w[g : g + 10] == 1e-5) and 1e-5 < w[g + 10] < w[g + 11] < w[g + 12] < 1.0, g  # ramp up
+    assert np.all(w[:200] == 1.0) and np.all(w[700:] == 1.0)  # no cycle near: plain LP
+
+
+@pytest.mark.parametrize("rd", [0.5, 0.9])
+def test_qcp_recovers_naq_of_close_vowel(rd: float) -> None:
+    """/u/ (F1 300 Hz) at 220 Hz: IAIF's tract fit takes F1 for the source (NAQ +229 %, +45 %); QCP is within 20 %."""
+    voice = synth_vowel(1.0, lambda t: 220 * (1 + 0.05 * t), rd, formants=VOWEL_U)
+    est = np.nanmedian(run(voice.speech, CovarepConfig(inverse_filter="qcp"))["naq"][10:90])
+    true_naq = float(np.median(naq_per_period(voice)))
+    assert abs(est / true_naq - 1) <= 0.2, (est, true_naq)
+
+
 def test_inverse_filter_matches_per_sample_loop() -> None:
     """Time-varying FIR == per-sample filtering with coefficients interpolated between row centres (held at ends)."""
     rng = np.random.default_rng(5)
@@ -385,42 +442,73 @@ def test_peak_slope_needs_signal(label: str, x: np.ndarray) -> None:
 LF_RDS = (0.3, 0.5, 0.9, 1.3, 1.7, 2.1, 2.7)
 
 
-def lf_h1h2_db(f0_hz: float, rd: float) -> float:
-    """H1-H2 of the periodic LF flow derivative of tests/synth_voice.py: its Fourier series, finely sampled."""
+def lf_harmonics(f0_hz: float, rd: float) -> np.ndarray:
+    """Harmonic magnitudes (index k = k-th harmonic) of the periodic LF flow derivative of tests/synth_voice.py."""
     period_s = 1 / f0_hz
-    harmonics = np.fft.rfft(lf_derivative(np.arange(8192) / 8192 * period_s, period_s, rd))
-    return float(20 * np.log10(abs(harmonics[1]) / abs(harmonics[2])))
+    return np.abs(np.fft.rfft(lf_derivative(np.arange(8192) / 8192 * period_s, period_s, rd)))
+
+
+def lf_h1h2_db(f0_hz: float, rd: float) -> float:
+    """H1-H2 of the LF flow derivative: its Fourier series, finely sampled."""
+    harmonics = lf_harmonics(f0_hz, rd)
+    return float(20 * np.log10(harmonics[1] / harmonics[2]))
+
+
+def lf_hrf_db(f0_hz: float, rd: float) -> float:
+    """HRF of the LF flow derivative: harmonics 2 .. 5 kHz summed, relative to the first (Childers & Lee 1991)."""
+    harmonics = lf_harmonics(f0_hz, rd)
+    return float(20 * np.log10(harmonics[2 : int(5000 / f0_hz) + 1].sum() / harmonics[1]))
 
 
 @pytest.fixture(scope="module")
-def lf_grid() -> dict[tuple[float, float], tuple[dict[str, float], float]]:
-    """(F0, Rd) -> (median of each column over the middle 0.8 s, true median NAQ); F0 rises 5 % over 1 s."""
+def lf_grid() -> dict[tuple[str, float, float], tuple[dict[str, float], float]]:
+    """(vowel, F0, Rd) -> (median of each column over the middle 0.8 s, true median NAQ); F0 rises 5 % over 1 s."""
     out = {}
-    for f0 in (110.0, 220.0):
+    for vowel, f0, formants in (("a", 110.0, None), ("a", 220.0, None), ("e", 110.0, VOWEL_E)):
         for rd in LF_RDS:
-            voice = synth_vowel(1.0, lambda t, f0=f0: f0 * (1 + 0.05 * t), rd)
+            kw = {} if formants is None else {"formants": formants}
+            voice = synth_vowel(1.0, lambda t, f0=f0: f0 * (1 + 0.05 * t), rd, **kw)
             cols = run(voice.speech, CovarepConfig())
-            out[f0, rd] = ({k: float(np.nanmedian(v[10:90])) for k, v in cols.items()},
-                           float(np.median(naq_per_period(voice))))  # fmt: skip
+            out[vowel, f0, rd] = ({k: float(np.nanmedian(v[10:90])) for k, v in cols.items()},
+                                  float(np.median(naq_per_period(voice))))  # fmt: skip
     return out
 
 
 @pytest.mark.parametrize("f0", [110.0, 220.0])
 def test_rd_recovers_lf_vowels(lf_grid: dict, f0: float) -> None:
     """Rd within +-0.25 of the LF vowel's over 0.3..2.7, and increasing with it (docs/acoustic.md, "Rd")."""
-    got = np.array([lf_grid[f0, rd][0]["rd"] for rd in LF_RDS])
+    got = np.array([lf_grid["a", f0, rd][0]["rd"] for rd in LF_RDS])
     np.testing.assert_allclose(got, LF_RDS, atol=0.25)
     assert np.all(np.diff(got) > 0), got
 
 
 @pytest.mark.parametrize("f0", [110.0, 220.0])
-def test_naq_and_h1h2_on_lf_vowels(lf_grid: dict, f0: float) -> None:
-    """NAQ within 20 % of the true flow's and H1-H2 within 1.5 dB of the LF series', where the docs claim it:
-    NAQ everywhere at 110 Hz and from Rd 0.5 at 220 Hz; H1-H2 up to Rd 1.3 (docs/acoustic.md, "Limits")."""
+def test_naq_on_lf_vowels(lf_grid: dict, f0: float) -> None:
+    """NAQ within 20 % of the true flow's where the docs claim it: everywhere at 110 Hz, from Rd 0.5 at 220 Hz
+    (pressed voice at 220 Hz reads +41 %: docs/acoustic.md, "Limits")."""
     for rd in LF_RDS:
-        cols, true_naq = lf_grid[f0, rd]
+        cols, true_naq = lf_grid["a", f0, rd]
         if f0 < 200 or rd >= 0.5:  # version 3 read +22 % at (220 Hz, Rd 0.5)
             assert abs(cols["naq"] / true_naq - 1) <= 0.2, (rd, cols["naq"], true_naq)
-        if rd <= 1.3:
-            ref_db = lf_h1h2_db(f0 * 1.025, rd)  # the median F0 over the middle 0.8 s
-            assert abs(cols["h1h2"] - ref_db) <= 1.5, (rd, cols["h1h2"], ref_db)
+
+
+@pytest.mark.parametrize(("vowel", "f0", "tol_db"), [("a", 110.0, 0.75), ("a", 220.0, 1.5), ("e", 110.0, 1.0)])
+def test_h1h2_on_lf_vowels(lf_grid: dict, vowel: str, f0: float, tol_db: float) -> None:
+    """H1-H2 within tol_db of the LF series' over Rd 0.3 .. 2.7 (the acceptance asks 1.5 dB). Version 6 reads it
+    from a GFM flow derivative: max |error| 0.4 / 1.1 / 0.6 dB; version 5's IAIF read 1.7 / 2.5 / 1.7 dB low in
+    breathy voice and was asserted only up to Rd 1.3."""
+    for rd in LF_RDS:
+        ref_db = lf_h1h2_db(f0 * 1.025, rd)  # the median F0 over the middle 0.8 s
+        got = lf_grid[vowel, f0, rd][0]["h1h2"]
+        assert abs(got - ref_db) <= tol_db, (rd, got, ref_db)
+
+
+@pytest.mark.parametrize(("f0", "rd_from", "tol_db"), [(110.0, 0.5, 3.0), (220.0, 0.9, 4.0)])
+def test_hrf_on_lf_vowels(lf_grid: dict, f0: float, rd_from: float, tol_db: float) -> None:
+    """HRF within tol_db of the LF series' from rd_from on (/a/). Version 6 (GFM): -2.4 .. +2.6 dB at 110 Hz, -3.7 ..
+    +2.8 at 220 Hz; version 5 (IAIF) read +4.3 .. +10.5 and +5.4 .. +10.8 dB high. Pressed voice reads low (-4.5 dB
+    at 110 Hz, -8.0 at 220 Hz for Rd 0.3: docs/acoustic.md, "Version 6")."""
+    for rd in LF_RDS:
+        if rd >= rd_from:
+            got, ref_db = lf_grid["a", f0, rd][0]["hrf"], lf_hrf_db(f0 * 1.025, rd)
+            assert abs(got - ref_db) <= tol_db, (rd, got, ref_db)
