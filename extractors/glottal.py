@@ -47,10 +47,22 @@ def highpass(x: np.ndarray, fs: int, cutoff_hz: float = 40.0) -> np.ndarray:
 
 
 def windows(x: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
-    """(len(starts), length) copies of x[s : s + length], zero outside x."""
-    pad = length + int(max(0, -starts.min(initial=0)))
-    xp = np.pad(x, (pad, pad + length + int(max(0, starts.max(initial=0) - x.size))))
-    return np.lib.stride_tricks.sliding_window_view(xp, length)[starts + pad]
+    """(len(starts), length) copies of x[s : s + length], zero outside x.
+
+    Windows inside x are read from a strided view of x itself; only those crossing its ends are assembled with
+    zeros (padding the whole block for them cost ~0.2 s per minute of audio: it is called ~300 times a minute)."""
+    starts = np.asarray(starts)
+    if x.size < length:
+        x = np.pad(x, (0, length - x.size))
+    out = np.empty((starts.size, length), dtype=x.dtype)
+    inside = (starts >= 0) & (starts + length <= x.size)
+    out[inside] = np.lib.stride_tricks.sliding_window_view(x, length)[starts[inside]]
+    edge = np.flatnonzero(~inside)
+    if edge.size:
+        idx = starts[edge, None] + np.arange(length)[None]
+        valid = (idx >= 0) & (idx < x.size)
+        out[edge] = np.where(valid, x[np.clip(idx, 0, x.size - 1)], 0)
+    return out
 
 
 def lpc_rows(frames: np.ndarray, order: int, method: str = "autocorrelation") -> np.ndarray:

@@ -512,3 +512,18 @@ def test_hrf_on_lf_vowels(lf_grid: dict, f0: float, rd_from: float, tol_db: floa
         if rd >= rd_from:
             got, ref_db = lf_grid["a", f0, rd][0]["hrf"], lf_hrf_db(f0 * 1.025, rd)
             assert abs(got - ref_db) <= tol_db, (rd, got, ref_db)
+
+
+def test_windows_equal_zero_padded_slices() -> None:
+    """glottal.windows against a slice-by-slice reference, windows inside, across either end and beyond x."""
+    rng = np.random.default_rng(0)
+    for n in (5, 50, 1000):
+        x = rng.standard_normal(n)
+        for length in (1, 7, 60, 400):
+            starts = rng.integers(-length - 5, n + 5, size=40)
+            ref = np.zeros((starts.size, length))
+            for i, s in enumerate(starts):
+                lo, hi = max(s, 0), min(s + length, n)
+                if hi > lo:
+                    ref[i, lo - s : hi - s] = x[lo:hi]
+            np.testing.assert_array_equal(glottal.windows(x, starts, length), ref)
