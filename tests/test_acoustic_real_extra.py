@@ -1,5 +1,7 @@
-"""The covarep feature on more real speech: six CMU ARCTIC utterances copied into tests/data/speech (two speakers the
-other real-speech tests do not have: slt, female; jmk, male; see that folder's README.md), so these run everywhere.
+"""The covarep feature on more real speech copied into tests/data/speech (see that folder's README.md), so these run
+everywhere: six CMU ARCTIC utterances (slt, female; jmk, male: speakers the other real-speech tests do not have) and
+six recordings of the `phonlab` package, four of them with a weak fundamental (a microphone that cuts the bass),
+one with a simultaneous electroglottograph.
 
 References and their definitions are those of tests/test_acoustic_real.py (Praat at our row centres and F0 range;
 EGG F0 = cycles / span of the EGG closures within +-10 ms of the row centre minus the larynx delay; GCI hits after
@@ -16,9 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import librosa
 import numpy as np
 import pytest
 from conftest import realdata_dir
+from scipy.io import wavfile
+from scipy.signal import butter, find_peaks, sosfiltfilt
 
 from extractors import acoustic, glottal
 from extractors.acoustic import FS_HZ, HOP, Covarep, CovarepConfig
@@ -28,6 +33,8 @@ from tests.test_acoustic_real import GROSS_CENTS, cents, cycle_f0, f1, praat_f0,
 DATA = Path(__file__).parent / "data" / "speech"
 SLT = ("slt_arctic_a0001", "slt_arctic_a0002", "slt_arctic_a0003")
 FILES = (*SLT, "jmk_arctic_a0001", "jmk_arctic_a0002", "jmk_arctic_a0003")
+PHONLAB = ("phonlab_F1_bha24_1", "phonlab_two_plus_two", "phonlab_three_plus_five", "phonlab_sf3_cln",
+           "phonlab_FR_bon_beau", "phonlab_might_have_a_class")  # fmt: skip
 
 
 def features(x: np.ndarray, cfg: CovarepConfig | None = None) -> np.ndarray:
@@ -164,3 +171,93 @@ def test_against_egg_closures(tracks: dict, name: str) -> None:
     praat_err = np.median(cents(praat[praat_both], truth[praat_both]))
     assert np.mean(err > GROSS_CENTS) == 0, np.mean(err > GROSS_CENTS)
     assert np.median(err) <= min(8.5, praat_err + 0.5), (np.median(err), praat_err)
+
+
+def read_16k(name: str) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """(microphone at 16 kHz, EGG channel at its own rate or None, that rate) of a tests/data/speech file."""
+    rate, pcm = wavfile.read(DATA / f"{name}.wav")
+    pcm = pcm.astype(np.float64) / 32768.0
+    mic, egg = (pcm, None) if pcm.ndim == 1 else (pcm[:, 0], pcm[:, 1])
+    if rate != FS_HZ:
+        mic = librosa.resample(mic, orig_sr=rate, target_sr=FS_HZ, res_type="soxr_hq")
+    return mic, egg, rate
+
+
+@pytest.fixture(scope="module")
+def phonlab_tracks() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    out = {}
+    for name in PHONLAB:
+        x, _, _ = read_16k(name)
+        feats = features(x)
+        out[name] = (x, feats, praat_f0(x, feats.shape[0]))
+    return out
+
+
+def pooled_against_praat(tracks: dict) -> tuple[float, float, float]:
+    """(voicing F1, F0 median cents, F0 gross share) over all rows of the files."""
+    ours = np.concatenate([f[:, 1] == 1 for _, f, _ in tracks.values()])
+    praat = np.concatenate([p for _, _, p in tracks.values()])
+    f0 = np.concatenate([f[:, 0] for _, f, _ in tracks.values()]).astype(float)
+    both = ours & np.isfinite(praat)
+    err = cents(f0[both], praat[both])
+    return f1(ours, np.isfinite(praat)), float(np.median(err)), float(np.mean(err > GROSS_CENTS))
+
+
+def test_weak_fundamental_recordings_against_praat(phonlab_tracks: dict) -> None:
+    """The phonlab files, pooled. NOT at the acceptance (F1 0.93, 5 cents, 3 %): measured F1 0.732, median 5.47 c,
+    gross 5.9 %. Per file F1 0.711 F1_bha24_1, 0.496 two_plus_two, 0.625 three_plus_five, 0.902 sf3_cln, 0.979
+    FR_bon_beau, 0.352 might_have_a_class. Cause (i12-realegg findings 13): where the fundamental is weak DIO itself
+    returns F0 = 0 on most voiced rows (Harvest keeps them: pooled 0.88 on ten phonlab files against DIO's 0.80), and
+    on two_plus_two 12 of 32 rows sit on the 4th harmonic (the NCCF test passes at a harmonic's period). These bounds
+    hold the current level so that a change cannot make it worse unnoticed; tighten them when it improves."""
+    voicing_f1, median_cents, gross = pooled_against_praat(phonlab_tracks)
+    assert voicing_f1 >= 0.70 and median_cents <= 6.5 and gross <= 0.08, (voicing_f1, median_cents, gross)
+
+
+@pytest.mark.xfail(strict=True, reason="known failure (i12-realegg findings 13): weak-fundamental recordings lose most "
+                   "of their voicing (DIO F0 = 0) and some rows sit on a harmonic")  # fmt: skip
+def test_weak_fundamental_recordings_meet_the_acceptance(phonlab_tracks: dict) -> None:
+    """The issue's acceptance on the phonlab files pooled: F1 >= 0.93, median <= 5 cents, gross <= 3 %.
+    Strict: when fixed, this XPASSes and fails, to be merged into the test above."""
+    voicing_f1, median_cents, gross = pooled_against_praat(phonlab_tracks)
+    assert voicing_f1 >= 0.93 and median_cents <= 5.0 and gross <= 0.03, (voicing_f1, median_cents, gross)
+
+
+def egg_closures_s(egg: np.ndarray, rate: int) -> np.ndarray:
+    """test_acoustic_real.egg_gcis_s's definition (dEGG peaks, global threshold), on an array."""
+    d = np.diff(sosfiltfilt(butter(2, 40, "highpass", fs=rate, output="sos"), egg))
+    d *= 1 if np.percentile(d, 99.9) > -np.percentile(d, 0.1) else -1
+    peaks, _ = find_peaks(d, height=0.2 * np.percentile(d, 99.5), distance=int(rate / 600))
+    peaks = peaks[(peaks > 0) & (peaks < d.size - 1)]
+    a, b, c = d[peaks - 1], d[peaks], d[peaks + 1]
+    return (peaks + 0.5 + 0.5 * (a - c) / (a - 2 * b + c)) / rate
+
+
+def test_egg_recording_with_weak_fundamental(phonlab_tracks: dict) -> None:
+    """phonlab_F1_bha24_1 (0.72 s, EGG in channel 1). GCIs >= 75 % within 0.25 ms (measured 78.6 %; acceptance 95)
+    and >= 85 % within 0.5 ms (89.3 %), larynx delay 0-3 ms (0.26); F0 on rows voiced in both: no gross error, median
+    <= 8 cents (6.3 over 15 rows; Praat is 56 cents off there); voicing F1 against the rows with EGG cycles >= 0.55:
+    measured 0.638 where Praat gets 0.931 - the weak fundamental again (findings 13). With 28 closures this GCI check
+    is coarse (GCIs jittered by +-4 samples still pass it on some draws); the slt test above is the sharp one."""
+    x, feats, praat = phonlab_tracks["phonlab_F1_bha24_1"]
+    _, egg, rate = read_16k("phonlab_F1_bha24_1")
+    closures = egg_closures_s(egg, rate)
+    n = feats.shape[0]
+    voiced = feats[:, 1] == 1
+    ours = our_gcis_s(x, feats, CovarepConfig())
+    inside = closures[(closures > ours.min()) & (closures < ours.max())]
+    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), n - 1)]]
+    offset = ours[np.argmin(np.abs(ours[None] - inside[:, None]), axis=1)] - inside
+    delay = np.median(offset)
+    assert inside.size >= 20 and 0 < delay < 0.003, (inside.size, delay)
+    hits = [np.mean(np.abs(offset - delay) <= tol) for tol in (0.00025, 0.0005)]
+    assert hits[0] >= 0.75 and hits[1] >= 0.85, hits
+
+    truth = cycle_f0(closures, row_centres_s(n) - delay)
+    both = voiced & np.isfinite(truth)
+    err = cents(feats[both, 0].astype(float), truth[both])
+    assert both.sum() >= 10 and np.mean(err > GROSS_CENTS) == 0 and np.median(err) <= 8.0, (both.sum(), err)
+    assert f1(voiced, np.isfinite(truth)) >= 0.55, (
+        f1(voiced, np.isfinite(truth)),
+        f1(np.isfinite(praat), np.isfinite(truth)),
+    )
