@@ -10,7 +10,7 @@ detected on slt's simultaneous electroglottograph (Multi-Phase Algorithm; ARTIC-
 repository states no licence, so those three small `.pm` files are read from ../shared/realdata/speech like the
 COVAREP files, and that test skips, saying why, where they are absent.
 
-Figures in the comments: main at version 5 (`/tmp/i12-realegg/measure.py` prints them; docs/acoustic.md,
+Figures in the comments: main at version 5 (scratch script `measure.py` of helper i12-realegg prints them; docs/acoustic.md,
 "More real speech"). Where a bound is looser than the issue's acceptance, the comment says so and why.
 """
 
