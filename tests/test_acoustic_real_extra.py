@@ -1,0 +1,264 @@
+"""The covarep feature on more real speech copied into tests/data/speech (see that folder's README.md), so these run
+everywhere: six CMU ARCTIC utterances (slt, female; jmk, male: speakers the other real-speech tests do not have) and
+six recordings of the `phonlab` package, four of them with a weak fundamental (a microphone that cuts the bass),
+one with a simultaneous electroglottograph.
+
+References and their definitions are those of tests/test_acoustic_real.py (Praat at our row centres and F0 range;
+EGG F0 = cycles / span of the EGG closures within +-10 ms of the row centre minus the larynx delay; GCI hits after
+removing the median delay). The slt files are also checked against glottal closure instants that Matousek & Tihelka
+detected on slt's simultaneous electroglottograph (Multi-Phase Algorithm; ARTIC-TTS-experiments/2021-ICASSP). That
+repository states no licence, so those three small `.pm` files are read from ../shared/realdata/speech like the
+COVAREP files, and that test skips, saying why, where they are absent.
+
+Figures in the comments: main at version 5 (scratch script `measure.py` of helper i12-realegg prints them; docs/acoustic.md,
+"More real speech"). Where a bound is looser than the issue's acceptance, the comment says so and why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import librosa
+import numpy as np
+import pytest
+from conftest import realdata_dir
+from scipy.io import wavfile
+from scipy.signal import butter, find_peaks, sosfiltfilt
+
+from extractors import acoustic, glottal
+from extractors.acoustic import FS_HZ, HOP, Covarep, CovarepConfig
+from extractors.base import Audio
+from tests.test_acoustic_real import GROSS_CENTS, cents, cycle_f0, f1, praat_f0, read_wav, row_centres_s
+
+DATA = Path(__file__).parent / "data" / "speech"
+SLT = ("slt_arctic_a0001", "slt_arctic_a0002", "slt_arctic_a0003")
+FILES = (*SLT, "jmk_arctic_a0001", "jmk_arctic_a0002", "jmk_arctic_a0003")
+PHONLAB = ("phonlab_F1_bha24_1", "phonlab_two_plus_two", "phonlab_three_plus_five", "phonlab_sf3_cln",
+           "phonlab_FR_bon_beau", "phonlab_might_have_a_class")  # fmt: skip
+
+
+def features(x: np.ndarray, cfg: CovarepConfig | None = None) -> np.ndarray:
+    return Covarep(cfg or CovarepConfig()).extract(Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)).features
+
+
+@pytest.fixture(scope="module")
+def tracks() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per file: (signal, our features, Praat f0)."""
+    out = {}
+    for name in FILES:
+        x, rate = read_wav(DATA / f"{name}.wav")
+        assert rate == FS_HZ, (name, rate)
+        feats = features(x)
+        out[name] = (x, feats, praat_f0(x, feats.shape[0]))
+    return out
+
+
+def test_voicing_agrees_with_praat(tracks: dict) -> None:
+    """Pooled F1 >= 0.93 (the acceptance; measured 0.932), each file >= 0.89 (0.951, 0.902, 0.960 slt; 0.905, 0.926,
+    0.938 jmk: two files of running speech sit just above 0.90, as arctic_a0007 does in test_acoustic_real)."""
+    ours = {name: feats[:, 1] == 1 for name, (_, feats, _) in tracks.items()}
+    praat = {name: np.isfinite(p) for name, (_, _, p) in tracks.items()}
+    per_file = {name: round(f1(ours[name], praat[name]), 3) for name in tracks}
+    pooled = f1(np.concatenate(list(ours.values())), np.concatenate(list(praat.values())))
+    assert pooled >= 0.93, (pooled, per_file)
+    assert min(per_file.values()) >= 0.89, per_file
+
+
+def test_f0_agrees_with_praat_where_both_voiced(tracks: dict) -> None:
+    """Each file: gross errors <= 3 % and median <= 5 cents (the acceptance; measured 2.6, 2.3, 2.0 slt, 4.1, 4.2, 4.4
+    jmk, gross 0-0.6 %); all rows: median <= 3.5 cents (3.07)."""
+    errors = []
+    for name, (_, feats, praat) in tracks.items():
+        both = (feats[:, 1] == 1) & np.isfinite(praat)
+        err = cents(feats[both, 0].astype(float), praat[both])
+        assert np.mean(err > GROSS_CENTS) <= 0.03, (name, np.mean(err > GROSS_CENTS))
+        assert np.median(err) <= 5.0, (name, np.median(err))
+        errors.append(err)
+    assert np.median(np.concatenate(errors)) <= 3.5, np.median(np.concatenate(errors))
+
+
+def test_glottal_columns_are_plausible(tracks: dict) -> None:
+    """Glottal columns NaN on unvoiced rows; on voiced rows at most 8 % NaN (no glottal cycle near the row: 0-0.5 % slt,
+    2.9-5.2 % jmk), PSP within [0, 1] (0.07-0.94), and the per-file medians of NAQ and Rd in the range of modal read
+    speech (NAQ 0.145-0.178, Rd 1.27-1.62 measured; Alku et al. 2002 report NAQ ~0.1-0.2 for normal phonation)."""
+    names = Covarep.columns(CovarepConfig())
+    cols = [names.index(c) for c in acoustic.GLOTTAL_COLUMNS]
+    for name, (_, feats, _) in tracks.items():
+        voiced = feats[:, 1] == 1
+        assert np.isnan(feats[~voiced][:, cols]).all(), name
+        g = feats[voiced][:, cols].astype(float)
+        assert np.isnan(g).mean(axis=0).max() <= 0.08, (name, np.isnan(g).mean(axis=0))
+        psp = g[:, acoustic.GLOTTAL_COLUMNS.index("psp")]
+        assert np.nanmin(psp) >= 0.0 and np.nanmax(psp) <= 1.0, (name, np.nanmin(psp), np.nanmax(psp))
+        naq = np.nanmedian(g[:, acoustic.GLOTTAL_COLUMNS.index("naq")])
+        rd = np.nanmedian(g[:, acoustic.GLOTTAL_COLUMNS.index("rd")])
+        assert 0.06 <= naq <= 0.25 and 0.5 <= rd <= 2.2, (name, naq, rd)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known failure (i12-realegg findings 6b): a 100 Hz mains-hum harmonic above "
+    "silence_dbfs is periodic, so pauses are voiced at 100 Hz; Praat stays unvoiced (0-0.4 %)",
+)
+def test_mains_hum_in_pauses_stays_unvoiced(tracks: dict) -> None:
+    """Speech in the wild carries hum. 100 Hz (2 x 50 Hz mains, with 0.3 / 0.1 of 2nd / 3rd harmonic) at -47 dBFS RMS,
+    the level measured in the pauses of the STEM-E2VA recordings of speaker CXY, added to slt and jmk arctic_a0001:
+    at most 5 % of the rows Praat calls unvoiced on the clean file may become voiced (measured 35 % slt, 58 % jmk;
+    Praat itself on the hummed files: 0.0 %, 0.4 %). Strict: when fixed, this XPASSes and fails, to be made a test."""
+    for name in ("slt_arctic_a0001", "jmk_arctic_a0001"):
+        x, _, praat = tracks[name]
+        t = np.arange(x.size) / FS_HZ
+        hum = sum(a * np.sin(2 * np.pi * k * 100.0 * t) for k, a in ((1, 1.0), (2, 0.3), (3, 0.1)))
+        voiced = features(x + 10 ** (-47 / 20) * np.sqrt(2 / 1.1) * hum)[:, 1] == 1
+        assert voiced[~np.isfinite(praat)].mean() <= 0.05, (name, voiced[~np.isfinite(praat)].mean())
+
+
+def our_gcis_s(x: np.ndarray, feats: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
+    """GCIs (s) as the extractor finds them (the pipeline of analyse_block, as test_acoustic_real does)."""
+    n = feats.shape[0]
+    voiced = feats[:, 1] == 1
+    xb = np.zeros(n * HOP)
+    xb[: min(x.size, xb.size)] = x[: xb.size]
+    x_hp = glottal.highpass(xb, FS_HZ)
+    f0 = acoustic.refine_f0(x_hp, acoustic.f0_rows(xb, n, cfg), voiced, cfg)
+    return acoustic.glottal_flow(x_hp, f0, voiced, cfg)[1] / FS_HZ
+
+
+def egg_reference(name: str) -> np.ndarray:
+    root = realdata_dir()
+    path = root / "speech" / f"{name}.pm" if root else None
+    if path is None or not path.is_file():
+        pytest.skip(
+            f"EGG reference {name}.pm not in ../shared/realdata/speech (no licence to copy it into the project)"
+        )
+    lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return np.array([float(p[0]) for p in lines if p[-1] == "V"])
+
+
+@pytest.mark.parametrize("name", SLT)
+def test_against_egg_closures(tracks: dict, name: str) -> None:
+    """slt against the closures on its EGG.
+    - GCIs: >= 80 % within 0.25 ms and >= 92 % within 0.5 ms of the EGG closures inside our voiced rows (measured 87.6,
+      85.9, 82.5 % and 93.7, 92.9, 94.8 %). The acceptance's 95 % within 0.25 ms is NOT met on running speech;
+      REAPER scored the same way gets 86.2, 76.0, 77.5 %. Misses are mostly our GCI 0.3-0.9 ms early over whole
+      vowels (a per-vowel offset the per-file median delay cannot remove) and at voicing onsets and offsets; the
+      reference is quantised to 1/16,000 s.
+    - Voicing: F1 against the rows with EGG cycles >= 0.89 (0.949, 0.906, 0.964; Praat 0.955, 0.936, 0.960; with
+      the 3-cycle `cycle_f0` of branch i12-creak: 0.934, 0.925, 0.953; Praat 0.926, 0.913, 0.945).
+    - F0: no gross errors; median <= 8.5 cents and at most 0.5 cent above Praat's own distance to the EGG (ours 7.6,
+      7.1, 6.8; Praat 8.2, 9.7, 7.3; with the 3-cycle reference: ours 6.6, 6.0, 6.3, Praat 7.8, 8.4, 7.0). The
+      acceptance's 3 cents is out of reach of both on running speech: the reference is the F0 of a few cycles (jitter,
+      closures quantised to 1/16,000 s), the trackers average over windows. A 1 % F0 error (17 cents) fails this.
+    """
+    egg = egg_reference(name)
+    x, feats, praat = tracks[name]
+    n = feats.shape[0]
+    voiced = feats[:, 1] == 1
+    ours = our_gcis_s(x, feats, CovarepConfig())
+    inside = egg[(egg > ours.min()) & (egg < ours.max())]
+    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), n - 1)]]
+    offset = ours[np.argmin(np.abs(ours[None] - inside[:, None]), axis=1)] - inside
+    delay = np.median(offset)
+    # this reference is already near speech time (delay -0.13 to -0.19 ms), unlike the raw EGGs of test_acoustic_real
+    assert inside.size > 200 and abs(delay) < 0.0005, (inside.size, delay)
+    hits = [np.mean(np.abs(offset - delay) <= tol) for tol in (0.00025, 0.0005)]
+    assert hits[0] >= 0.80 and hits[1] >= 0.92, hits
+
+    truth = cycle_f0(egg, row_centres_s(n) - delay)
+    egg_voiced = np.isfinite(truth)
+    assert f1(voiced, egg_voiced) >= 0.89, (f1(voiced, egg_voiced), f1(np.isfinite(praat), egg_voiced))
+    both, praat_both = voiced & egg_voiced, np.isfinite(praat) & egg_voiced
+    err = cents(feats[both, 0].astype(float), truth[both])
+    praat_err = np.median(cents(praat[praat_both], truth[praat_both]))
+    assert np.mean(err > GROSS_CENTS) == 0, np.mean(err > GROSS_CENTS)
+    assert np.median(err) <= min(8.5, praat_err + 0.5), (np.median(err), praat_err)
+
+
+def read_16k(name: str) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """(microphone at 16 kHz, EGG channel at its own rate or None, that rate) of a tests/data/speech file."""
+    rate, pcm = wavfile.read(DATA / f"{name}.wav")
+    pcm = pcm.astype(np.float64) / 32768.0
+    mic, egg = (pcm, None) if pcm.ndim == 1 else (pcm[:, 0], pcm[:, 1])
+    if rate != FS_HZ:
+        mic = librosa.resample(mic, orig_sr=rate, target_sr=FS_HZ, res_type="soxr_hq")
+    return mic, egg, rate
+
+
+@pytest.fixture(scope="module")
+def phonlab_tracks() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    out = {}
+    for name in PHONLAB:
+        x, _, _ = read_16k(name)
+        feats = features(x)
+        out[name] = (x, feats, praat_f0(x, feats.shape[0]))
+    return out
+
+
+def pooled_against_praat(tracks: dict) -> tuple[float, float, float]:
+    """(voicing F1, F0 median cents, F0 gross share) over all rows of the files."""
+    ours = np.concatenate([f[:, 1] == 1 for _, f, _ in tracks.values()])
+    praat = np.concatenate([p for _, _, p in tracks.values()])
+    f0 = np.concatenate([f[:, 0] for _, f, _ in tracks.values()]).astype(float)
+    both = ours & np.isfinite(praat)
+    err = cents(f0[both], praat[both])
+    return f1(ours, np.isfinite(praat)), float(np.median(err)), float(np.mean(err > GROSS_CENTS))
+
+
+def test_weak_fundamental_recordings_against_praat(phonlab_tracks: dict) -> None:
+    """The phonlab files, pooled. NOT at the acceptance (F1 0.93, 5 cents, 3 %): measured F1 0.732, median 5.47 c,
+    gross 5.9 %. Per file F1 0.711 F1_bha24_1, 0.496 two_plus_two, 0.625 three_plus_five, 0.902 sf3_cln, 0.979
+    FR_bon_beau, 0.352 might_have_a_class. Cause (i12-realegg findings 13): where the fundamental is weak DIO itself
+    returns F0 = 0 on most voiced rows (Harvest keeps them: pooled 0.88 on ten phonlab files against DIO's 0.80), and
+    on two_plus_two 12 of 32 rows sit on the 4th harmonic (the NCCF test passes at a harmonic's period). These bounds
+    hold the current level so that a change cannot make it worse unnoticed; tighten them when it improves."""
+    voicing_f1, median_cents, gross = pooled_against_praat(phonlab_tracks)
+    assert voicing_f1 >= 0.70 and median_cents <= 6.5 and gross <= 0.08, (voicing_f1, median_cents, gross)
+
+
+@pytest.mark.xfail(strict=True, reason="known failure (i12-realegg findings 13): weak-fundamental recordings lose most "
+                   "of their voicing (DIO F0 = 0) and some rows sit on a harmonic")  # fmt: skip
+def test_weak_fundamental_recordings_meet_the_acceptance(phonlab_tracks: dict) -> None:
+    """The issue's acceptance on the phonlab files pooled: F1 >= 0.93, median <= 5 cents, gross <= 3 %.
+    Strict: when fixed, this XPASSes and fails, to be merged into the test above."""
+    voicing_f1, median_cents, gross = pooled_against_praat(phonlab_tracks)
+    assert voicing_f1 >= 0.93 and median_cents <= 5.0 and gross <= 0.03, (voicing_f1, median_cents, gross)
+
+
+def egg_closures_s(egg: np.ndarray, rate: int) -> np.ndarray:
+    """test_acoustic_real.egg_gcis_s's definition (dEGG peaks, global threshold), on an array."""
+    d = np.diff(sosfiltfilt(butter(2, 40, "highpass", fs=rate, output="sos"), egg))
+    d *= 1 if np.percentile(d, 99.9) > -np.percentile(d, 0.1) else -1
+    peaks, _ = find_peaks(d, height=0.2 * np.percentile(d, 99.5), distance=int(rate / 600))
+    peaks = peaks[(peaks > 0) & (peaks < d.size - 1)]
+    a, b, c = d[peaks - 1], d[peaks], d[peaks + 1]
+    return (peaks + 0.5 + 0.5 * (a - c) / (a - 2 * b + c)) / rate
+
+
+def test_egg_recording_with_weak_fundamental(phonlab_tracks: dict) -> None:
+    """phonlab_F1_bha24_1 (0.72 s, EGG in channel 1). GCIs >= 75 % within 0.25 ms (measured 78.6 %; acceptance 95)
+    and >= 85 % within 0.5 ms (89.3 %), larynx delay 0-3 ms (0.26); F0 on rows voiced in both: no gross error, median
+    <= 8 cents (6.3 over 15 rows, 4.4 over 16 with the 3-cycle reference; Praat is 56 cents off there); voicing F1 against the rows with EGG cycles >= 0.55:
+    measured 0.638 where Praat gets 0.931 - the weak fundamental again (findings 13). With 28 closures this GCI check
+    is coarse (GCIs jittered by +-4 samples still pass it on some draws); the slt test above is the sharp one."""
+    x, feats, praat = phonlab_tracks["phonlab_F1_bha24_1"]
+    _, egg, rate = read_16k("phonlab_F1_bha24_1")
+    closures = egg_closures_s(egg, rate)
+    n = feats.shape[0]
+    voiced = feats[:, 1] == 1
+    ours = our_gcis_s(x, feats, CovarepConfig())
+    inside = closures[(closures > ours.min()) & (closures < ours.max())]
+    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), n - 1)]]
+    offset = ours[np.argmin(np.abs(ours[None] - inside[:, None]), axis=1)] - inside
+    delay = np.median(offset)
+    assert inside.size >= 20 and 0 < delay < 0.003, (inside.size, delay)
+    hits = [np.mean(np.abs(offset - delay) <= tol) for tol in (0.00025, 0.0005)]
+    assert hits[0] >= 0.75 and hits[1] >= 0.85, hits
+
+    truth = cycle_f0(closures, row_centres_s(n) - delay)
+    both = voiced & np.isfinite(truth)
+    err = cents(feats[both, 0].astype(float), truth[both])
+    assert both.sum() >= 10 and np.mean(err > GROSS_CENTS) == 0 and np.median(err) <= 8.0, (both.sum(), err)
+    assert f1(voiced, np.isfinite(truth)) >= 0.55, (
+        f1(voiced, np.isfinite(truth)),
+        f1(np.isfinite(praat), np.isfinite(truth)),
+    )
