@@ -95,22 +95,21 @@ def test_glottal_columns_are_plausible(tracks: dict) -> None:
         assert 0.06 <= naq <= 0.25 and 0.5 <= rd <= 2.2, (name, naq, rd)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known failure (i12-realegg findings 6b): a 100 Hz mains-hum harmonic above "
-    "silence_dbfs is periodic, so pauses are voiced at 100 Hz; Praat stays unvoiced (0-0.4 %)",
-)
 def test_mains_hum_in_pauses_stays_unvoiced(tracks: dict) -> None:
     """Speech in the wild carries hum. 100 Hz (2 x 50 Hz mains, with 0.3 / 0.1 of 2nd / 3rd harmonic) at -47 dBFS RMS,
-    the level measured in the pauses of the STEM-E2VA recordings of speaker CXY, added to slt and jmk arctic_a0001:
-    at most 5 % of the rows Praat calls unvoiced on the clean file may become voiced (measured 35 % slt, 58 % jmk;
-    Praat itself on the hummed files: 0.0 %, 0.4 %). Strict: when fixed, this XPASSes and fails, to be made a test."""
+    the level measured in the pauses of the STEM-E2VA recordings of speaker CXY, added to slt and jmk arctic_a0001.
+    Rows that Praat and we both call unvoiced on the clean file: at most 5 % may become voiced (version 6, relative
+    silence gate: 2.5 % slt, 1.2 % jmk; version 5: 33.9 %, 56.1 %). Measured against our own clean decision too,
+    because our voicing and Praat's disagree on 2-6 % of Praat's unvoiced rows without any hum (voice onsets and
+    offsets); against Praat alone the hummed files give 4.8 % / 5.7 % (clean: 2.4 % / 5.4 %; Praat on the hummed
+    files: 0.0 %, 0.4 %)."""
     for name in ("slt_arctic_a0001", "jmk_arctic_a0001"):
-        x, _, praat = tracks[name]
+        x, feats, praat = tracks[name]
         t = np.arange(x.size) / FS_HZ
         hum = sum(a * np.sin(2 * np.pi * k * 100.0 * t) for k, a in ((1, 1.0), (2, 0.3), (3, 0.1)))
         voiced = features(x + 10 ** (-47 / 20) * np.sqrt(2 / 1.1) * hum)[:, 1] == 1
-        assert voiced[~np.isfinite(praat)].mean() <= 0.05, (name, voiced[~np.isfinite(praat)].mean())
+        quiet = ~np.isfinite(praat) & (feats[:, 1] != 1)
+        assert voiced[quiet].mean() <= 0.05, (name, voiced[quiet].mean())
 
 
 def our_gcis_s(x: np.ndarray, feats: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
@@ -120,7 +119,7 @@ def our_gcis_s(x: np.ndarray, feats: np.ndarray, cfg: CovarepConfig) -> np.ndarr
     xb = np.zeros(n * HOP)
     xb[: min(x.size, xb.size)] = x[: xb.size]
     x_hp = glottal.highpass(xb, FS_HZ)
-    f0 = acoustic.refine_f0(x_hp, acoustic.f0_rows(xb, n, cfg), voiced, cfg)
+    f0, _ = acoustic.track(xb, x_hp, n, cfg, acoustic.relative_floor_dbfs(xb, n, cfg))
     return acoustic.glottal_flow(x_hp, f0, voiced, cfg)[1] / FS_HZ
 
 
@@ -205,14 +204,15 @@ def pooled_against_praat(tracks: dict) -> tuple[float, float, float]:
 
 
 def test_weak_fundamental_recordings_against_praat(phonlab_tracks: dict) -> None:
-    """The phonlab files, pooled. NOT at the acceptance (F1 0.93, 5 cents, 3 %): measured F1 0.732, median 5.47 c,
-    gross 5.9 %. Per file F1 0.711 F1_bha24_1, 0.496 two_plus_two, 0.625 three_plus_five, 0.902 sf3_cln, 0.979
-    FR_bon_beau, 0.352 might_have_a_class. Cause (i12-realegg findings 13): where the fundamental is weak DIO itself
+    """The phonlab files, pooled. NOT at the acceptance (F1 0.93, 5 cents, 3 %): version 6 (voiced runs grown) F1
+    0.822, median 5.47 c, gross 5.6 %; per file F1 0.739 F1_bha24_1, 0.523 two_plus_two, 0.818 three_plus_five, 0.932
+    sf3_cln, 0.993 FR_bon_beau, 0.655 might_have_a_class (version 5: pooled 0.732; 0.711, 0.496, 0.625, 0.902, 0.979,
+    0.352). Cause (i12-realegg findings 13): where the fundamental is weak DIO itself
     returns F0 = 0 on most voiced rows (Harvest keeps them: pooled 0.88 on ten phonlab files against DIO's 0.80), and
     on two_plus_two 12 of 32 rows sit on the 4th harmonic (the NCCF test passes at a harmonic's period). These bounds
     hold the current level so that a change cannot make it worse unnoticed; tighten them when it improves."""
     voicing_f1, median_cents, gross = pooled_against_praat(phonlab_tracks)
-    assert voicing_f1 >= 0.70 and median_cents <= 6.5 and gross <= 0.08, (voicing_f1, median_cents, gross)
+    assert voicing_f1 >= 0.80 and median_cents <= 6.5 and gross <= 0.08, (voicing_f1, median_cents, gross)
 
 
 @pytest.mark.xfail(strict=True, reason="known failure (i12-realegg findings 13): weak-fundamental recordings lose most "
