@@ -112,6 +112,14 @@ def test_mains_hum_in_pauses_stays_unvoiced(tracks: dict) -> None:
         assert voiced[quiet].mean() <= 0.05, (name, voiced[quiet].mean())
 
 
+def closure_offsets_s(ours_s: np.ndarray, closures_s: np.ndarray, voiced: np.ndarray) -> tuple:
+    """(reference closures inside our GCIs' span and our voiced rows, our nearest GCI minus each, median of those)."""
+    inside = closures_s[(closures_s > ours_s.min()) & (closures_s < ours_s.max())]
+    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), voiced.size - 1)]]
+    offset = ours_s[np.argmin(np.abs(ours_s[None] - inside[:, None]), axis=1)] - inside
+    return inside, offset, np.median(offset)
+
+
 def our_gcis_s(x: np.ndarray, feats: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
     """GCIs (s) as the extractor finds them (the pipeline of analyse_block, as test_acoustic_real does)."""
     n = feats.shape[0]
@@ -154,10 +162,7 @@ def test_against_egg_closures(tracks: dict, name: str) -> None:
     n = feats.shape[0]
     voiced = feats[:, 1] == 1
     ours = our_gcis_s(x, feats, CovarepConfig())
-    inside = egg[(egg > ours.min()) & (egg < ours.max())]
-    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), n - 1)]]
-    offset = ours[np.argmin(np.abs(ours[None] - inside[:, None]), axis=1)] - inside
-    delay = np.median(offset)
+    inside, offset, delay = closure_offsets_s(ours, egg, voiced)
     # this reference is already near speech time (delay -0.13 to -0.19 ms), unlike the raw EGGs of test_acoustic_real
     assert inside.size > 200 and abs(delay) < 0.0005, (inside.size, delay)
     hits = [np.mean(np.abs(offset - delay) <= tol) for tol in (0.00025, 0.0005)]
@@ -246,10 +251,7 @@ def test_egg_recording_with_weak_fundamental(phonlab_tracks: dict) -> None:
     n = feats.shape[0]
     voiced = feats[:, 1] == 1
     ours = our_gcis_s(x, feats, CovarepConfig())
-    inside = closures[(closures > ours.min()) & (closures < ours.max())]
-    inside = inside[voiced[np.minimum((inside / (HOP / FS_HZ)).astype(int), n - 1)]]
-    offset = ours[np.argmin(np.abs(ours[None] - inside[:, None]), axis=1)] - inside
-    delay = np.median(offset)
+    inside, offset, delay = closure_offsets_s(ours, closures, voiced)
     assert inside.size >= 20 and 0 < delay < 0.003, (inside.size, delay)
     hits = [np.mean(np.abs(offset - delay) <= tol) for tol in (0.00025, 0.0005)]
     assert hits[0] >= 0.75 and hits[1] >= 0.85, hits
