@@ -130,7 +130,7 @@ def test_weak_fundamental_stays_voiced(f0_hz: float) -> None:
     err = 1200 * np.abs(np.log2(cols["f0"][voiced & truth] / (f0_hz + 25 * np.sin(3 * t[voiced & truth]))))
     assert np.median(err) <= 3.0 and err.max() < 50, (np.median(err), err.max())
     if f0_hz == 110.0:  # what the test is about: the tracker alone loses this voice
-        assert (run(x, CovarepConfig(grow_rows=0))["vuv"][truth] == 1).mean() <= 0.9
+        assert (run(x, CovarepConfig(grow_rows=0, seed_acf=0))["vuv"][truth] == 1).mean() <= 0.9
 
 
 @pytest.mark.parametrize("hum_hz", [100.0, 120.0])
