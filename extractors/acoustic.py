@@ -42,7 +42,8 @@ HOP = round(FS_HZ * HOP_S)
 PEAK_SLOPE_WINDOW_S = 0.04
 F0_REFINE_PERIODS = 3.0  # refinement segment in tracked periods: chosen on LF vowels (2, 2.5, 3, 3.5 measured)
 GROW_SEARCH = 0.06  # a row grown from its neighbour may differ from it by up to 6 % in period (1 semitone per 10 ms)
-SEED_DIVISOR_SLACK = 0.02
+SEED_DIVISOR_SLACK = 0.02  # a peak at an integer part of the best lag this close to it wins (seed_voicing)
+SEED_MIN_ROWS = 2
 F0_REFINE_STEPS = 2  # how far (samples) the refined period may move from the tracked one
 GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
 
@@ -303,13 +304,18 @@ def seed_voicing(
             best = np.where(alt & (lags[i] < lags[best]), i, best)
     ok = top >= cfg.seed_acf
     rows, lag = rows[ok], lags[best[ok]]
-    # a seed needs a neighbouring seed at a period within GROW_SEARCH: a lone row is a transition (a formant
-    # ringing on after the voice stops, an onset's octave-low peak) more often than a vowel
-    close = np.abs(lag[1:] / lag[:-1] - 1) <= GROW_SEARCH
-    pair = (np.diff(rows) == 1) & close
-    keep = np.zeros(rows.size, bool)
-    keep[1:] |= pair
-    keep[:-1] |= pair
+    # seeds count only in runs of SEED_MIN_ROWS consecutive rows whose periods differ by <= GROW_SEARCH row to row,
+    # and not next to a longer run at another period: shorter ones are transitions (a formant ringing on for
+    # 10-30 ms after the voice stops, an onset's octave-low peak) more often than vowels
+    joined = (np.diff(rows) == 1) & (np.abs(lag[1:] / lag[:-1] - 1) <= GROW_SEARCH)
+    first = np.flatnonzero(np.concatenate([[True], ~joined]))[: rows.size]
+    last = np.concatenate([first[1:] - 1, [rows.size - 1]])
+    length = last - first + 1
+    touch = rows[first[1:]] - rows[last[:-1]] == 1  # run j + 1 starts on the row after run j ends
+    lost = length < SEED_MIN_ROWS
+    lost[1:] |= touch & (length[1:] < length[:-1])
+    lost[:-1] |= touch & (length[:-1] < length[1:])
+    keep = np.repeat(~lost, length)
     rows, lag = rows[keep], lag[keep]
     trial = f0.copy()
     trial[rows] = FS_HZ / lag
