@@ -30,6 +30,7 @@ from typing import Literal
 import librosa
 import numpy as np
 from pydantic import Field, model_validator
+from scipy.fft import irfft, next_fast_len, rfft
 from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
@@ -216,7 +217,12 @@ def loud_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig, floor_dbfs: np.nda
 
 
 def grow_voicing(
-    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, loud: np.ndarray, cfg: CovarepConfig
+    x_hp: np.ndarray,
+    f0: np.ndarray,
+    voiced: np.ndarray,
+    loud: np.ndarray,
+    cfg: CovarepConfig,
+    start: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Voiced runs extended row by row into loud rows the tracker left unvoiced: a row next to a voiced one is
     voiced when the signal repeats itself (NCCF >= voicing_nccf) at a lag within GROW_SEARCH of the neighbour's
@@ -226,12 +232,13 @@ def grow_voicing(
     phone-like recordings) DIO returns 0 on most voiced rows (phonlab's example recordings: voicing F1 vs Praat
     0.35-0.67 on the weakest), while the waveform still repeats itself at the period of the neighbouring rows.
     Only rows next to rows the tracker and the NCCF test both accepted are tried, one row per step, so noise,
-    hum below the relative gate and isolated periodic sounds stay as they were."""
+    hum below the relative gate and isolated periodic sounds stay as they were. `start`: the rows to grow from
+    (default: every voiced row; a second pass from new seeds need not retry the runs' failed neighbours)."""
     f0, voiced = f0.copy(), voiced.copy()
     if cfg.grow_rows == 0:
         return f0, voiced
     n = voiced.size
-    fresh = voiced.copy()  # rows whose neighbours have not been tried from them yet (a failed try would fail again)
+    fresh = (voiced if start is None else start).copy()  # rows whose neighbours have not been tried from them yet (a failed try would fail again)
     for _ in range(cfg.grow_rows):
         left = np.zeros(n, bool)
         left[1:] = fresh[:-1]
@@ -286,9 +293,9 @@ def seed_voicing(
     width = round(3 * FS_HZ / cfg.f0_floor_hz)
     seg = glottal.windows(x_hp, rows * HOP + HOP // 2 - width // 2, width)
     window = np.hanning(width + 2)[1:-1]
-    n_fft = 1 << (width + hi).bit_length()  # no circular wrap up to lag hi
-    r_seg = np.fft.irfft(np.abs(np.fft.rfft((seg - seg.mean(axis=1, keepdims=True)) * window, n_fft)) ** 2, n_fft)
-    r_win = np.fft.irfft(np.abs(np.fft.rfft(window, n_fft)) ** 2, n_fft)
+    n_fft = next_fast_len(width + hi + 1, real=True)  # no circular wrap up to lag hi
+    r_seg = irfft(np.abs(rfft((seg - seg.mean(axis=1, keepdims=True)) * window, n_fft)) ** 2, n_fft)
+    r_win = irfft(np.abs(rfft(window, n_fft)) ** 2, n_fft)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.nan_to_num((r_seg[:, lo : hi + 1] / r_seg[:, :1]) / (r_win[lo : hi + 1] / r_win[0]))
     peak = (r[:, 1:-1] > r[:, :-2]) & (r[:, 1:-1] >= r[:, 2:])
@@ -452,7 +459,7 @@ def track(
     if cfg.seed_acf > 0:
         f0, seeded = seed_voicing(x_hp, f0, voiced, loud, cfg)
         if (seeded & ~voiced).any():
-            f0, voiced = grow_voicing(x_hp, f0, seeded, loud, cfg)
+            f0, voiced = grow_voicing(x_hp, f0, seeded, loud, cfg, start=seeded & ~voiced)
     if cfg.f0_refine:
         f0 = refine_f0(x_hp, f0, voiced, cfg)
     return f0, voiced
