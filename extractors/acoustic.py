@@ -5,8 +5,10 @@ rebuilds its content; the glottal measures live in `extractors.glottal`, whose d
 
 - F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: DIO + StoneMask by default, Harvest
   (Morise, Interspeech 2017) as an option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling], its 25 ms
-  RMS is above `silence_dbfs` and the signal is periodic at that F0 (`voicing`). (COVAREP itself uses SRH, Drugman
-  & Alwan, Interspeech 2011.)
+  RMS is above `silence_dbfs` and the signal is periodic at that F0 (`voicing`); voiced runs grow into loud rows
+  that repeat at the neighbour's period (`grow_voicing`), and loud rows with a strong normalised autocorrelation
+  peak (Boersma 1993) start new runs where the tracker found no F0 (`seed_voicing`). (COVAREP itself uses SRH,
+  Drugman & Alwan, Interspeech 2011.)
 - Glottal source (voiced rows only, NaN elsewhere): IAIF flow (Alku 1992), GCIs, NAQ (Alku et al. 2002), QOQ, H1-H2,
   HRF, PSP (Alku et al. 1997), MDQ (Kane & Gobl 2013). Peak slope (Kane & Gobl 2011) is a spectral-tilt measure
   defined on every row with signal, as in COVAREP.
