@@ -112,7 +112,7 @@ def test_f0_follows_jittered_periods(f0_hz: float) -> None:
 def test_weak_fundamental_stays_voiced(f0_hz: float) -> None:
     """A voice whose fundamental the channel weakens (4th-order high-pass at 350 Hz, as a headset or a small
     loudspeaker does; not telephone band: the rest of the spectrum is there) is still voiced where it is voiced:
-    DIO alone (grow_rows=0, version 5) leaves 10-29 % of its rows unvoiced; runs grown at the neighbours' period
+    DIO alone (grow_rows=0, seed_acf=0: version 5) leaves 10-29 % of its rows unvoiced; runs grown at the neighbours' period
     recover them (99.3-100 %) with F0 within 3 cents (median) and no gross error; rows more than 20 ms from a
     span's edge stay unvoiced."""
     from scipy.signal import butter, sosfilt
