@@ -71,6 +71,10 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         voiced = timed("voicing (RMS gate + NCCF)", acoustic.voicing, block, x_hp, f0, cfg, floor)
         loud = timed("voiced runs grown (NCCF)", acoustic.loud_rows, block, n, cfg, floor)
         f0, voiced = timed("voiced runs grown (NCCF)", acoustic.grow_voicing, x_hp, f0, voiced, loud, cfg)
+        if cfg.seed_acf > 0:
+            f0, seeded = timed("autocorrelation seeds", acoustic.seed_voicing, x_hp, f0, voiced, loud, cfg)
+            if (seeded & ~voiced).any():
+                f0, voiced = timed("autocorrelation seeds", acoustic.grow_voicing, x_hp, f0, seeded, loud, cfg, seeded & ~voiced)
         if cfg.f0_refine:
             f0 = timed("F0 refinement (NCCF peak)", acoustic.refine_f0, x_hp, f0, voiced, cfg)
         timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
