@@ -108,6 +108,30 @@ def test_f0_follows_jittered_periods(f0_hz: float) -> None:
     assert np.median(err) <= 2.0 and np.percentile(err, 90) <= 5.0, (np.median(err), np.percentile(err, 90))
 
 
+WEAK_SPANS = [(0.1, 0.6), (0.8, 1.4), (1.6, 1.9)]
+
+
+def high_passed_vowels(f0_hz: float, order: int, cutoff_hz: float) -> tuple[np.ndarray, np.ndarray]:
+    """(2 s of LF vowels at f0_hz + 25 sin(3t) in WEAK_SPANS through a Butterworth high-pass, rows truly voiced)."""
+    from scipy.signal import butter, sosfilt
+
+    voice = synth_vowel(2.0, lambda t: f0_hz + 25 * np.sin(3 * t), 1.2, voiced_spans_s=WEAK_SPANS, noise_rms=3e-4)
+    t = row_times(200)
+    truth = np.any([(t >= a) & (t < b) for a, b in WEAK_SPANS], axis=0)
+    return sosfilt(butter(order, cutoff_hz, "highpass", fs=FS_HZ, output="sos"), voice.speech), truth
+
+
+def assert_voiced_where_voiced(cols: dict, f0_hz: float, truth: np.ndarray) -> None:
+    """>= 97 % of the voiced rows voiced, none more than 20 ms from a span; F0 median <= 3 cents, no gross error."""
+    t = row_times(200)
+    away = np.all([(t < a - 0.02) | (t >= b + 0.02) for a, b in WEAK_SPANS], axis=0)
+    voiced = cols["vuv"] == 1
+    assert voiced[truth].mean() >= 0.97, voiced[truth].mean()
+    assert not voiced[away].any()
+    err = 1200 * np.abs(np.log2(cols["f0"][voiced & truth] / (f0_hz + 25 * np.sin(3 * t[voiced & truth]))))
+    assert np.median(err) <= 3.0 and err.max() < 50, (np.median(err), err.max())
+
+
 @pytest.mark.parametrize("f0_hz", [90.0, 110.0, 140.0])
 def test_weak_fundamental_stays_voiced(f0_hz: float) -> None:
     """A voice whose fundamental the channel weakens (4th-order high-pass at 350 Hz, as a headset or a small
@@ -115,20 +139,8 @@ def test_weak_fundamental_stays_voiced(f0_hz: float) -> None:
     DIO alone (grow_rows=0, seed_acf=0: version 5) leaves 10-29 % of its rows unvoiced; runs grown at the neighbours' period
     recover them (99.3-100 %) with F0 within 3 cents (median) and no gross error; rows more than 20 ms from a
     span's edge stay unvoiced."""
-    from scipy.signal import butter, sosfilt
-
-    spans = [(0.1, 0.6), (0.8, 1.4), (1.6, 1.9)]
-    voice = synth_vowel(2.0, lambda t: f0_hz + 25 * np.sin(3 * t), 1.2, voiced_spans_s=spans, noise_rms=3e-4)
-    x = sosfilt(butter(4, 350, "highpass", fs=FS_HZ, output="sos"), voice.speech)
-    t = row_times(200)
-    truth = np.any([(t >= a) & (t < b) for a, b in spans], axis=0)
-    away = np.all([(t < a - 0.02) | (t >= b + 0.02) for a, b in spans], axis=0)
-    cols = run(x)
-    voiced = cols["vuv"] == 1
-    assert voiced[truth].mean() >= 0.97, voiced[truth].mean()
-    assert not voiced[away].any()
-    err = 1200 * np.abs(np.log2(cols["f0"][voiced & truth] / (f0_hz + 25 * np.sin(3 * t[voiced & truth]))))
-    assert np.median(err) <= 3.0 and err.max() < 50, (np.median(err), err.max())
+    x, truth = high_passed_vowels(f0_hz, 4, 350.0)
+    assert_voiced_where_voiced(run(x), f0_hz, truth)
     if f0_hz == 110.0:  # what the test is about: the tracker alone loses this voice
         assert (run(x, CovarepConfig(grow_rows=0, seed_acf=0))["vuv"][truth] == 1).mean() <= 0.9
 
@@ -140,22 +152,10 @@ def test_no_fundamental_left_for_the_tracker(f0_hz: float) -> None:
     autocorrelation still finds the period: >= 97 % of the voiced rows voiced, F0 median within 3 cents and no gross
     error (measured 100 %, 2.3-2.9 c, max 16-18 c), rows more than 20 ms from a span's edge unvoiced (the formant
     ringing on after each span stays out)."""
-    from scipy.signal import butter, sosfilt
-
-    spans = [(0.1, 0.6), (0.8, 1.4), (1.6, 1.9)]
-    voice = synth_vowel(2.0, lambda t: f0_hz + 25 * np.sin(3 * t), 1.2, voiced_spans_s=spans, noise_rms=3e-4)
-    x = sosfilt(butter(8, 600, "highpass", fs=FS_HZ, output="sos"), voice.speech)
-    t = row_times(200)
-    truth = np.any([(t >= a) & (t < b) for a, b in spans], axis=0)
-    away = np.all([(t < a - 0.02) | (t >= b + 0.02) for a, b in spans], axis=0)
+    x, truth = high_passed_vowels(f0_hz, 8, 600.0)
     assert not f0_rows(x.astype(np.float32).astype(np.float64), 200, CovarepConfig()).any()
     assert not (run(x, CovarepConfig(seed_acf=0))["vuv"] == 1).any()
-    cols = run(x)
-    voiced = cols["vuv"] == 1
-    assert voiced[truth].mean() >= 0.97, voiced[truth].mean()
-    assert not voiced[away].any()
-    err = 1200 * np.abs(np.log2(cols["f0"][voiced & truth] / (f0_hz + 25 * np.sin(3 * t[voiced & truth]))))
-    assert np.median(err) <= 3.0 and err.max() < 50, (np.median(err), err.max())
+    assert_voiced_where_voiced(run(x), f0_hz, truth)
 
 
 @pytest.mark.parametrize("hum_hz", [100.0, 120.0])
