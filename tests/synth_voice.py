@@ -19,6 +19,13 @@ from scipy.signal import lfilter
 
 FS_HZ = 16000
 VOWEL_A = ((730.0, 60.0), (1090.0, 100.0), (2440.0, 120.0), (3400.0, 175.0), (4500.0, 250.0))
+# The resonances above F5 that a cascade of five formants leaves out. A vocal tract of ~17.5 cm has about one
+# resonance per kHz (a uniform tube closed at the glottis: (2k - 1) c / 4L = 0.5, 1.5, ... 7.5 kHz), so a 16 kHz
+# vowel has eight below Nyquist; without them the spectrum falls ~60 dB per octave above F5 and the 4-8 kHz band of
+# the /a/ below sits 67-76 dB under its 0-1 kHz band (at the 1e-4 noise floor), where recorded speech has it 22-53 dB
+# under (CMU ARCTIC, COVAREP's recordings; docs/acoustic.md, "LF vowels and limits"). Klatt (JASA 67(3), 1980) adds a
+# "higher-pole correction" to his 5-formant cascade for the same reason. Bandwidths widen with frequency.
+HIGHER_FORMANTS = ((5500.0, 300.0), (6500.0, 350.0), (7500.0, 400.0))
 
 
 @dataclass(frozen=True)
