@@ -212,6 +212,19 @@ def test_white_noise_stays_unvoiced(dbfs: float) -> None:
     assert voiced.mean() <= 0.02, voiced.mean()
 
 
+@pytest.mark.parametrize("dbfs", [-50.0, -20.0])
+@pytest.mark.parametrize("exponent", [1.0, 2.0], ids=["pink", "brown"])
+def test_coloured_noise_stays_unvoiced(exponent: float, dbfs: float) -> None:
+    """1/f (pink) and 1/f^2 (brown) noise: rumble-like spectra whose low band a periodicity detector can mistake
+    for a slow F0. Default: 0 % / 0.3 % voiced; harvest voices 2.6 % of the brown noise at -20 dBFS."""
+    n = 10 * FS_HZ
+    spectrum = np.fft.rfft(np.random.default_rng(int(-dbfs)).standard_normal(n))
+    freqs = np.maximum(np.fft.rfftfreq(n, 1 / FS_HZ), 1.0)
+    noise = np.fft.irfft(spectrum / freqs ** (exponent / 2), n)
+    _, voiced = extract(10 ** (dbfs / 20) * noise / np.sqrt(np.mean(noise**2)))
+    assert voiced.mean() <= 0.02, voiced.mean()
+
+
 def test_psp_stays_in_its_range(realdata: Path) -> None:
     """Glottal columns are NaN on unvoiced rows; PSP = a / a_max lies in [0, 1] on every voiced row of real speech (it exceeded 1 on 0.7 % of them, max 2.7);
     a cycle whose pulse would exceed 1 is NaN, on at most 2 % of the voiced rows."""
