@@ -75,6 +75,8 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
             f0, seeded = timed("autocorrelation seeds", acoustic.seed_voicing, x_hp, f0, voiced, loud, cfg)
             if (seeded & ~voiced).any():
                 f0, voiced = timed("autocorrelation seeds", acoustic.grow_voicing, x_hp, f0, seeded, loud, cfg, seeded & ~voiced)
+        if cfg.harmonic_check:
+            f0, voiced = timed("harmonic check (NCCF)", acoustic.harmonic_check, x_hp, f0, voiced, loud, cfg)
         if cfg.f0_refine:
             f0 = timed("F0 refinement (NCCF peak)", acoustic.refine_f0, x_hp, f0, voiced, cfg)
         timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
