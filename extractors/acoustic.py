@@ -52,7 +52,7 @@ SUBHARMONIC_MARGIN = 0.03  # a segment moves to k periods when its median NCCF t
 SUBHARMONIC_SLACK = 0.02  # ... to the smallest such k whose median is within this of the best k's
 SUBHARMONIC_MIN = 0.7  # ... and only where that median shows a strongly periodic signal (seed_acf's default)
 SUBHARMONIC_ROWS = 9  # rows per segment the subharmonic test looks at (spread evenly; a segment is one pitch level)
-ISLAND_OCTAVES = 0.7  # a segment this far above every neighbour ...
+ISLAND_OCTAVES = 0.7  # a segment this far above both neighbours ...
 ISLAND_GAP_ROWS = 2  # ... within this many rows of it is unvoiced and the neighbours grow into its rows
 F0_REFINE_STEPS = 2  # how far (samples) the refined period may move from the tracked one
 GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
@@ -81,7 +81,7 @@ class CovarepConfig(ExtractorConfig):
     # in [1/ceiling, 1/floor] are voiced at that lag (seed_voicing; runs then grow from them too; 0 = off)
     seed_acf: float = Field(0.7, ge=0.0, lt=1.0)
     # voiced segments on a harmonic (the signal repeats better at 2-4 tracked periods) move to the fundamental, and short
-    # segments far above every neighbour are re-grown from the neighbours (harmonic_check; False = version 6)
+    # segments far above both neighbours are re-grown from them (harmonic_check; False = version 6)
     harmonic_check: bool = True
     f0_refine: bool = True  # voiced rows' F0 from the cross-correlation peak at sub-sample precision (refine_f0)
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
@@ -373,9 +373,10 @@ def harmonic_check(
        each row's segments 2 k_max periods long for every k (a fair comparison), at the best lag within +-2k samples
        of k periods, on SUBHARMONIC_ROWS rows spread over the segment (all of them when shorter). Where the
        segment's median at some k beats the median at one period by SUBHARMONIC_MARGIN and is >= SUBHARMONIC_MIN,
-       the signal repeats at k periods and not at one: the tracker followed the k-th harmonic. (Without the
-       minimum, rows on no harmonic at all, where neither lag fits, moved to a wrong period: NCCF 0.56 vs 0.48.) The segment moves to the smallest k within
-       SUBHARMONIC_SLACK of the best (at 2 true periods the signal repeats as well as at one).
+       the signal repeats at k periods and not at one: the tracker followed the k-th harmonic. The segment moves to
+       the smallest k within SUBHARMONIC_SLACK of the best (at 2 true periods the signal repeats as well as at one).
+       Without the minimum, rows on no harmonic at all, where neither lag fits, moved to a wrong period (a
+       synthetic island at 3.4x: NCCF 0.56 at 3 periods vs 0.48 at one).
     2. Islands: a segment whose F0 at each end is ISLAND_OCTAVES or more above the neighbouring segment's across a
        gap of <= ISLAND_GAP_ROWS rows, on both sides, and no longer than the longer neighbour, is unvoiced; the
        neighbours then grow into its rows (`grow_voicing`), so its rows get the neighbours' period where the signal
