@@ -386,8 +386,9 @@ def harmonic_check(
 
     Why: where the fundamental is weak, DIO sometimes follows the 2nd-4th harmonic for a whole vowel, and the NCCF
     voicing test passes there (the signal repeats at every multiple of its period too). On phonlab_two_plus_two 13
-    rows sat at 4x (gross errors against Praat 15 %). A true period gives a median NCCF at 2 periods 0.005-0.02 below
-    the one at one period (CMU ARCTIC slt, every segment); a harmonic gives +0.09 (docs/acoustic.md, "Version 7")."""
+    rows sat at 4x (gross errors against Praat 15 %). A true period gives a median NCCF at 2 periods at least 0.005
+    below the one at one period (every segment of the ARCTIC and realdata files; slt's closest -0.005 ... -0.018); a
+    harmonic gives +0.09 (docs/acoustic.md, "Version 7")."""
     f0, voiced = f0.copy(), voiced.copy()
     segments = f0_segments(f0, voiced)
     if not segments:

@@ -212,8 +212,8 @@ def test_weak_fundamental_recordings_against_praat(phonlab_tracks: dict) -> None
     """The issue's acceptance on the phonlab files pooled: F1 >= 0.93, median <= 5 cents, gross <= 3 %. Version 7:
     F1 0.940, median 4.65 c, gross 2.2 % (12 of 545 rows); per file F1 0.906 F1_bha24_1, 0.968 two_plus_two, 0.881
     three_plus_five, 0.932 sf3_cln, 0.993 FR_bon_beau, 0.916 might_have_a_class. Version 6 (harmonic_check=False):
-    gross 4.6 %, all but one of the 14 rows more on two_plus_two DIO's rows on the 4th harmonic of a 75-83 Hz
-    voice, which the subharmonic test and the island rule of acoustic.harmonic_check move back. The 12 left: 8 rows
+    gross 4.6 % (25 rows); the 13 more are all two_plus_two's, DIO's rows on the 4th harmonic of a 73-83 Hz voice,
+    which the subharmonic test and the island rule of acoustic.harmonic_check move back. The 12 left: 8 rows
     of FR_bon_beau's creaky onset where Praat reads half our F0 (68 vs 135 Hz) and then jumps an octave up to join
     our track, 3 rows of F1_bha24_1 where its EGG confirms our F0 and Praat is an octave low (test below), and one
     onset row of two_plus_two where Praat itself jumps (105.7 Hz, then 81.6 Hz). Without the seeds (voiced runs
