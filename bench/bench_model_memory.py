@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("frames", nargs="?", type=int)
     parser.add_argument("--batch-bytes", type=int, default=2**40, help="default: no byte limit")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64, help="frames per forward (pinned: no calibration)")
     args = parser.parse_args()
     if args.model is None:
         for argv in DEFAULT_SET:
@@ -51,17 +52,17 @@ def main() -> None:
     if args.model == "faces":
         from extractors.faces import FacesConfig, MTCNNFaces
 
-        model = MTCNNFaces(FacesConfig(batch_size=64, batch_bytes=args.batch_bytes))
+        model = MTCNNFaces(FacesConfig(batch_size=args.batch, batch_bytes=args.batch_bytes))
     else:
         from extractors.densenet import DenseNet161, DenseNetConfig
 
-        model = DenseNet161(DenseNetConfig(weights="random", batch_size=64, batch_bytes=args.batch_bytes))
+        model = DenseNet161(DenseNetConfig(weights="random", batch_size=args.batch, batch_bytes=args.batch_bytes))
     model.extract_batch(synthetic_videos(1, 120, 160, n_videos=1))
     before = peak_rss_bytes()
     model.extract_batch(videos)
     growth, pixels = peak_rss_bytes() - before, videos[0].pixels.nbytes
     limit = "none" if args.batch_bytes >= 2**40 else args.batch_bytes
-    print(f"{args.model} {args.frames} frames {args.height}x{args.width} batch_bytes={limit}: "
+    print(f"{args.model} {args.frames} frames {args.height}x{args.width} batch {args.batch} batch_bytes={limit}: "
           f"pixels {pixels / 2**20:.0f} MiB, peak RSS growth {growth / 2**20:.0f} MiB ({growth / pixels:.1f}x)")
 
 

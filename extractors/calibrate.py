@@ -1,0 +1,237 @@
+"""Batch sizes by measurement: a model actor times a few batch sizes on the device it runs on and keeps the
+cheapest per unit (frame, text), cached per machine, device, thread count, model and input size.
+
+Why measured: the best batch depends on all of those. DenseNet161 on 2 CPU threads cost 146 ms a frame at a
+batch of 64, 94 ms at 8 and 117 ms at 1 (issue 27); on an H100 a batch of 1 leaves the GPU idle. A fixed
+default is wrong somewhere. The batch size changes no feature beyond float rounding (each extractor's tests
+say how far), so it stays out of the fingerprints.
+
+The measurement: after one warm-up call, each candidate (1, 2, 4, … up to `max_batch`) runs on a synthetic or
+repeated input until it has taken `MIN_REPEAT_S` (at most `MAX_REPEATS` calls), its per-unit cost the fastest
+call's. It stops early when the next candidate would overrun the time budget (`budget_s`, a few seconds), when
+two candidates in a row cost more than `STOP_WORSE` × the best so far (past the knee: bigger only costs memory),
+or on CUDA when the GPU runs out of memory. The choice is the smallest candidate within `TOLERANCE` of the best:
+on a GPU that is where it saturates, on a CPU it saves memory at no speed cost. Runs are noisy on a shared machine;
+delete the cache file (`cache_path()`) to measure again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENV_FILE = "SIQ_CALIBRATION_FILE"  # where the cache lives; SIQ_* variables reach Ray workers (pipeline/run.py)
+ENV_OFF = "SIQ_CALIBRATE"  # "0": no measurement, every "auto" batch takes its extractor's fixed default
+# (read by the driver, which hands the model actors the cache file, or None for off: tests/conftest.py sets it)
+BUDGET_S = 4.0  # per (model, input size): the whole measurement, warm-up excluded
+MIN_REPEAT_S = 0.3
+MAX_REPEATS = 3
+STOP_WORSE = 1.25
+TOLERANCE = 0.05
+CPU_MAX_BATCH = 32  # DenseNet161's per-frame cost rose from batch 8 to 64 on CPU while memory grew 8×
+GPU_MAX_BATCH = 512
+
+
+def cache_path() -> Path:
+    """$SIQ_CALIBRATION_FILE, else ~/.cache/siqfeat/calibration.json (beside the weights cache's default)."""
+    return Path(os.environ.get(ENV_FILE) or Path.home() / ".cache" / "siqfeat" / "calibration.json").expanduser()
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_OFF, "1") != "0"
+
+
+def run_cache_file() -> str | None:
+    """What the driver hands its model actors: the cache file, or None when calibration is off."""
+    return str(cache_path()) if enabled() else None
+
+
+def candidates(device: str, max_batch: int | None = None) -> list[int]:
+    """Powers of two from 1 to the device's cap (and `max_batch`, e.g. what a byte bound allows)."""
+    cap = GPU_MAX_BATCH if device.startswith("cuda") else CPU_MAX_BATCH
+    cap = max(1, min(cap, cap if max_batch is None else max_batch))
+    return [2**k for k in range(cap.bit_length()) if 2**k <= cap]
+
+
+def device_key(device: str) -> str:
+    """What the cost depends on besides the model: the machine, the device's name and torch's threads."""
+    import torch
+
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = _cpu_model() + f" threads={torch.get_num_threads()}"
+    return f"{socket.gethostname()}|{name}|torch={torch.__version__}"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@dataclass
+class Choice:
+    """A batch size and where it came from: "calibrated" now, "cached" from an earlier run, "pinned" by the
+    config, "default" (calibration off or impossible). `costs`: seconds per unit at each batch measured."""
+
+    feature: str
+    input: str
+    batch: int
+    source: str
+    unit: str
+    per_unit_s: float | None = None
+    costs: dict[int, float] = field(default_factory=dict)
+    device: str = ""
+    measured_at: str = ""
+
+    def record(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["costs"] = {str(k): v for k, v in self.costs.items()}
+        return out
+
+
+def measure(probe: Callable[[int], Any], sizes: list[int], budget_s: float = BUDGET_S,
+            is_oom: Callable[[BaseException], bool] = lambda e: False,
+            clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+    """Seconds per unit of `probe(b)` (which runs b units and returns when they are done) for each size tried,
+    on `clock`: the process's CPU time on a CPU (all its threads: other users' load on a shared machine
+    lengthens the wall time, much less the CPU time), the wall clock on a GPU (its work is not this CPU's)."""
+    probe(sizes[0])  # warm-up: lazy initialisation, allocator
+    costs: dict[int, float] = {}
+    spent, worse = 0.0, 0
+    for b in sizes:
+        if costs and spent + b * min(costs.values()) > budget_s:
+            break
+        try:
+            per_unit, took = _time(probe, b, clock)
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            log.info("calibration: batch %d ran out of device memory; stopping there", b)
+            break
+        costs[b], spent = per_unit, spent + took
+        worse = worse + 1 if per_unit > STOP_WORSE * min(costs.values()) else 0
+        if worse >= 2:
+            break
+    return costs
+
+
+def _time(probe: Callable[[int], Any], b: int, clock: Callable[[], float]) -> tuple[float, float]:
+    best, took, reps = float("inf"), 0.0, 0
+    while reps < MAX_REPEATS and (reps == 0 or took < MIN_REPEAT_S):
+        t0 = clock()
+        probe(b)
+        dt = clock() - t0
+        best, took, reps = min(best, dt), took + dt, reps + 1
+    return best / b, took
+
+
+def pick(costs: dict[int, float]) -> int:
+    """The smallest batch within TOLERANCE of the cheapest per unit."""
+    best = min(costs.values())
+    return min(b for b, c in costs.items() if c <= best * (1 + TOLERANCE))
+
+
+class Calibrator:
+    """One per model actor: batch sizes per (model, input size), measured once per machine and cached in
+    `path`; with `path` None it measures nothing and only records the fixed defaults for the run report."""
+
+    def __init__(self, feature: str, device: str, path: Path | str | None, budget_s: float = BUDGET_S,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.feature, self.device, self.budget_s = feature, device, budget_s
+        # CPU time on a CPU, the wall clock on a GPU (see `measure`)
+        self.clock = clock or (time.perf_counter if device.startswith("cuda") else time.process_time)
+        self.path = Path(path) if path is not None else None
+        self.choices: dict[str, Choice] = {}  # input key -> the choice, for the run report
+        self.spent_s = 0.0  # time spent measuring: not the model's per-unit cost
+
+    def batch(self, model: str, input_key: str, unit: str, probe: Callable[[int], Any],
+              max_batch: int | None = None) -> int:
+        """The batch size for `model` on inputs described by `input_key` (e.g. "224x224"): from this actor's
+        memory, else the cache file, else measured now with `probe` and written to the cache."""
+        if input_key in self.choices:
+            return self.choices[input_key].batch
+        dev = device_key(self.device)
+        key = f"{dev}|{model}|{input_key}"
+        cached = self._read().get(key)
+        if cached and (max_batch is None or cached["batch"] <= max_batch):
+            choice = Choice(self.feature, input_key, int(cached["batch"]), "cached", unit, cached.get("per_unit_s"),
+                            {int(k): v for k, v in cached.get("costs", {}).items()}, dev, cached.get("measured_at", ""))
+        else:
+            choice = self._calibrate(key, dev, input_key, unit, probe, max_batch)
+        self.choices[input_key] = choice
+        log.info("%s: batch %d for %s (%s, %s per %s)", self.feature, choice.batch, input_key, choice.source,
+                 f"{choice.per_unit_s * 1e3:.2f} ms" if choice.per_unit_s else "?", unit)
+        return choice.batch
+
+    def _calibrate(self, key: str, dev: str, input_key: str, unit: str, probe: Callable[[int], Any],
+                   max_batch: int | None) -> Choice:
+        t0 = time.perf_counter()
+        costs = measure(probe, candidates(self.device, max_batch), self.budget_s, _is_oom, self.clock)
+        self.spent_s += time.perf_counter() - t0
+        b = pick(costs)
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        choice = Choice(self.feature, input_key, b, "calibrated", unit, costs[b], costs, dev, now)
+        log.info("%s: calibrated %s in %.1f s: %s", self.feature, input_key, time.perf_counter() - t0,
+                 ", ".join(f"{k}: {v * 1e3:.2f} ms" for k, v in costs.items()))
+        self._write(key, {"batch": b, "per_unit_s": costs[b], "costs": {str(k): v for k, v in costs.items()},
+                          "measured_at": now, "unit": unit})
+        return choice
+
+    def _read(self) -> dict[str, Any]:
+        assert self.path is not None
+        try:
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):  # absent or damaged: measure again (the cache is only a shortcut)
+            return {}
+
+    def _write(self, key: str, value: dict[str, Any]) -> None:
+        """Read-modify-replace: a concurrent writer may lose an entry, which is then measured again."""
+        assert self.path is not None
+        try:
+            data = self._read()
+            data[key] = value
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError as e:  # a read-only home: the choice still holds for this run
+            log.warning("calibration cache %s not written: %s", self.path, e)
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.cuda.OutOfMemoryError)
+
+
+def resolve(calibrator: Calibrator | None, pinned: int | str | None, default: int, model: str, input_key: str,
+            unit: str, probe: Callable[[int], Any], max_batch: int | None = None) -> int:
+    """An extractor's batch size: the config's pinned value as is; else measured by the actor's calibrator;
+    else (no calibrator: a direct call; or calibration off) the extractor's fixed default. An actor's
+    calibrator keeps every choice for the run report."""
+    if calibrator is None:
+        return pinned if isinstance(pinned, int) else default
+    if isinstance(pinned, int) or calibrator.path is None:
+        if input_key not in calibrator.choices:
+            batch, source = (pinned, "pinned") if isinstance(pinned, int) else (default, "default")
+            calibrator.choices[input_key] = Choice(calibrator.feature, input_key, batch, source, unit)
+        return calibrator.choices[input_key].batch
+    return calibrator.batch(model, input_key, unit, probe, max_batch)

@@ -1,0 +1,209 @@
+"""Batch sizes by measurement (extractors/calibrate.py): the choice rule, the cache, pinned batches used as they
+are, and features that do not depend on the batch chosen beyond float rounding.
+
+Which are bit-identical: none of the three models on CPU in general. DenseNet161 frames differ by ≤ 1.5e-6
+(oneDNN sums convolutions in a batch-dependent order), MiniLM texts by float rounding (padding to the batch's
+longest sequence changes the matrix shapes), MTCNN boxes by ~5e-5 px (tests/test_faces.py). A batch of one
+frame, and the same batch size twice, are bit-identical (asserted below)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from extractors import calibrate
+from extractors.base import Frames, QAText
+from extractors.calibrate import Calibrator, measure, pick
+from extractors.densenet import DenseNet161, DenseNetConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class FakeModel:
+    """A probe whose per-unit cost at batch b is `costs[b]`, on a fake clock it advances."""
+
+    def __init__(self, costs: dict[int, float], oom_at: int | None = None) -> None:
+        self.costs, self.oom_at, self.now, self.calls = costs, oom_at, 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, b: int) -> None:
+        self.calls.append(b)
+        if self.oom_at is not None and b >= self.oom_at:
+            raise MemoryError("out of device memory")
+        self.now += b * self.costs[b]
+
+
+def test_measure_picks_the_smallest_batch_within_tolerance_of_the_cheapest() -> None:
+    fake = FakeModel({1: 0.117, 2: 0.105, 4: 0.097, 8: 0.094, 16: 0.096, 32: 0.12})
+    costs = measure(fake, [1, 2, 4, 8, 16, 32], budget_s=100, clock=fake.clock)
+    assert costs == pytest.approx(fake.costs)
+    assert pick(costs) == 4  # 0.097 <= 0.094 * 1.05: smaller batch, same speed, less memory
+    assert pick({1: 1.0, 2: 0.5, 4: 0.25}) == 4  # a GPU: saturates at the end
+
+
+def test_measure_stops_past_the_knee_on_the_budget_and_on_out_of_memory() -> None:
+    knee = FakeModel({1: 1.0, 2: 0.5, 4: 1.0, 8: 1.0, 16: 0.1})
+    assert sorted(measure(knee, [1, 2, 4, 8, 16], budget_s=1e9, clock=knee.clock)) == [1, 2, 4, 8]  # 2 worse
+    slow = FakeModel({b: 1.0 for b in (1, 2, 4, 8)})
+    costs = measure(slow, [1, 2, 4, 8], budget_s=4.0, clock=slow.clock)
+    assert sorted(costs) == [1, 2]  # 1 s + 2 s spent; 4 more would overrun 4 s
+    oom = FakeModel({b: 1.0 / b for b in (1, 2, 4, 8)}, oom_at=4)
+    costs = measure(oom, [1, 2, 4, 8], budget_s=1e9, is_oom=lambda e: isinstance(e, MemoryError), clock=oom.clock)
+    assert sorted(costs) == [1, 2]
+    with pytest.raises(MemoryError):  # anything else than running out of memory is an error
+        measure(FakeModel({1: 1.0, 2: 1.0}, oom_at=2), [1, 2], budget_s=1e9, clock=lambda: 0.0)
+
+
+def test_candidates_per_device_and_byte_bound() -> None:
+    assert calibrate.candidates("cpu") == [1, 2, 4, 8, 16, 32]
+    assert calibrate.candidates("cuda")[-1] == 512
+    assert calibrate.candidates("cpu", max_batch=5) == [1, 2, 4]
+    assert calibrate.candidates("cuda", max_batch=0) == [1]
+
+
+def test_choices_are_cached_per_machine_model_and_input_size(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    fake = FakeModel({1: 0.2, 2: 0.1, 4: 0.1, 8: 0.3, 16: 0.3, 32: 0.3})
+    first = Calibrator("frames", "cpu", path, clock=fake.clock)
+    assert first.batch("m", "360x640x3", "frame", fake) == 2
+    assert first.choices["360x640x3"].source == "calibrated" and fake.calls
+    entry = json.loads(path.read_text())
+    (key,) = entry
+    assert key.endswith("|m|360x640x3") and f"threads={torch.get_num_threads()}" in key and entry[key]["batch"] == 2
+    fake.calls.clear()
+    second = Calibrator("frames", "cpu", path, clock=fake.clock)
+    assert second.batch("m", "360x640x3", "frame", fake) == 2 and not fake.calls  # read, not measured
+    assert second.choices["360x640x3"].source == "cached"
+    assert second.batch("m", "720x1280x3", "frame", fake) == 2 and fake.calls  # another input size: measured
+    assert len(json.loads(path.read_text())) == 2
+    path.write_text("{damaged")  # a damaged cache is measured again, then rewritten
+    fake.calls.clear()
+    assert Calibrator("frames", "cpu", path, clock=fake.clock).batch("m", "360x640x3", "frame", fake) == 2
+    assert fake.calls
+    assert len(json.loads(path.read_text())) == 1
+
+
+def frames(n: int, h: int = 120, w: int = 160, seed: int = 0) -> Frames:
+    px = np.random.default_rng(seed).integers(0, 255, (n, h, w, 3), np.uint8)
+    return Frames(px, np.stack([np.arange(n), np.arange(1, n + 1)], 1).astype(float), np.arange(n) + 0.5, 30.0, n)
+
+
+def spy_forwards(model, name: str) -> list[int]:
+    """Sizes of the forwards `model` runs through `name` (embed / a function it calls)."""
+    sizes: list[int] = []
+    real = getattr(model, name)
+
+    def spy(x, *a, **k):
+        sizes.append(len(x))
+        return real(x, *a, **k)
+
+    setattr(model, name, spy)
+    return sizes
+
+
+@pytest.fixture(scope="module")
+def densenet() -> DenseNet161:
+    return DenseNet161(DenseNetConfig(weights="random"))
+
+
+def test_a_pinned_batch_is_used_as_is(densenet: DenseNet161, tmp_path: Path) -> None:
+    model = DenseNet161(DenseNetConfig(weights="random", batch_size=3))
+    model.model = densenet.model  # the same weights, loaded once
+    model.calibrator = Calibrator("frames", "cpu", tmp_path / "c.json")
+    sizes = spy_forwards(model, "embed")
+    model.extract_batch([frames(5), frames(2, seed=1)])
+    assert sizes == [3, 3, 1]  # a batch spans videos; no calibration call among them
+    assert model.calibrator.choices["120x160x3"].source == "pinned" and not (tmp_path / "c.json").exists()
+
+
+def test_densenet_features_do_not_depend_on_the_calibrated_batch(densenet: DenseNet161, tmp_path: Path) -> None:
+    x = [frames(9), frames(4, seed=1)]
+    one = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
+    one.model = densenet.model
+    reference = one.extract_batch(x)
+    densenet.calibrator = Calibrator("frames", "cpu", tmp_path / "c.json", budget_s=1.0)
+    try:
+        sizes = spy_forwards(densenet, "embed")
+        calibrated = densenet.extract_batch(x)
+    finally:
+        densenet.calibrator = None
+        del densenet.embed
+    choice = densenet.calibrator_choice = json.loads((tmp_path / "c.json").read_text())
+    batch = next(iter(choice.values()))["batch"]
+    assert max(sizes[-2:]) <= batch and sum(s for s in sizes if s <= batch) >= 13
+    for a, b in zip(calibrated, reference, strict=True):
+        np.testing.assert_allclose(a.features, b.features, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(a.intervals, b.intervals)
+    again = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
+    again.model = densenet.model
+    np.testing.assert_array_equal(again.extract_batch(x)[0].features, reference[0].features)  # same batch: bit for bit
+
+
+def test_text_features_do_not_depend_on_the_calibrated_batch(tmp_path: Path) -> None:
+    from extractors.qa import QAConfig, QAExtractor
+    from extractors.text_model import BUNDLED_MINILM
+
+    item = QAText(qids=("q0", "q1"), questions=("Why does the man laugh?", "How does the woman feel when he leaves?"),
+                  answers=(("He finds the joke funny.", "He is nervous."), ("Relieved.", "She's upset.")),
+                  correct=((True, False), (False, True)))
+    pinned = QAExtractor(QAConfig(model=BUNDLED_MINILM, batch_size=1))
+    auto = QAExtractor(QAConfig(model=BUNDLED_MINILM))
+    auto.calibrator = Calibrator("qa", "cpu", tmp_path / "c.json", budget_s=0.5)
+    a, b = auto.extract(item), pinned.extract(item)
+    (entry,) = json.loads((tmp_path / "c.json").read_text()).values()
+    assert auto.calibrator.choices and next(iter(auto.calibrator.choices.values())).batch == entry["batch"]
+    np.testing.assert_allclose(a.features, b.features, rtol=1e-5, atol=1e-5)
+    pinned.calibrator = Calibrator("qa", "cpu", tmp_path / "other.json")
+    pinned.extract(item)
+    assert {c.source for c in pinned.calibrator.choices.values()} == {"pinned"}
+    assert not (tmp_path / "other.json").exists()
+
+
+def test_faces_calibrated_per_frame_size_and_same_faces(tmp_path: Path) -> None:
+    from extractors.faces import FacesConfig, MTCNNFaces
+    from tests.test_faces import assert_same_faces, edge_and_size_frames, make_frames
+
+    sizes = edge_and_size_frames()
+    videos = [make_frames(sizes[240, 320][:4])]
+    auto = MTCNNFaces(FacesConfig())
+    auto.calibrator = Calibrator("faces", "cpu", tmp_path / "c.json", budget_s=0.5)
+    got = auto.extract_batch(videos)
+    assert list(auto.calibrator.choices) == ["240x320x3"]
+    assert_same_faces(got[0], MTCNNFaces(FacesConfig(batch_size=1)).extract_batch(videos)[0])
+    pinned = MTCNNFaces(FacesConfig(batch_size=2))
+    pinned.calibrator = Calibrator("faces", "cpu", tmp_path / "other.json")
+    import extractors.faces as faces_module
+
+    calls = []
+    real = faces_module.detect_frames
+    try:
+        faces_module.detect_frames = lambda m, px, *a: calls.append(len(px)) or real(m, px, *a)
+        pinned.extract_batch(videos)
+    finally:
+        faces_module.detect_frames = real
+    assert calls == [2, 2] and pinned.calibrator.choices["240x320x3"].source == "pinned"
+
+
+def test_calibration_off_records_the_default(tmp_path: Path) -> None:
+    model = DenseNet161(DenseNetConfig(weights="random"))
+    model.calibrator = Calibrator("frames", "cpu", None)
+    assert model.batch_size(frames(1).pixels) == 8
+    assert model.calibrator.choices["120x160x3"].source == "default"
+
+
+def test_the_driver_reads_configs_without_loading_torch() -> None:
+    """The driver parses every preset and computes fingerprints; torch (~0.7 GB resident) stays in the actors."""
+    code = ("import sys; from pipeline.config import load_config, CONFIG_DIR; import pipeline.run, pipeline.cli\n"
+            "for p in ['sample', 'sample-socratis', 'sample-tinysocial', 'bench/scale.toml']:\n"
+            "    [s.spec_hash for s in load_config(p).specs()]\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'facenet_pytorch')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
