@@ -207,3 +207,22 @@ def test_the_driver_reads_configs_without_loading_torch() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'facenet_pytorch')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.gpu
+def test_cuda_calibration_saturates_and_changes_no_feature(tmp_path: Path) -> None:
+    """On a GPU the calibration goes past the CPU's cap and picks a batch that keeps the GPU busy; the features
+    equal a pinned batch's within fp16 rounding (cuDNN picks kernels per batch shape: not bit for bit)."""
+    from conftest import cuda_or_skip
+
+    device = cuda_or_skip()
+    x = [frames(40, 360, 640), frames(24, 360, 640, seed=1)]
+    auto = DenseNet161(DenseNetConfig(weights="random"), device=device)
+    auto.calibrator = Calibrator("frames", device, tmp_path / "c.json")
+    got = auto.extract_batch(x)
+    choice = auto.calibrator.choices["360x640x3"]
+    assert choice.source == "calibrated" and choice.batch >= 8 and max(choice.costs) > calibrate.CPU_MAX_BATCH
+    pinned = DenseNet161(DenseNetConfig(weights="random", batch_size=64), device=device).extract_batch(x)
+    for a, b in zip(got, pinned, strict=True):
+        cos = (a.features * b.features).sum(1) / np.linalg.norm(a.features, axis=1) / np.linalg.norm(b.features, axis=1)
+        assert cos.min() >= 0.9999, cos.min()
