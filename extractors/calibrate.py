@@ -6,9 +6,11 @@ batch of 64, 94 ms at 8 and 117 ms at 1 (issue 27); on an H100 a batch of 1 leav
 default is wrong somewhere. The batch size changes no feature beyond float rounding (each extractor's tests
 say how far), so it stays out of the fingerprints.
 
-The measurement: after one warm-up call, each candidate (1, 2, 4, … up to `max_batch`) runs on a synthetic or
-repeated input until it has taken `MIN_REPEAT_S` (at most `MAX_REPEATS` calls), its per-unit cost the fastest
-call's. It stops early when the next candidate would overrun the time budget (`budget_s`, a few seconds), when
+The measurement: each candidate (1, 2, 4, … up to `max_batch`) runs on a synthetic or repeated input at least
+twice and until it has taken `MIN_REPEAT_S` (at most `MAX_REPEATS` calls), its per-unit cost the fastest call's:
+the first call at a new batch shape is slow (cuDNN and oneDNN choose their kernels per shape; on an H100 a
+DenseNet161 frame cost 202 ms in the first call of 2 frames, 0.5 ms once warm). It stops early when the next
+candidate would overrun the time budget (`budget_s`, a few seconds), when
 two candidates in a row cost more than `STOP_WORSE` × the best so far (past the knee: bigger only costs memory),
 or on CUDA when the GPU runs out of memory. The choice is the smallest candidate within `TOLERANCE` of the best:
 on a GPU that is where it saturates, on a CPU it saves memory at no speed cost. Runs are noisy on a shared machine;
@@ -34,8 +36,9 @@ log = logging.getLogger(__name__)
 ENV_FILE = "SIQ_CALIBRATION_FILE"  # where the cache lives; SIQ_* variables reach Ray workers (pipeline/run.py)
 ENV_OFF = "SIQ_CALIBRATE"  # "0": no measurement, every "auto" batch takes its extractor's fixed default
 # (read by the driver, which hands the model actors the cache file, or None for off: tests/conftest.py sets it)
-BUDGET_S = 4.0  # per (model, input size): the whole measurement, warm-up excluded
+BUDGET_S = 6.0  # per (model, input size): the whole measurement
 MIN_REPEAT_S = 0.3
+MIN_REPEATS = 2  # the first call at a shape warms its kernels up
 MAX_REPEATS = 3
 STOP_WORSE = 1.25
 TOLERANCE = 0.05
@@ -112,11 +115,10 @@ def measure(probe: Callable[[int], Any], sizes: list[int], budget_s: float = BUD
     """Seconds per unit of `probe(b)` (which runs b units and returns when they are done) for each size tried,
     on `clock`: the process's CPU time on a CPU (all its threads: other users' load on a shared machine
     lengthens the wall time, much less the CPU time), the wall clock on a GPU (its work is not this CPU's)."""
-    probe(sizes[0])  # warm-up: lazy initialisation, allocator
     costs: dict[int, float] = {}
     spent, worse = 0.0, 0
     for b in sizes:
-        if costs and spent + b * min(costs.values()) > budget_s:
+        if costs and spent + MIN_REPEATS * b * min(costs.values()) > budget_s:
             break
         try:
             per_unit, took = _time(probe, b, clock)
@@ -134,7 +136,7 @@ def measure(probe: Callable[[int], Any], sizes: list[int], budget_s: float = BUD
 
 def _time(probe: Callable[[int], Any], b: int, clock: Callable[[], float]) -> tuple[float, float]:
     best, took, reps = float("inf"), 0.0, 0
-    while reps < MAX_REPEATS and (reps == 0 or took < MIN_REPEAT_S):
+    while reps < MIN_REPEATS or (reps < MAX_REPEATS and took < MIN_REPEAT_S):
         t0 = clock()
         probe(b)
         dt = clock() - t0

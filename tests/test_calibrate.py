@@ -26,19 +26,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class FakeModel:
-    """A probe whose per-unit cost at batch b is `costs[b]`, on a fake clock it advances."""
+    """A probe whose per-unit cost at batch b is `costs[b]` (× `first` in the first call at b: kernels chosen
+    per shape), on a fake clock it advances."""
 
-    def __init__(self, costs: dict[int, float], oom_at: int | None = None) -> None:
-        self.costs, self.oom_at, self.now, self.calls = costs, oom_at, 0.0, []
+    def __init__(self, costs: dict[int, float], oom_at: int | None = None, first: float = 1.0) -> None:
+        self.costs, self.oom_at, self.first, self.now, self.calls = costs, oom_at, first, 0.0, []
 
     def clock(self) -> float:
         return self.now
 
     def __call__(self, b: int) -> None:
+        warm = b in self.calls
         self.calls.append(b)
         if self.oom_at is not None and b >= self.oom_at:
             raise MemoryError("out of device memory")
-        self.now += b * self.costs[b]
+        self.now += b * self.costs[b] * (1.0 if warm else self.first)
 
 
 def test_measure_picks_the_smallest_batch_within_tolerance_of_the_cheapest() -> None:
@@ -47,14 +49,17 @@ def test_measure_picks_the_smallest_batch_within_tolerance_of_the_cheapest() -> 
     assert costs == pytest.approx(fake.costs)
     assert pick(costs) == 4  # 0.097 <= 0.094 * 1.05: smaller batch, same speed, less memory
     assert pick({1: 1.0, 2: 0.5, 4: 0.25}) == 4  # a GPU: saturates at the end
+    gpu = FakeModel({1: 20.0, 2: 10.0, 4: 5.0, 8: 2.5, 16: 1.2, 32: 0.6, 64: 0.5, 128: 0.5}, first=10.0)
+    costs = measure(gpu, sorted(gpu.costs), budget_s=1e9, clock=gpu.clock)
+    assert costs == pytest.approx(gpu.costs) and pick(costs) == 64  # the slow first call at a shape is left out
 
 
 def test_measure_stops_past_the_knee_on_the_budget_and_on_out_of_memory() -> None:
     knee = FakeModel({1: 1.0, 2: 0.5, 4: 1.0, 8: 1.0, 16: 0.1})
     assert sorted(measure(knee, [1, 2, 4, 8, 16], budget_s=1e9, clock=knee.clock)) == [1, 2, 4, 8]  # 2 worse
     slow = FakeModel({b: 1.0 for b in (1, 2, 4, 8)})
-    costs = measure(slow, [1, 2, 4, 8], budget_s=4.0, clock=slow.clock)
-    assert sorted(costs) == [1, 2]  # 1 s + 2 s spent; 4 more would overrun 4 s
+    costs = measure(slow, [1, 2, 4, 8], budget_s=6.0, clock=slow.clock)
+    assert sorted(costs) == [1, 2]  # 2 x 1 s + 2 x 2 s spent; 2 x 4 s more would overrun 6 s
     oom = FakeModel({b: 1.0 / b for b in (1, 2, 4, 8)}, oom_at=4)
     costs = measure(oom, [1, 2, 4, 8], budget_s=1e9, is_oom=lambda e: isinstance(e, MemoryError), clock=oom.clock)
     assert sorted(costs) == [1, 2]
