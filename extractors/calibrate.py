@@ -40,6 +40,7 @@ BUDGET_S = 6.0  # per (model, input size): the whole measurement
 MIN_REPEAT_S = 0.3
 MIN_REPEATS = 2  # the first call at a shape warms its kernels up
 MAX_REPEATS = 3
+MIN_CANDIDATES = 3  # fewer measured within the budget (a loaded or slow machine): the default, not cached
 STOP_WORSE = 1.25
 TOLERANCE = 0.05
 CPU_MAX_BATCH = 32  # DenseNet161's per-frame cost rose from batch 8 to 64 on CPU while memory grew 8×
@@ -164,9 +165,10 @@ class Calibrator:
         self.spent_s = 0.0  # time spent measuring: not the model's per-unit cost
 
     def batch(self, model: str, input_key: str, unit: str, probe: Callable[[int], Any],
-              max_batch: int | None = None) -> int:
+              max_batch: int | None = None, default: int = 1) -> int:
         """The batch size for `model` on inputs described by `input_key` (e.g. "224x224"): from this actor's
-        memory, else the cache file, else measured now with `probe` and written to the cache."""
+        memory, else the cache file, else measured now with `probe` and written to the cache; `default` when
+        the budget allowed fewer than MIN_CANDIDATES sizes (then nothing is cached: the next run measures)."""
         if input_key in self.choices:
             return self.choices[input_key].batch
         dev = device_key(self.device)
@@ -176,22 +178,27 @@ class Calibrator:
             choice = Choice(self.feature, input_key, int(cached["batch"]), "cached", unit, cached.get("per_unit_s"),
                             {int(k): v for k, v in cached.get("costs", {}).items()}, dev, cached.get("measured_at", ""))
         else:
-            choice = self._calibrate(key, dev, input_key, unit, probe, max_batch)
+            choice = self._calibrate(key, dev, input_key, unit, probe, max_batch, default)
         self.choices[input_key] = choice
         log.info("%s: batch %d for %s (%s, %s per %s)", self.feature, choice.batch, input_key, choice.source,
                  f"{choice.per_unit_s * 1e3:.2f} ms" if choice.per_unit_s else "?", unit)
         return choice.batch
 
     def _calibrate(self, key: str, dev: str, input_key: str, unit: str, probe: Callable[[int], Any],
-                   max_batch: int | None) -> Choice:
+                   max_batch: int | None, default: int) -> Choice:
         t0 = time.perf_counter()
-        costs = measure(probe, candidates(self.device, max_batch), self.budget_s, _is_oom, self.clock)
+        sizes = candidates(self.device, max_batch)
+        costs = measure(probe, sizes, self.budget_s, _is_oom, self.clock)
         self.spent_s += time.perf_counter() - t0
-        b = pick(costs)
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        choice = Choice(self.feature, input_key, b, "calibrated", unit, costs[b], costs, dev, now)
         log.info("%s: calibrated %s in %.1f s: %s", self.feature, input_key, time.perf_counter() - t0,
                  ", ".join(f"{k}: {v * 1e3:.2f} ms" for k, v in costs.items()))
+        if len(costs) < min(MIN_CANDIDATES, len(sizes)):
+            log.warning("%s: calibration of %s cut short by its %.0f s budget after %d size(s) (a loaded machine?): "
+                        "batch %d, the default, not cached", self.feature, input_key, self.budget_s, len(costs), default)
+            return Choice(self.feature, input_key, min(default, sizes[-1]), "default", unit, None, costs, dev, now)
+        b = pick(costs)
+        choice = Choice(self.feature, input_key, b, "calibrated", unit, costs[b], costs, dev, now)
         self._write(key, {"batch": b, "per_unit_s": costs[b], "costs": {str(k): v for k, v in costs.items()},
                           "measured_at": now, "unit": unit})
         return choice
@@ -236,4 +243,4 @@ def resolve(calibrator: Calibrator | None, pinned: int | str | None, default: in
             batch, source = (pinned, "pinned") if isinstance(pinned, int) else (default, "default")
             calibrator.choices[input_key] = Choice(calibrator.feature, input_key, batch, source, unit)
         return calibrator.choices[input_key].batch
-    return calibrator.batch(model, input_key, unit, probe, max_batch)
+    return calibrator.batch(model, input_key, unit, probe, max_batch, default)

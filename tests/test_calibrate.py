@@ -89,6 +89,10 @@ def test_choices_are_cached_per_machine_model_and_input_size(tmp_path: Path) -> 
     assert second.choices["360x640x3"].source == "cached"
     assert second.batch("m", "720x1280x3", "frame", fake) == 2 and fake.calls  # another input size: measured
     assert len(json.loads(path.read_text())) == 2
+    slow = FakeModel({1: 5.0, 2: 5.0, 4: 5.0})  # the budget allows one size only: the default, nothing cached
+    cut = Calibrator("frames", "cpu", path, budget_s=12.0, clock=slow.clock)
+    assert cut.batch("m", "90x160x3", "frame", slow, default=8, max_batch=4) == 4  # the default, within the bound
+    assert cut.choices["90x160x3"].source == "default" and len(json.loads(path.read_text())) == 2
     path.write_text("{damaged")  # a damaged cache is measured again, then rewritten
     fake.calls.clear()
     assert Calibrator("frames", "cpu", path, clock=fake.clock).batch("m", "360x640x3", "frame", fake) == 2
@@ -231,3 +235,48 @@ def test_cuda_calibration_saturates_and_changes_no_feature(tmp_path: Path) -> No
     for a, b in zip(got, pinned, strict=True):
         cos = (a.features * b.features).sum(1) / np.linalg.norm(a.features, axis=1) / np.linalg.norm(b.features, axis=1)
         assert cos.min() >= 0.9999, cos.min()
+
+
+@pytest.mark.slow
+def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path, tmp_path: Path, monkeypatch) -> None:
+    """Through Ray: the model actor takes its batch from the driver's cache file (here written by the test, so the
+    run measures nothing), the run report lists each choice with its source and the run's cost per frame, and
+    the features equal a direct batch-of-one extraction; a pinned batch is reported and used as it is."""
+    from pipeline.config import RunConfig
+    from pipeline.decode import decode_frames
+    from pipeline.run import run_extract
+    from store.reader import open_store
+
+    cache = tmp_path / "calibration.json"
+    monkeypatch.setenv("SIQ_CALIBRATE", "1")
+    monkeypatch.setenv("SIQ_CALIBRATION_FILE", str(cache))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the actor's threads (model_threads below) are part of the key
+    try:
+        key = calibrate.device_key("cpu")
+    finally:
+        torch.set_num_threads(threads)
+    sizes = {"tiny-a": "240x320x3", "tiny-b": "288x352x3", "tiny-c": "180x320x3"}
+    cache.write_text(json.dumps({f"{key}|densenet161-fp32|{s}": {"batch": 2, "per_unit_s": 0.1, "costs": {"2": 0.1}}
+                                 for s in sizes.values()}))
+
+    def config(**frames_cfg) -> RunConfig:
+        return RunConfig.model_validate({"layout": "siq2", "model_threads": 1, "frames_per_batch": 8, "features": {
+            "frames": {"extractor": "densenet161", "weights": "random", **frames_cfg}}})
+
+    report = run_extract("tiny", tiny_root, tmp_path / "a.zarr", config())
+    (worker,) = report.batches["frames"]
+    assert {(c["input"], c["batch"], c["source"]) for c in worker["choices"]} == {(s, 2, "cached") for s in sizes.values()}
+    assert worker["units"] == 8 and worker["run_per_unit_s"] > 0  # 3 + 2 + 3 frames
+    assert "batch frames: 2 (cached, 180x320x3)" in report.summary()
+    store = open_store(tmp_path / "a.zarr")
+    direct = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
+    for item in sizes:
+        want = direct.extract(decode_frames(tiny_root / f"siq2/video/{item}.mp4")).features
+        np.testing.assert_allclose(store.read("frames", item).features[:], want, rtol=1e-5, atol=1e-5)
+
+    pinned = run_extract("tiny", tiny_root, tmp_path / "b.zarr", config(batch_size=3))
+    (worker,) = pinned.batches["frames"]
+    assert {(c["batch"], c["source"]) for c in worker["choices"]} == {(3, "pinned")}
+    fingerprints = [open_store(tmp_path / z).read("frames", "tiny-a").attrs["fingerprint"] for z in ("a.zarr", "b.zarr")]
+    assert fingerprints[0] == fingerprints[1]  # the batch size is not part of what the features are
