@@ -10,7 +10,8 @@
    batch 1 (its ResNet extractor with model_name=densenet161: the classifier's input, 2,208-d). Both run as
    subprocesses on the same generated clips (bench/scale_raw.py: 640x360, 30 fps, H.264 + AAC; cached under
    build/scale), alternating `--rounds` times, each sampled with bench/memory.py (wall, CPU s, peak memory of
-   its process tree). The ratio is the peer's wall ÷ ours. The calibration cache is left as it is: a first run
+   its process tree). The ratio is the peer's wall ÷ ours. `--batches 4,8,16` adds our run with each of those
+   DenseNet batch sizes pinned, to compare the calibrated choice with fixed ones. The calibration cache is left as it is: a first run
    on a machine includes our measurement (a few seconds per model and frame size), later runs read it.
 2. Frame choice: on index-coded clips (every frame shows its number: tests/synth_video.py) at 30 and 29.97 fps,
    which source frame each method uses for second k. Ours: the frame nearest k + 0.5 s (pipeline/decode.py);
@@ -81,25 +82,33 @@ def throughput(args: argparse.Namespace) -> None:
     raw = make_raw(args.cache, args.clips, args.seconds, [(640, 360)], ["30"])
     videos = sorted((raw / "siq2" / "video").glob("*.mp4"))
     frames = args.clips * args.seconds
-    ours_cmd = lambda store: [sys.executable, "-m", "pipeline", "extract", "--dataset", "socialiq",  # noqa: E731
-                              "--raw", str(raw), "--out", str(store), "--config", str(CONFIG), "--features", "frames"]
     with tempfile.TemporaryDirectory(dir=args.cache) as tmp:
-        peer_cmd = [sys.executable, "-m", "bench.bench_peer", "--peer-run", tmp, "--threads", str(args.threads),
-                    *map(str, videos)]
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": []}
-        for r in range(args.rounds):
-            runs["ours"].append(_measured(ours_cmd(Path(tmp) / f"store-{r}.zarr"), args.cache / "peer-ours.log"))
-            runs["peer"].append(_measured(peer_cmd, args.cache / "peer-peer.log"))
+        configs = {"ours": CONFIG}
+        for b in args.batches:  # the same config with a pinned DenseNet batch
+            configs[f"ours b={b}"] = Path(tmp) / f"scale-b{b}.toml"
+            configs[f"ours b={b}"].write_text(CONFIG.read_text().replace(
+                'weights = "random"\n', f'weights = "random"\nbatch_size = {b}\n', 1))
+        cmds = {name: [sys.executable, "-m", "pipeline", "extract", "--dataset", "socialiq", "--raw", str(raw),
+                       "--out", str(Path(tmp) / "store.zarr"), "--force", "--config", str(config), "--features", "frames"]
+                for name, config in configs.items()}
+        cmds["peer"] = [sys.executable, "-m", "bench.bench_peer", "--peer-run", tmp, "--threads", str(args.threads),
+                        *map(str, videos)]
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cmds}
+        for _ in range(args.rounds):
+            for name, cmd in cmds.items():
+                runs[name].append(_measured(cmd, args.cache / f"peer-{name.replace(' ', '')}.log"))
     print(f"{args.clips} clips x {args.seconds} s 640x360 30 fps H.264+AAC ({frames} frame rows), "
-          f"{args.rounds} round(s) alternating; machine busy (all users) shown per run")
-    print(f"{'run':<6}{'wall s':>9}{'frames/s':>10}{'CPU s':>8}{'peak PSS GiB':>14}{'peak RSS GiB':>14}{'busy':>7}")
+          f"{args.rounds} round(s), the runs alternating; machine busy (all users) shown per run")
+    print(f"{'run':<12}{'wall s':>9}{'frames/s':>10}{'CPU s':>8}{'peak PSS GiB':>14}{'peak RSS GiB':>14}{'busy':>7}")
     for name, rs in runs.items():
         for m in rs:
-            print(f"{name:<6}{m['wall_s']:>9.1f}{frames / m['wall_s']:>10.2f}{m['cpu_s']:>8.0f}"
+            print(f"{name:<12}{m['wall_s']:>9.1f}{frames / m['wall_s']:>10.2f}{m['cpu_s']:>8.0f}"
                   f"{m['pss'] / GIB:>14.2f}{m['rss'] / GIB:>14.2f}{m['machine'] or 0:>7.0%}")
-    for r, (o, p) in enumerate(zip(runs["ours"], runs["peer"], strict=True)):
-        print(f"round {r + 1}: ours {p['wall_s'] / o['wall_s']:.2f}x the peer's speed end to end "
-              f"({p['cpu_s'] / o['cpu_s']:.2f}x per CPU second)")
+    for r in range(args.rounds):
+        p = runs["peer"][r]
+        print(f"round {r + 1}: " + "; ".join(
+            f"{name} {p['wall_s'] / m[r]['wall_s']:.2f}x the peer's speed ({p['cpu_s'] / m[r]['cpu_s']:.2f}x per CPU s)"
+            for name, m in runs.items() if name != "peer"))
 
 
 def peer_frames(path: Path, tmp: Path) -> list[int]:
@@ -139,6 +148,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=1, help="ours then the peer's, this many times")
     ap.add_argument("--threads", type=int, default=None, help="the peer's torch threads (default: all cores)")
+    ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
+                    help="also ours with these DenseNet batch sizes pinned, e.g. 4,8,16")
     ap.add_argument("--cache", type=Path, default=Path("build/scale"))
     ap.add_argument("--peer-run", type=Path, help=argparse.SUPPRESS)  # the peer's process: tmp dir, then videos
     ap.add_argument("videos", nargs="*", type=Path, help=argparse.SUPPRESS)

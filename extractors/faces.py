@@ -263,6 +263,8 @@ class MTCNNFaces(Extractor[FacesConfig]):
                 raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__} at position {i}")
         raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
         for (height, width), refs in _group_by_size(xs).items():
+            if not refs:  # a video without frames
+                continue
             batch = self.batch_for(xs[refs[0][0]].pixels[refs[0][1]])
             for part in bounded_batches([height * width * 3] * len(refs), batch, self.config.batch_bytes):
                 chunk = refs[part]
