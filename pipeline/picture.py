@@ -77,9 +77,8 @@ class View:
         """The displayed RGB picture (H, W, 3) uint8 of a decoded PyAV frame. A frame whose stored size differs
         from the stream's (a mid-stream size change) is scaled to the stream's first, as ffmpeg does."""
         w, h = self.square_wh
-        if self.sar != 1:  # scaled in its own pixel format, then converted: ffmpeg's filter chain does the same
-            frame = frame.reformat(width=w, height=h, interpolation="BICUBIC")
-        pixels = frame.to_ndarray(format="rgb24", width=w, height=h)
+        extra = {"interpolation": "BICUBIC"} if self.sar != 1 else {}  # swscale's default (bilinear) otherwise
+        pixels = frame.to_ndarray(format="rgb24", width=w, height=h, **extra)
         return np.ascontiguousarray(orient(pixels, self.mirrored, self.rotation_deg))
 
 
