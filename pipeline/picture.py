@@ -77,7 +77,7 @@ class View:
         """The displayed RGB picture (H, W, 3) uint8 of a decoded PyAV frame. A frame whose stored size differs
         from the stream's (a mid-stream size change) is scaled to the stream's first, as ffmpeg does."""
         w, h = self.square_wh
-        extra = {"interpolation": "BICUBIC"} if self.sar != 1 else {}  # swscale's default (bilinear) otherwise
+        extra = {"interpolation": "BICUBIC"} if self.sar != 1 else {}  # square pixels: converted as before
         pixels = frame.to_ndarray(format="rgb24", width=w, height=h, **extra)
         return np.ascontiguousarray(orient(pixels, self.mirrored, self.rotation_deg))
 
