@@ -103,3 +103,64 @@ def test_the_record_survives_the_faces_join() -> None:
     parts = [FeatureRows(rows.features[i:i + 1], rows.intervals[i:i + 1],
                          {k: v[i:i + 1] for k, v in rows.extras.items()}, rows.attrs) for i in range(2)]
     assert MTCNNFaces.join(parts, extractor.config).attrs["picture"] == record
+
+
+def remux(src: Path, dst: Path, matrix: list[int] | None = None, tags: dict[str, str] | None = None) -> Path:
+    import av
+
+    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
+        stream = out.add_stream_from_template(inp.streams.video[0])
+        if matrix:
+            stream.set_display_matrix(matrix)
+        stream.metadata.update(tags or {})
+        for packet in inp.demux(inp.streams.video[0]):
+            if packet.size:
+                packet.stream = stream
+                out.mux(packet)
+    return dst
+
+
+def test_a_rotate_tag_without_a_matrix_turns_clockwise(land: Path, tmp_path: Path) -> None:
+    """Old muxers wrote only a `rotate` tag (Matroska keeps it as ROTATE): turned clockwise, as ffmpeg < 5 did
+    (the ffmpeg binary here ignores it, so the reference is the stored picture turned a quarter clockwise)."""
+    frames = decode_frames(remux(land, tmp_path / "tag.mkv", tags={"rotate": "90"}))
+    stored = decode_frames(land).pixels
+    np.testing.assert_array_equal(frames.pixels, np.rot90(stored, -1, axes=(1, 2)))
+    assert (frames.picture["rotation_deg"], frames.picture["mirrored"]) == (90, False)
+
+
+def test_a_matrix_that_is_not_a_quarter_turn_is_left_as_stored(land: Path, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    c = s = round(0.5 ** 0.5 * (1 << 16))  # 45 degrees
+    path = remux(land, tmp_path / "r45.mp4", matrix=[c, -s, 0, s, c, 0, 0, 0, 1 << 30])
+    frames = decode_frames(path)
+    np.testing.assert_array_equal(frames.pixels, decode_frames(land).pixels)
+    assert frames.picture["rotation_deg"] == 0
+    assert any("not a multiple of 90" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow
+def test_the_record_reaches_the_store_and_its_version_the_fingerprint(tiny_root: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through Ray (decode tasks and actors import this checkout): a phone video's frames and faces items
+    record its turn, every other item its plain picture; a new PICTURE_VERSION recomputes every frames pair."""
+    from pipeline import picture
+    from pipeline.config import RunConfig
+    from pipeline.run import run_extract
+    from store.reader import open_store
+
+    video = tiny_root / "siq2/video/tiny-c.mp4"  # 320x180: turned a quarter by its display matrix
+    remux(video, tmp_path / "c.mp4", matrix=[0, 1 << 16, 0, -(1 << 16), 0, 0, 0, 0, 1 << 30]).replace(video)
+    config = RunConfig.model_validate({"layout": "siq2", "features": {
+        "frames": {"extractor": "densenet161", "weights": "random"}, "faces": {"extractor": "mtcnn"}}})
+    out = tmp_path / "s.zarr"
+    assert run_extract("tiny", tiny_root, out, config).exit_code == 0
+    store = open_store(out)
+    for feature in ("frames", "faces"):
+        assert store.item_attrs(feature, "tiny-c")["picture"] == {
+            "stored_size": [320, 180], "sar": "1:1", "display_size": [180, 320], "rotation_deg": 90,
+            "mirrored": False}
+        assert store.item_attrs(feature, "tiny-a")["picture"]["display_size"] == [320, 240]
+    monkeypatch.setattr(picture, "PICTURE_VERSION", "test")
+    again = run_extract("tiny", tiny_root, out, config, only=["frames"])
+    assert again.counts["frames"]["done"] == 3
