@@ -19,6 +19,9 @@ Damaged files (docs/design.md): a video whose data is partly undecodable yields 
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
 left out (alignment then marks that second missing) and `missing_s` lists it. Audio packets that do not
 decode become silence of their length, listed in `missing_s`, so later audio keeps its place.
+
+Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
+frame becomes RGB), and `Frames.picture` records how.
 """
 
 from __future__ import annotations
