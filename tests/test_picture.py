@@ -164,3 +164,19 @@ def test_the_record_reaches_the_store_and_its_version_the_fingerprint(tiny_root:
     monkeypatch.setattr(picture, "PICTURE_VERSION", "test")
     again = run_extract("tiny", tiny_root, out, config, only=["frames"])
     assert again.counts["frames"]["done"] == 3
+
+
+@pytest.mark.parametrize("container", ["mkv", "mp4"])
+def test_the_containers_aspect_wins_over_the_bitstreams(container: str, tmp_path: Path) -> None:
+    """`-aspect 2:1` on a stream copy: the container says SAR 3:2, the H.264 bitstream still 4:3; ffmpeg (and
+    so this) displays 360x180."""
+    coded = tmp_path / "sar.mp4"
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=s=240x180:r=25:d=2", "-vf", "setsar=4/3", "-c:v", "libx264",
+           "-pix_fmt", "yuv420p", str(coded))
+    path = tmp_path / f"wide.{container}"
+    ffmpeg("-i", str(coded), "-c", "copy", "-aspect", "2:1", str(path))
+    frames = decode_frames(path)
+    reference = ffmpeg_rgb(path, 180, 360)[np.round(frames.pts_s * 25).astype(int)]
+    assert frames.pixels.shape == reference.shape
+    assert np.abs(frames.pixels.astype(int) - reference).mean() < 4
+    assert frames.picture["sar"] == "3:2"
