@@ -153,21 +153,32 @@ def tag_orientation(stream: Any, where: object) -> tuple[bool, int]:
 def probe_view(container: Any, stream: Any, where: object, max_packets: int = 64) -> View:
     """The stream's View: its size and SAR, and the orientation of its first frame that decodes (the display
     matrix reaches PyAV only on decoded frames). Reads from the container's current position (open it anew)."""
-    import av
-
     size = (stream.codec_context.width, stream.codec_context.height)
     sar = sample_aspect(stream)
-    for n, packet in enumerate(container.demux(stream)):
-        try:
-            frames = packet.decode()
-        except av.FFmpegError:
-            frames = []  # damaged data: the next frame tells
-        if frames:
-            return View(size, sar, *frame_orientation(frames[0], stream, where))
-        if n >= max_packets:
-            break
-    log.warning("%s: no frame decoded among the first %d packets; orientation from the tags only", where, max_packets)
-    return View(size, sar, *tag_orientation(stream, where))
+    frame = _first_frame(container, stream, max_packets)
+    if frame is None:  # damaged or empty: decoding says so; the tags are all there is to go by
+        return View(size, sar, *tag_orientation(stream, where))
+    return View(size, sar, *frame_orientation(frame, stream, where))
+
+
+def _first_frame(container: Any, stream: Any, max_packets: int) -> Any:
+    """The first frame that decodes among the first `max_packets` packets (the demuxer's final empty packet
+    flushes the decoder, so a short file's delayed frames come out too), or None."""
+    import av
+
+    try:
+        for n, packet in enumerate(container.demux(stream)):
+            try:
+                frames = packet.decode()
+            except av.FFmpegError:
+                frames = []  # damaged data: a later frame tells
+            if frames:
+                return frames[0]
+            if n >= max_packets:
+                return None
+    except av.FFmpegError:
+        return None
+    return None
 
 
 def exif_view(stored_wh: tuple[int, int], orientation: int | None) -> View:
