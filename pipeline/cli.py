@@ -10,9 +10,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipeline import exitcodes
+
+if TYPE_CHECKING:
+    from pipeline.config import RunConfig
 
 log = logging.getLogger("siqfeat")
 
@@ -30,7 +33,7 @@ def _extract(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _dataset_and_config(dataset: str | None, config_ref: str | None) -> tuple[str, Any]:
+def _dataset_and_config(dataset: str | None, config_ref: str | None) -> tuple[str, RunConfig]:
     """The dataset named by --dataset or by the config's `dataset`; ValueError (exit 2) when neither names one
     or they disagree. The config is --config, else the dataset's preset."""
     from pipeline.config import load_config
