@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from manifests.questions import unique_questions
-from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped
+from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem, check_id, note_dropped
 
 log = logging.getLogger(__name__)
 CLIP_S = 60.0
-_SPLITS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val", "test": "test"}
+_SPLITS = {k: v for k, v in SPLIT_NAMES.items() if k != "unknown"}
 
 
 def is_siq2(raw: Path) -> bool:

@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import store.datasets as datasets
@@ -156,3 +157,25 @@ def test_socialiqa_release_one_folder_down(realdata: Path, tmp_path: Path) -> No
     media, qa = read_socialiqa(tmp_path)
     assert Counter(q.split for q in qa) == {"train": 33410, "val": 1954}
     assert all(len(q.answers) == 3 and sum(q.correct) == 1 for q in qa)
+
+
+def test_socialiqa3_on_the_real_dev_split_gives_each_question_its_published_context(realdata: Path,
+                                                                                  monkeypatch) -> None:
+    """SocialIQA's own split name ("dev"), the context of every one of the 1,954 dev questions as the release
+    writes it (read here with json), in both text forms, through collate_qa."""
+    from store.datasets import SocialIQA3, collate_qa
+    from tests.qa_store import text_vector
+
+    published = [json.loads(line) for line in (realdata / "socialiqa" / "dev.jsonl").read_text().splitlines()
+                 if line.strip()]
+    _, qa = read_socialiqa(realdata / "socialiqa")
+    mem = MemoryQAStore([q for q in qa if q.split == "val"], vectors=True)
+    monkeypatch.setattr(datasets, "open_store", lambda path: mem)
+    for text in ("tokens", "pooled"):
+        a3 = SocialIQA3("memory", split="dev", modalities=(), text=text)  # no reference feature: none needed
+        assert len(a3) == len(published) == 1954 and not a3.dropped
+        for i in range(0, len(a3), 97):
+            k = int(a3.samples[i].item.rsplit("-", 1)[1])  # siqa-dev-00000k: entry k of dev.jsonl
+            np.testing.assert_array_equal(a3[i]["context"][0].numpy(), text_vector(published[k]["context"]))
+        batch = collate_qa([a3[0], a3[1]])
+        assert batch["context"].shape == (2, 1, 2) and batch["answers"].shape == (2, 3, 1, 2)
