@@ -31,7 +31,7 @@ import zarr
 from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
 from store import layout
-from store.integrity import RECORD, make_record
+from store.integrity import RECORD, STORE_RECORDS, make_record, new_marker
 
 log = logging.getLogger(__name__)
 _CHUNK_BYTES = 1 << 21  # ~2 MiB per chunk along N
@@ -113,8 +113,9 @@ class StoreWriter:
                 raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
             if attrs.get("dataset", dataset) != dataset:
                 raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
+            marker = attrs.get(STORE_RECORDS) or new_marker(self.path, layout.RESERVED)  # store/integrity.py
             self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset,
-                                    "package_version": _package_version()})
+                                    "package_version": _package_version(), STORE_RECORDS: marker})
             self._sweep_staging()
         except OSError as e:
             self.close()
