@@ -455,7 +455,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
-    _manifest_failures(report, notes)
+    _manifest_failures(report, notes, specs)
     log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
     writer = StoreWriter(out, dataset)  # holds the store's write lock until the run ends
     try:
@@ -464,12 +464,14 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         writer.close()
 
 
-def _manifest_failures(report: RunReport, notes: list[ManifestNote]) -> None:
-    """Keep the manifest's notes; an item whose metadata failed is a failure of each feature asked for."""
+def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list[FeatureSpec]) -> None:
+    """Keep the manifest's notes; an item whose metadata failed is a failure of each feature asked for, a
+    QA file that could not be read one of the features made from questions."""
     report.manifest = [n.model_dump(mode="json") for n in notes]
+    qa_feats = [s.name for s in specs if s.extractor.input_kind == "qa"]
     for n in notes:
         if n.kind == "failed":
-            for feat in report.counts:
+            for feat in qa_feats if n.what == "QA file" else report.counts:
                 report.counts[feat]["failed"] += 1
                 report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
                                         "error": f"{n.reason}: {n.detail}", "feature": feat})
