@@ -10,14 +10,14 @@ import logging
 import os
 import time
 import uuid
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import actors, cluster, decode, exitcodes, inputs, stages
+from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem
+from pipeline import actors, cluster, decode, exitcodes, inputs, stages, stop
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import load_items, manifest_summary
 from store import layout
@@ -44,11 +44,15 @@ class RunReport:
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
+    stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
+    planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
 
     @property
     def exit_code(self) -> int:
-        """FAILURES when any pair failed; DAMAGED when damaged items were left as they are; STORE when
-        only the report could not be saved."""
+        """128 + the signal when one stopped the run; FAILURES when any pair failed; DAMAGED when damaged
+        items were left as they are; STORE when only the report could not be saved."""
+        if self.stopped:
+            return 128 + int(self.stopped["signum"])
         if any(c["failed"] for c in self.counts.values()):
             return exitcodes.FAILURES
         if any(not d["recomputed"] for d in self.damaged):
@@ -78,7 +82,12 @@ class RunReport:
         if self.not_saved:
             lines.append(f"  run report NOT saved: {self.not_saved}")
         failed = sum(c["failed"] for c in self.counts.values())
-        if failed:
+        if self.stopped:
+            s = self.stopped
+            left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
+            lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
+                         f"the next run computes what is missing: exit code {self.exit_code}")
+        elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
@@ -143,6 +152,7 @@ class _Runner:
     def start_ray(self) -> None:
         import ray
 
+        stop.stage("starting Ray")
         env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                             **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
         address = os.environ.get("RAY_ADDRESS")
@@ -161,6 +171,7 @@ class _Runner:
                 # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
                 ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                          logging_level=logging.WARNING, log_to_driver=True)
+            stop.reinstall()  # ray.init sets its own SIGTERM handler
         self.ray = ray
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
@@ -204,6 +215,14 @@ class _Runner:
         total = sum(len(f) for f in todo.values())
         self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
         self.last_log = (time.perf_counter(), 0)
+        stop.stage("extraction")
+        try:
+            self.loop(total)
+        finally:  # also when a signal stops the run: the stage figures so far go into its report
+            self.bar.close()
+            self.report.stages = self.stages.summary()
+
+    def loop(self, total: int) -> None:
         self.submit()
         while self.decoding or self.running or any(self.waiting.values()):
             refs = list(self.decoding) + list(self.running)
@@ -216,8 +235,6 @@ class _Runner:
             self.progress(total)
             self.submit()
             self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
-        self.bar.close()
-        self.report.stages = self.stages.summary()
 
     def progress(self, total: int) -> None:
         """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
@@ -394,14 +411,15 @@ class _Runner:
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
         started = stages.clock()
-        try:
-            self.writer.commit(feat, item.id, rows, attrs)
-        except Exception as e:
-            self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
-            return
-        self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
-        self.report.counts[feat]["done"] += 1
-        self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
+        with stop.deferred():  # a signal waits for the commit and its count (milliseconds): never half an item
+            try:
+                self.writer.commit(feat, item.id, rows, attrs)
+            except Exception as e:
+                self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
+                return
+            self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
+            self.report.counts[feat]["done"] += 1
+            self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
 
 
 def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,
@@ -441,27 +459,84 @@ def _str(path: Path | None) -> str | None:
 
 
 def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
-                force: bool = False, limit: int | None = None, verify: bool = False) -> RunReport:
+                force: bool = False, limit: int | None = None, verify: bool = False,
+                split: str | None = None) -> RunReport:
     """`verify`: check every stored item's content hashes (not only metadata and file sizes) before
-    planning, so items with changed bytes are recomputed too."""
+    planning, so items with changed bytes are recomputed too. `split`: only the items of that split (the
+    releases' names too: dev is val); `limit`: then only the first N, in the manifest's order.
+    Under `pipeline.stop.on_signals()` (the CLI) a SIGINT/SIGTERM returns the report of a stopped run."""
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
-    all_items, qa, notes = load_items(dataset, raw, config)
-    items = all_items[:limit] if limit else all_items
-    questions: dict[str, list[QAItem]] = defaultdict(list)
-    for q in qa:
-        questions[q.item_id].append(q)
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
-    _manifest_failures(report, notes, specs)
-    log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
-    writer = StoreWriter(out, dataset)  # holds the store's write lock until the run ends
+    writer = None
     try:
+        stop.stage("opening the store")
+        # an existing store is locked first: a second run stops here, not after reading every manifest
+        writer = StoreWriter(out, dataset) if out.is_dir() else None
+        stop.stage("reading the manifests")
+        all_items, qa, notes = load_items(dataset, raw, config)
+        items = _chosen(all_items, split, limit, raw)
+        questions: dict[str, list[QAItem]] = defaultdict(list)
+        for q in qa:
+            questions[q.item_id].append(q)
+        _manifest_failures(report, notes, specs)
+        log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
+        writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
+    except stop.Stopped as e:
+        return _stopped(report, writer, out, e, t0)
     finally:
-        writer.close()
+        if writer is not None:
+            writer.close()
+
+
+def _chosen(items: list[MediaItem], split: str | None, limit: int | None, raw: Path) -> list[MediaItem]:
+    """The items of `split` (if given), then the first `limit` of them, in the order the manifest lists them."""
+    if split is not None:
+        name = SPLIT_NAMES.get(split.lower(), split)
+        chosen = [i for i in items if i.split == name]
+        if not chosen:
+            have = Counter(i.split for i in items)
+            raise ValueError(f"{raw}: no items in split {split!r}; the splits here: "
+                             + (", ".join(f"{k} ({n} items)" for k, n in sorted(have.items())) or "none"))
+        items = chosen
+    return items[:limit] if limit else items
+
+
+def _stopped(report: RunReport, writer: StoreWriter | None, out: Path, e: stop.Stopped, t0: float) -> RunReport:
+    """A signal stopped the run: Ray goes down (its tasks and actors with it), the report says what was done
+    and is saved like any run's. Every commit is atomic: what is in the store is whole."""
+    with stop.deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
+        during = stop.current_stage()
+        computed = sum(c["done"] for c in report.counts.values()) + sum(
+            f["stage"] != "manifest" for f in report.failures)
+        report.stopped = {"signal": e.name, "signum": e.signum, "during": during,
+                          "not_computed": sum(report.planned.values()) - computed if report.planned else None}
+        shutdown_ray()
+        report.seconds = time.perf_counter() - t0
+        try:
+            writer = writer or StoreWriter(out, report.dataset)
+            writer.write_run_report(report.run_id, report.as_dict())
+        except (StoreError, ValueError, OSError) as err:
+            log.error("%s", err)
+            report.not_saved = str(err)
+        finally:
+            if writer is not None:
+                writer.close()
+    return report
+
+
+def shutdown_ray() -> None:
+    """Stop this driver's Ray (a local cluster ends; on a cluster its tasks and actors end): nothing of Ray
+    prints after this, so the summary can be the last thing a run prints."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None:  # also half started: ray.shutdown() is safe either way
+        ray.shutdown()
 
 
 def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list[FeatureSpec]) -> None:
@@ -498,7 +573,9 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
+    stop.stage("planning")
     plan = make_plan(out, wanted, force=force, verify=verify)
+    report.planned = plan.count("todo")
     todo_pairs = {(w.feature, w.item) for w in plan.todo}
     report.damaged = [{"feature": c.feature, "item": c.item, "path": str(c.path), "problem": c.problem,
                        "recomputed": (c.feature, c.item) in todo_pairs} for c in plan.damaged]
@@ -517,11 +594,12 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         runner.run(dict(todo), {i.id: i for i in items}, questions)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
-    try:
-        writer.write_run_report(run_id, report.as_dict())
-    except StoreError as e:  # the summary still reaches the user (and the exit code says so)
-        log.error("%s", e)
-        report.not_saved = str(e)
+    with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
+        try:
+            writer.write_run_report(run_id, report.as_dict())
+        except StoreError as e:  # the summary still reaches the user (and the exit code says so)
+            log.error("%s", e)
+            report.not_saved = str(e)
     return report
 
 
