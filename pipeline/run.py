@@ -172,6 +172,7 @@ class _Runner:
                 ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                          logging_level=logging.WARNING, log_to_driver=True)
             stop.reinstall()  # ray.init sets its own SIGTERM handler
+        stop.check()
         self.ray = ray
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
@@ -190,10 +191,16 @@ class _Runner:
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
             log.info("%s: %d %s actor(s) for %s%s", feat, n, device, spec.config.extractor,
                      f", {threads} thread(s) each" if threads else "")
-        placed = self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
+        placed = self.get_sliced([a.ready.remote() for group in self.actors.values() for a in group])
         feats = [feat for feat, group in self.actors.items() for _ in group]
         for feat, node in zip(feats, placed, strict=True):
             cluster.count_work(self.report.cluster, node, f"{feat} actor")
+
+    def get_sliced(self, refs: list[Any]) -> list[Any]:
+        """ray.get in waits of a second, a signal checked between them (models may take a while to load)."""
+        while len(self.ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
+            stop.check()
+        return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
         from tqdm import tqdm
@@ -225,6 +232,7 @@ class _Runner:
     def loop(self, total: int) -> None:
         self.submit()
         while self.decoding or self.running or any(self.waiting.values()):
+            stop.check()  # a signal during the last second: stop here, between two Ray calls
             refs = list(self.decoding) + list(self.running)
             ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
             for ref in ready:
@@ -590,8 +598,9 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     if items and all(i.video is None and i.audio is None and i.transcript is None and i.image is None for i in items):
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
     if todo:
-        runner.start_ray()
-        runner.run(dict(todo), {i.id: i for i in items}, questions)
+        with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
+            runner.start_ray()
+            runner.run(dict(todo), {i.id: i for i in items}, questions)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing

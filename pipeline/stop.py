@@ -8,8 +8,11 @@ A commit is never cut in half: inside `deferred()` (the writer's commit) a signa
 when the block ends (a commit takes milliseconds). A second signal while stopping exits at once
 (committed pairs are kept anyway: every commit is atomic); no run report then.
 
-Ray's `ray.init` installs its own SIGTERM handler (sys.exit, which aborts inside Ray's C++ wait with a
-stack dump): `reinstall()` takes the signals back after it.
+Ray: an exception raised by a signal handler inside Ray's C++ calls (`ray.wait`, `ray.get` check for
+signals while they block) comes out as a SystemError, and `ray.init` installs its own SIGTERM handler
+(sys.exit, which aborts inside a wait with a stack dump). So everything that talks to Ray runs deferred,
+in slices of at most a second, calling `check()` between them; `reinstall()` takes the signals back after
+`ray.init`.
 """
 
 from __future__ import annotations
@@ -98,6 +101,14 @@ def stage(name: str) -> None:
     """Say what the run is doing now (named in the log line and the report when a signal stops it)."""
     if _active is not None:
         _active.stage = name
+
+
+def check() -> None:
+    """Raise `Stopped` here if a signal came during a deferred block (the Ray loop calls this each second)."""
+    state = _active
+    if state is not None and state.signum is not None and not state.raised:
+        state.raised = True
+        raise Stopped(state.signum)
 
 
 def current_stage() -> str:
