@@ -181,3 +181,17 @@ def test_the_lock_is_checked_before_the_manifests_are_read(tiny_root: Path, tmp_
     with StoreWriter(out, "sample"):
         assert extract(tiny_root, out) == exitcodes.LOCKED
     assert read == []
+
+
+def test_split_chooses_items_before_limit_and_an_empty_one_names_the_others(tiny_root: Path, tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from manifests.socialiq import read_siq2
+    from pipeline.run import _chosen
+
+    items, _ = read_siq2(tiny_root)
+    assert [i.id for i in _chosen(items, "dev", None, tiny_root)] == ["tiny-c"]  # the release's name for val
+    assert [i.id for i in _chosen(items, "train", 1, tiny_root)] == ["tiny-a"]
+    assert [i.id for i in _chosen(items, None, 2, tiny_root)] == ["tiny-a", "tiny-b"]
+    assert extract(tiny_root, tmp_path / "s.zarr", "--split", "test") == exitcodes.BAD_INPUT
+    [line] = error_lines(caplog)
+    assert line == f"{tiny_root}: no items in split 'test'; the splits here: train (2 items), val (1 items)"

