@@ -48,7 +48,7 @@ def _kind(value: Any) -> str:
 def json_rows(path: Path, id_field: str | None = "qid") -> list[Row]:
     """The rows of a question file in any of the forms above; QAFileError when it is none of them."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (some editors write one) is not JSON
     except UnicodeDecodeError as e:
         raise QAFileError(f"{path}: not UTF-8 text (byte {e.start}); expected {FORMS}") from None
     try:

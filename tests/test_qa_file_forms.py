@@ -28,6 +28,7 @@ FORMS: dict[str, Callable[[Rows], str]] = {
                                                     for r in rows}, indent=1),
     "object wrapping the list": lambda rows: json.dumps({"version": "1", "questions": rows}),
     "json lines, one question": lambda rows: json.dumps(rows[0]),
+    "json lines with a byte-order mark": lambda rows: "\ufeff" + jsonl(rows),
 }
 BROKEN = {
     "truncated array": lambda rows: json.dumps(rows, indent=2)[:-40],

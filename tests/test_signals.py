@@ -148,11 +148,16 @@ def summary_is_last(lines: list[str], dataset_line: str) -> list[str]:
     return tail
 
 
-@pytest.mark.parametrize(("stage", "sig"), [("manifests", signal.SIGINT), ("planning", signal.SIGTERM),
-                                            ("decode", signal.SIGINT), ("decode", signal.SIGTERM),
-                                            ("model", signal.SIGTERM), ("commit", signal.SIGINT)])
+CASES = [("manifests", signal.SIGINT, False), ("planning", signal.SIGTERM, False), ("decode", signal.SIGINT, False),
+         ("decode", signal.SIGTERM, False), ("model", signal.SIGTERM, False), ("commit", signal.SIGINT, False),
+         ("decode", signal.SIGINT, True), ("model", signal.SIGTERM, True)]
+
+
+@pytest.mark.parametrize(("stage", "sig", "group"), CASES)
 def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_root: Path, tmp_path: Path,
-                                                                         stage: str, sig: int) -> None:
+                                                                         stage: str, sig: int, group: bool) -> None:
+    """`group`: to the whole process group, as Ctrl-C at a terminal (or `kill -- -PGID`) sends it: Ray's own
+    processes get the signal too."""
     out = tmp_path / "s.zarr"
     run = Run(tmp_path, tiny_root, out, SLOW=stage)
     run.wait_for(f"SLOW-{stage}", 240)
@@ -162,7 +167,10 @@ def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_ro
             time.sleep(0.2)
     kept = committed(out) + (["tiny-b"] if stage == "commit" else [])  # a commit under way is finished
     t0 = time.monotonic()
-    run.proc.send_signal(sig)
+    if group:
+        os.killpg(run.proc.pid, sig)
+    else:
+        run.proc.send_signal(sig)
     lines = run.finish(60)
     seconds = time.monotonic() - t0
     text, rc = "\n".join(lines), run.proc.returncode
