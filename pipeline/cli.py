@@ -22,7 +22,7 @@ log = logging.getLogger("siqfeat")
 
 def _extract(args: argparse.Namespace) -> int:
     from pipeline import stop
-    from pipeline.run import run_extract, shutdown_ray
+    from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
     raw = Path(args.raw)
@@ -32,7 +32,7 @@ def _extract(args: argparse.Namespace) -> int:
         report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
                              limit=args.limit, verify=args.verify, split=args.split)
         with stop.deferred(raise_after=False):
-            shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
+            stop.shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
             sys.stderr.flush()
             print(report.summary(), flush=True)
     return report.exit_code

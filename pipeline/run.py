@@ -10,16 +10,16 @@ import logging
 import os
 import time
 import uuid
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem
+from manifests.records import ManifestNote, MediaItem, QAItem
 from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages, stop
 from pipeline.config import FeatureSpec, RunConfig
-from pipeline.sources import load_items, manifest_summary
+from pipeline.sources import choose_items, load_items, manifest_summary
 from store import layout
 from store.plan import Wanted, make_plan
 from store.reader import Store
@@ -488,7 +488,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         writer = StoreWriter(out, dataset) if out.is_dir() else None
         stop.stage("reading the manifests")
         all_items, qa, notes = load_items(dataset, raw, config)
-        items = _chosen(all_items, split, limit, raw)
+        items = choose_items(all_items, split, limit, raw)
         questions: dict[str, list[QAItem]] = defaultdict(list)
         for q in qa:
             questions[q.item_id].append(q)
@@ -497,56 +497,10 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
     except stop.Stopped as e:
-        return _stopped(report, writer, out, e, t0)
+        return stop.stopped_run(report, writer, out, e, t0)
     finally:
         if writer is not None:
             writer.close()
-
-
-def _chosen(items: list[MediaItem], split: str | None, limit: int | None, raw: Path) -> list[MediaItem]:
-    """The items of `split` (if given), then the first `limit` of them, in the order the manifest lists them."""
-    if split is not None:
-        name = SPLIT_NAMES.get(split.lower(), split)
-        chosen = [i for i in items if i.split == name]
-        if not chosen:
-            have = Counter(i.split for i in items)
-            raise ValueError(f"{raw}: no items in split {split!r}; the splits here: "
-                             + (", ".join(f"{k} ({n} items)" for k, n in sorted(have.items())) or "none"))
-        items = chosen
-    return items[:limit] if limit else items
-
-
-def _stopped(report: RunReport, writer: StoreWriter | None, out: Path, e: stop.Stopped, t0: float) -> RunReport:
-    """A signal stopped the run: Ray goes down (its tasks and actors with it), the report says what was done
-    and is saved like any run's. Every commit is atomic: what is in the store is whole."""
-    with stop.deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
-        during = stop.current_stage()
-        computed = sum(c["done"] for c in report.counts.values()) + sum(
-            f["stage"] != "manifest" for f in report.failures)
-        report.stopped = {"signal": e.name, "signum": e.signum, "during": during,
-                          "not_computed": sum(report.planned.values()) - computed if report.planned else None}
-        shutdown_ray()
-        report.seconds = time.perf_counter() - t0
-        try:
-            writer = writer or StoreWriter(out, report.dataset)
-            writer.write_run_report(report.run_id, report.as_dict())
-        except (StoreError, ValueError, OSError) as err:
-            log.error("%s", err)
-            report.not_saved = str(err)
-        finally:
-            if writer is not None:
-                writer.close()
-    return report
-
-
-def shutdown_ray() -> None:
-    """Stop this driver's Ray (a local cluster ends; on a cluster its tasks and actors end): nothing of Ray
-    prints after this, so the summary can be the last thing a run prints."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is not None:  # also half started: ray.shutdown() is safe either way
-        ray.shutdown()
 
 
 def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list[FeatureSpec]) -> None:

@@ -22,9 +22,16 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from store.writer import StoreError, StoreWriter
+
+if TYPE_CHECKING:
+    from pipeline.run import RunReport
 
 log = logging.getLogger("siqfeat")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -131,3 +138,34 @@ def deferred(raise_after: bool = True) -> Iterator[None]:
         if raise_after and not state.deferring and state.signum is not None and not state.raised:
             state.raised = True
             raise Stopped(state.signum)
+
+
+def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Stopped, t0: float) -> RunReport:
+    """A signal stopped the run: Ray goes down (its tasks and actors with it), the report says what was done
+    and is saved like any run's. Every commit is atomic: what is in the store is whole."""
+    with deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
+        during = current_stage()
+        computed = sum(c["done"] for c in report.counts.values()) + sum(
+            f["stage"] != "manifest" for f in report.failures)
+        report.stopped = {"signal": e.name, "signum": e.signum, "during": during,
+                          "not_computed": sum(report.planned.values()) - computed if report.planned else None}
+        shutdown_ray()
+        report.seconds = time.perf_counter() - t0
+        try:
+            writer = writer or StoreWriter(out, report.dataset)
+            writer.write_run_report(report.run_id, report.as_dict())
+        except (StoreError, ValueError, OSError) as err:
+            log.error("%s", err)
+            report.not_saved = str(err)
+        finally:
+            if writer is not None:
+                writer.close()
+    return report
+
+
+def shutdown_ray() -> None:
+    """Stop this driver's Ray (a local cluster ends; on a cluster its tasks and actors end): nothing of Ray
+    prints after this, so the summary can be the last thing a run prints."""
+    ray = sys.modules.get("ray")
+    if ray is not None:  # also half started: ray.shutdown() is safe either way
+        ray.shutdown()

@@ -186,7 +186,7 @@ def test_the_lock_is_checked_before_the_manifests_are_read(tiny_root: Path, tmp_
 def test_split_chooses_items_before_limit_and_an_empty_one_names_the_others(tiny_root: Path, tmp_path: Path,
                                                                             caplog: pytest.LogCaptureFixture) -> None:
     from manifests.socialiq import read_siq2
-    from pipeline.run import _chosen
+    from pipeline.sources import choose_items as _chosen
 
     items, _ = read_siq2(tiny_root)
     assert [i.id for i in _chosen(items, "dev", None, tiny_root)] == ["tiny-c"]  # the release's name for val

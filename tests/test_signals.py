@@ -50,6 +50,8 @@ DRIVER = textwrap.dedent('''
             threading.Timer(1.0, lambda: print("WORKER-LATE-LINE", flush=True)).start()
         if SLOW == "decode" and item.id == "tiny-c":
             slowly("decode")
+        if SLOW == "model" and item.id == "tiny-c":
+            time.sleep(5)  # tiny-a and tiny-b reach the one model actor first
         return out
 
     class SlowWorker(Worker):
@@ -184,10 +186,13 @@ def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_ro
                and f"exit code {rc}" in line for line in tail), text
     [report] = [json.loads(p.read_text()) for p in (out / "_runs").glob("*.json")]
     assert report["stopped"]["signal"] == name and report["stopped"]["during"] == during
-    assert sorted(committed(out)) == sorted(kept) and ("tiny-b" in kept) == (stage in ("decode", "model", "commit"))
-    if "tiny-b" in kept:
-        assert report["counts"]["qa"]["done"] == len(kept) and report["stopped"]["not_computed"] == 3 - len(kept)
-        assert open_store(out).items("qa") == sorted(kept) and verify_store(out).ok
+    # a result already on its way when the signal came (Ray checks are a second apart) may be committed too
+    after = committed(out)
+    assert set(kept) <= set(after) and bool(kept) == (stage in ("decode", "model", "commit"))
+    assert report["counts"]["qa"]["done"] == len(after)
+    if kept:
+        assert report["stopped"]["not_computed"] == 3 - len(after)
+        assert open_store(out).items("qa") == after and verify_store(out).ok
 
 
 def test_nothing_of_ray_prints_after_the_summary(tiny_root: Path, tmp_path: Path) -> None:
