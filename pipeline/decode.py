@@ -105,14 +105,32 @@ def _ticks_to_s(ticks: np.ndarray, time_base: Fraction) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Timing:
-    """What the demuxing pass knows of a video stream's frames."""
+    """A video stream's display times, on the clip's timeline."""
 
-    ticks: np.ndarray  # sorted display PTS, stream ticks
+    ticks: np.ndarray  # display times, stream ticks, increasing
     starts: np.ndarray  # their seconds on the clip's timeline
     end_s: float  # the end of the last frame
     duration_s: float  # D: end_s, or the container's end when the file is truncated
     keys: np.ndarray  # (K, 2) (pts, dts) of the keyframe packets, in decode order
-    in_order: bool  # decoded frames carry their display PTS (False: match them by output order)
+    in_order: bool  # decoded frames carry their display PTS (False: the n-th picture out is at ticks[n])
+    time_base: Fraction
+    origin_s: float  # container seconds of clip time 0
+    container_end_s: float | None  # container seconds where the container says the media ends
+
+
+def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
+    """`base` with the display times `ticks` whose last frame ends at `end_ticks` (None: unknown, one frame of
+    the nominal rate after it, `base.end_s` holding that length); D the container's end when it is more than
+    TAIL_MIN_S later (a truncated file)."""
+    starts = _ticks_to_s(ticks, base.time_base) - base.origin_s
+    if end_ticks is None or end_ticks <= ticks[-1]:
+        end_s = float(starts[-1] + base.end_s)
+    else:
+        end_s = float(_ticks_to_s(np.array([end_ticks]), base.time_base)[0] - base.origin_s)
+    duration = end_s
+    if base.container_end_s is not None and base.container_end_s - base.origin_s - end_s > TAIL_MIN_S:
+        duration = base.container_end_s - base.origin_s
+    return dataclasses.replace(base, ticks=ticks, starts=starts, end_s=end_s, duration_s=duration)
 
 
 def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
@@ -137,20 +155,43 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     if not pts:
         raise InputError(f"{path}: video has no frames")
     ticks = np.unique(np.asarray(pts, np.int64))
-    tb, origin = Fraction(stream.time_base), origin_s(container)
-    starts = _ticks_to_s(ticks, tb) - origin
     step = int(np.median(np.diff(ticks))) if len(ticks) > 1 else 0
     end = max(max(ends), int(ticks[-1]) + (step if max(ends) <= ticks[-1] else 0))
-    if end <= ticks[-1]:  # a single frame of unknown length: show it for one frame of the nominal rate
-        end_s = float(starts[-1] + 1 / float(stream.average_rate or stream.guessed_rate or 25))
-    else:
-        end_s = float(_ticks_to_s(np.array([end]), tb)[0] - origin)
-    duration = end_s
-    container_end = container_end_s(container) if container.start_time is not None else None
-    if container_end is not None and container_end - origin - end_s > TAIL_MIN_S:
-        duration = container_end - origin
-    in_order = stream.codec_context.name != "mpeg4"  # MPEG-4 Part 2: packed B-frames (module docstring)
-    return _Timing(ticks, starts, end_s, duration, np.asarray(keys, np.int64).reshape(-1, 2), in_order)
+    # PTS are display times, except where the container stores none (AVI: the demuxer guesses them) or the
+    # codec packs two pictures in a packet (MPEG-4 Part 2's packed B-frames)
+    in_order = stream.codec_context.name != "mpeg4" and "avi" not in container.format.name.split(",")
+    base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
+                   np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
+                   origin_s(container), container_end_s(container) if container.start_time is not None else None)
+    return _timing(ticks, end, base)
+
+
+def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
+    """Display times from decoding, for streams whose PTS are not display times: ffmpeg's best-effort timestamp
+    of each picture in the order the decoder gives them, which for these streams is the DTS of the packet that
+    brought it out (ffmpeg's guess_correct_pts falls back to it once PTS go out of order); a picture without
+    one (the last ones, flushed) comes one frame after the previous, as ffmpeg's own output stamps it."""
+    import av
+
+    step = int(np.median(np.diff(timing.ticks))) if len(timing.ticks) > 1 else 1
+    times: list[int] = []
+    with open_media(path) as container:
+        stream = _video_stream(container, path)
+        try:
+            for packet in container.demux(stream):
+                try:
+                    frames = packet.decode()
+                except av.FFmpegError:
+                    continue
+                for frame in frames:
+                    t = frame.dts if frame.dts is not None else (times[-1] + step if times else frame.pts or 0)
+                    times.append(max(t, times[-1] + 1) if times else t)  # never before the previous picture
+        except av.FFmpegError:
+            pass
+    if not times:
+        raise InputError(f"{path}: no frame could be decoded")
+    ticks = np.asarray(times, np.int64)
+    return _timing(ticks, int(ticks[-1]) + step, dataclasses.replace(timing, in_order=False))
 
 
 class _NotInDisplayOrder(Exception):
@@ -293,8 +334,8 @@ def segment_rows(n_rows: int, frame_bytes: int, max_bytes: int | None) -> list[t
 def _timing_in_clip(timing: _Timing, clip: tuple[float, float | None], path: Path) -> _Timing:
     """The frames of the clip [start_s, end_s) of the file, on the clip's own timeline (pipeline/cut.py)."""
     keep, starts, duration = cut_frame_times(timing.starts, timing.duration_s, *clip, path)
-    return _Timing(timing.ticks[keep], starts, min(timing.end_s - clip[0], duration), duration, timing.keys,
-                   timing.in_order)
+    return dataclasses.replace(timing, ticks=timing.ticks[keep], starts=starts,
+                               end_s=min(timing.end_s - clip[0], duration), duration_s=duration)
 
 
 def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, size: tuple[int, int], timing: _Timing,
@@ -316,7 +357,7 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, size: tuple[
 
 
 def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = None, segment: int = 0,
-                          max_bytes: int | None = None) -> tuple[Frames, int]:
+                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
     """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
@@ -327,6 +368,8 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
         size = (stream.codec_context.height, stream.codec_context.width)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         timing = _frame_times(container, stream, path)
+    if best_effort or not timing.in_order:
+        timing = _best_effort_timing(path, timing)
     if clip is not None:
         timing = _timing_in_clip(timing, clip, path)
     all_intervals = second_intervals(timing.duration_s)
@@ -352,11 +395,9 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
             span = (int(ticks[first]), int(ticks[last]))
         try:
             index, pictures, errors = _pictures(path, index, intervals, size, timing, span)
-        except _NotInDisplayOrder as e:
-            log.info("%s: decoded timestamps are not display times (%s): matching pictures by output order", path, e)
-            timing = dataclasses.replace(timing, in_order=False)
-            index[played] = pick_frames(starts, intervals[played])
-            index, pictures, errors = _pictures(path, index, intervals, size, timing, span)
+        except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
+            log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
+            return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
     keep = index >= 0
     if not keep.any() and len(segments) == 1:
         why = f": {errors[0][1]}" if errors else ""
