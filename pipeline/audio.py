@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from extractors.base import Audio
-from pipeline.media import InputError, container_end_s, existing, first_line, open_media, origin_s
+from pipeline.media import InputError, container_end_s, declared_end_s, existing, first_line, open_media, origin_s
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,7 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
         track, end_ticks, errors = _decode_track(container, container.streams.audio[0], rate_hz, path)
         decoded_end = track.decoded_end_s()
         end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end
-        container_end = container_end_s(container)
-        if container.start_time is None:  # (raw ADTS: no start, a duration guessed from the bit rate)
-            container_end = None
+        container_end, declared_end = container_end_s(container), declared_end_s(container)
         if container_end is not None:  # never past the container's end (Matroska knows the padded last
             end_s = min(end_s, container_end - track.origin_s)  # frame only from its duration)
     if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
@@ -144,13 +142,15 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
         log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
                     sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
                     "a hole in the track's timestamps")
-    if container_end is not None and container_end - track.origin_s - end_s > TAIL_MIN_S:
-        tail = (end_s, container_end - track.origin_s)
+    if declared_end is not None and declared_end - track.origin_s - end_s > TAIL_MIN_S:
+        tail = (end_s, declared_end - track.origin_s)
         log.warning("%s: truncated file? the audio track ends at %.2f s but the container says the media lasts "
                     "%.2f s: the last %.2f s are missing", path, tail[0], tail[1], tail[1] - tail[0])
         track.missing_s.append(tail)
-        end_s = tail[1]
     samples = track.samples(end_s)
+    if track.missing_s and track.missing_s[-1][1] > end_s:  # the truncated tail: silence
+        samples = np.concatenate([samples, np.zeros(max(0, round(track.missing_s[-1][1] * rate_hz) - samples.size),
+                                                    np.float32)])
     if samples.size == 0:
         raise InputError(f"{path}: audio track is empty")
     missing = np.array(track.missing_s, np.float64).reshape(-1, 2)

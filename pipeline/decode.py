@@ -45,8 +45,8 @@ from pipeline.audio import AUDIO_GAP_MIN_S, TAIL_MIN_S, decode_audio
 from pipeline.media import (
     STREAM_OFFSET_MIN_S,
     InputError,
-    container_end_s,
     cut_frame_times,
+    declared_end_s,
     existing,
     first_line,
     open_media,
@@ -162,7 +162,7 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     in_order = stream.codec_context.name != "mpeg4" and "avi" not in container.format.name.split(",")
     base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
-                   origin_s(container), container_end_s(container) if container.start_time is not None else None)
+                   origin_s(container), declared_end_s(container))
     return _timing(ticks, end, base)
 
 
@@ -260,9 +260,11 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: 
                 stream = _video_stream(container, path)
             packets = container.demux(stream)
         fast = fast and in_order  # display order counts every picture out: none may be skipped
-        context, shown, last = stream.codec_context, 0, None
+        context, shown, last, corrupt = stream.codec_context, 0, None, set()
         try:
             for packet in packets:
+                if packet.is_corrupt and packet.pts is not None:  # cut short (a truncated file's last packet)
+                    corrupt.add(packet.pts)
                 if fast:
                     context.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in wanted else "NONREF"
                 try:
@@ -284,7 +286,7 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: 
                         shown += 1
                         if shown > len(timing.ticks):
                             continue
-                    if frame.is_corrupt:
+                    if frame.is_corrupt or (in_order and pts in corrupt):
                         continue
                     intact.add(pts)
                     if pts in wanted and pts not in pictures:

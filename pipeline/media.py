@@ -70,14 +70,28 @@ def origin_s(container: Any) -> float:
 
 
 def container_end_s(container: Any) -> float | None:
-    """Where the container's header (or lavf's estimate for formats without one) says the media ends, in
-    container seconds; None when it says nothing."""
+    """The container's own end (its start plus its duration), container seconds; None when it has no start
+    (raw ADTS: a duration guessed from the bit rate) or no duration."""
     import av
 
-    if not container.duration or container.duration <= 0:
+    if container.start_time is None or not container.duration or container.duration <= 0:
         return None
-    start = container.start_time / av.time_base if container.start_time is not None else 0.0
-    return start + container.duration / av.time_base
+    return (container.start_time + container.duration) / av.time_base
+
+
+def declared_end_s(container: Any) -> float | None:
+    """Where the container says the media ends, in container seconds: the later of its duration (its header's,
+    or for formats without one (MPEG-TS) lavf's estimate from the last timestamps of every stream) and the
+    first video stream's frame count at its frame rate (AVI's header, mp4's sample table: what a truncated file
+    still declares). None when it says nothing, or has no start (raw ADTS: a duration guessed from the bit rate)."""
+    if container.start_time is None:
+        return None
+    ends = [e for e in (container_end_s(container),) if e is not None]
+    videos = video_streams(container)
+    if videos and videos[0].frames and videos[0].average_rate and videos[0].start_time is not None:
+        v = videos[0]
+        ends.append(float(v.start_time * v.time_base) + v.frames / float(v.average_rate))
+    return max(ends) if ends else None
 
 
 def check_span(start_s: float, end_s: float | None, duration_s: float, path: Path | None, what: str) -> float:
