@@ -55,7 +55,7 @@ from pipeline.media import (
 )
 
 __all__ = ["AUDIO_GAP_MIN_S", "STREAM_OFFSET_MIN_S", "InputError", "decode_audio", "decode_frames",
-           "decode_frames_segment"]
+           "decode_frames_segment", "existing"]  # (re-exported: callers keep importing them from here)
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,6 @@ SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; t
 # picture's start (audio priming before it cut: MKV/TS/FLV audio no longer 21-25 ms late), truncated files keep
 # the container's duration with the missing tail listed)
 DECODE_VERSION = "4"
-
-_existing, _first_line, _open = existing, first_line, open_media  # the names other modules used
-
 
 def second_intervals(duration_s: float) -> np.ndarray:
     """(N, 2) rows [k, min(k+1, D)), N = ceil(D)."""
@@ -419,7 +416,7 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
 def decode_transcript(item: MediaItem) -> Words:
     from extractors.captions import parse_captions
 
-    path = _existing(item.transcript, "transcript")
+    path = existing(item.transcript, "transcript")
     duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
     return parse_captions(path, clip_duration_s=duration, trim_s=item.clip_start_s or None)
 
