@@ -23,6 +23,9 @@ a row whose chosen frame is lost uses the nearest intact frame shown during its 
 left out (alignment then marks that second missing) and `missing_s` lists it. A truncated file (the container
 says the media lasts more than TAIL_MIN_S longer than the last frame) keeps D from the container: the rows
 after the last frame are missing, listed in `missing_s`, with a warning.
+
+Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
+frame becomes RGB), and `Frames.picture` records how.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import numpy as np
 
 from extractors.base import Frames, QAText, Words, rate_intervals
 from manifests.records import MediaItem, QAItem
+from pipeline import picture
 from pipeline.audio import AUDIO_GAP_MIN_S, TAIL_MIN_S, decode_audio
 from pipeline.media import (
     STREAM_OFFSET_MIN_S,
@@ -198,11 +202,6 @@ class _NotInDisplayOrder(Exception):
     """Decoded frames' PTS are missing or out of order: they are not display times."""
 
 
-def _to_rgb(frame: Any, size: tuple[int, int]) -> np.ndarray:
-    """The one place a decoded frame becomes the RGB picture the extractors see."""
-    return frame.to_ndarray(format="rgb24", width=size[1], height=size[0])
-
-
 def _packets_from(container: Any, stream: Any, key: tuple[int, int]) -> Iterator[Any] | None:
     """The stream's packets from keyframe `key` (pts, dts) on, in decode order, or None when no seek lands at or
     before it. A seek to its DTS with the backward flag should; where the demuxer lands after it (a timestamp
@@ -232,10 +231,10 @@ def _keyframe_before(keys: np.ndarray, first_pts: int) -> tuple[int, int] | None
     return (int(keys[at[-1], 0]), int(keys[at[-1], 1])) if len(at) else None
 
 
-def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: bool, timing: _Timing,
+def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: bool, timing: _Timing,
                      span: tuple[int, int] | None = None) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
-    """Decode the video stream in order; RGB pictures of the `wanted` PTS, the PTS of every intact frame, and
-    the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
+    """Decode the video stream in order; RGB pictures as displayed (`view`) of the `wanted` PTS, the PTS of
+    every intact frame, and the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
     `fast`: stop once every wanted picture is in, and skip decoding unwanted frames that no other frame refers
     to (non-reference B-frames); the intact set is then incomplete. `span` (first PTS, last PTS): a segment of
     the video; decoding starts at the keyframe at or before the first and stops after the last.
@@ -290,7 +289,7 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: 
                         continue
                     intact.add(pts)
                     if pts in wanted and pts not in pictures:
-                        pictures[pts] = _to_rgb(frame, size)
+                        pictures[pts] = view.rgb(frame)  # the one place a frame becomes RGB
                 # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
                 if (fast and len(pictures) == len(wanted)) or (span and last is not None and last > span[1]):
                     break
@@ -340,20 +339,20 @@ def _timing_in_clip(timing: _Timing, clip: tuple[float, float | None], path: Pat
                                end_s=min(timing.end_s - clip[0], duration), duration_s=duration)
 
 
-def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, size: tuple[int, int], timing: _Timing,
+def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: picture.View, timing: _Timing,
               span: tuple[int, int] | None) -> tuple[np.ndarray, dict[int, np.ndarray], list[tuple[int, str]]]:
     """(The frame index per row, -1 where none (the damaged-data rule), the pictures by PTS, decode errors)."""
     ticks, chosen = timing.ticks, index >= 0
     wanted = set(ticks[index[chosen]].tolist())
-    pictures, intact, errors = _decode_pictures(path, wanted, size, True, timing, span)
+    pictures, intact, errors = _decode_pictures(path, wanted, view, True, timing, span)
     lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
     if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
-        pictures, intact, errors = _decode_pictures(path, wanted, size, False, timing, span)
+        pictures, intact, errors = _decode_pictures(path, wanted, view, False, timing, span)
         lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
         index = _fallback_frames(index, lost, ticks, timing.starts, timing.end_s, intervals, intact)
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
-            pictures.update(_decode_pictures(path, extra, size, True, timing, span)[0])
+            pictures.update(_decode_pictures(path, extra, view, True, timing, span)[0])
         index = np.where([i >= 0 and int(ticks[i]) in pictures for i in index], index, -1)
     return index, pictures, errors
 
@@ -365,9 +364,10 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
     within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
     path = existing(path, "video")
+    with open_media(path) as container:  # its own pass: the orientation comes on the first decoded frame
+        view = picture.probe_view(container, _video_stream(container, path), path)
     with open_media(path) as container:
         stream = _video_stream(container, path)
-        size = (stream.codec_context.height, stream.codec_context.width)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         timing = _frame_times(container, stream, path)
     if best_effort or not timing.in_order:
@@ -375,7 +375,7 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
     if clip is not None:
         timing = _timing_in_clip(timing, clip, path)
     all_intervals = second_intervals(timing.duration_s)
-    segments = segment_rows(len(all_intervals), size[0] * size[1] * 3, max_bytes)
+    segments = segment_rows(len(all_intervals), view.frame_bytes, max_bytes)
     if not 0 <= segment < len(segments):
         raise ValueError(f"{path}: segment {segment} of a video decoded in {len(segments)}")
     if segment == 0 and timing.duration_s > timing.end_s:
@@ -396,7 +396,7 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
             last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
             span = (int(ticks[first]), int(ticks[last]))
         try:
-            index, pictures, errors = _pictures(path, index, intervals, size, timing, span)
+            index, pictures, errors = _pictures(path, index, intervals, view, timing, span)
         except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
             log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
             return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
@@ -410,9 +410,9 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(damaged), len(intervals), where)
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
-              else np.zeros((0, *size, 3), np.uint8))
+              else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
     frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                    duration_s=timing.duration_s, missing_s=intervals[~keep])
+                    duration_s=timing.duration_s, missing_s=intervals[~keep], picture=view.attrs())
     return frames, len(segments)
 
 
