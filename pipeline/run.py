@@ -43,6 +43,9 @@ class RunReport:
     manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
+    # pairs committed with seconds that did not decode (damaged data, a truncated file): feature, item, file,
+    # missing_s (the spans), missing_total_s, duration_s
+    partial: list[dict[str, Any]] = field(default_factory=list)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
     planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
@@ -68,14 +71,19 @@ class RunReport:
         if self.cluster:
             lines.append(cluster.summary_line(self.cluster))
         lines += manifest_summary(self.manifest)
-        lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
+        partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
+        lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
-            lines.append(f"  {feat:<12}{c['done']:>6}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
+            lines.append(f"  {feat:<12}{c['done']:>6}{partial[feat]:>9}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
         for d in self.damaged:
             lines.append(f"  DAMAGED {d['feature']}/{d['item']} ({d['path']}): {d['problem']}; "
                          + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
             lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+        for p in self.partial:  # done, but with seconds that have no rows
+            of = f" of {p['duration_s']:.2f}" if p["duration_s"] is not None else ""
+            lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
+                         f"did not decode ({_spans(p['missing_s'])})")
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
@@ -92,6 +100,18 @@ class RunReport:
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
+
+
+def _spans(spans: list[list[float]], most: int = 3) -> str:
+    """Missing spans as `a-b s`, neighbouring ones (consecutive seconds) joined, at most `most` of them."""
+    joined: list[list[float]] = []
+    for a, b in sorted(spans):
+        if joined and a <= joined[-1][1] + 1e-6:
+            joined[-1][1] = max(joined[-1][1], b)
+        else:
+            joined.append([a, b])
+    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
+    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
 
 
 def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
@@ -429,6 +449,12 @@ class _Runner:
                 return
             self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
             self.report.counts[feat]["done"] += 1
+            if attrs.get("missing_s"):
+                spans = attrs["missing_s"]
+                self.report.partial.append({
+                    "feature": feat, "item": item.id, "file": _str(decode.source_path(item, spec.extractor.input_kind)),
+                    "missing_s": spans, "missing_total_s": round(sum(b - a for a, b in spans), 6),
+                    "duration_s": attrs["duration_s"]})
             self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
 
 
