@@ -14,6 +14,10 @@ Two depths of check:
   flipped byte anywhere is found.
 Items committed before the record existed have no `integrity` attribute: they get the metadata checks
 and, in a full check, every array is decoded; their chunk bytes cannot be compared with anything.
+Which items those are is written down once: the first writer that opens a store sets the root attribute
+`integrity_records` = {version, legacy: {feature: [items it found without a record]}}. In a store with that
+attribute every other item must carry its record: one without is damaged (deleting the record must not
+hide changed bytes). A store without it (never opened by such a writer) keeps the old rule.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from store import layout
 
 RECORD = "integrity"  # the item attribute holding the record
+STORE_RECORDS = "integrity_records"  # root attribute: from then on every committed item carries a record
 RECORD_VERSION = 1
 META = "zarr.json"
 
@@ -99,12 +104,18 @@ def _read_json(path: Path, where: str = META) -> dict[str, Any]:
     return meta
 
 
-def read_item_attrs(item_dir: Path) -> dict[str, Any]:
-    """The attributes of a complete item group; DamagedItem (without the folder) otherwise."""
-    meta = _read_json(item_dir / META)
+def read_group_attrs(folder: Path) -> dict[str, Any]:
+    """The attributes of a group's `zarr.json` (an item, a feature or the store); DamagedItem when the file
+    is missing, unreadable or describes no group."""
+    meta = _read_json(folder / META)
     if meta.get("zarr_format") != 3 or meta.get("node_type") != "group" or not isinstance(meta.get("attributes"), dict):
         raise DamagedItem(f"{META} does not describe a group")
-    attrs = meta.get("attributes", {})
+    return meta["attributes"]
+
+
+def read_item_attrs(item_dir: Path) -> dict[str, Any]:
+    """The attributes of a complete item group; DamagedItem (without the folder) otherwise."""
+    attrs = read_group_attrs(item_dir)
     if attrs.get("complete") is not True:
         raise DamagedItem("not marked complete (the writer only ever places complete items)")
     return attrs
@@ -147,12 +158,16 @@ def _decode_all(item_dir: Path) -> None:
         raise DamagedItem(f"does not decode ({type(e).__name__}: {str(e)[:200]})") from None
 
 
-def check_item(item_dir: Path, feature: str, item: str, full: bool = False) -> ItemCheck:
-    """Check one item folder (see the module docstring for what quick and full look at)."""
+def check_item(item_dir: Path, feature: str, item: str, full: bool = False, required: bool = False) -> ItemCheck:
+    """Check one item folder (see the module docstring for what quick and full look at). `required`: the
+    store records every item of this name (`records_required`), so an item without a record is damaged."""
     attrs = None
     try:
         attrs = read_item_attrs(item_dir)
         record = attrs.get(RECORD)
+        if record is None and required:
+            raise DamagedItem(f"its {RECORD} record is missing, and this store records one at every commit "
+                              "(its bytes cannot be checked)")
         if record is None:
             _check_arrays(item_dir, {layout.FEATURES: {}, layout.INTERVALS: {}})
             if full:
@@ -178,3 +193,34 @@ def item_dirs(feature_dir: Path) -> list[tuple[str, Path]]:
     except FileNotFoundError:
         return []
     return sorted((e.name, Path(e.path)) for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def records_marker(root_attrs: dict[str, Any] | None) -> dict[str, set[str]] | None:
+    """feature -> items allowed without a record, from the store's root attributes; None: the store predates
+    records (every item may lack one). An unreadable root (None passed) requires records everywhere."""
+    if root_attrs is None:
+        return {}
+    marker = root_attrs.get(STORE_RECORDS)
+    if not isinstance(marker, dict):
+        return None
+    return {f: set(items) for f, items in (marker.get("legacy") or {}).items()}
+
+
+def record_required(marker: dict[str, set[str]] | None, feature: str, item: str) -> bool:
+    return marker is not None and item not in marker.get(feature, ())
+
+
+def new_marker(store: Path, reserved: tuple[str, ...]) -> dict[str, Any]:
+    """The root attribute the first recording writer sets: the items it finds without a record (older code's
+    commits) are listed, so that later only they may lack one."""
+    legacy: dict[str, list[str]] = {}
+    for feature, folder in item_dirs(store):
+        if feature in reserved:
+            continue
+        for item, path in item_dirs(folder):
+            try:
+                if RECORD not in read_item_attrs(path):
+                    legacy.setdefault(feature, []).append(item)
+            except DamagedItem:
+                continue  # damaged either way
+    return {"version": RECORD_VERSION, "legacy": legacy}

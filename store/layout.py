@@ -12,6 +12,7 @@ STAGING = ".staging"  # no zarr.json inside: invisible to zarr listings
 LOCK = ".lock"  # held (flock) by the one open writer
 MANIFESTS = "_manifests"  # plain JSONL files beside the groups
 RUNS = "_runs"  # one JSON report per run
+RESERVED = (MANIFESTS, RUNS)  # the store's own plain folders; every other visible folder is a feature
 
 FEATURES = "features"
 INTERVALS = "intervals"

@@ -14,7 +14,7 @@ import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl
 from store import layout
-from store.integrity import RECORD, DamagedItem, ItemCheck, check_item, item_dirs
+from store.integrity import RECORD, DamagedItem, ItemCheck, check_item, item_dirs, record_required, records_marker
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class Store:
                              f"({type(e).__name__}: {e})") from None
         self.attrs = dict(self.root.attrs)
         self._reported: set[tuple[Path, str | None]] = set()
+        self._marker = records_marker(self.attrs)  # which items may lack an integrity record
         if self.attrs.get("schema") != layout.SCHEMA:
             raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
 
@@ -51,8 +52,11 @@ class Store:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
         out = []
         for name, path in item_dirs(self.path):
-            if not (path / "zarr.json").exists():
+            if name in layout.RESERVED:
                 continue  # _manifests, _runs: plain folders
+            if not (path / "zarr.json").exists():
+                log.warning("%s: feature metadata missing; feature left out", path / "zarr.json")
+                continue
             try:
                 self.root[name]
             except (ValueError, TypeError, KeyError) as e:
@@ -80,7 +84,8 @@ class Store:
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every item folder of a feature, checked against what the writer recorded at commit
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad item."""
-        return [check_item(path, feature, name, full) for name, path in item_dirs(self.path / feature)]
+        return [check_item(path, feature, name, full, record_required(self._marker, feature, name))
+                for name, path in item_dirs(self.path / feature)]
 
     def _good(self, feature: str) -> list[ItemCheck]:
         """The feature's items that pass the quick check; the others are logged with their folder."""
@@ -114,7 +119,7 @@ class Store:
         path = self.path / feature / item
         if item.startswith(".") or "/" in item or not path.is_dir():
             raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
-        c = check_item(path, feature, item)
+        c = check_item(path, feature, item, required=record_required(self._marker, feature, item))
         if not c.ok:
             raise DamagedItem(f"{path}: damaged item ({c.problem}); the next `make extract` recomputes it")
         return fgroup, ItemCheck(c.feature, c.item, c.path, None,

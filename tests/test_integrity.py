@@ -10,7 +10,7 @@ import pytest
 
 from extractors.base import FeatureRows
 from store import layout
-from store.integrity import RECORD, DamagedItem
+from store.integrity import RECORD, STORE_RECORDS, DamagedItem
 from store.plan import Wanted, make_plan
 from store.reader import open_store
 from store.verify import verify_store
@@ -167,18 +167,105 @@ def test_the_problem_names_the_damaged_metadata_file_within_the_item(store: Path
     assert c.problem.startswith(f"{target} is "), c.problem
 
 
-def test_items_without_a_record_are_named_not_failed(store: Path) -> None:
-    """Items committed before records existed: metadata and decoding checked, and verify says so."""
-    meta_path = store / "feat" / "c" / "zarr.json"
+def drop_record(item_dir: Path) -> None:
+    meta_path = item_dir / "zarr.json"
     meta = json.loads(meta_path.read_text())
     del meta["attributes"][RECORD]
     meta_path.write_text(json.dumps(meta))
+
+
+def as_store_from_before_records(store: Path) -> None:
+    """The store as code before integrity records left it: no root marker, no item record."""
+    meta = json.loads((store / "zarr.json").read_text())
+    del meta["attributes"][STORE_RECORDS]
+    (store / "zarr.json").write_text(json.dumps(meta))
+    for item in ITEMS:
+        drop_record(store / "feat" / item)
+
+
+def test_items_without_a_record_are_named_not_failed(store: Path) -> None:
+    """Items committed before records existed: metadata and decoding checked, and verify says so."""
+    as_store_from_before_records(store)
     s = open_store(store)
     assert s.items("feat") == list(ITEMS)
     report = verify_store(store)
     assert not report.damaged and "NO RECORD feat/c" in report.summary()
     (store / "feat" / "c" / "intervals" / "zarr.json").write_text("{")
     assert [c.item for c in verify_store(store).damaged] == ["c"]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_an_item_that_lost_its_record_in_a_store_written_with_records_is_damaged(store: Path, flip: bool) -> None:
+    """Deleting the record must not hide damage: the item is damaged (left out, recomputed, verify exit 4),
+    also with a flipped byte that the record would have caught."""
+    drop_record(store / "feat" / "c")
+    if flip:
+        damage(store / "feat" / "c" / "features/c/0/0", "flip")
+    s = open_store(store)
+    assert s.items("feat") == ["a", "b"]
+    with pytest.raises(DamagedItem, match="integrity record is missing"):
+        s.read("feat", "c")
+    assert [w.item for w in make_plan(store, wanted()).todo] == ["c"]
+    assert [w.item for w in make_plan(store, wanted(), verify=True).todo] == ["c"]
+    report = verify_store(store)
+    assert [c.item for c in report.damaged] == ["c"] and "NO RECORD" not in report.summary()
+
+
+def test_a_store_from_before_records_keeps_its_old_items_and_guards_the_new_ones(store: Path) -> None:
+    """The first writer on an old store lists the items it found without a record: those stay readable (NO
+    RECORD); every item committed from then on must keep its record."""
+    as_store_from_before_records(store)
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "d", rows(20, 7.0), {"spec_hash": "s1", "fingerprint": "fp-d"})
+    assert open_store(store).items("feat") == [*ITEMS, "d"]
+    drop_record(store / "feat" / "d")
+    report = verify_store(store)
+    assert [c.item for c in report.damaged] == ["d"]
+    assert sum("NO RECORD" in line for line in report.summary().splitlines()) == 3
+
+
+FEATURE_META_DAMAGE = {
+    "truncate": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+    "delete": lambda p: p.unlink(),
+    "empty": lambda p: p.write_bytes(b""),
+    "not a group": lambda p: p.write_text(json.dumps({"zarr_format": 3, "node_type": "array"})),
+    "not an object": lambda p: p.write_text("[]"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(FEATURE_META_DAMAGE))
+@pytest.mark.parametrize("target", ["feat/zarr.json", "other/zarr.json", "zarr.json"])
+def test_verify_finds_damaged_metadata_of_any_feature_or_the_root(store: Path, target: str, how: str,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    """A damaged or deleted zarr.json of a feature or of the store itself is damage (exit 4), named by its
+    file; the items below it are still checked (a missing chunk of one of them is found too)."""
+    from pipeline import exitcodes
+    from pipeline.cli import main
+
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("other", ATTRS)
+        w.commit("other", "x", rows(4, 1.0), {"spec_hash": "s1"})
+    FEATURE_META_DAMAGE[how](store / target)
+    damage(store / "feat" / "b" / "features/c/0/0", "delete")
+    report = verify_store(store)
+    assert [str(p) for p, _ in report.metadata] == [str(store / target)]
+    assert sorted(f"{c.feature}/{c.item}" for c in report.checks) == ["feat/a", "feat/b", "feat/c", "other/x"]
+    assert [c.item for c in report.damaged] == ["b"]
+    assert main(["verify", "--out", str(store)]) == exitcodes.DAMAGED
+    assert f"DAMAGED METADATA {store / target}:" in capsys.readouterr().out
+
+
+def test_verify_finds_a_truncated_manifest(store: Path) -> None:
+    from manifests.records import MediaItem, QAItem
+
+    with StoreWriter(store, "demo") as w:
+        w.write_manifests([MediaItem(id=i, dataset="demo") for i in ITEMS],
+                          [QAItem(qid=f"{i}-q", item_id=i, dataset="demo", question="why?", answers=("a", "b"))
+                           for i in ITEMS])
+    assert verify_store(store).metadata == []
+    damage(store / "_manifests" / "qa.jsonl", "truncate", at=0.5)
+    [(path, problem)] = verify_store(store).metadata
+    assert path == store / "_manifests" / "qa.jsonl" and "qa.jsonl:2:" in problem, problem
 
 
 def test_the_store_root_damaged_is_one_clear_error(store: Path) -> None:
