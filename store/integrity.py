@@ -1,93 +1,47 @@
-"""What an item looked like when it was committed, and whether it still does.
+"""What a part looked like when it was committed, and whether it still does.
 
-At commit the writer records, in the item's own attributes (`integrity`), every file of the item
-folder below its `zarr.json` (array metadata and chunk files) with its size and SHA-256, and each
-array's shape and dtype. Chunks equal to the fill value are never written by zarr, so the file list,
-not the chunk grid, says which chunk files must exist.
+At commit the writer records in the feature's index (store/index.py) every file of the part folder (its
+`zarr.json`, each array's metadata and shard files) with its size and SHA-256, and each array's shape and
+dtype. Damage is found per part, and reported for exactly the items whose current rows are in it.
 
 Two depths of check:
-- quick (every plan, `Store.items()`, `Store.read()`): the item's metadata parses and says complete,
-  each array's metadata parses and has the recorded shape and dtype, each recorded file exists with its
-  recorded size. Catches truncated or unreadable metadata and missing or truncated chunks; costs one
-  `stat` per file.
+- quick (every plan, `Store.items()`, `Store.read()`; once per part per open store): each recorded file
+  exists with its recorded size, and each array's metadata parses with the recorded shape and dtype.
+  Catches deleted, emptied or truncated files and unreadable metadata; one `stat` per file.
 - full (`python -m pipeline verify`, `extract --verify`): also the SHA-256 of every recorded file, so a
   flipped byte anywhere is found.
-Items committed before the record existed have no `integrity` attribute: they get the metadata checks
-and, in a full check, every array is decoded; their chunk bytes cannot be compared with anything.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store import layout
-
-RECORD = "integrity"  # the item attribute holding the record
-RECORD_VERSION = 1
-META = "zarr.json"
+from store.index import PartRecord
+from store.parts import META, sha256_file
 
 
 class DamagedItem(ValueError):
-    """An item on disk that does not read back as it was committed; the message names its folder."""
+    """An item on disk that does not read back as it was committed; the message names its part folder."""
 
 
 @dataclass(frozen=True)
 class ItemCheck:
     feature: str
     item: str
-    path: Path
+    path: Path  # the part folder holding the item's rows
     problem: str | None  # None: the item is as committed (as far as this check looks)
-    attrs: dict[str, Any] | None = None  # the item's attributes when they could be read
-    recorded: bool = True  # False: committed before integrity records existed
+    attrs: dict[str, Any] | None = None  # the item's attributes (from the index)
+    recorded: bool = True  # kept for callers of version 1; every version-2 part has a record
 
     @property
     def ok(self) -> bool:
         return self.problem is None
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _files(item_dir: Path) -> list[str]:
-    """Relative paths of the item's files below its own metadata, sorted."""
-    out = []
-    for folder, _, names in os.walk(item_dir):
-        for name in names:
-            rel = os.path.relpath(os.path.join(folder, name), item_dir)
-            if rel != META:
-                out.append(rel.replace(os.sep, "/"))
-    return sorted(out)
-
-
-def attrs_digest(attrs: dict[str, Any]) -> str:
-    """Hash of an item's attributes, leaving out the record itself and the `complete` flag written after it."""
-    return layout.sha256_of({k: v for k, v in attrs.items() if k not in (RECORD, "complete")})
-
-
-def make_record(item_dir: Path) -> dict[str, Any]:
-    """The record the writer stores with a staged item, once its arrays and attributes are written (the
-    attributes hashed as they read back from disk, so later checks compare like with like)."""
-    attrs = _read_json(item_dir / META).get("attributes", {})
-    files = _files(item_dir)
-    arrays = {}
-    for rel in files:
-        name, _, last = rel.rpartition("/")
-        if last == META and "/" not in name:
-            meta = _read_json(item_dir / rel, rel)
-            arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
-    return {"version": RECORD_VERSION, "arrays": arrays, "attrs_sha256": attrs_digest(attrs),
-            "files": {rel: [(item_dir / rel).stat().st_size, _sha256(item_dir / rel)] for rel in files}}
-
-
-def _read_json(path: Path, where: str = META) -> dict[str, Any]:
-    """`where`: the file's path inside the item, for the message (an array's metadata is `<array>/zarr.json`)."""
+def _read_json(path: Path, where: str) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -99,21 +53,10 @@ def _read_json(path: Path, where: str = META) -> dict[str, Any]:
     return meta
 
 
-def read_item_attrs(item_dir: Path) -> dict[str, Any]:
-    """The attributes of a complete item group; DamagedItem (without the folder) otherwise."""
-    meta = _read_json(item_dir / META)
-    if meta.get("zarr_format") != 3 or meta.get("node_type") != "group" or not isinstance(meta.get("attributes"), dict):
-        raise DamagedItem(f"{META} does not describe a group")
-    attrs = meta.get("attributes", {})
-    if attrs.get("complete") is not True:
-        raise DamagedItem("not marked complete (the writer only ever places complete items)")
-    return attrs
-
-
-def _check_arrays(item_dir: Path, arrays: dict[str, dict[str, Any]]) -> None:
+def _check_arrays(part_dir: Path, arrays: dict[str, dict[str, Any]]) -> None:
     for name, want in arrays.items():
         where = f"{name}/{META}"
-        meta = _read_json(item_dir / where, where)
+        meta = _read_json(part_dir / where, where)
         if meta.get("zarr_format") != 3 or meta.get("node_type") != "array":
             raise DamagedItem(f"{where} does not describe an array")
         if want.get("shape") is not None and meta.get("shape") != want["shape"]:
@@ -122,59 +65,31 @@ def _check_arrays(item_dir: Path, arrays: dict[str, dict[str, Any]]) -> None:
             raise DamagedItem(f"{where}: dtype {meta.get('data_type')}, committed as {want['dtype']}")
 
 
-def _check_files(item_dir: Path, files: dict[str, list[Any]], full: bool) -> None:
-    for rel, (size, digest) in files.items():
-        path = item_dir / rel
+def _check_files(part_dir: Path, files: dict[str, list[Any]], full: bool) -> None:
+    for rel, (size, digest) in sorted(files.items()):
+        path = part_dir / rel
         try:
             actual = path.stat().st_size
         except FileNotFoundError:
             raise DamagedItem(f"{rel} is missing (committed with {size} bytes)") from None
         if actual != size:
             raise DamagedItem(f"{rel} has {actual} bytes, committed with {size}")
-        if full and _sha256(path) != digest:
+        if full and sha256_file(path) != digest:
             raise DamagedItem(f"{rel}: content differs from what was committed (SHA-256 mismatch)")
 
 
-def _decode_all(item_dir: Path) -> None:
-    """Old items: read every array through zarr, so unreadable metadata or chunks show up."""
-    import zarr
-
+def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | None:
+    """None when the part is as committed, else the problem (naming the file within the part)."""
     try:
-        group = zarr.open_group(item_dir, mode="r")
-        for _, arr in group.arrays():
-            arr[...]
-    except Exception as e:
-        raise DamagedItem(f"does not decode ({type(e).__name__}: {str(e)[:200]})") from None
-
-
-def check_item(item_dir: Path, feature: str, item: str, full: bool = False) -> ItemCheck:
-    """Check one item folder (see the module docstring for what quick and full look at)."""
-    attrs = None
-    try:
-        attrs = read_item_attrs(item_dir)
-        record = attrs.get(RECORD)
-        if record is None:
-            _check_arrays(item_dir, {layout.FEATURES: {}, layout.INTERVALS: {}})
-            if full:
-                _decode_all(item_dir)
-            return ItemCheck(feature, item, item_dir, None, attrs, recorded=False)
-        if not isinstance(record, dict) or {"files", "arrays", "attrs_sha256"} - set(record):
-            raise DamagedItem(f"its {RECORD} record is malformed")
-        if attrs_digest(attrs) != record["attrs_sha256"]:
-            raise DamagedItem(f"its attributes in {META} differ from what was committed")
-        _check_arrays(item_dir, record["arrays"])
-        _check_files(item_dir, record["files"], full)
+        if not part_dir.is_dir():
+            return "its part folder is missing"
+        if not record.files:
+            return "its index record lists no files"
+        _check_files(part_dir, record.files, full)
+        _check_arrays(part_dir, record.arrays)
+        _read_json(part_dir / META, META)
     except DamagedItem as e:
-        return ItemCheck(feature, item, item_dir, str(e), attrs)
+        return str(e)
     except (OSError, ValueError, TypeError) as e:  # anything odd in the record itself
-        return ItemCheck(feature, item, item_dir, f"{type(e).__name__}: {e}", attrs)
-    return ItemCheck(feature, item, item_dir, None, attrs)
-
-
-def item_dirs(feature_dir: Path) -> list[tuple[str, Path]]:
-    """Every item folder of a feature, read or not: a damaged item must still be seen to be reported."""
-    try:
-        entries = list(os.scandir(feature_dir))
-    except FileNotFoundError:
-        return []
-    return sorted((e.name, Path(e.path)) for e in entries if e.is_dir() and not e.name.startswith("."))
+        return f"{type(e).__name__}: {e}"
+    return None
