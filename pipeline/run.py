@@ -1,6 +1,7 @@
 """`make extract`: plan what is missing or stale, then a Ray DAG of CPU decode tasks feeding model
-actors (GPU when Ray sees GPUs), with bounded in-flight work, and one atomic store commit per
-(feature, item). A failing item is recorded (file, stage, error) and the run goes on."""
+actors (GPU when Ray sees GPUs), with bounded in-flight work; finished (feature, item) pairs go to a
+background committer that writes them to the store in atomic batches (pipeline/committer.py). A failing
+item is recorded (file, stage, error) and the run goes on."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
 from pipeline import actors, cluster, decode, exitcodes, inputs, stages
+from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import load_items, manifest_summary
 from store import layout
@@ -44,11 +46,14 @@ class RunReport:
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
+    store_error: str | None = None  # the store could not be written (disk full): the run stopped there
 
     @property
     def exit_code(self) -> int:
         """FAILURES when any pair failed; DAMAGED when damaged items were left as they are; STORE when
         only the report could not be saved."""
+        if self.store_error:
+            return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
             return exitcodes.FAILURES
         if any(not d["recomputed"] for d in self.damaged):
@@ -75,6 +80,8 @@ class RunReport:
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+        if self.store_error:
+            lines.append(f"  STOPPED: {self.store_error}")
         if self.not_saved:
             lines.append(f"  run report NOT saved: {self.not_saved}")
         failed = sum(c["failed"] for c in self.counts.values())
@@ -139,6 +146,8 @@ class _Runner:
         self.fingerprints: dict[tuple[str, str], str] = {}
         self.sources: dict[tuple[str, str], dict[str, Any]] = {}
         self.stages = stages.StageStats()
+        self.committer: Committer | None = None
+        self.pending: dict[tuple[str, str], float] = {}  # pairs handed to the committer -> model seconds
 
     def start_ray(self) -> None:
         import ray
@@ -204,8 +213,18 @@ class _Runner:
         total = sum(len(f) for f in todo.values())
         self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
         self.last_log = (time.perf_counter(), 0)
+        self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.batch_bytes,
+                                   self.config.commit_batch_s)
+        try:
+            self.loop(total)
+        finally:
+            self.committed(self.committer.close())  # the open batches: committed, or lost only on a kill
+        self.bar.close()
+        self.report.stages = self.stages.summary()
+
+    def loop(self, total: int) -> None:
         self.submit()
-        while self.decoding or self.running or any(self.waiting.values()):
+        while (self.decoding or self.running or any(self.waiting.values())) and self.committer.store_error is None:
             refs = list(self.decoding) + list(self.running)
             ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
             for ref in ready:
@@ -213,11 +232,10 @@ class _Runner:
                     self.decoded(ref, *self.decoding.pop(ref))
                 else:
                     self.extracted(ref, *self.running.pop(ref))
+            self.committed(self.committer.drain())
             self.progress(total)
             self.submit()
             self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
-        self.bar.close()
-        self.report.stages = self.stages.summary()
 
     def progress(self, total: int) -> None:
         """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
@@ -385,6 +403,7 @@ class _Runner:
         log.warning("%s/%s failed at %s: %s", feat, record["item"], record["stage"], record["error"])
 
     def commit(self, feat: str, item: MediaItem, rows: Any, meta: dict[str, Any], secs: float) -> None:
+        """Hand the pair to the committer; it counts as done once its batch is in the store (`committed`)."""
         spec = self.specs[feat]
         attrs = {
             "fingerprint": self.fingerprints[feat, item.id], "spec_hash": spec.spec_hash,
@@ -393,15 +412,20 @@ class _Runner:
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
-        started = stages.clock()
-        try:
-            self.writer.commit(feat, item.id, rows, attrs)
-        except Exception as e:
-            self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
-            return
-        self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
-        self.report.counts[feat]["done"] += 1
-        self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
+        self.pending[feat, item.id] = secs
+        self.committer.put(feat, item.id, rows, attrs)
+
+    def committed(self, outcomes: list[Any]) -> None:
+        for o in outcomes:
+            secs = self.pending.pop((o.feature, o.item), 0.0)
+            self.stages.add(o.record)
+            if o.error is not None:
+                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
+                continue
+            self.report.counts[o.feature]["done"] += 1
+            self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
+        if self.committer.store_error is not None and self.report.store_error is None:
+            self.report.store_error = str(self.committer.store_error)
 
 
 def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,
