@@ -537,6 +537,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     if todo:
         runner.start_ray()
         runner.run(dict(todo), {i.id: i for i in items}, questions)
+    _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
     try:
@@ -545,6 +546,19 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         log.error("%s", e)
         report.not_saved = str(e)
     return report
+
+
+def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:
+    """Reclaim superseded rows and merge small batches when it pays (store/compact.py); never fails the run."""
+    from store.compact import compact_store
+
+    if report.store_error:
+        return
+    try:
+        report.notes += [c.line() for c in compact_store(writer.path, [s.name for s in specs], force=False,
+                                                         writer=writer)]
+    except (OSError, StoreError, ValueError) as e:
+        log.warning("compaction skipped: %s", e)
 
 
 def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:

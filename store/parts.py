@@ -49,8 +49,8 @@ def write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
     data = np.asarray(data)
     if data.dtype.kind == "O":
         raise ValueError(f"array {name!r}: object arrays cannot be stored; got {data.dtype}")
-    text = data.dtype.kind in "US"
-    if text:
+    text = data.dtype.kind in "UST"  # T: numpy's StringDType, what zarr reads strings back as
+    if text and data.dtype.kind != "T":
         data = data.astype(str)
     dims = ["row", *(f"{name}_dim{k}" for k in range(1, data.ndim))]
     rows = _chunk_rows(data.shape, 64 if text else data.dtype.itemsize)
@@ -90,6 +90,8 @@ def concat(items: list[tuple[str, Any, dict[str, Any]]]) -> tuple[dict[str, np.n
         row0 += n
     out = {}
     for name, parts in pieces.items():
+        if any(p.dtype.kind in "UST" for p in parts) and len({p.dtype.kind for p in parts}) > 1:
+            parts = [p.astype(np.dtypes.StringDType()) for p in parts]  # fixed-width and variable strings
         out[name] = np.concatenate(parts) if len(parts) > 1 else parts[0]
     return out, entries, spans
 

@@ -81,7 +81,8 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 class StoreWriter:
     """Creates `<dataset>.zarr` if needed and commits batches of finished (feature, item) pairs into it."""
 
-    def __init__(self, path: Path | str, dataset: str) -> None:
+    def __init__(self, path: Path | str, dataset: str, allow_v1: bool = False) -> None:
+        """`allow_v1`: for `store.migrate` only, which writes version-2 parts into a version-1 store."""
         self.path = Path(path)
         self._index: dict[str, index.IndexState] = {}
         if self.path.exists() and not self.path.is_dir():
@@ -91,13 +92,13 @@ class StoreWriter:
             self._lock = self._acquire_lock()
             self.root = self._open_root()
             attrs = dict(self.root.attrs)
-            if attrs.get("schema") == layout.SCHEMA_V1:
+            if attrs.get("schema") == layout.SCHEMA_V1 and not allow_v1:
                 raise ValueError(layout.v1_refusal(self.path))
-            if attrs.get("schema", layout.SCHEMA) != layout.SCHEMA:
+            if attrs.get("schema", layout.SCHEMA) not in (layout.SCHEMA, layout.SCHEMA_V1):
                 raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
             if attrs.get("dataset", dataset) != dataset:
                 raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
-            if attrs.get("schema") != layout.SCHEMA or attrs.get("dataset") != dataset:
+            if not allow_v1 and (attrs.get("schema") != layout.SCHEMA or attrs.get("dataset") != dataset):
                 self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset,
                                         "package_version": _package_version()})
             self._sweep_staging()
