@@ -13,6 +13,9 @@ surprise: a reference step that no row overlaps has `mask` False, a value that i
 collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
 
 The store is opened lazily, once per process: a DataLoader worker opens its own (no zarr handle is pickled).
+Construction reads the store's index and the QA row plan from whole parts held in memory (store/reader.py);
+a text-only dataset (`modalities=()`) never aligns. `__getitems__` is the batched path a DataLoader takes
+with automatic batching: the text rows of a whole batch in one gather per part touched.
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ class _SocialIQ(Dataset):
     # ---- planning (main process) ----
 
     def _usable_items(self, s: Store, exclude_filtered: bool) -> set[str]:
-        needed = [*self.modalities, self.qa_feature] + ([self.to] if isinstance(self.to, str) else [])
+        reference = [self.to] if isinstance(self.to, str) and self.modalities else []  # text-only: no alignment
+        needed = [*self.modalities, self.qa_feature, *reference]
         usable = set.intersection(*(set(s.items(f, include_filtered=not exclude_filtered))
                                     for f in dict.fromkeys(needed)))
         if exclude_filtered:  # an item a policy filtered in any feature (faces: too few) is out of the task
@@ -154,7 +158,10 @@ class _SocialIQ(Dataset):
         return len(self.samples)
 
     def _video(self, item: str) -> dict[str, Any]:
-        """Aligned modalities of one item, kept for the next questions of the same item (LRU)."""
+        """Aligned modalities of one item, kept for the next questions of the same item (LRU); nothing to
+        align (and no store read) for a text-only dataset."""
+        if not self.modalities:
+            return {"ref_intervals": torch.zeros((0, 2), dtype=torch.float64), "modalities": {}}
         if item in self._cache:
             self._cache.move_to_end(item)
             return self._cache[item]
@@ -197,6 +204,29 @@ class _SocialIQ(Dataset):
         x, m = self._texts(smp.item, [smp.question_row, *smp.answer_rows])
         out = {"qid": smp.qid, "item": smp.item, "question": x[0], "question_mask": m[0], **self._video(smp.item)}
         out.update(self._answers(x[1:], m[1:], smp.label))
+        return out
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """A batch of samples (what a DataLoader with automatic batching asks for): the question and answer
+        rows of every sample gathered in one read per part touched, instead of one read per sample."""
+        smps = [self.samples[i] for i in indices]
+        picks = [(smp.item, r) for smp in smps for r in (smp.question_row, *smp.answer_rows)]
+        s = self._open()
+        if self.text == "pooled":
+            x = np.asarray(s.rows(self.qa_feature, "features", picks), np.float32)[:, None, :]
+            m = np.ones(x.shape[:2], bool)
+        else:
+            x = np.asarray(s.rows(self.qa_feature, "tokens", picks), np.float32)
+            m = np.asarray(s.rows(self.qa_feature, "token_mask", picks), bool)
+        xt, mt = torch.from_numpy(x), torch.from_numpy(m)
+        out, k = [], 0
+        for smp in smps:
+            n = 1 + len(smp.answer_rows)
+            sample = {"qid": smp.qid, "item": smp.item, "question": xt[k], "question_mask": mt[k],
+                      **self._video(smp.item)}
+            sample.update(self._answers(xt[k + 1:k + n], mt[k + 1:k + n], smp.label))
+            out.append(sample)
+            k += n
         return out
 
     def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:

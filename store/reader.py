@@ -13,6 +13,7 @@ array of a part (hundreds of items), and every item of it then reads from memory
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -40,14 +41,21 @@ class SnapshotGone(RuntimeError):
 
 class RowView:
     """Rows [row0, row0 + n) of a part's array, sliced lazily like an array: `v[...]`, `v[a:b]`, `v[i, j]`,
-    `np.asarray(v)`, `.shape`, `.dtype`."""
+    `np.asarray(v)`, `.shape`, `.dtype`. The part's array itself is opened on first use (`load`)."""
 
-    def __init__(self, base: Any, row0: int, n: int) -> None:
-        self.base, self.row0, self.n = base, row0, n
+    def __init__(self, load: Any, row0: int, n: int, tail: tuple[int, ...] | None = None) -> None:
+        self._load, self._base, self.row0, self.n = load, None, row0, n
+        self._tail = tail  # the array's shape after the row axis, when the index knows it
+
+    @property
+    def base(self) -> Any:
+        if self._base is None:
+            self._base = self._load() if callable(self._load) else self._load
+        return self._base
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return (self.n, *self.base.shape[1:])
+        return (self.n, *(self._tail if self._tail is not None else self.base.shape[1:]))
 
     @property
     def dtype(self) -> np.dtype:
@@ -55,7 +63,7 @@ class RowView:
 
     @property
     def ndim(self) -> int:
-        return len(self.base.shape)
+        return len(self.shape)
 
     def __len__(self) -> int:
         return self.n
@@ -339,7 +347,9 @@ class Store:
     def view(self, feature: str, e: index.Entry, name: str) -> RowView:
         span = (e.spans or {}).get(name)
         row0, n = span if span else (e.row0, e.n_rows)
-        return RowView(self.part_array(feature, e.part, name), row0, n)
+        shape = self.index(feature).parts[e.part].arrays.get(name, {}).get("shape")
+        return RowView(functools.partial(self.part_array, feature, e.part, name), row0, n,
+                       tuple(shape[1:]) if shape else None)
 
     def read(self, feature: str, item: str) -> ItemFeature:
         """One item of this handle's snapshot, after its part's quick check: a damaged part raises

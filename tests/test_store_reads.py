@@ -1,0 +1,68 @@
+"""The fast read paths: datasets built from the index, batched reads, text-only without alignment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bench.bench_read import build_synthetic_store
+from store import datasets
+from store.datasets import SocialIQA2, SocialIQA4, collate_qa
+
+
+@pytest.fixture(scope="module")
+def store(tiny_root_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_synthetic_store(tiny_root_template, tmp_path_factory.mktemp("reads") / "tiny.zarr", 8, 16)
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k, v in a.items():
+        if isinstance(v, torch.Tensor):
+            torch.testing.assert_close(v, b[k], rtol=0, atol=0)
+        elif isinstance(v, dict):
+            _same(v, b[k])
+        else:
+            assert v == b[k]
+
+
+@pytest.mark.parametrize("text", ["tokens", "pooled"])
+@pytest.mark.parametrize("cls", [SocialIQA2, SocialIQA4])
+def test_the_batched_path_equals_one_sample_at_a_time(store: Path, text: str, cls: type) -> None:
+    ds = cls(store, split=None, modalities=("frames",), to=1.0, exclude_filtered=False, text=text)
+    order = list(np.random.default_rng(0).permutation(len(ds)))
+    batch = ds.__getitems__(order)
+    assert len(batch) == len(ds)
+    for i, got in zip(order, batch, strict=True):
+        _same(got, ds[int(i)])
+
+
+def test_a_dataloader_reads_a_batch_in_one_gather(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With automatic batching the DataLoader calls __getitems__: one `rows` gather per array per batch, never
+    the per-sample read."""
+    from store.reader import Store
+
+    ds = SocialIQA2(store, split=None, modalities=(), to=1.0, exclude_filtered=False, text="tokens")
+    expected = [collate_qa([ds[i] for i in range(k, min(k + 8, len(ds)))]) for k in range(0, len(ds), 8)]
+    calls = []
+    real = Store.rows
+    monkeypatch.setattr(Store, "rows", lambda self, *a: (calls.append(a[:2]), real(self, *a))[1])
+    monkeypatch.setattr(SocialIQA2, "_texts", lambda *a: pytest.fail("per-sample read on the batched path"))
+    got = list(DataLoader(ds, batch_size=8, collate_fn=collate_qa))
+    assert len(calls) == 2 * len(got)  # tokens and token_mask, once per batch
+    for a, b in zip(got, expected, strict=True):
+        _same(a, b)
+
+
+def test_a_text_only_dataset_never_aligns_nor_needs_a_reference(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datasets, "align", lambda *a, **k: pytest.fail("a text-only dataset aligned"))
+    ds = SocialIQA2(store, split=None, modalities=(), to="no-such-feature", exclude_filtered=False)
+    assert len(ds) == 24
+    out = ds[3]
+    assert out["modalities"] == {} and out["ref_intervals"].shape == (0, 2)
+    batch = collate_qa(ds.__getitems__([0, 5, 7]))
+    assert batch["lengths"].tolist() == [0, 0, 0] and batch["question"].shape[0] == 3
