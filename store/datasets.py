@@ -94,7 +94,11 @@ class _SocialIQ(Dataset):
         self, store: str | Path, split: str | None = "train", modalities: Sequence[str] = ("frames", "acoustic"),
         to: Reference = "transcript", how: How | Mapping[str, How] = "mean", qa_feature: str = "qa", text: Text = "tokens",
         fill_value: float = 0.0, exclude_filtered: bool = True, cache_items: int = 8, seed: int = 0,
+        materialized: bool = False, view_cache_bytes: int = 8 << 30,
     ) -> None:
+        """`materialized`: align the modalities once into a packed view (store/views.py: made or brought up to
+        date here, in the main process) and read samples from it, at memory speed once its parts are loaded
+        (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
         self.path, self.split, self.modalities = Path(store), split, tuple(modalities)
@@ -103,6 +107,13 @@ class _SocialIQ(Dataset):
         self.dropped: Counter[str] = Counter()  # why questions were left out, with counts
         s = open_store(self.path)
         self.samples = self._plan(s, self._usable_items(s, exclude_filtered))
+        self.view, self.view_cache_bytes = None, int(view_cache_bytes)
+        if materialized and self.modalities:
+            from store.views import materialize
+
+            self.view = materialize(self.path, self.modalities, self.to, self.how,
+                                    items=sorted({smp.item for smp in self.samples}))
+        self._view_store: Store | None = None
         self._store: Store | None = None
         self._pid = -1
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()  # item -> aligned modalities
@@ -147,11 +158,12 @@ class _SocialIQ(Dataset):
         if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
             self._store, self._pid = open_store(self.path), os.getpid()
             self._cache, self._handles = OrderedDict(), OrderedDict()
+            self._view_store = Store(self.view, part_cache_bytes=self.view_cache_bytes) if self.view else None
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _handles=OrderedDict())
+        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _handles=OrderedDict(), _view_store=None)
         return state
 
     def __len__(self) -> int:
@@ -165,12 +177,20 @@ class _SocialIQ(Dataset):
         if item in self._cache:
             self._cache.move_to_end(item)
             return self._cache[item]
-        a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
-        out: dict[str, Any] = {"ref_intervals": torch.from_numpy(a.ref_intervals), "modalities": {}}
+        self._open()
+        if self._view_store is not None:
+            reads = {f: self._view_store.read(f, item) for f in self.modalities}
+            ref = reads[self.modalities[0]].intervals
+            values = {f: np.asarray(r.features[...]) for f, r in reads.items()}
+            masks = {f: np.asarray(r.extras["mask"][...], bool) for f, r in reads.items()}
+        else:
+            a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
+            ref, values, masks = a.ref_intervals, a.values, a.masks
+        out: dict[str, Any] = {"ref_intervals": torch.from_numpy(ref), "modalities": {}}
         for f in self.modalities:
-            valid = np.isfinite(a.values[f])
-            x = np.where(valid, a.values[f], self.fill_value).astype(np.float32)
-            out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(a.masks[f]),
+            valid = np.isfinite(values[f])
+            x = np.where(valid, values[f], np.float32(self.fill_value)).astype(np.float32, copy=False)
+            out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(masks[f]),
                                     "valid": torch.from_numpy(valid)}
         if self.cache_items > 0:
             self._cache[item] = out

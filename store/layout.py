@@ -13,7 +13,7 @@ STAGING = ".staging"  # no zarr.json inside: invisible to zarr listings
 LOCK = ".lock"  # held (flock) by the one open writer
 MANIFESTS = "_manifests"  # plain JSONL files beside the groups
 RUNS = "_runs"  # one JSON report per run
-RESERVED = (MANIFESTS, RUNS, "parts", "index.log")  # names that are not features or items
+RESERVED = (MANIFESTS, RUNS, "_views", "parts", "index.log")  # names that are not features or items
 
 FEATURES = "features"
 INTERVALS = "intervals"

@@ -385,6 +385,12 @@ class Store:
             return np.zeros((0,), np.float32)
         return np.stack([got[p][k] for p, k in where])
 
+    def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:
+        """Align `features` to `to` once for every item into a packed view (store/views.py); its path."""
+        from store.views import materialize
+
+        return materialize(self.path, features, to, how)
+
     # ---- manifests and runs ----
 
     @cached_property

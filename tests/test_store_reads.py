@@ -66,3 +66,30 @@ def test_a_text_only_dataset_never_aligns_nor_needs_a_reference(store: Path, mon
     assert out["modalities"] == {} and out["ref_intervals"].shape == (0, 2)
     batch = collate_qa(ds.__getitems__([0, 5, 7]))
     assert batch["lengths"].tolist() == [0, 0, 0] and batch["question"].shape[0] == 3
+
+
+@pytest.mark.parametrize("to", [1.0, "transcript"])
+def test_a_materialised_view_reads_what_alignment_gives(store: Path, to: object) -> None:
+    """The view is made once (and kept while its sources are unchanged); its samples equal the aligned ones."""
+    mods = ("frames", "acoustic", "faces")
+    direct = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False)
+    viewed = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True)
+    assert viewed.view is not None and viewed.view.is_dir() and viewed.samples == direct.samples
+    for i in range(len(direct)):
+        a, b = direct[i], viewed[i]
+        for f in mods:  # values stored as float32: the same float32 the direct path returns
+            for k in ("x", "mask", "valid"):
+                torch.testing.assert_close(a["modalities"][f][k], b["modalities"][f][k], rtol=0, atol=0)
+        torch.testing.assert_close(a["ref_intervals"], b["ref_intervals"], rtol=0, atol=0)
+    from store.reader import Store
+
+    parts = {f: dict(Store(viewed.view).index(f).parts) for f in mods}
+    again = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True)
+    assert again.view == viewed.view and {f: dict(Store(again.view).index(f).parts) for f in mods} == parts
+    assert "_views" not in open_store_features(store)
+
+
+def open_store_features(path: Path) -> list[str]:
+    from store.reader import open_store
+
+    return open_store(path).features()
