@@ -16,6 +16,7 @@ commits never change what it sees.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -199,10 +200,8 @@ def append(path: Path, records: list[dict[str, Any]], good_length: int) -> int:
             raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
         os.fsync(fd)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(fd, good_length)  # a failed append (disk full) must not leave a torn line behind
-        except OSError:
-            pass
         raise
     finally:
         os.close(fd)

@@ -2,7 +2,6 @@
 by the next run, and `verify` finds every kind of damage (metadata, missing, truncated or changed shard files);
 a damaged or deleted index is found and rebuilt from the parts."""
 
-import json
 import logging
 from pathlib import Path
 
@@ -35,7 +34,6 @@ def rows(n: int, value: float) -> FeatureRows:
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import store.writer as sw
 
     import store.parts as sp
 
