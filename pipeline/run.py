@@ -213,7 +213,7 @@ class _Runner:
         total = sum(len(f) for f in todo.values())
         self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
         self.last_log = (time.perf_counter(), 0)
-        self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.batch_bytes,
+        self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
         try:
             self.loop(total)
