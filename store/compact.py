@@ -28,7 +28,7 @@ from store import index, layout, parts
 from store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
-PART_ITEMS = 512  # items per compacted part
+PART_ITEMS = 2048  # items per compacted part
 PART_BYTES = 256 << 20  # and at most about this many bytes
 MIN_PARTS = 16
 GARBAGE_SHARE = 0.25
