@@ -34,6 +34,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from manifests.records import QAItem
+from store import plancache
 from store.align import How, Reference, align
 from store.reader import ItemFeature, Store, open_store
 
@@ -54,20 +55,48 @@ class QASample:
 def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> dict[str, tuple[int, list[int]]]:
     """qid -> (question row, answer rows in manifest order), checked against the texts the store embedded."""
     ex = store.read(feature, item).extras
-    qids, roles = np.asarray(ex["qid"][...]), np.asarray(ex["role"][...])
-    a_index, texts = np.asarray(ex["a_index"][...]), np.asarray(ex["text"][...])
+    return _match_rows(store.path, feature, item, questions, {k: np.asarray(ex[k][...]) for k in _PLAN_ARRAYS})
+
+
+_PLAN_ARRAYS = ("qid", "role", "a_index", "text")
+
+
+def _qa_rows_many(store: Store, feature: str, by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int]]]]:
+    """`_qa_rows` of many items: each part's plan arrays read once, whole (a real store), else item by item."""
+    if not hasattr(store, "index"):
+        return {item: _qa_rows(store, feature, item, qs) for item, qs in by_item.items()}
+    entries = store.index(feature).entries
+    by_part: dict[str, list[str]] = {}
+    for item in by_item:  # usable items: all in the index
+        by_part.setdefault(entries[item].part, []).append(item)
+    out = {}
+    for part, items in by_part.items():
+        if store.part_problem(feature, part) is not None:
+            for item in items:
+                store.read(feature, item)  # DamagedItem naming the part
+        arrays = {k: np.asarray(store.part_array(feature, part, k)) for k in _PLAN_ARRAYS}
+        for item in items:
+            e = entries[item]
+            rows = {k: a[e.row0:e.row0 + e.n_rows] for k, a in arrays.items()}
+            out[item] = _match_rows(store.path, feature, item, by_item[item], rows)
+    return out
+
+
+def _match_rows(path: Path, feature: str, item: str, questions: list[QAItem],
+                ex: dict[str, np.ndarray]) -> dict[str, tuple[int, list[int]]]:
+    qids, roles, a_index, texts = ex["qid"], ex["role"], ex["a_index"], ex["text"]
     out = {}
     for q in questions:
         rows = np.flatnonzero(qids == q.qid)
         q_rows = rows[roles[rows] == 1]
         a_rows = [rows[(roles[rows] == 2) & (a_index[rows] == a)] for a in range(len(q.answers))]
         if len(q_rows) != 1 or any(len(r) != 1 for r in a_rows):
-            raise ValueError(f"{store.path}: {feature}/{item} has no rows for question {q.qid} with "
+            raise ValueError(f"{path}: {feature}/{item} has no rows for question {q.qid} with "
                              f"{len(q.answers)} answers; re-run extraction (the store is stale for the manifest)")
         a_rows_i = [int(r[0]) for r in a_rows]
         stored = [str(texts[q_rows[0]])] + [str(texts[r]) for r in a_rows_i]
         if stored != [q.question, *q.answers]:
-            raise ValueError(f"{store.path}: {feature}/{item} question {q.qid}: stored texts {stored} differ "
+            raise ValueError(f"{path}: {feature}/{item} question {q.qid}: stored texts {stored} differ "
                              f"from the manifest's; re-run extraction")
         out[q.qid] = (int(q_rows[0]), a_rows_i)
     return out
@@ -106,7 +135,7 @@ class _SocialIQ(Dataset):
         self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
         self.dropped: Counter[str] = Counter()  # why questions were left out, with counts
         s = open_store(self.path)
-        self.samples = self._plan(s, self._usable_items(s, exclude_filtered))
+        self.samples = self._cached_plan(s, exclude_filtered)
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
             from store.views import materialize
@@ -120,6 +149,33 @@ class _SocialIQ(Dataset):
         self._handles: OrderedDict[str, ItemFeature] = OrderedDict()  # item -> lazy QA arrays
 
     # ---- planning (main process) ----
+
+    def _cached_plan(self, s: Store, exclude_filtered: bool) -> list[QASample]:
+        """The plan, read from the store's plan cache when neither the store nor the manifest changed since it
+        was made (store/plancache.py), else made and saved."""
+        options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
+                   "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
+                   "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
+        features = s.features() if hasattr(s, "index") else []
+        k = plancache.key(s, options, features)
+        cached = plancache.load(s.path, k) if k else None
+        if cached is not None:
+            self.dropped.update(cached["dropped"])
+            self._restore(cached.get("extra", {}))
+            return [QASample(qid, item, q_row, tuple(a_rows), label) for qid, item, q_row, a_rows, label in cached["samples"]]
+        samples = self._plan(s, self._usable_items(s, exclude_filtered))
+        if k:
+            plancache.save(s.path, k, {"samples": [[x.qid, x.item, x.question_row, list(x.answer_rows), x.label]
+                                                   for x in samples], "dropped": dict(self.dropped),
+                                       "extra": self._extra()})
+        return samples
+
+    def _extra(self) -> dict[str, Any]:
+        """Planning state a subclass keeps beyond samples and `dropped` (saved with a cached plan)."""
+        return {}
+
+    def _restore(self, extra: dict[str, Any]) -> None:
+        pass
 
     def _usable_items(self, s: Store, exclude_filtered: bool) -> set[str]:
         reference = [self.to] if isinstance(self.to, str) and self.modalities else []  # text-only: no alignment
@@ -143,10 +199,10 @@ class _SocialIQ(Dataset):
             else:
                 by_item.setdefault(q.item_id, []).append(q)
         samples = []
+        rows = _qa_rows_many(s, self.qa_feature, by_item)
         for item in sorted(by_item):
-            rows = _qa_rows(s, self.qa_feature, item, by_item[item])
             for q in by_item[item]:
-                samples.extend(self._samples(q, *rows[q.qid]))
+                samples.extend(self._samples(q, *rows[item][q.qid]))
         return samples
 
     def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
@@ -279,6 +335,12 @@ class SocialIQA4(_SocialIQ):
             hint = "; use SocialIQA3, the three-way task" if max(self._too_few) >= 3 else ""
             raise ValueError(f"{store}: {self.task} needs questions with 1 correct and {self.n_answers - 1} "
                              f"incorrect answers; this store has none ({found}){hint}")
+
+    def _extra(self) -> dict[str, Any]:
+        return {"too_few": {str(k): v for k, v in self._too_few.items()}}
+
+    def _restore(self, extra: dict[str, Any]) -> None:
+        self._too_few.update({int(k): v for k, v in extra.get("too_few", {}).items()})
 
     def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
         choice = a4_choice(q.qid, q.correct, self.seed, self.n_answers)

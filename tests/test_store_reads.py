@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.bench_read import build_synthetic_store
+from extractors.base import FeatureRows
 from store import datasets
 from store.datasets import SocialIQA2, SocialIQA4, collate_qa
 
@@ -93,3 +94,31 @@ def open_store_features(path: Path) -> list[str]:
     from store.reader import open_store
 
     return open_store(path).features()
+
+
+def test_a_plan_is_cached_with_the_store_and_made_again_when_the_store_changes(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from store.writer import StoreWriter
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("_views"))
+    first = SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
+    real_plan = SocialIQA4._plan
+    monkeypatch.setattr(SocialIQA4, "_plan", lambda *a: pytest.fail("planned again"))
+    again = SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
+    assert again.samples == first.samples and again.dropped == first.dropped
+    other = SocialIQA4  # another seed is another plan
+    monkeypatch.setattr(SocialIQA4, "_plan", real_plan)
+    assert other(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False, seed=5).samples
+    from store.reader import open_store
+
+    s = open_store(copy)
+    r = s.read("frames", "tiny-a")
+    with StoreWriter(copy, "sample") as w:  # a re-extraction of one item: the cached plan is not used
+        w.commit("frames", "tiny-a", FeatureRows(np.asarray(r.features[...]), r.intervals), r.attrs)
+    calls = []
+    monkeypatch.setattr(SocialIQA4, "_plan", lambda *a: (calls.append(1), real_plan(*a))[1])
+    assert SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False).samples == first.samples
+    assert calls == [1]
