@@ -45,14 +45,15 @@ def _chunk_rows(shape: tuple[int, ...], itemsize: int) -> int:
     return max(1, min(max(shape[0], 1), _CHUNK_BYTES // row_bytes))
 
 
-def write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
+def write_array(group: zarr.Group, name: str, data: np.ndarray, dim0: str = "row") -> None:
+    """`dim0`: the first axis's dimension name ("row" for row-aligned arrays, which xarray lines up)."""
     data = np.asarray(data)
     if data.dtype.kind == "O":
         raise ValueError(f"array {name!r}: object arrays cannot be stored; got {data.dtype}")
     text = data.dtype.kind in "UST"  # T: numpy's StringDType, what zarr reads strings back as
     if text and data.dtype.kind != "T":
         data = data.astype(str)
-    dims = ["row", *(f"{name}_dim{k}" for k in range(1, data.ndim))]
+    dims = [dim0, *(f"{name}_dim{k}" for k in range(1, data.ndim))]
     rows = _chunk_rows(data.shape, 64 if text else data.dtype.itemsize)
     chunks = (rows, *data.shape[1:])
     shards = (-(-max(data.shape[0], 1) // rows) * rows, *data.shape[1:]) if data.shape[0] > rows else None

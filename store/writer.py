@@ -227,8 +227,9 @@ class StoreWriter:
         try:
             arrays, entries, spans = parts.concat(members)
             group = zarr.open_group(staging, mode="w")
+            n_rows = len(arrays[layout.FEATURES])
             for arr_name, data in arrays.items():
-                _write_array(group, arr_name, data)
+                _write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
             group.attrs.put({parts.ATTR: {"feature": feature, "seq": seq, "items": entries, "spans": spans}})
             files, shapes = parts.record_files(staging)
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks

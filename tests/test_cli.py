@@ -129,8 +129,8 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     if where == "part":
         real = sw._write_array
 
-        def full(group, name, data):  # noqa: ANN001, ANN202
-            real(group, name, data)
+        def full(group, name, data, *rest):  # noqa: ANN001, ANN002, ANN202
+            real(group, name, data, *rest)
             if name == "intervals":
                 raise enospc()
         monkeypatch.setattr(sw, "_write_array", full)

@@ -86,8 +86,8 @@ def _killed_run(tiny_root: Path, out: Path, batch_items: int, die_at_write: int)
         from test_pipeline import config
         from pipeline.run import run_extract
         real, commits = sw._write_array, []
-        def dying(group, name, data):
-            real(group, name, data)
+        def dying(group, name, data, *rest):
+            real(group, name, data, *rest)
             if name == "features":
                 commits.append(1)
                 if len(commits) == {die_at_write}:

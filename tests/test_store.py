@@ -86,8 +86,8 @@ def test_a_process_killed_mid_write_leaves_no_half_item(tmp_path: Path) -> None:
         w.set_feature("feat", {ATTRS!r})
         w.commit("feat", "done", rows(3), {{"spec_hash": "s1"}})
         real = sw._write_array
-        def dying(group, name, data):
-            real(group, name, data)
+        def dying(group, name, data, *rest):
+            real(group, name, data, *rest)
             if name == "features":
                 os._exit(9)
         sw._write_array = dying

@@ -60,6 +60,11 @@ def test_a_batch_packs_many_items_into_one_part_that_plain_zarr_reads(store: Pat
     assert (entries["a"].row0, entries["a"].n_rows, entries["b"].row0, entries["b"].n_rows) == (0, 3, 3, 5)
     part = zarr.open_group(store, mode="r")[f"feat/parts/{entries['b'].part}"]
     np.testing.assert_array_equal(part["features"][3:8], rows(5, 2.0).features)  # plain zarr, with the offsets
+    import xarray as xr
+
+    ds = xr.open_zarr(store, group=f"feat/parts/{entries['b'].part}", consolidated=False)
+    np.testing.assert_array_equal(ds["features"].values[3:8], rows(5, 2.0).features)
+    assert ds["features"].dims == ("row", "features_dim1") and list(ds["words"].values[3:5]) == ["w2-0", "w2-1"]
     np.testing.assert_array_equal(s.read("feat", "b").extras["edges"][:], rows(5, 2.0).extras["edges"])
     assert list(s.read("feat", "b").extras["words"][1:3]) == ["w2-1", "w2-2"]
     assert s.read("feat", "a").attrs["face_ratio"] == 0.1 and s.item_attrs("feat", "b")["fingerprint"] == "fb"
