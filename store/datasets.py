@@ -213,7 +213,8 @@ class _SocialIQ(Dataset):
         if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
             self._store, self._pid = open_store(self.path), os.getpid()
             self._cache, self._handles = OrderedDict(), OrderedDict()
-            self._view_store = Store(self.view, part_cache_bytes=self.view_cache_bytes) if self.view else None
+            self._view_store = (Store(self.view, part_cache_bytes=self.view_cache_bytes, whole_array_bytes=64 << 20)
+                                if self.view else None)
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ removes the parts it superseded; a read of such a part says so in one line (`Sna
 
 Reads go through whole-part arrays cached in memory (up to `part_cache_bytes`): one zarr call loads an
 array of a part (hundreds of items), and every item of it then reads from memory. Arrays larger than
-`whole_array_bytes` are read per item through zarr, lazily.
+`whole_array_bytes` (16 MiB by default; a materialised view's reader uses more) are read per item through
+zarr, lazily.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from store.integrity import DamagedItem, ItemCheck, check_part
 
 log = logging.getLogger(__name__)
 PART_CACHE_BYTES = 1 << 30
-WHOLE_ARRAY_BYTES = 64 << 20
+# A part array up to this size is read whole and cached: for random access, a larger one would cost a big
+# read per item while the cache holds only a few of them (a part's tokens, ~64 MiB: 0.5 s a read)
+WHOLE_ARRAY_BYTES = 16 << 20
 
 
 class SnapshotGone(RuntimeError):
@@ -120,7 +123,8 @@ class ItemFeature:
 
 
 class Store:
-    def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES) -> None:
+    def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
+                 whole_array_bytes: int = WHOLE_ARRAY_BYTES) -> None:
         self.path = Path(path)
         if not (self.path / "zarr.json").exists():
             raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
@@ -139,7 +143,8 @@ class Store:
         self._states: dict[str, index.IndexState] = {}
         self._part_checks: dict[tuple[str, str], str | None] = {}
         self._cache: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
-        self._cache_bytes, self.part_cache_bytes = 0, part_cache_bytes
+        self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
+        self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._pins = self._pin()
 
     # ---- the snapshot ----
@@ -309,11 +314,13 @@ class Store:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        if key in self._lazy:
+            return self._lazy[key]
         folder = parts.part_dir(self.path, feature, part)
         try:
             arr = zarr.open_array(folder / name, mode="r")
             nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
-            value = arr[...] if nbytes <= WHOLE_ARRAY_BYTES else arr
+            value = arr[...] if nbytes <= self.whole_array_bytes else arr
         except FileNotFoundError:
             self._gone(feature, folder)
             raise DamagedItem(f"{folder}: damaged part ({name} is missing)") from None
@@ -321,7 +328,9 @@ class Store:
             if not folder.exists():
                 self._gone(feature, folder)
             raise DamagedItem(f"{folder}: damaged part ({type(e).__name__}: {e})") from None
-        if isinstance(value, np.ndarray):
+        if not isinstance(value, np.ndarray):
+            self._lazy[key] = value
+        else:
             self._cache[key] = value
             self._cache_bytes += value.nbytes
             while self._cache_bytes > self.part_cache_bytes and len(self._cache) > 1:
