@@ -36,6 +36,8 @@ PART_CACHE_BYTES = 1 << 30
 # A part array up to this size is read whole and cached: for random access, a larger one would cost a big
 # read per item while the cache holds only a few of them (a part's tokens, ~64 MiB: 0.5 s a read)
 WHOLE_ARRAY_BYTES = 16 << 20
+_FEW_HITS = 8  # a whole array evicted after fewer reads than this was not worth loading whole
+_THRASH_LIMIT = 4  # after this many such evictions, a (feature, array) is read lazily
 
 
 class SnapshotGone(RuntimeError):
@@ -144,6 +146,8 @@ class Store:
         self._part_checks: dict[tuple[str, str], str | None] = {}
         self._cache: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
+        self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
+        self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
         self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._pins = self._pin()
 
@@ -309,10 +313,13 @@ class Store:
     # ---- reading rows ----
 
     def part_array(self, feature: str, part: str, name: str) -> Any:
-        """A part's array: whole in memory when small enough (cached), else the lazy zarr array."""
+        """A part's array: whole in memory when small enough (cached), else the lazy zarr array. When whole
+        arrays of a (feature, array) leave the cache having served few reads (random access over more than
+        the cache holds), its later parts are read lazily: one small zarr read per item, not a whole part."""
         key = (feature, part, name)
         if key in self._cache:
             self._cache.move_to_end(key)
+            self._hits[key] = self._hits.get(key, 0) + 1
             return self._cache[key]
         if key in self._lazy:
             return self._lazy[key]
@@ -320,7 +327,8 @@ class Store:
         try:
             arr = zarr.open_array(folder / name, mode="r")
             nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
-            value = arr[...] if nbytes <= self.whole_array_bytes else arr
+            whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
+            value = arr[...] if whole else arr
         except FileNotFoundError:
             self._gone(feature, folder)
             raise DamagedItem(f"{folder}: damaged part ({name} is missing)") from None
@@ -330,12 +338,14 @@ class Store:
             raise DamagedItem(f"{folder}: damaged part ({type(e).__name__}: {e})") from None
         if not isinstance(value, np.ndarray):
             self._lazy[key] = value
-        else:
-            self._cache[key] = value
-            self._cache_bytes += value.nbytes
-            while self._cache_bytes > self.part_cache_bytes and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= getattr(old, "nbytes", 0)
+            return value
+        self._cache[key] = value
+        self._cache_bytes += value.nbytes
+        while self._cache_bytes > self.part_cache_bytes and len(self._cache) > 1:
+            old_key, old = self._cache.popitem(last=False)
+            self._cache_bytes -= getattr(old, "nbytes", 0)
+            if self._hits.pop(old_key, 0) < _FEW_HITS:
+                self._thrash[old_key[0], old_key[2]] = self._thrash.get((old_key[0], old_key[2]), 0) + 1
         return value
 
     def _gone(self, feature: str, folder: Path) -> None:

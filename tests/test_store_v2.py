@@ -187,3 +187,23 @@ def test_a_version_1_store_is_refused_naming_the_command_then_migrated(tmp_path:
     assert sorted(p.name for p in (path / "feat").iterdir()) == ["index.log", "parts", "zarr.json"]
     assert json.loads((path / "zarr.json").read_text())["attributes"]["schema"] == layout.SCHEMA
     assert migrate_store(path).items == {}  # already version 2: nothing to do
+
+
+def test_random_reads_over_more_than_the_cache_switch_to_lazy_reads(tmp_path: Path) -> None:
+    """Whole part arrays that leave the cache nearly unused (random access over more parts than fit) stop
+    being loaded whole: later reads of that array go through zarr per item, with the same values."""
+    from store.reader import Store
+
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        for p in range(12):
+            w.commit_batch("feat", [(f"i{p}-{k}", rows(20, float(p * 10 + k)), {"spec_hash": "s1"}) for k in range(10)])
+    one_part = 10 * 20 * 2 * 4  # bytes of one part's features
+    s = Store(path, part_cache_bytes=2 * one_part)
+    order = [f"i{p}-{k}" for k in range(10) for p in range(12)]  # every read in another part
+    for item in order:
+        p, k = map(int, item[1:].split("-"))
+        np.testing.assert_array_equal(s.read("feat", item).features[...], rows(20, float(p * 10 + k)).features)
+    assert s._thrash[("feat", "features")] >= 4 and s._lazy  # switched to lazy reads
+
