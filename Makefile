@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DATASET ?= sample
-RAW ?= $(if $(filter sample,$(DATASET)),build/sample,$(if $(filter sample-socialiqa sample-socratis sample-tinysocial,$(DATASET)),build/sample/$(DATASET:sample-%=%),$(error RAW=/path/to/raw is required for DATASET=$(DATASET))))
+RAW ?= $(if $(filter sample,$(DATASET)),build/sample,$(if $(filter sample-socialiqa sample-socratis sample-tinysocial,$(DATASET)),build/$(DATASET),$(error RAW=/path/to/raw is required for DATASET=$(DATASET))))
 OUT ?= build/$(DATASET).zarr
 ITEM ?= sample-a
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

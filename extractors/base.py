@@ -78,13 +78,16 @@ def bounded_batches(item_bytes: Sequence[int], max_items: int, max_bytes: int) -
 class Frames:
     """Frames sampled at 1 fps: row k stands for `intervals[k]` = [k, k+1) s (the last one clipped)."""
 
-    pixels: np.ndarray  # (N, H, W, 3) uint8 RGB, full decoded resolution
+    pixels: np.ndarray  # (N, H, W, 3) uint8 RGB, as displayed: upright, square pixels
     intervals: np.ndarray  # (N, 2) float64 seconds on the clip's timeline
     pts_s: np.ndarray  # (N,) timestamp of the decoded frame chosen for each row
     source_fps: float
     duration_s: float
     # (M, 2) seconds with no decodable frame (damaged data): those rows are left out of `intervals`
     missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    # how the stored pictures became the displayed ones (pipeline/picture.py `View.attrs`): stored size, SAR,
+    # displayed size, rotation; recorded per item by the visual extractors
+    picture: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
@@ -98,9 +101,10 @@ class Still:
     their batch code takes it as it takes a video's frames. A still has no time extent: its row's interval is
     [0, 0], the instant 0 of an item whose duration is 0 (the item's text rows sit at that instant too)."""
 
-    pixels: np.ndarray  # (1, H, W, 3) uint8 RGB, full resolution
+    pixels: np.ndarray  # (1, H, W, 3) uint8 RGB, full resolution, upright
     intervals: np.ndarray = field(default_factory=lambda: np.zeros((1, 2)))
     duration_s: float = 0.0
+    picture: dict[str, Any] = field(default_factory=dict)  # as `Frames.picture` (the EXIF orientation applied)
 
     def __post_init__(self) -> None:
         if self.pixels.ndim != 4 or self.pixels.shape[0] != 1 or self.pixels.shape[-1] != 3 \

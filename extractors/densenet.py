@@ -138,6 +138,8 @@ class DenseNet161(Extractor[DenseNetConfig]):
         for x in xs:
             n = len(x.pixels)
             source = {"input": "image"} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
+            if x.picture:  # how the stored picture became the one the network saw (pipeline/picture.py)
+                source["picture"] = x.picture
             results.append(FeatureRows(features=feats[start:start + n], intervals=x.intervals,
                                        attrs={"precision": precision, **source}))
             start += n

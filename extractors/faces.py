@@ -178,6 +178,8 @@ def pack_video(raw: list[Detections], frames: Frames | Still, config: FacesConfi
     attrs = face_filter_attrs(extras["count"], config.min_face_ratio)
     if isinstance(frames, Still):
         attrs["input"] = "image"
+    if frames.picture:  # boxes are in this picture's coordinates: the one displayed (docs/faces.md)
+        attrs["picture"] = frames.picture
     return FeatureRows(_dense_features(dets, height, width), frames.intervals.copy(), extras, attrs)
 
 
@@ -236,10 +238,11 @@ class MTCNNFaces(Extractor[FacesConfig]):
     @classmethod
     def join(cls, parts: Sequence[FeatureRows], config: FacesConfig) -> FeatureRows:
         """Segments' rows joined; the filter attrs are the whole video's (its share of frames with a face)."""
+        kept = {k: v for k, v in parts[0].attrs.items() if k in ("input", "picture")}  # the same in every segment
         parts = [FeatureRows(p.features, p.intervals, p.extras, {}) for p in parts]
         rows = super().join(parts, config)
         return FeatureRows(rows.features, rows.intervals, rows.extras,
-                           face_filter_attrs(rows.extras["count"], config.min_face_ratio))
+                           {**face_filter_attrs(rows.extras["count"], config.min_face_ratio), **kept})
 
     def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         for i, x in enumerate(xs):

@@ -9,41 +9,76 @@ import errno
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import exitcodes
+
+if TYPE_CHECKING:
+    from pipeline.config import RunConfig
 
 log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from pipeline.config import load_config
     from pipeline.run import run_extract
 
+    dataset, config = _dataset_and_config(args.dataset, args.config)
     raw = Path(args.raw)
-    if args.dataset == "sample" and not (raw / "siq2").exists():
-        from manifests.sample import make_sample
-
-        log.info("generating the sample dataset in %s", raw)
-        make_sample(raw)
-    if args.dataset == "sample-socialiqa" and not raw.exists():
-        from manifests.socialiqa import write_sample_socialiqa
-
-        write_sample_socialiqa(raw)
-    if args.dataset == "sample-socratis" and not raw.exists():
-        from manifests.socratis import write_sample_socratis
-
-        write_sample_socratis(raw)
-    if args.dataset == "sample-tinysocial" and not raw.exists():
-        from manifests.tinysocial import write_sample_tinysocial
-
-        write_sample_tinysocial(raw)
-    config = load_config(args.config or args.dataset)
+    _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
-    report = run_extract(args.dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit,
+    report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit,
                          verify=args.verify)
     print(report.summary())
     return report.exit_code
+
+
+def _dataset_and_config(dataset: str | None, config_ref: str | None) -> tuple[str, RunConfig]:
+    """The dataset named by --dataset or by the config's `dataset`; ValueError (exit 2) when neither names one
+    or they disagree. The config is --config, else the dataset's preset."""
+    from pipeline.config import load_config
+
+    if dataset is None and config_ref is None:
+        raise ValueError("extract needs --dataset (or a --config that names its dataset)")
+    config = load_config(config_ref or dataset)
+    if dataset and config.dataset and dataset != config.dataset:
+        raise ValueError(f"--dataset {dataset} disagrees with the config {config_ref}, which is for dataset "
+                         f"{config.dataset!r}: drop one, or make them agree")
+    if not (dataset or config.dataset):
+        raise ValueError(f"the config {config_ref} names no dataset: pass --dataset or set `dataset = ...` in it")
+    return dataset or config.dataset, config
+
+
+# sample dataset -> what under --raw shows that it is there (None: --raw itself, not empty)
+SAMPLE_MARKERS = {"sample": "siq2", "sample-socialiqa": None, "sample-socratis": None, "sample-tinysocial": None}
+
+
+def _sample_writer(dataset: str) -> Callable[[Path], object]:
+    from manifests.sample import make_sample
+    from manifests.socialiqa import write_sample_socialiqa
+    from manifests.socratis import write_sample_socratis
+    from manifests.tinysocial import write_sample_tinysocial
+
+    return {"sample": make_sample, "sample-socialiqa": write_sample_socialiqa,
+            "sample-socratis": write_sample_socratis, "sample-tinysocial": write_sample_tinysocial}[dataset]
+
+
+def _generate_sample(dataset: str, raw: Path) -> None:
+    """The one case where extract writes under --raw: a sample dataset that is not there yet, generated into
+    a folder that does not exist or is empty. Raw data is read-only to this tool: a folder with anything else
+    in it is never written to (ValueError: exit 2, nothing written)."""
+    if dataset not in SAMPLE_MARKERS:
+        return
+    marker = SAMPLE_MARKERS[dataset]
+    not_empty = raw.is_dir() and any(raw.iterdir())
+    if (raw / marker).exists() if marker else not_empty:
+        return
+    if not_empty or (raw.exists() and not raw.is_dir()):
+        raise ValueError(f"{raw}: holds no {dataset} data and is not empty; extract generates a sample only into "
+                         "a new or empty folder, never into a raw data folder: give --raw another folder")
+    log.info("generating the %s dataset in %s", dataset, raw)
+    _sample_writer(dataset)(raw)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -101,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("extract", help="extract features into a Zarr store (cached: only missing/stale work runs)")
-    p.add_argument("--dataset", default="sample", help="dataset name; also the config preset unless --config")
-    p.add_argument("--raw", required=True, help="raw data root (for 'sample': generated there if missing)")
+    p.add_argument("--dataset", help="dataset name (default: the config's `dataset`); also the config preset "
+                                      "unless --config")
+    p.add_argument("--raw", required=True, help="raw data root, never written to (a sample-* dataset is generated "
+                                                "there only when the folder is new or empty)")
     p.add_argument("--out", required=True, help="the <dataset>.zarr store to create or update")
     p.add_argument("--config", help="a preset name or a TOML file (default: the dataset's preset)")
     p.add_argument("--features", help="comma-separated subset of the config's features")

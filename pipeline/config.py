@@ -47,6 +47,7 @@ class FeatureSpec(BaseModel):
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    dataset: str | None = None  # the dataset this config is for: `extract --dataset` must agree (or may be left out)
     layout: Literal["siq2", "siq1", "socialiqa", "tinysocial", "socratis", "auto"] = "auto"
     folds: Path | None = None  # Social-IQ 1.0: the SDK's std-folds file
     features: dict[str, ExtractorConfig]

@@ -19,6 +19,9 @@ Damaged files (docs/design.md): a video whose data is partly undecodable yields 
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
 left out (alignment then marks that second missing) and `missing_s` lists it. Audio packets that do not
 decode become silence of their length, listed in `missing_s`, so later audio keeps its place.
+
+Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
+frame becomes RGB), and `Frames.picture` records how.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 
 from extractors.base import Audio, Frames, QAText, Words, rate_intervals
 from manifests.records import MediaItem, QAItem
+from pipeline import picture
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +138,10 @@ def _frame_times(container: Any, stream: Any, path: Path) -> tuple[np.ndarray, n
     return ticks, starts, float(_ticks_to_s(np.array([end - ticks[0]]), tb)[0] + offset_s)
 
 
-def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: bool,
+def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: bool,
                      span: tuple[int, int] | None = None) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
-    """Decode the video stream in order; RGB pictures of the `wanted` PTS, the PTS of every intact frame, and
-    the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
+    """Decode the video stream in order; RGB pictures as displayed (`view`) of the `wanted` PTS, the PTS of
+    every intact frame, and the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
     `fast`: stop once every wanted picture is in, and skip decoding unwanted frames that no other frame refers
     to (non-reference B-frames); the intact set is then incomplete. `span` (first PTS, last PTS): a segment of
     the video; decoding starts at the keyframe before the first (a seek) and stops after the last."""
@@ -165,7 +169,7 @@ def _decode_pictures(path: Path, wanted: set[int], size: tuple[int, int], fast: 
                         continue
                     intact.add(frame.pts)
                     if frame.pts in wanted and frame.pts not in pictures:
-                        pictures[frame.pts] = frame.to_ndarray(format="rgb24", width=size[1], height=size[0])
+                        pictures[frame.pts] = view.rgb(frame)
                 # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
                 if (fast and len(pictures) == len(wanted)) or (span is not None and any(
                         f.pts is not None and f.pts > span[1] for f in frames)):
@@ -214,9 +218,10 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
     within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
     path = _existing(path, "video")
+    with _open(path) as container:  # its own pass: the orientation comes on the first decoded frame
+        view = picture.probe_view(container, _video_stream(container, path), path)
     with _open(path) as container:
         stream = _video_stream(container, path)
-        size = (stream.codec_context.height, stream.codec_context.width)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         ticks, starts, duration = _frame_times(container, stream, path)
     if clip is not None:  # a clip inside the file: only its frames, on its own timeline
@@ -225,7 +230,7 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
         keep, starts, duration = cut_frame_times(starts, duration, *clip, path)
         ticks = ticks[keep]
     all_intervals = second_intervals(duration)
-    segments = segment_rows(len(all_intervals), size[0] * size[1] * 3, max_bytes)
+    segments = segment_rows(len(all_intervals), view.frame_bytes, max_bytes)
     if not 0 <= segment < len(segments):
         raise ValueError(f"{path}: segment {segment} of a video decoded in {len(segments)}")
     lo, hi = segments[segment]
@@ -237,15 +242,15 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
         last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
         span = (int(ticks[first]) if segment else 0, int(ticks[last]))
     wanted = set(ticks[index].tolist())
-    pictures, intact, errors = _decode_pictures(path, wanted, size, fast=True, span=span)
+    pictures, intact, errors = _decode_pictures(path, wanted, view, fast=True, span=span)
     lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
     if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
-        pictures, intact, errors = _decode_pictures(path, wanted, size, fast=False, span=span)
+        pictures, intact, errors = _decode_pictures(path, wanted, view, fast=False, span=span)
         lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
         index = _fallback_frames(index, lost, ticks, starts, duration, intervals, intact)
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
-            pictures.update(_decode_pictures(path, extra, size, fast=True, span=span)[0])
+            pictures.update(_decode_pictures(path, extra, view, fast=True, span=span)[0])
         index = np.where([i >= 0 and int(ticks[i]) in pictures for i in index], index, -1)
     keep = index >= 0
     if not keep.any() and len(segments) == 1:
@@ -257,9 +262,9 @@ def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = 
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(missing), len(intervals), where)
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
-              else np.zeros((0, *size, 3), np.uint8))
+              else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
     frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                    duration_s=duration, missing_s=missing)
+                    duration_s=duration, missing_s=missing, picture=view.attrs())
     return frames, len(segments)
 
 

@@ -15,8 +15,12 @@ import numpy as np
 from extractors.base import Still, Texts
 from manifests.records import MediaItem
 from pipeline.decode import InputError, _existing, _first_line
+from pipeline.picture import exif_view
+
+EXIF_ORIENTATION_TAG = 0x0112
 
 # enters every still's fingerprint: bump when the same file would give different pixels
+# (the picture record has its own, pipeline.picture.PICTURE_VERSION)
 IMAGE_DECODE_VERSION = "1"
 TEXT_KINDS = ("caption", "reactions")
 
@@ -28,13 +32,14 @@ def decode_image(path: Path | None) -> Still:  # None: the manifest found no ima
     try:
         with Image.open(path) as img:
             img.load()
+            view = exif_view(img.size, img.getexif().get(EXIF_ORIENTATION_TAG))
             upright = ImageOps.exif_transpose(img)
             pixels = np.asarray(upright.convert("RGB"), np.uint8)
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read image: {_first_line(e)}") from e
     if pixels.ndim != 3 or min(pixels.shape[:2]) == 0:
         raise InputError(f"{path}: image has no pixels ({pixels.shape})")
-    return Still(pixels=np.ascontiguousarray(pixels[None]))
+    return Still(pixels=np.ascontiguousarray(pixels[None]), picture=view.attrs())
 
 
 def _where(item: MediaItem) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import actors, cluster, decode, exitcodes, inputs, stages
+from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import load_items, manifest_summary
@@ -104,6 +104,8 @@ def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config:
         ident.update(layout.file_identity(path))
     if kind in ("frames", "audio"):
         ident["decode"] = decode.DECODE_VERSION if item.image is None else f"image-{inputs.IMAGE_DECODE_VERSION}"
+    if kind == "frames":  # the pictures as displayed and their record (pipeline/picture.py)
+        ident["picture"] = picture.PICTURE_VERSION
     if kind == "audio":
         ident["rate_hz"] = config.audio_rate_hz
     if item.cut_from_source and kind in ("frames", "audio"):

@@ -174,3 +174,96 @@ def test_verify_command_lists_damage_and_exits_non_zero(tmp_path: Path, capsys: 
     assert main(["verify", "--out", str(out)]) == exitcodes.DAMAGED
     printed = capsys.readouterr().out
     assert f"DAMAGED feat/b ({part}): features/c/0/0 is missing" in printed
+
+
+# --- the raw folder is read-only to extract (issue 26 item 6) ---
+
+USER_CONFIG = '[features.acoustic]\nextractor = "covarep"\n'
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every path under `root` with its kind and bytes: equal snapshots mean nothing was written there."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        out[str(path.relative_to(root))] = ("dir", b"") if path.is_dir() else ("file", path.read_bytes())
+    return out
+
+
+@pytest.fixture
+def user_raw(tmp_path: Path) -> Path:
+    """A user's raw folder that holds something other than the sample (a TinySocial-like layout)."""
+    raw = tmp_path / "my_raw"
+    (raw / "video").mkdir(parents=True)
+    (raw / "video" / "clip.mp4").write_bytes(b"\0not a video")
+    (raw / "clips.csv").write_text("clip_id,video\nclip,clip.mp4\n")
+    return raw
+
+
+@pytest.mark.parametrize("args", [
+    ["--config", "{cfg}"],  # no --dataset and a config that names none: once the sample, generated into raw
+    ["--dataset", "sample", "--config", "{cfg}"],  # the sample asked for, but raw holds something else
+    ["--dataset", "sample"],
+    ["--dataset", "sample-socratis", "--config", "{cfg_socialiq}"],  # they disagree
+    ["--dataset", "socialiq", "--config", "sample"],  # a preset names its dataset too
+], ids=["config-without-dataset", "sample-into-user-folder", "sample-preset-into-user-folder", "disagree",
+        "preset-disagrees"])
+def test_extract_never_writes_into_a_raw_folder(args: list[str], user_raw: Path, tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    cfg = tmp_path / "my.toml"
+    cfg.write_text(USER_CONFIG)
+    cfg_socialiq = tmp_path / "siq.toml"
+    cfg_socialiq.write_text('dataset = "socialiq"\n' + USER_CONFIG)
+    before = snapshot(user_raw)
+    argv = [a.format(cfg=cfg, cfg_socialiq=cfg_socialiq) for a in args]
+    out = tmp_path / "s.zarr"
+    assert main(["extract", "--raw", str(user_raw), "--out", str(out), *argv]) == exitcodes.BAD_INPUT
+    assert snapshot(user_raw) == before
+    assert not out.exists()
+    assert len(error_lines(caplog)) == 1  # one line, no traceback (the exact lines: the next test)
+
+
+def test_the_errors_say_what_to_do(user_raw: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = tmp_path / "my.toml"
+    cfg.write_text('dataset = "socialiq"\n' + USER_CONFIG)
+    out = str(tmp_path / "s.zarr")
+    assert main(["extract", "--raw", str(user_raw), "--out", out, "--dataset", "tinysocial", "--config", str(cfg)]) == 2
+    assert main(["extract", "--raw", str(user_raw), "--out", out, "--dataset", "sample"]) == 2
+    assert main(["extract", "--raw", str(user_raw), "--out", out]) == 2
+    assert error_lines(caplog) == [
+        f"--dataset tinysocial disagrees with the config {cfg}, which is for dataset 'socialiq': drop one, or make "
+        "them agree",
+        f"{user_raw}: holds no sample data and is not empty; extract generates a sample only into a new or empty "
+        "folder, never into a raw data folder: give --raw another folder",
+        "extract needs --dataset (or a --config that names its dataset)"]
+
+
+def test_a_config_that_names_its_dataset_needs_no_flag(user_raw: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+    monkeypatch.setattr("pipeline.run.run_extract", lambda dataset, raw, *a, **k: seen.update(dataset=dataset)
+                        or report(failed=0))
+    cfg = tmp_path / "my.toml"
+    cfg.write_text('dataset = "tinysocial"\n' + USER_CONFIG)
+    before = snapshot(user_raw)
+    assert main(["extract", "--raw", str(user_raw), "--out", str(tmp_path / "s.zarr"), "--config", str(cfg)]) == 0
+    assert main(["extract", "--raw", str(user_raw), "--out", str(tmp_path / "s.zarr"), "--config", str(cfg),
+                 "--dataset", "tinysocial"]) == 0
+    assert seen == {"dataset": "tinysocial"}
+    assert snapshot(user_raw) == before
+
+
+@pytest.mark.parametrize("state", ["missing", "empty"])
+def test_a_sample_is_generated_only_into_a_new_or_empty_folder(state: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample writers are replaced by a stub (the real ones take seconds; test_end_to_end runs them)."""
+    written = []
+    monkeypatch.setattr("pipeline.cli._sample_writer", lambda dataset: lambda raw: written.append((dataset, raw))
+                        or (raw / "siq2").mkdir(parents=True))
+    monkeypatch.setattr("pipeline.run.run_extract", lambda *a, **k: report(failed=0))
+    raw = tmp_path / "build" / "sample"
+    if state == "empty":
+        raw.mkdir(parents=True)
+    args = ["extract", "--dataset", "sample", "--raw", str(raw), "--out", str(tmp_path / "s.zarr")]
+    assert main(args) == 0
+    assert main(args) == 0  # the second time it is there: nothing generated
+    assert written == [("sample", raw)]
