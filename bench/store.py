@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,24 @@ def _disk(path: Path) -> tuple[int, int]:
             files += 1
             size += os.path.getsize(os.path.join(folder, name))
     return files, size
+
+
+def with_store(base: Path | None, keep: bool, build: Callable[[Path], str], measure: Callable[[Path], None]) -> None:
+    """`build` a store in `base/store.zarr` unless it is there (it prints what it built), `measure` it, and
+    remove it afterwards unless `keep`."""
+    folder = base or Path(tempfile.mkdtemp(prefix="bench-store-"))
+    out = folder / "store.zarr"
+    try:
+        if not (out / "zarr.json").exists():
+            t0 = time.perf_counter()
+            what = build(out)
+            files, size = _disk(out)
+            print(f"built {out}: {what} in {time.perf_counter() - t0:.1f} s, {files} files, {size / 1e9:.2f} GB",
+                  flush=True)
+        measure(out)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def measure(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:

@@ -12,8 +12,6 @@ a time and through a DataLoader (batch 32), and, for comparison, aligning on rea
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from bench.bench_read import (
     _frames_rows,
     _transcript_rows,
 )
-from bench.store import _disk
+from bench.store import with_store
 from extractors.base import FeatureRows
 from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
@@ -125,18 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
-    base = args.out or Path(tempfile.mkdtemp(prefix="bench-siq-"))
-    out = base / "siq.zarr"
-    try:
-        if not (out / "zarr.json").exists():
-            secs = build(out, args.items)
-            files, size = _disk(out)
-            print(f"built {out}: {args.items} items x 5 features in {secs:.1f} s, {files} files "
-                  f"({files / (5 * args.items):.3f} per pair), {size / 1e9:.2f} GB", flush=True)
-        measure(out)
-    finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
+    def made(out: Path) -> str:
+        build(out, args.items)
+        return f"{args.items} items x 5 features ({5 * args.items} pairs)"
+
+    with_store(args.out, args.keep, made, measure)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ batched `__getitems__` path), pooled and tokens. Prints files and bytes of the s
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.store import _disk
+from bench.store import with_store
 from extractors.base import FeatureRows
 from extractors.qa import QAConfig, QAExtractor, qa_rows
 from extractors.text_model import BUNDLED_MINILM
@@ -97,17 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--keep", action="store_true", help="keep the store (and reuse it next time)")
     args = p.parse_args(argv)
-    base = args.out or Path(tempfile.mkdtemp(prefix="bench-siqa-"))
-    out = base / "socialiqa.zarr"
-    try:
-        if not (out / "zarr.json").exists():
-            secs = build(args.raw, out)
-            files, size = _disk(out)
-            print(f"built {out}: {secs:.1f} s, {files} files, {size / 1e9:.2f} GB", flush=True)
-        measure(out)
-    finally:
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
+    with_store(args.out, args.keep, lambda out: f"SocialIQA train and dev ({build(args.raw, out):.0f} s of commits)",
+               measure)
 
 
 if __name__ == "__main__":

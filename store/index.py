@@ -181,6 +181,7 @@ def load(path: Path) -> IndexState:
 
 
 def fsync_path(path: Path | str) -> None:
+    """Flush a file, or a directory's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

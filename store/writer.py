@@ -45,13 +45,7 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-def _fsync(path: Path | str) -> None:
-    """Flush a file, or a directory's entries, to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync = index.fsync_path  # flush a file, or a directory's entries, to disk (tests wrap it)
 
 
 def _fsync_tree(root: Path) -> None:
