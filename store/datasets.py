@@ -38,6 +38,7 @@ from store.align import How, Reference, align
 from store.reader import ItemFeature, Store, open_store
 
 Text = Literal["tokens", "pooled"]
+_NO_STEPS = torch.zeros((0, 2), dtype=torch.float64)  # a text-only sample's reference intervals (shared, never written)
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ class _SocialIQ(Dataset):
         """Aligned modalities of one item, kept for the next questions of the same item (LRU); nothing to
         align (and no store read) for a text-only dataset."""
         if not self.modalities:
-            return {"ref_intervals": torch.zeros((0, 2), dtype=torch.float64), "modalities": {}}
+            return {"ref_intervals": _NO_STEPS, "modalities": {}}
         if item in self._cache:
             self._cache.move_to_end(item)
             return self._cache[item]

@@ -383,26 +383,29 @@ class Store:
 
     def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
         """Rows of many items at once: `picks` = (item, row within the item); one gather per part touched
-        (the batched read path of the datasets)."""
-        by_part: dict[str, list[int]] = {}
-        where = []
-        for item, row in picks:
-            e = self._entry(feature, item)
-            span = (e.spans or {}).get(name)
-            row0, n = span if span else (e.row0, e.n_rows)
+        (the batched read path of the datasets), written into one array in the order of `picks`."""
+        by_part: dict[str, tuple[list[int], list[int]]] = {}
+        entries: dict[str, tuple[str, int, int]] = {}
+        for pos, (item, row) in enumerate(picks):
+            if item not in entries:
+                e = self._entry(feature, item)
+                span = (e.spans or {}).get(name)
+                entries[item] = (e.part, *(span if span else (e.row0, e.n_rows)))
+            part, row0, n = entries[item]
             if not 0 <= row < n:
                 raise IndexError(f"{feature}/{item}: row {row} out of range for {n} rows")
-            lst = by_part.setdefault(e.part, [])
-            where.append((e.part, len(lst)))
-            lst.append(row0 + row)
-        got = {}
-        for part, rows in by_part.items():
+            positions, rows = by_part.setdefault(part, ([], []))
+            positions.append(pos)
+            rows.append(row0 + row)
+        out = None
+        for part, (positions, rows) in by_part.items():
             base = self.part_array(feature, part, name)
             idx = np.asarray(rows)
-            got[part] = base[idx] if isinstance(base, np.ndarray) else base.oindex[idx]
-        if not where:
-            return np.zeros((0,), np.float32)
-        return np.stack([got[p][k] for p, k in where])
+            got = base[idx] if isinstance(base, np.ndarray) else base.oindex[idx]
+            if out is None:
+                out = np.empty((len(picks), *got.shape[1:]), got.dtype)
+            out[positions] = got
+        return out if out is not None else np.zeros((0,), np.float32)
 
     def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:
         """Align `features` to `to` once for every item into a packed view (store/views.py); its path."""
