@@ -6,7 +6,8 @@ handle: an item reads the rows it had when the store was opened, never a mix of 
 store again to see them. Parts are immutable, so the snapshot's rows stay on disk until a compaction
 removes the parts it superseded; a read of such a part says so in one line (`SnapshotGone`).
 
-Reads go through whole-part arrays cached in memory (up to `part_cache_bytes`): one zarr call loads an
+Reads go through whole-part arrays cached in memory (up to `part_cache_bytes`, by default an eighth of the
+machine's memory, at most 4 GiB; `SIQ_STORE_CACHE_BYTES` sets it): one zarr call loads an
 array of a part (hundreds of items), and every item of it then reads from memory. Arrays larger than
 `whole_array_bytes` (16 MiB by default; a materialised view's reader uses more) are read per item through
 zarr, lazily.
@@ -32,7 +33,19 @@ from store import index, layout, parts
 from store.integrity import DamagedItem, ItemCheck, check_part
 
 log = logging.getLogger(__name__)
-PART_CACHE_BYTES = 1 << 30
+def _default_cache_bytes() -> int:
+    """An eighth of the machine's memory, at most 4 GiB (SIQ_STORE_CACHE_BYTES overrides): a feature whose
+    parts fit is read at memory speed after its first epoch; one that does not is read part by part."""
+    if os.environ.get("SIQ_STORE_CACHE_BYTES"):
+        return int(os.environ["SIQ_STORE_CACHE_BYTES"])
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 8 << 30
+    return int(min(4 << 30, max(256 << 20, total // 8)))
+
+
+PART_CACHE_BYTES = _default_cache_bytes()
 # A part array up to this size is read whole and cached: for random access, a larger one would cost a big
 # read per item while the cache holds only a few of them (a part's tokens, ~64 MiB: 0.5 s a read)
 WHOLE_ARRAY_BYTES = 16 << 20
