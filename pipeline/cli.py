@@ -86,7 +86,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     report = verify_store(Path(args.out), args.features.split(",") if args.features else None)
     print(report.summary())
-    return exitcodes.DAMAGED if report.damaged else exitcodes.OK
+    return exitcodes.OK if report.ok else exitcodes.DAMAGED
 
 
 def _migrate(args: argparse.Namespace) -> int:

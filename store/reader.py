@@ -139,20 +139,27 @@ class ItemFeature:
 
 class Store:
     def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
-                 whole_array_bytes: int = WHOLE_ARRAY_BYTES) -> None:
+                 whole_array_bytes: int = WHOLE_ARRAY_BYTES, damaged_root: bool = False) -> None:
+        """`damaged_root`: open even when the store's own zarr.json is unreadable (verify: the items are
+        still checked through the indexes); feature attributes are then unavailable."""
         self.path = Path(path)
-        if not (self.path / "zarr.json").exists():
-            raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
+        self.root, self.attrs = None, {}
         try:
-            self.root = zarr.open_group(self.path, mode="r")
-        except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
-            raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
-                             f"({type(e).__name__}: {e})") from None
-        self.attrs = dict(self.root.attrs)
-        if self.attrs.get("schema") == layout.SCHEMA_V1:
-            raise ValueError(layout.v1_refusal(self.path))
-        if self.attrs.get("schema") != layout.SCHEMA:
-            raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
+            if not (self.path / "zarr.json").exists():
+                raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
+            try:
+                self.root = zarr.open_group(self.path, mode="r")
+            except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
+                raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
+                                 f"({type(e).__name__}: {e})") from None
+            self.attrs = dict(self.root.attrs)
+            if self.attrs.get("schema") == layout.SCHEMA_V1:
+                raise ValueError(layout.v1_refusal(self.path))
+            if self.attrs.get("schema") != layout.SCHEMA:
+                raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
+        except (FileNotFoundError, ValueError) as e:
+            if not damaged_root or "version-1 store" in str(e):
+                raise
         self._reported: set[tuple[str, str]] = set()
         self._feature_attrs: dict[str, dict[str, Any]] = {}
         self._states: dict[str, index.IndexState] = {}
@@ -255,6 +262,8 @@ class Store:
             if feature.startswith(".") or "/" in feature or not (self.path / feature / "zarr.json").exists():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             try:
+                if self.root is None:
+                    raise ValueError("the store's own zarr.json is unreadable")
                 self._feature_attrs[feature] = dict(self.root[feature].attrs)
             except (ValueError, TypeError, KeyError) as e:
                 raise ValueError(f"{self.path / feature / 'zarr.json'}: feature metadata unreadable "

@@ -225,3 +225,23 @@ def test_the_store_root_damaged_is_one_clear_error(store: Path) -> None:
     with pytest.raises(StoreError, match=f"{store / 'zarr.json'}: the store's own metadata is unreadable"):
         StoreWriter(store, "demo")
     assert layout.SCHEMA  # the store is left as it is for a person to look at
+
+
+@pytest.mark.parametrize("target,how", [("feat/zarr.json", "truncate"), ("feat/zarr.json", "delete"),
+                                        ("zarr.json", "truncate"), ("_manifests/qa.jsonl", "truncate")])
+def test_verify_finds_damaged_store_metadata_and_still_checks_the_items(store: Path, target: str, how: str) -> None:
+    """Damaged metadata of the store, a feature or a manifest is DAMAGED METADATA (exit 4), and the items of
+    every feature are checked through the indexes all the same."""
+    from pipeline import exitcodes
+    from pipeline.cli import main
+
+    (store / "_manifests").mkdir(exist_ok=True)
+    (store / "_manifests" / "qa.jsonl").write_text('{"qid": "q1", "item_id": "a", "dataset": "d", "question": "?", '
+                                                   '"answers": ["x"]}\n')
+    damage(part_of(store, "c") / "features/c/0/0", "flip", 0.5)
+    damage(store / target, how)
+    report = verify_store(store)
+    assert [str(p) for p, _ in report.metadata] == [str(store / target)] and not report.ok
+    assert [c.item for c in report.damaged] == ["c"] and len(report.checks) == 3
+    assert f"DAMAGED METADATA {store / target}: " in report.summary()
+    assert main(["verify", "--out", str(store)]) == exitcodes.DAMAGED
