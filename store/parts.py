@@ -124,5 +124,25 @@ def record_files(part_dir: Path) -> tuple[dict[str, list[Any]], dict[str, dict[s
     return files, arrays
 
 
+def data_files(part_dir: Path) -> dict[str, list[Any]]:
+    """Size and SHA-256 of every file of the part but its own zarr.json: what the part's attributes keep, so
+    that an index rebuilt from the parts still knows what the data files held when they were committed."""
+    return {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)]
+            for rel in files_of(part_dir) if rel != META}
+
+
+def record_from_part(part_dir: Path) -> dict[str, Any]:
+    """An index record made from a part's own metadata (rebuilding a lost index): its data files keep the
+    sizes and hashes recorded at commit (so damage since then is still found), its zarr.json is hashed now."""
+    import json
+
+    meta = json.loads((part_dir / META).read_bytes())["attributes"][ATTR]
+    files, arrays = record_files(part_dir)
+    own = meta.get("files")
+    if isinstance(own, dict):
+        files = {**{rel: list(v) for rel, v in own.items()}, META: files[META]}
+    return index.part_record(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans"))
+
+
 def part_dir(store: Path, feature: str, part: str) -> Path:
     return store / feature / PARTS / part

@@ -228,10 +228,7 @@ class Store:
         for name in part_names(self.path, feature):
             folder = parts.part_dir(self.path, feature, name)
             try:
-                meta = json.loads((folder / parts.META).read_bytes())["attributes"][parts.ATTR]
-                files, arrays = parts.record_files(folder)
-                found.append(index.part_record(name, int(meta["seq"]), meta["items"], files, arrays,
-                                               meta.get("spans")))
+                found.append(parts.record_from_part(folder))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         for rec in sorted(found, key=lambda r: (r["seq"], r["part"])):

@@ -4,14 +4,13 @@
 - A part folder no index line names was renamed into place by a commit that was killed before its index
   line: it is removed (that batch was never acknowledged).
 - A damaged index (a bad line that is not the last) or a deleted one, while part folders exist: the index
-  is rebuilt from the parts, whose own metadata (`siqfeat_part`) holds their sequence number and entries;
-  later parts supersede earlier ones, as in the log. Their files are hashed anew (what is on disk now is
-  what the rebuilt index promises; a part damaged before the rebuild can only be found by decoding it).
+  is rebuilt from the parts, whose own metadata (`siqfeat_part`) holds their sequence number, entries and the size and SHA-256
+  of each data file as committed; later parts supersede earlier ones, as in the log. A data file damaged
+  before the rebuild therefore still differs from the rebuilt record, and verify reports its part.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -65,9 +64,7 @@ def rebuild(store: Path, feature: str, reason: str) -> Rebuilt:
     for name in part_names(store, feature):
         folder = parts.part_dir(store, feature, name)
         try:
-            meta = json.loads((folder / parts.META).read_bytes())["attributes"][parts.ATTR]
-            files, arrays = parts.record_files(folder)
-            found.append(index.part_record(name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans")))
+            found.append(parts.record_from_part(folder))
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("%s: unreadable part left out of the rebuilt index (%s: %s)", folder, type(e).__name__, e)
             out.unreadable.append(name)

@@ -224,7 +224,8 @@ class StoreWriter:
             n_rows = len(arrays[layout.FEATURES])
             for arr_name, data in arrays.items():
                 _write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
-            group.attrs.put({parts.ATTR: {"feature": feature, "seq": seq, "items": entries, "spans": spans}})
+            group.attrs.put({parts.ATTR: {"feature": feature, "seq": seq, "items": entries, "spans": spans,
+                                          "files": parts.data_files(staging)}})
             files, shapes = parts.record_files(staging)
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             target = parts.part_dir(self.path, feature, name)

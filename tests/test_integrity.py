@@ -245,3 +245,15 @@ def test_verify_finds_damaged_store_metadata_and_still_checks_the_items(store: P
     assert [c.item for c in report.damaged] == ["c"] and len(report.checks) == 3
     assert f"DAMAGED METADATA {store / target}: " in report.summary()
     assert main(["verify", "--out", str(store)]) == exitcodes.DAMAGED
+
+
+def test_damage_is_still_found_after_the_index_is_lost_and_rebuilt(store: Path) -> None:
+    """Deleting the index must not hide damage (issue 25 item 7's class): a flipped byte in a shard, then the
+    index deleted; the rebuilt index takes each data file's hash from the part's own record of its commit,
+    so verify reports the damaged part, and a plan with --verify recomputes exactly its item."""
+    damage(part_of(store, "b") / "features/c/0/0", "flip", 0.4)
+    (store / "feat" / "index.log").unlink()
+    report = verify_store(store)
+    assert "REBUILT feat/index.log" in report.summary()
+    assert [c.item for c in report.damaged] == ["b"] and "SHA-256" in report.damaged[0].problem
+    assert [w.item for w in make_plan(store, wanted(), verify=True).todo] == ["b"]
