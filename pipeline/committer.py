@@ -43,7 +43,7 @@ def _nbytes(rows: Any) -> int:
 
 
 class Committer:
-    def __init__(self, writer: StoreWriter, batch_items: int = 512, batch_bytes: int = 64 << 20,
+    def __init__(self, writer: StoreWriter, batch_items: int = 512, batch_bytes: int = 128 << 20,
                  batch_age_s: float = 10.0) -> None:
         self.writer, self.batch_items, self.batch_bytes, self.batch_age_s = writer, batch_items, batch_bytes, batch_age_s
         self._in: queue.Queue[tuple[str, str, Any, dict[str, Any]] | None] = queue.Queue()

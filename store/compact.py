@@ -9,8 +9,8 @@ the next writer does. A reader opened before the compaction keeps reading what i
 that needs a removed part fails with one line (`SnapshotGone`: open the store again).
 
 Run at the end of `make extract` when worthwhile: at least a quarter of the stored rows are superseded, or
-the feature holds more than twice the parts a compacted one would (many small age-triggered batches) and
-at least `MIN_PARTS` of them.
+the feature holds more than four times the parts a compacted one would (many small age-triggered batches)
+and at least `MIN_PARTS` of them.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def _bytes(state: index.IndexState) -> int:
 def worthwhile(state: index.IndexState) -> bool:
     stored = sum(_rows_in(r) for r in state.parts.values())
     live = sum(e.n_rows for e in state.entries.values())
-    ideal = max(1, -(-len(state.entries) // PART_ITEMS))
+    ideal = max(1, -(-len(state.entries) // PART_ITEMS), -(-_bytes(state) // PART_BYTES))
     garbage = stored > 0 and (stored - live) / stored >= GARBAGE_SHARE
-    fragmented = len(state.parts) >= MIN_PARTS and len(state.parts) > 2 * ideal
+    fragmented = len(state.parts) >= MIN_PARTS and len(state.parts) > 4 * ideal
     return bool(garbage or fragmented or (state.parts and not state.entries))
 
 
