@@ -1,10 +1,10 @@
 """Dataset plans kept beside the store, so that building a dataset again costs a file read.
 
 A plan (the samples of a task over a split, and what was dropped) depends only on the task's options, the
-manifest and the index snapshots of the features it reads. It is saved as JSON under
-`<store>/_views/plans/<key>.json`, where the key hashes all of those (each feature's index generation and
-length, the manifest files' size and mtime): any commit, compaction or new manifest gives a new key, so a
-stale plan is never used. A store that cannot be written (read-only) just builds the plan each time.
+manifest, the index snapshots of the features it reads and which of their parts are damaged. It is saved
+as JSON under `<store>/_views/plans/<key>.json`, where the key hashes all of those (each feature's index
+generation and length, its parts that fail the quick check, the manifest files' size and mtime): any
+commit, compaction, damage or new manifest gives a new key, so a stale plan is never used. A store that cannot be written (read-only) just builds the plan each time.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def key(store: Any, options: dict[str, Any], features: list[str]) -> str | None:
     """The plan's key for this store snapshot, or None when the store has no index (an in-memory stand-in)."""
     if not hasattr(store, "index"):
         return None
-    state = {f: [store.index(f).generation, store.index(f).length] for f in sorted(set(features))}
+    state = {f: [store.index(f).generation, store.index(f).length,
+                 sorted(p for p in store.index(f).parts if store.part_problem(f, p))]  # damaged parts (quick check)
+             for f in sorted(set(features))}
     manifests = {}
     for name in ("items.jsonl", "qa.jsonl"):
         try:

@@ -122,3 +122,18 @@ def test_a_plan_is_cached_with_the_store_and_made_again_when_the_store_changes(
     monkeypatch.setattr(SocialIQA4, "_plan", lambda *a: (calls.append(1), real_plan(*a))[1])
     assert SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False).samples == first.samples
     assert calls == [1]
+
+
+def test_a_cached_plan_is_not_used_once_a_part_is_damaged(store: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from store.reader import open_store
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("_views"))
+    opts = {"split": None, "modalities": ("frames",), "to": 1.0, "exclude_filtered": False}
+    assert {s.item for s in SocialIQA2(copy, **opts).samples} == {"tiny-a", "tiny-b", "tiny-c"}
+    part = open_store(copy).index("frames").entries["tiny-a"].part  # one part per item in this store
+    shutil.rmtree(copy / "frames" / "parts" / part)
+    ds = SocialIQA2(copy, **opts)
+    assert {s.item for s in ds.samples} == {"tiny-b", "tiny-c"}
