@@ -5,7 +5,9 @@ rewrites a feature's current rows into fresh, full parts (every array copied as 
 bit-identical), publishes them as a new index generation (one atomic rename of the whole log), and then
 removes the old parts. A kill before the rename leaves the old index and parts as they were (the new parts
 are swept by the next writer as never committed); after it, only the old parts are left to remove, which
-the next writer does. A reader opened before the compaction keeps reading what it has in memory; a read
+the next writer does. A part that differs from its record (full check, hashes) is never copied: it stays as
+it is, with its current items, so verify and `extract --verify` still find it. A reader opened before the
+compaction keeps reading what it has in memory; a read
 that needs a removed part fails with one line (`SnapshotGone`: open the store again).
 
 Run at the end of `make extract` when worthwhile: at least a quarter of the stored rows are superseded, or
@@ -25,6 +27,7 @@ import numpy as np
 
 from extractors.base import FeatureRows
 from store import index, layout, parts
+from store.integrity import check_part
 from store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -87,11 +90,27 @@ def _rows_of(e: index.Entry, arrays: dict[str, np.ndarray]) -> FeatureRows:
     return FeatureRows(take(layout.FEATURES), take(layout.INTERVALS), extras, {})
 
 
-def _batches(store: Path, feature: str, state: index.IndexState) -> list[list[tuple[str, FeatureRows, dict[str, Any]]]]:
-    """The current rows, grouped by array signature, in commit order, cut into parts of PART_ITEMS / PART_BYTES."""
+def _damaged(store: Path, feature: str, state: index.IndexState) -> set[str]:
+    """Parts that differ from their record (full check: hashes). They are never copied: rewriting them would
+    give damaged rows fresh hashes. They stay as they are, so verify and `extract --verify` still find them."""
+    bad = set()
+    for name, record in state.parts.items():
+        problem = check_part(parts.part_dir(store, feature, name), record, full=True)
+        if problem is not None:
+            log.warning("%s: damaged part kept as it is, not compacted (%s)", parts.part_dir(store, feature, name),
+                        problem)
+            bad.add(name)
+    return bad
+
+
+def _batches(store: Path, feature: str, state: index.IndexState,
+             skip: set[str]) -> list[list[tuple[str, FeatureRows, dict[str, Any]]]]:
+    """The current rows (but those in `skip` parts), grouped by array signature, in commit order, cut into parts
+    of PART_ITEMS / PART_BYTES."""
     by_part: dict[str, list[index.Entry]] = {}
     for e in state.entries.values():
-        by_part.setdefault(e.part, []).append(e)
+        if e.part not in skip:
+            by_part.setdefault(e.part, []).append(e)
     groups: dict[tuple, list[tuple[str, FeatureRows, dict[str, Any]]]] = {}
     for part in sorted(by_part, key=lambda p: state.parts[p].seq):
         record = state.parts[part]
@@ -113,6 +132,14 @@ def _batches(store: Path, feature: str, state: index.IndexState) -> list[list[tu
     return out
 
 
+def _record(record: index.PartRecord, state: index.IndexState) -> dict[str, Any]:
+    """A kept part's index record as committed: every entry of the part (the later new parts supersede the
+    ones that are no longer current there)."""
+    rows = [index.entry_row(e.item, e.row0, e.n_rows, e.attrs()) for e in state.entries.values() if e.part == record.part]
+    spans = {e.item: e.spans for e in state.entries.values() if e.part == record.part and e.spans}
+    return index.part_record(record.part, record.seq, rows, record.files, record.arrays, spans)
+
+
 def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Compacted | None:
     """Rewrite one feature's current rows into fresh parts (see the module docstring); None when not
     worthwhile and not forced."""
@@ -121,10 +148,12 @@ def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Co
     if not state.parts or not (force or worthwhile(state)):
         return None
     before = _bytes(state)
-    old = list(state.parts)
+    damaged = _damaged(store, feature, state)
+    kept = [_record(state.parts[p], state) for p in sorted(damaged, key=lambda p: state.parts[p].seq)]
+    old = [p for p in state.parts if p not in damaged]
     records, seq = [], state.last_seq
     try:
-        for batch in _batches(store, feature, state):
+        for batch in _batches(store, feature, state, damaged):
             seq += 1
             name = f"{seq:09d}-c{index.header()['generation'][:7]}"
             records.append(writer._write_part(feature, name, seq, batch))
@@ -132,12 +161,12 @@ def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Co
         for rec in records:
             shutil.rmtree(parts.part_dir(store, feature, rec["part"]), ignore_errors=True)
         raise
-    index.replace(store / feature / index.INDEX, [index.header(), *records])
+    index.replace(store / feature / index.INDEX, [index.header(), *kept, *records])
     new = index.load(store / feature / index.INDEX)
     writer._index[feature] = new
     for name in old:
         shutil.rmtree(parts.part_dir(store, feature, name), ignore_errors=True)
-    dropped = sum(_rows_in(state.parts[p]) for p in old) - sum(e.n_rows for e in state.entries.values())
+    dropped = sum(_rows_in(state.parts[p]) for p in state.parts) - sum(_rows_in(new.parts[p]) for p in new.parts)
     result = Compacted(feature, len(old), len(new.parts), dropped, before, _bytes(new))
     log.info("%s", result.line().strip())
     return result

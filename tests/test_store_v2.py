@@ -207,3 +207,21 @@ def test_random_reads_over_more_than_the_cache_switch_to_lazy_reads(tmp_path: Pa
         np.testing.assert_array_equal(s.read("feat", item).features[...], rows(20, float(p * 10 + k)).features)
     assert s._thrash[("feat", "features")] >= 4 and s._lazy  # switched to lazy reads
 
+
+
+def test_compaction_never_launders_a_damaged_part(store: Path) -> None:
+    """A part whose bytes changed since its commit is not rewritten with fresh hashes: it stays as it is,
+    verify still reports its item, and every other current row is compacted bit-identically."""
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "a", rows(6, 9.0), {"spec_hash": "s1", "fingerprint": "fa2"})  # garbage to reclaim
+    bad = store / "feat" / "parts" / open_store(store).index("feat").entries["c"].part
+    data = bytearray((bad / "features" / "c" / "0" / "0").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (bad / "features" / "c" / "0" / "0").write_bytes(bytes(data))
+    before = {k: v for k, v in snapshot(store).items() if k != "c"}
+    [done] = compact_store(store)
+    assert bad.is_dir() and open_store(store).index("feat").entries["c"].part == bad.name
+    assert {k: v for k, v in snapshot(store).items() if k != "c"} == before
+    from store.verify import verify_store
+
+    assert [c.item for c in verify_store(store).damaged] == ["c"]
