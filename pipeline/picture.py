@@ -9,7 +9,7 @@ Rules (docs/design.md, "Pictures as displayed"):
 - **Orientation.** The display matrix (mp4/mov `tkhd`, Matroska projection; ffmpeg gives it as frame side data)
   is applied after the scaling (the SAR belongs to the stored picture): any multiple of 90 degrees, mirrored
   when the matrix says so, as ffmpeg's autorotate and players do. A file with no matrix but a `rotate` tag
-  (written by old muxers) is turned clockwise by the tag's degrees, as ffmpeg did before 5.0. A matrix that is
+  (written by old muxers) is turned clockwise by the tag's degrees, as older ffmpeg versions did. A matrix that is
   not a multiple of 90 degrees is left as stored, with a warning.
 - Stills are turned upright by their EXIF orientation (pipeline/inputs.py); their record says how, in the
   same terms.

@@ -121,7 +121,7 @@ def remux(src: Path, dst: Path, matrix: list[int] | None = None, tags: dict[str,
 
 
 def test_a_rotate_tag_without_a_matrix_turns_clockwise(land: Path, tmp_path: Path) -> None:
-    """Old muxers wrote only a `rotate` tag (Matroska keeps it as ROTATE): turned clockwise, as ffmpeg < 5 did
+    """Old muxers wrote only a `rotate` tag (Matroska keeps it as ROTATE): turned clockwise, as older ffmpeg versions did
     (the ffmpeg binary here ignores it, so the reference is the stored picture turned a quarter clockwise)."""
     frames = decode_frames(remux(land, tmp_path / "tag.mkv", tags={"rotate": "90"}))
     stored = decode_frames(land).pixels
