@@ -225,3 +225,37 @@ def test_compaction_never_launders_a_damaged_part(store: Path) -> None:
     from store.verify import verify_store
 
     assert [c.item for c in verify_store(store).damaged] == ["c"]
+
+
+def test_a_kill_mid_append_leaves_a_torn_line_that_is_no_commit(store: Path) -> None:
+    """The part is renamed into place and half of its index line written when the process dies: readers do
+    not see the batch (the torn line fails its checksum at the end of the log), the next writer cuts the line
+    and removes the part, and the store goes on."""
+    import store.index as si
+
+    log_path = store / "feat" / "index.log"
+    good = log_path.read_bytes()
+    def torn(path: Path, records: list, good_length: int) -> int:
+        data = b"".join(si.encode(r) for r in records)
+        with open(path, "ab") as f:
+            f.write(data[: len(data) // 2])  # what reached the disk before the kill
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(si, "append", torn)
+        m.setattr("shutil.rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+        w = StoreWriter(store, "demo")
+        with pytest.raises(KeyboardInterrupt):
+            w.commit("feat", "d", rows(2, 5.0), {"spec_hash": "s1"})
+        w.close()
+    assert len(log_path.read_bytes()) > len(good) and len(list((store / "feat" / "parts").iterdir())) == 3
+    s = open_store(store)
+    assert s.items("feat") == ["a", "b", "c"] and s.index("feat").torn
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        assert len(list((store / "feat" / "parts").iterdir())) == 2  # the unpublished part is gone
+        w.commit("feat", "d", rows(2, 5.0), {"spec_hash": "s1"})
+    assert log_path.read_bytes().startswith(good)  # the torn line was cut before the new one
+    s = open_store(store)
+    assert s.items("feat") == ["a", "b", "c", "d"] and not s.index("feat").torn
+    assert len(list((store / "feat" / "parts").iterdir())) == 3
