@@ -58,7 +58,7 @@ weights: install
 	$(PY) -m pipeline weights $(if $(WEIGHTS_DIR),--dir $(WEIGHTS_DIR))
 
 inspect: install
-	$(PY) -m store.inspect $(OUT) $(ITEM) build/inspect-$(ITEM).png
+	$(PY) -m pipeline.inspect $(OUT) $(ITEM) build/inspect-$(ITEM).png
 
 clean:
 	rm -rf build .pytest_cache

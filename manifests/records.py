@@ -12,6 +12,9 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 Split = Literal["train", "val", "test", "unknown"]
+# The releases' own names for the splits -> the stored split (SocialIQA's "dev" and Social-IQ 1.0's "valid" are "val")
+SPLIT_NAMES: dict[str, Split] = {"train": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val",
+                                 "test": "test", "unknown": "unknown"}
 _ID_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
 log = logging.getLogger(__name__)
 

@@ -27,12 +27,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from manifests.jsonfile import QAFileError, json_rows
 from manifests.questions import unique_questions
-from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped
+from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem, check_id, note_dropped
 
 log = logging.getLogger(__name__)
 CLIP_S = 60.0
-_SPLITS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val", "test": "test"}
+_SPLITS = {k: v for k, v in SPLIT_NAMES.items() if k != "unknown"}
 
 
 def is_siq2(raw: Path) -> bool:
@@ -144,18 +145,23 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
         if split == "unknown":
             notes.append(ManifestNote(kind="note", what="QA file", id=path.name, file=str(path),
                                       reason="not qa_{train,val,test}.json: its questions get split 'unknown'"))
-        for line_no, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
+        try:
+            found = json_rows(path)
+        except QAFileError as e:  # the whole file: its questions are lost, the run says so and fails
+            log.warning("%s", e)
+            notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
+                                      reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
+            continue
+        for r in found:
             row: Any = None
             try:
-                row = json.loads(line)
-                rows.append((_siq2_question(row, split, f"{path.stem}-{line_no}"), f"{path}:{line_no}"))
+                row = r.parsed()
+                rows.append((_siq2_question(row, split, f"{path.stem}-{r.n}"), r.where))
                 _check_answers(*rows[-1], notes)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 qid = row.get("qid") if isinstance(row, dict) else None
-                note_dropped(notes, "question", str(qid or f"line {line_no}"), f"{path}:{line_no}",
-                             "malformed question", _one_line(e))
+                note_dropped(notes, "question", str(qid or r.label), r.where, "malformed question",
+                             _one_line(e))
     qa, dup_notes = unique_questions(rows)
     notes += dup_notes
     return qa
@@ -226,6 +232,7 @@ def read_siq2(raw: Path, dataset: str = "socialiq2",
     for q in sorted(qa, key=lambda q: not q.correct):  # a video's labelled questions say its split first
         q_split.setdefault(q.item_id, q.split)
     files = sorted(p for p in (root / "video").iterdir() if p.is_file() and not p.name.startswith("."))
+    _not_files(root / "video", set(q_split), notes)
     for p in files:
         if p.suffix != ".mp4":
             notes.append(ManifestNote(kind="dropped", what="video", id=p.name, file=str(p),
@@ -259,6 +266,23 @@ def read_siq2(raw: Path, dataset: str = "socialiq2",
                                       detail=_one_line(e)))
     _orphans(root, {i.id for i in items} | {n.id for n in notes if n.kind == "failed"}, notes)
     return items, qa
+
+
+def _not_files(folder: Path, asked: set[str], notes: list[ManifestNote]) -> None:
+    """Entries of video/ that are no readable file (a symbolic link whose target is gone, a folder): listed,
+    never passed over. One whose id has questions still becomes an item (noted: its media fail as a
+    missing file); the others are dropped."""
+    for p in sorted(folder.iterdir()):
+        if p.is_file() or p.name.startswith("."):
+            continue
+        reason = "broken symbolic link: its target does not exist" if p.is_symlink() else "not a regular file"
+        detail = f"-> {p.parent / p.readlink()}" if p.is_symlink() else ""
+        if p.suffix == ".mp4" and p.stem in asked:
+            notes.append(ManifestNote(kind="note", what="video", id=p.name, file=str(p), detail=detail,
+                                      reason=f"{reason}; the item is kept for its questions, its media fail"))
+        else:
+            notes.append(ManifestNote(kind="dropped", what="video", id=p.name, file=str(p), reason=reason,
+                                      detail=detail))
 
 
 def _orphans(root: Path, items: set[str], notes: list[ManifestNote]) -> None:

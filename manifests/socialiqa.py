@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from manifests.jsonfile import json_rows
 from manifests.records import MediaItem, QAItem
 
 DATASET = "socialiqa"
@@ -40,17 +41,17 @@ def _read_labels(path: Path, n_entries: int, jsonl: Path) -> list[int]:
 
 
 def _read_entries(path: Path) -> list[dict[str, str]]:
+    """The entries in file order: JSON Lines as released, or an array/object of them (manifests/jsonfile.py)."""
     entries = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for r in json_rows(path, id_field=None):
         try:
-            row = json.loads(line)
+            row = r.parsed()
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{line_no}: not JSON ({e.msg})") from e
-        missing = [k for k in ("context", "question", *_ANSWER_KEYS) if not isinstance(row.get(k), str)]
+            raise ValueError(f"{r.where}: not JSON ({e.msg})") from e
+        missing = [k for k in ("context", "question", *_ANSWER_KEYS) if not isinstance(row, dict)
+                   or not isinstance(row.get(k), str)]
         if missing:
-            raise ValueError(f"{path}:{line_no}: missing or non-text fields {missing}")
+            raise ValueError(f"{r.where}: missing or non-text fields {missing}")
         entries.append(row)
     return entries
 

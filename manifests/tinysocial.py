@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from manifests.jsonfile import QAFileError, json_rows
 from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped
+
+log = logging.getLogger(__name__)
 
 DATASET = "tinysocial"
 CLIP_COLUMNS = ("clip_id", "subset", "source", "start_s", "end_s")
@@ -112,14 +116,20 @@ def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET,
     out: list[QAItem] = []
     seen: set[str] = set()
     for path in sorted(qa_dir.glob("qa_*.jsonl")):
-        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
+        try:
+            found = json_rows(path)  # JSON Lines, or an array/object of questions (manifests/jsonfile.py)
+        except QAFileError as e:
+            log.warning("%s", e)
+            if notes is not None:
+                notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
+                                          reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
+            continue
+        for r in found:
+            where = r.where
             try:
-                row = QARow.model_validate(json.loads(line))
+                row = QARow.model_validate(r.parsed())
             except (json.JSONDecodeError, ValidationError) as e:
-                note_dropped(notes, "question", f"line {line_no}", where, "malformed question", _why(e))
+                note_dropped(notes, "question", r.label, where, "malformed question", _why(e))
                 continue
             if row.vid_name not in clips:
                 note_dropped(notes, "question", row.qid, where, "its clip is not in clips.csv", row.vid_name)

@@ -22,15 +22,20 @@ log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
+    from pipeline import stop
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
     raw = Path(args.raw)
     _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
-    report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force, limit=args.limit,
-                         verify=args.verify)
-    print(report.summary())
+    with stop.on_signals():  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
+        report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
+                             limit=args.limit, verify=args.verify, split=args.split)
+        with stop.deferred(raise_after=False):
+            stop.shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
+            sys.stderr.flush()
+            print(report.summary(), flush=True)
     return report.exit_code
 
 
@@ -144,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="a preset name or a TOML file (default: the dataset's preset)")
     p.add_argument("--features", help="comma-separated subset of the config's features")
     p.add_argument("--force", action="store_true", help="recompute even what is up to date")
-    p.add_argument("--limit", type=int, help="only the first N items (smoke runs)")
+    p.add_argument("--split", help="only the items of this split (train, val, test; the releases' dev, valid "
+                   "and validation mean val)")
+    p.add_argument("--limit", type=int, help="only the first N items, in the manifest's order (after --split; "
+                   "README: which order)")
     p.add_argument("--verify", action="store_true",
                    help="first check every stored item's content hashes; damaged items are recomputed")
     p.set_defaults(func=_extract)

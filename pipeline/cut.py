@@ -8,7 +8,11 @@ round(start_s * rate) on, the words re-timed and those wholly outside the clip d
 
 A clip that starts at or after the end of the video, or ends more than `END_TOLERANCE_S` after it, is an
 error of that item naming the file and both times; an end within the tolerance is clipped to the video's end
-(a clip list's end rounded up to the second must not fail a whole clip).
+(a clip list's end rounded up to the second must not fail a whole clip). The video's end is the container's
+when the file is truncated (pipeline/decode.py): a clip inside it whose frames do not all decode keeps its
+rows up to the last frame, the rest listed in `missing_s`.
+
+Imports go one way: this module uses pipeline/decode.py and pipeline/media.py, neither uses it.
 """
 
 from __future__ import annotations
@@ -21,39 +25,12 @@ import numpy as np
 from extractors.base import Audio, Words
 from manifests.records import MediaItem
 from pipeline import decode
-from pipeline.decode import InputError
+from pipeline.media import END_TOLERANCE_S, InputError, check_span, cut_frame_times
 
-END_TOLERANCE_S = 0.1
-
+__all__ = ["END_TOLERANCE_S", "InputError", "check_span", "cut_frame_times", "cut_audio", "decode_cut"]
 
 def clip_span(item: MediaItem) -> tuple[float, float | None]:
     return item.clip_start_s, item.clip_end_s
-
-
-def check_span(start_s: float, end_s: float | None, duration_s: float, path: Path | None, what: str) -> float:
-    """The clip's duration, or InputError when [start_s, end_s) does not lie in the file's [0, duration_s)."""
-    if start_s >= duration_s or (end_s is not None and end_s > duration_s + END_TOLERANCE_S):
-        end = f"{end_s:g}" if end_s is not None else "end"
-        raise InputError(f"{path}: clip [{start_s:g}, {end}) s lies outside the "
-                         f"{what} (duration {duration_s:.3f} s)")
-    end = duration_s if end_s is None else min(end_s, duration_s)
-    return end - start_s
-
-
-def cut_frame_times(starts_s: np.ndarray, duration_s: float, start_s: float, end_s: float | None,
-                    path: Path | None) -> tuple[np.ndarray, np.ndarray, float]:
-    """(which frames lie in the clip (bool mask), their start times on the clip's timeline, the clip's duration).
-
-    A frame belongs to the clip when it starts in [start_s, end_s); row intervals and the frame choice then work
-    on the clip's timeline exactly as for a pre-cut file."""
-    clip_s = check_span(start_s, end_s, duration_s, path, "video")
-    shifted = np.asarray(starts_s, np.float64) - start_s
-    # whole microseconds, as pick_frames compares: float noise never moves a frame across the clip's edges
-    us = np.round(shifted * 1e6)
-    keep = (us >= 0) & (us < round(clip_s * 1e6))
-    if not keep.any():
-        raise InputError(f"{path}: no video frame starts inside the clip [{start_s:g}, {start_s + clip_s:g}) s")
-    return keep, shifted[keep], clip_s
 
 
 def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | None) -> Audio:
@@ -75,7 +52,7 @@ def cut_transcript(item: MediaItem) -> Words:
     """The item's captions (on the video file's timeline) re-timed to the clip; words wholly outside dropped."""
     from extractors.captions import parse_captions
 
-    path = decode._existing(item.transcript, "transcript")
+    path = decode.existing(item.transcript, "transcript")
     duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
     return parse_captions(path, clip_start_s=item.clip_start_s, clip_duration_s=duration)
 

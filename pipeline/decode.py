@@ -1,24 +1,28 @@
-"""Decoding on CPU workers: 1 fps frames and 16 kHz mono audio (both PyAV), transcripts, QA text.
+"""Decoding on CPU workers: 1 fps frames (PyAV; audio in pipeline/audio.py), transcripts, QA text.
 
 Which frame stands for a second: row k covers [k, min(k+1, D)) where D is the video's duration
-(end of its last frame); it uses the decoded frame whose start timestamp is nearest the middle of
-that interval (k + 0.5 s for every full second), ties going to the earlier frame. Timestamps are the
-container's integer PTS times its time base, in float64 (read by demuxing alone, no pixels decoded), so
-variable and odd frame rates, B-frames and hour-long clips need no special case. Comparisons are made in
-whole microseconds, so float rounding never breaks a tie.
+(end of its last frame); it uses the decoded frame whose display time is nearest the middle of
+that interval (k + 0.5 s for every full second), ties going to the earlier frame. Comparisons are made in
+whole microseconds, so float rounding never breaks a tie. Times are on the clip's timeline (pipeline/media.py).
 
-The clip's timeline is the container's: time 0 is its start time, where captions start too. A video or
-audio stream that starts later than the container (an offset of more than `STREAM_OFFSET_MIN_S`) keeps
-its place on it: its frames are stamped later, its audio is preceded by silence (or trimmed when it
-starts earlier). Smaller offsets (encoder delay, AAC priming) are left alone. Audio ends where its track
-says it ends (the last packet's timestamp plus its duration: in mp4 the edit list's end), never after the
-container's duration (Matroska, MPEG-TS), so the encoder's padding of the last AAC frame is not audio; priming before the edit list's
-start is dropped by the demuxer. Within the track, decoded audio is placed by its timestamps.
+Display times: the container's integer PTS times its time base, in float64, read by demuxing alone (no pixels
+decoded), so variable and odd frame rates, B-frames and hour-long clips need no special case; a decoded frame
+is matched to its time by its PTS. Where packet PTS are not the display times, the pictures come out of the
+decoder in display order instead, and the n-th picture out is shown at the n-th smallest PTS (what ffmpeg's
+best-effort timestamps give): always for MPEG-4 Part 2 (DivX/XviD "packed B-frames", whose packets each hold
+the next P-frame and the B-frame shown before it, their PTS guessed by the demuxer, mostly from AVI), and for
+any other stream whose decoded PTS turn out missing or out of order.
+
+Segments (long videos): each segment decodes from the last keyframe at or before its first frame (found in the
+demuxing pass; the seek goes back further until the demuxer lands at or before it, which MPEG-TS's
+timestamp search does not promise) and drops what it decodes before its first frame, so its rows and pictures
+are exactly the whole video's. In display-order mode every segment decodes from the start.
 
 Damaged files (docs/design.md): a video whose data is partly undecodable yields the seconds that decode;
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
-left out (alignment then marks that second missing) and `missing_s` lists it. Audio packets that do not
-decode become silence of their length, listed in `missing_s`, so later audio keeps its place.
+left out (alignment then marks that second missing) and `missing_s` lists it. A truncated file (the container
+says the media lasts more than TAIL_MIN_S longer than the last frame) keeps D from the container: the rows
+after the last frame are missing, listed in `missing_s`, with a warning.
 
 Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
@@ -26,54 +30,51 @@ frame becomes RGB), and `Frames.picture` records how.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from extractors.base import Audio, Frames, QAText, Words, rate_intervals
+from extractors.base import Frames, QAText, Words, rate_intervals
 from manifests.records import MediaItem, QAItem
 from pipeline import picture
+from pipeline.audio import AUDIO_GAP_MIN_S, TAIL_MIN_S, decode_audio
+from pipeline.media import (
+    STREAM_OFFSET_MIN_S,
+    InputError,
+    cut_frame_times,
+    declared_end_s,
+    existing,
+    first_line,
+    open_media,
+    origin_s,
+    video_streams,
+)
+
+__all__ = ["AUDIO_GAP_MIN_S", "STREAM_OFFSET_MIN_S", "InputError", "decode_audio", "decode_frames",
+           "decode_frames_segment", "existing"]  # (re-exported: callers keep importing them from here)
 
 log = logging.getLogger(__name__)
 
-STREAM_OFFSET_MIN_S = 0.05
-AUDIO_GAP_MIN_S = 0.02  # timestamp jumps in an audio track shorter than this are jitter, not missing audio
+# the private names this module had before pipeline/media.py held them (branches still in flight call them)
+_existing, _first_line, _open = existing, first_line, open_media
+
+SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
 # enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
 # (2: streams that start late keep their place on the container's timeline; 3: PyAV instead of decord,
-# float64 timestamps from integer PTS, audio ends at the track's end, damaged data left out)
-DECODE_VERSION = "3"
-
-
-class InputError(ValueError):
-    """A problem with one input file; the message names the file and the problem."""
-
-
-def _existing(path: Path | None, what: str) -> Path:
-    if path is None:
-        raise InputError(f"no {what} file in the manifest")
-    if not path.exists():
-        raise InputError(f"{path}: {what} file does not exist")
-    if path.stat().st_size == 0:
-        raise InputError(f"{path}: {what} file is empty")
-    return path
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0][:200]
-
-
-def _open(path: Path) -> Any:
-    import av
-
-    try:
-        return av.open(str(path))
-    except (av.FFmpegError, OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot open: {_first_line(e)}") from e
-
+# float64 timestamps from integer PTS, audio ends at the track's end, damaged data left out; 4: segments seek to
+# the keyframe at or before their first frame (MPEG-TS lost and shifted rows), MPEG-4 Part 2 and streams whose
+# PTS are not display times use the decoder's output order, every stream placed by its own timestamps from the
+# picture's start (audio priming before it cut: MKV/TS/FLV audio no longer 21-25 ms late), truncated files keep
+# the container's duration with the missing tail listed)
+DECODE_VERSION = "4"
 
 def second_intervals(duration_s: float) -> np.ndarray:
     """(N, 2) rows [k, min(k+1, D)), N = ceil(D)."""
@@ -91,9 +92,7 @@ def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray
 
 
 def _video_stream(container: Any, path: Path) -> Any:
-    import av
-
-    streams = [s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
+    streams = video_streams(container)
     if not streams:
         raise InputError(f"{path}: no video stream")
     stream = streams[0]
@@ -108,82 +107,204 @@ def _ticks_to_s(ticks: np.ndarray, time_base: Fraction) -> np.ndarray:
     return ticks.astype(np.float64) * time_base.numerator / time_base.denominator
 
 
-def _frame_times(container: Any, stream: Any, path: Path) -> tuple[np.ndarray, np.ndarray, float]:
-    """(sorted PTS in stream ticks, their seconds on the clip's timeline, the end of the last frame), from the
-    demuxer alone. Frames the demuxer marks for discarding (before an edit list's start) do not play."""
+@dataclass(frozen=True)
+class _Timing:
+    """A video stream's display times, on the clip's timeline."""
+
+    ticks: np.ndarray  # display times, stream ticks, increasing
+    starts: np.ndarray  # their seconds on the clip's timeline
+    end_s: float  # the end of the last frame
+    duration_s: float  # D: end_s, or the container's end when the file is truncated
+    keys: np.ndarray  # (K, 2) (pts, dts) of the keyframe packets, in decode order
+    in_order: bool  # decoded frames carry their display PTS (False: the n-th picture out is at ticks[n])
+    time_base: Fraction
+    origin_s: float  # container seconds of clip time 0
+    container_end_s: float | None  # container seconds where the container says the media ends
+
+
+def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
+    """`base` with the display times `ticks` whose last frame ends at `end_ticks` (None: unknown, one frame of
+    the nominal rate after it, `base.end_s` holding that length); D the container's end when it is more than
+    TAIL_MIN_S later (a truncated file)."""
+    starts = _ticks_to_s(ticks, base.time_base) - base.origin_s
+    if end_ticks is None or end_ticks <= ticks[-1]:
+        end_s = float(starts[-1] + base.end_s)
+    else:
+        end_s = float(_ticks_to_s(np.array([end_ticks]), base.time_base)[0] - base.origin_s)
+    duration = end_s
+    if base.container_end_s is not None and base.container_end_s - base.origin_s - end_s > TAIL_MIN_S:
+        duration = base.container_end_s - base.origin_s
+    return dataclasses.replace(base, ticks=ticks, starts=starts, end_s=end_s, duration_s=duration)
+
+
+def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
+    """The stream's display times from the demuxer alone. Frames the demuxer marks for discarding (before an
+    edit list's start) do not play (their keyframes still count for seeking)."""
     import av
 
-    pts, ends = [], []
+    pts, ends, keys = [], [], []
     try:
         for packet in container.demux(stream):
-            if packet.pts is None or packet.is_discard:
-                if packet.pts is None and packet.size:
-                    raise InputError(f"{path}: video packets without timestamps (raw stream?); remux it into mp4/mkv")
+            if packet.pts is None and packet.size:
+                raise InputError(f"{path}: video packets without timestamps (raw stream?); remux it into mp4/mkv")
+            if packet.pts is None:
                 continue
-            pts.append(packet.pts)
-            ends.append(packet.pts + max(0, packet.duration or 0))
+            if packet.is_keyframe:
+                keys.append((packet.pts, packet.dts if packet.dts is not None else packet.pts))
+            if not packet.is_discard:
+                pts.append(packet.pts)
+                ends.append(packet.pts + max(0, packet.duration or 0))
     except av.FFmpegError as e:  # a damaged container: the frames demuxed so far are all we know of
-        log.warning("%s: demuxing stopped after %d frames: %s", path, len(pts), _first_line(e))
+        log.warning("%s: demuxing stopped after %d frames: %s", path, len(pts), first_line(e))
     if not pts:
         raise InputError(f"{path}: video has no frames")
     ticks = np.unique(np.asarray(pts, np.int64))
     step = int(np.median(np.diff(ticks))) if len(ticks) > 1 else 0
     end = max(max(ends), int(ticks[-1]) + (step if max(ends) <= ticks[-1] else 0))
-    tb = Fraction(stream.time_base)
-    offset_s = _stream_offset_s(container, [stream])
-    starts = _ticks_to_s(ticks - ticks[0], tb) + offset_s
-    if end <= ticks[-1]:  # a single frame of unknown length: show it for one frame of the nominal rate
-        rate = stream.average_rate or stream.guessed_rate or 25
-        return ticks, starts, float(starts[-1] + 1 / float(rate))
-    return ticks, starts, float(_ticks_to_s(np.array([end - ticks[0]]), tb)[0] + offset_s)
+    # PTS are display times, except where the container stores none (AVI: the demuxer guesses them) or the
+    # codec packs two pictures in a packet (MPEG-4 Part 2's packed B-frames)
+    in_order = stream.codec_context.name != "mpeg4" and "avi" not in container.format.name.split(",")
+    base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
+                   np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
+                   origin_s(container), declared_end_s(container))
+    return _timing(ticks, end, base)
 
 
-def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: bool,
+def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
+    """Display times from decoding, for streams whose PTS are not display times: ffmpeg's best-effort timestamp
+    of each picture in the order the decoder gives them, which for these streams is the DTS of the packet that
+    brought it out (ffmpeg's guess_correct_pts falls back to it once PTS go out of order); a picture without
+    one (the last ones, flushed) comes one frame after the previous, as ffmpeg's own output stamps it."""
+    import av
+
+    step = int(np.median(np.diff(timing.ticks))) if len(timing.ticks) > 1 else 1
+    times: list[int] = []
+    with open_media(path) as container:
+        stream = _video_stream(container, path)
+        try:
+            for packet in container.demux(stream):
+                try:
+                    frames = packet.decode()
+                except av.FFmpegError:
+                    continue
+                for frame in frames:
+                    t = frame.dts if frame.dts is not None else (times[-1] + step if times else frame.pts or 0)
+                    times.append(max(t, times[-1] + 1) if times else t)  # never before the previous picture
+        except av.FFmpegError:
+            pass
+    if not times:
+        raise InputError(f"{path}: no frame could be decoded")
+    ticks = np.asarray(times, np.int64)
+    return _timing(ticks, int(ticks[-1]) + step, dataclasses.replace(timing, in_order=False))
+
+
+class _NotInDisplayOrder(Exception):
+    """Decoded frames' PTS are missing or out of order: they are not display times."""
+
+
+def _packets_from(container: Any, stream: Any, key: tuple[int, int]) -> Iterator[Any] | None:
+    """The stream's packets from keyframe `key` (pts, dts) on, in decode order, or None when no seek lands at or
+    before it. A seek to its DTS with the backward flag should; where the demuxer lands after it (a timestamp
+    search over MPEG-TS bytes), seek further back; packets before it are dropped undecoded."""
+    import av
+
+    one_s = max(1, round(1 / stream.time_base))
+    back = 0
+    for _ in range(SEEK_TRIES):
+        try:
+            container.seek(int(key[1]) - back, stream=stream, backward=True, any_frame=False)
+        except av.FFmpegError:
+            return None
+        packets = container.demux(stream)
+        for packet in packets:
+            if packet.pts == key[0] and packet.is_keyframe:
+                return itertools.chain([packet], packets)
+            if packet.dts is not None and packet.dts > key[1]:
+                break  # landed after it
+        back = 2 * back or one_s
+    return None
+
+
+def _keyframe_before(keys: np.ndarray, first_pts: int) -> tuple[int, int] | None:
+    """The last keyframe in decode order whose PTS is at or before `first_pts`."""
+    at = np.flatnonzero(keys[:, 0] <= first_pts) if len(keys) else []
+    return (int(keys[at[-1], 0]), int(keys[at[-1], 1])) if len(at) else None
+
+
+def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: bool, timing: _Timing,
                      span: tuple[int, int] | None = None) -> tuple[dict[int, np.ndarray], set[int], list[tuple[int, str]]]:
     """Decode the video stream in order; RGB pictures as displayed (`view`) of the `wanted` PTS, the PTS of
     every intact frame, and the (PTS, error) of packets the decoder refused. Frames the decoder flags as corrupt are not intact.
     `fast`: stop once every wanted picture is in, and skip decoding unwanted frames that no other frame refers
     to (non-reference B-frames); the intact set is then incomplete. `span` (first PTS, last PTS): a segment of
-    the video; decoding starts at the keyframe before the first (a seek) and stops after the last."""
+    the video; decoding starts at the keyframe at or before the first and stops after the last.
+    Raises _NotInDisplayOrder when `timing.in_order` and the decoded PTS say otherwise."""
     import av
 
     pictures: dict[int, np.ndarray] = {}
     intact: set[int] = set()
     errors: list[tuple[int, str]] = []
-    with _open(path) as container:
+    in_order = timing.in_order
+    with open_media(path) as container:
         stream = _video_stream(container, path)
-        if span is not None and span[0] > 0:
-            container.seek(int(span[0]), stream=stream, backward=True, any_frame=False)
+        packets = None
+        key = _keyframe_before(timing.keys, span[0]) if in_order and span and span[0] > timing.ticks[0] else None
+        if key is not None:
+            packets = _packets_from(container, stream, key)
+        if packets is None:
+            if key is not None:
+                log.info("%s: no seek reached the keyframe at PTS %d; decoding from the start", path, key[0])
+                container.close()
+                container = open_media(path)
+                stream = _video_stream(container, path)
+            packets = container.demux(stream)
+        fast = fast and in_order  # display order counts every picture out: none may be skipped
+        context, shown, last, corrupt = stream.codec_context, 0, None, set()
         try:
-            context = stream.codec_context
-            for packet in container.demux(stream):
+            for packet in packets:
+                if packet.is_corrupt and packet.pts is not None:  # cut short (a truncated file's last packet)
+                    corrupt.add(packet.pts)
                 if fast:
                     context.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in wanted else "NONREF"
                 try:
                     frames = packet.decode()
                 except av.FFmpegError as e:
-                    errors.append((packet.pts if packet.pts is not None else -1, _first_line(e)))
+                    errors.append((packet.pts if packet.pts is not None else -1, first_line(e)))
                     continue
                 for frame in frames:
-                    if frame.pts is None or frame.is_corrupt:
+                    if in_order:
+                        if frame.pts is None or (last is not None and frame.pts <= last):
+                            if not errors and not frame.is_corrupt:  # (damaged data may come out of order)
+                                raise _NotInDisplayOrder(f"PTS {frame.pts} after {last}")
+                            if frame.pts is None:
+                                continue
+                        pts = frame.pts
+                        last = max(last or pts, pts)
+                    else:  # the n-th picture out is shown at the n-th display time
+                        pts = last = int(timing.ticks[min(shown, len(timing.ticks) - 1)])
+                        shown += 1
+                        if shown > len(timing.ticks):
+                            continue
+                    if frame.is_corrupt or (in_order and pts in corrupt):
                         continue
-                    intact.add(frame.pts)
-                    if frame.pts in wanted and frame.pts not in pictures:
-                        pictures[frame.pts] = view.rgb(frame)
+                    intact.add(pts)
+                    if pts in wanted and pts not in pictures:
+                        pictures[pts] = view.rgb(frame)  # the one place a frame becomes RGB
                 # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
-                if (fast and len(pictures) == len(wanted)) or (span is not None and any(
-                        f.pts is not None and f.pts > span[1] for f in frames)):
+                if (fast and len(pictures) == len(wanted)) or (span and last is not None and last > span[1]):
                     break
         except av.FFmpegError as e:
-            errors.append((-1, f"demuxing stopped: {_first_line(e)}"))
+            errors.append((-1, f"demuxing stopped: {first_line(e)}"))
+        finally:
+            container.close()
     return pictures, intact, errors
 
 
 def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, starts: np.ndarray,
-                     duration: float, intervals: np.ndarray, intact: set[int]) -> np.ndarray:
+                     end_s: float, intervals: np.ndarray, intact: set[int]) -> np.ndarray:
     """For rows whose chosen frame is lost: the intact frame nearest the middle among those shown during the
-    row's interval (frame i is shown over [start_i, start_i+1)), or -1 when none is."""
-    shown_until = np.append(starts[1:], duration)
+    row's interval (frame i is shown over [start_i, start_i+1), the last until `end_s`), or -1 when none is."""
+    shown_until = np.append(starts[1:], end_s)
     ok = np.fromiter((t in intact for t in ticks.tolist()), bool, len(ticks))
     out = index.copy()
     for row in np.flatnonzero(lost):
@@ -211,186 +332,94 @@ def segment_rows(n_rows: int, frame_bytes: int, max_bytes: int | None) -> list[t
     return [(a, min(n_rows, a + step)) for a in range(0, n_rows, max(1, step))] or [(0, 0)]
 
 
+def _timing_in_clip(timing: _Timing, clip: tuple[float, float | None], path: Path) -> _Timing:
+    """The frames of the clip [start_s, end_s) of the file, on the clip's own timeline (pipeline/cut.py)."""
+    keep, starts, duration = cut_frame_times(timing.starts, timing.duration_s, *clip, path)
+    return dataclasses.replace(timing, ticks=timing.ticks[keep], starts=starts,
+                               end_s=min(timing.end_s - clip[0], duration), duration_s=duration)
+
+
+def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: picture.View, timing: _Timing,
+              span: tuple[int, int] | None) -> tuple[np.ndarray, dict[int, np.ndarray], list[tuple[int, str]]]:
+    """(The frame index per row, -1 where none (the damaged-data rule), the pictures by PTS, decode errors)."""
+    ticks, chosen = timing.ticks, index >= 0
+    wanted = set(ticks[index[chosen]].tolist())
+    pictures, intact, errors = _decode_pictures(path, wanted, view, True, timing, span)
+    lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
+    if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
+        pictures, intact, errors = _decode_pictures(path, wanted, view, False, timing, span)
+        lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
+        index = _fallback_frames(index, lost, ticks, timing.starts, timing.end_s, intervals, intact)
+        extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
+        if extra:
+            pictures.update(_decode_pictures(path, extra, view, True, timing, span)[0])
+        index = np.where([i >= 0 and int(ticks[i]) in pictures for i in index], index, -1)
+    return index, pictures, errors
+
+
 def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = None, segment: int = 0,
-                          max_bytes: int | None = None) -> tuple[Frames, int]:
+                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
     """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
     within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
-    path = _existing(path, "video")
-    with _open(path) as container:  # its own pass: the orientation comes on the first decoded frame
+    path = existing(path, "video")
+    with open_media(path) as container:  # its own pass: the orientation comes on the first decoded frame
         view = picture.probe_view(container, _video_stream(container, path), path)
-    with _open(path) as container:
+    with open_media(path) as container:
         stream = _video_stream(container, path)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
-        ticks, starts, duration = _frame_times(container, stream, path)
-    if clip is not None:  # a clip inside the file: only its frames, on its own timeline
-        from pipeline.cut import cut_frame_times
-
-        keep, starts, duration = cut_frame_times(starts, duration, *clip, path)
-        ticks = ticks[keep]
-    all_intervals = second_intervals(duration)
+        timing = _frame_times(container, stream, path)
+    if best_effort or not timing.in_order:
+        timing = _best_effort_timing(path, timing)
+    if clip is not None:
+        timing = _timing_in_clip(timing, clip, path)
+    all_intervals = second_intervals(timing.duration_s)
     segments = segment_rows(len(all_intervals), view.frame_bytes, max_bytes)
     if not 0 <= segment < len(segments):
         raise ValueError(f"{path}: segment {segment} of a video decoded in {len(segments)}")
+    if segment == 0 and timing.duration_s > timing.end_s:
+        log.warning("%s: truncated file? the last frame ends at %.2f s but the container says the media lasts "
+                    "%.2f s: the seconds after have no rows (missing_s)", path, timing.end_s, timing.duration_s)
     lo, hi = segments[segment]
     intervals = all_intervals[lo:hi]
-    index = pick_frames(starts, intervals)
-    span = None
-    if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
-        first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
-        last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
-        span = (int(ticks[first]) if segment else 0, int(ticks[last]))
-    wanted = set(ticks[index].tolist())
-    pictures, intact, errors = _decode_pictures(path, wanted, view, fast=True, span=span)
-    lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
-    if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
-        pictures, intact, errors = _decode_pictures(path, wanted, view, fast=False, span=span)
-        lost = np.array([int(ticks[i]) not in pictures for i in index], bool)
-        index = _fallback_frames(index, lost, ticks, starts, duration, intervals, intact)
-        extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
-        if extra:
-            pictures.update(_decode_pictures(path, extra, view, fast=True, span=span)[0])
-        index = np.where([i >= 0 and int(ticks[i]) in pictures for i in index], index, -1)
+    starts, ticks = timing.starts, timing.ticks
+    played = np.round(intervals[:, 0] * 1e6) < round(timing.end_s * 1e6)  # rows during which some frame shows
+    index = np.full(len(intervals), -1)
+    errors: list[tuple[int, str]] = []
+    pictures: dict[int, np.ndarray] = {}
+    if played.any():
+        index[played] = pick_frames(starts, intervals[played])
+        span = None
+        if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
+            first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
+            last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
+            span = (int(ticks[first]), int(ticks[last]))
+        try:
+            index, pictures, errors = _pictures(path, index, intervals, view, timing, span)
+        except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
+            log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
+            return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
     keep = index >= 0
     if not keep.any() and len(segments) == 1:
         why = f": {errors[0][1]}" if errors else ""
         raise InputError(f"{path}: no frame could be decoded{why}")
-    missing = intervals[~keep]
-    if len(missing):
-        where = ", ".join(f"{a:g}-{b:g} s" for a, b in missing[:5]) + (" …" if len(missing) > 5 else "")
+    damaged = intervals[~keep & played]
+    if len(damaged):
+        where = ", ".join(f"{a:g}-{b:g} s" for a, b in damaged[:5]) + (" …" if len(damaged) > 5 else "")
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
-                    path, len(missing), len(intervals), where)
+                    path, len(damaged), len(intervals), where)
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
               else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
     frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                    duration_s=duration, missing_s=missing, picture=view.attrs())
+                    duration_s=timing.duration_s, missing_s=intervals[~keep], picture=view.attrs())
     return frames, len(segments)
-
-
-class _AudioTrack:
-    """Decoded audio placed by its timestamps on the clip's timeline, resampled to `rate_hz` mono.
-
-    A run of frames whose timestamps follow on from each other is resampled as one piece; a jump forward of
-    more than AUDIO_GAP_MIN_S (packets that did not decode, a hole in the track) ends the piece, and the
-    next one starts where its timestamp says, the hole left silent and listed in `missing_s`."""
-
-    def __init__(self, rate_hz: int, origin_ticks: int, time_base: Fraction, shift_s: float) -> None:
-        self.rate_hz, self.origin, self.tb, self.shift_s = rate_hz, origin_ticks, time_base, shift_s
-        self.pieces: list[tuple[float, np.ndarray]] = []  # (start seconds, samples)
-        self.missing_s: list[tuple[float, float]] = []
-        self._chunks: list[np.ndarray] = []
-        self._start_s: float | None = None
-        self._next_ticks: float | None = None
-        self._resampler: Any = None
-
-    def seconds(self, ticks: float) -> float:
-        return float((ticks - self.origin) * self.tb) + self.shift_s
-
-    def add(self, frame: Any) -> None:
-        import av
-
-        if frame.pts is not None:
-            if self._next_ticks is not None and self.seconds(frame.pts) - self.seconds(self._next_ticks) > AUDIO_GAP_MIN_S:
-                self.missing_s.append((self.seconds(self._next_ticks), self.seconds(frame.pts)))
-                self.finish()
-            if self._start_s is None:
-                self._start_s = self.seconds(frame.pts)
-            self._next_ticks = frame.pts + frame.samples / frame.sample_rate / self.tb
-        elif self._start_s is None:
-            self._start_s = self.pieces[-1][0] + self.pieces[-1][1].size / self.rate_hz if self.pieces else self.shift_s
-        if self._resampler is None:
-            self._resampler = av.AudioResampler(format="flt", layout="mono", rate=self.rate_hz)
-        self._chunks.extend(f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame))
-
-    def finish(self) -> None:
-        """Close the current piece (resampler flushed)."""
-        if self._resampler is not None:
-            self._chunks.extend(f.to_ndarray().reshape(-1) for f in self._resampler.resample(None))
-        if self._chunks and self._start_s is not None:
-            self.pieces.append((self._start_s, np.concatenate(self._chunks).astype(np.float32)))
-        self._chunks, self._start_s, self._resampler = [], None, None
-
-    def samples(self, end_s: float) -> np.ndarray:
-        """All pieces on one buffer from clip time 0 to `end_s` (silence where nothing decoded)."""
-        self.finish()
-        out = np.zeros(max(0, round(end_s * self.rate_hz)), np.float32)
-        for start_s, piece in self.pieces:
-            at = round(start_s * self.rate_hz)
-            lo = max(0, -at)
-            n = max(0, min(piece.size - lo, out.size - (at + lo)))
-            out[at + lo:at + lo + n] = piece[lo:lo + n]
-        return out
-
-
-def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
-    """The first audio stream, resampled once to `rate_hz` mono float32, on the clip's timeline."""
-    import av
-
-    path = _existing(path, "audio")
-    with _open(path) as container:
-        if not container.streams.audio:
-            raise InputError(f"{path}: no audio track")
-        stream = container.streams.audio[0]
-        tb = Fraction(stream.time_base)
-        origin = stream.start_time
-        track: _AudioTrack | None = None
-        end_ticks: int | None = None  # the end of the last packet: the track's true end, before encoder padding
-        errors: list[tuple[float, str]] = []
-        try:
-            for packet in container.demux(stream):
-                if packet.pts is not None and not packet.is_discard and packet.duration:
-                    end_ticks = max(end_ticks or packet.pts, packet.pts + packet.duration)
-                try:
-                    frames = packet.decode()
-                except av.FFmpegError as e:  # e.g. InvalidDataError (or EPERM from the AAC decoder) on damaged data
-                    errors.append((float(packet.pts * tb) if packet.pts is not None else math.nan, _first_line(e)))
-                    continue
-                for frame in frames:
-                    if track is None:
-                        origin = origin if origin is not None else (frame.pts or 0)
-                        track = _AudioTrack(rate_hz, origin, tb, _stream_offset_s(container, [stream]))
-                    track.add(frame)
-        except av.FFmpegError as e:
-            errors.append((math.nan, f"demuxing stopped: {_first_line(e)}"))
-        if track is None:
-            why = f" ({errors[0][1]})" if errors else ""
-            raise InputError(f"{path}: audio track is empty or undecodable{why}")
-        track.finish()
-        decoded_end_s = max((s + p.size / rate_hz for s, p in track.pieces), default=0.0)
-        end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end_s
-        if container.duration and container.start_time is not None:  # (raw ADTS has neither: a bit-rate guess)
-            # never past the container's end (Matroska knows the padded last frame only from its duration)
-            true_offset_s = float(track.origin * tb) - container.start_time / av.time_base
-            end_s = min(end_s, container.duration / av.time_base - true_offset_s + track.shift_s)
-    if end_s - decoded_end_s > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
-        track.missing_s.append((decoded_end_s, end_s))
-    samples = track.samples(end_s)
-    if samples.size == 0:
-        raise InputError(f"{path}: audio track is empty")
-    if track.missing_s:
-        log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
-                    sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
-                    "a hole in the track's timestamps")
-    missing = np.array(track.missing_s, np.float64).reshape(-1, 2)
-    return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing)
-
-
-def _stream_offset_s(container: Any, streams: Any) -> float:  # a PyAV container and one of its stream lists
-    """Seconds from the container's start to the first of `streams`' start; 0 when under
-    STREAM_OFFSET_MIN_S or unknown."""
-    import av
-
-    if not streams or streams[0].start_time is None or container.start_time is None:
-        return 0.0
-    offset = float(streams[0].start_time * streams[0].time_base) - container.start_time / av.time_base
-    return offset if abs(offset) > STREAM_OFFSET_MIN_S else 0.0
 
 
 def decode_transcript(item: MediaItem) -> Words:
     from extractors.captions import parse_captions
 
-    path = _existing(item.transcript, "transcript")
+    path = existing(item.transcript, "transcript")
     duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
     return parse_captions(path, clip_duration_s=duration, trim_s=item.clip_start_s or None)
 

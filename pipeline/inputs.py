@@ -14,7 +14,7 @@ import numpy as np
 
 from extractors.base import Still, Texts
 from manifests.records import MediaItem
-from pipeline.decode import InputError, _existing, _first_line
+from pipeline.media import InputError, existing, first_line
 from pipeline.picture import exif_view
 
 EXIF_ORIENTATION_TAG = 0x0112
@@ -28,7 +28,7 @@ TEXT_KINDS = ("caption", "reactions")
 def decode_image(path: Path | None) -> Still:  # None: the manifest found no image for the item
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    path = _existing(path, "image")
+    path = existing(path, "image")
     try:
         with Image.open(path) as img:
             img.load()
@@ -36,7 +36,7 @@ def decode_image(path: Path | None) -> Still:  # None: the manifest found no ima
             upright = ImageOps.exif_transpose(img)
             pixels = np.asarray(upright.convert("RGB"), np.uint8)
     except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read image: {_first_line(e)}") from e
+        raise InputError(f"{path}: cannot read image: {first_line(e)}") from e
     if pixels.ndim != 3 or min(pixels.shape[:2]) == 0:
         raise InputError(f"{path}: image has no pixels ({pixels.shape})")
     return Still(pixels=np.ascontiguousarray(pixels[None]), picture=view.attrs())

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages
+from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages, stop
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
-from pipeline.sources import load_items, manifest_summary
+from pipeline.sources import choose_items, load_items, manifest_summary
 from store import layout
 from store.plan import Wanted, make_plan
 from store.reader import Store
@@ -45,13 +45,21 @@ class RunReport:
     manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
     damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
+    # pairs committed with seconds that did not decode (damaged data, a truncated file): feature, item, file,
+    # missing_s (the spans), missing_total_s, duration_s
+    partial: list[dict[str, Any]] = field(default_factory=list)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
     store_error: str | None = None  # the store could not be written (disk full): the run stopped there
+    stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
+    planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
 
     @property
     def exit_code(self) -> int:
-        """FAILURES when any pair failed; DAMAGED when damaged items were left as they are; STORE when
-        only the report could not be saved."""
+        """128 + the signal when one stopped the run; STORE when the store could not be written; FAILURES
+        when any pair failed; DAMAGED when damaged items were left as they are; STORE when only the report
+        could not be saved."""
+        if self.stopped:
+            return 128 + int(self.stopped["signum"])
         if self.store_error:
             return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
@@ -69,14 +77,19 @@ class RunReport:
         if self.cluster:
             lines.append(cluster.summary_line(self.cluster))
         lines += manifest_summary(self.manifest)
-        lines.append(f"  {'feature':<12}{'done':>6}{'skipped':>9}{'failed':>8}{'n/a':>6}")
+        partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
+        lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
-            lines.append(f"  {feat:<12}{c['done']:>6}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
+            lines.append(f"  {feat:<12}{c['done']:>6}{partial[feat]:>9}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
         for d in self.damaged:
             lines.append(f"  DAMAGED {d['feature']}/{d['item']} ({d['path']}): {d['problem']}; "
                          + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
             lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+        for p in self.partial:  # done, but with seconds that have no rows
+            of = f" of {p['duration_s']:.2f}" if p["duration_s"] is not None else ""
+            lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
+                         f"did not decode ({_spans(p['missing_s'])})")
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
@@ -85,11 +98,28 @@ class RunReport:
         if self.not_saved:
             lines.append(f"  run report NOT saved: {self.not_saved}")
         failed = sum(c["failed"] for c in self.counts.values())
-        if failed:
+        if self.stopped:
+            s = self.stopped
+            left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
+            lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
+                         f"the next run computes what is missing: exit code {self.exit_code}")
+        elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
+
+
+def _spans(spans: list[list[float]], most: int = 3) -> str:
+    """Missing spans as `a-b s`, neighbouring ones (consecutive seconds) joined, at most `most` of them."""
+    joined: list[list[float]] = []
+    for a, b in sorted(spans):
+        if joined and a <= joined[-1][1] + 1e-6:
+            joined[-1][1] = max(joined[-1][1], b)
+        else:
+            joined.append([a, b])
+    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
+    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
 
 
 def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
@@ -149,11 +179,12 @@ class _Runner:
         self.sources: dict[tuple[str, str], dict[str, Any]] = {}
         self.stages = stages.StageStats()
         self.committer: Committer | None = None
-        self.pending: dict[tuple[str, str], float] = {}  # pairs handed to the committer -> model seconds
+        self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
 
     def start_ray(self) -> None:
         import ray
 
+        stop.stage("starting Ray")
         env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                             **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
         address = os.environ.get("RAY_ADDRESS")
@@ -172,6 +203,8 @@ class _Runner:
                 # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
                 ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
                          logging_level=logging.WARNING, log_to_driver=True)
+            stop.reinstall()  # ray.init sets its own SIGTERM handler
+        stop.check()
         self.ray = ray
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
@@ -190,10 +223,16 @@ class _Runner:
             self.actors[feat] = [self.new_actor[feat]() for _ in range(n)]
             log.info("%s: %d %s actor(s) for %s%s", feat, n, device, spec.config.extractor,
                      f", {threads} thread(s) each" if threads else "")
-        placed = self.ray.get([a.ready.remote() for group in self.actors.values() for a in group])
+        placed = self.get_sliced([a.ready.remote() for group in self.actors.values() for a in group])
         feats = [feat for feat, group in self.actors.items() for _ in group]
         for feat, node in zip(feats, placed, strict=True):
             cluster.count_work(self.report.cluster, node, f"{feat} actor")
+
+    def get_sliced(self, refs: list[Any]) -> list[Any]:
+        """ray.get in waits of a second, a signal checked between them (models may take a while to load)."""
+        while len(self.ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
+            stop.check()
+        return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
         from tqdm import tqdm
@@ -217,16 +256,19 @@ class _Runner:
         self.last_log = (time.perf_counter(), 0)
         self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
+        stop.stage("extraction")
         try:
             self.loop(total)
-        finally:
-            self.committed(self.committer.close())  # the open batches: committed, or lost only on a kill
-        self.bar.close()
-        self.report.stages = self.stages.summary()
+        finally:  # also when a signal stops the run: the open batches are committed, the stage figures reported
+            with stop.deferred(raise_after=False):
+                self.committed(self.committer.close())
+            self.bar.close()
+            self.report.stages = self.stages.summary()
 
     def loop(self, total: int) -> None:
         self.submit()
         while (self.decoding or self.running or any(self.waiting.values())) and self.committer.store_error is None:
+            stop.check()  # a signal during the last second: stop here, between two Ray calls
             refs = list(self.decoding) + list(self.running)
             ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
             for ref in ready:
@@ -414,17 +456,26 @@ class _Runner:
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
-        self.pending[feat, item.id] = secs
+        partial = None
+        if attrs.get("missing_s"):
+            spans = attrs["missing_s"]
+            partial = {"feature": feat, "item": item.id, "file": _str(decode.source_path(item, spec.extractor.input_kind)),
+                       "missing_s": spans, "missing_total_s": round(sum(b - a for a, b in spans), 6),
+                       "duration_s": attrs["duration_s"]}
+        self.pending[feat, item.id] = (secs, partial)
         self.committer.put(feat, item.id, rows, attrs)
 
     def committed(self, outcomes: list[Any]) -> None:
+        """Count the pairs whose batch is in the store (done, partial) or failed to get there."""
         for o in outcomes:
-            secs = self.pending.pop((o.feature, o.item), 0.0)
+            secs, partial = self.pending.pop((o.feature, o.item), (0.0, None))
             self.stages.add(o.record)
             if o.error is not None:
                 self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
                 continue
             self.report.counts[o.feature]["done"] += 1
+            if partial is not None:
+                self.report.partial.append(partial)
             self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
         if self.committer.store_error is not None and self.report.store_error is None:
             self.report.store_error = str(self.committer.store_error)
@@ -467,35 +518,48 @@ def _str(path: Path | None) -> str | None:
 
 
 def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
-                force: bool = False, limit: int | None = None, verify: bool = False) -> RunReport:
+                force: bool = False, limit: int | None = None, verify: bool = False,
+                split: str | None = None) -> RunReport:
     """`verify`: check every stored item's content hashes (not only metadata and file sizes) before
-    planning, so items with changed bytes are recomputed too."""
+    planning, so items with changed bytes are recomputed too. `split`: only the items of that split (the
+    releases' names too: dev is val); `limit`: then only the first N, in the manifest's order.
+    Under `pipeline.stop.on_signals()` (the CLI) a SIGINT/SIGTERM returns the report of a stopped run."""
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
-    all_items, qa, notes = load_items(dataset, raw, config)
-    items = all_items[:limit] if limit else all_items
-    questions: dict[str, list[QAItem]] = defaultdict(list)
-    for q in qa:
-        questions[q.item_id].append(q)
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
-    _manifest_failures(report, notes)
-    log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
-    writer = StoreWriter(out, dataset)  # holds the store's write lock until the run ends
+    writer = None
     try:
+        stop.stage("opening the store")
+        # an existing store is locked first: a second run stops here, not after reading every manifest
+        writer = StoreWriter(out, dataset) if out.is_dir() else None
+        stop.stage("reading the manifests")
+        all_items, qa, notes = load_items(dataset, raw, config)
+        items = choose_items(all_items, split, limit, raw)
+        questions: dict[str, list[QAItem]] = defaultdict(list)
+        for q in qa:
+            questions[q.item_id].append(q)
+        _manifest_failures(report, notes, specs)
+        log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
+        writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
+    except stop.Stopped as e:
+        return stop.stopped_run(report, writer, out, e, t0)
     finally:
-        writer.close()
+        if writer is not None:
+            writer.close()
 
 
-def _manifest_failures(report: RunReport, notes: list[ManifestNote]) -> None:
-    """Keep the manifest's notes; an item whose metadata failed is a failure of each feature asked for."""
+def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list[FeatureSpec]) -> None:
+    """Keep the manifest's notes; an item whose metadata failed is a failure of each feature asked for, a
+    QA file that could not be read one of the features made from questions."""
     report.manifest = [n.model_dump(mode="json") for n in notes]
+    qa_feats = [s.name for s in specs if s.extractor.input_kind == "qa"]
     for n in notes:
         if n.kind == "failed":
-            for feat in report.counts:
+            for feat in qa_feats if n.what == "QA file" else report.counts:
                 report.counts[feat]["failed"] += 1
                 report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
                                         "error": f"{n.reason}: {n.detail}", "feature": feat})
@@ -522,7 +586,9 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
+    stop.stage("planning")
     plan = make_plan(out, wanted, force=force, verify=verify)
+    report.planned = plan.count("todo")
     todo_pairs = {(w.feature, w.item) for w in plan.todo}
     report.damaged = [{"feature": c.feature, "item": c.item, "path": str(c.path), "problem": c.problem,
                        "recomputed": (c.feature, c.item) in todo_pairs} for c in plan.damaged]
@@ -537,16 +603,18 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     if items and all(i.video is None and i.audio is None and i.transcript is None and i.image is None for i in items):
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
     if todo:
-        runner.start_ray()
-        runner.run(dict(todo), {i.id: i for i in items}, questions)
+        with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
+            runner.start_ray()
+            runner.run(dict(todo), {i.id: i for i in items}, questions)
     _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
-    try:
-        writer.write_run_report(run_id, report.as_dict())
-    except StoreError as e:  # the summary still reaches the user (and the exit code says so)
-        log.error("%s", e)
-        report.not_saved = str(e)
+    with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
+        try:
+            writer.write_run_report(run_id, report.as_dict())
+        except StoreError as e:  # the summary still reaches the user (and the exit code says so)
+            log.error("%s", e)
+            report.not_saved = str(e)
     return report
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
-from manifests.records import ManifestNote, MediaItem, QAItem
+from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem
 from manifests.socialiq import is_siq2, read_siq1, read_siq2
 from pipeline.config import RunConfig
 
@@ -46,6 +47,19 @@ def load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaIt
     from manifests.socialiqa import read_socialiqa
 
     return (*read_socialiqa(raw, dataset=dataset), notes)
+
+
+def choose_items(items: list[MediaItem], split: str | None, limit: int | None, raw: Path) -> list[MediaItem]:
+    """The items of `split` (if given), then the first `limit` of them, in the order the manifest lists them."""
+    if split is not None:
+        name = SPLIT_NAMES.get(split.lower(), split)
+        chosen = [i for i in items if i.split == name]
+        if not chosen:
+            have = Counter(i.split for i in items)
+            raise ValueError(f"{raw}: no items in split {split!r}; the splits here: "
+                             + (", ".join(f"{k} ({n} items)" for k, n in sorted(have.items())) or "none"))
+        items = chosen
+    return items[:limit] if limit else items
 
 
 def manifest_summary(notes: list[dict], shown: int = 8) -> list[str]:

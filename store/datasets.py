@@ -7,6 +7,11 @@
   has three) it raises instead of building an empty dataset: `SocialIQA3` is the three-way task there.
 - `SocialIQA3`: the same with one correct and two incorrect answers (SocialIQA's own multiple choice).
 
+An item whose qa rows hold a context (SocialIQA: row 0, role 0) gives it with every sample as `context`
+(+ `context_mask`), in the same text form as the question. `split` takes the stored names and the releases'
+own (`dev`, `valid`, `validation` -> `val`); a split without questions is an error naming those with some.
+With no modalities nothing is aligned, so no reference feature is needed (text-only stores).
+
 Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
 words, a fixed rate, or another feature) with `store.align`. Undefined values never reach a model by
 surprise: a reference step that no row overlaps has `mask` False, a value that is NaN or +-inf after the
@@ -32,12 +37,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from manifests.records import QAItem
+from manifests.records import SPLIT_NAMES, QAItem
 from store import plancache
 from store.align import How, Reference, align
 from store.reader import ItemFeature, Store, open_store
 
 Text = Literal["tokens", "pooled"]
+ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2  # extractors.qa's row roles (not imported: no model code here)
+FILTERED = "item filtered by a policy (faces: too few faces)"
+MISSING = "item missing, incomplete or damaged in a needed feature"
 _NO_STEPS = torch.zeros((0, 2), dtype=torch.float64)  # a text-only sample's reference intervals (shared, never written)
 
 
@@ -50,10 +58,12 @@ class QASample:
     question_row: int
     answer_rows: tuple[int, ...]  # one for A2, four for A4
     label: int  # A2: 1 correct / 0 not; A4: index of the correct answer in answer_rows
+    context_row: int = -1  # the item's context row (SocialIQA), -1 when it has none
 
 
-def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> dict[str, tuple[int, list[int]]]:
-    """qid -> (question row, answer rows in manifest order), checked against the texts the store embedded."""
+def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> dict[str, tuple[int, list[int], int]]:
+    """qid -> (question row, answer rows in manifest order, context row or -1), checked against the texts
+    the store embedded."""
     ex = store.read(feature, item).extras
     return _match_rows(store.path, feature, item, questions, {k: np.asarray(ex[k][...]) for k in _PLAN_ARRAYS})
 
@@ -61,7 +71,8 @@ def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> 
 _PLAN_ARRAYS = ("qid", "role", "a_index", "text")
 
 
-def _qa_rows_many(store: Store, feature: str, by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int]]]]:
+def _qa_rows_many(store: Store, feature: str,
+                  by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int], int]]]:
     """`_qa_rows` of many items: each part's plan arrays read once, whole (a real store), else item by item."""
     if not hasattr(store, "index"):
         return {item: _qa_rows(store, feature, item, qs) for item, qs in by_item.items()}
@@ -83,13 +94,14 @@ def _qa_rows_many(store: Store, feature: str, by_item: dict[str, list[QAItem]]) 
 
 
 def _match_rows(path: Path, feature: str, item: str, questions: list[QAItem],
-                ex: dict[str, np.ndarray]) -> dict[str, tuple[int, list[int]]]:
+                ex: dict[str, np.ndarray]) -> dict[str, tuple[int, list[int], int]]:
     qids, roles, a_index, texts = ex["qid"], ex["role"], ex["a_index"], ex["text"]
+    context = _context_row(path, feature, item, roles, texts, questions)
     out = {}
     for q in questions:
         rows = np.flatnonzero(qids == q.qid)
-        q_rows = rows[roles[rows] == 1]
-        a_rows = [rows[(roles[rows] == 2) & (a_index[rows] == a)] for a in range(len(q.answers))]
+        q_rows = rows[roles[rows] == ROLE_QUESTION]
+        a_rows = [rows[(roles[rows] == ROLE_ANSWER) & (a_index[rows] == a)] for a in range(len(q.answers))]
         if len(q_rows) != 1 or any(len(r) != 1 for r in a_rows):
             raise ValueError(f"{path}: {feature}/{item} has no rows for question {q.qid} with "
                              f"{len(q.answers)} answers; re-run extraction (the store is stale for the manifest)")
@@ -98,8 +110,20 @@ def _match_rows(path: Path, feature: str, item: str, questions: list[QAItem],
         if stored != [q.question, *q.answers]:
             raise ValueError(f"{path}: {feature}/{item} question {q.qid}: stored texts {stored} differ "
                              f"from the manifest's; re-run extraction")
-        out[q.qid] = (int(q_rows[0]), a_rows_i)
+        out[q.qid] = (int(q_rows[0]), a_rows_i, context)
     return out
+
+
+def _context_row(path: Path, feature: str, item: str, roles: np.ndarray, texts: np.ndarray,
+                 questions: list[QAItem]) -> int:
+    """The item's context row (-1: none), checked against the manifest's context like the other texts."""
+    rows = np.flatnonzero(roles == ROLE_CONTEXT)
+    want = questions[0].context if questions else None
+    if len(rows) > 1 or (len(rows) == 1) != (want is not None) or (want is not None and str(texts[rows[0]]) != want):
+        stored = [str(texts[r]) for r in rows]
+        raise ValueError(f"{path}: {feature}/{item}: stored context {stored} differs from the manifest's "
+                         f"{want!r}; re-run extraction")
+    return int(rows[0]) if len(rows) else -1
 
 
 def a4_choice(qid: str, correct: Sequence[bool], seed: int, n_answers: int = 4) -> tuple[tuple[int, ...], int] | None:
@@ -130,7 +154,8 @@ class _SocialIQ(Dataset):
         (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
-        self.path, self.split, self.modalities = Path(store), split, tuple(modalities)
+        self.path, self.modalities = Path(store), tuple(modalities)
+        self.split = SPLIT_NAMES.get(split.lower(), split) if split is not None else None  # "dev" is stored as "val"
         self.to, self.how, self.qa_feature, self.text = to, how, qa_feature, text
         self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
         self.dropped: Counter[str] = Counter()  # why questions were left out, with counts
@@ -153,6 +178,7 @@ class _SocialIQ(Dataset):
     def _cached_plan(self, s: Store, exclude_filtered: bool) -> list[QASample]:
         """The plan, read from the store's plan cache when neither the store nor the manifest changed since it
         was made (store/plancache.py), else made and saved."""
+        self._needed(s)  # a missing feature is an error, cached plan or not
         options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
                    "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
                    "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
@@ -162,12 +188,13 @@ class _SocialIQ(Dataset):
         if cached is not None:
             self.dropped.update(cached["dropped"])
             self._restore(cached.get("extra", {}))
-            return [QASample(qid, item, q_row, tuple(a_rows), label) for qid, item, q_row, a_rows, label in cached["samples"]]
-        samples = self._plan(s, self._usable_items(s, exclude_filtered))
+            return [QASample(qid, item, q_row, tuple(a_rows), label, c_row)
+                    for qid, item, q_row, a_rows, label, c_row in cached["samples"]]
+        samples = self._plan(s, *self._usable_items(s, exclude_filtered))
         if k:
-            plancache.save(s.path, k, {"samples": [[x.qid, x.item, x.question_row, list(x.answer_rows), x.label]
-                                                   for x in samples], "dropped": dict(self.dropped),
-                                       "extra": self._extra()})
+            plancache.save(s.path, k, {"samples": [[x.qid, x.item, x.question_row, list(x.answer_rows), x.label,
+                                                    x.context_row] for x in samples],
+                                       "dropped": dict(self.dropped), "extra": self._extra()})
         return samples
 
     def _extra(self) -> dict[str, Any]:
@@ -177,23 +204,40 @@ class _SocialIQ(Dataset):
     def _restore(self, extra: dict[str, Any]) -> None:
         pass
 
-    def _usable_items(self, s: Store, exclude_filtered: bool) -> set[str]:
-        reference = [self.to] if isinstance(self.to, str) and self.modalities else []  # text-only: no alignment
-        needed = [*self.modalities, self.qa_feature, *reference]
-        usable = set.intersection(*(set(s.items(f, include_filtered=not exclude_filtered))
-                                    for f in dict.fromkeys(needed)))
-        if exclude_filtered:  # an item a policy filtered in any feature (faces: too few) is out of the task
-            for f in s.features():
-                usable -= set(s.filtered(f))
-        return usable
+    def _needed(self, s: Store) -> list[str]:
+        """The features every sample reads: the QA texts, the modalities and, when something is aligned, the
+        reference feature. A missing one is an error that says what the store has and what to pass."""
+        present = s.features()
+        for f in dict.fromkeys([self.qa_feature, *self.modalities]):
+            if f not in present:
+                raise ValueError(f"{self.path}: no feature {f!r}; present: {present}")
+        needed = [self.qa_feature, *self.modalities]
+        if self.modalities and isinstance(self.to, str):
+            if self.to not in present:
+                raise ValueError(f"{self.path}: no feature {self.to!r} to align to (the default reference: the "
+                                 f"transcript's words); present: {present}; pass to=<one of those>, to=<rate in Hz> "
+                                 "(e.g. to=1.0) or to=<(M, 2) array of seconds>; modalities=() aligns nothing")
+            needed.append(self.to)
+        return list(dict.fromkeys(needed))
 
-    def _plan(self, s: Store, usable: set[str]) -> list[QASample]:
+    def _usable_items(self, s: Store, exclude_filtered: bool) -> tuple[set[str], set[str]]:
+        """(items complete in every needed feature, items a policy filtered in any feature when excluded)."""
+        needed = self._needed(s)
+        usable = set.intersection(*(set(s.items(f, include_filtered=True)) for f in needed))
+        filtered = {i for f in s.features() for i in s.filtered(f)} if exclude_filtered else set()
+        return usable, filtered  # with exclude_filtered, an item filtered in any feature (faces) is out of the task
+
+    def _plan(self, s: Store, usable: set[str], filtered: set[str]) -> list[QASample]:
         by_item: dict[str, list[QAItem]] = {}
-        for q in s.qa_items():
+        questions = s.qa_items()
+        self._check_split(questions)
+        for q in questions:
             if self.split is not None and q.split != self.split:
                 continue
-            if q.item_id not in usable:
-                self.dropped["item missing, incomplete or filtered in the store"] += 1
+            if q.item_id in filtered:
+                self.dropped[FILTERED] += 1
+            elif q.item_id not in usable:
+                self.dropped[MISSING] += 1
             elif not q.correct:
                 self.dropped["unlabelled"] += 1
             else:
@@ -205,7 +249,15 @@ class _SocialIQ(Dataset):
                 samples.extend(self._samples(q, *rows[item][q.qid]))
         return samples
 
-    def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
+    def _check_split(self, questions: list[QAItem]) -> None:
+        if self.split is None or any(q.split == self.split for q in questions):
+            return
+        have = Counter(q.split for q in questions)
+        found = ", ".join(f"{k} ({n} questions)" for k, n in sorted(have.items())) or "none"
+        raise ValueError(f"{self.path}: no questions in split {self.split!r}; the splits with questions: {found} "
+                         f"(split=None: all; the releases' names dev/valid/validation mean val)")
+
+    def _samples(self, q: QAItem, q_row: int, a_rows: list[int], context_row: int) -> list[QASample]:
         raise NotImplementedError
 
     # ---- reading (any process) ----
@@ -278,16 +330,22 @@ class _SocialIQ(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         smp = self.samples[i]
-        x, m = self._texts(smp.item, [smp.question_row, *smp.answer_rows])
+        context = [smp.context_row] if smp.context_row >= 0 else []
+        x, m = self._texts(smp.item, [smp.question_row, *smp.answer_rows, *context])
+        n = 1 + len(smp.answer_rows)
         out = {"qid": smp.qid, "item": smp.item, "question": x[0], "question_mask": m[0], **self._video(smp.item)}
-        out.update(self._answers(x[1:], m[1:], smp.label))
+        out.update(self._answers(x[1:n], m[1:n], smp.label))
+        if context:
+            out.update(context=x[n], context_mask=m[n])
         return out
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """A batch of samples (what a DataLoader with automatic batching asks for): the question and answer
-        rows of every sample gathered in one read per part touched, instead of one read per sample."""
+        """A batch of samples (what a DataLoader with automatic batching asks for): the question, answer and
+        context rows of every sample gathered in one read per part touched, instead of one read per sample."""
         smps = [self.samples[i] for i in indices]
-        picks = [(smp.item, r) for smp in smps for r in (smp.question_row, *smp.answer_rows)]
+        rows = [(smp.question_row, *smp.answer_rows, *([smp.context_row] if smp.context_row >= 0 else []))
+                for smp in smps]
+        picks = [(smp.item, r) for smp, rs in zip(smps, rows, strict=True) for r in rs]
         s = self._open()
         if self.text == "pooled":
             x = np.asarray(s.rows(self.qa_feature, "features", picks), np.float32)[:, None, :]
@@ -297,13 +355,15 @@ class _SocialIQ(Dataset):
             m = np.asarray(s.rows(self.qa_feature, "token_mask", picks), bool)
         xt, mt = torch.from_numpy(x), torch.from_numpy(m)
         out, k = [], 0
-        for smp in smps:
+        for smp, rs in zip(smps, rows, strict=True):
             n = 1 + len(smp.answer_rows)
             sample = {"qid": smp.qid, "item": smp.item, "question": xt[k], "question_mask": mt[k],
                       **self._video(smp.item)}
             sample.update(self._answers(xt[k + 1:k + n], mt[k + 1:k + n], smp.label))
+            if len(rs) > n:
+                sample.update(context=xt[k + n], context_mask=mt[k + n])
             out.append(sample)
-            k += n
+            k += len(rs)
         return out
 
     def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
@@ -315,8 +375,9 @@ class SocialIQA2(_SocialIQ):
 
     task = "A2"
 
-    def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
-        return [QASample(q.qid, q.item_id, q_row, (a_rows[a],), int(q.correct[a])) for a in range(len(q.answers))]
+    def _samples(self, q: QAItem, q_row: int, a_rows: list[int], context_row: int) -> list[QASample]:
+        return [QASample(q.qid, q.item_id, q_row, (a_rows[a],), int(q.correct[a]), context_row)
+                for a in range(len(q.answers))]
 
     def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
         return {"answer": x[0], "answer_mask": m[0], "label": torch.tensor(float(label))}
@@ -343,14 +404,14 @@ class SocialIQA4(_SocialIQ):
     def _restore(self, extra: dict[str, Any]) -> None:
         self._too_few.update({int(k): v for k, v in extra.get("too_few", {}).items()})
 
-    def _samples(self, q: QAItem, q_row: int, a_rows: list[int]) -> list[QASample]:
+    def _samples(self, q: QAItem, q_row: int, a_rows: list[int], context_row: int) -> list[QASample]:
         choice = a4_choice(q.qid, q.correct, self.seed, self.n_answers)
         if choice is None:
             self.dropped[f"fewer than 1 correct and {self.n_answers - 1} incorrect answers"] += 1
             self._too_few[len(q.answers)] += 1
             return []
         answers, label = choice
-        return [QASample(q.qid, q.item_id, q_row, tuple(a_rows[a] for a in answers), label)]
+        return [QASample(q.qid, q.item_id, q_row, tuple(a_rows[a] for a in answers), label, context_row)]
 
     def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
         return {"answers": x, "answers_mask": m, "label": torch.tensor(label, dtype=torch.long)}
@@ -378,22 +439,30 @@ def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:
     """Stack a batch; reference steps padded to the longest item with mask/valid False in the padding.
 
     Out: qid, item (lists); label (B,); question (B, Tq, D) + question_mask; answer (B, Ta, D) + answer_mask
-    (A2) or answers (B, n, Ta, D) + answers_mask (A4: n = 4, A3: n = 3); lengths (B,) reference steps; ref_intervals (B, T, 2);
+    (A2) or answers (B, n, Ta, D) + answers_mask (A4: n = 4, A3: n = 3); context (B, Tc, D) + context_mask
+    when the items have one (SocialIQA); lengths (B,) reference steps; ref_intervals (B, T, 2);
     modalities[name] = {x (B, T, D) float32, mask (B, T) bool, valid (B, T, D) bool}.
+    Every other key is kept too: tensors stacked, anything else as a list. A key that only some samples
+    have is an error (never dropped in silence).
     """
-    out: dict[str, Any] = {"qid": [b["qid"] for b in batch], "item": [b["item"] for b in batch]}
-    out["label"] = torch.stack([b["label"] for b in batch])
-    for key in ("question", "answer", "answers"):
-        if key in batch[0]:
-            out[key] = torch.stack([b[key] for b in batch])
-            out[f"{key}_mask"] = torch.stack([b[f"{key}_mask"] for b in batch])
-    out["lengths"] = torch.tensor([len(b["ref_intervals"]) for b in batch], dtype=torch.long)
-    out["ref_intervals"] = _pad([b["ref_intervals"] for b in batch], 0.0)
-    out["modalities"] = {
-        name: {k: _pad([b["modalities"][name][k] for b in batch], False if k != "x" else 0.0)
-               for k in ("x", "mask", "valid")}
-        for name in batch[0]["modalities"]
-    }
+    keys = list(dict.fromkeys(k for b in batch for k in b))
+    for key in keys:
+        lacking = [b.get("qid", "?") for b in batch if key not in b]
+        if lacking:
+            raise ValueError(f"collate_qa: {key!r} is in some samples of the batch but not in {lacking[:3]}")
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [b[key] for b in batch]
+        if key == "modalities":
+            out[key] = {name: {k: _pad([v[name][k] for v in values], False if k != "x" else 0.0)
+                               for k in ("x", "mask", "valid")} for name in values[0]}
+        elif key == "ref_intervals":
+            out["lengths"] = torch.tensor([len(v) for v in values], dtype=torch.long)
+            out[key] = _pad(values, 0.0)
+        elif isinstance(values[0], torch.Tensor):
+            out[key] = torch.stack(values)
+        else:
+            out[key] = values
     return out
 
 

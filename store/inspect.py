@@ -4,15 +4,17 @@
 
 What a data engineer looks at to trust the alignment: every panel is drawn at the intervals the store
 records, so a frame, a face box, a voiced stretch and a word that belong together line up vertically.
-The frames are not in the store: they are re-decoded from the item's video (the manifest's path) at the
-same rule the pipeline uses (the decoded frame nearest each interval's middle); without the video that
-panel says so and the others are still drawn.
+The frames are not in the store: they are re-decoded from the item's video (the manifest's path) by the
+`thumbnails` function the caller passes, which the store does not own: `pipeline/inspect.py` passes the
+pipeline's own frame decoder (`python -m pipeline.inspect`, `make inspect`), so each picture is the very frame
+the pipeline chose. Without a decoder or without the video that panel says so and the others are still drawn.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +36,14 @@ def _find(store: Store, item: str, names: tuple[str, ...]) -> ItemFeature | None
     return None
 
 
-def decode_thumbnails(
-    video: Path, intervals: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX,
-) -> tuple[list[np.ndarray], tuple[int, int]]:
-    """One RGB image per interval, the very frame the pipeline chose for that row (pipeline/decode.py:
-    `decode_frames`, float64 container timestamps), scaled to `height_px` (None: full size), and the full frame
-    size (width, height) that face boxes refer to. A row whose second had no decodable frame is black."""
+# (video, row intervals) -> (one RGB thumbnail per interval, the full frame's (width, height))
+Thumbnails = Callable[[Path, np.ndarray], tuple[list[np.ndarray], tuple[int, int]]]
+
+
+def scaled(frames: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX) -> tuple[list[np.ndarray], tuple[int, int]]:
+    """RGB frames (N, H, W, 3) scaled to `height_px` (None: as they are), and their full size (width, height)."""
     from PIL import Image
 
-    from pipeline.decode import decode_frames
-
-    decoded = decode_frames(video)
-    row = {float(s): i for i, s in enumerate(decoded.intervals[:, 0])}
-    blank = np.zeros_like(decoded.pixels[0])
-    frames = np.stack([decoded.pixels[row[float(s)]] if float(s) in row else blank
-                       for s in np.asarray(intervals, np.float64)[:, 0]])
     h, w = frames.shape[1:3]
     if height_px is None:
         return list(frames), (w, h)
@@ -56,17 +51,21 @@ def decode_thumbnails(
     return [np.asarray(Image.fromarray(f).resize(size, Image.BILINEAR)) for f in frames], (w, h)
 
 
-def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, faces: ItemFeature | None) -> None:
+def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, faces: ItemFeature | None,
+                  thumbnails: Thumbnails | None) -> None:
     ax.set_ylabel("frames\n+ faces")
     ax.set_yticks([])
     ax.set_ylim(1, 0)
     ref = frames or faces
     media = {m.id: m for m in store.media_items()}.get(item)
-    if ref is None or media is None or media.video is None or not Path(media.video).exists():
-        why = "no frames feature" if ref is None else f"video not found ({media.video if media else 'no manifest entry'})"
+    video = Path(media.video) if media is not None and media.video is not None else None
+    why = ("no frames feature" if ref is None
+           else f"video not found ({video or 'no manifest entry'})" if video is None or not video.exists()
+           else "no video decoder given (python -m pipeline.inspect draws them)" if thumbnails is None else None)
+    if why:
         ax.text(0.5, 0.5, f"frames not shown: {why}", transform=ax.transAxes, ha="center", va="center")
         return
-    thumbs, (w, h) = decode_thumbnails(Path(media.video), ref.intervals)
+    thumbs, (w, h) = thumbnails(video, ref.intervals)
     for (s, e), img in zip(ref.intervals, thumbs, strict=True):
         ax.imshow(img, extent=(s, e, 1, 0), aspect="auto", interpolation="bilinear")
     if faces is None:
@@ -140,8 +139,8 @@ def _panel_heatmap(ax: Any, fig: Any, frames: ItemFeature | None) -> None:
     fig.colorbar(mesh, cax=ax.inset_axes((1.005, 0.0, 0.008, 1.0)))
 
 
-def render_item(store_path: Path | str, item_id: str, out_png: Path | str) -> Path:
-    """Write the PNG (1600 x 1000 px) for one item and return its path."""
+def render_item(store_path: Path | str, item_id: str, out_png: Path | str, thumbnails: Thumbnails | None = None) -> Path:
+    """Write the PNG (1600 x 1000 px) for one item and return its path; `thumbnails` draws the frames panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,7 +156,7 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str) -> Pa
     duration = max(durations) if durations else max(float(r.intervals[:, 1].max(initial=0)) for r in present)
     fig, axes = plt.subplots(4, 1, figsize=FIG_SIZE_IN, dpi=DPI, sharex=True,
                              gridspec_kw={"height_ratios": [1.3, 1, 0.8, 1.4]})
-    _panel_frames(axes[0], s, item_id, frames, faces)
+    _panel_frames(axes[0], s, item_id, frames, faces, thumbnails)
     _panel_f0(axes[1], acoustic)
     _panel_words(axes[2], transcript)
     _panel_heatmap(axes[3], fig, frames)
@@ -174,13 +173,13 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str) -> Pa
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, thumbnails: Thumbnails | None = None) -> None:
     p = argparse.ArgumentParser(description="Render one item of a feature store as a PNG.")
     p.add_argument("store", type=Path)
     p.add_argument("item")
     p.add_argument("out", type=Path)
     args = p.parse_args(argv)
-    print(render_item(args.store, args.item, args.out))
+    print(render_item(args.store, args.item, args.out, thumbnails))
 
 
 if __name__ == "__main__":

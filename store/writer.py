@@ -17,6 +17,7 @@ unfinished parts away.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -62,6 +63,33 @@ class StoreError(RuntimeError):
 
 class StoreLocked(StoreError):
     """Another run holds the store's write lock."""
+
+
+def _flock_pid(fd: int) -> int | None:
+    """The pid holding a flock on fd's file, from the kernel's table (Linux /proc/locks; None elsewhere)."""
+    st = os.fstat(fd)
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; waiters have "->"
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].count(":") != 2:
+            continue
+        major, minor, inode = fields[5].split(":")
+        if (int(major, 16), int(minor, 16), int(inode)) == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino):
+            return int(fields[4])
+    return None
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the lock: the kernel's pid for it where the lock file does not name that pid (the holder
+    is between its flock and its write, or a crashed run left its name), else what the holder wrote."""
+    written = os.pread(fd, 200, 0).decode(errors="replace").strip()
+    pid = _flock_pid(fd)
+    if pid is not None and not written.startswith(f"pid {pid} "):
+        return f"pid {pid} on {os.uname().nodename}"
+    return written or "a process on another machine that has not written its name yet"
 
 
 def _os_problem(e: OSError, fallback: Path) -> str:
@@ -116,17 +144,21 @@ class StoreWriter:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            holder = _lock_holder(fd)
             os.close(fd)
             raise StoreLocked(f"{self.path}: another run is writing to this store ({holder}); "
                               "wait for it to finish or write to another store") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        me = f"pid {os.getpid()} on {os.uname().nodename}".encode()
+        os.pwrite(fd, me, 0)  # then cut: the file is never empty while held by a run that wrote it
+        os.ftruncate(fd, len(me))
         return fd
 
     def close(self) -> None:
-        """Release the store's write lock (also done when the writer is garbage-collected or the process ends)."""
+        """Release the store's write lock (also done when the writer is garbage-collected or the process ends);
+        the holder's name is erased first, so a later reader never takes it for the next holder."""
         if getattr(self, "_lock", None) is not None:
+            with contextlib.suppress(OSError):  # a read-only or full store: the name stays, the lock goes
+                os.ftruncate(self._lock, 0)
             os.close(self._lock)
             self._lock = None
 

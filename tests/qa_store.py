@@ -1,4 +1,6 @@
-"""QA stores without a text model: the `bert_qa` row plan (extractors.qa.qa_rows) with zero vectors.
+"""QA stores without a text model: the `bert_qa` row plan (extractors.qa.qa_rows) with zero vectors, or
+with `text_vector(text)` (a vector drawn from the text's CRC-32) where a test must tell which text a
+returned row embeds.
 
 Enough for the datasets' planning and label checks, which read only the row plan (qid, role, a_index,
 text), at a few milliseconds per item instead of a BERT pass: real-data tests build stores of thousands
@@ -7,6 +9,7 @@ of questions this way.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,17 +25,24 @@ from store.writer import StoreWriter
 DIM = 2
 
 
-def zero_qa_rows(questions: list[QAItem]) -> FeatureRows:
+def text_vector(text: str) -> np.ndarray:
+    """(DIM,) float32 standing for a text's embedding: equal texts, equal vectors; different texts, different."""
+    return np.random.default_rng(zlib.crc32(text.encode())).standard_normal(DIM).astype(np.float32)
+
+
+def zero_qa_rows(questions: list[QAItem], vectors: bool = False) -> FeatureRows:
+    """`vectors`: each row's pooled vector and its one token state are `text_vector(text)`, else zeros."""
     rows = qa_rows(qa_text(questions))
     n = len(rows)
+    pooled = np.stack([text_vector(r.text) for r in rows]) if vectors else np.zeros((n, DIM), np.float32)
     extras = {
-        "tokens": np.zeros((n, 1, DIM), np.float32), "token_mask": np.ones((n, 1), bool),
+        "tokens": pooled[:, None, :].copy(), "token_mask": np.ones((n, 1), bool),
         "role": np.asarray([r.role for r in rows], np.int8).reshape(n),
         "a_index": np.asarray([r.a_index for r in rows], np.int32).reshape(n),
         "qid": np.asarray([r.qid for r in rows], np.str_).reshape(n),
         "text": np.asarray([r.text for r in rows], np.str_).reshape(n),
     }
-    return FeatureRows(np.zeros((n, DIM), np.float32), np.zeros((n, 2)), extras)
+    return FeatureRows(pooled, np.zeros((n, 2)), extras)
 
 
 def by_item(qa: Iterable[QAItem]) -> dict[str, list[QAItem]]:
@@ -42,7 +52,8 @@ def by_item(qa: Iterable[QAItem]) -> dict[str, list[QAItem]]:
     return out
 
 
-def write_qa_store(out: Path, items: list[MediaItem], qa: list[QAItem], only: set[str] | None = None) -> Path:
+def write_qa_store(out: Path, items: list[MediaItem], qa: list[QAItem], only: set[str] | None = None,
+                   vectors: bool = False) -> Path:
     """A store with a `qa` feature for every item with questions (or those in `only`)."""
     with StoreWriter(out, "test") as w:
         w.write_manifests(items, qa)
@@ -50,7 +61,7 @@ def write_qa_store(out: Path, items: list[MediaItem], qa: list[QAItem], only: se
                              "columns": [f"h{i}" for i in range(DIM)], "weights": "none", "spec_hash": "zero"})
         for item, qs in by_item(qa).items():
             if only is None or item in only:
-                w.commit("qa", item, zero_qa_rows(qs), {"duration_s": None, "spec_hash": "zero", "fingerprint": "-"})
+                w.commit("qa", item, zero_qa_rows(qs, vectors), {"duration_s": None, "spec_hash": "zero", "fingerprint": "-"})
     return out
 
 
@@ -62,15 +73,18 @@ class _Read:
 class MemoryQAStore:
     """The reader calls the datasets plan with (features, items, qa_items, read), held in memory."""
 
-    def __init__(self, qa: list[QAItem], path: str = "memory") -> None:
+    def __init__(self, qa: list[QAItem], path: str = "memory", vectors: bool = False) -> None:
         self.path, self._qa = Path(path), qa
-        self._rows = {item: zero_qa_rows(qs) for item, qs in by_item(qa).items()}
+        self._rows = {item: zero_qa_rows(qs, vectors) for item, qs in by_item(qa).items()}
 
     def features(self) -> list[str]:
         return ["qa"]
 
     def items(self, feature: str, include_filtered: bool = False, **_: Any) -> list[str]:
         return sorted(self._rows) if feature == "qa" else []
+
+    def filtered(self, feature: str) -> list[str]:
+        return []
 
     def qa_items(self) -> list[QAItem]:
         return list(self._qa)

@@ -139,8 +139,11 @@ def _remux_with_matrix(src: Path, dst: Path, matrix: list[int]) -> None:
 
 
 def ffmpeg_display(path: Path, case: Case) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(display timestamps in seconds from the first, pictures) of every frame, as ffmpeg itself shows them:
-    ffprobe's best-effort timestamps, and ffmpeg's decode (its autorotation, then `scale=iw*sar:ih`) as PPMs.
+    """(display timestamps in seconds on the file's timeline, pictures) of every frame, as ffmpeg itself shows
+    them: ffprobe's best-effort timestamps from the file's start (a single-stream file: the clip's time 0, so an
+    AVI whose decoder holds back its first pictures shows them late, as ffmpeg does; a picture without one, the
+    last ones flushed out of such a decoder, one frame after the previous, as ffmpeg's own output stamps it),
+    and ffmpeg's decode (its autorotation, then `scale=iw*sar:ih`) as PPMs.
     A turned anamorphic picture is scaled before it is turned (ffmpeg's autorotation would turn it first, and
     `scale=iw*sar:ih` would then resample the other axis: the same shape, 3/4 the size)."""
     turn = case.sar and case.rotation_ccw in (90, 270) and not case.mirrored
@@ -149,7 +152,11 @@ def ffmpeg_display(path: Path, case: Case) -> tuple[np.ndarray, list[np.ndarray]
     probe = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
                             "frame=best_effort_timestamp_time", "-of", "csv=p=0", str(path)],
                            capture_output=True, text=True, check=True).stdout.split()
+    origin = float(subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=start_time", "-of", "csv=p=0",
+                                  str(path)], capture_output=True, text=True, check=True).stdout.strip() or 0)
     times = np.array([float(v.strip(",")) if v.strip(",") != "N/A" else np.nan for v in probe])
+    for i in np.flatnonzero(np.isnan(times)):
+        times[i] = times[i - 1] + 1 / FPS if i else origin
     raw = subprocess.run(["ffmpeg", "-v", "error", *(["-noautorotate"] if turn else []), "-i", str(path), "-vf", vf,
                           "-vsync",
                           "passthrough", "-f", "image2pipe", "-c:v", "ppm", "-"], capture_output=True,
@@ -163,4 +170,4 @@ def ffmpeg_display(path: Path, case: Case) -> tuple[np.ndarray, list[np.ndarray]
         at = start + h * w * 3
     if len(pictures) != len(times):
         raise RuntimeError(f"{path}: ffprobe lists {len(times)} frames, ffmpeg decoded {len(pictures)}")
-    return times - times[0], pictures
+    return times - origin, pictures

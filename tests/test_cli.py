@@ -4,6 +4,8 @@ code that says what happened (pipeline/exitcodes.py, README "Exit codes"); never
 import errno
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +176,63 @@ def test_verify_command_lists_damage_and_exits_non_zero(tmp_path: Path, capsys: 
     assert main(["verify", "--out", str(out)]) == exitcodes.DAMAGED
     printed = capsys.readouterr().out
     assert f"DAMAGED feat/b ({part}): features/c/0/0 is missing" in printed
+
+
+def hold_lock(path: Path, content: str = "") -> subprocess.Popen:
+    """Another process that takes the store's lock and has written `content` into it (nothing: it is between
+    its flock and its write, or it is a run of older code)."""
+    code = ("import fcntl, os, sys, time\n"
+            f"fd = os.open({str(path / '.lock')!r}, os.O_RDWR | os.O_CREAT, 0o644)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(60)\n")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ".lock").write_text(content)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.parametrize("content", ["", "pid 1 on an-old-run"])
+def test_the_lock_message_names_the_holder_even_before_it_wrote_its_pid(tmp_path: Path, content: str) -> None:
+    """The pid comes from the kernel's lock table when the lock file does not name the holder (yet)."""
+    from store.writer import StoreLocked
+
+    out = tmp_path / "s.zarr"
+    proc = hold_lock(out, content)
+    try:
+        with pytest.raises(StoreLocked, match=f"another run is writing to this store \\(pid {proc.pid}\\b"):
+            StoreWriter(out, "sample")
+    finally:
+        proc.kill()
+        proc.wait()
+    with StoreWriter(out, "sample"):
+        assert (out / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+    assert (out / ".lock").read_text() == ""  # released: no stale holder left behind
+
+
+def test_the_lock_is_checked_before_the_manifests_are_read(tiny_root: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    read = []
+    monkeypatch.setattr("pipeline.run.load_items", lambda *a, **k: read.append(1) or ([], [], []))
+    out = tmp_path / "s.zarr"
+    with StoreWriter(out, "sample"):
+        assert extract(tiny_root, out) == exitcodes.LOCKED
+    assert read == []
+
+
+def test_split_chooses_items_before_limit_and_an_empty_one_names_the_others(tiny_root: Path, tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from manifests.socialiq import read_siq2
+    from pipeline.sources import choose_items as _chosen
+
+    items, _ = read_siq2(tiny_root)
+    assert [i.id for i in _chosen(items, "dev", None, tiny_root)] == ["tiny-c"]  # the release's name for val
+    assert [i.id for i in _chosen(items, "train", 1, tiny_root)] == ["tiny-a"]
+    assert [i.id for i in _chosen(items, None, 2, tiny_root)] == ["tiny-a", "tiny-b"]
+    assert extract(tiny_root, tmp_path / "s.zarr", "--split", "test") == exitcodes.BAD_INPUT
+    [line] = error_lines(caplog)
+    assert line == f"{tiny_root}: no items in split 'test'; the splits here: train (2 items), val (1 items)"
 
 
 # --- the raw folder is read-only to extract (issue 26 item 6) ---

@@ -17,6 +17,7 @@ from manifests.records import QAItem
 from store.datasets import SocialIQA2, SocialIQA4, a4_choice, collate_qa
 from store.reader import open_store
 from store.writer import StoreWriter
+from tests.qa_store import DIM
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_aligned_modalities_fill_and_masks(store: Path, tiny_root_template: Path
 def test_filtered_items_are_left_out(store: Path) -> None:
     ds = SocialIQA2(store, split=None, modalities=("frames",), to=1.0)
     assert {s.item for s in ds.samples} == {"tiny-a"}  # tiny-b (1 of 2 s with a face) and tiny-c (none): filtered
-    assert ds.dropped["item missing, incomplete or filtered in the store"] == 4
+    assert ds.dropped == {"item filtered by a policy (faces: too few faces)": 4}
 
 
 def test_dataloader_with_two_spawned_workers(store: Path) -> None:
@@ -152,3 +153,95 @@ def test_a4_on_a_three_answer_dataset_is_an_error_and_a3_builds(tmp_path: Path) 
         assert sorted(texts) == sorted(q.answers) and texts[smp.label] == q.answers[q.correct.index(True)]
     batch = collate_qa([a3[0], a3[1]])
     assert batch["answers"].shape[:2] == (2, 3) and batch["label"].dtype == torch.long
+
+
+@pytest.fixture(scope="module")
+def siqa(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[QAItem]]:
+    """A SocialIQA store whose qa rows hold text_vector(text): a returned row can be told by its text."""
+    from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
+    from tests.qa_store import write_qa_store
+
+    root = tmp_path_factory.mktemp("siqa")
+    write_sample_socialiqa(root / "raw", n=6)
+    media, qa = read_socialiqa(root / "raw")
+    return write_qa_store(root / "siqa.zarr", media, qa, vectors=True), qa
+
+
+@pytest.mark.parametrize("text", ["tokens", "pooled"])
+def test_a3_samples_carry_the_context_and_collate_keeps_it(siqa: tuple[Path, list[QAItem]], text: str) -> None:
+    """SocialIQA's context is row 0 of each item's qa rows: returned with the question, in both text forms,
+    and stacked by collate_qa (which drops no key a sample has)."""
+    from store.datasets import SocialIQA3
+    from tests.qa_store import text_vector
+
+    store, qa = siqa
+    truth = {q.qid: q for q in qa}
+    ds = SocialIQA3(store, split="train", modalities=(), text=text)
+    assert len(ds) == 6
+    for i in range(len(ds)):
+        out, q = ds[i], truth[ds.samples[i].qid]
+        assert out["context"].shape == (1, DIM) and out["context_mask"].tolist() == [True]
+        np.testing.assert_array_equal(out["context"][0].numpy(), text_vector(q.context))
+        np.testing.assert_array_equal(out["question"][0].numpy(), text_vector(q.question))
+    batch = collate_qa([ds[0], ds[1], ds[2]])
+    assert batch["context"].shape == (3, 1, DIM) and batch["context_mask"].shape == (3, 1)
+    np.testing.assert_array_equal(batch["context"][2, 0].numpy(), text_vector(truth[ds.samples[2].qid].context))
+
+
+def test_collate_qa_keeps_keys_it_does_not_know_and_refuses_a_ragged_batch(siqa: tuple[Path, list[QAItem]]) -> None:
+    from store.datasets import SocialIQA3
+
+    ds = SocialIQA3(siqa[0], split="train", modalities=())
+    a, b = ds[0], ds[1]
+    batch = collate_qa([{**a, "extra": torch.ones(2), "note": "x"}, {**b, "extra": torch.zeros(2), "note": "y"}])
+    assert batch["extra"].shape == (2, 2) and batch["note"] == ["x", "y"]
+    with pytest.raises(ValueError, match="'extra'"):
+        collate_qa([{**a, "extra": torch.ones(2)}, b])
+
+
+def test_split_names_of_the_release_are_accepted_and_an_empty_split_names_the_others(
+        siqa: tuple[Path, list[QAItem]]) -> None:
+    """SocialIQA calls its validation split "dev" (stored as "val"): both names give the same samples;
+    a split without questions is an error naming the splits that have some."""
+    from store.datasets import SocialIQA3
+
+    store, _ = siqa
+    dev = SocialIQA3(store, split="dev", modalities=())
+    val = SocialIQA3(store, split="val", modalities=())
+    assert len(dev) == 3 and dev.samples == val.samples and dev.split == "val"
+    with pytest.raises(ValueError, match=r"no questions in split 'test'.*train \(6 questions\), val \(3 questions\)"):
+        SocialIQA3(store, split="test", modalities=())
+    with pytest.raises(ValueError, match=r"no questions in split 'bogus'.*train .*val"):
+        SocialIQA2(store, split="bogus", modalities=())
+
+
+def test_a_text_only_dataset_needs_no_reference_and_a_missing_one_says_what_to_pass(
+        siqa: tuple[Path, list[QAItem]]) -> None:
+    from store.datasets import SocialIQA3
+
+    store, _ = siqa
+    ds = SocialIQA3(store, split="val", modalities=())  # default to="transcript": not in this store, not needed
+    out = ds[0]
+    assert out["modalities"] == {} and out["ref_intervals"].shape == (0, 2)
+    batch = collate_qa([ds[0], ds[1]])
+    assert batch["lengths"].tolist() == [0, 0] and batch["modalities"] == {}
+    with pytest.raises(ValueError, match=r"no feature 'transcript' to align to .*present: \['qa'\].*to="):
+        SocialIQA3(store, split="val", modalities=("qa",))
+    with pytest.raises(ValueError, match=r"no feature 'frames'; present: \['qa'\]"):
+        SocialIQA3(store, split="val", modalities=("frames",), to=1.0)
+
+
+def test_dropped_tells_filtered_items_from_missing_ones(store: Path, tmp_path: Path) -> None:
+    """tiny-b and tiny-c are filtered by the faces rule (2 questions each); tiny-a's frames are deleted here."""
+    import shutil
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    shutil.rmtree(copy / "frames" / "parts" / open_store(copy).index("frames").entries["tiny-a"].part)  # one part per item
+    ds = SocialIQA2(copy, split=None, modalities=("frames",), to=1.0)
+    assert len(ds) == 0
+    assert ds.dropped == {"item filtered by a policy (faces: too few faces)": 4,
+                          "item missing, incomplete or damaged in a needed feature": 2}
+    kept = SocialIQA2(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
+    assert {s.item for s in kept.samples} == {"tiny-b", "tiny-c"}
+    assert kept.dropped == {"item missing, incomplete or damaged in a needed feature": 2}

