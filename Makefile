@@ -12,7 +12,7 @@ CLIPS ?= 20
 SECONDS ?= 60
 SCALE_ARGS ?=
 
-.PHONY: install extract verify test bench bench-scale lint clean weights inspect sample
+.PHONY: install extract verify test bench bench-scale bench-store lint clean weights inspect sample
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,11 @@ bench: install
 # the real extraction on a generated Social-IQ-shaped set, measured (docs/scale.md); cached under build/scale
 bench-scale: install
 	$(PY) -m bench.scale --clips $(CLIPS) --seconds $(SECONDS) $(SCALE_ARGS)
+
+# the store alone (no models): commit, plan, open, reads, files and bytes at 35,000 and 1,000,000 items (docs/design.md)
+STORE_ITEMS ?= 35000,1000000
+bench-store: install
+	$(PY) -m bench.store --items $(STORE_ITEMS)
 
 lint: install
 	$(VENV)/bin/ruff check .

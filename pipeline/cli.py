@@ -1,4 +1,5 @@
-"""Command line: `python -m pipeline extract …` (what `make extract` runs), `verify`, `sample`, `weights`.
+"""Command line: `python -m pipeline extract …` (what `make extract` runs), `verify`, `migrate`, `compact`,
+`sample`, `weights`.
 Exit codes: pipeline/exitcodes.py."""
 
 from __future__ import annotations
@@ -93,6 +94,21 @@ def _verify(args: argparse.Namespace) -> int:
     return exitcodes.OK if report.ok else exitcodes.DAMAGED
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    from store.migrate import migrate_store
+
+    print(migrate_store(Path(args.out)).summary())
+    return exitcodes.OK
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from store.compact import compact_store
+
+    done = compact_store(Path(args.out), args.features.split(",") if args.features else None)
+    print("\n".join([f"compact {args.out}: {len(done)} feature(s) rewritten", *(c.line() for c in done)]))
+    return exitcodes.OK
+
+
 def _sample(args: argparse.Namespace) -> int:
     from manifests.sample import make_sample
 
@@ -144,6 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the store to check")
     p.add_argument("--features", help="comma-separated subset of the store's features")
     p.set_defaults(func=_verify)
+    p = sub.add_parser("migrate", help="convert a version-1 store (one folder per item) to version 2, in place")
+    p.add_argument("--out", required=True, help="the store to convert")
+    p.set_defaults(func=_migrate)
+    p = sub.add_parser("compact", help="rewrite features into full parts, dropping superseded rows")
+    p.add_argument("--out", required=True, help="the store to compact")
+    p.add_argument("--features", help="comma-separated subset of the store's features")
+    p.set_defaults(func=_compact)
     p = sub.add_parser("sample", help="generate the sample dataset")
     p.add_argument("dest")
     p.set_defaults(func=_sample)

@@ -64,6 +64,11 @@ class RunConfig(BaseModel):
     actors_per_gpu: dict[str, int] = Field(default_factory=dict)
     model_threads: int | None = Field(None, ge=1)  # torch threads per GPU-feature actor without a GPU
     decode_retries: int = 2
+    # store commits (pipeline/committer.py): pairs and bytes per atomic batch of one feature (one packed part),
+    # and the longest a finished pair waits for its batch; a kill loses at most the open batches
+    commit_batch_items: int = Field(512, ge=1)
+    commit_batch_bytes: int = Field(128 * 2**20, ge=1)
+    commit_batch_s: float = Field(10.0, gt=0)
 
     @field_validator("features", mode="before")
     @classmethod

@@ -1,6 +1,7 @@
 """`make extract`: plan what is missing or stale, then a Ray DAG of CPU decode tasks feeding model
-actors (GPU when Ray sees GPUs), with bounded in-flight work, and one atomic store commit per
-(feature, item). A failing item is recorded (file, stage, error) and the run goes on."""
+actors (GPU when Ray sees GPUs), with bounded in-flight work; finished (feature, item) pairs go to a
+background committer that writes them to the store in atomic batches (pipeline/committer.py). A failing
+item is recorded (file, stage, error) and the run goes on."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
 from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages, stop
+from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import choose_items, load_items, manifest_summary
 from store import layout
@@ -48,15 +50,19 @@ class RunReport:
     # missing_s (the spans), missing_total_s, duration_s
     partial: list[dict[str, Any]] = field(default_factory=list)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
+    store_error: str | None = None  # the store could not be written (disk full): the run stopped there
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
     planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
 
     @property
     def exit_code(self) -> int:
-        """128 + the signal when one stopped the run; FAILURES when any pair failed; DAMAGED when damaged
-        items were left as they are; STORE when only the report could not be saved."""
+        """128 + the signal when one stopped the run; STORE when the store could not be written; FAILURES
+        when any pair failed; DAMAGED when damaged items were left as they are; STORE when only the report
+        could not be saved."""
         if self.stopped:
             return 128 + int(self.stopped["signum"])
+        if self.store_error:
+            return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
             return exitcodes.FAILURES
         if any(not d["recomputed"] for d in self.damaged):
@@ -89,6 +95,8 @@ class RunReport:
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+        if self.store_error:
+            lines.append(f"  STOPPED: {self.store_error}")
         if self.not_saved:
             lines.append(f"  run report NOT saved: {self.not_saved}")
         failed = sum(c["failed"] for c in self.counts.values())
@@ -187,6 +195,8 @@ class _Runner:
         self.fingerprints: dict[tuple[str, str], str] = {}
         self.sources: dict[tuple[str, str], dict[str, Any]] = {}
         self.stages = stages.StageStats()
+        self.committer: Committer | None = None
+        self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
 
     def start_ray(self) -> None:
         import ray
@@ -265,17 +275,21 @@ class _Runner:
         total = sum(len(f) for f in todo.values())
         self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
         self.last_log = (time.perf_counter(), 0)
+        self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
+                                   self.config.commit_batch_s)
         stop.stage("extraction")
         try:
             self.loop(total)
             self.report.batches = self.batches()
-        finally:  # also when a signal stops the run: the stage figures so far go into its report
+        finally:  # also when a signal stops the run: the open batches are committed, the stage figures reported
+            with stop.deferred(raise_after=False):
+                self.committed(self.committer.close())
             self.bar.close()
             self.report.stages = self.stages.summary()
 
     def loop(self, total: int) -> None:
         self.submit()
-        while self.decoding or self.running or any(self.waiting.values()):
+        while (self.decoding or self.running or any(self.waiting.values())) and self.committer.store_error is None:
             stop.check()  # a signal during the last second: stop here, between two Ray calls
             refs = list(self.decoding) + list(self.running)
             ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
@@ -284,6 +298,7 @@ class _Runner:
                     self.decoded(ref, *self.decoding.pop(ref))
                 else:
                     self.extracted(ref, *self.running.pop(ref))
+            self.committed(self.committer.drain())
             self.progress(total)
             self.submit()
             self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
@@ -465,6 +480,7 @@ class _Runner:
         log.warning("%s/%s failed at %s: %s", feat, record["item"], record["stage"], record["error"])
 
     def commit(self, feat: str, item: MediaItem, rows: Any, meta: dict[str, Any], secs: float) -> None:
+        """Hand the pair to the committer; it counts as done once its batch is in the store (`committed`)."""
         spec = self.specs[feat]
         attrs = {
             "fingerprint": self.fingerprints[feat, item.id], "spec_hash": spec.spec_hash,
@@ -473,22 +489,29 @@ class _Runner:
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
-        started = stages.clock()
-        with stop.deferred():  # a signal waits for the commit and its count (milliseconds): never half an item
-            try:
-                self.writer.commit(feat, item.id, rows, attrs)
-            except Exception as e:
-                self.fail(feat, actors.failure(item.id, f"write:{feat}", self.writer.path, e))
-                return
-            self.stages.add(stages.call_record(f"commit:{feat}", started, 1, 1, "items"))
-            self.report.counts[feat]["done"] += 1
-            if attrs.get("missing_s"):
-                spans = attrs["missing_s"]
-                self.report.partial.append({
-                    "feature": feat, "item": item.id, "file": _str(decode.source_path(item, spec.extractor.input_kind)),
-                    "missing_s": spans, "missing_total_s": round(sum(b - a for a, b in spans), 6),
-                    "duration_s": attrs["duration_s"]})
-            self.report.model_seconds[feat] = self.report.model_seconds.get(feat, 0.0) + secs
+        partial = None
+        if attrs.get("missing_s"):
+            spans = attrs["missing_s"]
+            partial = {"feature": feat, "item": item.id, "file": _str(decode.source_path(item, spec.extractor.input_kind)),
+                       "missing_s": spans, "missing_total_s": round(sum(b - a for a, b in spans), 6),
+                       "duration_s": attrs["duration_s"]}
+        self.pending[feat, item.id] = (secs, partial)
+        self.committer.put(feat, item.id, rows, attrs)
+
+    def committed(self, outcomes: list[Any]) -> None:
+        """Count the pairs whose batch is in the store (done, partial) or failed to get there."""
+        for o in outcomes:
+            secs, partial = self.pending.pop((o.feature, o.item), (0.0, None))
+            self.stages.add(o.record)
+            if o.error is not None:
+                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
+                continue
+            self.report.counts[o.feature]["done"] += 1
+            if partial is not None:
+                self.report.partial.append(partial)
+            self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
+        if self.committer.store_error is not None and self.report.store_error is None:
+            self.report.store_error = str(self.committer.store_error)
 
 
 def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,
@@ -616,6 +639,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
             runner.start_ray()
             runner.run(dict(todo), {i.id: i for i in items}, questions)
+    _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(out, specs)
     report.seconds = time.perf_counter() - t0
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
@@ -625,6 +649,19 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             log.error("%s", e)
             report.not_saved = str(e)
     return report
+
+
+def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:
+    """Reclaim superseded rows and merge small batches when it pays (store/compact.py); never fails the run."""
+    from store.compact import compact_store
+
+    if report.store_error:
+        return
+    try:
+        report.notes += [c.line() for c in compact_store(writer.path, [s.name for s in specs], force=False,
+                                                         writer=writer)]
+    except (OSError, StoreError, ValueError) as e:
+        log.warning("compaction skipped: %s", e)
 
 
 def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:

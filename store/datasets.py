@@ -18,6 +18,9 @@ surprise: a reference step that no row overlaps has `mask` False, a value that i
 collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
 
 The store is opened lazily, once per process: a DataLoader worker opens its own (no zarr handle is pickled).
+Construction reads the store's index and the QA row plan from whole parts held in memory (store/reader.py);
+a text-only dataset (`modalities=()`) never aligns. `__getitems__` is the batched path a DataLoader takes
+with automatic batching: the text rows of a whole batch in one gather per part touched.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from manifests.records import SPLIT_NAMES, QAItem
+from store import plancache
 from store.align import How, Reference, align
 from store.reader import ItemFeature, Store, open_store
 
@@ -43,6 +46,7 @@ Text = Literal["tokens", "pooled"]
 ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2  # extractors.qa's row roles (not imported: no model code here)
 FILTERED = "item filtered by a policy (faces: too few faces)"
 MISSING = "item missing, incomplete or damaged in a needed feature"
+_NO_STEPS = torch.zeros((0, 2), dtype=torch.float64)  # a text-only sample's reference intervals (shared, never written)
 
 
 @dataclass(frozen=True)
@@ -61,34 +65,63 @@ def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> 
     """qid -> (question row, answer rows in manifest order, context row or -1), checked against the texts
     the store embedded."""
     ex = store.read(feature, item).extras
-    qids, roles = np.asarray(ex["qid"][...]), np.asarray(ex["role"][...])
-    a_index, texts = np.asarray(ex["a_index"][...]), np.asarray(ex["text"][...])
-    context = _context_row(store, feature, item, roles, texts, questions)
+    return _match_rows(store.path, feature, item, questions, {k: np.asarray(ex[k][...]) for k in _PLAN_ARRAYS})
+
+
+_PLAN_ARRAYS = ("qid", "role", "a_index", "text")
+
+
+def _qa_rows_many(store: Store, feature: str,
+                  by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int], int]]]:
+    """`_qa_rows` of many items: each part's plan arrays read once, whole (a real store), else item by item."""
+    if not hasattr(store, "index"):
+        return {item: _qa_rows(store, feature, item, qs) for item, qs in by_item.items()}
+    entries = store.index(feature).entries
+    by_part: dict[str, list[str]] = {}
+    for item in by_item:  # usable items: all in the index
+        by_part.setdefault(entries[item].part, []).append(item)
+    out = {}
+    for part, items in by_part.items():
+        if store.part_problem(feature, part) is not None:
+            for item in items:
+                store.read(feature, item)  # DamagedItem naming the part
+        arrays = {k: np.asarray(store.part_array(feature, part, k)) for k in _PLAN_ARRAYS}
+        for item in items:
+            e = entries[item]
+            rows = {k: a[e.row0:e.row0 + e.n_rows] for k, a in arrays.items()}
+            out[item] = _match_rows(store.path, feature, item, by_item[item], rows)
+    return out
+
+
+def _match_rows(path: Path, feature: str, item: str, questions: list[QAItem],
+                ex: dict[str, np.ndarray]) -> dict[str, tuple[int, list[int], int]]:
+    qids, roles, a_index, texts = ex["qid"], ex["role"], ex["a_index"], ex["text"]
+    context = _context_row(path, feature, item, roles, texts, questions)
     out = {}
     for q in questions:
         rows = np.flatnonzero(qids == q.qid)
         q_rows = rows[roles[rows] == ROLE_QUESTION]
         a_rows = [rows[(roles[rows] == ROLE_ANSWER) & (a_index[rows] == a)] for a in range(len(q.answers))]
         if len(q_rows) != 1 or any(len(r) != 1 for r in a_rows):
-            raise ValueError(f"{store.path}: {feature}/{item} has no rows for question {q.qid} with "
+            raise ValueError(f"{path}: {feature}/{item} has no rows for question {q.qid} with "
                              f"{len(q.answers)} answers; re-run extraction (the store is stale for the manifest)")
         a_rows_i = [int(r[0]) for r in a_rows]
         stored = [str(texts[q_rows[0]])] + [str(texts[r]) for r in a_rows_i]
         if stored != [q.question, *q.answers]:
-            raise ValueError(f"{store.path}: {feature}/{item} question {q.qid}: stored texts {stored} differ "
+            raise ValueError(f"{path}: {feature}/{item} question {q.qid}: stored texts {stored} differ "
                              f"from the manifest's; re-run extraction")
         out[q.qid] = (int(q_rows[0]), a_rows_i, context)
     return out
 
 
-def _context_row(store: Store, feature: str, item: str, roles: np.ndarray, texts: np.ndarray,
+def _context_row(path: Path, feature: str, item: str, roles: np.ndarray, texts: np.ndarray,
                  questions: list[QAItem]) -> int:
     """The item's context row (-1: none), checked against the manifest's context like the other texts."""
     rows = np.flatnonzero(roles == ROLE_CONTEXT)
     want = questions[0].context if questions else None
     if len(rows) > 1 or (len(rows) == 1) != (want is not None) or (want is not None and str(texts[rows[0]]) != want):
         stored = [str(texts[r]) for r in rows]
-        raise ValueError(f"{store.path}: {feature}/{item}: stored context {stored} differs from the manifest's "
+        raise ValueError(f"{path}: {feature}/{item}: stored context {stored} differs from the manifest's "
                          f"{want!r}; re-run extraction")
     return int(rows[0]) if len(rows) else -1
 
@@ -114,7 +147,11 @@ class _SocialIQ(Dataset):
         self, store: str | Path, split: str | None = "train", modalities: Sequence[str] = ("frames", "acoustic"),
         to: Reference = "transcript", how: How | Mapping[str, How] = "mean", qa_feature: str = "qa", text: Text = "tokens",
         fill_value: float = 0.0, exclude_filtered: bool = True, cache_items: int = 8, seed: int = 0,
+        materialized: bool = False, view_cache_bytes: int = 8 << 30,
     ) -> None:
+        """`materialized`: align the modalities once into a packed view (store/views.py: made or brought up to
+        date here, in the main process) and read samples from it, at memory speed once its parts are loaded
+        (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
         self.path, self.modalities = Path(store), tuple(modalities)
@@ -123,13 +160,49 @@ class _SocialIQ(Dataset):
         self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
         self.dropped: Counter[str] = Counter()  # why questions were left out, with counts
         s = open_store(self.path)
-        self.samples = self._plan(s, *self._usable_items(s, exclude_filtered))
+        self.samples = self._cached_plan(s, exclude_filtered)
+        self.view, self.view_cache_bytes = None, int(view_cache_bytes)
+        if materialized and self.modalities:
+            from store.views import materialize
+
+            self.view = materialize(self.path, self.modalities, self.to, self.how,
+                                    items=sorted({smp.item for smp in self.samples}))
+        self._view_store: Store | None = None
         self._store: Store | None = None
         self._pid = -1
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()  # item -> aligned modalities
         self._handles: OrderedDict[str, ItemFeature] = OrderedDict()  # item -> lazy QA arrays
 
     # ---- planning (main process) ----
+
+    def _cached_plan(self, s: Store, exclude_filtered: bool) -> list[QASample]:
+        """The plan, read from the store's plan cache when neither the store nor the manifest changed since it
+        was made (store/plancache.py), else made and saved."""
+        self._needed(s)  # a missing feature is an error, cached plan or not
+        options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
+                   "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
+                   "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
+        features = s.features() if hasattr(s, "index") else []
+        k = plancache.key(s, options, features)
+        cached = plancache.load(s.path, k) if k else None
+        if cached is not None:
+            self.dropped.update(cached["dropped"])
+            self._restore(cached.get("extra", {}))
+            return [QASample(qid, item, q_row, tuple(a_rows), label, c_row)
+                    for qid, item, q_row, a_rows, label, c_row in cached["samples"]]
+        samples = self._plan(s, *self._usable_items(s, exclude_filtered))
+        if k:
+            plancache.save(s.path, k, {"samples": [[x.qid, x.item, x.question_row, list(x.answer_rows), x.label,
+                                                    x.context_row] for x in samples],
+                                       "dropped": dict(self.dropped), "extra": self._extra()})
+        return samples
+
+    def _extra(self) -> dict[str, Any]:
+        """Planning state a subclass keeps beyond samples and `dropped` (saved with a cached plan)."""
+        return {}
+
+    def _restore(self, extra: dict[str, Any]) -> None:
+        pass
 
     def _needed(self, s: Store) -> list[str]:
         """The features every sample reads: the QA texts, the modalities and, when something is aligned, the
@@ -170,10 +243,10 @@ class _SocialIQ(Dataset):
             else:
                 by_item.setdefault(q.item_id, []).append(q)
         samples = []
+        rows = _qa_rows_many(s, self.qa_feature, by_item)
         for item in sorted(by_item):
-            rows = _qa_rows(s, self.qa_feature, item, by_item[item])
             for q in by_item[item]:
-                samples.extend(self._samples(q, *rows[q.qid]))
+                samples.extend(self._samples(q, *rows[item][q.qid]))
         return samples
 
     def _check_split(self, questions: list[QAItem]) -> None:
@@ -193,29 +266,40 @@ class _SocialIQ(Dataset):
         if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
             self._store, self._pid = open_store(self.path), os.getpid()
             self._cache, self._handles = OrderedDict(), OrderedDict()
+            self._view_store = (Store(self.view, part_cache_bytes=self.view_cache_bytes, whole_array_bytes=64 << 20)
+                                if self.view else None)
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _handles=OrderedDict())
+        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _handles=OrderedDict(), _view_store=None)
         return state
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _video(self, item: str) -> dict[str, Any]:
-        """Aligned modalities of one item, kept for the next questions of the same item (LRU)."""
+        """Aligned modalities of one item, kept for the next questions of the same item (LRU); nothing to
+        align (and no store read) for a text-only dataset."""
+        if not self.modalities:
+            return {"ref_intervals": _NO_STEPS, "modalities": {}}
         if item in self._cache:
             self._cache.move_to_end(item)
             return self._cache[item]
-        if not self.modalities:  # text only: nothing to align, no reference read
-            return {"ref_intervals": torch.zeros((0, 2), dtype=torch.float64), "modalities": {}}
-        a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
-        out: dict[str, Any] = {"ref_intervals": torch.from_numpy(a.ref_intervals), "modalities": {}}
+        self._open()
+        if self._view_store is not None:
+            reads = {f: self._view_store.read(f, item) for f in self.modalities}
+            ref = reads[self.modalities[0]].intervals
+            values = {f: np.asarray(r.features[...]) for f, r in reads.items()}
+            masks = {f: np.asarray(r.extras["mask"][...], bool) for f, r in reads.items()}
+        else:
+            a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
+            ref, values, masks = a.ref_intervals, a.values, a.masks
+        out: dict[str, Any] = {"ref_intervals": torch.from_numpy(ref), "modalities": {}}
         for f in self.modalities:
-            valid = np.isfinite(a.values[f])
-            x = np.where(valid, a.values[f], self.fill_value).astype(np.float32)
-            out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(a.masks[f]),
+            valid = np.isfinite(values[f])
+            x = np.where(valid, values[f], np.float32(self.fill_value)).astype(np.float32, copy=False)
+            out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(masks[f]),
                                     "valid": torch.from_numpy(valid)}
         if self.cache_items > 0:
             self._cache[item] = out
@@ -255,6 +339,33 @@ class _SocialIQ(Dataset):
             out.update(context=x[n], context_mask=m[n])
         return out
 
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """A batch of samples (what a DataLoader with automatic batching asks for): the question, answer and
+        context rows of every sample gathered in one read per part touched, instead of one read per sample."""
+        smps = [self.samples[i] for i in indices]
+        rows = [(smp.question_row, *smp.answer_rows, *([smp.context_row] if smp.context_row >= 0 else []))
+                for smp in smps]
+        picks = [(smp.item, r) for smp, rs in zip(smps, rows, strict=True) for r in rs]
+        s = self._open()
+        if self.text == "pooled":
+            x = np.asarray(s.rows(self.qa_feature, "features", picks), np.float32)[:, None, :]
+            m = np.ones(x.shape[:2], bool)
+        else:
+            x = np.asarray(s.rows(self.qa_feature, "tokens", picks), np.float32)
+            m = np.asarray(s.rows(self.qa_feature, "token_mask", picks), bool)
+        xt, mt = torch.from_numpy(x), torch.from_numpy(m)
+        out, k = [], 0
+        for smp, rs in zip(smps, rows, strict=True):
+            n = 1 + len(smp.answer_rows)
+            sample = {"qid": smp.qid, "item": smp.item, "question": xt[k], "question_mask": mt[k],
+                      **self._video(smp.item)}
+            sample.update(self._answers(xt[k + 1:k + n], mt[k + 1:k + n], smp.label))
+            if len(rs) > n:
+                sample.update(context=xt[k + n], context_mask=mt[k + n])
+            out.append(sample)
+            k += len(rs)
+        return out
+
     def _answers(self, x: torch.Tensor, m: torch.Tensor, label: int) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
@@ -287,6 +398,12 @@ class SocialIQA4(_SocialIQ):
             raise ValueError(f"{store}: {self.task} needs questions with 1 correct and {self.n_answers - 1} "
                              f"incorrect answers; this store has none ({found}){hint}")
 
+    def _extra(self) -> dict[str, Any]:
+        return {"too_few": {str(k): v for k, v in self._too_few.items()}}
+
+    def _restore(self, extra: dict[str, Any]) -> None:
+        self._too_few.update({int(k): v for k, v in extra.get("too_few", {}).items()})
+
     def _samples(self, q: QAItem, q_row: int, a_rows: list[int], context_row: int) -> list[QASample]:
         choice = a4_choice(q.qid, q.correct, self.seed, self.n_answers)
         if choice is None:
@@ -308,7 +425,14 @@ class SocialIQA3(SocialIQA4):
 
 
 def _pad(seqs: list[torch.Tensor], value: float | bool) -> torch.Tensor:
-    return pad_sequence(seqs, batch_first=True, padding_value=value)
+    """pad_sequence(batch_first=True), written out: each sample copied once, only the padding filled
+    (torch's pad_sequence was 12x slower on bool masks here)."""
+    longest = max((len(x) for x in seqs), default=0)
+    out = torch.empty((len(seqs), longest, *seqs[0].shape[1:]), dtype=seqs[0].dtype)
+    for i, x in enumerate(seqs):
+        out[i, :len(x)] = x
+        out[i, len(x):] = value
+    return out
 
 
 def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:

@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "siqfeat.store/1"
+SCHEMA = "siqfeat.store/2"  # packed parts + an index per feature (docs/design.md, "Store")
+SCHEMA_V1 = "siqfeat.store/1"  # one folder per (feature, item): `python -m pipeline migrate` converts it
 STAGING = ".staging"  # no zarr.json inside: invisible to zarr listings
 LOCK = ".lock"  # held (flock) by the one open writer
 MANIFESTS = "_manifests"  # plain JSONL files beside the groups
 RUNS = "_runs"  # one JSON report per run
-RESERVED = (MANIFESTS, RUNS)  # the store's own plain folders; every other visible folder is a feature
+RESERVED = (MANIFESTS, RUNS, "_views", "parts", "index.log")  # names that are not features or items
 
 FEATURES = "features"
 INTERVALS = "intervals"
@@ -47,3 +48,8 @@ def manifest_dir(root: Path) -> Path:
 
 def runs_dir(root: Path) -> Path:
     return root / RUNS
+
+
+def v1_refusal(root: Path) -> str:
+    return (f"{root}: a version-1 store (one folder per item); this code reads and writes version 2. "
+            f"Convert it once with `python -m pipeline migrate --out {root}`")

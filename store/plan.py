@@ -34,8 +34,9 @@ class Plan:
 
 
 def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False) -> Plan:
-    """A damaged item (unreadable metadata, a missing or truncated file; with `verify` also changed bytes)
-    counts as missing, so it is recomputed; each is logged with its folder and listed in `Plan.damaged`."""
+    """From the features' indexes. A damaged item (its part has a missing or truncated file or unreadable
+    metadata; with `verify` also changed bytes) counts as missing, so it is recomputed; each is logged with
+    its part folder and listed in `Plan.damaged`."""
     if force or not (store_path / "zarr.json").exists():
         return Plan(todo=list(wanted), skipped=[])
     store = Store(store_path)
@@ -43,12 +44,17 @@ def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verif
     damaged: list[ItemCheck] = []
     for feature in sorted({w.feature for w in wanted}):
         stored[feature] = {}
+        if not (store_path / feature).is_dir():
+            continue
+        entries = store.index(feature).entries
         for c in store.check(feature, full=verify):
             if c.ok:
-                stored[feature][c.item] = c.attrs.get("fingerprint", "")
+                stored[feature][c.item] = entries[c.item].fingerprint
             else:
                 damaged.append(c)
-                log.warning("%s: damaged item, recomputing it (%s)", c.path, c.problem)
+        for path, problem in sorted({(c.path, c.problem) for c in damaged if c.feature == feature}):
+            log.warning("%s: damaged part, recomputing its items (%s)", path, problem)
+    store.close()
     todo, skipped = [], []
     for w in wanted:
         (skipped if stored[w.feature].get(w.item) == w.fingerprint else todo).append(w)

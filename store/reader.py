@@ -1,9 +1,25 @@
-"""Lazy reads: opening the store reads the root metadata only; arrays load when sliced."""
+"""Lazy, snapshot reads: opening the store reads the root metadata and pins each feature's index.
+
+A `Store` is a snapshot: at open it keeps each feature's index log open and notes its length, and it reads
+only that prefix (store/index.py). Commits made later (a re-extraction, another run) are not seen by this
+handle: an item reads the rows it had when the store was opened, never a mix of two versions. Open the
+store again to see them. Parts are immutable, so the snapshot's rows stay on disk until a compaction
+removes the parts it superseded; a read of such a part says so in one line (`SnapshotGone`).
+
+Reads go through whole-part arrays cached in memory (up to `part_cache_bytes`, by default an eighth of the
+machine's memory, at most 4 GiB; `SIQ_STORE_CACHE_BYTES` sets it): one zarr call loads an
+array of a part (hundreds of items), and every item of it then reads from memory. Arrays larger than
+`whole_array_bytes` (16 MiB by default; a materialised view's reader uses more) are read per item through
+zarr, lazily.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,137 +29,347 @@ import numpy as np
 import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl
-from store import layout
-from store.integrity import RECORD, DamagedItem, ItemCheck, check_item, item_dirs, record_required, records_marker
+from store import index, layout, parts
+from store.integrity import DamagedItem, ItemCheck, check_part
+from store.rowview import RowView
 
 log = logging.getLogger(__name__)
 
 
+def _default_cache_bytes() -> int:
+    """An eighth of the machine's memory, at most 4 GiB (SIQ_STORE_CACHE_BYTES overrides): a feature whose
+    parts fit is read at memory speed after its first epoch; one that does not is read part by part."""
+    if os.environ.get("SIQ_STORE_CACHE_BYTES"):
+        return int(os.environ["SIQ_STORE_CACHE_BYTES"])
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 8 << 30
+    return int(min(4 << 30, max(256 << 20, total // 8)))
+
+
+PART_CACHE_BYTES = _default_cache_bytes()
+# A part array up to this size is read whole and cached: for random access, a larger one would cost a big
+# read per item while the cache holds only a few of them (a part's tokens, ~64 MiB: 0.5 s a read)
+WHOLE_ARRAY_BYTES = 16 << 20
+_FEW_HITS = 8  # a whole array evicted after fewer reads than this was not worth loading whole
+_THRASH_LIMIT = 4  # after this many such evictions, a (feature, array) is read lazily
+
+
+class SnapshotGone(RuntimeError):
+    """This handle's snapshot was compacted away: the parts it pinned no longer exist."""
+
+
 @dataclass(frozen=True)
 class ItemFeature:
-    """One feature of one item. `features` and `extras` are zarr arrays: slicing loads only what is asked."""
+    """One feature of one item. `features` and `extras` are lazy row views: slicing loads only what is asked
+    (from the part's cached arrays when they are in memory)."""
 
     feature: str
     item: str
-    features: zarr.Array
+    features: RowView
     intervals: np.ndarray  # (N, 2) float64 seconds [start, end)
-    extras: dict[str, zarr.Array]
+    extras: dict[str, RowView]
     attrs: dict[str, Any]
     columns: list[str]
 
 
 class Store:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
+                 whole_array_bytes: int = WHOLE_ARRAY_BYTES, damaged_root: bool = False) -> None:
+        """`damaged_root`: open even when the store's own zarr.json is unreadable (verify: the items are
+        still checked through the indexes); feature attributes are then unavailable."""
         self.path = Path(path)
-        if not (self.path / "zarr.json").exists():
-            raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
+        self.root, self.attrs = None, {}
         try:
-            self.root = zarr.open_group(self.path, mode="r")
-        except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
-            raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
-                             f"({type(e).__name__}: {e})") from None
-        self.attrs = dict(self.root.attrs)
-        self._reported: set[tuple[Path, str | None]] = set()
-        self._marker = records_marker(self.attrs)  # which items may lack an integrity record
-        if self.attrs.get("schema") != layout.SCHEMA:
-            raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
+            if not (self.path / "zarr.json").exists():
+                raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
+            try:
+                self.root = zarr.open_group(self.path, mode="r")
+            except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
+                raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
+                                 f"({type(e).__name__}: {e})") from None
+            self.attrs = dict(self.root.attrs)
+            if self.attrs.get("schema") == layout.SCHEMA_V1:
+                raise ValueError(layout.v1_refusal(self.path))
+            if self.attrs.get("schema") != layout.SCHEMA:
+                raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
+        except (FileNotFoundError, ValueError) as e:
+            if not damaged_root or "version-1 store" in str(e):
+                raise
+        self._reported: set[tuple[str, str]] = set()
+        self._feature_attrs: dict[str, dict[str, Any]] = {}
+        self._states: dict[str, index.IndexState] = {}
+        self._part_checks: dict[tuple[str, str], str | None] = {}
+        self._cache: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
+        self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
+        self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
+        self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
+        self._pins = self._pin()
+
+    # ---- the snapshot ----
+
+    def _pin(self) -> dict[str, tuple[int, int]]:
+        """feature -> (open index file, its length now): the snapshot this handle reads."""
+        pins = {}
+        for name in self._feature_dirs():
+            try:
+                fd = os.open(self.path / name / index.INDEX, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            pins[name] = (fd, os.fstat(fd).st_size)
+        return pins
+
+    def close(self) -> None:
+        for fd, _ in getattr(self, "_pins", {}).values():
+            os.close(fd)
+        self._pins = {}
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _feature_dirs(self) -> list[str]:
+        try:
+            entries = list(os.scandir(self.path))
+        except FileNotFoundError:
+            return []
+        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                      and e.name not in layout.RESERVED)
+
+    def index(self, feature: str) -> index.IndexState:
+        """The feature's index as of this handle's snapshot (parsed once). A damaged index (a bad line
+        before the end) or a missing one is rebuilt in memory from the parts, with a warning:
+        `python -m pipeline verify` rebuilds it on disk."""
+        if feature not in self._states:
+            if feature.startswith(".") or "/" in feature or not (self.path / feature).is_dir():
+                raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
+            pin = self._pins.get(feature)
+            try:
+                if pin is None:
+                    raise index.IndexDamaged(f"{self.path / feature / index.INDEX}: missing")
+                self._states[feature] = index.read_pinned(pin[0], pin[1], self.path / feature / index.INDEX)
+            except index.IndexDamaged as e:
+                self._states[feature] = self._from_parts(feature, str(e))
+        return self._states[feature]
+
+    def _from_parts(self, feature: str, why: str) -> index.IndexState:
+        from store.repair import part_names
+
+        state = index.IndexState()
+        if not part_names(self.path, feature):
+            return state
+        log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
+                    "rebuilds the index)", why, self.path)
+        found = []
+        for name in part_names(self.path, feature):
+            folder = parts.part_dir(self.path, feature, name)
+            try:
+                found.append(parts.record_from_part(folder))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        for rec in sorted(found, key=lambda r: (r["seq"], r["part"])):
+            index.apply(state, rec)
+        return state
+
+    # ---- features and items ----
 
     def features(self) -> list[str]:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
         out = []
-        for name, path in item_dirs(self.path):
-            if name in layout.RESERVED:
+        for name in self._feature_dirs():
+            if not (self.path / name / "zarr.json").exists():
                 continue  # _manifests, _runs: plain folders
-            if not (path / "zarr.json").exists():
-                log.warning("%s: feature metadata missing; feature left out", path / "zarr.json")
-                continue
             try:
-                self.root[name]
-            except (ValueError, TypeError, KeyError) as e:
-                log.warning("%s: feature metadata unreadable (%s: %s); feature left out", path / "zarr.json",
-                            type(e).__name__, e)
+                self._feature_group(name)
+            except (ValueError, KeyError) as e:
+                log.warning("%s (feature left out)", e)
                 continue
             out.append(name)
         return out
 
     def feature_attrs(self, feature: str) -> dict[str, Any]:
-        return dict(self._feature_group(feature).attrs)
+        return dict(self._feature_group(feature))
 
-    def _feature_group(self, feature: str) -> zarr.Group:
-        if feature.startswith(".") or "/" in feature or not (self.path / feature / "zarr.json").exists():
-            raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
-        try:
-            return self.root[feature]
-        except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f"{self.path / feature / 'zarr.json'}: feature metadata unreadable "
-                             f"({type(e).__name__}: {e})") from None
+    def _feature_group(self, feature: str) -> dict[str, Any]:
+        if feature not in self._feature_attrs:
+            if feature.startswith(".") or "/" in feature or not (self.path / feature / "zarr.json").exists():
+                raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
+            try:
+                if self.root is None:
+                    raise ValueError("the store's own zarr.json is unreadable")
+                self._feature_attrs[feature] = dict(self.root[feature].attrs)
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"{self.path / feature / 'zarr.json'}: feature metadata unreadable "
+                                 f"({type(e).__name__}: {e})") from None
+        return self._feature_attrs[feature]
 
-    def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
-        return self._checked(feature, item)[1].attrs or {}
+    def part_problem(self, feature: str, part: str, full: bool = False) -> str | None:
+        """The part's check (quick ones cached for this handle)."""
+        key = (feature, part)
+        if full or key not in self._part_checks:
+            record = self.index(feature).parts[part]
+            found = check_part(parts.part_dir(self.path, feature, part), record, full)
+            if found == "its part folder is missing":
+                self._gone(feature, parts.part_dir(self.path, feature, part))
+            if full:
+                return found
+            self._part_checks[key] = found
+        return self._part_checks[key]
 
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
-        """Every item folder of a feature, checked against what the writer recorded at commit
-        (store/integrity.py: `full` also compares content hashes). Never raises for one bad item."""
-        return [check_item(path, feature, name, full, record_required(self._marker, feature, name))
-                for name, path in item_dirs(self.path / feature)]
+        """Every current item of a feature, checked by its part against what the writer recorded at commit
+        (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
+        state = self.index(feature)
+        problems = {p: self.part_problem(feature, p, full) for p in state.parts}
+        return [ItemCheck(feature, e.item, parts.part_dir(self.path, feature, e.part), problems[e.part], None)
+                for e in sorted(state.entries.values())]
 
-    def _good(self, feature: str) -> list[ItemCheck]:
-        """The feature's items that pass the quick check; the others are logged with their folder."""
+    def _good(self, feature: str) -> list[index.Entry]:
+        """The feature's entries whose part passes the quick check; the others are logged with their part."""
         good = []
-        for c in self.check(feature):
-            if c.ok:
-                good.append(c)
-            elif (c.path, c.problem) not in self._reported:  # once per Store, not on every items() call
-                self._reported.add((c.path, c.problem))
-                log.warning("%s: damaged item left out (%s)", c.path, c.problem)
+        for e in self.index(feature).entries.values():
+            problem = self.part_problem(feature, e.part)
+            if problem is None:
+                good.append(e)
+            elif (e.part, problem) not in self._reported:  # once per part per Store
+                self._reported.add((e.part, problem))
+                log.warning("%s: damaged part, its items left out (%s)",
+                            parts.part_dir(self.path, feature, e.part), problem)
         return good
+
+    def entries(self, feature: str, include_stale: bool = False) -> list[index.Entry]:
+        """The index entries of the feature's good, current items (what datasets plan from)."""
+        spec = self._feature_group(feature).get("spec_hash")
+        return [e for e in self._good(feature) if include_stale or e.spec_hash == spec]
 
     def items(self, feature: str, include_filtered: bool = False, include_stale: bool = False) -> list[str]:
         """Complete items of a feature. Items made with an older spec (config, version, weights) are
         stale and left out unless asked for; so are items a policy filtered (faces: too few faces) and
-        damaged items (logged with their folder; `python -m pipeline verify` lists them)."""
-        return sorted(c.item for c in self._current(feature, include_stale)
-                      if include_filtered or not c.attrs.get("filtered"))
+        damaged items (logged with their part; `python -m pipeline verify` lists them)."""
+        return sorted(e.item for e in self.entries(feature, include_stale) if include_filtered or not e.filtered)
 
     def filtered(self, feature: str) -> list[str]:
         """The complete, current items of a feature that a policy filtered (faces: too few faces)."""
-        return sorted(c.item for c in self._current(feature) if c.attrs.get("filtered"))
+        return sorted(e.item for e in self.entries(feature) if e.filtered)
 
-    def _current(self, feature: str, include_stale: bool = False) -> list[ItemCheck]:
-        spec = self._feature_group(feature).attrs.get("spec_hash")
-        return [c for c in self._good(feature) if include_stale or c.attrs.get("spec_hash") == spec]
-
-    def _checked(self, feature: str, item: str) -> tuple[zarr.Group, ItemCheck]:
-        """The feature's group and the item's quick check, its attributes without the record."""
-        fgroup = self._feature_group(feature)
-        path = self.path / feature / item
-        if item.startswith(".") or "/" in item or not path.is_dir():
+    def _entry(self, feature: str, item: str) -> index.Entry:
+        e = self.index(feature).entries.get(item)
+        if e is None:
             raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
-        c = check_item(path, feature, item, required=record_required(self._marker, feature, item))
-        if not c.ok:
-            raise DamagedItem(f"{path}: damaged item ({c.problem}); the next `make extract` recomputes it")
-        return fgroup, ItemCheck(c.feature, c.item, c.path, None,
-                                 {k: v for k, v in c.attrs.items() if k != RECORD}, c.recorded)
+        problem = self.part_problem(feature, e.part)
+        if problem is not None:
+            raise DamagedItem(f"{parts.part_dir(self.path, feature, e.part)}: damaged item {item} ({problem}); "
+                              "the next `make extract` recomputes it")
+        return e
+
+    def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
+        return self._entry(feature, item).attrs()
+
+    # ---- reading rows ----
+
+    def part_array(self, feature: str, part: str, name: str) -> Any:
+        """A part's array: whole in memory when small enough (cached), else the lazy zarr array. When whole
+        arrays of a (feature, array) leave the cache having served few reads (random access over more than
+        the cache holds), its later parts are read lazily: one small zarr read per item, not a whole part."""
+        key = (feature, part, name)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            self._hits[key] = self._hits.get(key, 0) + 1
+            return self._cache[key]
+        if key in self._lazy:
+            return self._lazy[key]
+        folder = parts.part_dir(self.path, feature, part)
+        try:
+            arr = zarr.open_array(folder / name, mode="r")
+            nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
+            whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
+            value = arr[...] if whole else arr
+        except FileNotFoundError:
+            self._gone(feature, folder)
+            raise DamagedItem(f"{folder}: damaged part ({name} is missing)") from None
+        except Exception as e:  # metadata that passed the quick check but zarr cannot use
+            if not folder.exists():
+                self._gone(feature, folder)
+            raise DamagedItem(f"{folder}: damaged part ({type(e).__name__}: {e})") from None
+        if not isinstance(value, np.ndarray):
+            self._lazy[key] = value
+            return value
+        self._cache[key] = value
+        self._cache_bytes += value.nbytes
+        while self._cache_bytes > self.part_cache_bytes and len(self._cache) > 1:
+            old_key, old = self._cache.popitem(last=False)
+            self._cache_bytes -= getattr(old, "nbytes", 0)
+            if self._hits.pop(old_key, 0) < _FEW_HITS:
+                self._thrash[old_key[0], old_key[2]] = self._thrash.get((old_key[0], old_key[2]), 0) + 1
+        return value
+
+    def _gone(self, feature: str, folder: Path) -> None:
+        """A pinned part that no longer exists: compacted away (the index has a new generation)."""
+        if folder.exists():
+            return
+        try:
+            now = index.load(self.path / feature / index.INDEX).generation
+        except (OSError, ValueError):
+            return
+        if now != self.index(feature).generation:
+            raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
+                               f"{folder.name} is gone); open the store again") from None
+
+    def array_names(self, feature: str, part: str) -> list[str]:
+        return list(self.index(feature).parts[part].arrays)
+
+    def view(self, feature: str, e: index.Entry, name: str) -> RowView:
+        span = (e.spans or {}).get(name)
+        row0, n = span if span else (e.row0, e.n_rows)
+        shape = self.index(feature).parts[e.part].arrays.get(name, {}).get("shape")
+        return RowView(functools.partial(self.part_array, feature, e.part, name), row0, n,
+                       tuple(shape[1:]) if shape else None)
 
     def read(self, feature: str, item: str) -> ItemFeature:
-        """One item, after the quick check (metadata, recorded files present with their sizes): a damaged
-        item raises DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
-        fgroup, c = self._checked(feature, item)
-        try:
-            g = zarr.open_group(c.path, mode="r")
-            extras = {k: v for k, v in g.arrays() if k not in (layout.FEATURES, layout.INTERVALS)}
-            features, intervals = g[layout.FEATURES], np.asarray(g[layout.INTERVALS][...], dtype=np.float64)
-        except Exception as e:  # metadata that passed the quick check but zarr cannot use
-            raise DamagedItem(f"{c.path}: damaged item ({type(e).__name__}: {e})") from None
-        return ItemFeature(
-            feature=feature,
-            item=item,
-            features=features,
-            intervals=intervals,
-            extras=extras,
-            attrs=c.attrs,
-            columns=list(fgroup.attrs.get("columns", [])),
-        )
+        """One item of this handle's snapshot, after its part's quick check: a damaged part raises
+        DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
+        e = self._entry(feature, item)
+        names = self.array_names(feature, e.part)
+        extras = {k: self.view(feature, e, k) for k in names if k not in (layout.FEATURES, layout.INTERVALS)}
+        intervals = np.asarray(self.view(feature, e, layout.INTERVALS)[...], dtype=np.float64)
+        return ItemFeature(feature=feature, item=item, features=self.view(feature, e, layout.FEATURES),
+                           intervals=intervals, extras=extras, attrs=e.attrs(),
+                           columns=list(self._feature_group(feature).get("columns", [])))
+
+    def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
+        """Rows of many items at once: `picks` = (item, row within the item); one gather per part touched
+        (the batched read path of the datasets), written into one array in the order of `picks`."""
+        by_part: dict[str, tuple[list[int], list[int]]] = {}
+        entries: dict[str, tuple[str, int, int]] = {}
+        for pos, (item, row) in enumerate(picks):
+            if item not in entries:
+                e = self._entry(feature, item)
+                span = (e.spans or {}).get(name)
+                entries[item] = (e.part, *(span if span else (e.row0, e.n_rows)))
+            part, row0, n = entries[item]
+            if not 0 <= row < n:
+                raise IndexError(f"{feature}/{item}: row {row} out of range for {n} rows")
+            positions, rows = by_part.setdefault(part, ([], []))
+            positions.append(pos)
+            rows.append(row0 + row)
+        out = None
+        for part, (positions, rows) in by_part.items():
+            base = self.part_array(feature, part, name)
+            idx = np.asarray(rows)
+            got = base[idx] if isinstance(base, np.ndarray) else base.oindex[idx]
+            if out is None:
+                out = np.empty((len(picks), *got.shape[1:]), got.dtype)
+            out[positions] = got
+        return out if out is not None else np.zeros((0,), np.float32)
+
+    def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:
+        """Align `features` to `to` once for every item into a packed view (store/views.py); its path."""
+        from store.views import materialize
+
+        return materialize(self.path, features, to, how)
+
+    # ---- manifests and runs ----
 
     @cached_property
     def _media(self) -> list[MediaItem]:

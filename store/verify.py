@@ -1,28 +1,23 @@
-"""`python -m pipeline verify` / `make verify`: every item of a store checked against what the writer
-recorded when it committed it (store/integrity.py, full check: content hashes included), and every
-metadata file of the store: its own `zarr.json`, each feature's `zarr.json` and the manifests.
+"""`python -m pipeline verify` / `make verify`: every part of a store checked against what the writer
+recorded when it committed it (store/integrity.py, full check: content hashes included), every feature's
+index checked (a damaged or deleted one is rebuilt from the parts, under the write lock), and every metadata
+file of the store: its own `zarr.json`, each feature's `zarr.json` and the manifests.
 
-The store is walked on disk, not through zarr: a feature whose `zarr.json` is missing or damaged is still
-a feature (every visible folder but `_manifests` and `_runs` is one), reported as damaged metadata, and its
-items are checked like any other; a damaged root does not stop the items from being checked either."""
+The store is walked on disk: a feature folder whose `zarr.json` is missing or damaged is still a feature,
+reported as damaged metadata, and its items are checked through its index like any other; a damaged root
+does not stop the items from being checked either."""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from manifests.records import MediaItem, QAItem, read_jsonl
-from store import layout
-from store.integrity import (
-    DamagedItem,
-    ItemCheck,
-    check_item,
-    item_dirs,
-    read_group_attrs,
-    record_required,
-    records_marker,
-)
+from store import index, layout, parts, repair
+from store.integrity import ItemCheck
+from store.reader import Store
 
 _REPAIR = {"root": "the store's own metadata: repair it by hand (its items are checked here regardless)",
            "feature": "`make extract` with this feature writes it anew from the run's spec",
@@ -34,7 +29,8 @@ class VerifyReport:
     store: Path
     checks: list[ItemCheck]
     seconds: float
-    metadata: list[tuple[Path, str]]  # (file, problem) for each damaged metadata file of the store
+    metadata: list[tuple[Path, str]] = field(default_factory=list)  # (file, problem) per damaged metadata file
+    rebuilt: list[repair.Rebuilt] = field(default_factory=list)
 
     @property
     def damaged(self) -> list[ItemCheck]:
@@ -46,44 +42,41 @@ class VerifyReport:
 
     def summary(self) -> str:
         lines = [f"verify {self.store}: {len(self.checks)} item(s) in {self.seconds:.2f} s",
-                 f"  {'feature':<12}{'ok':>6}{'damaged':>9}{'no record':>11}"]
+                 f"  {'feature':<12}{'ok':>6}{'damaged':>9}"]
         for feat in sorted({c.feature for c in self.checks}):
             mine = [c for c in self.checks if c.feature == feat]
-            lines.append(f"  {feat:<12}{sum(c.ok for c in mine):>6}{sum(not c.ok for c in mine):>9}"
-                         f"{sum(c.ok and not c.recorded for c in mine):>11}")
-        for path, problem in self.metadata:
-            lines.append(f"  DAMAGED METADATA {path}: {problem}")
+            lines.append(f"  {feat:<12}{sum(c.ok for c in mine):>6}{sum(not c.ok for c in mine):>9}")
+        lines += [r.line() for r in self.rebuilt]
+        lines += [f"  DAMAGED METADATA {path}: {problem}" for path, problem in self.metadata]
         for c in self.damaged:
             lines.append(f"  DAMAGED {c.feature}/{c.item} ({c.path}): {c.problem}")
-        for c in self.checks:
-            if c.ok and not c.recorded:
-                lines.append(f"  NO RECORD {c.feature}/{c.item}: committed before integrity records; its metadata "
-                             "reads and its arrays decode, but its bytes cannot be compared with the commit")
         if self.damaged:
             lines.append(f"  {len(self.damaged)} damaged item(s): `make extract EXTRACT_ARGS=--verify` on this store recomputes them")
         return "\n".join(lines)
 
 
-def _is_store(path: Path) -> bool:
-    return any((path / name).exists() for name in ("zarr.json", layout.LOCK, *layout.RESERVED))
-
-
-def _metadata(path: Path, features: list[str]) -> tuple[list[tuple[Path, str]], dict | None]:
-    """Damaged metadata files (with what to do) and the root's attributes (None when unreadable)."""
-    problems, root = [], None
+def _group_problem(meta_path: Path) -> str | None:
     try:
-        root = read_group_attrs(path)
-        if root.get("schema") is None:
-            raise DamagedItem("zarr.json has no schema attribute")
-        if root["schema"] != layout.SCHEMA:
-            raise ValueError(f"{path}: schema {root['schema']!r}, this code knows {layout.SCHEMA!r}")
-    except DamagedItem as e:
-        problems.append((path / "zarr.json", f"{e}; {_REPAIR['root']}"))
+        meta = json.loads(meta_path.read_bytes())
+    except FileNotFoundError:
+        return "zarr.json is missing"
+    except (OSError, ValueError) as e:
+        return f"zarr.json is unreadable ({type(e).__name__}: {e})"
+    if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+        return "zarr.json does not describe a group"
+    return None
+
+
+def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
+    problems = []
+    why = _group_problem(path / "zarr.json")
+    if why is None and json.loads((path / "zarr.json").read_bytes()).get("attributes", {}).get("schema") is None:
+        why = "zarr.json has no schema attribute"
+    if why:
+        problems.append((path / "zarr.json", f"{why}; {_REPAIR['root']}"))
     for feature in features:
-        try:
-            read_group_attrs(path / feature)
-        except DamagedItem as e:
-            problems.append((path / feature / "zarr.json", f"{e}; {_REPAIR['feature']}"))
+        if why := _group_problem(path / feature / "zarr.json"):
+            problems.append((path / feature / "zarr.json", f"{why}; {_REPAIR['feature']}"))
     for name, kind in (("items.jsonl", MediaItem), ("qa.jsonl", QAItem)):
         file = layout.manifest_dir(path) / name
         try:
@@ -92,7 +85,11 @@ def _metadata(path: Path, features: list[str]) -> tuple[list[tuple[Path, str]], 
                     pass
         except (OSError, ValueError) as e:
             problems.append((file, f"unreadable ({' '.join(str(e).split())[:300]}); {_REPAIR['manifest']}"))
-    return problems, root
+    return problems
+
+
+def _is_store(path: Path) -> bool:
+    return any((path / name).exists() for name in ("zarr.json", layout.LOCK, layout.MANIFESTS, layout.RUNS))
 
 
 def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyReport:
@@ -100,13 +97,27 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
     path = Path(path)
     if not _is_store(path):
         raise FileNotFoundError(f"{path}: not a feature store (no zarr.json); run `make extract` first")
-    present = [name for name, _ in item_dirs(path) if name not in layout.RESERVED]
+    store = Store(path, damaged_root=True)
+    present = [f for f in store._feature_dirs() if (path / f / "zarr.json").exists()
+               or (path / f / index.INDEX).exists() or (path / f / parts.PARTS).exists()]
     unknown = set(features or []) - set(present)
     if unknown:
         raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {present}")
     chosen = features or present
-    metadata, root = _metadata(path, chosen)
-    marker = records_marker(root)
-    checks = [check_item(p, f, name, True, record_required(marker, f, name))
-              for f in chosen for name, p in item_dirs(path / f)]
-    return VerifyReport(path, checks, time.perf_counter() - t0, metadata)
+    metadata = _metadata(path, chosen)
+    rebuilt = _repair_indexes(path, chosen, store) if store.root is not None else []
+    if rebuilt:
+        store = Store(path, damaged_root=True)  # the repaired indexes
+    checks = [c for f in chosen for c in store.check(f, full=True)]
+    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt)
+
+
+def _repair_indexes(path: Path, features: list[str], store: Store) -> list[repair.Rebuilt]:
+    """Rebuild each damaged or missing index from its parts, holding the store's write lock."""
+    broken = {f: why for f in features if (why := repair.problem(path, f)) is not None}
+    if not broken:
+        return []
+    from store.writer import StoreWriter
+
+    with StoreWriter(path, str(store.attrs.get("dataset", ""))):
+        return [repair.rebuild(path, f, why) for f, why in broken.items()]

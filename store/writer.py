@@ -1,41 +1,42 @@
-"""The store's only writer: one atomic commit per (feature, item).
+"""The store's only writer: batched atomic commits of many (feature, item) pairs (docs/design.md, "Store").
 
-Each item group is written in full under `<store>/.staging/<uuid>/`, marked `complete` last, and then
-renamed into `<store>/<feature>/<item>`. A run killed at any moment leaves at most an orphan staging
-directory (invisible to readers, swept on the next open); a reader never sees half an item.
-Every staged file is fsynced before the rename (and the parent folder after it), so a power cut, not
-only a killed process, cannot leave a complete-looking item with empty chunks. Replacing an item moves
-the old version aside first; if a run dies between the two renames, the next
-writer puts the old version back. The rename is atomic on a local or POSIX shared filesystem, which is
-what this writer supports. One writer per store at a time: an exclusive lock on `<store>/.lock` (held
-while the writer is open) makes a second run on the same store stop with a clear error instead of
-sweeping the first run's unfinished items away.
+A batch of one feature is written as one or more immutable parts (store/parts.py: the rows of many items
+concatenated), each in full under `<store>/.staging/<part>/`, every file fsynced, then renamed into
+`<store>/<feature>/parts/<part>`. The batch becomes visible in one step: one append of its records to the
+feature's index log (store/index.py), fsynced. A run killed at any moment leaves at most a staging folder
+or a renamed part that no index line names (both swept by the next writer); a reader never sees half a
+batch, and a recomputed item's new rows supersede its old ones without touching other items' data
+(`python -m pipeline compact` reclaims the superseded rows). A commit that fails (disk full) removes what
+it wrote and truncates the log to where it was: the store is as before the batch.
+
+The rename and the append are atomic on a local or POSIX shared filesystem, which is what this writer
+supports. One writer per store at a time: an exclusive lock on `<store>/.lock` (held while the writer is
+open) makes a second run on the same store stop with a clear error instead of sweeping the first run's
+unfinished parts away.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
 import shutil
 import uuid
-import warnings
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import zarr
 
 from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
-from store import layout
-from store.integrity import RECORD, STORE_RECORDS, make_record, new_marker
+from store import index, layout, parts
 
 log = logging.getLogger(__name__)
-_CHUNK_BYTES = 1 << 21  # ~2 MiB per chunk along N
+_write_array = parts.write_array  # tests wrap it to die mid-write
 
 
 def _package_version() -> str:
@@ -45,36 +46,7 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
-    rows = max(1, min(max(shape[0], 1), _CHUNK_BYTES // row_bytes))
-    return (rows, *shape[1:])
-
-
-def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
-    data = np.asarray(data)
-    if data.dtype.kind == "U":
-        data = data.astype(str)  # variable-length UTF-8 in zarr v3
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # zarr warns that string dtypes are not in the v3 core spec yet
-            arr = group.create_array(name, shape=data.shape, dtype=str, chunks=_chunks(data.shape, 64))
-            if data.size:
-                arr[...] = data
-        return
-    if data.dtype.kind == "O":
-        raise ValueError(f"array {name!r}: object arrays cannot be stored; got {data.dtype}")
-    arr = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=_chunks(data.shape, data.dtype.itemsize))
-    if data.size:
-        arr[...] = data
-
-
-def _fsync(path: Path | str) -> None:
-    """Flush a file, or a directory's entries, to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync = index.fsync_path  # flush a file, or a directory's entries, to disk (tests wrap it)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -101,12 +73,12 @@ def _flock_pid(fd: int) -> int | None:
     except OSError:
         return None
     for line in lines:
-        parts = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; waiters have "->"
-        if len(parts) < 6 or parts[1] != "FLOCK" or parts[5].count(":") != 2:
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; waiters have "->"
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].count(":") != 2:
             continue
-        major, minor, inode = parts[5].split(":")
+        major, minor, inode = fields[5].split(":")
         if (int(major, 16), int(minor, 16), int(inode)) == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino):
-            return int(parts[4])
+            return int(fields[4])
     return None
 
 
@@ -125,11 +97,16 @@ def _os_problem(e: OSError, fallback: Path) -> str:
     return f"{e.filename or fallback}: {e.strerror or e}"
 
 
-class StoreWriter:
-    """Creates `<dataset>.zarr` if needed and commits finished (feature, item) groups into it."""
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 
-    def __init__(self, path: Path | str, dataset: str) -> None:
+
+class StoreWriter:
+    """Creates `<dataset>.zarr` if needed and commits batches of finished (feature, item) pairs into it."""
+
+    def __init__(self, path: Path | str, dataset: str, allow_v1: bool = False) -> None:
+        """`allow_v1`: for `store.migrate` only, which writes version-2 parts into a version-1 store."""
         self.path = Path(path)
+        self._index: dict[str, index.IndexState] = {}
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"{self.path}: is a file, not a store folder; give --out a folder (new or a store)")
         try:
@@ -137,13 +114,15 @@ class StoreWriter:
             self._lock = self._acquire_lock()
             self.root = self._open_root()
             attrs = dict(self.root.attrs)
-            if attrs.get("schema", layout.SCHEMA) != layout.SCHEMA:
+            if attrs.get("schema") == layout.SCHEMA_V1 and not allow_v1:
+                raise ValueError(layout.v1_refusal(self.path))
+            if attrs.get("schema", layout.SCHEMA) not in (layout.SCHEMA, layout.SCHEMA_V1):
                 raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
             if attrs.get("dataset", dataset) != dataset:
                 raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
-            marker = attrs.get(STORE_RECORDS) or new_marker(self.path, layout.RESERVED)  # store/integrity.py
-            self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset,
-                                    "package_version": _package_version(), STORE_RECORDS: marker})
+            if not allow_v1 and (attrs.get("schema") != layout.SCHEMA or attrs.get("dataset") != dataset):
+                self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset,
+                                        "package_version": _package_version()})
             self._sweep_staging()
         except OSError as e:
             self.close()
@@ -193,31 +172,23 @@ class StoreWriter:
         self.close()
 
     def _sweep_staging(self) -> None:
-        """Remove what a killed run left half-written, and put back an old item version that a killed
-        replacement had moved aside. Safe: this writer holds the store's lock."""
+        """Remove what a killed run left half-written. Safe: this writer holds the store's lock."""
         staging = self.path / layout.STAGING
-        if not staging.exists():
-            return
-        for marker in staging.glob("*.target"):
-            old = staging / (marker.stem + "-old")
-            target = self.path / marker.read_text()
-            if old.is_dir() and not target.exists():
-                log.info("restoring %s, which an interrupted run was replacing", target.relative_to(self.path))
-                old.rename(target)
-        leftovers = [p for p in staging.iterdir() if p.suffix != ".target"]
-        if leftovers:
-            log.info("removing %d unfinished item(s) left by an interrupted run", len(leftovers))
-        shutil.rmtree(staging)
+        if staging.exists():
+            leftovers = list(staging.iterdir())
+            if leftovers:
+                log.info("removing %d unfinished part(s) left by an interrupted run", len(leftovers))
+            shutil.rmtree(staging)
 
     def set_feature(self, feature: str, attrs: dict[str, Any]) -> None:
         """Create or update a feature group's attributes (extractor, version, config, columns, rate_hz, weights)."""
         check_id(feature)
-        if feature in (layout.MANIFESTS, layout.RUNS):
+        if feature in layout.RESERVED:
             raise ValueError(f"invalid feature name {feature!r}: the store keeps its own {feature}/ folder")
         try:
             try:
                 group = self.root.require_group(feature)
-            except (ValueError, TypeError, KeyError) as e:  # its metadata is damaged; the items are separate
+            except (ValueError, TypeError, KeyError) as e:  # its metadata is damaged; the parts are separate
                 meta = self.path / feature / "zarr.json"
                 log.warning("%s: unreadable (%s: %s); writing it anew from this run's spec", meta,
                             type(e).__name__, e)
@@ -225,49 +196,78 @@ class StoreWriter:
                 group = self.root.require_group(feature)
             if dict(group.attrs) != attrs:
                 group.attrs.put(attrs)  # one metadata write: never a moment with no spec_hash
+            self.index(feature)
         except OSError as e:
             raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}") from e
 
+    def index(self, feature: str) -> index.IndexState:
+        """The feature's index as this writer keeps it, loaded once: repaired if damaged (rebuilt from the
+        parts), and parts that no index line names (a killed commit's) removed."""
+        if feature not in self._index:
+            from store.repair import open_index
+
+            self._index[feature] = open_index(self.path, feature)
+        return self._index[feature]
+
     def commit(self, feature: str, item_id: str, rows: FeatureRows, item_attrs: dict[str, Any]) -> None:
-        """Write one item's rows atomically; replaces an older version of the same item."""
-        check_id(item_id)
+        """Write one item's rows atomically (a batch of one); supersedes an older version of the same item."""
+        self.commit_batch(feature, [(item_id, rows, item_attrs)])
+
+    def commit_batch(self, feature: str, batch: list[tuple[str, FeatureRows, dict[str, Any]]]) -> None:
+        """Write many items of one feature atomically: all of them become visible at once, or none.
+        Items with differently shaped arrays go to separate parts of the same commit."""
+        for item_id, _, _ in batch:
+            check_id(item_id)
+            if item_id in layout.RESERVED:
+                raise ValueError(f"invalid id {item_id!r}: reserved by the store")
         if not (self.path / feature / "zarr.json").is_file():  # not group_keys(): that parses every feature
             raise KeyError(f"feature {feature!r} has no group yet; call set_feature first")
-        staging = self.path / layout.STAGING / uuid.uuid4().hex
+        state = self.index(feature)
+        latest = {item: (item, rows, {**rows.attrs, **attrs, "n_rows": int(len(rows.features)), "complete": True})
+                  for item, rows, attrs in batch}  # an item twice in a batch: its last rows count
+        groups: dict[tuple, list[tuple[str, FeatureRows, dict[str, Any]]]] = {}
+        for entry in latest.values():
+            groups.setdefault(parts.signature(entry[1]), []).append(entry)
+        records, placed = [], []
+        try:
+            for seq, members in enumerate(groups.values(), start=state.last_seq + 1):
+                name = f"{seq:09d}-{uuid.uuid4().hex[:8]}"
+                records.append(self._write_part(feature, name, seq, members))
+                placed.append(parts.part_dir(self.path, feature, name))
+            new_length = index.append(self.path / feature / index.INDEX, records, state.length)
+        except BaseException as e:
+            for p in placed:  # renamed but never published: the store is as before the batch
+                shutil.rmtree(p, ignore_errors=True)
+            if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+                raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; "
+                                 f"the batch of {len(latest)} item(s) was not committed") from e
+            raise
+        for rec in records:
+            index.apply(state, rec)
+        state.length = new_length
+
+    def _write_part(self, feature: str, name: str, seq: int, members: list[tuple[str, FeatureRows, dict[str, Any]]],
+                    ) -> dict[str, Any]:
+        staging = self.path / layout.STAGING / name
         staging.parent.mkdir(exist_ok=True)
         try:
+            arrays, entries, spans = parts.concat(members)
             group = zarr.open_group(staging, mode="w")
-            _write_array(group, layout.FEATURES, rows.features)
-            _write_array(group, layout.INTERVALS, rows.intervals.astype(np.float64))
-            for name, data in rows.extras.items():
-                if name in (layout.FEATURES, layout.INTERVALS):
-                    raise ValueError(f"extra array name {name!r} is reserved")
-                _write_array(group, name, data)
-            group.attrs.update({**rows.attrs, **item_attrs, "n_rows": int(len(rows.features))})
-            # What verify compares with later: every file's size and hash, each array's shape and dtype, and a
-            # hash of the attributes as they read back. One metadata write with `complete`, written last.
-            group.attrs.update({RECORD: make_record(staging), "complete": True})
+            n_rows = len(arrays[layout.FEATURES])
+            for arr_name, data in arrays.items():
+                _write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
+            group.attrs.put({parts.ATTR: {"feature": feature, "seq": seq, "items": entries, "spans": spans,
+                                          "files": parts.data_files(staging)}})
+            files, shapes = parts.record_files(staging)
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
-            self._swap_in(staging, feature, item_id)
+            target = parts.part_dir(self.path, feature, name)
+            target.parent.mkdir(exist_ok=True)
+            staging.rename(target)
+            _fsync(target.parent)  # the rename itself
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-
-    def _swap_in(self, staging: Path, feature: str, item_id: str) -> None:
-        target = self.path / feature / item_id
-        if not (staging / layout.FEATURES / "zarr.json").exists():
-            raise RuntimeError(f"{staging}: staged item lost its arrays before commit; not committing {feature}/{item_id}")
-        old = marker = None
-        if target.exists():
-            old = staging.with_name(staging.name + "-old")
-            marker = staging.with_name(staging.name + ".target")
-            marker.write_text(f"{feature}/{item_id}")  # lets the next writer undo a half-done swap
-            target.rename(old)
-        staging.rename(target)
-        _fsync(target.parent)  # the rename itself
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-            marker.unlink(missing_ok=True)
+        return index.part_record(name, seq, entries, files, shapes, spans)
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         folder = layout.manifest_dir(self.path)

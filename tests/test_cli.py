@@ -15,6 +15,7 @@ from extractors.base import FeatureRows
 from pipeline import exitcodes
 from pipeline.cli import main
 from pipeline.run import RunReport
+from store.reader import open_store
 from store.writer import StoreWriter
 
 
@@ -101,28 +102,64 @@ def test_failed_pairs_exit_non_zero_with_a_line_per_feature(monkeypatch: pytest.
     assert report(failed=0).exit_code == exitcodes.OK
 
 
-def test_every_commit_failing_on_a_full_disk_fails_the_run(tmp_path: Path) -> None:
-    """What the driver does when each commit meets ENOSPC: every pair failed, with the store named, exit 3."""
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+@pytest.mark.parametrize("where", ["part", "index"])
+def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """ENOSPC while writing a batch's part, or while appending its index line: every pair of the batch
+    failed with the store named, the run stops with exit 5, and the store's files are as before the batch."""
+    import store.index as si
+    import store.writer as sw
     from manifests.records import MediaItem
+    from pipeline.committer import Committer
     from pipeline.config import RunConfig
     from pipeline.run import _Runner
 
-    class FullDisk:
-        path = tmp_path / "s.zarr"
-
-        def commit(self, *a):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}}})
+    out = tmp_path / "s.zarr"
+    w = StoreWriter(out, "sample")
+    w.set_feature("frames", config.specs()[0].store_attrs())
+    w.commit("frames", "old", FeatureRows(np.ones((2, 2)), np.array([[0.0, 1.0], [1.0, 2.0]])), {"spec_hash": "x"})
+    before = _files(out)
+
+    def enospc() -> OSError:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    if where == "part":
+        real = sw._write_array
+
+        def full(group, name, data, *rest):  # noqa: ANN001, ANN002, ANN202
+            real(group, name, data, *rest)
+            if name == "intervals":
+                raise enospc()
+        monkeypatch.setattr(sw, "_write_array", full)
+    else:
+        real_pwrite = os.pwrite
+
+        def half(fd: int, data: bytes, offset: int) -> int:
+            real_pwrite(fd, data[: len(data) // 2], offset)  # a torn line on disk, then the disk is full
+            raise enospc()
+        monkeypatch.setattr(si.os, "pwrite", half)
     r = RunReport("run", "sample", "s.zarr", {"frames": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}})
-    runner = _Runner(config, config.specs(), FullDisk(), r)
+    runner = _Runner(config, config.specs(), w, r)
+    runner.committer = Committer(w, batch_items=2)
     for i in ("a", "b"):
         runner.fingerprints["frames", i], runner.sources["frames", i] = "fp", {}
         runner.commit("frames", MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),
                       {"seconds": {"frames": 0.1}}, 0.1)
+    runner.committed(runner.committer.close())
+    monkeypatch.undo()
+    w.close()
     assert r.counts["frames"] == {"done": 0, "skipped": 0, "failed": 2, "n/a": 0}
-    assert r.exit_code == exitcodes.FAILURES
-    assert f"FAILED frames/a [write:frames] {tmp_path / 's.zarr'}: OSError: [Errno 28] No space left" in r.summary()
+    assert r.exit_code == exitcodes.STORE
+    assert "No space left on device" in r.store_error and "the batch of 2 item(s) was not committed" in r.store_error
+    assert f"FAILED frames/a [write:frames] {out}: StoreError: cannot write the store" in r.summary()
+    assert "STOPPED: cannot write the store" in r.summary()
+    assert _files(out) == before  # nothing of the batch: no part, no index line
+    assert open_store(out).items("frames", include_stale=True) == ["old"]
 
 
 def test_verify_command_lists_damage_and_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -133,11 +170,12 @@ def test_verify_command_lists_damage_and_exits_non_zero(tmp_path: Path, capsys: 
             w.commit("feat", item, FeatureRows(np.ones((3, 1), np.float32), np.array([[0, 1], [1, 2], [2, 3.0]])),
                      {"spec_hash": "s1"})
     assert main(["verify", "--out", str(out)]) == exitcodes.OK
-    assert "feat             2        0          0" in capsys.readouterr().out
-    (out / "feat" / "b" / "features" / "c" / "0" / "0").unlink()
+    assert "feat             2        0" in capsys.readouterr().out
+    part = out / "feat" / "parts" / open_store(out).index("feat").entries["b"].part
+    (part / "features" / "c" / "0" / "0").unlink()
     assert main(["verify", "--out", str(out)]) == exitcodes.DAMAGED
     printed = capsys.readouterr().out
-    assert f"DAMAGED feat/b ({out / 'feat' / 'b'}): features/c/0/0 is missing" in printed
+    assert f"DAMAGED feat/b ({part}): features/c/0/0 is missing" in printed
 
 
 def hold_lock(path: Path, content: str = "") -> subprocess.Popen:

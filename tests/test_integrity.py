@@ -1,5 +1,6 @@
-"""A damaged item never blocks the store: it is reported with its folder, left out of reads, recomputed by the
-next run, and `verify` finds every kind of damage (metadata, missing, truncated or changed chunk files)."""
+"""A damaged part never blocks the store: its items are reported with its folder, left out of reads, recomputed
+by the next run, and `verify` finds every kind of damage (metadata, missing, truncated or changed shard files);
+a damaged or deleted index is found and rebuilt from the parts."""
 
 import json
 import logging
@@ -10,7 +11,7 @@ import pytest
 
 from extractors.base import FeatureRows
 from store import layout
-from store.integrity import RECORD, STORE_RECORDS, DamagedItem
+from store.integrity import DamagedItem
 from store.plan import Wanted, make_plan
 from store.reader import open_store
 from store.verify import verify_store
@@ -34,15 +35,20 @@ def rows(n: int, value: float) -> FeatureRows:
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import store.writer as sw
 
-    monkeypatch.setattr(sw, "_CHUNK_BYTES", 64)  # 8 rows of features per chunk: 3 chunk files per item
+    import store.parts as sp
+
+    monkeypatch.setattr(sp, "_CHUNK_BYTES", 64)  # 8 rows of features per inner chunk: 3 chunks in one shard
     path = tmp_path / "s.zarr"
     with StoreWriter(path, "demo") as w:
         w.set_feature("feat", ATTRS)
-        for i, item in enumerate(ITEMS):
+        for i, item in enumerate(ITEMS):  # one commit (one part) per item
             w.commit("feat", item, rows(20, 100.0 * i), {"spec_hash": "s1", "fingerprint": f"fp-{item}"})
     return path
+
+
+def part_of(store: Path, item: str) -> Path:
+    return store / "feat" / "parts" / open_store(store).index("feat").entries[item].part
 
 
 def wanted() -> list[Wanted]:
@@ -67,48 +73,47 @@ def damage(path: Path, how: str, at: float = 0.5) -> None:
 
 
 def test_the_record_lists_what_was_committed(store: Path) -> None:
-    item = store / "feat" / "b"
-    record = json.loads((item / "zarr.json").read_text())["attributes"][RECORD]
-    assert sorted(record["files"]) == [f for f in files_of(item) if f != "zarr.json"]
-    assert [f for f in record["files"] if f.startswith("features/c/")] == ["features/c/0/0", "features/c/1/0",
-                                                                          "features/c/2/0"]
-    assert not any(f.startswith("zeros/c/") for f in record["files"])  # all-zero chunks are never written
-    assert record["arrays"]["features"] == {"shape": [20, 2], "dtype": "float32"}
-    assert record["arrays"]["words"]["shape"] == [20]
-    assert "integrity" not in open_store(store).read("feat", "b").attrs  # internal: not in the item's attrs
+    part = part_of(store, "b")
+    record = open_store(store).index("feat").parts[part.name]
+    assert sorted(record.files) == files_of(part)
+    assert [f for f in record.files if f.startswith("features/")] == ["features/c/0/0", "features/zarr.json"]
+    assert record.files["features/c/0/0"][0] == (part / "features/c/0/0").stat().st_size
+    assert record.arrays["features"] == {"shape": [20, 2], "dtype": "float32"}
+    assert record.arrays["words"]["shape"] == [20]
+    assert "integrity" not in open_store(store).read("feat", "b").attrs
 
 
 @pytest.mark.parametrize("target,how", [
-    ("zarr.json", "truncate"),  # the reported case: "Unterminated string …"
+    ("zarr.json", "truncate"),
     ("zarr.json", "empty"),
     ("zarr.json", "delete"),
     ("features/zarr.json", "truncate"),
     ("intervals/zarr.json", "delete"),
-    ("features/c/1/0", "delete"),  # read back as zeros before
-    ("features/c/2/0", "truncate"),
+    ("features/c/0/0", "delete"),  # read back as zeros without the record
+    ("features/c/0/0", "truncate"),
     ("words/c/0", "empty"),
 ])
 def test_a_damaged_item_is_reported_left_out_and_recomputed(store: Path, target: str, how: str,
                                                             caplog: pytest.LogCaptureFixture) -> None:
-    item_dir = store / "feat" / "b"
-    damage(item_dir / target, how)
+    part = part_of(store, "b")
+    damage(part / target, how)
     s = open_store(store)
     with caplog.at_level(logging.WARNING):
         assert s.items("feat") == ["a", "c"]  # the others still read
-    assert str(item_dir) in caplog.text
+    assert str(part) in caplog.text
     np.testing.assert_array_equal(s.read("feat", "c").features[:], rows(20, 200.0).features)
-    with pytest.raises(DamagedItem, match=f"{item_dir}: damaged item"):
+    with pytest.raises(DamagedItem, match=f"{part}: damaged item b"):
         s.read("feat", "b")
     with pytest.raises(DamagedItem):
         s.item_attrs("feat", "b")
 
     plan = make_plan(store, wanted())
     assert [w.item for w in plan.todo] == ["b"] and [w.item for w in plan.skipped] == ["a", "c"]
-    assert [(c.item, c.path) for c in plan.damaged] == [("b", item_dir)] and plan.damaged[0].problem
+    assert [(c.item, c.path) for c in plan.damaged] == [("b", part)] and plan.damaged[0].problem
 
     report = verify_store(store)
     assert [(c.feature, c.item) for c in report.damaged] == [("feat", "b")]
-    assert f"DAMAGED feat/b ({item_dir})" in report.summary()
+    assert f"DAMAGED feat/b ({part})" in report.summary()
 
     with StoreWriter(store, "demo") as w:  # what the next run does with the planned pair
         w.set_feature("feat", ATTRS)
@@ -119,20 +124,21 @@ def test_a_damaged_item_is_reported_left_out_and_recomputed(store: Path, target:
 
 
 def test_every_file_deleted_truncated_or_flipped_is_found_by_verify(store: Path, tmp_path: Path) -> None:
-    """The class, not the listed cases: each file of an item (its own metadata included), each way of
+    """The class, not the listed cases: each file of a part (its own metadata included), each way of
     damaging it, at several places. Changed bytes need the full check (hashes); the rest the quick one."""
     import shutil
 
+    part = part_of(store, "b")
     pristine = tmp_path / "pristine"
-    shutil.copytree(store / "feat" / "b", pristine)
+    shutil.copytree(part, pristine)
     damages = [("delete", 0.0), ("empty", 0.0), ("truncate", 0.5), ("truncate", 0.98)]
     damages += [("flip", at) for at in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)]
     missed = []
     for rel in files_of(pristine):
         for how, at in damages:
-            shutil.rmtree(store / "feat" / "b")
-            shutil.copytree(pristine, store / "feat" / "b")
-            damage(store / "feat" / "b" / rel, how, at)
+            shutil.rmtree(part)
+            shutil.copytree(pristine, part)
+            damage(part / rel, how, at)
             s = open_store(store)
             full = [c.item for c in s.check("feat", full=True) if not c.ok]
             quick = [c.item for c in s.check("feat") if not c.ok]
@@ -142,10 +148,55 @@ def test_every_file_deleted_truncated_or_flipped_is_found_by_verify(store: Path,
 
 
 def test_verify_before_planning_recomputes_changed_bytes(store: Path) -> None:
-    damage(store / "feat" / "a" / "features/c/0/0", "flip")
+    damage(part_of(store, "a") / "features/c/0/0", "flip")
     assert make_plan(store, wanted()).todo == []  # sizes unchanged: only hashes tell
     plan = make_plan(store, wanted(), verify=True)
     assert [w.item for w in plan.todo] == ["a"] and "SHA-256" in plan.damaged[0].problem
+
+
+def test_a_damaged_packed_part_recomputes_exactly_its_items(tmp_path: Path) -> None:
+    """Items a, b share a part (one batch), c has its own: a flipped byte in the shared part's shard
+    is found by verify, and only a and b are planned again."""
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        w.commit_batch("feat", [(i, rows(20, 100.0 * k), {"spec_hash": "s1", "fingerprint": f"fp-{i}"})
+                                for k, i in enumerate(("a", "b"))])
+        w.commit("feat", "c", rows(20, 200.0), {"spec_hash": "s1", "fingerprint": "fp-c"})
+    shared = part_of(path, "a")
+    assert shared == part_of(path, "b") != part_of(path, "c")
+    damage(shared / "features/c/0/0", "flip", 0.7)
+    assert sorted(c.item for c in verify_store(path).damaged) == ["a", "b"]
+    plan = make_plan(path, wanted(), verify=True)
+    assert [w.item for w in plan.todo] == ["a", "b"] and [w.item for w in plan.skipped] == ["c"]
+
+
+@pytest.mark.parametrize("how", ["delete", "flip", "truncate-middle"])
+def test_a_damaged_or_deleted_index_is_found_and_rebuilt_from_the_parts(store: Path, how: str) -> None:
+    log_path = store / "feat" / "index.log"
+    before = {i: open_store(store).read("feat", i).features[:] for i in ITEMS}
+    with StoreWriter(store, "demo") as w:  # a superseded version: the rebuilt index must pick the newer one
+        w.set_feature("feat", ATTRS)
+        w.commit("feat", "b", rows(20, 7.0), {"spec_hash": "s1", "fingerprint": "fp-b2"})
+    before["b"] = rows(20, 7.0).features
+    if how == "delete":
+        log_path.unlink()
+    else:
+        lines = log_path.read_bytes().split(b"\n")
+        k = 2
+        if how == "flip":
+            lines[k] = lines[k][:40] + bytes([lines[k][40] ^ 0x01]) + lines[k][41:]
+        else:
+            lines[k] = lines[k][: len(lines[k]) // 2]
+        log_path.write_bytes(b"\n".join(lines))
+    assert open_store(store).items("feat") == list(ITEMS)  # read from the parts meanwhile, with a warning
+    report = verify_store(store)
+    assert "REBUILT feat/index.log" in report.summary() and not report.damaged
+    s = open_store(store)
+    assert s.items("feat") == list(ITEMS) and s.index("feat").entries["b"].fingerprint == "fp-b2"
+    for i in ITEMS:
+        np.testing.assert_array_equal(s.read("feat", i).features[:], before[i])
+    assert "REBUILT" not in verify_store(store).summary()
 
 
 def test_damaged_feature_metadata_is_rewritten_by_the_next_writer(store: Path) -> None:
@@ -160,68 +211,10 @@ def test_damaged_feature_metadata_is_rewritten_by_the_next_writer(store: Path) -
 
 @pytest.mark.parametrize("target", ["zarr.json", "features/zarr.json", "intervals/zarr.json"])
 @pytest.mark.parametrize("how", ["delete", "truncate"])
-def test_the_problem_names_the_damaged_metadata_file_within_the_item(store: Path, target: str, how: str) -> None:
-    """An array's damaged metadata is named as <array>/zarr.json, not as the item's own zarr.json."""
-    damage(store / "feat" / "b" / target, how)
+def test_the_problem_names_the_damaged_file_within_the_part(store: Path, target: str, how: str) -> None:
+    damage(part_of(store, "b") / target, how)
     [c] = [c for c in open_store(store).check("feat") if not c.ok]
-    assert c.problem.startswith(f"{target} is "), c.problem
-
-
-def drop_record(item_dir: Path) -> None:
-    meta_path = item_dir / "zarr.json"
-    meta = json.loads(meta_path.read_text())
-    del meta["attributes"][RECORD]
-    meta_path.write_text(json.dumps(meta))
-
-
-def as_store_from_before_records(store: Path) -> None:
-    """The store as code before integrity records left it: no root marker, no item record."""
-    meta = json.loads((store / "zarr.json").read_text())
-    del meta["attributes"][STORE_RECORDS]
-    (store / "zarr.json").write_text(json.dumps(meta))
-    for item in ITEMS:
-        drop_record(store / "feat" / item)
-
-
-def test_items_without_a_record_are_named_not_failed(store: Path) -> None:
-    """Items committed before records existed: metadata and decoding checked, and verify says so."""
-    as_store_from_before_records(store)
-    s = open_store(store)
-    assert s.items("feat") == list(ITEMS)
-    report = verify_store(store)
-    assert not report.damaged and "NO RECORD feat/c" in report.summary()
-    (store / "feat" / "c" / "intervals" / "zarr.json").write_text("{")
-    assert [c.item for c in verify_store(store).damaged] == ["c"]
-
-
-@pytest.mark.parametrize("flip", [False, True])
-def test_an_item_that_lost_its_record_in_a_store_written_with_records_is_damaged(store: Path, flip: bool) -> None:
-    """Deleting the record must not hide damage: the item is damaged (left out, recomputed, verify exit 4),
-    also with a flipped byte that the record would have caught."""
-    drop_record(store / "feat" / "c")
-    if flip:
-        damage(store / "feat" / "c" / "features/c/0/0", "flip")
-    s = open_store(store)
-    assert s.items("feat") == ["a", "b"]
-    with pytest.raises(DamagedItem, match="integrity record is missing"):
-        s.read("feat", "c")
-    assert [w.item for w in make_plan(store, wanted()).todo] == ["c"]
-    assert [w.item for w in make_plan(store, wanted(), verify=True).todo] == ["c"]
-    report = verify_store(store)
-    assert [c.item for c in report.damaged] == ["c"] and "NO RECORD" not in report.summary()
-
-
-def test_a_store_from_before_records_keeps_its_old_items_and_guards_the_new_ones(store: Path) -> None:
-    """The first writer on an old store lists the items it found without a record: those stay readable (NO
-    RECORD); every item committed from then on must keep its record."""
-    as_store_from_before_records(store)
-    with StoreWriter(store, "demo") as w:
-        w.commit("feat", "d", rows(20, 7.0), {"spec_hash": "s1", "fingerprint": "fp-d"})
-    assert open_store(store).items("feat") == [*ITEMS, "d"]
-    drop_record(store / "feat" / "d")
-    report = verify_store(store)
-    assert [c.item for c in report.damaged] == ["d"]
-    assert sum("NO RECORD" in line for line in report.summary().splitlines()) == 3
+    assert c.problem.startswith(f"{target} "), c.problem
 
 
 FEATURE_META_DAMAGE = {
@@ -245,8 +238,9 @@ def test_verify_finds_damaged_metadata_of_any_feature_or_the_root(store: Path, t
     with StoreWriter(store, "demo") as w:
         w.set_feature("other", ATTRS)
         w.commit("other", "x", rows(4, 1.0), {"spec_hash": "s1"})
+    part_b = part_of(store, "b")
     FEATURE_META_DAMAGE[how](store / target)
-    damage(store / "feat" / "b" / "features/c/0/0", "delete")
+    damage(part_b / "features/c/0/0", "delete")
     report = verify_store(store)
     assert [str(p) for p, _ in report.metadata] == [str(store / target)]
     assert sorted(f"{c.feature}/{c.item}" for c in report.checks) == ["feat/a", "feat/b", "feat/c", "other/x"]
@@ -277,3 +271,35 @@ def test_the_store_root_damaged_is_one_clear_error(store: Path) -> None:
     with pytest.raises(StoreError, match=f"{store / 'zarr.json'}: the store's own metadata is unreadable"):
         StoreWriter(store, "demo")
     assert layout.SCHEMA  # the store is left as it is for a person to look at
+
+
+@pytest.mark.parametrize("target,how", [("feat/zarr.json", "truncate"), ("feat/zarr.json", "delete"),
+                                        ("zarr.json", "truncate"), ("_manifests/qa.jsonl", "truncate")])
+def test_verify_finds_damaged_store_metadata_and_still_checks_the_items(store: Path, target: str, how: str) -> None:
+    """Damaged metadata of the store, a feature or a manifest is DAMAGED METADATA (exit 4), and the items of
+    every feature are checked through the indexes all the same."""
+    from pipeline import exitcodes
+    from pipeline.cli import main
+
+    (store / "_manifests").mkdir(exist_ok=True)
+    (store / "_manifests" / "qa.jsonl").write_text('{"qid": "q1", "item_id": "a", "dataset": "d", "question": "?", '
+                                                   '"answers": ["x"]}\n')
+    damage(part_of(store, "c") / "features/c/0/0", "flip", 0.5)
+    damage(store / target, how)
+    report = verify_store(store)
+    assert [str(p) for p, _ in report.metadata] == [str(store / target)] and not report.ok
+    assert [c.item for c in report.damaged] == ["c"] and len(report.checks) == 3
+    assert f"DAMAGED METADATA {store / target}: " in report.summary()
+    assert main(["verify", "--out", str(store)]) == exitcodes.DAMAGED
+
+
+def test_damage_is_still_found_after_the_index_is_lost_and_rebuilt(store: Path) -> None:
+    """Deleting the index must not hide damage (issue 25 item 7's class): a flipped byte in a shard, then the
+    index deleted; the rebuilt index takes each data file's hash from the part's own record of its commit,
+    so verify reports the damaged part, and a plan with --verify recomputes exactly its item."""
+    damage(part_of(store, "b") / "features/c/0/0", "flip", 0.4)
+    (store / "feat" / "index.log").unlink()
+    report = verify_store(store)
+    assert "REBUILT feat/index.log" in report.summary()
+    assert [c.item for c in report.damaged] == ["b"] and "SHA-256" in report.damaged[0].problem
+    assert [w.item for w in make_plan(store, wanted(), verify=True).todo] == ["b"]

@@ -18,9 +18,9 @@ from store.reader import open_store
 pytestmark = pytest.mark.slow
 
 
-def config(seed2: int = 1) -> RunConfig:
+def config(seed2: int = 1, commit_batch_items: int = 512) -> RunConfig:
     return RunConfig.model_validate({
-        "layout": "siq2", "frames_per_batch": 8, "max_inflight_items": 3,
+        "layout": "siq2", "frames_per_batch": 8, "max_inflight_items": 3, "commit_batch_items": commit_batch_items,
         "features": {"frames": {"extractor": "densenet161", "weights": "random"},
                      "frames2": {"extractor": "densenet161", "weights": "random", "random_seed": seed2}},
     })
@@ -75,8 +75,9 @@ def test_extract_cache_staleness_and_failures(tiny_root: Path, tmp_path: Path) -
     assert forced.counts == {"frames": {"done": 3, "skipped": 0, "failed": 2, "n/a": 0}}
 
 
-def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_path: Path) -> None:
-    out = tmp_path / "tiny.zarr"
+def _killed_run(tiny_root: Path, out: Path, batch_items: int, die_at_write: int) -> subprocess.CompletedProcess:
+    """A run that dies (os._exit, like SIGKILL: no cleanup, no atexit) while writing the features array of
+    its `die_at_write`-th part, with `batch_items` pairs per commit."""
     script = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
@@ -85,16 +86,22 @@ def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_pat
         from test_pipeline import config
         from pipeline.run import run_extract
         real, commits = sw._write_array, []
-        def dying(group, name, data):
-            real(group, name, data)
+        def dying(group, name, data, *rest):
+            real(group, name, data, *rest)
             if name == "features":
                 commits.append(1)
-                if len(commits) == 2:
-                    os._exit(9)  # like SIGKILL: no cleanup, no atexit
+                if len(commits) == {die_at_write}:
+                    os._exit(9)
         sw._write_array = dying
-        run_extract("tiny", Path({str(tiny_root)!r}), Path({str(out)!r}), config(), only=["frames"])
+        run_extract("tiny", Path({str(tiny_root)!r}), Path({str(out)!r}), config(commit_batch_items={batch_items}),
+                    only=["frames"])
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+
+
+def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tiny.zarr"
+    proc = _killed_run(tiny_root, out, batch_items=1, die_at_write=2)
     assert proc.returncode == 9, proc.stderr[-2000:]
     store = open_store(out)
     done = store.items("frames", include_filtered=True, include_stale=True)
@@ -105,6 +112,28 @@ def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_pat
     report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
     assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
     assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+
+
+def test_a_kill_during_a_batch_loses_only_that_batch_and_the_rerun_equals_a_clean_store(
+        tiny_root: Path, tmp_path: Path) -> None:
+    """Two pairs per batch: the first batch (2 items) is committed, the run dies writing the second (the last
+    item); the rerun computes only that item, and every array and attribute equals a store made in one go."""
+    out, clean = tmp_path / "tiny.zarr", tmp_path / "clean.zarr"
+    proc = _killed_run(tiny_root, out, batch_items=2, die_at_write=2)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    assert len(open_store(out).items("frames")) == 2
+    again = run_extract("tiny", tiny_root, out, config(commit_batch_items=2), only=["frames"])
+    assert again.counts["frames"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
+    assert run_extract("tiny", tiny_root, clean, config(), only=["frames"]).counts["frames"]["done"] == 3
+    a, b = open_store(out), open_store(clean)
+    assert a.items("frames") == b.items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+    volatile = {"extract_seconds", "decode_seconds"}
+    for item in a.items("frames"):
+        ra, rb = a.read("frames", item), b.read("frames", item)
+        np.testing.assert_allclose(ra.features[:], rb.features[:], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(ra.intervals, rb.intervals)
+        assert {k: v for k, v in ra.attrs.items() if k not in volatile} == \
+               {k: v for k, v in rb.attrs.items() if k not in volatile}
 
 
 def test_a_worker_process_that_dies_fails_only_its_item(tiny_root: Path, tmp_path: Path,
@@ -145,15 +174,17 @@ def test_fingerprints_do_not_depend_on_how_the_raw_root_is_spelled(tiny_root: Pa
 
 
 def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_path: Path) -> None:
-    """Truncated item metadata and a deleted chunk (found by every plan), flipped chunk bytes (found with
-    --verify): each damaged item is named with its folder and recomputed; the intact one is skipped."""
+    """One part per item (batches of one): truncated part metadata and a deleted shard (found by every plan),
+    flipped shard bytes (found with --verify): each damaged item is named with its part and recomputed;
+    the intact one is skipped."""
     out = tmp_path / "tiny.zarr"
-    assert run_extract("tiny", tiny_root, out, config(), only=["frames"]).exit_code == 0
+    assert run_extract("tiny", tiny_root, out, config(commit_batch_items=1), only=["frames"]).exit_code == 0
     reference = open_store(out).read("frames", "tiny-a").features[:]
-    meta = out / "frames/tiny-a/zarr.json"
+    parts = {i: out / "frames/parts" / e.part for i, e in open_store(out).index("frames").entries.items()}
+    meta = parts["tiny-a"] / "zarr.json"
     meta.write_bytes(meta.read_bytes()[:100])
-    (out / "frames/tiny-b/features/c/0/0").unlink()
-    chunk = out / "frames/tiny-c/features/c/0/0"
+    (parts["tiny-b"] / "features/c/0/0").unlink()
+    chunk = parts["tiny-c"] / "features/c/0/0"
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0xFF
     chunk.write_bytes(bytes(data))
@@ -162,8 +193,8 @@ def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_p
     report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
     assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
     assert {(d["item"], d["path"], d["recomputed"]) for d in report.damaged} == {
-        ("tiny-a", str(out / "frames/tiny-a"), True), ("tiny-b", str(out / "frames/tiny-b"), True)}
-    assert f"DAMAGED frames/tiny-a ({out / 'frames/tiny-a'})" in report.summary() and report.exit_code == 0
+        ("tiny-a", str(parts["tiny-a"]), True), ("tiny-b", str(parts["tiny-b"]), True)}
+    assert f"DAMAGED frames/tiny-a ({parts['tiny-a']})" in report.summary() and report.exit_code == 0
     np.testing.assert_array_equal(open_store(out).read("frames", "tiny-a").features[:], reference)
 
     verified = run_extract("tiny", tiny_root, out, config(), only=["frames"], verify=True)

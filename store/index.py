@@ -1,0 +1,226 @@
+"""A feature's index: item -> part, rows, fingerprint, status and per-item attributes (docs/design.md, "Store").
+
+The index is an append-only log, `<feature>/index.log`, one line per committed part:
+
+    <first 16 hex digits of the SHA-256 of the JSON> <JSON>\n
+
+A line is the commit point of its part: the part's folder is renamed into place first, then the line is
+appended and fsynced. A kill mid-append leaves a torn last line (no newline, or a checksum that does not
+match at the very end): it is not a commit, and the next writer cuts it off. A line whose checksum fails
+anywhere else is damage: `verify` reports it and rebuilds the log from the parts, whose own metadata holds
+the same entries. Compaction writes a whole new log (a new `generation`) and renames it over the old one.
+
+A snapshot is a log prefix: a reader pins the log's length (and its open file) when it opens, so later
+commits never change what it sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+INDEX = "index.log"
+_SUM = 16  # hex digits of the line checksum
+
+
+class IndexDamaged(ValueError):
+    """The index log has a line that fails its checksum (not a torn tail): rebuild it from the parts."""
+
+
+class Entry(NamedTuple):
+    """One item's current rows. `attrs_json`: the per-item attributes, parsed on demand (a million items load fast)."""
+
+    item: str
+    part: str
+    row0: int  # first row in the part's row-aligned arrays
+    n_rows: int
+    fingerprint: str
+    spec_hash: str
+    filtered: bool
+    duration_s: float | None
+    attrs_json: str
+    seq: int
+    spans: dict[str, list[int]] | None = None  # arrays not row-aligned: name -> [start, length] along axis 0
+
+    def attrs(self) -> dict[str, Any]:
+        return json.loads(self.attrs_json)
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    """What a part held when it was committed: its files (size, SHA-256) and arrays (shape, dtype)."""
+
+    part: str
+    seq: int
+    files: dict[str, list[Any]]
+    arrays: dict[str, dict[str, Any]]
+    items: tuple[str, ...]
+
+
+@dataclass
+class IndexState:
+    generation: str = ""
+    entries: dict[str, Entry] = field(default_factory=dict)  # latest entry per item
+    parts: dict[str, PartRecord] = field(default_factory=dict)
+    length: int = 0  # bytes of the log this state reflects (the good prefix)
+    torn: bool = False  # the log ends in an unfinished line (a killed append)
+    last_seq: int = 0
+
+    def live_rows(self) -> dict[str, int]:
+        """part -> rows still current in it (for compaction)."""
+        out = dict.fromkeys(self.parts, 0)
+        for e in self.entries.values():
+            out[e.part] = out.get(e.part, 0) + e.n_rows
+        return out
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    body = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+    return f"{hashlib.sha256(body.encode()).hexdigest()[:_SUM]} {body}\n".encode()
+
+
+def header(generation: str | None = None) -> dict[str, Any]:
+    return {"kind": "header", "generation": generation or uuid.uuid4().hex}
+
+
+def entry_row(item: str, row0: int, n_rows: int, attrs: dict[str, Any]) -> list[Any]:
+    """The compact form of an entry in a log line (and in the part's own metadata)."""
+    duration = attrs.get("duration_s")
+    return [item, row0, n_rows, str(attrs.get("fingerprint", "")), str(attrs.get("spec_hash", "")),
+            bool(attrs.get("filtered", False)), None if duration is None else float(duration),
+            json.dumps(attrs, separators=(",", ":"), sort_keys=True, default=str)]
+
+
+def part_record(part: str, seq: int, rows: list[list[Any]], files: dict[str, list[Any]],
+                arrays: dict[str, dict[str, Any]], spans: dict[str, dict[str, list[int]]] | None = None) -> dict[str, Any]:
+    rec = {"kind": "part", "part": part, "seq": seq, "items": rows, "files": files, "arrays": arrays}
+    if spans:
+        rec["spans"] = spans
+    return rec
+
+
+def apply(state: IndexState, rec: dict[str, Any]) -> None:
+    """Fold one log record into the state: later parts supersede earlier entries of the same items."""
+    if rec.get("kind") == "header":
+        state.generation = str(rec.get("generation", ""))
+        return
+    if rec.get("kind") != "part":
+        raise ValueError(f"unknown index record kind {rec.get('kind')!r}")
+    part, seq, spans = str(rec["part"]), int(rec["seq"]), rec.get("spans") or {}
+    items = []
+    for item, row0, n, fp, spec, filt, dur, attrs in rec["items"]:
+        state.entries[item] = Entry(item, part, int(row0), int(n), fp, spec, bool(filt), dur, attrs, seq,
+                                    spans.get(item))
+        items.append(item)
+    state.parts[part] = PartRecord(part, seq, rec.get("files", {}), rec.get("arrays", {}), tuple(items))
+    state.last_seq = max(state.last_seq, seq)
+
+
+def parse(data: bytes, where: Path) -> IndexState:
+    """The state of a log's bytes. A torn last line is left out (and flagged); any other bad line raises."""
+    state = IndexState()
+    pos = 0
+    lines = data.split(b"\n")
+    for k, line in enumerate(lines):
+        last = k == len(lines) - 1
+        if last and not line:
+            break  # the data ended with a newline
+        rec = _decode(line)
+        if rec is None:
+            if last or (k == len(lines) - 2 and not lines[-1]):  # the final line: a killed append
+                state.torn = True
+                break
+            raise IndexDamaged(f"{where}: line {k + 1} fails its checksum (the index is damaged; "
+                               "`python -m pipeline verify` rebuilds it from the parts)")
+        if last:  # a complete record without its newline: the append was cut before the newline
+            state.torn = True
+            break
+        apply(state, rec)
+        pos += len(line) + 1
+    state.length = pos
+    return state
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        text = line.decode()
+        digest, body = text[:_SUM], text[_SUM + 1:]
+        if len(text) <= _SUM + 1 or text[_SUM] != " " or hashlib.sha256(body.encode()).hexdigest()[:_SUM] != digest:
+            return None
+        rec = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def read_pinned(fd: int, length: int, where: Path) -> IndexState:
+    """The state of the first `length` bytes of an open log (a reader's snapshot)."""
+    chunks, pos = [], 0
+    while pos < length:
+        block = os.pread(fd, min(1 << 24, length - pos), pos)
+        if not block:
+            break
+        chunks.append(block)
+        pos += len(block)
+    return parse(b"".join(chunks), where)
+
+
+def load(path: Path) -> IndexState:
+    """The current state of a log file; an empty state when there is none."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return IndexState()
+    return parse(data, path)
+
+
+def fsync_path(path: Path | str) -> None:
+    """Flush a file, or a directory's entries, to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append(path: Path, records: list[dict[str, Any]], good_length: int) -> int:
+    """Append records after the log's good prefix (cutting a torn tail first); fsynced. Returns the new length."""
+    data = b"".join(encode(r) for r in records)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size != good_length:
+            os.ftruncate(fd, good_length)
+        written = os.pwrite(fd, data, good_length)
+        if written != len(data):
+            raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
+        os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, good_length)  # a failed append (disk full) must not leave a torn line behind
+        raise
+    finally:
+        os.close(fd)
+    return good_length + len(data)
+
+
+def replace(path: Path, records: list[dict[str, Any]]) -> int:
+    """Write a whole new log (a new generation) and rename it over the old one atomically."""
+    tmp = path.with_name(path.name + ".new")
+    data = b"".join(encode(r) for r in records)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+    return len(data)

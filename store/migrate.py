@@ -1,0 +1,124 @@
+"""`python -m pipeline migrate --out STORE`: convert a version-1 store (one folder per item) to version 2.
+
+Under the store's write lock: each feature's complete items are read (metadata, every array decoded) and
+committed in batches into packed parts with an index, exactly as a run would have written them (their
+attributes kept, their integrity recorded anew); then the root's schema becomes version 2 in one atomic
+rename, and only then are the old item folders removed. Until that rename the store stays a version-1 store
+(readers refuse it with this command's name); a killed migration is started over by the next one. An item
+that does not read (damaged, incomplete) is not carried over: it is listed, and the next run recomputes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from extractors.base import FeatureRows
+from store import index, layout, parts
+from store.writer import StoreWriter
+
+log = logging.getLogger(__name__)
+BATCH_ITEMS = 512
+_V1_INTERNAL = ("integrity", "complete", "n_rows")  # version-1 attributes the new layout keeps elsewhere
+
+
+@dataclass
+class Migration:
+    store: Path
+    items: dict[str, int] = field(default_factory=dict)  # feature -> items carried over
+    skipped: list[str] = field(default_factory=list)  # "<feature>/<item>: why"
+
+    def summary(self) -> str:
+        lines = [f"migrated {self.store} to {layout.SCHEMA}"]
+        lines += [f"  {f:<12}{n:>8} item(s)" for f, n in sorted(self.items.items())]
+        lines += [f"  NOT CARRIED OVER {s} (the next run recomputes it)" for s in self.skipped]
+        return "\n".join(lines)
+
+
+def _root_meta(path: Path) -> dict:
+    return json.loads((path / "zarr.json").read_bytes())
+
+
+def _v1_items(feature_dir: Path) -> list[Path]:
+    return sorted(p for p in feature_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and p.name not in layout.RESERVED)
+
+
+def _read_v1(item_dir: Path) -> tuple[FeatureRows, dict]:
+    group = zarr.open_group(item_dir, mode="r")
+    attrs = dict(group.attrs)
+    if attrs.get("complete") is not True:
+        raise ValueError("not marked complete")
+    arrays = {name: arr[...] for name, arr in group.arrays()}
+    extras = {k: v for k, v in arrays.items() if k not in (layout.FEATURES, layout.INTERVALS)}
+    rows = FeatureRows(np.asarray(arrays[layout.FEATURES]), np.asarray(arrays[layout.INTERVALS], np.float64), extras, {})
+    return rows, {k: v for k, v in attrs.items() if k not in _V1_INTERNAL}
+
+
+def migrate_store(path: Path | str) -> Migration:
+    path = Path(path)
+    meta = _root_meta(path)
+    schema = meta.get("attributes", {}).get("schema")
+    if schema == layout.SCHEMA:
+        _remove_v1_folders(path)  # what a migration killed after its rename left
+        return Migration(path)
+    if schema != layout.SCHEMA_V1:
+        raise ValueError(f"{path}: schema {schema!r} is not a version-1 store; nothing to migrate")
+    out = Migration(path)
+    writer = StoreWriter(path, str(meta["attributes"].get("dataset", "")), allow_v1=True)
+    try:
+        features = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / "zarr.json").exists()
+                    and p.name not in layout.RESERVED]
+        for feature_dir in features:
+            _restart(feature_dir)
+            out.items[feature_dir.name] = _migrate_feature(writer, feature_dir, out.skipped)
+        meta["attributes"]["schema"] = layout.SCHEMA
+        tmp = path / "zarr.json.new"
+        tmp.write_text(json.dumps(meta, indent=2))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path / "zarr.json")  # the moment the store becomes version 2
+        index.fsync_path(path)
+        _remove_v1_folders(path)
+    finally:
+        writer.close()
+    return out
+
+
+def _restart(feature_dir: Path) -> None:
+    """Parts and index an interrupted migration wrote: started over."""
+    shutil.rmtree(feature_dir / parts.PARTS, ignore_errors=True)
+    (feature_dir / index.INDEX).unlink(missing_ok=True)
+
+
+def _migrate_feature(writer: StoreWriter, feature_dir: Path, skipped: list[str]) -> int:
+    feature, batch, n = feature_dir.name, [], 0
+    for item_dir in _v1_items(feature_dir):
+        try:
+            rows, attrs = _read_v1(item_dir)
+        except Exception as e:  # damaged or incomplete: recomputed by the next run
+            skipped.append(f"{feature}/{item_dir.name}: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        batch.append((item_dir.name, rows, attrs))
+        if len(batch) >= BATCH_ITEMS:
+            writer.commit_batch(feature, batch)
+            n, batch = n + len(batch), []
+    if batch:
+        writer.commit_batch(feature, batch)
+        n += len(batch)
+    log.info("%s: %d item(s) migrated", feature, n)
+    return n
+
+
+def _remove_v1_folders(path: Path) -> None:
+    for feature_dir in sorted(path.iterdir()):
+        if feature_dir.is_dir() and (feature_dir / index.INDEX).exists():
+            for item_dir in _v1_items(feature_dir):
+                shutil.rmtree(item_dir)

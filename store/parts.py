@@ -1,0 +1,148 @@
+"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N.
+
+    <feature>/parts/<seq>-<id>/        group attrs "siqfeat_part": feature, seq, items (the index entries)
+        features   (sum N, D)          one shard file per array (inner chunks ~1 MiB): few files per part
+        intervals  (sum N, 2) float64
+        <extra>    (sum N, ...)        each feature-specific array, concatenated the same way
+
+Item k's rows are [row0_k, row0_k + n_k) of every row-aligned array (the index says where). An extra
+whose first axis is not the item's rows (none today) gets its own [start, length] span in the index.
+Plain zarr reads a part (`zarr.open_group(store)["frames/parts/<part>"]`), and so does xarray
+(`xr.open_zarr(store, group="frames/parts/<part>")`: arrays carry dimension names, "row" first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from store import index, layout
+
+PARTS = "parts"
+ATTR = "siqfeat_part"
+_CHUNK_BYTES = 1 << 20  # inner chunks of ~1 MiB along N; one shard holds the whole array
+META = "zarr.json"
+
+
+def signature(rows: Any) -> tuple:
+    """Items whose arrays agree in names, dtypes and trailing shapes share a part."""
+    arrays = {layout.FEATURES: rows.features, layout.INTERVALS: rows.intervals, **rows.extras}
+    return tuple(sorted((k, _kind(np.asarray(v)), np.asarray(v).shape[1:]) for k, v in arrays.items()))
+
+
+def _kind(a: np.ndarray) -> str:
+    return "str" if a.dtype.kind in "UST" else a.dtype.str
+
+
+def _chunk_rows(shape: tuple[int, ...], itemsize: int) -> int:
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
+    return max(1, min(max(shape[0], 1), _CHUNK_BYTES // row_bytes))
+
+
+def write_array(group: zarr.Group, name: str, data: np.ndarray, dim0: str = "row") -> None:
+    """`dim0`: the first axis's dimension name ("row" for row-aligned arrays, which xarray lines up)."""
+    data = np.asarray(data)
+    if data.dtype.kind == "O":
+        raise ValueError(f"array {name!r}: object arrays cannot be stored; got {data.dtype}")
+    text = data.dtype.kind in "UST"  # T: numpy's StringDType, what zarr reads strings back as
+    if text and data.dtype.kind != "T":
+        data = data.astype(str)
+    dims = [dim0, *(f"{name}_dim{k}" for k in range(1, data.ndim))]
+    rows = _chunk_rows(data.shape, 64 if text else data.dtype.itemsize)
+    chunks = (rows, *data.shape[1:])
+    shards = (-(-max(data.shape[0], 1) // rows) * rows, *data.shape[1:]) if data.shape[0] > rows else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr warns that string dtypes are not in the v3 core spec yet
+        arr = group.create_array(name, shape=data.shape, dtype=str if text else data.dtype, chunks=chunks,
+                                 shards=shards, dimension_names=dims)
+        if data.size:
+            arr[...] = data
+
+
+def concat(items: list[tuple[str, Any, dict[str, Any]]]) -> tuple[dict[str, np.ndarray], list[list[Any]],
+                                                                  dict[str, dict[str, list[int]]]]:
+    """Arrays of a batch of (item, rows, attrs) of one signature, their index entries and the spans of
+    arrays that are not row-aligned."""
+    names = [layout.FEATURES, layout.INTERVALS, *items[0][1].extras]
+    pieces: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    entries, spans, offsets = [], {}, dict.fromkeys(names, 0)
+    row0 = 0
+    for item, rows, attrs in items:
+        n = len(rows.features)
+        arrays = {layout.FEATURES: rows.features, layout.INTERVALS: np.asarray(rows.intervals, np.float64),
+                  **rows.extras}
+        own = {}
+        for name in names:
+            a = np.asarray(arrays[name])
+            a = a.reshape(1) if a.ndim == 0 else a
+            if name not in (layout.FEATURES, layout.INTERVALS) and (a.shape[0] != n or offsets[name] != row0):
+                own[name] = [offsets[name], int(a.shape[0])]
+            pieces[name].append(a)
+            offsets[name] += a.shape[0]
+        if own:
+            spans[item] = own
+        entries.append(index.entry_row(item, row0, n, attrs))
+        row0 += n
+    out = {}
+    for name, parts in pieces.items():
+        if any(p.dtype.kind in "UST" for p in parts) and len({p.dtype.kind for p in parts}) > 1:
+            parts = [p.astype(np.dtypes.StringDType()) for p in parts]  # fixed-width and variable strings
+        out[name] = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    return out, entries, spans
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def files_of(part_dir: Path) -> list[str]:
+    out = []
+    for folder, _, names in os.walk(part_dir):
+        for name in names:
+            out.append(os.path.relpath(os.path.join(folder, name), part_dir).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def record_files(part_dir: Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """Every file of the part with its size and SHA-256, and each array's shape and dtype."""
+    import json
+
+    files = {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)] for rel in files_of(part_dir)}
+    arrays = {}
+    for rel in files:
+        name, _, last = rel.rpartition("/")
+        if last == META and name and "/" not in name:
+            meta = json.loads((part_dir / rel).read_bytes())
+            arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
+    return files, arrays
+
+
+def data_files(part_dir: Path) -> dict[str, list[Any]]:
+    """Size and SHA-256 of every file of the part but its own zarr.json: what the part's attributes keep, so
+    that an index rebuilt from the parts still knows what the data files held when they were committed."""
+    return {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)]
+            for rel in files_of(part_dir) if rel != META}
+
+
+def record_from_part(part_dir: Path) -> dict[str, Any]:
+    """An index record made from a part's own metadata (rebuilding a lost index): its data files keep the
+    sizes and hashes recorded at commit (so damage since then is still found), its zarr.json is hashed now."""
+    import json
+
+    meta = json.loads((part_dir / META).read_bytes())["attributes"][ATTR]
+    files, arrays = record_files(part_dir)
+    own = meta.get("files")
+    if isinstance(own, dict):
+        files = {**{rel: list(v) for rel, v in own.items()}, META: files[META]}
+    return index.part_record(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans"))
+
+
+def part_dir(store: Path, feature: str, part: str) -> Path:
+    return store / feature / PARTS / part

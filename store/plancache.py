@@ -1,0 +1,62 @@
+"""Dataset plans kept beside the store, so that building a dataset again costs a file read.
+
+A plan (the samples of a task over a split, and what was dropped) depends only on the task's options, the
+manifest, the index snapshots of the features it reads and which of their parts are damaged. It is saved
+as JSON under `<store>/_views/plans/<key>.json`, where the key hashes all of those (each feature's index
+generation and length, its parts that fail the quick check, the manifest files' size and mtime): any
+commit, compaction, damage or new manifest gives a new key, so a stale plan is never used. A store that cannot be written (read-only) just builds the plan each time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from store import layout
+
+log = logging.getLogger(__name__)
+FOLDER = ("_views", "plans")
+VERSION = 1
+
+
+def key(store: Any, options: dict[str, Any], features: list[str]) -> str | None:
+    """The plan's key for this store snapshot, or None when the store has no index (an in-memory stand-in)."""
+    if not hasattr(store, "index"):
+        return None
+    state = {f: [store.index(f).generation, store.index(f).length,
+                 sorted(p for p in store.index(f).parts if store.part_problem(f, p))]  # damaged parts (quick check)
+             for f in sorted(set(features))}
+    manifests = {}
+    for name in ("items.jsonl", "qa.jsonl"):
+        try:
+            st = (layout.manifest_dir(store.path) / name).stat()
+            manifests[name] = [st.st_size, st.st_mtime_ns]
+        except FileNotFoundError:
+            manifests[name] = None
+    return layout.sha256_of({"v": VERSION, "options": options, "index": state, "manifests": manifests})[:24]
+
+
+def _path(store_path: Path, k: str) -> Path:
+    return Path(store_path).joinpath(*FOLDER, f"{k}.json")
+
+
+def load(store_path: Path, k: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(_path(store_path, k).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def save(store_path: Path, k: str, plan: dict[str, Any]) -> None:
+    path = _path(store_path, k)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(plan, separators=(",", ":")))
+        tmp.replace(path)
+    except OSError as e:  # a read-only store: no cache, nothing else changes
+        tmp.unlink(missing_ok=True)
+        log.debug("plan not cached in %s: %s", path.parent, e)

@@ -1,0 +1,86 @@
+"""Materialised aligned views: modalities aligned once to a reference, stored packed, read by epochs.
+
+`materialize(store, features, to=..., how=...)` aligns every item that has all of `features` (and the
+reference feature) with `store.align` and writes the result as a store of its own, in
+`<store>/_views/<name>.zarr`: per modality one feature whose rows are the reference steps (float32 values,
+NaN where undefined; `mask` (M,) bool: the step has rows), intervals the reference intervals. `name` is a
+hash of the features, the reference and `how`. It is incremental: an item whose source fingerprints are
+unchanged is not aligned again, and an item recomputed in the store is re-aligned (its view entry carries a
+hash of the fingerprints it was made from). Parts are kept small (`PART_BYTES`) so that a reader loads a
+part's arrays whole and serves every item of it from memory.
+
+Datasets use a view with `materialized=True` (store/datasets.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from extractors.base import FeatureRows
+from store import layout
+from store.align import How, Reference, align
+from store.reader import Store
+from store.writer import StoreWriter
+
+log = logging.getLogger(__name__)
+VIEWS = "_views"
+PART_BYTES = 48 << 20  # a view's part arrays stay under the reader's whole-array limit (64 MiB)
+
+
+def view_spec(features: Sequence[str], to: Reference, how: How | Mapping[str, How], specs: dict[str, Any]) -> str:
+    if not isinstance(to, str | int | float) or isinstance(to, bool):
+        raise ValueError(f"a view needs a reference feature name or a rate in Hz, got {type(to).__name__}")
+    hows = {f: how[f] if isinstance(how, Mapping) else how for f in features}
+    return layout.sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs})[:16]
+
+
+def view_path(store: Path | str, features: Sequence[str], to: Reference, how: How | Mapping[str, How] = "mean") -> Path:
+    s = Store(store)
+    specs = {f: s.feature_attrs(f).get("spec_hash") for f in [*features, *([to] if isinstance(to, str) else [])]}
+    return Path(store) / VIEWS / f"aligned-{view_spec(features, to, how, specs)}.zarr"
+
+
+def materialize(store: Path | str, features: Sequence[str], to: Reference = "transcript",
+                how: How | Mapping[str, How] = "mean", items: Sequence[str] | None = None) -> Path:
+    """Align `features` of every usable item (or of `items`) to `to` once, into a view store; returns its
+    path. Already materialised items with unchanged sources are kept."""
+    s = Store(store)
+    needed = [*features, *([to] if isinstance(to, str) else [])]
+    out = view_path(store, features, to, how)
+    usable = set.intersection(*(set(s.items(f, include_filtered=True)) for f in dict.fromkeys(needed)))
+    wanted = sorted(usable if items is None else usable & set(items))
+    fps = {i: layout.sha256_of([s.index(f).entries[i].fingerprint for f in needed])[:32] for i in wanted}
+    spec = out.stem.split("-", 1)[1]
+    with StoreWriter(out, f"view-{spec}") as w:
+        for f in features:
+            w.set_feature(f, {"source": f, "to": to, "how": how if isinstance(how, str) else dict(how),
+                              "columns": s.feature_attrs(f).get("columns", []), "spec_hash": spec, "rate_hz": None})
+        done = {e.item: e.fingerprint for e in w.index(features[0]).entries.values()}
+        todo = [i for i in wanted if done.get(i) != fps[i] or any(i not in w.index(f).entries for f in features)]
+        log.info("view %s: %d item(s) to align, %d up to date", out.name, len(todo), len(wanted) - len(todo))
+        pending: dict[str, list[tuple[str, FeatureRows, dict[str, Any]]]] = {f: [] for f in features}
+        size = 0
+        for item in todo:
+            a = align(s, item, features, to=to, how=how)
+            for f in features:
+                values = np.asarray(a.values[f], np.float32)
+                pending[f].append((item, FeatureRows(values, a.ref_intervals, {"mask": np.asarray(a.masks[f], bool)}),
+                                   {"fingerprint": fps[item], "spec_hash": spec}))
+                size += values.nbytes
+            if size >= PART_BYTES:
+                _flush(w, pending)
+                size = 0
+        _flush(w, pending)
+    return out
+
+
+def _flush(w: StoreWriter, pending: dict[str, list[tuple[str, FeatureRows, dict[str, Any]]]]) -> None:
+    for f, batch in pending.items():
+        if batch:
+            w.commit_batch(f, batch)
+        batch.clear()

@@ -1,0 +1,139 @@
+"""The fast read paths: datasets built from the index, batched reads, text-only without alignment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bench.bench_read import build_synthetic_store
+from extractors.base import FeatureRows
+from store import datasets
+from store.datasets import SocialIQA2, SocialIQA4, collate_qa
+
+
+@pytest.fixture(scope="module")
+def store(tiny_root_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_synthetic_store(tiny_root_template, tmp_path_factory.mktemp("reads") / "tiny.zarr", 8, 16)
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k, v in a.items():
+        if isinstance(v, torch.Tensor):
+            torch.testing.assert_close(v, b[k], rtol=0, atol=0)
+        elif isinstance(v, dict):
+            _same(v, b[k])
+        else:
+            assert v == b[k]
+
+
+@pytest.mark.parametrize("text", ["tokens", "pooled"])
+@pytest.mark.parametrize("cls", [SocialIQA2, SocialIQA4])
+def test_the_batched_path_equals_one_sample_at_a_time(store: Path, text: str, cls: type) -> None:
+    ds = cls(store, split=None, modalities=("frames",), to=1.0, exclude_filtered=False, text=text)
+    order = list(np.random.default_rng(0).permutation(len(ds)))
+    batch = ds.__getitems__(order)
+    assert len(batch) == len(ds)
+    for i, got in zip(order, batch, strict=True):
+        _same(got, ds[int(i)])
+
+
+def test_a_dataloader_reads_a_batch_in_one_gather(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With automatic batching the DataLoader calls __getitems__: one `rows` gather per array per batch, never
+    the per-sample read."""
+    from store.reader import Store
+
+    ds = SocialIQA2(store, split=None, modalities=(), to=1.0, exclude_filtered=False, text="tokens")
+    expected = [collate_qa([ds[i] for i in range(k, min(k + 8, len(ds)))]) for k in range(0, len(ds), 8)]
+    calls = []
+    real = Store.rows
+    monkeypatch.setattr(Store, "rows", lambda self, *a: (calls.append(a[:2]), real(self, *a))[1])
+    monkeypatch.setattr(SocialIQA2, "_texts", lambda *a: pytest.fail("per-sample read on the batched path"))
+    got = list(DataLoader(ds, batch_size=8, collate_fn=collate_qa))
+    assert len(calls) == 2 * len(got)  # tokens and token_mask, once per batch
+    for a, b in zip(got, expected, strict=True):
+        _same(a, b)
+
+
+def test_a_text_only_dataset_never_aligns_nor_needs_a_reference(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datasets, "align", lambda *a, **k: pytest.fail("a text-only dataset aligned"))
+    ds = SocialIQA2(store, split=None, modalities=(), to="no-such-feature", exclude_filtered=False)
+    assert len(ds) == 24
+    out = ds[3]
+    assert out["modalities"] == {} and out["ref_intervals"].shape == (0, 2)
+    batch = collate_qa(ds.__getitems__([0, 5, 7]))
+    assert batch["lengths"].tolist() == [0, 0, 0] and batch["question"].shape[0] == 3
+
+
+@pytest.mark.parametrize("to", [1.0, "transcript"])
+def test_a_materialised_view_reads_what_alignment_gives(store: Path, to: object) -> None:
+    """The view is made once (and kept while its sources are unchanged); its samples equal the aligned ones."""
+    mods = ("frames", "acoustic", "faces")
+    direct = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False)
+    viewed = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True)
+    assert viewed.view is not None and viewed.view.is_dir() and viewed.samples == direct.samples
+    for i in range(len(direct)):
+        a, b = direct[i], viewed[i]
+        for f in mods:  # values stored as float32: the same float32 the direct path returns
+            for k in ("x", "mask", "valid"):
+                torch.testing.assert_close(a["modalities"][f][k], b["modalities"][f][k], rtol=0, atol=0)
+        torch.testing.assert_close(a["ref_intervals"], b["ref_intervals"], rtol=0, atol=0)
+    from store.reader import Store
+
+    parts = {f: dict(Store(viewed.view).index(f).parts) for f in mods}
+    again = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True)
+    assert again.view == viewed.view and {f: dict(Store(again.view).index(f).parts) for f in mods} == parts
+    assert "_views" not in open_store_features(store)
+
+
+def open_store_features(path: Path) -> list[str]:
+    from store.reader import open_store
+
+    return open_store(path).features()
+
+
+def test_a_plan_is_cached_with_the_store_and_made_again_when_the_store_changes(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from store.writer import StoreWriter
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("_views"))
+    first = SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
+    real_plan = SocialIQA4._plan
+    monkeypatch.setattr(SocialIQA4, "_plan", lambda *a: pytest.fail("planned again"))
+    again = SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
+    assert again.samples == first.samples and again.dropped == first.dropped
+    other = SocialIQA4  # another seed is another plan
+    monkeypatch.setattr(SocialIQA4, "_plan", real_plan)
+    assert other(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False, seed=5).samples
+    from store.reader import open_store
+
+    s = open_store(copy)
+    r = s.read("frames", "tiny-a")
+    with StoreWriter(copy, "sample") as w:  # a re-extraction of one item: the cached plan is not used
+        w.commit("frames", "tiny-a", FeatureRows(np.asarray(r.features[...]), r.intervals), r.attrs)
+    calls = []
+    monkeypatch.setattr(SocialIQA4, "_plan", lambda *a: (calls.append(1), real_plan(*a))[1])
+    assert SocialIQA4(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False).samples == first.samples
+    assert calls == [1]
+
+
+def test_a_cached_plan_is_not_used_once_a_part_is_damaged(store: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from store.reader import open_store
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("_views"))
+    opts = {"split": None, "modalities": ("frames",), "to": 1.0, "exclude_filtered": False}
+    assert {s.item for s in SocialIQA2(copy, **opts).samples} == {"tiny-a", "tiny-b", "tiny-c"}
+    part = open_store(copy).index("frames").entries["tiny-a"].part  # one part per item in this store
+    shutil.rmtree(copy / "frames" / "parts" / part)
+    ds = SocialIQA2(copy, **opts)
+    assert {s.item for s in ds.samples} == {"tiny-b", "tiny-c"}

@@ -1,0 +1,261 @@
+"""Store version 2 (packed parts + index): supersession, snapshot readers, compaction, migration, batches."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from extractors.base import FeatureRows
+from pipeline.cli import main
+from store import layout
+from store.compact import compact_store
+from store.migrate import migrate_store
+from store.reader import SnapshotGone, open_store
+from store.writer import StoreWriter
+
+ATTRS = {"extractor": "x", "version": "1", "config": {}, "columns": ["a", "b"], "rate_hz": 1.0,
+         "weights": "none", "spec_hash": "s1"}
+
+
+def rows(n: int, value: float, dtype: str = "float32") -> FeatureRows:
+    return FeatureRows(
+        features=(np.arange(n * 2).reshape(n, 2) * 0.37 + value).astype(dtype),
+        intervals=np.stack([np.arange(n) * 0.5, np.arange(n) * 0.5 + 0.5], axis=1),
+        extras={"words": np.array([f"w{value:g}-{i}" for i in range(n)]), "count": np.arange(n, dtype=np.int16) + int(value),
+                "edges": np.linspace(0, value, n + 1)},  # not row-aligned: n + 1 values
+        attrs={"face_ratio": value / 10},
+    )
+
+
+def snapshot(store: Path, feature: str = "feat") -> dict[str, tuple]:
+    """Every current item's arrays as bytes (bit-level) and strings, and its attributes."""
+    s = open_store(store)
+    out = {}
+    for item in s.items(feature, include_filtered=True, include_stale=True):
+        r = s.read(feature, item)
+        arrays = {"features": np.asarray(r.features[...]), "intervals": r.intervals,
+                  **{k: np.asarray(v[...]) for k, v in r.extras.items()}}
+        out[item] = ({k: (a.dtype.str, a.shape, a.tobytes()) if a.dtype.kind not in "UST" else a.tolist()
+                      for k, a in arrays.items()}, r.attrs)
+    return out
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        w.commit_batch("feat", [("a", rows(3, 1.0), {"spec_hash": "s1", "fingerprint": "fa"}),
+                                ("b", rows(5, 2.0), {"spec_hash": "s1", "fingerprint": "fb"})])
+        w.commit("feat", "c", rows(4, 3.0), {"spec_hash": "s1", "fingerprint": "fc"})
+    return path
+
+
+def test_a_batch_packs_many_items_into_one_part_that_plain_zarr_reads(store: Path) -> None:
+    s = open_store(store)
+    entries = s.index("feat").entries
+    assert entries["a"].part == entries["b"].part != entries["c"].part
+    assert (entries["a"].row0, entries["a"].n_rows, entries["b"].row0, entries["b"].n_rows) == (0, 3, 3, 5)
+    part = zarr.open_group(store, mode="r")[f"feat/parts/{entries['b'].part}"]
+    np.testing.assert_array_equal(part["features"][3:8], rows(5, 2.0).features)  # plain zarr, with the offsets
+    import xarray as xr
+
+    ds = xr.open_zarr(store, group=f"feat/parts/{entries['b'].part}", consolidated=False)
+    np.testing.assert_array_equal(ds["features"].values[3:8], rows(5, 2.0).features)
+    assert ds["features"].dims == ("row", "features_dim1") and list(ds["words"].values[3:5]) == ["w2-0", "w2-1"]
+    np.testing.assert_array_equal(s.read("feat", "b").extras["edges"][:], rows(5, 2.0).extras["edges"])
+    assert list(s.read("feat", "b").extras["words"][1:3]) == ["w2-1", "w2-2"]
+    assert s.read("feat", "a").attrs["face_ratio"] == 0.1 and s.item_attrs("feat", "b")["fingerprint"] == "fb"
+
+
+def test_a_superseded_item_reads_its_new_rows(store: Path) -> None:
+    others = {k: v for k, v in snapshot(store).items() if k != "a"}
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "a", rows(6, 9.0), {"spec_hash": "s1", "fingerprint": "fa2"})
+    s = open_store(store)
+    r = s.read("feat", "a")
+    np.testing.assert_array_equal(r.features[:], rows(6, 9.0).features)
+    np.testing.assert_array_equal(r.intervals, rows(6, 9.0).intervals)
+    assert r.attrs["fingerprint"] == "fa2" and s.items("feat") == ["a", "b", "c"]
+    assert {k: v for k, v in snapshot(store).items() if k != "a"} == others  # b shared a's part: untouched
+    assert len(s.index("feat").parts) == 3  # the old rows stay until compaction
+
+
+def test_a_held_reader_never_sees_a_mix(store: Path) -> None:
+    """A handle opened (and an item handle taken) before a re-extraction reads the version it opened:
+    features, intervals, extras and attributes all of the old version; a new handle reads the new one."""
+    held = open_store(store)
+    old_item = held.read("feat", "a")
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "a", rows(6, 9.0), {"spec_hash": "s1", "fingerprint": "fa2"})
+        w.commit("feat", "c", rows(2, 8.0), {"spec_hash": "s1", "fingerprint": "fc2"})
+    for r, n, value, fp in ((old_item, 3, 1.0, "fa"), (held.read("feat", "a"), 3, 1.0, "fa"),
+                            (held.read("feat", "c"), 4, 3.0, "fc"), (open_store(store).read("feat", "c"), 2, 8.0, "fc2")):
+        want = rows(n, value)
+        np.testing.assert_array_equal(r.features[:], want.features)
+        np.testing.assert_array_equal(r.intervals, want.intervals)
+        np.testing.assert_array_equal(r.extras["count"][:], want.extras["count"])
+        assert r.attrs["fingerprint"] == fp and len(r.intervals) == r.features.shape[0] == n
+
+
+def test_compaction_keeps_every_current_row_bit_identical(store: Path) -> None:
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("half", {**ATTRS, "spec_hash": "h"})
+        w.commit_batch("half", [(f"i{k}", rows(k + 1, float(k), "float16"), {"spec_hash": "h"}) for k in range(5)])
+        w.commit("feat", "a", rows(6, 9.0), {"spec_hash": "s1", "fingerprint": "fa2"})  # supersedes a's rows
+        w.commit("feat", "b", FeatureRows(np.full((2, 2), np.nan, np.float32), np.array([[0.0, 1.0], [1.0, 1.0]]),
+                                          {"words": np.array(["", "é"]), "count": np.zeros(2, np.int16),
+                                           "edges": np.array([-0.0, np.inf, 1e-300])}, {"filtered": True}),
+                 {"spec_hash": "s0"})  # stale and filtered: kept too
+    before = {f: snapshot(store, f) for f in ("feat", "half")}
+    parts_before = len(open_store(store).index("feat").parts)
+    done = compact_store(store)
+    assert [c.feature for c in done] == ["feat", "half"] and done[0].rows_dropped == 3 + 5
+    assert {f: snapshot(store, f) for f in ("feat", "half")} == before
+    s = open_store(store)
+    assert len(s.index("feat").parts) == 1 < parts_before
+    assert sorted(p.name for p in (store / "feat" / "parts").iterdir()) == list(s.index("feat").parts)
+    assert not any(c.problem for f in ("feat", "half") for c in s.check(f, full=True))
+
+
+def test_a_reader_open_during_compaction_keeps_its_snapshot_or_says_so_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        for k, item in enumerate("abc"):
+            w.commit("feat", item, rows(3, float(k)), {"spec_hash": "s1"})
+    held = open_store(path)
+    a = held.read("feat", "a").features[:]  # its part is now in this handle's memory
+    compact_store(path)
+    np.testing.assert_array_equal(held.read("feat", "a").features[:], a)
+    with pytest.raises(SnapshotGone, match=r"feat was compacted after this reader opened the store .*open the store again"):
+        held.read("feat", "b").features[:]
+    np.testing.assert_array_equal(open_store(path).read("feat", "b").features[:], rows(3, 1.0).features)
+
+
+def test_compaction_is_automatic_only_when_worthwhile(store: Path) -> None:
+    assert compact_store(store, force=False) == []
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "b", rows(5, 4.0), {"spec_hash": "s1"})  # 5 of 12 stored rows superseded
+    assert [c.feature for c in compact_store(store, force=False)] == ["feat"]
+
+
+def test_compact_and_migrate_commands(store: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["compact", "--out", str(store)]) == 0
+    assert "compacted feat: 2 -> 1 part(s)" in capsys.readouterr().out
+
+
+def _v1_store(path: Path) -> dict[str, FeatureRows]:
+    """A version-1 store as that writer laid it out: one complete group per (feature, item)."""
+    root = zarr.open_group(path, mode="w")
+    root.attrs.update({"schema": layout.SCHEMA_V1, "dataset": "demo", "package_version": "0"})
+    feat = root.create_group("feat")
+    feat.attrs.put(ATTRS)
+    made = {}
+    for k, item in enumerate(("a", "b")):
+        r = rows(3 + k, float(k))
+        g = feat.create_group(item)
+        for name, data in {"features": r.features, "intervals": r.intervals, **r.extras}.items():
+            arr = g.create_array(name, shape=data.shape, dtype=str if data.dtype.kind == "U" else data.dtype)
+            arr[...] = data
+        g.attrs.update({"face_ratio": 0.5, "fingerprint": f"f{item}", "spec_hash": "s1", "n_rows": 3 + k,
+                        "integrity": {"version": 1}, "complete": True})
+        made[item] = r
+    feat.create_group("half").attrs.update({"complete": False})  # a killed v1 write: not carried over
+    return made
+
+
+def test_a_version_1_store_is_refused_naming_the_command_then_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.zarr"
+    made = _v1_store(path)
+    for opener in (open_store, lambda p: StoreWriter(p, "demo")):
+        with pytest.raises(ValueError, match=f"version-1 store.*python -m pipeline migrate --out {path}"):
+            opener(path)
+    assert main(["verify", "--out", str(path)]) == 2  # bad input: the message names the command
+    report = migrate_store(path)
+    assert report.items == {"feat": 2} and report.skipped[0].startswith("feat/half: ")
+    s = open_store(path)
+    assert s.attrs["schema"] == layout.SCHEMA and s.items("feat") == ["a", "b"]
+    for item, want in made.items():
+        r = s.read("feat", item)
+        np.testing.assert_array_equal(r.features[:], want.features)
+        np.testing.assert_array_equal(r.extras["edges"][:], want.extras["edges"])
+        assert list(r.extras["words"][:]) == list(want.extras["words"])
+        assert r.attrs["fingerprint"] == f"f{item}" and "integrity" not in r.attrs
+    assert sorted(p.name for p in (path / "feat").iterdir()) == ["index.log", "parts", "zarr.json"]
+    assert json.loads((path / "zarr.json").read_text())["attributes"]["schema"] == layout.SCHEMA
+    assert migrate_store(path).items == {}  # already version 2: nothing to do
+
+
+def test_random_reads_over_more_than_the_cache_switch_to_lazy_reads(tmp_path: Path) -> None:
+    """Whole part arrays that leave the cache nearly unused (random access over more parts than fit) stop
+    being loaded whole: later reads of that array go through zarr per item, with the same values."""
+    from store.reader import Store
+
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        for p in range(12):
+            w.commit_batch("feat", [(f"i{p}-{k}", rows(20, float(p * 10 + k)), {"spec_hash": "s1"}) for k in range(10)])
+    one_part = 10 * 20 * 2 * 4  # bytes of one part's features
+    s = Store(path, part_cache_bytes=2 * one_part)
+    order = [f"i{p}-{k}" for k in range(10) for p in range(12)]  # every read in another part
+    for item in order:
+        p, k = map(int, item[1:].split("-"))
+        np.testing.assert_array_equal(s.read("feat", item).features[...], rows(20, float(p * 10 + k)).features)
+    assert s._thrash[("feat", "features")] >= 4 and s._lazy  # switched to lazy reads
+
+
+
+def test_compaction_never_launders_a_damaged_part(store: Path) -> None:
+    """A part whose bytes changed since its commit is not rewritten with fresh hashes: it stays as it is,
+    verify still reports its item, and every other current row is compacted bit-identically."""
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "a", rows(6, 9.0), {"spec_hash": "s1", "fingerprint": "fa2"})  # garbage to reclaim
+    bad = store / "feat" / "parts" / open_store(store).index("feat").entries["c"].part
+    data = bytearray((bad / "features" / "c" / "0" / "0").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (bad / "features" / "c" / "0" / "0").write_bytes(bytes(data))
+    before = {k: v for k, v in snapshot(store).items() if k != "c"}
+    [done] = compact_store(store)
+    assert bad.is_dir() and open_store(store).index("feat").entries["c"].part == bad.name
+    assert {k: v for k, v in snapshot(store).items() if k != "c"} == before
+    from store.verify import verify_store
+
+    assert [c.item for c in verify_store(store).damaged] == ["c"]
+
+
+def test_a_kill_mid_append_leaves_a_torn_line_that_is_no_commit(store: Path) -> None:
+    """The part is renamed into place and half of its index line written when the process dies: readers do
+    not see the batch (the torn line fails its checksum at the end of the log), the next writer cuts the line
+    and removes the part, and the store goes on."""
+    import store.index as si
+
+    log_path = store / "feat" / "index.log"
+    good = log_path.read_bytes()
+    def torn(path: Path, records: list, good_length: int) -> int:
+        data = b"".join(si.encode(r) for r in records)
+        with open(path, "ab") as f:
+            f.write(data[: len(data) // 2])  # what reached the disk before the kill
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(si, "append", torn)
+        m.setattr("shutil.rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+        w = StoreWriter(store, "demo")
+        with pytest.raises(KeyboardInterrupt):
+            w.commit("feat", "d", rows(2, 5.0), {"spec_hash": "s1"})
+        w.close()
+    assert len(log_path.read_bytes()) > len(good) and len(list((store / "feat" / "parts").iterdir())) == 3
+    s = open_store(store)
+    assert s.items("feat") == ["a", "b", "c"] and s.index("feat").torn
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        assert len(list((store / "feat" / "parts").iterdir())) == 2  # the unpublished part is gone
+        w.commit("feat", "d", rows(2, 5.0), {"spec_hash": "s1"})
+    assert log_path.read_bytes().startswith(good)  # the torn line was cut before the new one
+    s = open_store(store)
+    assert s.items("feat") == ["a", "b", "c", "d"] and not s.index("feat").torn
+    assert len(list((store / "feat" / "parts").iterdir())) == 3
