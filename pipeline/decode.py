@@ -63,9 +63,6 @@ __all__ = ["AUDIO_GAP_MIN_S", "STREAM_OFFSET_MIN_S", "InputError", "decode_audio
 
 log = logging.getLogger(__name__)
 
-# the private names this module had before pipeline/media.py held them (branches still in flight call them)
-_existing, _first_line, _open = existing, first_line, open_media
-
 SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
 # enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
 # (2: streams that start late keep their place on the container's timeline; 3: PyAV instead of decord,
