@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -9,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, field_validator, model_validator
 
 Split = Literal["train", "val", "test", "unknown"]
 # The releases' own names for the splits -> the stored split (SocialIQA's "dev" and Social-IQ 1.0's "valid" are "val")
@@ -134,6 +135,25 @@ def write_jsonl(path: Path, records: Iterable[_Record]) -> None:
         for r in records:
             f.write(r.model_dump_json() + "\n")
     tmp.replace(path)
+
+
+def read_jsonl_all(path: Path, kind: type[R]) -> list[R]:
+    """Every record of a JSONL file, validated as `read_jsonl` does, in one pydantic call over the whole
+    file (a third of the time of line by line: SocialIQA's 35k questions). A file that does not validate
+    is read again line by line, so that the error names the line."""
+    lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    try:
+        records = _list_adapter(kind).validate_json(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        records = None
+    if records is None or len(records) != len(lines):  # a line holding two records: line by line says so
+        return list(read_jsonl(path, kind))
+    return records
+
+
+@functools.cache
+def _list_adapter(kind: type[R]) -> TypeAdapter[list[R]]:
+    return TypeAdapter(list[kind])  # type: ignore[valid-type]
 
 
 def read_jsonl(path: Path, kind: type[R]) -> Iterator[R]:

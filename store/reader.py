@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from manifests.records import MediaItem, QAItem, read_jsonl
+from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, layout, parts
 from store.integrity import DamagedItem, ItemCheck, check_part
 from store.rowview import RowView
@@ -374,12 +374,12 @@ class Store:
     @cached_property
     def _media(self) -> list[MediaItem]:
         path = layout.manifest_dir(self.path) / "items.jsonl"
-        return list(read_jsonl(path, MediaItem)) if path.exists() else []
+        return read_jsonl_all(path, MediaItem) if path.exists() else []
 
     @cached_property
     def _qa(self) -> list[QAItem]:
         path = layout.manifest_dir(self.path) / "qa.jsonl"
-        return list(read_jsonl(path, QAItem)) if path.exists() else []
+        return read_jsonl_all(path, QAItem) if path.exists() else []
 
     def media_items(self) -> list[MediaItem]:
         return list(self._media)
