@@ -42,7 +42,7 @@ import torch
 from torch.utils.data import Dataset
 
 from manifests.records import SPLIT_NAMES, QAItem
-from store import plancache
+from store import layout, plancache
 from store.align import How, Reference, align
 from store.reader import ItemFeature, Store, open_store
 
@@ -50,6 +50,10 @@ Text = Literal["tokens", "pooled"]
 ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2  # extractors.qa's row roles (not imported: no model code here)
 FILTERED = "item filtered by a policy (faces: too few faces)"
 MISSING = "item missing, incomplete or damaged in a needed feature"
+# Part arrays up to this size are loaded whole by a dataset's reader (the store's default: 16 MiB): an epoch
+# reads every item, so a whole part pays off, e.g. Social-IQ's pooled QA rows, ~47 MB per part of 512 items,
+# read lazily per sample were 5 ms of a 6 ms sample. Token states (~100 MB per part) stay lazy.
+READ_WHOLE_BYTES = 64 << 20
 _NO_STEPS = torch.zeros((0, 2), dtype=torch.float64)  # a text-only sample's reference intervals (shared, never written)
 
 
@@ -353,10 +357,10 @@ class _SocialIQ(Dataset):
 
     def _open(self) -> Store:
         if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
-            self._store, self._pid = open_store(self.path), os.getpid()
+            self._store, self._pid = open_store(self.path, whole_array_bytes=READ_WHOLE_BYTES), os.getpid()
             self._cache, self._handles = OrderedDict(), OrderedDict()
-            self._view_store = (Store(self.view, part_cache_bytes=self.view_cache_bytes, whole_array_bytes=64 << 20)
-                                if self.view else None)
+            self._view_store = (Store(self.view, part_cache_bytes=self.view_cache_bytes,
+                                      whole_array_bytes=READ_WHOLE_BYTES) if self.view else None)
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:
@@ -376,25 +380,34 @@ class _SocialIQ(Dataset):
             self._cache.move_to_end(item)
             return self._cache[item]
         self._open()
+        out: dict[str, Any] = {"modalities": {}}
         if self._view_store is not None:
-            reads = {f: self._view_store.read(f, item) for f in self.modalities}
-            ref = reads[self.modalities[0]].intervals
-            values = {f: np.asarray(r.features[...]) for f, r in reads.items()}
-            masks = {f: np.asarray(r.extras["mask"][...], bool) for f, r in reads.items()}
+            out["modalities"] = {f: self._viewed(f, item) for f in self.modalities}
+            ref = self._view_store.arrays(self.modalities[0], item, [layout.INTERVALS])[0]
+            out["ref_intervals"] = torch.from_numpy(np.array(ref, np.float64))
         else:
             a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
-            ref, values, masks = a.ref_intervals, a.values, a.masks
-        out: dict[str, Any] = {"ref_intervals": torch.from_numpy(ref), "modalities": {}}
-        for f in self.modalities:
-            valid = np.isfinite(values[f])
-            x = np.where(valid, values[f], np.float32(self.fill_value)).astype(np.float32, copy=False)
-            out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(masks[f]),
-                                    "valid": torch.from_numpy(valid)}
+            out["ref_intervals"] = torch.from_numpy(a.ref_intervals)
+            for f in self.modalities:
+                valid = np.isfinite(a.values[f])
+                x = np.where(valid, a.values[f], np.float32(self.fill_value)).astype(np.float32, copy=False)
+                out["modalities"][f] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(a.masks[f]),
+                                        "valid": torch.from_numpy(valid)}
         if self.cache_items > 0:
             self._cache[item] = out
             while len(self._cache) > self.cache_items:
                 self._cache.popitem(last=False)
         return out
+
+    def _viewed(self, feature: str, item: str) -> dict[str, torch.Tensor]:
+        """One modality of an item from the view: stored filled (0.0) with its `valid` mask, so a read is
+        copies of slices of the part in memory (copies: a sample never aliases the reader's cache)."""
+        assert self._view_store is not None
+        x, valid, mask = self._view_store.arrays(feature, item, [layout.FEATURES, "valid", "mask"])
+        x, valid, mask = np.array(x, np.float32), np.array(valid, bool), np.array(mask, bool)
+        if self.fill_value != 0.0:
+            x[~valid] = np.float32(self.fill_value)
+        return {"x": torch.from_numpy(x), "mask": torch.from_numpy(mask), "valid": torch.from_numpy(valid)}
 
     def _qa_handle(self, item: str) -> ItemFeature:
         """The item's lazy QA arrays, kept for its next questions (samples come grouped by item)."""

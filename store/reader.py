@@ -337,6 +337,13 @@ class Store:
                            intervals=intervals, extras=extras, attrs=e.attrs(),
                            columns=list(self._feature_group(feature).get("columns", [])))
 
+    def arrays(self, feature: str, item: str, names: list[str]) -> list[Any]:
+        """The item's rows of the named arrays (`features`, `intervals` or extras), after its part's quick
+        check: slices of the part's arrays in memory (not copies) when they are loaded whole. The cheap
+        path of `read` for a reader that knows what it wants (no views, no attributes parsed)."""
+        e = self._entry(feature, item)
+        return [self.view(feature, e, name)[...] for name in names]
+
     def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
         """Rows of many items at once: `picks` = (item, row within the item); one gather per part touched
         (the batched read path of the datasets), written into one array in the order of `picks`."""
@@ -392,5 +399,6 @@ class Store:
         return json.loads(runs[-1].read_text()) if runs else None
 
 
-def open_store(path: Path | str) -> Store:
-    return Store(path)
+def open_store(path: Path | str, **options: Any) -> Store:
+    """A snapshot reader of the store (`options`: `Store`'s cache sizes)."""
+    return Store(path, **options)

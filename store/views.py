@@ -3,11 +3,14 @@
 `materialize(store, features, to=..., how=...)` aligns every item that has all of `features` (and the
 reference feature) with `store.align` and writes the result as a store of its own, in
 `<store>/_views/<name>.zarr`: per modality one feature whose rows are the reference steps (float32 values,
-NaN where undefined; `mask` (M,) bool: the step has rows), intervals the reference intervals. `name` is a
-hash of the features, the reference and `how`. It is incremental: an item whose source fingerprints are
-unchanged is not aligned again, and an item recomputed in the store is re-aligned (its view entry carries a
-hash of the fingerprints it was made from). Parts are kept small (`PART_BYTES`) so that a reader loads a
-part's arrays whole and serves every item of it from memory.
+0.0 where undefined; `valid` (M, D) bool: the value is finite; `mask` (M,) bool: the step has rows),
+intervals the reference intervals. Values are stored already filled, with their `valid` mask, so that a
+read is a slice of the part in memory (no isfinite/where over every value of every sample). `name` is a
+hash of the features, the reference, `how` and the view's `LAYOUT`. It is incremental: an item whose
+source fingerprints are unchanged is not aligned again, and an item recomputed in the store is re-aligned
+(its view entry carries a hash of the fingerprints it was made from and of `LAYOUT`, so an item written by
+an older layout is re-aligned too, never misread). Parts are kept small (`PART_BYTES`) so that a reader
+loads a part's arrays whole and serves every item of it from memory.
 
 Datasets use a view with `materialized=True` (store/datasets.py).
 """
@@ -30,13 +33,14 @@ from store.writer import StoreWriter
 log = logging.getLogger(__name__)
 VIEWS = "_views"
 PART_BYTES = 48 << 20  # a view's part arrays stay under the reader's whole-array limit (64 MiB)
+LAYOUT = 2  # 2: values filled with 0.0 + `valid`; 1 (before): NaN where undefined, validity computed per read
 
 
 def view_spec(features: Sequence[str], to: Reference, how: How | Mapping[str, How], specs: dict[str, Any]) -> str:
     if not isinstance(to, str | int | float) or isinstance(to, bool):
         raise ValueError(f"a view needs a reference feature name or a rate in Hz, got {type(to).__name__}")
     hows = {f: how[f] if isinstance(how, Mapping) else how for f in features}
-    return layout.sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs})[:16]
+    return layout.sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs, "layout": LAYOUT})[:16]
 
 
 def view_path(store: Path | str, features: Sequence[str], to: Reference, how: How | Mapping[str, How] = "mean") -> Path:
@@ -54,7 +58,7 @@ def materialize(store: Path | str, features: Sequence[str], to: Reference = "tra
     out = view_path(store, features, to, how)
     usable = set.intersection(*(set(s.items(f, include_filtered=True)) for f in dict.fromkeys(needed)))
     wanted = sorted(usable if items is None else usable & set(items))
-    fps = {i: layout.sha256_of([s.index(f).entries[i].fingerprint for f in needed])[:32] for i in wanted}
+    fps = {i: layout.sha256_of([LAYOUT, *(s.index(f).entries[i].fingerprint for f in needed)])[:32] for i in wanted}
     spec = out.stem.split("-", 1)[1]
     with StoreWriter(out, f"view-{spec}") as w:
         for f in features:
@@ -69,9 +73,11 @@ def materialize(store: Path | str, features: Sequence[str], to: Reference = "tra
             a = align(s, item, features, to=to, how=how)
             for f in features:
                 values = np.asarray(a.values[f], np.float32)
-                pending[f].append((item, FeatureRows(values, a.ref_intervals, {"mask": np.asarray(a.masks[f], bool)}),
+                valid = np.isfinite(values)
+                extras = {"mask": np.asarray(a.masks[f], bool), "valid": valid}
+                pending[f].append((item, FeatureRows(np.where(valid, values, np.float32(0.0)), a.ref_intervals, extras),
                                    {"fingerprint": fps[item], "spec_hash": spec}))
-                size += values.nbytes
+                size += values.nbytes + valid.nbytes
             if size >= PART_BYTES:
                 _flush(w, pending)
                 size = 0

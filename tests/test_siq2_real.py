@@ -110,7 +110,7 @@ def test_a2_a4_build_for_every_labelled_question(manifest, published, monkeypatc
     """The plan of both datasets over all real questions (an in-memory store with the real row plan)."""
     _, qa, _ = manifest
     mem = MemoryQAStore(qa)
-    monkeypatch.setattr(datasets, "open_store", lambda path: mem)
+    monkeypatch.setattr(datasets, "open_store", lambda path, **options: mem)
     # (split, published qid, question text) -> the published row: two questions may share a qid
     rows = {(s, r["qid"], r["q"]): r for s in ("train", "val") for r in published[s]}
     plan = {item: (r.extras["text"], r.extras["a_index"]) for item, r in mem._rows.items()}
@@ -170,7 +170,7 @@ def test_socialiqa3_on_the_real_dev_split_gives_each_question_its_published_cont
                  if line.strip()]
     _, qa = read_socialiqa(realdata / "socialiqa")
     mem = MemoryQAStore([q for q in qa if q.split == "val"], vectors=True)
-    monkeypatch.setattr(datasets, "open_store", lambda path: mem)
+    monkeypatch.setattr(datasets, "open_store", lambda path, **options: mem)
     for text in ("tokens", "pooled"):
         a3 = SocialIQA3("memory", split="dev", modalities=(), text=text)  # no reference feature: none needed
         assert len(a3) == len(published) == 1954 and not a3.dropped

@@ -69,25 +69,96 @@ def test_a_text_only_dataset_never_aligns_nor_needs_a_reference(store: Path, mon
     assert batch["lengths"].tolist() == [0, 0, 0] and batch["question"].shape[0] == 3
 
 
-@pytest.mark.parametrize("to", [1.0, "transcript"])
-def test_a_materialised_view_reads_what_alignment_gives(store: Path, to: object) -> None:
-    """The view is made once (and kept while its sources are unchanged); its samples equal the aligned ones."""
+@pytest.mark.parametrize("to,fill", [(1.0, 0.0), ("transcript", 0.0), ("transcript", -7.5)])
+def test_a_materialised_view_reads_what_alignment_gives(store: Path, to: object, fill: float) -> None:
+    """The view is made once (and kept while its sources are unchanged); its samples equal the aligned ones,
+    with any fill value (the view stores 0.0 and `valid`; undefined values are there: faces, empty steps)."""
     mods = ("frames", "acoustic", "faces")
-    direct = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False)
-    viewed = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True)
+    direct = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, fill_value=fill)
+    viewed = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True,
+                        fill_value=fill)
     assert viewed.view is not None and viewed.view.is_dir() and viewed.samples == direct.samples
+    invalid = 0
     for i in range(len(direct)):
         a, b = direct[i], viewed[i]
         for f in mods:  # values stored as float32: the same float32 the direct path returns
             for k in ("x", "mask", "valid"):
                 torch.testing.assert_close(a["modalities"][f][k], b["modalities"][f][k], rtol=0, atol=0)
+            invalid += int((~b["modalities"][f]["valid"]).sum())
+            assert (b["modalities"][f]["x"][~b["modalities"][f]["valid"]] == fill).all()
         torch.testing.assert_close(a["ref_intervals"], b["ref_intervals"], rtol=0, atol=0)
+    assert invalid > 0
     from store.reader import Store
 
     parts = {f: dict(Store(viewed.view).index(f).parts) for f in mods}
     again = SocialIQA2(store, split=None, modalities=mods, to=to, exclude_filtered=False, materialized=True)
     assert again.view == viewed.view and {f: dict(Store(again.view).index(f).parts) for f in mods} == parts
     assert "_views" not in open_store_features(store)
+
+
+def _view_copy(store: Path, tmp_path: Path) -> tuple[Path, dict]:
+    import shutil
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("_views"))
+    return copy, {"split": None, "modalities": ("frames", "faces"), "to": "transcript", "exclude_filtered": False,
+                  "cache_items": 0}
+
+
+def _item_samples(ds: SocialIQA2, item: str) -> list[dict]:
+    return [ds[i] for i, smp in enumerate(ds.samples) if smp.item == item]
+
+
+def test_a_view_follows_a_recomputed_item_while_a_held_reader_keeps_its_snapshot(store: Path, tmp_path: Path) -> None:
+    """A re-extracted item is aligned again into the view (the others' rows stay in their parts); a dataset
+    that had the view open keeps reading the rows of its snapshot, a new one reads the new rows."""
+    from store.reader import Store, open_store
+    from store.writer import StoreWriter
+
+    copy, opts = _view_copy(store, tmp_path)
+    held = SocialIQA2(copy, materialized=True, **opts)
+    before = _item_samples(held, "tiny-a")  # opens the view: its snapshot is pinned
+    parts = {i: e.part for i, e in Store(held.view).index("frames").entries.items()}
+    r = open_store(copy).read("frames", "tiny-a")
+    with StoreWriter(copy, "sample") as w:
+        w.commit("frames", "tiny-a", FeatureRows(np.asarray(r.features[...]) * 2 + 1, r.intervals),
+                 {**r.attrs, "fingerprint": "recomputed"})
+    fresh = SocialIQA2(copy, materialized=True, **opts)
+    assert fresh.view == held.view
+    now = {i: e.part for i, e in Store(fresh.view).index("frames").entries.items()}
+    assert now["tiny-a"] != parts["tiny-a"] and all(now[i] == parts[i] for i in parts if i != "tiny-a")
+    direct = _item_samples(SocialIQA2(copy, **{**opts, "cache_items": 8}), "tiny-a")
+    for a, b in zip(direct, _item_samples(fresh, "tiny-a"), strict=True):
+        _same(a, b)
+    assert not torch.equal(direct[0]["modalities"]["frames"]["x"], before[0]["modalities"]["frames"]["x"])
+    for a, b in zip(before, _item_samples(held, "tiny-a"), strict=True):  # the held reader: its snapshot
+        _same(a, b)
+
+
+def test_a_view_item_written_by_an_older_layout_is_aligned_again_not_misread(store: Path, tmp_path: Path) -> None:
+    """Layout 1 stored NaN values and no `valid`; its items (same fingerprint hash without the layout) are
+    aligned again by the next materialise, and read like the aligned ones."""
+    from store import layout, views
+    from store.reader import Store, open_store
+    from store.writer import StoreWriter
+
+    copy, opts = _view_copy(store, tmp_path)
+    path = SocialIQA2(copy, materialized=True, **opts).view
+    src = open_store(copy)
+    old_fp = layout.sha256_of([src.index(f).entries["tiny-b"].fingerprint for f in ("frames", "faces", "transcript")])[:32]
+    v = Store(path)
+    with StoreWriter(path, f"view-{path.stem.split('-', 1)[1]}") as w:
+        for f in ("frames", "faces"):
+            r = v.read(f, "tiny-b")
+            x = np.where(np.asarray(r.extras["valid"][...]), np.asarray(r.features[...]), np.nan).astype(np.float32)
+            w.commit(f, "tiny-b", FeatureRows(x, r.intervals, {"mask": np.asarray(r.extras["mask"][...])}),
+                     {"fingerprint": old_fp, "spec_hash": r.attrs["spec_hash"]})
+    assert "valid" not in Store(path).read("frames", "tiny-b").extras
+    viewed = SocialIQA2(copy, materialized=True, **opts)
+    assert viewed.view == path and "valid" in Store(path).read("frames", "tiny-b").extras
+    assert views.LAYOUT == 2
+    for a, b in zip(_item_samples(SocialIQA2(copy, **opts), "tiny-b"), _item_samples(viewed, "tiny-b"), strict=True):
+        _same(a, b)
 
 
 def open_store_features(path: Path) -> list[str]:
