@@ -345,30 +345,37 @@ class Store:
         return [self.view(feature, e, name)[...] for name in names]
 
     def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
-        """Rows of many items at once: `picks` = (item, row within the item); one gather per part touched
-        (the batched read path of the datasets), written into one array in the order of `picks`."""
-        by_part: dict[str, tuple[list[int], list[int]]] = {}
-        entries: dict[str, tuple[str, int, int]] = {}
+        """Rows of many items at once: `picks` = (item, row within the item), stacked in the order of
+        `picks` (the batched read path of the datasets). Rows of parts held in memory are stacked from row
+        views, so the cost is per row, not per part touched (random picks over a million items touch a part
+        each); parts read lazily get one zarr gather each."""
+        spans: dict[str, tuple[str, int, int]] = {}
+        bases: dict[str, Any] = {}
+        got: list[Any] = []
+        lazy: dict[str, tuple[list[int], list[int]]] = {}  # part -> (positions in picks, rows)
         for pos, (item, row) in enumerate(picks):
-            if item not in entries:
+            span = spans.get(item)
+            if span is None:
                 e = self._entry(feature, item)
-                span = (e.spans or {}).get(name)
-                entries[item] = (e.part, *(span if span else (e.row0, e.n_rows)))
-            part, row0, n = entries[item]
+                own = (e.spans or {}).get(name)
+                span = spans[item] = (e.part, *(own if own else (e.row0, e.n_rows)))
+            part, row0, n = span
             if not 0 <= row < n:
                 raise IndexError(f"{feature}/{item}: row {row} out of range for {n} rows")
-            positions, rows = by_part.setdefault(part, ([], []))
-            positions.append(pos)
-            rows.append(row0 + row)
-        out = None
-        for part, (positions, rows) in by_part.items():
-            base = self.part_array(feature, part, name)
-            idx = np.asarray(rows)
-            got = base[idx] if isinstance(base, np.ndarray) else base.oindex[idx]
-            if out is None:
-                out = np.empty((len(picks), *got.shape[1:]), got.dtype)
-            out[positions] = got
-        return out if out is not None else np.zeros((0,), np.float32)
+            base = bases.get(part)
+            if base is None:
+                base = bases[part] = self.part_array(feature, part, name)
+            if isinstance(base, np.ndarray):
+                got.append(base[row0 + row])
+            else:
+                got.append(None)
+                positions, rows = lazy.setdefault(part, ([], []))
+                positions.append(pos)
+                rows.append(row0 + row)
+        for part, (positions, rows) in lazy.items():
+            for pos, value in zip(positions, bases[part].oindex[np.asarray(rows)], strict=True):
+                got[pos] = value
+        return np.stack(got) if got else np.zeros((0,), np.float32)
 
     def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:
         """Align `features` to `to` once for every item into a packed view (store/views.py); its path."""

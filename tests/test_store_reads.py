@@ -208,3 +208,36 @@ def test_a_cached_plan_is_not_used_once_a_part_is_damaged(store: Path, tmp_path:
     shutil.rmtree(copy / "frames" / "parts" / part)
     ds = SocialIQA2(copy, **opts)
     assert {s.item for s in ds.samples} == {"tiny-b", "tiny-c"}
+
+
+@pytest.mark.parametrize("whole_bytes", [16 << 20, 0, 200])
+def test_rows_gathers_what_reads_give_from_whole_lazy_and_mixed_parts(tmp_path: Path, whole_bytes: int) -> None:
+    """`Store.rows` over items of several parts, repeated items, rows past the first, 2-d rows: the same as
+    each item's own read, whether its part is in memory (whole), read lazily (0), or some of each (200
+    bytes: the small parts whole, the larger ones lazily)."""
+    from store.reader import Store
+    from store.writer import StoreWriter
+
+    rng = np.random.default_rng(4)
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "t") as w:
+        w.set_feature("f", {"spec_hash": "x", "columns": ["a", "b", "c"], "rate_hz": None})
+        for batch in range(5):  # parts of 1..5 items, 1..4 rows each
+            w.commit_batch("f", [(f"i{batch}-{k}", FeatureRows(rng.standard_normal((1 + k % 4, 3)).astype(np.float32),
+                                                                np.zeros((1 + k % 4, 2)),
+                                                                {"tok": rng.standard_normal((1 + k % 4, 2, 3))}),
+                                  {"spec_hash": "x", "fingerprint": "-"}) for k in range(batch + 1)])
+    s = Store(path, whole_array_bytes=whole_bytes)
+    items = s.items("f")
+    picks = [(it, int(r)) for it in rng.choice(items, 40) for r in [rng.integers(0, s.read("f", it).features.shape[0])]]
+    for name in ("features", "tok"):
+        want = np.stack([np.asarray((s.read("f", it).features if name == "features" else s.read("f", it).extras[name])[r])
+                         for it, r in picks])
+        got = s.rows("f", name, picks)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+    if whole_bytes == 200:
+        kinds = {type(s.part_array("f", p, "tok")).__name__ for p in s.index("f").parts}
+        assert kinds == {"ndarray", "Array"}, kinds  # really mixed
+    with pytest.raises(IndexError, match="row 9 out of range"):
+        s.rows("f", "features", [(items[0], 9)])
+    assert s.rows("f", "features", []).shape == (0,)
