@@ -530,14 +530,18 @@ class SocialIQA3(SocialIQA4):
 
 
 def _pad(seqs: list[torch.Tensor], value: float | bool) -> torch.Tensor:
-    """pad_sequence(batch_first=True), written out: each sample copied once, only the padding filled
-    (torch's pad_sequence was 12x slower on bool masks here)."""
+    """pad_sequence(batch_first=True), written out in numpy: one zeroed buffer (calloc: its zeros cost
+    nothing), each sample copied once, the padding filled only when `value` is not zero. numpy copies on
+    one thread: torch's copies here ran on its intra-op threads, which on a busy 2-core machine were 6x
+    slower than one thread (a Social-IQ batch of 32: 0.9 s instead of 0.14 s; pad_sequence likewise)."""
     longest = max((len(x) for x in seqs), default=0)
-    out = torch.empty((len(seqs), longest, *seqs[0].shape[1:]), dtype=seqs[0].dtype)
+    first = seqs[0].numpy()
+    out = np.zeros((len(seqs), longest, *first.shape[1:]), dtype=first.dtype)
     for i, x in enumerate(seqs):
-        out[i, :len(x)] = x
-        out[i, len(x):] = value
-    return out
+        out[i, :len(x)] = x.numpy()
+        if value:
+            out[i, len(x):] = value
+    return torch.from_numpy(out)
 
 
 def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:

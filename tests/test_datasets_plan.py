@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import chi2
 
 from manifests.records import MediaItem, QAItem, read_jsonl, read_jsonl_all
@@ -171,3 +172,20 @@ def test_read_jsonl_all_equals_line_by_line_and_names_a_bad_line(tmp_path: Path)
     path.write_text(lines[0] + "\n" + lines[1] + ", " + lines[2] + "\n")  # two records on line 2
     with pytest.raises(ValueError, match=r"qa.jsonl:2: "):
         read_jsonl_all(path, QAItem)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_pad_equals_torch_pad_sequence(dtype: torch.dtype, value: float) -> None:
+    from torch.nn.utils.rnn import pad_sequence
+
+    from store.datasets import _pad
+
+    g = torch.Generator().manual_seed(0)
+    seqs = [(torch.randn(n, 3, 2, generator=g) > 0).to(dtype) if dtype == torch.bool else torch.randn(n, 3, 2, generator=g,
+                                                                                                      dtype=dtype)
+            for n in (4, 0, 7, 1)]
+    got, want = _pad(seqs, value), pad_sequence(seqs, batch_first=True, padding_value=value)
+    assert got.dtype == want.dtype and got.shape == want.shape == (4, 7, 3, 2) and torch.equal(got, want)
+    seqs[0][0] = 5  # the batch is a copy
+    assert not torch.equal(got[0, 0], seqs[0][0])
