@@ -162,9 +162,12 @@ class DenseNet161(Extractor[DenseNetConfig]):
     def _extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         refs = [(v, f) for v, x in enumerate(xs) for f in range(len(x.pixels))]
         sizes = [xs[v].pixels[f].nbytes for v, f in refs]
-        batch = min((self.batch_size(x.pixels) for x in xs if len(x.pixels)), default=1)
-        outs = [self.embed(self._prepare_refs(xs, refs[part]))
-                for part in bounded_batches(sizes, batch, self.config.batch_bytes)]
+        trials = calibrate.Trials(len(refs), lambda a, b: self.embed(self._prepare_refs(xs, refs[a:b])),
+                                  lambda b: self.embed(self.prepare(np.repeat(self._first(xs)[None], b, axis=0))))
+        batch = self.batch_size(self._first(xs), max(sizes, default=1), trials) if refs else 1
+        rest, done = refs[trials.done:], trials.outputs  # a calibration's trials ran the first frames already
+        outs = done + [self.embed(self._prepare_refs(xs, rest[part]))
+                       for part in bounded_batches(sizes[trials.done:], batch, self.config.batch_bytes)]
         feats = np.concatenate(outs) if outs else np.zeros((0, FEATURE_DIM), np.float32)
         results, start = [], 0
         precision = self.config.precision if self.on_cuda else "fp32"
@@ -178,15 +181,23 @@ class DenseNet161(Extractor[DenseNetConfig]):
             start += n
         return results
 
-    def batch_size(self, pixels: np.ndarray) -> int:
-        """Frames per forward for frames of this size: pinned, measured (cached) or the device's default."""
-        frame = pixels[0]
+    @staticmethod
+    def _first(xs: Sequence[Frames | Still]) -> np.ndarray:
+        return next(x.pixels[0] for x in xs if len(x.pixels))
+
+    def batch_size(self, frame: np.ndarray, frame_bytes: int | None = None,
+                   trials: calibrate.Trials | None = None) -> int:
+        """Frames per forward: pinned, measured (cached) or the device's default. Measured per network input
+        (every frame is resized and cropped to it, so the forward's cost does not depend on the frame size) by
+        `trials` on the call's frames, or on `frame` repeated; `frame_bytes` (the call's largest frame) bounds
+        the candidates by `batch_bytes`."""
         precision = self.config.precision if self.on_cuda else "fp32"
+        crop = self.preprocess.crop_size[0]
+        probe = trials or (lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))))
         return calibrate.resolve(
             self.calibrator, self.config.batch_size, DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"],
-            f"densenet161-{precision}", "x".join(map(str, frame.shape)), "frame",
-            lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))),
-            max_batch=self.config.batch_bytes // max(1, frame.nbytes))
+            f"densenet161-{precision}", f"3x{crop}x{crop}", "frame", probe,
+            max_batch=self.config.batch_bytes // max(1, frame_bytes or frame.nbytes))
 
     def _prepare_refs(self, xs: Sequence[Frames | Still], refs: list[tuple[int, int]]) -> torch.Tensor:
         """Preprocessed frames `refs` (video, frame), in order; each video's run of frames is one slice (a view,
