@@ -220,8 +220,9 @@ class Calibrator:
         dev = device_key(self.device)
         key = f"{dev}|{model}|{input_key}"
         cached = self._read().get(key)
-        if cached and (max_batch is None or cached["batch"] <= max_batch):
-            choice = Choice(self.feature, input_key, int(cached["batch"]), "cached", unit, cached.get("per_unit_s"),
+        if cached:  # bounded by this call's bytes (frames may be larger than those it was measured on)
+            batch = min(int(cached["batch"]), max_batch or int(cached["batch"]))
+            choice = Choice(self.feature, input_key, max(1, batch), "cached", unit, cached.get("per_unit_s"),
                             {int(k): v for k, v in cached.get("costs", {}).items()}, dev, cached.get("measured_at", ""))
         else:
             choice = self._calibrate(key, dev, input_key, unit, probe, max_batch, default)
