@@ -137,7 +137,7 @@ class TextModel:
                 median = seqs[order[len(order) // 2]] if seqs else []
                 trials = calibrate.Trials(
                     len(order), run, lambda b: self._forward([median] * b, layers),
-                    lambda a, b: (b - a) * (len(seqs[order[b - 1]]) + affixes) / (len(median) + affixes))
+                    lambda a, b: (b - a) * max(1, len(seqs[order[b - 1]]) + affixes) / max(1, len(median) + affixes))
                 batch_size, start = batch_size(trials), trials.done
             for b in range(start, len(order), max(1, batch_size)):
                 run(b, b + batch_size)
