@@ -28,6 +28,7 @@ from store.reader import Store
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
+PROGRESS_LOG_S = 15.0  # seconds between progress lines when no terminal shows the bar
 
 
 @dataclass
@@ -197,6 +198,7 @@ class _Runner:
         self.stages = stages.StageStats()
         self.committer: Committer | None = None
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
+        self.closed = 0  # pairs finished (handed to the committer or failed); a disabled tqdm counts nothing
 
     def start_ray(self) -> None:
         import ray
@@ -315,13 +317,14 @@ class _Runner:
         return out
 
     def progress(self, total: int) -> None:
-        """A log line every 15 s for non-interactive runs (cluster jobs, CI), where tqdm is silent."""
-        now, bar = time.perf_counter(), self.bar
-        if bar.disable and now - self.last_log[0] >= 15 and bar.n != self.last_log[1]:
+        """A log line every `PROGRESS_LOG_S` for non-interactive runs (cluster jobs, CI), where tqdm is silent.
+        Pairs handed to the committer count as finished; `done` counts those whose batch is in the store."""
+        now = time.perf_counter()
+        if self.bar.disable and now - self.last_log[0] >= PROGRESS_LOG_S and self.closed != self.last_log[1]:
             c = self.report.counts
-            log.info("progress: %d/%d pairs (%s)", bar.n, total,
-                     ", ".join(f"{f} {c[f]['done']}+{c[f]['failed']} failed" for f in sorted(c)))
-            self.last_log = (now, bar.n)
+            log.info("progress: %d/%d pairs (%s)", self.closed, total,
+                     ", ".join(f"{f} {c[f]['done']} stored + {c[f]['failed']} failed" for f in sorted(c)))
+            self.last_log = (now, self.closed)
 
     def submit(self) -> None:
         """Start decode tasks while decoded data alive stays under `max_inflight_items` objects and
@@ -445,6 +448,7 @@ class _Runner:
                 self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds)
         if failed is not None:
             self.fail(feat, failed)
+        self.closed += 1
         self.bar.update(1)
         if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
             self.meta.pop(item_id, None)

@@ -147,3 +147,27 @@ def test_actor_plan_shares_gpus_and_cores() -> None:
     assert actor_plan(specs, set(specs), pinned, cpus=2, gpus=0)["faces"][3] == 3
     with pytest.raises(ValueError, match="actors_per_gpu: nope = 2"):
         RunConfig.model_validate({"features": {"faces": {"extractor": "mtcnn"}}, "actors_per_gpu": {"nope": 2}})
+
+
+def test_progress_lines_count_finished_pairs_when_no_terminal_shows_the_bar(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster job or CI log has no terminal: tqdm is disabled there and counts nothing (`n` stays 0),
+    so the progress lines must count the finished pairs themselves."""
+    from tqdm import tqdm
+
+    import pipeline.run as run_module
+
+    monkeypatch.setattr(run_module, "PROGRESS_LOG_S", 0.0)
+    r, _ = runner()
+    r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
+    r.items = {v: MediaItem(id=v, dataset="tiny", video=Path(f"/raw/{v}.mp4")) for v in ("v", "w")}
+    r.todo, r.meta = {"v": ["frames"], "w": ["frames"]}, {"v": {}, "w": {}}
+    r.bar, r.last_log = tqdm(total=2, disable=True), (0.0, 0)
+    empty = FeatureRows(np.zeros((0, 2208), np.float32), np.zeros((0, 2), np.float64))
+    r.pairs = {("frames", v): _Pair(segments=2, rows=dict.fromkeys(range(2), empty)) for v in ("v", "w")}
+    caplog.set_level("INFO", logger="siqfeat")
+    r.progress(2)
+    assert not [m for m in caplog.messages if m.startswith("progress")]  # nothing finished yet: no line
+    r.finish("frames", "v")
+    r.progress(2)
+    assert [m for m in caplog.messages if m.startswith("progress")] == ["progress: 1/2 pairs (frames 0 stored + 1 failed)"]
