@@ -45,15 +45,20 @@ def show(cal: Calibrator, t0: float) -> None:
 
 
 def densenet(device: str, path: Path) -> None:
+    """As in a run: a call of 140 frames (the trials' 126 and more), calibrated on them; one cache file per size
+    (DenseNet's choice is keyed by the network's input, 224x224, whatever the frame size)."""
+    from extractors.base import Frames
     from extractors.densenet import DenseNet161, DenseNetConfig
 
     model = DenseNet161(DenseNetConfig(weights="random"), device=device)
-    model.calibrator = Calibrator("frames", device, path)
+    n = 140
     for h, w in SIZES:
+        model.calibrator = Calibrator("frames", device, path.with_name(f"densenet-{h}x{w}.json"))
         t0 = time.perf_counter()
-        model.batch_size(face_frame(h, w)[None])
+        iv = np.stack([np.arange(n), np.arange(1, n + 1)], 1).astype(float)
+        model.extract_batch([Frames(np.repeat(face_frame(h, w)[None], n, 0), iv, np.arange(n) + 0.5, 30.0, n)])
+        print(f"  {h}x{w} frames: {n} extracted, calibration included:")
         show(model.calibrator, t0)
-        model.calibrator.choices.clear()
 
 
 def faces(device: str, path: Path) -> None:

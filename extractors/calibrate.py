@@ -6,17 +6,20 @@ batch of 64, 94 ms at 8 and 117 ms at 1 (issue 27); on an H100 a batch of 1 leav
 default is wrong somewhere. The batch size changes no feature beyond float rounding (each extractor's tests
 say how far), so it stays out of the fingerprints.
 
-The measurement: each candidate (1, 2, 4, … up to `max_batch`) runs on a synthetic or repeated input at least
-twice and until it has taken `MIN_REPEAT_S` (at most `MAX_REPEATS` calls), its per-unit cost the fastest call's:
-the first call at a new batch shape is slow (cuDNN and oneDNN choose their kernels per shape; on an H100 a
-DenseNet161 frame cost 202 ms in the first call of 2 frames, 0.5 ms once warm). It stops early when the next
-candidate would overrun the time budget (`budget_s`, a few seconds), when
-two candidates in a row cost more than `STOP_WORSE` × the best so far (past the knee: bigger only costs memory),
-or on CUDA when the GPU runs out of memory. The choice is the smallest candidate within `TOLERANCE` of the best:
-on a GPU that is where it saturates, on a CPU it saves memory at no speed cost. Runs are noisy on a shared machine;
-delete the cache file (`cache_path()`) to measure again.
+The measurement runs on the call's own inputs (`Trials`): each trial batch takes the next units of the real
+work and its outputs are kept, so measuring costs only what the trial sizes are slower than the best, not a
+second pass (on 2 CPU threads a thrown-away DenseNet measurement was ~6 s of a ~70 s run). Only when the
+call's inputs run out does a trial repeat one of them and throw its output away; the time budget (`budget_s`)
+bounds that thrown-away work only. Each candidate (1, 2, 4, … up to `max_batch`) runs at least twice and until
+it has taken `MIN_REPEAT_S` (at most `MAX_REPEATS` calls), its per-unit cost the fastest call's: the first call
+at a new batch shape is slow (cuDNN and oneDNN choose their kernels per shape; on an H100 a DenseNet161 frame
+cost 202 ms in the first call of 2 frames, 0.5 ms once warm). It stops early when the next candidate would
+overrun the budget with thrown-away work, when two candidates in a row cost more than `STOP_WORSE` × the best
+so far (past the knee: bigger only costs memory), or on CUDA when the GPU runs out of memory. The choice is the
+smallest candidate within `TOLERANCE` of the best: on a GPU that is where it saturates, on a CPU it saves
+memory at no speed cost. Runs are noisy on a shared machine; delete the cache file (`cache_path()`) to measure
+again.
 """
-
 from __future__ import annotations
 
 import json
@@ -36,7 +39,7 @@ log = logging.getLogger(__name__)
 ENV_FILE = "SIQ_CALIBRATION_FILE"  # where the cache lives; SIQ_* variables reach Ray workers (pipeline/run.py)
 ENV_OFF = "SIQ_CALIBRATE"  # "0": no measurement, every "auto" batch takes its extractor's fixed default
 # (read by the driver, which hands the model actors the cache file, or None for off: tests/conftest.py sets it)
-BUDGET_S = 6.0  # per (model, input size): the whole measurement
+BUDGET_S = 6.0  # per (model, input size): the measurement's thrown-away work (trials on repeated inputs)
 MIN_REPEAT_S = 0.3
 MIN_REPEATS = 2  # the first call at a shape warms its kernels up
 MAX_REPEATS = 3
@@ -110,39 +113,81 @@ class Choice:
         return out
 
 
-def measure(probe: Callable[[int], Any], sizes: list[int], budget_s: float = BUDGET_S,
+class Trials:
+    """The calibration's trial batches, run on a call's own inputs: `run(start, stop)` does units
+    [start, stop) of the call's real work (in the order the call would) and its output is kept in `outputs`;
+    `done` units are then finished. When fewer than b units are left, `spare(b)` runs b repeated units and its
+    output is thrown away. `units(start, stop)` weighs a trial in the calibration's unit (default: one per
+    item; text: padded tokens in median sequences) so that trials on different inputs compare."""
+
+    def __init__(self, n_units: int, run: Callable[[int, int], Any] | None, spare: Callable[[int], Any],
+                 units: Callable[[int, int], float] | None = None) -> None:
+        self.n, self.run, self.spare, self.units = n_units, run, spare, units
+        self.done, self.outputs, self.wasted_s = 0, [], 0.0
+
+    @classmethod
+    def thrown_away(cls, probe: Callable[[int], Any]) -> Trials:
+        """Every trial on repeated inputs (`probe(b)` runs b of them)."""
+        return cls(0, None, probe)
+
+    def keeps(self, n: int) -> bool:
+        """Whether the next `n` units are real work (kept)."""
+        return self.done + n <= self.n
+
+    def __call__(self, b: int) -> tuple[float, bool]:
+        """Runs a trial of b units: (its weight in units, whether its output was kept)."""
+        if not self.keeps(b):
+            t0 = time.perf_counter()
+            self.spare(b)
+            self.wasted_s += time.perf_counter() - t0
+            return float(b), False
+        assert self.run is not None
+        start, self.done = self.done, self.done + b
+        try:
+            self.outputs.append(self.run(start, self.done))
+        except BaseException:
+            self.done = start  # not done: the caller runs these units (or fails) itself
+            raise
+        return float(self.units(start, self.done) if self.units else b), True
+
+
+def measure(probe: Trials | Callable[[int], Any], sizes: list[int], budget_s: float = BUDGET_S,
             is_oom: Callable[[BaseException], bool] = lambda e: False,
             clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Seconds per unit of `probe(b)` (which runs b units and returns when they are done) for each size tried,
-    on `clock`: the process's CPU time on a CPU (all its threads: other users' load on a shared machine
-    lengthens the wall time, much less the CPU time), the wall clock on a GPU (its work is not this CPU's)."""
+    """Seconds per unit of each trial size tried, on `clock`: the process's CPU time on a CPU (all its
+    threads: other users' load on a shared machine lengthens the wall time, much less the CPU time), the wall
+    clock on a GPU (its work is not this CPU's). `probe`: `Trials`, or a plain `probe(b)` whose every trial is
+    thrown away. `budget_s` bounds the thrown-away trials' time only."""
+    trials = probe if isinstance(probe, Trials) else Trials.thrown_away(probe)
     costs: dict[int, float] = {}
-    spent, worse = 0.0, 0
+    wasted, worse = 0.0, 0
     for b in sizes:
-        if costs and spent + MIN_REPEATS * b * min(costs.values()) > budget_s:
+        if costs and not trials.keeps(MIN_REPEATS * b) and wasted + MIN_REPEATS * b * min(costs.values()) > budget_s:
             break
         try:
-            per_unit, took = _time(probe, b, clock)
+            per_unit, took = _time(trials, b, clock)
         except Exception as e:
             if not is_oom(e):
                 raise
             log.info("calibration: batch %d ran out of device memory; stopping there", b)
             break
-        costs[b], spent = per_unit, spent + took
+        costs[b], wasted = per_unit, wasted + took
         worse = worse + 1 if per_unit > STOP_WORSE * min(costs.values()) else 0
         if worse >= 2:
             break
     return costs
 
 
-def _time(probe: Callable[[int], Any], b: int, clock: Callable[[], float]) -> tuple[float, float]:
-    best, took, reps = float("inf"), 0.0, 0
+def _time(trials: Trials, b: int, clock: Callable[[], float]) -> tuple[float, float]:
+    """(the fastest trial's seconds per unit, seconds of thrown-away trials) of `b` at least MIN_REPEATS times."""
+    best, took, wasted, reps = float("inf"), 0.0, 0.0, 0
     while reps < MIN_REPEATS or (reps < MAX_REPEATS and took < MIN_REPEAT_S):
         t0 = clock()
-        probe(b)
+        units, kept = trials(b)
         dt = clock() - t0
-        best, took, reps = min(best, dt), took + dt, reps + 1
-    return best / b, took
+        best, took, reps = min(best, dt / units), took + dt, reps + 1
+        wasted += 0.0 if kept else dt
+    return best, wasted
 
 
 def pick(costs: dict[int, float]) -> int:
@@ -162,20 +207,22 @@ class Calibrator:
         self.clock = clock or (time.perf_counter if device.startswith("cuda") else time.process_time)
         self.path = Path(path) if path is not None else None
         self.choices: dict[str, Choice] = {}  # input key -> the choice, for the run report
-        self.spent_s = 0.0  # time spent measuring: not the model's per-unit cost
+        self.spent_s = 0.0  # wall time of thrown-away trials: not the model's per-unit cost
 
-    def batch(self, model: str, input_key: str, unit: str, probe: Callable[[int], Any],
+    def batch(self, model: str, input_key: str, unit: str, probe: Trials | Callable[[int], Any],
               max_batch: int | None = None, default: int = 1) -> int:
         """The batch size for `model` on inputs described by `input_key` (e.g. "224x224"): from this actor's
-        memory, else the cache file, else measured now with `probe` and written to the cache; `default` when
+        memory, else the cache file, else measured now with `probe` (a call's `Trials`: their
+        kept outputs are part of the call's work) and written to the cache; `default` when
         the budget allowed fewer than MIN_CANDIDATES sizes (then nothing is cached: the next run measures)."""
         if input_key in self.choices:
             return self.choices[input_key].batch
         dev = device_key(self.device)
         key = f"{dev}|{model}|{input_key}"
         cached = self._read().get(key)
-        if cached and (max_batch is None or cached["batch"] <= max_batch):
-            choice = Choice(self.feature, input_key, int(cached["batch"]), "cached", unit, cached.get("per_unit_s"),
+        if cached:  # bounded by this call's bytes (frames may be larger than those it was measured on)
+            batch = min(int(cached["batch"]), max_batch or int(cached["batch"]))
+            choice = Choice(self.feature, input_key, max(1, batch), "cached", unit, cached.get("per_unit_s"),
                             {int(k): v for k, v in cached.get("costs", {}).items()}, dev, cached.get("measured_at", ""))
         else:
             choice = self._calibrate(key, dev, input_key, unit, probe, max_batch, default)
@@ -184,15 +231,16 @@ class Calibrator:
                  f"{choice.per_unit_s * 1e3:.2f} ms" if choice.per_unit_s else "?", unit)
         return choice.batch
 
-    def _calibrate(self, key: str, dev: str, input_key: str, unit: str, probe: Callable[[int], Any],
+    def _calibrate(self, key: str, dev: str, input_key: str, unit: str, probe: Trials | Callable[[int], Any],
                    max_batch: int | None, default: int) -> Choice:
         t0 = time.perf_counter()
         sizes = candidates(self.device, max_batch)
-        costs = measure(probe, sizes, self.budget_s, _is_oom, self.clock)
-        self.spent_s += time.perf_counter() - t0
+        trials = probe if isinstance(probe, Trials) else Trials.thrown_away(probe)
+        costs = measure(trials, sizes, self.budget_s, _is_oom, self.clock)
+        self.spent_s += trials.wasted_s
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        log.info("%s: calibrated %s in %.1f s: %s", self.feature, input_key, time.perf_counter() - t0,
-                 ", ".join(f"{k}: {v * 1e3:.2f} ms" for k, v in costs.items()))
+        log.info("%s: calibrated %s in %.1f s (%d units of the call kept, %.1f s thrown away): %s", self.feature,
+                 input_key, time.perf_counter() - t0, trials.done, trials.wasted_s, ", ".join(f"{k}: {v * 1e3:.2f} ms" for k, v in costs.items()))
         if len(costs) < min(MIN_CANDIDATES, len(sizes)):
             log.warning("%s: calibration of %s cut short by its %.0f s budget after %d size(s) (a loaded machine?): "
                         "batch %d, the default, not cached", self.feature, input_key, self.budget_s, len(costs), default)
@@ -232,7 +280,7 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def resolve(calibrator: Calibrator | None, pinned: int | str | None, default: int, model: str, input_key: str,
-            unit: str, probe: Callable[[int], Any], max_batch: int | None = None) -> int:
+            unit: str, probe: Trials | Callable[[int], Any], max_batch: int | None = None) -> int:
     """An extractor's batch size: the config's pinned value as is; else measured by the actor's calibrator;
     else (no calibrator: a direct call; or calibration off) the extractor's fixed default. An actor's
     calibrator keeps every choice for the run report."""

@@ -2,7 +2,7 @@
 
 As in Social-IQ's Q+A+V baseline: one frame per second (see pipeline/decode.py for which frame),
 ImageNet preprocessing taken from the weights' own transforms (resize 256, centre crop 224, normalise).
-On CUDA the forward runs channels_last under fp16/bf16 autocast; on CPU in fp32.
+The forward runs channels_last (faster on CPU and GPU); on CUDA under fp16/bf16 autocast, on CPU in fp32.
 """
 
 from __future__ import annotations
@@ -101,8 +101,9 @@ class DenseNet161(Extractor[DenseNetConfig]):
         super().__init__(config, device)
         self.model = load_densenet(config).to(device)
         self.on_cuda = torch.device(device).type == "cuda"
-        if self.on_cuda:
-            self.model = self.model.to(memory_format=torch.channels_last)
+        # channels_last on CPU too: oneDNN's convolutions skip their layout reorders; DenseNet161 at batch 8 on
+        # 2 threads took 0.79× the CPU time a frame (interleaved A/B, docs/scale.md), features within 1.5e-6
+        self.model = self.model.to(memory_format=torch.channels_last)
         self.preprocess = _tv_weights("imagenet1k_v1").transforms()  # resize/crop/normalise only
 
     @classmethod
@@ -138,6 +139,7 @@ class DenseNet161(Extractor[DenseNetConfig]):
     def _embed(self, batch: torch.Tensor) -> np.ndarray:
         import torch
 
+        batch = batch.contiguous(memory_format=torch.channels_last)
         if not self.on_cuda:
             return pooled_features(self.model, batch).float().cpu().numpy()
         if self.config.precision == "fp32":
@@ -145,7 +147,7 @@ class DenseNet161(Extractor[DenseNetConfig]):
                 return pooled_features(self.model, batch).float().cpu().numpy()
         dtype = torch.float16 if self.config.precision == "fp16" else torch.bfloat16
         with torch.autocast("cuda", dtype=dtype):
-            out = pooled_features(self.model, batch.contiguous(memory_format=torch.channels_last))
+            out = pooled_features(self.model, batch)
         return out.float().cpu().numpy()
 
     def extract(self, x: Frames | Still) -> FeatureRows:
@@ -162,9 +164,12 @@ class DenseNet161(Extractor[DenseNetConfig]):
     def _extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
         refs = [(v, f) for v, x in enumerate(xs) for f in range(len(x.pixels))]
         sizes = [xs[v].pixels[f].nbytes for v, f in refs]
-        batch = min((self.batch_size(x.pixels) for x in xs if len(x.pixels)), default=1)
-        outs = [self.embed(self._prepare_refs(xs, refs[part]))
-                for part in bounded_batches(sizes, batch, self.config.batch_bytes)]
+        trials = calibrate.Trials(len(refs), lambda a, b: self.embed(self._prepare_refs(xs, refs[a:b])),
+                                  lambda b: self.embed(self.prepare(np.repeat(self._first(xs)[None], b, axis=0))))
+        batch = self.batch_size(self._first(xs), max(sizes, default=1), trials) if refs else 1
+        rest, done = refs[trials.done:], trials.outputs  # a calibration's trials ran the first frames already
+        outs = done + [self.embed(self._prepare_refs(xs, rest[part]))
+                       for part in bounded_batches(sizes[trials.done:], batch, self.config.batch_bytes)]
         feats = np.concatenate(outs) if outs else np.zeros((0, FEATURE_DIM), np.float32)
         results, start = [], 0
         precision = self.config.precision if self.on_cuda else "fp32"
@@ -178,15 +183,23 @@ class DenseNet161(Extractor[DenseNetConfig]):
             start += n
         return results
 
-    def batch_size(self, pixels: np.ndarray) -> int:
-        """Frames per forward for frames of this size: pinned, measured (cached) or the device's default."""
-        frame = pixels[0]
+    @staticmethod
+    def _first(xs: Sequence[Frames | Still]) -> np.ndarray:
+        return next(x.pixels[0] for x in xs if len(x.pixels))
+
+    def batch_size(self, frame: np.ndarray, frame_bytes: int | None = None,
+                   trials: calibrate.Trials | None = None) -> int:
+        """Frames per forward: pinned, measured (cached) or the device's default. Measured per network input
+        (every frame is resized and cropped to it, so the forward's cost does not depend on the frame size) by
+        `trials` on the call's frames, or on `frame` repeated; `frame_bytes` (the call's largest frame) bounds
+        the candidates by `batch_bytes`."""
         precision = self.config.precision if self.on_cuda else "fp32"
+        crop = self.preprocess.crop_size[0]
+        probe = trials or (lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))))
         return calibrate.resolve(
             self.calibrator, self.config.batch_size, DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"],
-            f"densenet161-{precision}", "x".join(map(str, frame.shape)), "frame",
-            lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))),
-            max_batch=self.config.batch_bytes // max(1, frame.nbytes))
+            f"densenet161-{precision}", f"3x{crop}x{crop}", "frame", probe,
+            max_batch=self.config.batch_bytes // max(1, frame_bytes or frame.nbytes))
 
     def _prepare_refs(self, xs: Sequence[Frames | Still], refs: list[tuple[int, int]]) -> torch.Tensor:
         """Preprocessed frames `refs` (video, frame), in order; each video's run of frames is one slice (a view,

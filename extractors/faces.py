@@ -226,14 +226,18 @@ class MTCNNFaces(Extractor[FacesConfig]):
 
         return 1 if torch.get_num_threads() <= 2 else AUTO_BATCH_SIZE_CPU_MANY_THREADS
 
-    def batch_for(self, frame: np.ndarray) -> int:
-        """Frames per call for frames of this size: pinned, measured by the actor's calibrator on this frame
-        repeated (MTCNN's cost depends on the size and on the faces found), or `batch_size`."""
+    def batch_for(self, frame: np.ndarray, trials: calibrate.Trials | None = None) -> int:
+        """Frames per call for frames of this size: pinned, measured by the actor's calibrator (MTCNN's cost
+        depends on the size and on the faces found) with `trials` on the call's frames of this size, or on this
+        frame repeated; else `batch_size`."""
+        probe = trials or (lambda b: self._detect(np.repeat(frame[None], b, axis=0)))
         return calibrate.resolve(
             self.calibrator, self.config.batch_size, self.batch_size,
             f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}", "x".join(map(str, frame.shape)), "frame",
-            lambda b: detect_frames(self.mtcnn, np.repeat(frame[None], b, axis=0), self.device, self.vectorised),
-            max_batch=self.config.batch_bytes // max(1, frame.nbytes))
+            probe, max_batch=self.config.batch_bytes // max(1, frame.nbytes))
+
+    def _detect(self, pixels: np.ndarray) -> list[Detections]:
+        return detect_frames(self.mtcnn, pixels, self.device, self.vectorised)
 
     @classmethod
     def weights_id(cls, config: FacesConfig) -> str:
@@ -265,16 +269,22 @@ class MTCNNFaces(Extractor[FacesConfig]):
             if not isinstance(x, Frames | Still):
                 raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__} at position {i}")
         raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
+
+        def detect(chunk: list[tuple[int, int]]) -> None:
+            found = self._detect(np.stack([xs[v].pixels[f] for v, f in chunk]))
+            for (v, f), det in zip(chunk, found, strict=True):
+                raw[v][f] = det
+
         for (height, width), refs in _group_by_size(xs).items():
             if not refs:  # a video without frames
                 continue
-            batch = self.batch_for(xs[refs[0][0]].pixels[refs[0][1]])
-            for part in bounded_batches([height * width * 3] * len(refs), batch, self.config.batch_bytes):
-                chunk = refs[part]
-                pixels = np.stack([xs[v].pixels[f] for v, f in chunk])
-                found = detect_frames(self.mtcnn, pixels, self.device, self.vectorised)
-                for (v, f), det in zip(chunk, found, strict=True):
-                    raw[v][f] = det
+            frame = xs[refs[0][0]].pixels[refs[0][1]]
+            trials = calibrate.Trials(len(refs), lambda a, b, refs=refs: detect(refs[a:b]),
+                                      lambda b, frame=frame: self._detect(np.repeat(frame[None], b, axis=0)))
+            batch = self.batch_for(frame, trials)  # a calibration's trials detect in the first frames
+            rest = refs[trials.done:]
+            for part in bounded_batches([height * width * 3] * len(rest), batch, self.config.batch_bytes):
+                detect(rest[part])
         return [pack_video(r, x, self.config) for r, x in zip(raw, xs, strict=True)]  # type: ignore[arg-type]
 
 

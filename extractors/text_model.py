@@ -8,7 +8,7 @@ touches the network at run time: models load with `local_files_only=True` from `
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,9 +111,12 @@ class TextModel:
         return self.max_tokens - len(self.prefix_ids) - len(self.suffix_ids)
 
     def encode(
-        self, seqs: Sequence[Sequence[int]], layers: Layers, batch_size: int, autocast: str = "none"
+        self, seqs: Sequence[Sequence[int]], layers: Layers, batch_size: int | Callable[[calibrate.Trials], int],
+        autocast: str = "none",
     ) -> list[np.ndarray]:
-        """Hidden states (len_i, D) float32 for each token-id sequence (special tokens added and removed here)."""
+        """Hidden states (len_i, D) float32 for each token-id sequence (special tokens added and removed here).
+        `batch_size` may be a function of the call's `calibrate.Trials` (their kept trials are the call's first
+        sequences, shortest first; a sequence counts its padded tokens in sequences of the median's length)."""
         import torch
 
         for s in seqs:
@@ -121,11 +124,23 @@ class TextModel:
                 raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
         out: list[np.ndarray | None] = [None] * len(seqs)
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch: less padding
+
+        def run(a: int, b: int) -> None:
+            idx = order[a:b]
+            for i, states in zip(idx, self._forward([seqs[i] for i in idx], layers), strict=True):
+                out[i] = states
+
+        start = 0
         with torch.inference_mode(), self._autocast(autocast):
-            for b in range(0, len(order), max(1, batch_size)):
-                idx = order[b : b + batch_size]
-                for i, states in zip(idx, self._forward([seqs[i] for i in idx], layers), strict=True):
-                    out[i] = states
+            if callable(batch_size):
+                affixes = len(self.prefix_ids) + len(self.suffix_ids)
+                median = seqs[order[len(order) // 2]] if seqs else []
+                trials = calibrate.Trials(
+                    len(order), run, lambda b: self._forward([median] * b, layers),
+                    lambda a, b: (b - a) * max(1, len(seqs[order[b - 1]]) + affixes) / max(1, len(median) + affixes))
+                batch_size, start = batch_size(trials), trials.done
+            for b in range(start, len(order), max(1, batch_size)):
+                run(b, b + batch_size)
         return out  # type: ignore[return-value]
 
     def _autocast(self, autocast: str) -> Any:
@@ -246,24 +261,26 @@ class TextModelExtractor(Extractor[TC]):
     def extract(self, x: Any) -> FeatureRows:
         return self.extract_batch([x])[0]
 
-    def batch_size(self, seqs: Sequence[Sequence[int]]) -> int:
-        """Sequences per forward: pinned, measured by the actor's calibrator on the median sequence repeated
-        (keyed by its length rounded up to a power of two: cost per sequence grows with length), or the default."""
+    def batch_size(self, seqs: Sequence[Sequence[int]], trials: calibrate.Trials | None = None) -> int:
+        """Sequences per forward: pinned, measured by the actor's calibrator (keyed by the median sequence's length
+        rounded up to a power of two: cost per sequence grows with length) with `trials` on the call's sequences,
+        or on the median sequence repeated; else the default."""
         if not seqs:
             return 1
         median = sorted(seqs, key=len)[len(seqs) // 2]
         bucket = 1 << max(0, len(median) - 1).bit_length()
         cfg = self.config
+        probe = trials or (lambda b: self.tm.encode([median] * b, cfg.layers, b, cfg.autocast))
         return calibrate.resolve(
             self.calibrator, cfg.batch_size, DEFAULT_BATCH, f"{cfg.model}-{cfg.layers}-{cfg.autocast}",
-            f"tokens<={bucket}", "sequence", lambda b: self.tm.encode([median] * b, cfg.layers, b, cfg.autocast))
+            f"tokens<={bucket}", "sequence", probe)
 
     def encode_per_item(self, seqs_per_item: Sequence[Sequence[Sequence[int]]]) -> list[list[np.ndarray]]:
         """Token states of each token-id sequence of each item: the sequences of all items go through the model
         together, `batch_size` per forward (similar lengths share a batch across items), then are split back."""
         cfg = self.config
         flat = [s for seqs in seqs_per_item for s in seqs]
-        states = self.tm.encode(flat, cfg.layers, self.batch_size(flat), cfg.autocast)
+        states = self.tm.encode(flat, cfg.layers, lambda trials: self.batch_size(flat, trials), cfg.autocast)
         out, k = [], 0
         for seqs in seqs_per_item:
             out.append(states[k : k + len(seqs)])

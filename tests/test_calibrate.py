@@ -20,7 +20,7 @@ import torch
 
 from extractors import calibrate
 from extractors.base import Frames, QAText
-from extractors.calibrate import Calibrator, measure, pick
+from extractors.calibrate import Calibrator, Trials, measure, pick
 from extractors.densenet import DenseNet161, DenseNetConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,11 +131,13 @@ def test_a_pinned_batch_is_used_as_is(densenet: DenseNet161, tmp_path: Path) -> 
     sizes = spy_forwards(model, "embed")
     model.extract_batch([frames(5), frames(2, seed=1)])
     assert sizes == [3, 3, 1]  # a batch spans videos; no calibration call among them
-    assert model.calibrator.choices["120x160x3"].source == "pinned" and not (tmp_path / "c.json").exists()
+    assert model.calibrator.choices["3x224x224"].source == "pinned" and not (tmp_path / "c.json").exists()
 
 
-def test_densenet_features_do_not_depend_on_the_calibrated_batch(densenet: DenseNet161, tmp_path: Path) -> None:
-    x = [frames(9), frames(4, seed=1)]
+def test_densenet_calibrates_on_the_calls_own_frames(densenet: DenseNet161, tmp_path: Path) -> None:
+    """The calibrating call's trial batches are its own first frames, kept: no forward on a repeated probe frame,
+    and its features equal a pinned batch's within float rounding."""
+    x = [frames(12), frames(4, seed=1, h=90, w=100)]  # two frame sizes: one network input, one calibration
     one = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
     one.model = densenet.model
     reference = one.extract_batch(x)
@@ -146,15 +148,55 @@ def test_densenet_features_do_not_depend_on_the_calibrated_batch(densenet: Dense
     auto.calibrator = Calibrator("frames", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__)
     sizes = spy_forwards(auto, "embed")
     calibrated = auto.extract_batch(x)
-    (entry,) = json.loads((tmp_path / "c.json").read_text()).values()
+    (key, entry), = json.loads((tmp_path / "c.json").read_text()).items()
+    assert key.endswith("|densenet161-fp32|3x224x224")
     assert entry["batch"] == 4 and sorted(entry["costs"], key=int) == ["1", "2", "4"]
-    assert sizes == [1, 1, 2, 2, 4, 4] + [4, 4, 4, 1]  # the calibration's calls, then 9 + 4 frames by 4 across videos
+    assert sizes == [1, 1, 2, 2, 4, 4] + [2]  # trials on frames 0-13 (across videos), then the last 2 frames
+    assert auto.calibrator.spent_s == 0  # nothing thrown away
     for a, b in zip(calibrated, reference, strict=True):
         np.testing.assert_allclose(a.features, b.features, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(a.intervals, b.intervals)
     again = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
     again.model = densenet.model
     np.testing.assert_array_equal(again.extract_batch(x)[0].features, reference[0].features)  # same batch: bit for bit
+    sizes.clear()
+    auto.extract_batch(x)  # the next call: the choice, no trials
+    assert sizes == [4, 4, 4, 4]
+
+
+def test_calibration_on_the_calls_inputs_reaches_the_best_batch(tmp_path: Path) -> None:
+    """Run D of issue 27 on a fake clock: on 2 CPU threads DenseNet161 cost 217, 205, 181 ms (CPU) a frame at 1,
+    2, 4, with a slower first call at each shape; a measurement thrown away after its 6 s budget stopped there
+    and chose 4. On the call's own frames the trials are the run's work: 8, the cheapest, is reached."""
+    costs = {1: 0.217, 2: 0.205, 4: 0.181, 8: 0.160, 16: 0.165, 32: 0.19}
+    thrown = FakeModel(costs, first=1.5)
+    cal = Calibrator("frames", "cpu", tmp_path / "a.json", clock=thrown.clock)
+    assert cal.batch("m", "3x224x224", "frame", thrown) == 4  # cut by the budget before 8
+    fake = FakeModel(costs, first=1.5)
+
+    def spare(b: int) -> None:
+        raise AssertionError(f"a thrown-away trial of {b}")
+
+    trials = Trials(256, lambda a, b: fake(b - a) or list(range(a, b)), spare)
+    cal = Calibrator("frames", "cpu", tmp_path / "b.json", clock=fake.clock)
+    assert cal.batch("m", "3x224x224", "frame", trials) == 8
+    assert sorted(cal.choices["3x224x224"].costs) == [1, 2, 4, 8, 16, 32]
+    assert sum(trials.outputs, []) == list(range(trials.done)) and trials.done == sum(fake.calls)
+    assert cal.spent_s == 0.0
+
+
+def test_trials_run_out_of_inputs_then_throw_away_within_the_budget() -> None:
+    """A short call: the trials that fit are kept, the rest run on a repeated input, bounded by the budget."""
+    fake = FakeModel({b: 1.0 for b in (1, 2, 4, 8)})
+    spared: list[int] = []
+    trials = Trials(7, lambda a, b: fake(b - a), lambda b: spared.append(b) or fake(b))
+    costs = measure(trials, [1, 2, 4, 8], budget_s=10.0, clock=fake.clock)
+    assert trials.done == 6 and spared == [4, 4]  # 1, 1, 2, 2 kept; 4 + 4 would need 8 more of the 1 left
+    assert sorted(costs) == [1, 2, 4]  # 8 thrown away twice would overrun 10 s (8 s spent)
+    failing = Trials(4, lambda a, b: 1 / 0, lambda b: None)
+    with pytest.raises(ZeroDivisionError):
+        measure(failing, [1, 2], clock=fake.clock)
+    assert failing.done == 0  # a trial that failed did not do its units
 
 
 def test_text_features_do_not_depend_on_the_calibrated_batch(tmp_path: Path) -> None:
@@ -170,6 +212,7 @@ def test_text_features_do_not_depend_on_the_calibrated_batch(tmp_path: Path) -> 
     a, b = auto.extract(item), pinned.extract(item)
     (entry,) = json.loads((tmp_path / "c.json").read_text()).values()
     assert entry["batch"] == 32 and next(iter(auto.calibrator.choices.values())).batch == 32  # every call costs 1
+    assert entry["costs"]["1"] > 1  # a kept trial of the shortest sequence weighs less than one median sequence
     np.testing.assert_allclose(a.features, b.features, rtol=1e-5, atol=1e-5)
     pinned.calibrator = Calibrator("qa", "cpu", tmp_path / "other.json")
     pinned.extract(item)
@@ -182,31 +225,37 @@ def test_faces_calibrated_per_frame_size_and_same_faces(tmp_path: Path) -> None:
     from tests.test_faces import assert_same_faces, edge_and_size_frames, make_frames
 
     sizes = edge_and_size_frames()
-    videos = [make_frames(sizes[240, 320][:4])]
+    videos = [make_frames((sizes[240, 320] * 3)[:7])]
     auto = MTCNNFaces(FacesConfig(batch_bytes=2 * 240 * 320 * 3))  # candidates 1, 2; every call costs 1: 2
     auto.calibrator = Calibrator("faces", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__)
-    got = auto.extract_batch(videos)
-    assert [(k, c.batch, c.source) for k, c in auto.calibrator.choices.items()] == [("240x320x3", 2, "calibrated")]
-    assert_same_faces(got[0], MTCNNFaces(FacesConfig(batch_size=1)).extract_batch(videos)[0])
-    pinned = MTCNNFaces(FacesConfig(batch_size=2))
-    pinned.calibrator = Calibrator("faces", "cpu", tmp_path / "other.json")
     import extractors.faces as faces_module
 
     calls = []
     real = faces_module.detect_frames
     try:
         faces_module.detect_frames = lambda m, px, *a: calls.append(len(px)) or real(m, px, *a)
+        got = auto.extract_batch(videos)
+    finally:
+        faces_module.detect_frames = real
+    assert [(k, c.batch, c.source) for k, c in auto.calibrator.choices.items()] == [("240x320x3", 2, "calibrated")]
+    assert calls == [1, 1, 2, 2, 1]  # the trials detect in the call's own frames; every frame once
+    assert_same_faces(got[0], MTCNNFaces(FacesConfig(batch_size=1)).extract_batch(videos)[0])
+    pinned = MTCNNFaces(FacesConfig(batch_size=2))
+    pinned.calibrator = Calibrator("faces", "cpu", tmp_path / "other.json")
+    calls.clear()
+    try:
+        faces_module.detect_frames = lambda m, px, *a: calls.append(len(px)) or real(m, px, *a)
         pinned.extract_batch(videos)
     finally:
         faces_module.detect_frames = real
-    assert calls == [2, 2] and pinned.calibrator.choices["240x320x3"].source == "pinned"
+    assert calls == [2, 2, 2, 1] and pinned.calibrator.choices["240x320x3"].source == "pinned"
 
 
 def test_calibration_off_records_the_default(tmp_path: Path) -> None:
     model = DenseNet161(DenseNetConfig(weights="random"))
     model.calibrator = Calibrator("frames", "cpu", None)
-    assert model.batch_size(frames(1).pixels) == 8
-    assert model.calibrator.choices["120x160x3"].source == "default"
+    assert model.batch_size(frames(1).pixels[0]) == 8
+    assert model.calibrator.choices["3x224x224"].source == "default"
 
 
 def test_the_driver_reads_configs_without_loading_torch() -> None:
@@ -257,9 +306,9 @@ def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path,
         key = calibrate.device_key("cpu")
     finally:
         torch.set_num_threads(threads)
-    sizes = {"tiny-a": "240x320x3", "tiny-b": "288x352x3", "tiny-c": "180x320x3"}
-    cache.write_text(json.dumps({f"{key}|densenet161-fp32|{s}": {"batch": 2, "per_unit_s": 0.1, "costs": {"2": 0.1}}
-                                 for s in sizes.values()}))
+    items = ["tiny-a", "tiny-b", "tiny-c"]  # 240x320, 288x352, 180x320: one network input, 224x224
+    cache.write_text(json.dumps({f"{key}|densenet161-fp32|3x224x224": {"batch": 2, "per_unit_s": 0.1,
+                                                                       "costs": {"2": 0.1}}}))
 
     def config(**frames_cfg) -> RunConfig:
         return RunConfig.model_validate({"layout": "siq2", "model_threads": 1, "frames_per_batch": 8, "features": {
@@ -267,12 +316,12 @@ def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path,
 
     report = run_extract("tiny", tiny_root, tmp_path / "a.zarr", config())
     (worker,) = report.batches["frames"]
-    assert {(c["input"], c["batch"], c["source"]) for c in worker["choices"]} == {(s, 2, "cached") for s in sizes.values()}
+    assert [(c["input"], c["batch"], c["source"]) for c in worker["choices"]] == [("3x224x224", 2, "cached")]
     assert worker["units"] == 8 and worker["run_per_unit_s"] > 0  # 3 + 2 + 3 frames
-    assert "batch frames: 2 (cached, 180x320x3)" in report.summary()
+    assert "batch frames: 2 (cached, 3x224x224)" in report.summary()
     store = open_store(tmp_path / "a.zarr")
     direct = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
-    for item in sizes:
+    for item in items:
         want = direct.extract(decode_frames(tiny_root / f"siq2/video/{item}.mp4")).features
         np.testing.assert_allclose(store.read("frames", item).features[:], want, rtol=1e-5, atol=1e-5)
 

@@ -60,6 +60,21 @@ def test_matches_plain_torchvision_fp32(extractor: DenseNet161, frames_c) -> Non
     assert rows.attrs["precision"] == "fp32"
 
 
+def test_cpu_forward_runs_channels_last_with_the_plain_models_features(extractor: DenseNet161, frames_c) -> None:
+    """channels_last is a speed choice (oneDNN's layout): at the same batch the features equal the plain
+    (contiguous NCHW) torchvision model's within float rounding."""
+    conv = extractor.model.features.conv0.weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    x = extractor.prepare(frames_c.pixels[:4])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        plain = densenet161(weights=None).eval()
+    plain.classifier = torch.nn.Identity()
+    with torch.no_grad():
+        ref = plain(x.contiguous()).numpy()
+    np.testing.assert_allclose(extractor.extract(frames_c).features[:4], ref, rtol=1e-5, atol=1e-5)
+
+
 def test_batched_across_videos_of_different_sizes(extractor: DenseNet161, frames_c, sample_root: Path) -> None:
     other = decode_frames(sample_root / "siq2/video/sample-a.mp4")
     other = type(other)(pixels=other.pixels[:3], intervals=other.intervals[:3], pts_s=other.pts_s[:3],
