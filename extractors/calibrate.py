@@ -46,7 +46,10 @@ MAX_REPEATS = 3
 MIN_CANDIDATES = 3  # fewer measured within the budget (a loaded or slow machine): the default, not cached
 STOP_WORSE = 1.25
 TOLERANCE = 0.05
-CPU_MAX_BATCH = 32  # DenseNet161's per-frame cost rose from batch 8 to 64 on CPU while memory grew 8×
+# DenseNet161 on 2 CPU threads, CPU ms a frame at 1..32: 254, 212, 192, 183, 189, 222, while the forward's working
+# memory grows with the batch: the trial at 32 alone lifted a 10-clip frames-only run's peak from 2.3 to 3.4 GiB
+# (PSS). A CPU batch past 16 has bought nothing measured here, so trials stop there.
+CPU_MAX_BATCH = 16
 GPU_MAX_BATCH = 512
 
 
