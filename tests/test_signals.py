@@ -67,8 +67,6 @@ DRIVER = textwrap.dedent('''
         return wrapped
 
     A.decode_item, A.ExtractorWorker = slow_decode, SlowWorker
-    if SLOW in ("decode", "model"):  # questions are made in the driver (A.DRIVER_KINDS); these hooks need the
-        A.DRIVER_KINDS = frozenset()  # decode of tiny-c held in a Ray task, as a video's decode is
     if SLOW == "manifests":
         R.load_items = slow("manifests", R.load_items)
     if SLOW == "planning":
