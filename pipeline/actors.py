@@ -33,11 +33,6 @@ def crash_point(stage: str, item_id: str) -> None:
         os._exit(13)
 
 
-# Inputs built from the manifest's text alone (no file to open): the driver makes them. A Ray task per item cost
-# more than the work: on SocialIQA (35k text-only items) the two decode workers took ~1 of the 2 cores.
-DRIVER_KINDS = frozenset({"qa", *inputs.TEXT_KINDS})
-
-
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
                 segment_bytes: int | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
@@ -45,13 +40,6 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
     (meta["segments"]["frames"]: how many), the others come from `decode_segment`."""
     crash_point("decode", item.id)
-    return decode_kinds(item, kinds, questions, audio_rate_hz, segment_bytes)
-
-
-def decode_kinds(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
-                 segment_bytes: int | None = None) -> list[Any]:
-    """`decode_item`'s work, in whatever process calls it: the driver runs it itself for inputs made from
-    the manifest's own text (`DRIVER_KINDS`), where a Ray task would cost more than the work."""
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:

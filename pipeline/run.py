@@ -343,18 +343,13 @@ class _Runner:
                 continue
             item_id = self.queue.popleft()
             kinds = sorted({self.specs[f].extractor.input_kind for f in self.todo[item_id]})
-            for feat in self.todo[item_id]:
-                self.pairs[feat, item_id] = _Pair()
-            if actors.DRIVER_KINDS.issuperset(kinds):  # text from the manifest: made here, sent inline
-                meta, *values = actors.decode_kinds(self.items[item_id], kinds, self.questions.get(item_id, []),
-                                                    config.audio_rate_hz)
-                self.take_decoded(meta, item_id, 0, kinds, values)
-                continue
             refs = self.decode_task.options(
                 num_cpus=1, num_returns=1 + len(kinds), max_retries=config.decode_retries, retry_exceptions=[OSError],
             ).remote(self.items[item_id], kinds, self.questions.get(item_id, []), config.audio_rate_hz,
                      config.batch_bytes)
             self.decoding[refs[0]] = (item_id, 0, kinds, refs[1:])
+            for feat in self.todo[item_id]:
+                self.pairs[feat, item_id] = _Pair()
 
     def open_feats(self, item_id: str, kind: str) -> list[str]:
         """The item's features of this input kind whose pair is still open."""
@@ -366,18 +361,12 @@ class _Runner:
         ray, item = self.ray, self.items[item_id]
         try:
             m = ray.get(ref)
+            cluster.count_work(self.report.cluster, m.get("node"), "decode")
+            for call in m.get("calls", ()):
+                self.stages.add(call)
         except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
             m = {"failures": {kind: actors.failure(item_id, f"decode:{kind}", decode.source_path(item, kind),
                                                    _ray_error(e)) for kind in kinds}}
-        self.take_decoded(m, item_id, segment, kinds, refs)
-
-    def take_decoded(self, m: dict[str, Any], item_id: str, segment: int, kinds: list[str], refs: list[Any]) -> None:
-        """Decoded inputs (object refs, or the values themselves when the driver made them) join their
-        features' queues; the kinds that failed fail their pairs."""
-        if "node" in m:
-            cluster.count_work(self.report.cluster, m["node"], "decode")
-        for call in m.get("calls", ()):
-            self.stages.add(call)
         if segment == 0:
             self.meta[item_id] = m
         elif item_id in self.meta:  # a later segment: its decode time and damaged seconds add to the item's

