@@ -39,7 +39,8 @@ def face_frame(height: int, width: int) -> np.ndarray:
 
 def show(cal: Calibrator, t0: float) -> None:
     for choice in cal.choices.values():
-        costs = ", ".join(f"{b}: {c * 1e3:.2f}" for b, c in choice.costs.items())
+        costs = ", ".join(f"{b}: {c * 1e3:.2f}" + (f" ({choice.work_mib[b]:.0f} MiB)" if b in choice.work_mib else "")
+                          for b, c in choice.costs.items())
         print(f"  {cal.feature:<6} {choice.input:<14} batch {choice.batch:>3} ({choice.source}); ms per {choice.unit}: "
               f"{costs}  [{time.perf_counter() - t0:.1f} s]", flush=True)
 
@@ -110,7 +111,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {torch.get_num_threads()} threads"
     print(f"calibration on {args.device} ({name}); budget {calibrate.BUDGET_S} s per model and input size, "
-          f"choice: the smallest batch within {calibrate.TOLERANCE:.0%} of the cheapest")
+          f"choice: the smallest batch within {calibrate.tolerance(args.device):.0%} of the cheapest"
+          + ("" if (w := calibrate.work_budget(args.device)) is None else f"; CPU trials' working memory <= {w >> 20} MiB"))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "calibration.json"
         for model in args.models.split(","):

@@ -15,10 +15,12 @@ it has taken `MIN_REPEAT_S` (at most `MAX_REPEATS` calls), its per-unit cost the
 at a new batch shape is slow (cuDNN and oneDNN choose their kernels per shape; on an H100 a DenseNet161 frame
 cost 202 ms in the first call of 2 frames, 0.5 ms once warm). It stops early when the next candidate would
 overrun the budget with thrown-away work, when two candidates in a row cost more than `STOP_WORSE` × the best
-so far (past the knee: bigger only costs memory), or on CUDA when the GPU runs out of memory. The choice is the
-smallest candidate within `TOLERANCE` of the best: on a GPU that is where it saturates, on a CPU it saves
-memory at no speed cost. Runs are noisy on a shared machine; delete the cache file (`cache_path()`) to measure
-again.
+so far (past the knee: bigger only costs memory), on CUDA when the GPU runs out of memory, and on a CPU before
+a batch whose working memory would pass `work_budget()` (`WorkMemory`: each trial's peak resident memory above
+what the process held before the first, scaled linearly to the next size). The choice is the smallest candidate
+within the device's tolerance of the best (`TOLERANCE`): on a GPU that is where it saturates; on a CPU, where the
+memory bound already keeps the batches small, only measurement noise. Runs are noisy on a shared machine; delete
+the cache file (`cache_path()`) to measure again.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ENV_FILE = "SIQ_CALIBRATION_FILE"  # where the cache lives; SIQ_* variables reach Ray workers (pipeline/run.py)
 ENV_OFF = "SIQ_CALIBRATE"  # "0": no measurement, every "auto" batch takes its extractor's fixed default
+ENV_WORK = "SIQ_CALIBRATE_WORK_MB"  # the CPU trials' working-memory bound in MiB (CPU_WORK_BYTES by default)
 # (read by the driver, which hands the model actors the cache file, or None for off: tests/conftest.py sets it)
 BUDGET_S = 6.0  # per (model, input size): the measurement's thrown-away work (trials on repeated inputs)
 MIN_REPEAT_S = 0.3
@@ -45,12 +49,22 @@ MIN_REPEATS = 2  # the first call at a shape warms its kernels up
 MAX_REPEATS = 3
 MIN_CANDIDATES = 3  # fewer measured within the budget (a loaded or slow machine): the default, not cached
 STOP_WORSE = 1.25
-TOLERANCE = 0.05
+# the choice: the smallest batch within this fraction of the cheapest per unit. On a GPU the costs fall until it
+# saturates and then move by ~10 % between runs (docs/scale.md): 5 % finds the saturation point. On a CPU the work
+# bound below keeps batches small; the tolerance only absorbs noise, and a larger one trades speed for nothing
+# (on 2 threads DenseNet161 cost 192 ms a frame at 4 and 183 at 8: 5 % picked 4).
+TOLERANCE = {"cpu": 0.02, "cuda": 0.05}
 # DenseNet161 on 2 CPU threads, CPU ms a frame at 1..32: 254, 212, 192, 183, 189, 222, while the forward's working
 # memory grows with the batch: the trial at 32 alone lifted a 10-clip frames-only run's peak from 2.3 to 3.4 GiB
 # (PSS). A CPU batch past 16 has bought nothing measured here, so trials stop there.
 CPU_MAX_BATCH = 16
 GPU_MAX_BATCH = 512
+# A CPU trial's working memory: what a forward of that batch adds to the actor's resident memory. DenseNet161's
+# trials measured 77, 155 and 317 MiB at batches 1, 2 and 4 (224x224, 2 threads), and a 10-clip frames-only run
+# peaked at 2.28 GiB (PSS) pinned at 8, 2.58 at 16, and 2.91 when its calibration tried 16, for no speed (its
+# costs flat within 3 % from 4 to 16 on 2 threads). Trials stop before a batch extrapolated past this bound: 8 is
+# DenseNet161's last on a CPU; MTCNN's and the text models' trials stay far below it.
+CPU_WORK_BYTES = 768 * 2**20
 
 
 def cache_path() -> Path:
@@ -74,14 +88,28 @@ def candidates(device: str, max_batch: int | None = None) -> list[int]:
     return [2**k for k in range(cap.bit_length()) if 2**k <= cap]
 
 
+def work_budget(device: str) -> int | None:
+    """The working-memory bound of CPU trials in bytes ($SIQ_CALIBRATE_WORK_MB, else CPU_WORK_BYTES); None on a
+    GPU, whose trials stop where it runs out of memory."""
+    if device.startswith("cuda"):
+        return None
+    value = os.environ.get(ENV_WORK)
+    return int(float(value) * 2**20) if value else CPU_WORK_BYTES
+
+
+def tolerance(device: str) -> float:
+    return TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
+
+
 def device_key(device: str) -> str:
-    """What the cost depends on besides the model: the machine, the device's name and torch's threads."""
+    """What the choice depends on besides the model: the machine, the device's name, torch's threads and, on a
+    CPU, the trials' working-memory bound (a choice made under another bound is measured again)."""
     import torch
 
     if device.startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
     else:
-        name = _cpu_model() + f" threads={torch.get_num_threads()}"
+        name = _cpu_model() + f" threads={torch.get_num_threads()} work<={(work_budget(device) or 0) >> 20}MiB"
     return f"{socket.gethostname()}|{name}|torch={torch.__version__}"
 
 
@@ -95,10 +123,68 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+class WorkMemory:
+    """The working memory of a CPU trial: the process's peak resident memory while it ran (Linux's VmHWM, reset
+    before each trial by writing 5 to /proc/self/clear_refs) above what it held before the first trial (`begin`).
+    `allows(b)` extrapolates the last trial's linearly to b (activations grow about linearly with the batch, a
+    little less at large ones: an upper bound) against `budget_bytes`. `read` returns (resident, peak) bytes and
+    `reset` restarts the peak (both from /proc by default); where they are unavailable (not Linux, a read-only
+    /proc) it bounds nothing."""
+
+    def __init__(self, budget_bytes: int, read: Callable[[], tuple[int, int]] | None = None,
+                 reset: Callable[[], None] | None = None) -> None:
+        self.budget = budget_bytes
+        self.read, self.reset = read or _proc_memory, reset or _reset_peak
+        self.base: int | None = None
+        self.used: dict[int, int] = {}  # batch -> bytes above the base at its trials' peak
+
+    def begin(self) -> None:
+        try:
+            self.reset()
+            self.base = self.read()[0]
+        except OSError as e:
+            log.info("calibration: no memory measure here (%s); CPU trials are bounded by time only", e)
+            self.base = None
+
+    def start_trial(self) -> None:
+        if self.base is not None:
+            self.reset()
+
+    def end_trial(self, b: int) -> None:
+        if self.base is not None:
+            self.used[b] = max(self.used.get(b, 0), self.read()[1] - self.base)
+
+    def need(self, b: int) -> int | None:
+        """The bytes batch b is expected to need, from the largest batch measured; None before any."""
+        if not self.used:
+            return None
+        last = max(self.used)
+        return self.used[last] * b // last
+
+    def allows(self, b: int) -> bool:
+        need = self.need(b)
+        return need is None or need <= self.budget
+
+
+def _proc_memory() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in bytes."""
+    text = Path("/proc/self/status").read_text()
+    got = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", text, re.M))
+    if len(got) < 2:
+        raise OSError("/proc/self/status has no VmRSS/VmHWM")
+    return int(got["VmRSS"]) * 1024, int(got["VmHWM"]) * 1024
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:  # "5": reset the peak resident size (Linux >= 4.0)
+        f.write("5")
+
+
 @dataclass
 class Choice:
     """A batch size and where it came from: "calibrated" now, "cached" from an earlier run, "pinned" by the
-    config, "default" (calibration off or impossible). `costs`: seconds per unit at each batch measured."""
+    config, "default" (calibration off or impossible). `costs`: seconds per unit at each batch measured;
+    `work_mib`: on a CPU, each measured batch's working memory (`WorkMemory`)."""
 
     feature: str
     input: str
@@ -109,10 +195,12 @@ class Choice:
     costs: dict[int, float] = field(default_factory=dict)
     device: str = ""
     measured_at: str = ""
+    work_mib: dict[int, float] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         out = asdict(self)
         out["costs"] = {str(k): v for k, v in self.costs.items()}
+        out["work_mib"] = {str(k): v for k, v in self.work_mib.items()}
         return out
 
 
@@ -156,19 +244,26 @@ class Trials:
 
 def measure(probe: Trials | Callable[[int], Any], sizes: list[int], budget_s: float = BUDGET_S,
             is_oom: Callable[[BaseException], bool] = lambda e: False,
-            clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+            clock: Callable[[], float] = time.perf_counter, memory: WorkMemory | None = None) -> dict[int, float]:
     """Seconds per unit of each trial size tried, on `clock`: the process's CPU time on a CPU (all its
     threads: other users' load on a shared machine lengthens the wall time, much less the CPU time), the wall
     clock on a GPU (its work is not this CPU's). `probe`: `Trials`, or a plain `probe(b)` whose every trial is
-    thrown away. `budget_s` bounds the thrown-away trials' time only."""
+    thrown away. `budget_s` bounds the thrown-away trials' time only; `memory` (a CPU's) the trials' working
+    memory, measured into `memory.used`."""
     trials = probe if isinstance(probe, Trials) else Trials.thrown_away(probe)
     costs: dict[int, float] = {}
     wasted, worse = 0.0, 0
+    if memory is not None:
+        memory.begin()
     for b in sizes:
         if costs and not trials.keeps(MIN_REPEATS * b) and wasted + MIN_REPEATS * b * min(costs.values()) > budget_s:
             break
+        if memory is not None and not memory.allows(b):
+            log.info("calibration: batch %d would need ~%d MiB of working memory (bound %d MiB); stopping at %d", b,
+                     (memory.need(b) or 0) >> 20, memory.budget >> 20, max(costs))
+            break
         try:
-            per_unit, took = _time(trials, b, clock)
+            per_unit, took = _time(trials, b, clock, memory)
         except Exception as e:
             if not is_oom(e):
                 raise
@@ -181,22 +276,27 @@ def measure(probe: Trials | Callable[[int], Any], sizes: list[int], budget_s: fl
     return costs
 
 
-def _time(trials: Trials, b: int, clock: Callable[[], float]) -> tuple[float, float]:
+def _time(trials: Trials, b: int, clock: Callable[[], float],
+          memory: WorkMemory | None = None) -> tuple[float, float]:
     """(the fastest trial's seconds per unit, seconds of thrown-away trials) of `b` at least MIN_REPEATS times."""
     best, took, wasted, reps = float("inf"), 0.0, 0.0, 0
     while reps < MIN_REPEATS or (reps < MAX_REPEATS and took < MIN_REPEAT_S):
+        if memory is not None:
+            memory.start_trial()
         t0 = clock()
         units, kept = trials(b)
         dt = clock() - t0
+        if memory is not None:
+            memory.end_trial(b)
         best, took, reps = min(best, dt / units), took + dt, reps + 1
         wasted += 0.0 if kept else dt
     return best, wasted
 
 
-def pick(costs: dict[int, float]) -> int:
-    """The smallest batch within TOLERANCE of the cheapest per unit."""
+def pick(costs: dict[int, float], tol: float = TOLERANCE["cuda"]) -> int:
+    """The smallest batch within `tol` of the cheapest per unit."""
     best = min(costs.values())
-    return min(b for b, c in costs.items() if c <= best * (1 + TOLERANCE))
+    return min(b for b, c in costs.items() if c <= best * (1 + tol))
 
 
 class Calibrator:
@@ -204,8 +304,10 @@ class Calibrator:
     `path`; with `path` None it measures nothing and only records the fixed defaults for the run report."""
 
     def __init__(self, feature: str, device: str, path: Path | str | None, budget_s: float = BUDGET_S,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, memory: Callable[[], WorkMemory | None] | None = None) -> None:
         self.feature, self.device, self.budget_s = feature, device, budget_s
+        # a fresh WorkMemory per calibration (its base is the resident memory before that calibration's trials)
+        self.memory = memory or (lambda: None if (w := work_budget(device)) is None else WorkMemory(w))
         # CPU time on a CPU, the wall clock on a GPU (see `measure`)
         self.clock = clock or (time.perf_counter if device.startswith("cuda") else time.process_time)
         self.path = Path(path) if path is not None else None
@@ -226,7 +328,8 @@ class Calibrator:
         if cached:  # bounded by this call's bytes (frames may be larger than those it was measured on)
             batch = min(int(cached["batch"]), max_batch or int(cached["batch"]))
             choice = Choice(self.feature, input_key, max(1, batch), "cached", unit, cached.get("per_unit_s"),
-                            {int(k): v for k, v in cached.get("costs", {}).items()}, dev, cached.get("measured_at", ""))
+                            {int(k): v for k, v in cached.get("costs", {}).items()}, dev, cached.get("measured_at", ""),
+                            {int(k): v for k, v in cached.get("work_mib", {}).items()})
         else:
             choice = self._calibrate(key, dev, input_key, unit, probe, max_batch, default)
         self.choices[input_key] = choice
@@ -239,19 +342,23 @@ class Calibrator:
         t0 = time.perf_counter()
         sizes = candidates(self.device, max_batch)
         trials = probe if isinstance(probe, Trials) else Trials.thrown_away(probe)
-        costs = measure(trials, sizes, self.budget_s, _is_oom, self.clock)
+        memory = self.memory()
+        costs = measure(trials, sizes, self.budget_s, _is_oom, self.clock, memory)
+        work = {b: round(v / 2**20, 1) for b, v in memory.used.items()} if memory else {}
         self.spent_s += trials.wasted_s
         now = datetime.now(UTC).isoformat(timespec="seconds")
         log.info("%s: calibrated %s in %.1f s (%d units of the call kept, %.1f s thrown away): %s", self.feature,
-                 input_key, time.perf_counter() - t0, trials.done, trials.wasted_s, ", ".join(f"{k}: {v * 1e3:.2f} ms" for k, v in costs.items()))
-        if len(costs) < min(MIN_CANDIDATES, len(sizes)):
+                 input_key, time.perf_counter() - t0, trials.done, trials.wasted_s,
+                 ", ".join(f"{k}: {v * 1e3:.2f} ms" + (f" {work[k]:.0f} MiB" if k in work else "") for k, v in costs.items()))
+        stopped_by_memory = memory is not None and len(costs) < len(sizes) and not memory.allows(sizes[len(costs)])
+        if len(costs) < min(MIN_CANDIDATES, len(sizes)) and not stopped_by_memory:
             log.warning("%s: calibration of %s cut short by its %.0f s budget after %d size(s) (a loaded machine?): "
                         "batch %d, the default, not cached", self.feature, input_key, self.budget_s, len(costs), default)
-            return Choice(self.feature, input_key, min(default, sizes[-1]), "default", unit, None, costs, dev, now)
-        b = pick(costs)
-        choice = Choice(self.feature, input_key, b, "calibrated", unit, costs[b], costs, dev, now)
+            return Choice(self.feature, input_key, min(default, sizes[-1]), "default", unit, None, costs, dev, now, work)
+        b = pick(costs, tolerance(self.device))
+        choice = Choice(self.feature, input_key, b, "calibrated", unit, costs[b], costs, dev, now, work)
         self._write(key, {"batch": b, "per_unit_s": costs[b], "costs": {str(k): v for k, v in costs.items()},
-                          "measured_at": now, "unit": unit})
+                          "measured_at": now, "unit": unit, "work_mib": {str(k): v for k, v in work.items()}})
         return choice
 
     def _read(self) -> dict[str, Any]:
