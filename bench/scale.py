@@ -32,11 +32,15 @@ MIB = 2**20
 # All of Social-IQ (the issue's figures): 1,250 clips, 1,239 annotated minutes -> 74,340 s of video and audio,
 # one frame row per second; 8,817 questions in the 2.0 release's qa files (6,159 + 943 + 1,715: CLOSING.md).
 FULL = {"clips": 1250, "minutes": 1239, "questions": 8817}
-# GPU throughputs measured on an H100 by earlier sessions (2026-11-23): no GPU is lent to this session.
+# GPU throughputs measured on an H100 (docs/scale.md, "Batch sizes measured on a GPU"): DenseNet161 and MTCNN at the
+# batch their calibration chose, 2026-11-27 (`python -m bench.bench_calibration --device cuda`), per frame size.
 GPU_RATES = {
-    "frames": (2500.0, "frames", "DenseNet161 ~2,500 frames/s on an H100: issue 13's text"),
-    "faces": ({"360": 98.0, "720": 41.0}, "frames",
-              "MTCNN batched on an H100: 98 frames/s at 360p, 41 at 720p (issue 13's text; docs/faces.md: 106.4, 40.8)"),
+    "frames": ({"360": 1724.0, "720": 820.0}, "frames",
+               "DenseNet161 fp16 on an H100 at its calibrated batch: 0.58 ms a frame at 360p (128), 1.22 at 720p (32) "
+               "(2026-11-27, bench.bench_calibration; preprocessing of the larger frame included)"),
+    "faces": ({"360": 1124.0, "720": 274.0}, "frames",
+              "MTCNN (vectorised stages) on an H100 at its calibrated batch, frames with one face: 0.89 ms at 360p "
+              "(128), 3.65 at 720p (32) (2026-11-27, bench.bench_calibration; one-frame calls ran 98 / 41 frames/s)"),
     "transcript": (31000.0, "words", "bert_words with BERT-base on an H100, fp32 batch 64: ~31,000 words/s (docs/text.md)"),
     "qa": (4400.0, "questions",
            "no GPU figure for bert_qa: ~600 texts/s on 2 CPU cores with MiniLM (docs/text.md) scaled by bert_words' "
@@ -127,7 +131,7 @@ def project(r: dict[str, Any], cores_big: int = 16) -> dict[str, Any]:
         here[name] = core_s
         if name.startswith("model:") and feature in GPU_RATES:
             rate, unit, source = GPU_RATES[feature]
-            if isinstance(rate, dict):  # MTCNN: this set's mix of 360p and 720p frames
+            if isinstance(rate, dict):  # per frame size: this set's mix of 360p and 720p frames
                 share720 = sum(1 for w, h in _clip_sizes(r) if h >= 720) / max(1, r["clips"])
                 seconds = units * (share720 / rate["720"] + (1 - share720) / rate["360"])
                 gpu[name + " (360p only)"] = {"s": units / rate["360"], "source": source}
