@@ -151,6 +151,32 @@ def nbytes(value: Any) -> int:
     return sum(int(v.nbytes) for v in (getattr(value, f) for f in fields) if isinstance(v, np.ndarray))
 
 
+# glibc's malloc gives a freed block of the heap's top back to the system past M_TRIM_THRESHOLD and serves blocks
+# past M_MMAP_THRESHOLD with their own mmap, both 128 KiB at start and then raised by glibc as it sees fit. A model
+# forward allocates and frees the same tens of MiB of activations every call: served so, every call pays page
+# faults and zeroing for memory it had a moment ago. Fixed thresholds keep a call's working memory in the heap for
+# the next call (its peak is reached either way): DenseNet161 at a pinned batch of 4 on 2 CPU threads took
+# 50.6-51.9 ms a frame against 56.2-59.9 and a 10-clip frames-only run 40.6 s against 46.0 (median of 3, A/B in
+# turn; docs/scale.md). 32 MiB is glibc's largest mmap threshold: a larger block (a 720p frame batch) still gets
+# its own mapping and goes back when freed.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+HEAP_TRIM_BYTES = 1 << 30
+HEAP_MMAP_BYTES = 32 << 20
+
+
+def keep_heap() -> bool:
+    """Set this process's malloc thresholds (glibc only; elsewhere nothing changes). Whether they were set."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_BYTES))
+
+
 class ExtractorWorker:
     """Holds one extractor (its model loaded once) and runs batches of items through it."""
 
@@ -161,6 +187,8 @@ class ExtractorWorker:
 
         if threads:
             torch.set_num_threads(threads)
+        if not keep_heap():
+            log.info("%s: malloc thresholds left as they are (not glibc)", feature)
         from extractors.calibrate import Calibrator
 
         self.feature = feature
