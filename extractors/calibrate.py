@@ -25,6 +25,7 @@ the cache file (`cache_path()`) to measure again.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,12 +61,14 @@ TOLERANCE = {"cpu": 0.02, "cuda": 0.05}
 # (PSS). A CPU batch past 16 has bought nothing measured here, so trials stop there.
 CPU_MAX_BATCH = 16
 GPU_MAX_BATCH = 512
-# A CPU trial's working memory: what a forward of that batch adds to the actor's resident memory. DenseNet161's
-# trials measured 77, 155 and 317 MiB at batches 1, 2 and 4 (224x224, 2 threads), and a 10-clip frames-only run
-# peaked at 2.28 GiB (PSS) pinned at 8, 2.58 at 16, and 2.91 when its calibration tried 16, for no speed (its
-# costs flat within 3 % from 4 to 16 on 2 threads). Trials stop before a batch extrapolated past this bound: 8 is
-# DenseNet161's last on a CPU; MTCNN's and the text models' trials stay far below it.
-CPU_WORK_BYTES = 768 * 2**20
+# A CPU trial's working memory: what a forward of that batch adds to the actor's resident memory, oneDNN's cache of
+# primitives for that batch shape included (DenseNet161 after batches 1, 2, 4, 8: +546 MiB resident; after 8
+# alone: +376; with the cache off: +231, but 20 % slower). DenseNet161's trials measure 60-77, 140-155, 310-340
+# and 640-690 MiB at 1, 2, 4, 8 (224x224, 2 threads). A 10-clip frames-only run peaked at 2.10 GiB (PSS) pinned at
+# 4, 2.36-2.44 pinned at 8 and 2.43-2.60 when its calibration tried 8 (2.91 when it tried 16), while 8 was only
+# 4-5 % faster than 4 (docs/scale.md). Trials stop before a batch extrapolated past this bound: on a CPU
+# DenseNet161 stops at 4; MTCNN's and the text models' trials stay far below it.
+CPU_WORK_BYTES = 512 * 2**20
 
 
 def cache_path() -> Path:
@@ -165,6 +168,16 @@ class WorkMemory:
     def allows(self, b: int) -> bool:
         need = self.need(b)
         return need is None or need <= self.budget
+
+    @staticmethod
+    def release() -> None:
+        """Give the heap's free pages back after the trials (glibc's malloc_trim): the model actors keep freed
+        memory for their next call (pipeline/actors.py), and the trials at sizes not chosen left theirs."""
+        import ctypes
+        import ctypes.util
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
 
 
 def _proc_memory() -> tuple[int, int]:
@@ -370,6 +383,8 @@ class Calibrator:
         trials = probe if isinstance(probe, Trials) else Trials.thrown_away(probe)
         memory = self.memory()
         costs = measure(trials, sizes, self.budget_s, _is_oom, self.clock, memory)
+        if memory is not None:
+            memory.release()
         work = {b: round(v / 2**20, 1) for b, v in memory.used.items()} if memory else {}
         self.spent_s += trials.wasted_s
         now = datetime.now(UTC).isoformat(timespec="seconds")

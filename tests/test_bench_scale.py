@@ -44,3 +44,6 @@ def test_bench_scale_json_has_the_fields(result: dict) -> None:
         proj["this_machine"]["wall_lower_bound_s (as run: MiniLM)"] > 0
     assert proj["16_cores_1_gpu"]["wall_lower_bound_s"] > 0 and "model:transcript" in proj["16_cores_1_gpu"]["gpu_s_by_stage"]
     assert "projection to all of Social-IQ" in scale.table(saved)
+    disk = saved["store_disk"]  # counted on disk when the run ended (the scale.json was written after)
+    assert disk["pairs"] == 6 and disk["files"] > 6 and disk["files_per_pair"] == round(disk["files"] / 6, 3)
+    assert "files a pair" in scale.table(saved)
