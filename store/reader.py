@@ -240,14 +240,20 @@ class Store:
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
         state = self.index(feature)
         problems = {p: self.part_problem(feature, p, full) for p in state.parts}
-        return [ItemCheck(feature, e.item, parts.part_dir(self.path, feature, e.part), problems[e.part], None)
-                for e in sorted(state.entries.values())]
+        folders = {p: parts.part_dir(self.path, feature, p) for p in state.parts}  # one Path per part, not per item
+        entries = state.entries
+        return [ItemCheck(feature, item, folders[part], problems[part], None)
+                for item, part in sorted((item, e.part) for item, e in entries.items())]
 
     def _good(self, feature: str) -> list[index.Entry]:
         """The feature's entries whose part passes the quick check; the others are logged with their part."""
+        state = self.index(feature)
+        bad = {p: q for p in state.live_parts() if (q := self.part_problem(feature, p)) is not None}  # per part
+        if not bad:
+            return list(state.entries.values())
         good = []
-        for e in self.index(feature).entries.values():
-            problem = self.part_problem(feature, e.part)
+        for e in state.entries.values():
+            problem = bad.get(e.part)
             if problem is None:
                 good.append(e)
             elif (e.part, problem) not in self._reported:  # once per part per Store
