@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import parts
-from store.index import Entry
+from store.index import Entry, gc_paused
 from store.integrity import ItemCheck
 from store.reader import Store
 
@@ -42,6 +42,15 @@ def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verif
     wanted pair is one index lookup (a re-run over a million up-to-date items decides in microseconds each)."""
     if force or not (store_path / "zarr.json").exists():
         return Plan(todo=list(wanted), skipped=[])
+    with gc_paused():  # see _decide
+        todo, skipped, damaged = _decide(store_path, wanted, verify)
+    return Plan(todo=todo, skipped=skipped, damaged=damaged)
+
+
+def _decide(store_path: Path, wanted: list[Wanted], verify: bool) -> tuple[list[Wanted], list[Wanted], list[ItemCheck]]:
+    """(todo, skipped, damaged). Called with the collector paused: the index entries it loads (a million for a
+    million items) are freed by their reference counts when it returns, so no collection ever walks them,
+    nor the caller's wanted pairs while they are made."""
     store = Store(store_path)
     stored: dict[str, tuple[dict[str, Entry], set[str]]] = {}  # feature -> (its entries, its damaged parts)
     damaged: list[ItemCheck] = []
@@ -55,7 +64,7 @@ def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verif
         entries, bad = stored[w.feature]
         e = entries.get(w.item)
         (skipped if e is not None and e.fingerprint == w.fingerprint and e.part not in bad else todo).append(w)
-    return Plan(todo=todo, skipped=skipped, damaged=damaged)
+    return todo, skipped, damaged
 
 
 def _stored(store: Store, feature: str, verify: bool, damaged: list[ItemCheck]) -> tuple[dict[str, Entry], set[str]]:
