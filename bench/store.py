@@ -3,15 +3,20 @@
 Per item count N (default 35,000 and 1,000,000) a fresh store gets N synthetic items of a `pooled`
 feature (one 384-d float32 row, a SocialIQA question's vector) and, up to `--tokens-max` items, a `tokens`
 feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost so that N can be compared:
-- commit: `StoreWriter.commit_batch` in batches of `--batch` items (what the run's committer does);
+- commit: `StoreWriter.commit_batch` in batches of `--batch` items (what the run's committer does; once,
+  while the store is built);
 - plan: `make_plan` over every item (all up to date: the cost of a re-run deciding it has nothing to do);
 - open + items: a fresh `Store`, its index loaded and `items()` listed (what dataset construction reads);
-- reads: random single items (`read(...).features[...]`), one at a time, and batched (`Store.rows`, 64
-  items per call), each after a warm-up pass over the same items;
+- reads: 20,000 random single items (`read(...).features[...]`), one at a time, and batched (`Store.rows`,
+  64 items per call), on one `Store` per N opened and warmed (a pass over the same items) beforehand;
 - files and bytes on disk.
-Prints a table and the ratio of each per-item cost at the largest N to the smallest.
+All stores are built first and kept until the end; then plan, open + items and the reads are measured
+`--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
+machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
+table and the ratio of each per-item cost at the largest N to the smallest (reads: the ratio of rates, so
+below 1 when reads slow down; a cost ratio of 1.5 is a rate ratio of 0.67).
 
-    python -m bench.store [--items 35000,1000000] [--batch 512] [--tokens-max 35000] [--dir DIR]
+    python -m bench.store [--items 35000,1000000] [--batch 512] [--tokens-max 35000] [--repeats 3] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -63,12 +69,20 @@ def _commit(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
     return out
 
 
-def _reads(path: Path, n: int, feature: str) -> dict[str, float]:
-    s = Store(path)
+def _picks(n: int) -> list[str]:
     rng = np.random.default_rng(1)
-    picks = [f"q{k:07d}" for k in rng.integers(0, n, min(READS, n))]
-    for item in picks:  # warm-up: the parts these items live in
+    return [f"q{k:07d}" for k in rng.integers(0, n, min(READS, n))]
+
+
+def _warm(s: Store, feature: str, picks: list[str]) -> None:
+    """A pass over the items read later: their parts loaded, the batched path's structures built."""
+    for item in picks:
         s.read(feature, item).features[...]
+    for k in range(0, len(picks), 64):
+        s.rows(feature, "features", [(item, 0) for item in picks[k:k + 64]])
+
+
+def _reads(s: Store, feature: str, picks: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     for item in picks:
         s.read(feature, item).features[...]
@@ -107,9 +121,20 @@ def with_store(base: Path | None, keep: bool, build: Callable[[Path], str], meas
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def measure(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
+def build(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
+    """The store of `n` items, with its commit costs, files and bytes."""
     out: dict[str, float] = {"items": n}
     out.update(_commit(path, n, batch, tokens))
+    files, size = _disk(path)
+    out["files"], out["MB"] = files, size / 1e6
+    out["files per 1000 pairs"] = files / (n * (2 if tokens else 1)) * 1000
+    return out
+
+
+def measure_once(path: Path, n: int, features: list[str], readers: dict[str, Store],
+                 picks: list[str]) -> dict[str, float]:
+    """One repeat of the per-item costs that do not change the store: plan, open + items, reads."""
+    out: dict[str, float] = {}
     wanted = [Wanted("pooled", f"q{k:07d}", f"fp{k}") for k in range(n)]
     t0 = time.perf_counter()
     plan = make_plan(path, wanted)
@@ -119,12 +144,8 @@ def measure(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
     listed = Store(path).items("pooled")
     out["open+items us/item"] = (time.perf_counter() - t0) / n * 1e6
     assert len(listed) == n
-    out.update(_reads(path, n, "pooled"))
-    if tokens:
-        out.update(_reads(path, n, "tokens"))
-    files, size = _disk(path)
-    out["files"], out["MB"] = files, size / 1e6
-    out["files per 1000 pairs"] = files / (n * (2 if tokens else 1)) * 1000
+    for f in features:
+        out.update(_reads(readers[f], f, picks))
     return out
 
 
@@ -133,21 +154,40 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--items", default="35000,1000000")
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--tokens-max", type=int, default=35_000, help="the tokens feature only up to this many items")
+    p.add_argument("--repeats", type=int, default=3, help="repeats of plan, open and reads (medians)")
     p.add_argument("--dir", default=None, help="where the stores go (default: a temporary folder, removed)")
     args = p.parse_args(argv)
     base = Path(args.dir or tempfile.mkdtemp(prefix="bench-store-"))
+    sizes = [int(x) for x in args.items.split(",")]
     results = []
     try:
-        for n in (int(x) for x in args.items.split(",")):
+        built, readers = {}, {}
+        for n in sizes:
             path = base / f"store-{n}.zarr"
             shutil.rmtree(path, ignore_errors=True)
-            r = measure(path, n, args.batch, n <= args.tokens_max)
+            built[n] = build(path, n, args.batch, n <= args.tokens_max)
+            features = ["pooled", *(["tokens"] if n <= args.tokens_max else [])]
+            readers[n] = {f: Store(path) for f in features}
+            for f in features:
+                _warm(readers[n][f], f, _picks(n))
+            print(f"built {n:,} items: " + "  ".join(f"{k} {v:,.1f}" for k, v in built[n].items()), flush=True)
+        repeats: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
+        for rep in range(args.repeats):
+            for n in sizes:
+                got = measure_once(base / f"store-{n}.zarr", n, list(readers[n]), readers[n], _picks(n))
+                repeats[n].append(got)
+                print(f"repeat {rep + 1} {n:,} items: " + "  ".join(f"{k} {v:,.1f}" for k, v in got.items()),
+                      flush=True)
+        for n in sizes:
+            r = dict(built[n])
+            r.update({k: statistics.median(x[k] for x in repeats[n]) for k in repeats[n][0]})
             results.append(r)
-            print("  ".join(f"{k} {v:,.1f}" for k, v in r.items()), flush=True)
-            shutil.rmtree(path, ignore_errors=True)
     finally:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
+        else:
+            for n in sizes:
+                shutil.rmtree(base / f"store-{n}.zarr", ignore_errors=True)
     keys = [k for k in results[0] if k != "items"]
     print(f"\n{'measure':<30}" + "".join(f"{int(r['items']):>14,}" for r in results) + f"{'ratio last/first':>18}")
     for k in keys:

@@ -27,12 +27,10 @@ with automatic batching: the text rows of a whole batch in one gather per part t
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import hashlib
 import os
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -44,6 +42,7 @@ from torch.utils.data import Dataset
 from manifests.records import SPLIT_NAMES, QAItem
 from store import layout, plancache
 from store.align import How, Reference, align
+from store.index import gc_paused
 from store.reader import ItemFeature, Store, open_store
 
 Text = Literal["tokens", "pooled"]
@@ -223,19 +222,6 @@ def a4_choice(qid: str, correct: Sequence[bool], seed: int, n_answers: int = 4) 
     return a4_choices([qid], [correct], seed, n_answers)[0]
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a plan is made: it makes ~10 objects per question, none in a
-    cycle, and each collection would walk all of them again (a third of SocialIQA's planning time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 class _SocialIQ(Dataset):
     task = ""
 
@@ -256,7 +242,7 @@ class _SocialIQ(Dataset):
         self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
         self.dropped: Counter[str] = Counter()  # why questions were left out, with counts
         s = open_store(self.path)
-        with _gc_paused():
+        with gc_paused():  # ~10 objects per question, none in a cycle
             self.samples = self._cached_plan(s, exclude_filtered)
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:

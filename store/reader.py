@@ -30,6 +30,7 @@ import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, layout, parts
+from store.columns import Columns
 from store.integrity import DamagedItem, ItemCheck, check_part
 from store.rowview import RowView
 
@@ -54,6 +55,21 @@ PART_CACHE_BYTES = _default_cache_bytes()
 WHOLE_ARRAY_BYTES = 16 << 20
 _FEW_HITS = 8  # a whole array evicted after fewer reads than this was not worth loading whole
 _THRASH_LIMIT = 4  # after this many such evictions, a (feature, array) is read lazily
+
+
+@dataclass
+class Slab:
+    """One (feature, array) of a snapshot in one allocation, the arrays of its parts one after another,
+    filled part by part as they are read. A batched read of random items is then one `take` from it (no
+    per-part work), over memory the kernel can back with huge pages (numpy asks for them on large
+    allocations): TLB misses no longer grow with the feature's size. Never evicted part by part, so every
+    view handed out stays valid; used only where the whole array fits in half the cache."""
+
+    data: np.ndarray
+    offsets: np.ndarray  # part number -> its first row in `data`; one more at the end
+    loaded: np.ndarray  # part number -> its rows are in `data`
+    ready: np.ndarray  # part number -> loaded and its part passed the quick check (the batched path's test)
+    items: np.ndarray  # item position -> (first row in `data`, rows, part number): one row, one miss
 
 
 class SnapshotGone(RuntimeError):
@@ -105,6 +121,8 @@ class Store:
         self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
         self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
         self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
+        self._columns: dict[str, Columns] = {}
+        self._slabs: dict[tuple[str, str], Slab | None] = {}
         self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._pins = self._pin()
 
@@ -222,14 +240,20 @@ class Store:
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
         state = self.index(feature)
         problems = {p: self.part_problem(feature, p, full) for p in state.parts}
-        return [ItemCheck(feature, e.item, parts.part_dir(self.path, feature, e.part), problems[e.part], None)
-                for e in sorted(state.entries.values())]
+        folders = {p: parts.part_dir(self.path, feature, p) for p in state.parts}  # one Path per part, not per item
+        entries = state.entries
+        return [ItemCheck(feature, item, folders[part], problems[part], None)
+                for item, part in sorted((item, e.part) for item, e in entries.items())]
 
     def _good(self, feature: str) -> list[index.Entry]:
         """The feature's entries whose part passes the quick check; the others are logged with their part."""
+        state = self.index(feature)
+        bad = {p: q for p in state.live_parts() if (q := self.part_problem(feature, p)) is not None}  # per part
+        if not bad:
+            return list(state.entries.values())
         good = []
-        for e in self.index(feature).entries.values():
-            problem = self.part_problem(feature, e.part)
+        for e in state.entries.values():
+            problem = bad.get(e.part)
             if problem is None:
                 good.append(e)
             elif (e.part, problem) not in self._reported:  # once per part per Store
@@ -272,6 +296,12 @@ class Store:
         """A part's array: whole in memory when small enough (cached), else the lazy zarr array. When whole
         arrays of a (feature, array) leave the cache having served few reads (random access over more than
         the cache holds), its later parts are read lazily: one small zarr read per item, not a whole part."""
+        slab = self._slabs.get((feature, name))
+        if slab is not None and part in self._columns[feature].part_id:
+            pid = self._columns[feature].part_id[part]
+            if not slab.loaded[pid]:
+                self._slab_load(feature, name, slab, pid)
+            return slab.data[slab.offsets[pid]:slab.offsets[pid + 1]]
         key = (feature, part, name)
         if key in self._cache:
             self._cache.move_to_end(key)
@@ -279,12 +309,26 @@ class Store:
             return self._cache[key]
         if key in self._lazy:
             return self._lazy[key]
+        value = self._load(feature, part, name, whole=None)
+        if not isinstance(value, np.ndarray):
+            self._lazy[key] = value
+            return value
+        self._cache[key] = value
+        self._cache_bytes += value.nbytes
+        self._evict()
+        return value
+
+    def _load(self, feature: str, part: str, name: str, whole: bool | None) -> Any:
+        """A part's array through zarr: whole (a numpy array) or lazy; `whole=None`: whole when small enough
+        and its (feature, array) does not thrash. A missing or unusable array raises DamagedItem (or
+        SnapshotGone when a compaction removed its part)."""
         folder = parts.part_dir(self.path, feature, part)
         try:
             arr = zarr.open_array(folder / name, mode="r")
-            nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
-            whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
-            value = arr[...] if whole else arr
+            if whole is None:
+                nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
+                whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
+            return arr[...] if whole else arr
         except FileNotFoundError:
             self._gone(feature, folder)
             raise DamagedItem(f"{folder}: damaged part ({name} is missing)") from None
@@ -292,17 +336,67 @@ class Store:
             if not folder.exists():
                 self._gone(feature, folder)
             raise DamagedItem(f"{folder}: damaged part ({type(e).__name__}: {e})") from None
-        if not isinstance(value, np.ndarray):
-            self._lazy[key] = value
-            return value
-        self._cache[key] = value
-        self._cache_bytes += value.nbytes
+
+    def _evict(self) -> None:
+        """Drop the least recently used whole arrays until the cache (slabs' loaded rows included) fits."""
         while self._cache_bytes > self.part_cache_bytes and len(self._cache) > 1:
             old_key, old = self._cache.popitem(last=False)
             self._cache_bytes -= getattr(old, "nbytes", 0)
             if self._hits.pop(old_key, 0) < _FEW_HITS:
                 self._thrash[old_key[0], old_key[2]] = self._thrash.get((old_key[0], old_key[2]), 0) + 1
-        return value
+
+    # ---- batched reads: the index in columns, arrays in slabs ----
+
+    def columns(self, feature: str) -> Columns:
+        """The feature's snapshot index in columns (store/columns.py), built once per handle."""
+        if feature not in self._columns:
+            self._columns[feature] = Columns(self.index(feature))
+        return self._columns[feature]
+
+    def _slab(self, feature: str, name: str) -> Slab | None:
+        """The (feature, array)'s slab, made on first use when every current part holds the array whole-sized
+        with one numeric dtype and row shape, and all of it fits in half the cache; else None."""
+        key = (feature, name)
+        if key not in self._slabs:
+            cols, state = self.columns(feature), self.index(feature)
+            recs = [state.parts[p].arrays.get(name) or {} for p in cols.part_names]
+            shapes = [r.get("shape") for r in recs]
+            kinds = {(r.get("dtype"), tuple(sh[1:])) for r, sh in zip(recs, shapes, strict=True) if sh}
+            slab = None
+            if recs and all(shapes) and len(kinds) == 1 and self._thrash.get(key, 0) < _THRASH_LIMIT:
+                dtype_name, tail = kinds.pop()
+                try:
+                    dtype = np.dtype(dtype_name) if dtype_name else np.dtype(object)
+                except (TypeError, ValueError):  # a string dtype numpy does not name
+                    dtype = np.dtype(object)
+                sizes = np.array([sh[0] for sh in shapes], np.int64)
+                row_bytes = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
+                if (dtype.kind in "biuf" and int(sizes.max()) * row_bytes <= self.whole_array_bytes
+                        and int(sizes.sum()) * row_bytes <= self.part_cache_bytes // 2):
+                    offsets = np.concatenate([[0], np.cumsum(sizes)])
+                    row0, n = cols.rows_of(name)
+                    slab = Slab(np.empty((int(offsets[-1]), *tail), dtype), offsets, np.zeros(len(sizes), bool),
+                                np.zeros(len(sizes), bool), np.stack([offsets[cols.part] + row0, n, cols.part], 1))
+            self._slabs[key] = slab
+        return self._slabs[key]
+
+    def _slab_load(self, feature: str, name: str, slab: Slab, pid: int) -> None:
+        """Copy a part's array into the slab (taking it out of the LRU cache if it was there)."""
+        part = self._columns[feature].part_names[pid]
+        value = self._cache.pop((feature, part, name), None)
+        if value is not None:
+            self._cache_bytes -= value.nbytes
+            self._hits.pop((feature, part, name), None)
+        else:
+            value = self._load(feature, part, name, whole=True)
+        a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
+        if value.shape != slab.data[a:b].shape:
+            raise DamagedItem(f"{parts.part_dir(self.path, feature, part)}: damaged part ({name} has shape "
+                              f"{value.shape}, committed as {slab.data[a:b].shape})")
+        slab.data[a:b] = value
+        slab.loaded[pid] = True
+        self._cache_bytes += slab.data[a:b].nbytes
+        self._evict()
 
     def _gone(self, feature: str, folder: Path) -> None:
         """A pinned part that no longer exists: compacted away (the index has a new generation)."""
@@ -346,9 +440,43 @@ class Store:
 
     def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
         """Rows of many items at once: `picks` = (item, row within the item), stacked in the order of
-        `picks` (the batched read path of the datasets). Rows of parts held in memory are stacked from row
-        views, so the cost is per row, not per part touched (random picks over a million items touch a part
-        each); parts read lazily get one zarr gather each."""
+        `picks` (the batched read path of the datasets). Where the array fits a slab (`_slab`), the picks are
+        resolved through the columnar index and gathered with one `take`; otherwise rows of parts held in
+        memory are stacked from row views and parts read lazily get one zarr gather each. An unknown item,
+        a damaged part or a row out of range raises as a read of that item would (KeyError, DamagedItem,
+        IndexError)."""
+        if picks:
+            got = self._rows_slab(feature, name, picks)
+            if got is not None:
+                return got
+        return self._rows_each(feature, name, picks)
+
+    def _rows_slab(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray | None:
+        """`rows` through the slab, or None where it does not apply (no slab) or a pick would raise (the
+        per-pick path then raises the same error as before, in pick order)."""
+        slab = self._slab(feature, name)
+        if slab is None:
+            return None
+        cols = self._columns[feature]
+        items, rows = zip(*picks, strict=True)
+        k = cols.table.find(items)
+        if (k < 0).any():
+            return None
+        r = np.array(rows, np.int64)
+        start, n, pid = slab.items[k].T
+        if ((r < 0) | (r >= n)).any():
+            return None
+        if not slab.ready[pid].all():
+            for p in np.unique(pid[~slab.ready[pid]]).tolist():
+                if self.part_problem(feature, cols.part_names[p]) is not None:
+                    return None
+                if not slab.loaded[p]:
+                    self._slab_load(feature, name, slab, p)
+                slab.ready[p] = True
+        return slab.data.take(start + r, axis=0)
+
+    def _rows_each(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
+        """`rows` pick by pick: stacked row views of parts in memory, one zarr gather per lazy part."""
         spans: dict[str, tuple[str, int, int]] = {}
         bases: dict[str, Any] = {}
         got: list[Any] = []

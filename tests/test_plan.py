@@ -1,0 +1,120 @@
+"""Planning at scale: one integrity check per part, one index lookup per wanted pair, and no garbage
+collection while an index's entries are made (docs/design.md, "Store")."""
+
+import gc
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extractors.base import FeatureRows
+from store import index
+from store.plan import Wanted, make_plan
+from store.reader import open_store
+from store.writer import StoreWriter
+
+ATTRS = {"extractor": "x", "version": "1", "config": {}, "columns": ["a", "b"], "rate_hz": 1.0,
+         "weights": "none", "spec_hash": "s1"}
+
+
+def rows(value: float) -> FeatureRows:
+    return FeatureRows(np.full((3, 2), value, np.float32), np.stack([np.arange(3.0), np.arange(3.0) + 1], 1))
+
+
+def meta(item: str, fp: str) -> dict:
+    return {"spec_hash": "s1", "fingerprint": fp}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """Parts: P1 (a, b), P2 (c, d), P3 (e); then b recommitted alone (P4: P1 keeps only a current) and e
+    recommitted (P5: P3 fully superseded)."""
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        w.commit_batch("feat", [(i, rows(k), meta(i, f"fp-{i}")) for k, i in enumerate("ab")])
+        w.commit_batch("feat", [(i, rows(k), meta(i, f"fp-{i}")) for k, i in enumerate("cd")])
+        w.commit("feat", "e", rows(4.0), meta("e", "fp-e"))
+        w.commit("feat", "b", rows(5.0), meta("b", "fp-b2"))
+        w.commit("feat", "e", rows(6.0), meta("e", "fp-e2"))
+    return path
+
+
+def part_dir(store: Path, part: str) -> Path:
+    return store / "feat" / "parts" / part
+
+
+def parts_in_order(store: Path) -> list[str]:
+    return sorted(open_store(store).index("feat").parts, key=lambda p: open_store(store).index("feat").parts[p].seq)
+
+
+def test_live_parts_leave_out_fully_superseded_parts(store: Path) -> None:
+    p1, p2, p3, p4, p5 = parts_in_order(store)
+    assert sorted(open_store(store).index("feat").live_parts()) == sorted([p1, p2, p4, p5])
+
+
+def test_plan_damaged_missing_stale_and_superseded(store: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A damaged part makes exactly its current items damaged (a, not b whose rows moved to P4); a damaged
+    part with no current rows (P3) damages nothing; stale and missing items are planned."""
+    p1, _, p3, _, _ = parts_in_order(store)
+    (part_dir(store, p1) / "features" / "zarr.json").unlink()
+    (part_dir(store, p3) / "intervals" / "zarr.json").write_bytes(b"")
+    want = [Wanted("feat", "a", "fp-a"), Wanted("feat", "b", "fp-b2"), Wanted("feat", "c", "fp-c-new"),
+            Wanted("feat", "d", "fp-d"), Wanted("feat", "e", "fp-e2"), Wanted("feat", "f", "fp-f"),
+            Wanted("other", "a", "fp-a")]
+    with caplog.at_level(logging.WARNING):
+        plan = make_plan(store, want)
+    assert [(w.feature, w.item) for w in plan.todo] == [("feat", "a"), ("feat", "c"), ("feat", "f"), ("other", "a")]
+    assert [(w.feature, w.item) for w in plan.skipped] == [("feat", "b"), ("feat", "d"), ("feat", "e")]
+    assert [(c.feature, c.item, c.path) for c in plan.damaged] == [("feat", "a", part_dir(store, p1))]
+    assert "features/zarr.json is missing" in plan.damaged[0].problem
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [str(part_dir(store, p1))]
+    # the same items as the per-item check says, and items() leaves out the same
+    s = open_store(store)
+    assert [c.item for c in s.check("feat") if not c.ok] == ["a"]
+    assert [c.item for c in s.check("feat")] == list("abcde")
+    assert s.items("feat") == list("bcde")
+
+
+def _log_bytes(n_parts: int, per_part: int) -> bytes:
+    recs = [index.header("g")]
+    for p in range(n_parts):
+        items = [index.entry_row(f"i{p:03d}-{k:04d}", k, 1, {"fingerprint": f"fp{k}", "spec_hash": "s"})
+                 for k in range(per_part)]
+        recs.append(index.part_record(f"{p:03d}-x", p + 1, items, {"zarr.json": [1, "0"]}, {}))
+    return b"".join(index.encode(r) for r in recs)
+
+
+def test_loading_an_index_runs_no_garbage_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries made while the collector runs cost more to load, the more so the more there are (each
+    collection walks the young ones, each full one all of them): loading pauses it and switches it back on
+    after (also when the log is damaged); a caller that paused it keeps it paused."""
+    data = _log_bytes(4, 1000)
+    applied, during = [0], []
+    real_apply = index.apply
+
+    def apply(state: index.IndexState, rec: dict) -> None:
+        real_apply(state, rec)
+        applied[0] += 1
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start" and 0 < applied[0] < 5:  # the header and 4 parts: mid-load
+            during.append(info["generation"])
+
+    monkeypatch.setattr(index, "apply", apply)
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        state = index.parse(data, Path("index.log"))
+        assert during == [] and applied[0] == 5 and len(state.entries) == 4000 and gc.isenabled()
+        lines = data.split(b"\n")
+        with pytest.raises(index.IndexDamaged):
+            index.parse(b"\n".join([lines[0], b"0" + lines[1][1:], *lines[2:]]), Path("index.log"))
+        assert gc.isenabled()
+        gc.disable()
+        index.parse(data, Path("index.log"))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)
