@@ -25,7 +25,6 @@ the cache file (`cache_path()`) to measure again.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -130,8 +129,8 @@ def _cpu_model() -> str:
 class WorkMemory:
     """The working memory of a CPU trial: the process's peak resident memory while it ran (Linux's VmHWM, reset
     before each trial by writing 5 to /proc/self/clear_refs) above what it held before the first trial (`begin`).
-    `allows(b)` extrapolates the last trial's linearly to b (activations grow about linearly with the batch, a
-    little less at large ones: an upper bound) against `budget_bytes`. `read` returns (resident, peak) bytes and
+    `allows(b)` extrapolates the last trial's linearly to b (activations and oneDNN's per-shape primitives grow
+    about linearly with the batch: an estimate, not a bound) against `budget_bytes`. `read` returns (resident, peak) bytes and
     `reset` restarts the peak (both from /proc by default); where they are unavailable (not Linux, a read-only
     /proc) it bounds nothing."""
 
@@ -168,16 +167,6 @@ class WorkMemory:
     def allows(self, b: int) -> bool:
         need = self.need(b)
         return need is None or need <= self.budget
-
-    @staticmethod
-    def release() -> None:
-        """Give the heap's free pages back after the trials (glibc's malloc_trim): the model actors keep freed
-        memory for their next call (pipeline/actors.py), and the trials at sizes not chosen left theirs."""
-        import ctypes
-        import ctypes.util
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
 
 
 def _proc_memory() -> tuple[int, int]:
@@ -383,8 +372,6 @@ class Calibrator:
         trials = probe if isinstance(probe, Trials) else Trials.thrown_away(probe)
         memory = self.memory()
         costs = measure(trials, sizes, self.budget_s, _is_oom, self.clock, memory)
-        if memory is not None:
-            memory.release()
         work = {b: round(v / 2**20, 1) for b, v in memory.used.items()} if memory else {}
         self.spent_s += trials.wasted_s
         now = datetime.now(UTC).isoformat(timespec="seconds")
