@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def store_disk(store: Path, counts: dict[str, dict[str, int]]) -> dict[str, Any]:
     """Files and bytes of the store after the run (its run reports and manifests included), against the
     (feature, item) pairs it holds: issue 24's "files per pair" (a Zarr v3 part has one zarr.json per array, so a
-    store of few items cannot reach the figure a large one does; docs/scale.md)."""
+    store of few items cannot reach the figure a large one does: docs/scale.md, "What each figure means")."""
     files = size = 0
     for p in store.rglob("*"):
         if p.is_file():
