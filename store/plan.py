@@ -71,7 +71,7 @@ def _stored(store: Store, feature: str, verify: bool, damaged: list[ItemCheck]) 
     """A feature's current entries and its damaged parts, each part checked once; the items of damaged parts
     go to `damaged` (sorted by item), their parts logged."""
     state = store.index(feature)
-    problems = {p: q for p in state.parts if (q := store.part_problem(feature, p, full=verify)) is not None}
+    problems = store.part_problems(feature, full=verify)
     if problems:
         hit = sorted((e.item, e.part) for e in state.entries.values() if e.part in problems)
         damaged.extend(ItemCheck(feature, item, parts.part_dir(store.path, feature, part), problems[part], None)

@@ -27,7 +27,7 @@ def key(store: Any, options: dict[str, Any], features: list[str]) -> str | None:
     if not hasattr(store, "index"):
         return None
     state = {f: [store.index(f).generation, store.index(f).length,
-                 sorted(p for p in store.index(f).parts if store.part_problem(f, p))]  # damaged parts (quick check)
+                 sorted(store.part_problems(f))]  # damaged parts (quick check)
              for f in sorted(set(features))}
     manifests = {}
     for name in ("items.jsonl", "qa.jsonl"):

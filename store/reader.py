@@ -235,20 +235,26 @@ class Store:
             self._part_checks[key] = found
         return self._part_checks[key]
 
+    def part_problems(self, feature: str, full: bool = False, only: list[str] | None = None) -> dict[str, str]:
+        """part -> its problem, for the feature's parts that fail their check (`only`: these parts, else all);
+        each part checked once, whatever the number of its items."""
+        names = self.index(feature).parts if only is None else only
+        return {p: q for p in names if (q := self.part_problem(feature, p, full)) is not None}
+
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every current item of a feature, checked by its part against what the writer recorded at commit
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
         state = self.index(feature)
-        problems = {p: self.part_problem(feature, p, full) for p in state.parts}
+        problems = self.part_problems(feature, full)
         folders = {p: parts.part_dir(self.path, feature, p) for p in state.parts}  # one Path per part, not per item
         entries = state.entries
-        return [ItemCheck(feature, item, folders[part], problems[part], None)
+        return [ItemCheck(feature, item, folders[part], problems.get(part), None)
                 for item, part in sorted((item, e.part) for item, e in entries.items())]
 
     def _good(self, feature: str) -> list[index.Entry]:
         """The feature's entries whose part passes the quick check; the others are logged with their part."""
         state = self.index(feature)
-        bad = {p: q for p in state.live_parts() if (q := self.part_problem(feature, p)) is not None}  # per part
+        bad = self.part_problems(feature, only=state.live_parts())
         if not bad:
             return list(state.entries.values())
         good = []
