@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -145,34 +145,35 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def parse(data: bytes, where: Path) -> IndexState:
+def parse(data: bytes | bytearray, where: Path) -> IndexState:
     """The state of a log's bytes. A torn last line is left out (and flagged); any other bad line raises."""
-    with gc_paused():  # one Entry per item
-        return _parse(data, where)
-
-
-def _parse(data: bytes, where: Path) -> IndexState:
     state = IndexState()
-    pos = 0
-    lines = data.split(b"\n")
-    for k, line in enumerate(lines):
-        last = k == len(lines) - 1
-        if last and not line:
-            break  # the data ended with a newline
-        rec = _decode(line)
-        if rec is None:
-            if last or (k == len(lines) - 2 and not lines[-1]):  # the final line: a killed append
-                state.torn = True
-                break
-            raise IndexDamaged(f"{where}: line {k + 1} fails its checksum (the index is damaged; "
-                               "`python -m pipeline verify` rebuilds it from the parts)")
-        if last:  # a complete record without its newline: the append was cut before the newline
-            state.torn = True
-            break
-        apply(state, rec)
-        pos += len(line) + 1
-    state.length = pos
+    with gc_paused():  # one Entry per item
+        state.length, state.torn = fold(data, where, lambda rec: apply(state, rec))
     return state
+
+
+def fold(data: bytes | bytearray, where: Path, visit: Callable[[dict[str, Any]], None]) -> tuple[int, bool]:
+    """Hand each committed record of a log's bytes to `visit`, in order; returns (the good prefix's length,
+    whether the log ends in a torn line). A reader that needs only part of each record (planning: an item's
+    part and fingerprint) keeps only that: the lines are decoded one at a time, never all held at once."""
+    pos, end = 0, len(data)
+    k = 0
+    while pos < end:
+        k += 1
+        stop = data.find(b"\n", pos)
+        last = stop < 0 or stop == end - 1  # the final line, with or without its newline
+        rec = _decode(data[pos:end if stop < 0 else stop])
+        if rec is None:
+            if last:  # the final line: a killed append
+                return pos, True
+            raise IndexDamaged(f"{where}: line {k} fails its checksum (the index is damaged; "
+                               "`python -m pipeline verify` rebuilds it from the parts)")
+        if stop < 0:  # a complete record without its newline: the append was cut before the newline
+            return pos, True
+        visit(rec)
+        pos = stop + 1
+    return pos, False
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:
@@ -189,14 +190,21 @@ def _decode(line: bytes) -> dict[str, Any] | None:
 
 def read_pinned(fd: int, length: int, where: Path) -> IndexState:
     """The state of the first `length` bytes of an open log (a reader's snapshot)."""
-    chunks, pos = [], 0
+    return parse(pinned_bytes(fd, length), where)
+
+
+def pinned_bytes(fd: int, length: int) -> bytearray:
+    """The first `length` bytes of an open log, read into one buffer (no second copy of a large index)."""
+    buf = bytearray(length)
+    view, pos = memoryview(buf), 0
     while pos < length:
-        block = os.pread(fd, min(1 << 24, length - pos), pos)
-        if not block:
+        got = os.preadv(fd, [view[pos:pos + (1 << 24)]], pos)
+        if not got:
             break
-        chunks.append(block)
-        pos += len(block)
-    return parse(b"".join(chunks), where)
+        pos += got
+    view.release()
+    del buf[pos:]
+    return buf
 
 
 def load(path: Path) -> IndexState:

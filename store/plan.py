@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import parts
-from store.index import Entry, gc_paused
+from store.index import PartRecord, gc_paused
 from store.integrity import ItemCheck
 from store.reader import Store
 
@@ -38,8 +38,9 @@ class Plan:
 def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False) -> Plan:
     """From the features' indexes. A damaged item (its part has a missing or truncated file or unreadable
     metadata; with `verify` also changed bytes) counts as missing, so it is recomputed; each is logged with
-    its part folder and listed in `Plan.damaged`. Integrity is checked per part, not per item: the work per
-    wanted pair is one index lookup (a re-run over a million up-to-date items decides in microseconds each)."""
+    its part folder and listed in `Plan.damaged`. Integrity is checked per part, not per item, and of the
+    index only each item's part and whether its fingerprint is the wanted one are kept (`_Current`): a re-run
+    over a million up-to-date items decides in microseconds each and holds a fraction of the index."""
     if force or not (store_path / "zarr.json").exists():
         return Plan(todo=list(wanted), skipped=[])
     with gc_paused():  # see _decide
@@ -48,35 +49,114 @@ def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verif
 
 
 def _decide(store_path: Path, wanted: list[Wanted], verify: bool) -> tuple[list[Wanted], list[Wanted], list[ItemCheck]]:
-    """(todo, skipped, damaged). Called with the collector paused: the index entries it loads (a million for a
-    million items) are freed by their reference counts when it returns, so no collection ever walks them,
-    nor the caller's wanted pairs while they are made."""
+    """(todo, skipped, damaged). Called with the collector paused: what it keeps of the indexes (a million
+    items for a million) is freed by reference counts when it returns, so no collection ever walks it, nor
+    the caller's wanted pairs while they are made."""
     store = Store(store_path)
-    stored: dict[str, tuple[dict[str, Entry], set[str]]] = {}  # feature -> (its entries, its damaged parts)
+    by_feature: dict[str, list[Wanted]] = defaultdict(list)
+    for w in wanted:
+        by_feature[w.feature].append(w)
+    found: dict[str, list[bool]] = {}  # feature -> for each of its wanted pairs, whether it is up to date
     damaged: list[ItemCheck] = []
     try:
-        for feature in sorted({w.feature for w in wanted}):
-            stored[feature] = _stored(store, feature, verify, damaged) if (store_path / feature).is_dir() else ({}, set())
+        for feature, ws in sorted(by_feature.items()):
+            if not (store_path / feature).is_dir():
+                found[feature] = [False] * len(ws)
+                continue
+            got = _Current.scan(store, feature, ws, verify, damaged)
+            found[feature] = got.up_to_date() if got is not None else _from_entries(store, feature, ws, verify, damaged)
     finally:
         store.close()
     todo, skipped = [], []
+    each = {f: iter(v) for f, v in found.items()}
     for w in wanted:
-        entries, bad = stored[w.feature]
-        e = entries.get(w.item)
-        (skipped if e is not None and e.fingerprint == w.fingerprint and e.part not in bad else todo).append(w)
+        (skipped if next(each[w.feature]) else todo).append(w)
     return todo, skipped, damaged
 
 
-def _stored(store: Store, feature: str, verify: bool, damaged: list[ItemCheck]) -> tuple[dict[str, Entry], set[str]]:
-    """A feature's current entries and its damaged parts, each part checked once; the items of damaged parts
-    go to `damaged` (sorted by item), their parts logged."""
-    state = store.index(feature)
+class _Current:
+    """A feature's index as planning reads it, for its wanted pairs in their order: the number of the part
+    holding each one's current rows when its stored fingerprint is the wanted one, else -1 - that number
+    (None: not stored). Nothing else of an entry is kept (attributes, spec, rows), the part numbers are
+    shared by a part's items, and each index row costs one lookup of its item among the wanted ones."""
+
+    def __init__(self, wanted: list[Wanted]) -> None:
+        self.wanted = wanted
+        self.at = {w.item: j for j, w in enumerate(wanted)}
+        self.twice: dict[str, list[int]] = {}  # an item wanted more than once: each pair's position
+        if len(self.at) < len(wanted):
+            for j, w in enumerate(wanted):
+                self.twice.setdefault(w.item, []).append(j)
+            self.twice = {item: js for item, js in self.twice.items() if len(js) > 1}
+        self.part_of: list[int | None] = [None] * len(wanted)
+        self.unwanted: dict[str, int] = {}  # current items not wanted: only their parts, for `damaged`
+        self.parts: list[str] = []
+        self.records: dict[str, PartRecord] = {}
+        self.bad: set[int] = set()
+
+    @classmethod
+    def scan(cls, store: Store, feature: str, wanted: list[Wanted], verify: bool,
+             damaged: list[ItemCheck]) -> _Current | None:
+        """From the store's snapshot of the feature's index, its parts checked once each; None when the
+        index is missing or damaged (the caller then plans from the index rebuilt from the parts)."""
+        cur = cls(wanted)
+        if not store.scan_index(feature, cur._visit):
+            return None
+        problems = {p: q for p in cur.records
+                    if (q := store.part_problem(feature, p, verify, cur.records[p])) is not None}
+        if problems:
+            cur.bad = {k for k, p in enumerate(cur.parts) if p in problems}
+            held = [*((w.item, k) for w, k in zip(wanted, cur.part_of, strict=True) if k is not None),
+                    *cur.unwanted.items()]
+            hit = sorted({(item, cur.parts[k if k >= 0 else -1 - k]) for item, k in held
+                          if (k if k >= 0 else -1 - k) in cur.bad})
+            _report(store, feature, hit, problems, damaged)
+        return cur
+
+    def _visit(self, rec: dict) -> None:
+        if rec.get("kind") == "header":
+            return
+        if rec.get("kind") != "part":
+            raise ValueError(f"unknown index record kind {rec.get('kind')!r}")
+        part = str(rec["part"])
+        k, other = len(self.parts), -1 - len(self.parts)
+        self.parts.append(part)
+        self.records[part] = PartRecord(part, int(rec["seq"]), rec.get("files", {}), rec.get("arrays", {}), ())
+        at, wanted, part_of = self.at, self.wanted, self.part_of
+        for row in rec["items"]:  # [item, row0, n_rows, fingerprint, ...] (index.entry_row)
+            j = at.get(row[0])
+            if j is None:
+                self.unwanted[row[0]] = k
+            else:  # a later part supersedes: the last one written wins, as in the index
+                part_of[j] = k if wanted[j].fingerprint == row[3] else other
+                if self.twice and row[0] in self.twice:
+                    for j in self.twice[row[0]]:
+                        part_of[j] = k if wanted[j].fingerprint == row[3] else other
+
+    def up_to_date(self) -> list[bool]:
+        """Per wanted pair: stored, with the wanted fingerprint, in an undamaged part."""
+        bad = self.bad
+        return [k is not None and k >= 0 and k not in bad for k in self.part_of]
+
+
+def _from_entries(store: Store, feature: str, wanted: list[Wanted], verify: bool,
+                  damaged: list[ItemCheck]) -> list[bool]:
+    """`_Current.up_to_date` from the whole index (`Store.index`: rebuilt from the parts when the log is
+    missing or damaged)."""
+    entries = store.index(feature).entries
     problems = store.part_problems(feature, full=verify)
     if problems:
-        hit = sorted((e.item, e.part) for e in state.entries.values() if e.part in problems)
-        damaged.extend(ItemCheck(feature, item, parts.part_dir(store.path, feature, part), problems[part], None)
-                       for item, part in hit)
-        for part in sorted({part for _, part in hit}):
-            log.warning("%s: damaged part, recomputing its items (%s)", parts.part_dir(store.path, feature, part),
-                        problems[part])
-    return state.entries, set(problems)
+        _report(store, feature, sorted((e.item, e.part) for e in entries.values() if e.part in problems),
+                problems, damaged)
+    return [(e := entries.get(w.item)) is not None and e.fingerprint == w.fingerprint and e.part not in problems
+            for w in wanted]
+
+
+def _report(store: Store, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
+            damaged: list[ItemCheck]) -> None:
+    """The current items of damaged parts go to `damaged` (sorted by item), their parts logged."""
+    damaged.extend(ItemCheck(feature, item, parts.part_dir(store.path, feature, part), problems[part], None)
+                   for item, part in hit)
+    for part in sorted({part for _, part in hit}):
+        log.warning("%s: damaged part, recomputing its items (%s)", parts.part_dir(store.path, feature, part),
+                    problems[part])

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -171,6 +172,19 @@ class Store:
                 self._states[feature] = self._from_parts(feature, str(e))
         return self._states[feature]
 
+    def scan_index(self, feature: str, visit: Callable[[dict[str, Any]], None]) -> bool:
+        """Hand this snapshot's index records of the feature to `visit` (index.fold) without making its
+        entries: for a reader that keeps only part of each (planning). False, having visited nothing or only
+        a prefix, when the index is missing or damaged: `index(feature)` then rebuilds it from the parts."""
+        pin = self._pins.get(feature)
+        if pin is None or feature.startswith(".") or "/" in feature:
+            return False
+        try:
+            index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX, visit)
+        except index.IndexDamaged:
+            return False
+        return True
+
     def _from_parts(self, feature: str, why: str) -> index.IndexState:
         from store.repair import part_names
 
@@ -222,11 +236,13 @@ class Store:
                                  f"({type(e).__name__}: {e})") from None
         return self._feature_attrs[feature]
 
-    def part_problem(self, feature: str, part: str, full: bool = False) -> str | None:
-        """The part's check (quick ones cached for this handle)."""
+    def part_problem(self, feature: str, part: str, full: bool = False,
+                     record: index.PartRecord | None = None) -> str | None:
+        """The part's check (quick ones cached for this handle); `record`: the part's index record, when the
+        caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            record = self.index(feature).parts[part]
+            record = record or self.index(feature).parts[part]
             found = check_part(parts.part_dir(self.path, feature, part), record, full)
             if found == "its part folder is missing":
                 self._gone(feature, parts.part_dir(self.path, feature, part))
