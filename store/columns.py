@@ -29,6 +29,7 @@ class ItemTable:
         hashes = np.fromiter(map(hash, names), np.int64, n)
         # a load factor of 1/4 at every size: the probes a lookup needs (its rounds below) do not grow with n
         self._size = 4 * n + 1
+        self._flat: memoryview | None = None  # `_slots` as int64s, for `find_one`
         self._slots = np.zeros((self._size, 2), np.int64)  # (hash, position + 1); 0: empty. One row: one miss
         # two items with one 64-bit hash (never seen in practice): a plain dict is exact
         self._dict = dict(zip(names, range(n), strict=True)) if np.unique(hashes).size < n else None
@@ -43,6 +44,24 @@ class ItemTable:
             lost[free[first]] = False
             pending = pending[lost]
             slot[pending] = (slot[pending] + 1) % self._size
+
+    def find_one(self, name: str) -> int:
+        """Position of one name, -1 if absent: the probe of `find` in plain Python over the table's memory
+        (a few reads of arrays in huge pages, where a dict lookup of a million string keys walks objects
+        spread over the heap's small pages)."""
+        if self._dict is not None:
+            return self._dict.get(name, -1)
+        if self._flat is None:
+            self._flat = memoryview(self._slots).cast("B").cast("q")  # (hash, position + 1) pairs
+        flat, size, h = self._flat, self._size, hash(name)
+        slot = h % size
+        while True:
+            got = flat[2 * slot + 1]
+            if got == 0:
+                return -1
+            if flat[2 * slot] == h and self.names[got - 1] == name:
+                return got - 1
+            slot = (slot + 1) % size
 
     def find(self, names: Sequence[str]) -> np.ndarray:
         """Positions of `names` (int64), -1 for a name not in the table."""
@@ -79,6 +98,7 @@ class Columns:
         self.row0 = np.fromiter((e.row0 for e in entries), np.int64, n)
         self.n_rows = np.fromiter((e.n_rows for e in entries), np.int64, n)
         self._spans = {k: e.spans for k, e in enumerate(entries) if e.spans}
+        self.attrs_json = [e.attrs_json for e in entries]  # for single reads (`Store.read`)
         self._by_name: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def rows_of(self, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -73,8 +73,34 @@ class Slab:
     items: np.ndarray  # item position -> (first row in `data`, rows, part number): one row, one miss
 
 
+class _SlabReads:
+    """Single reads of a feature whose every current part holds exactly `features` and `intervals`, both in
+    slabs (`Store._slab_reads`): item -> position through the columnar index (`ItemTable.find_one`), then
+    its rows in each slab from the slab's item table, all arrays in huge pages. Through the index's dict,
+    `Entry` and row objects, a read touched half a dozen objects spread over a million items' heap."""
+
+    def __init__(self, cols: Columns, features: Slab, intervals: Slab) -> None:
+        self.cols, self.features, self.intervals = cols, features, intervals
+        self.f_items = memoryview(np.ascontiguousarray(features.items)).cast("B").cast("q")  # (start, n, part)
+        self.i_items = memoryview(np.ascontiguousarray(intervals.items)).cast("B").cast("q")
+        self.tail = tuple(features.data.shape[1:])
+
+
 class SnapshotGone(RuntimeError):
     """This handle's snapshot was compacted away: the parts it pinned no longer exist."""
+
+
+@dataclass(slots=True)
+class _PartInfo:
+    """What a single read needs of a part, looked up once per handle: its quick check, its arrays' names and
+    row shapes, and the slab slices holding its arrays. At a million items a feature has ~2,000 parts, and
+    the walk through the index's records, their nested dicts and the slab's part table, repeated on every
+    read, missed the caches several times a read (single reads 1.5-1.7x the cost at 35,000)."""
+
+    problem: str | None
+    names: tuple[str, ...]
+    tails: dict[str, tuple[int, ...] | None]
+    bases: dict[str, np.ndarray]  # array name -> this part's rows in its slab (slabs are never evicted)
 
 
 @dataclass(frozen=True)
@@ -123,6 +149,8 @@ class Store:
         self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
         self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
         self._columns: dict[str, Columns] = {}
+        self._infos: dict[str, dict[str, _PartInfo]] = {}  # feature -> part -> _PartInfo
+        self._slab_readers: dict[str, _SlabReads | None] = {}
         self._slabs: dict[tuple[str, str], Slab | None] = {}
         self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._pins = self._pin()
@@ -300,14 +328,29 @@ class Store:
         return sorted(e.item for e in self.entries(feature) if e.filtered)
 
     def _entry(self, feature: str, item: str) -> index.Entry:
+        return self._entry_info(feature, item)[0]
+
+    def _entry_info(self, feature: str, item: str) -> tuple[index.Entry, _PartInfo]:
+        """The item's entry and its part's `_PartInfo`, after the part's quick check (DamagedItem)."""
         e = self.index(feature).entries.get(item)
         if e is None:
             raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
-        problem = self.part_problem(feature, e.part)
-        if problem is not None:
-            raise DamagedItem(f"{parts.part_dir(self.path, feature, e.part)}: damaged item {item} ({problem}); "
+        info = self._info(feature, e.part)
+        if info.problem is not None:
+            raise DamagedItem(f"{parts.part_dir(self.path, feature, e.part)}: damaged item {item} ({info.problem}); "
                               "the next `make extract` recomputes it")
-        return e
+        return e, info
+
+    def _info(self, feature: str, part: str) -> _PartInfo:
+        infos = self._infos.get(feature)
+        if infos is None:
+            infos = self._infos[feature] = {}
+        info = infos.get(part)
+        if info is None:
+            arrays = self.index(feature).parts[part].arrays
+            tails = {k: tuple(v["shape"][1:]) if v.get("shape") else None for k, v in arrays.items()}
+            info = infos[part] = _PartInfo(self.part_problem(feature, part), tuple(arrays), tails, {})
+        return info
 
     def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
         return self._entry(feature, item).attrs()
@@ -323,7 +366,9 @@ class Store:
             pid = self._columns[feature].part_id[part]
             if not slab.loaded[pid]:
                 self._slab_load(feature, name, slab, pid)
-            return slab.data[slab.offsets[pid]:slab.offsets[pid + 1]]
+            rows = slab.data[slab.offsets[pid]:slab.offsets[pid + 1]]
+            self._info(feature, part).bases[name] = rows
+            return rows
         key = (feature, part, name)
         if key in self._cache:
             self._cache.move_to_end(key)
@@ -435,30 +480,70 @@ class Store:
     def array_names(self, feature: str, part: str) -> list[str]:
         return list(self.index(feature).parts[part].arrays)
 
-    def view(self, feature: str, e: index.Entry, name: str) -> RowView:
-        span = (e.spans or {}).get(name)
+    def view(self, feature: str, e: index.Entry, name: str, info: _PartInfo | None = None) -> RowView:
+        span = e.spans.get(name) if e.spans else None
         row0, n = span if span else (e.row0, e.n_rows)
-        shape = self.index(feature).parts[e.part].arrays.get(name, {}).get("shape")
-        return RowView(functools.partial(self.part_array, feature, e.part, name), row0, n,
-                       tuple(shape[1:]) if shape else None)
+        info = info or self._info(feature, e.part)
+        base = info.bases.get(name)  # a slab slice: no lookup at all
+        return RowView(base if base is not None else functools.partial(self.part_array, feature, e.part, name),
+                       row0, n, info.tails.get(name))
 
     def read(self, feature: str, item: str) -> ItemFeature:
         """One item of this handle's snapshot, after its part's quick check: a damaged part raises
         DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
-        e = self._entry(feature, item)
-        names = self.array_names(feature, e.part)
-        extras = {k: self.view(feature, e, k) for k in names if k not in (layout.FEATURES, layout.INTERVALS)}
-        intervals = np.asarray(self.view(feature, e, layout.INTERVALS)[...], dtype=np.float64)
-        return ItemFeature(feature=feature, item=item, features=self.view(feature, e, layout.FEATURES),
+        got = self._read_slabs(feature, item)
+        if got is not None:
+            return got
+        e, info = self._entry_info(feature, item)
+        extras = {k: self.view(feature, e, k, info) for k in info.names if k not in (layout.FEATURES, layout.INTERVALS)}
+        intervals = np.asarray(self.view(feature, e, layout.INTERVALS, info)[...], dtype=np.float64)
+        return ItemFeature(feature=feature, item=item, features=self.view(feature, e, layout.FEATURES, info),
                            intervals=intervals, extras=extras, attrs=e.attrs(),
+                           columns=list(self._feature_group(feature).get("columns", [])))
+
+    def _slab_reads(self, feature: str) -> _SlabReads | None:
+        """The feature's `_SlabReads`, made once per handle; None where it does not apply (an extra array
+        or an item with its own span in some part, or an array that gets no slab)."""
+        if feature not in self._slab_readers:
+            found = None
+            cols, state = self.columns(feature), self.index(feature)
+            plain = {layout.FEATURES, layout.INTERVALS}
+            if cols.part_names and not cols._spans and all(set(state.parts[p].arrays) == plain for p in cols.part_names):
+                features, intervals = self._slab(feature, layout.FEATURES), self._slab(feature, layout.INTERVALS)
+                if features is not None and intervals is not None:
+                    found = _SlabReads(cols, features, intervals)
+            self._slab_readers[feature] = found
+        return self._slab_readers[feature]
+
+    def _read_slabs(self, feature: str, item: str) -> ItemFeature | None:
+        """`read` through `_SlabReads`, or None where it does not apply or the read would raise (an unknown
+        item, a damaged part: `read`'s own path then raises as before)."""
+        fast = self._slab_reads(feature)
+        if fast is None:
+            return None
+        k = fast.cols.table.find_one(item)
+        if k < 0:
+            return None
+        start, n, pid = fast.f_items[3 * k], fast.f_items[3 * k + 1], fast.f_items[3 * k + 2]
+        if not (fast.features.ready[pid] and fast.intervals.ready[pid]):
+            if self.part_problem(feature, fast.cols.part_names[pid]) is not None:
+                return None
+            for name, slab in ((layout.FEATURES, fast.features), (layout.INTERVALS, fast.intervals)):
+                if not slab.loaded[pid]:
+                    self._slab_load(feature, name, slab, pid)
+                slab.ready[pid] = True
+        i0, m = fast.i_items[3 * k], fast.i_items[3 * k + 1]
+        return ItemFeature(feature=feature, item=item, features=RowView(fast.features.data, start, n, fast.tail),
+                           intervals=np.asarray(fast.intervals.data[i0:i0 + m], dtype=np.float64), extras={},
+                           attrs=json.loads(fast.cols.attrs_json[k]),
                            columns=list(self._feature_group(feature).get("columns", [])))
 
     def arrays(self, feature: str, item: str, names: list[str]) -> list[Any]:
         """The item's rows of the named arrays (`features`, `intervals` or extras), after its part's quick
         check: slices of the part's arrays in memory (not copies) when they are loaded whole. The cheap
         path of `read` for a reader that knows what it wants (no views, no attributes parsed)."""
-        e = self._entry(feature, item)
-        return [self.view(feature, e, name)[...] for name in names]
+        e, info = self._entry_info(feature, item)
+        return [self.view(feature, e, name, info)[...] for name in names]
 
     def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
         """Rows of many items at once: `picks` = (item, row within the item), stacked in the order of

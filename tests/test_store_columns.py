@@ -57,10 +57,12 @@ def test_item_table_finds_what_a_dict_finds(monkeypatch: pytest.MonkeyPatch) -> 
     asked = [names[k] for k in rng.integers(0, len(names), 500)] + ["item-", "missing", "item-1item-1item-1", "é"]
     t = ItemTable(names)
     assert t.find(asked).tolist() == [want.get(x, -1) for x in asked]
+    assert [t.find_one(x) for x in asked] == [want.get(x, -1) for x in asked]
     assert t.find([]).shape == (0,)
     assert ItemTable([]).find(["a"]).tolist() == [-1]
     monkeypatch.setattr(columns, "hash", lambda _: 7, raising=False)  # every name one hash: the exact fallback
     assert ItemTable(names).find(asked).tolist() == [want.get(x, -1) for x in asked]
+    assert [ItemTable(names).find_one(x) for x in asked[:20]] == [want.get(x, -1) for x in asked[:20]]
 
 
 def test_columns_equal_the_entries_after_supersedes_compaction_and_in_a_held_snapshot(tmp_path: Path) -> None:
@@ -127,3 +129,56 @@ def test_a_slab_is_made_only_where_the_feature_fits_half_the_cache(tmp_path: Pat
     big = Store(path)
     assert np.array_equal(big.rows("f", "features", [("i3", 0)]), small.rows("f", "features", [("i3", 0)]))
     assert big._slabs["f", "features"] is not None
+
+
+def _commit_plain(path: Path, batches: list[list[str]], seed: int) -> None:
+    """Items of `features` and `intervals` only (what single reads through the slabs take)."""
+    rng = np.random.default_rng(seed)
+    with StoreWriter(path, "t") as w:
+        w.set_feature("f", SPEC)
+        for items in batches:
+            w.commit_batch("f", [(it, FeatureRows(rng.standard_normal((1 + k % 3, 3)).astype(np.float32),
+                                                  np.stack([np.arange(1 + k % 3.0), np.arange(1 + k % 3.0) + 1], 1)),
+                                  {"spec_hash": "x", "fingerprint": f"{seed}-{it}", "duration_s": k + 0.5})
+                                 for k, it in enumerate(items)])
+
+
+def _read(s: Store, item: str) -> tuple:
+    r = s.read("f", item)
+    return r.item, np.asarray(r.features[...]).tolist(), r.features.shape, r.intervals.tolist(), r.attrs, r.columns
+
+
+def test_single_reads_through_the_slabs_equal_reads_through_the_entries_and_raise_as_they_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Store.read` of a feature with only `features` and `intervals` finds the item in the columnar index
+    and its rows in the slabs, never through its `Entry`; it returns what the per-part path returns (a store
+    too small for slabs takes that path), also for superseded items and in a snapshot held across a
+    recommit; an unknown item and a damaged part raise as before."""
+    path = tmp_path / "s.zarr"
+    _commit_plain(path, [[f"i{b}-{k}" for k in range(b + 2)] for b in range(4)], seed=1)
+    held = Store(path)
+    _commit_plain(path, [["i0-0", "i2-1", "new"]], seed=2)
+    fast, slow = Store(path), Store(path, part_cache_bytes=100)
+    items = fast.items("f")
+
+    def no_entry(*args: object) -> None:
+        raise AssertionError("read went through the index entries")
+
+    with monkeypatch.context() as m:
+        m.setattr(fast, "_entry_info", no_entry)
+        got = {it: _read(fast, it) for it in items}
+        held_got = {it: _read(held, it) for it in ("i0-0", "i2-1", "i3-0")}
+        m.setattr(held, "_entry_info", no_entry)
+        assert held_got == {it: _read(held, it) for it in held_got}
+    assert got == {it: _read(slow, it) for it in items}
+    assert fast._slab_readers["f"] is not None and slow._slab_readers["f"] is None
+    assert got["i0-0"][4]["fingerprint"] == "2-i0-0" and held_got["i0-0"][4]["fingerprint"] == "1-i0-0"
+    assert held_got["i0-0"][1] != got["i0-0"][1]
+    with pytest.raises(KeyError, match="no item 'nope'"):
+        fast.read("f", "nope")
+    part = fast.index("f").entries["i3-1"].part
+    (path / "f" / "parts" / part / "features" / "zarr.json").write_text("{}")
+    damaged = Store(path)
+    assert _read(damaged, "new") == got["new"]
+    with pytest.raises(DamagedItem, match=part):
+        damaged.read("f", "i3-1")
