@@ -150,16 +150,20 @@ def _read(s: Store, item: str) -> tuple:
 
 def test_single_reads_through_the_slabs_equal_reads_through_the_entries_and_raise_as_they_do(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`Store.read` of a feature with only `features` and `intervals` finds the item in the columnar index
-    and its rows in the slabs, never through its `Entry`; it returns what the per-part path returns (a store
-    too small for slabs takes that path), also for superseded items and in a snapshot held across a
-    recommit; an unknown item and a damaged part raise as before."""
+    """`Store.read` of a feature with only `features` and `intervals`, once a quarter of its items were read
+    one at a time (or at once after a batched read), finds the item in the columnar index and its rows in the
+    slabs, never through its `Entry`; it returns what the per-part path returns (a store too small for slabs
+    takes that path), also for superseded items and in a snapshot held across a recommit; an unknown item
+    and a damaged part raise as before."""
     path = tmp_path / "s.zarr"
     _commit_plain(path, [[f"i{b}-{k}" for k in range(b + 2)] for b in range(4)], seed=1)
     held = Store(path)
     _commit_plain(path, [["i0-0", "i2-1", "new"]], seed=2)
     fast, slow = Store(path), Store(path, part_cache_bytes=100)
     items = fast.items("f")
+    quarter = len(items) // 4
+    first = [_read(fast, it) for it in items[:quarter - 1]]
+    assert "f" not in fast._slab_readers  # not yet: a few reads do not pay for the columns
 
     def no_entry(*args: object) -> None:
         raise AssertionError("read went through the index entries")
@@ -167,9 +171,10 @@ def test_single_reads_through_the_slabs_equal_reads_through_the_entries_and_rais
     with monkeypatch.context() as m:
         m.setattr(fast, "_entry_info", no_entry)
         got = {it: _read(fast, it) for it in items}
-        held_got = {it: _read(held, it) for it in ("i0-0", "i2-1", "i3-0")}
+        assert first == [got[it] for it in items[:quarter - 1]]
+        held.rows("f", "features", [("i3-0", 0)])  # a batched read made the columns: slabs at once
         m.setattr(held, "_entry_info", no_entry)
-        assert held_got == {it: _read(held, it) for it in held_got}
+        held_got = {it: _read(held, it) for it in ("i0-0", "i2-1", "i3-0")}
     assert got == {it: _read(slow, it) for it in items}
     assert fast._slab_readers["f"] is not None and slow._slab_readers["f"] is None
     assert got["i0-0"][4]["fingerprint"] == "2-i0-0" and held_got["i0-0"][4]["fingerprint"] == "1-i0-0"
