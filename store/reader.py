@@ -368,7 +368,9 @@ class Store:
             if not slab.loaded[pid]:
                 self._slab_load(feature, name, slab, pid)
             rows = slab.data[slab.offsets[pid]:slab.offsets[pid + 1]]
-            self._info(feature, part).bases[name] = rows
+            info = self._infos.get(feature, {}).get(part)
+            if info is not None:  # a part already resolved by a read (never checked here: see _gone)
+                info.bases[name] = rows
             return rows
         key = (feature, part, name)
         if key in self._cache:
