@@ -84,6 +84,7 @@ class _SlabReads:
         self.f_items = memoryview(np.ascontiguousarray(features.items)).cast("B").cast("q")  # (start, n, part)
         self.i_items = memoryview(np.ascontiguousarray(intervals.items)).cast("B").cast("q")
         self.tail = tuple(features.data.shape[1:])
+        self.slabs = ((layout.FEATURES, features), (layout.INTERVALS, intervals))
 
 
 class SnapshotGone(RuntimeError):
@@ -480,9 +481,6 @@ class Store:
             raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
                                f"{folder.name} is gone); open the store again") from None
 
-    def array_names(self, feature: str, part: str) -> list[str]:
-        return list(self.index(feature).parts[part].arrays)
-
     def view(self, feature: str, e: index.Entry, name: str, info: _PartInfo | None = None) -> RowView:
         span = e.spans.get(name) if e.spans else None
         row0, n = span if span else (e.row0, e.n_rows)
@@ -535,13 +533,8 @@ class Store:
         if k < 0:
             return None
         start, n, pid = fast.f_items[3 * k], fast.f_items[3 * k + 1], fast.f_items[3 * k + 2]
-        if not (fast.features.ready[pid] and fast.intervals.ready[pid]):
-            if self.part_problem(feature, fast.cols.part_names[pid]) is not None:
-                return None
-            for name, slab in ((layout.FEATURES, fast.features), (layout.INTERVALS, fast.intervals)):
-                if not slab.loaded[pid]:
-                    self._slab_load(feature, name, slab, pid)
-                slab.ready[pid] = True
+        if not (fast.features.ready[pid] and fast.intervals.ready[pid]) and not self._slab_ready(feature, pid, fast.slabs):
+            return None
         i0, m = fast.i_items[3 * k], fast.i_items[3 * k + 1]
         return ItemFeature(feature=feature, item=item, features=RowView(fast.features.data, start, n, fast.tail),
                            intervals=np.asarray(fast.intervals.data[i0:i0 + m], dtype=np.float64), extras={},
@@ -585,12 +578,20 @@ class Store:
             return None
         if not slab.ready[pid].all():
             for p in np.unique(pid[~slab.ready[pid]]).tolist():
-                if self.part_problem(feature, cols.part_names[p]) is not None:
+                if not self._slab_ready(feature, p, ((name, slab),)):
                     return None
-                if not slab.loaded[p]:
-                    self._slab_load(feature, name, slab, p)
-                slab.ready[p] = True
         return slab.data.take(start + r, axis=0)
+
+    def _slab_ready(self, feature: str, pid: int, slabs: tuple[tuple[str, Slab], ...]) -> bool:
+        """Part `pid` in each of the feature's (array name, slab): False when the part fails its quick check
+        (the caller's per-item path then raises DamagedItem), else loaded and marked ready."""
+        if self.part_problem(feature, self._columns[feature].part_names[pid]) is not None:
+            return False
+        for name, slab in slabs:
+            if not slab.loaded[pid]:
+                self._slab_load(feature, name, slab, pid)
+            slab.ready[pid] = True
+        return True
 
     def _rows_each(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
         """`rows` pick by pick: stacked row views of parts in memory, one zarr gather per lazy part."""
