@@ -14,7 +14,7 @@ import pytest
 from extractors.base import FeatureRows
 from pipeline import exitcodes
 from pipeline.cli import main
-from pipeline.run import RunReport
+from pipeline.report import RunReport
 from store.reader import open_store
 from store.writer import StoreWriter
 
@@ -116,7 +116,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     from manifests.records import MediaItem
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
-    from pipeline.run import _Runner
+    from pipeline.runner import Runner
 
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}}})
     out = tmp_path / "s.zarr"
@@ -144,7 +144,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
             raise enospc()
         monkeypatch.setattr(si.os, "pwrite", half)
     r = RunReport("run", "sample", "s.zarr", {"frames": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}})
-    runner = _Runner(config, config.specs(), w, r)
+    runner = Runner(config, config.specs(), w, r)
     runner.committer = Committer(w, batch_items=2)
     for i in ("a", "b"):
         runner.fingerprints["frames", i], runner.sources["frames", i] = "fp", {}
