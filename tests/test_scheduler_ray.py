@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 import sleepy  # noqa: F401  (registers the sleeping extractors in this process)
+
 from manifests.socialiqa import write_sample_socialiqa
 from pipeline.config import RunConfig
 from pipeline.run import run_extract
