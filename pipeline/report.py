@@ -159,7 +159,9 @@ def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: di
         out[name] = {"seconds": round(span, 3), "busy": {k: round(min(v, 1.0), 4) for k, v in busy.items()}}
     steady = out.get("steady") or out.get("run")
     if steady:
-        out["binding"] = max(steady["busy"], key=steady["busy"].get)
+        # a pool whose actors were as busy as the GPU they share is the more useful answer (a busy GPU here means
+        # calls in flight on it, not its cores saturated)
+        out["binding"] = max(steady["busy"], key=lambda k: (round(steady["busy"][k], 2), k.startswith("actors ")))
     return out
 
 
@@ -184,5 +186,10 @@ def utilisation_lines(u: dict[str, Any]) -> list[str]:
         return []
     busy = part["busy"]
     order = sorted(busy, key=lambda k: (k != u["binding"], -busy[k]))
+    hint = ""
+    if u["binding"].startswith("actors ") and busy[u["binding"]] >= 0.8:  # a pool, not the machine, held the run
+        feat = u["binding"].removeprefix("actors ")
+        hint = (f" (its actors were the bottleneck: more of them, `actors_per_gpu = {{{feat} = N}}` on a GPU, "
+                "`cpu_actors` for a CPU feature, if the other resources have room)")
     return [f"  busy ({u.get('policy') or 'run'} policy, {part['seconds']:.0f} s steady): "
-            + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}"]
+            + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}{hint}"]

@@ -155,8 +155,10 @@ class Scheduler:
 
     # -- what the policy decides --------------------------------------------------------------------------------
     def next_calls(self) -> list[Call]:
+        """Calls to send now. The feature furthest behind (most decoded input waiting for what its actors can
+        take) goes first: when cores are short, the bottleneck gets them."""
         calls = []
-        for pool in self.pools.values():
+        for pool in sorted(self.pools.values(), key=lambda p: -len(self.waiting[p.feature]) / self._feed(p)):
             calls += self._dispatch(pool)
         return calls
 
