@@ -194,7 +194,13 @@ class Scheduler:
 
     # -- the balanced rules -------------------------------------------------------------------------------------
     def _free(self, node: str | None) -> float:
-        return self.slots.get(node, 0.0) - self.used[node]
+        node = self._place(node)
+        return self.slots[node] - self.used[node]
+
+    def _place(self, node: str | None) -> str | None:
+        """The slots' node a worker counts on: its own, or (a node Ray listed no CPUs for, or an unknown one) the
+        first, so that no worker waits forever for cores of a node the books do not have."""
+        return node if node in self.slots else next(iter(self.slots))
 
     def _admit(self, item: str, kinds: tuple[str, ...]) -> str | None | bool:
         """The node to decode the next item on, or False: not now."""
@@ -279,7 +285,7 @@ class Scheduler:
     def _hold(self, pool: Pool, worker: Worker) -> None:
         """A worker with calls in flight holds its cores; an idle one none."""
         want = 1.0 if worker.busy > 0 and pool.holds_cores else 0.0
-        self.used[worker.node] += want - worker.holds
+        self.used[self._place(worker.node)] += want - worker.holds
         worker.holds = want
 
 

@@ -147,3 +147,15 @@ def test_an_actor_not_ready_gets_nothing_and_a_suspect_runs_alone() -> None:
     s.requeue("frames", [Unit("x", None, 5, 5, kind="frames"), Unit("y", None, 5, 5, kind="frames")])
     (call,) = s.next_calls()
     assert [u.item for u in call.take] == ["x"] and s.next_calls() == []  # y waits for an idle actor
+
+
+def test_a_worker_on_a_node_without_slots_of_its_own_still_gets_work() -> None:
+    """An actor whose node Ray listed with no CPU (or an unknown one) counts on the first node's slots."""
+    ac = pool("acoustic", "audio", CPU, n=1, per_call=1, depth=1)
+    ac.workers[0].node = "elsewhere"
+    s = sched([ac], slots=1)
+    decoded(s, "a", {"acoustic": ("audio", 1, 1)})
+    (call,) = s.next_calls()
+    assert s.used["n"] == 1
+    s.call_done(call)
+    assert s.used["n"] == 0
