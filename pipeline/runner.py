@@ -86,6 +86,7 @@ class Runner:
         self.new_actor: dict[str, Any] = {}
         self.readying: dict[Any, tuple[str, Worker]] = {}  # ready() ref -> (feature, worker)
         self.ready_at: dict[str, float] = {}
+        self.restarts: dict[str, int] = {}  # feature -> actors started again after none of its pool could start
         pools: dict[str, Pool] = {}
         plan = actor_plan(self.specs, features, self.config, self.cpus, self.gpus)
         for feat, p in plan.items():
@@ -210,15 +211,20 @@ class Runner:
             self.pairs[feat, job.item] = _Pair()
 
     def actor_ready(self, ref: Any, feat: str, worker: Worker) -> None:
+        pool = self.sched.pools[feat]
         try:
             where = self.ray.get(ref)
-        except self.ray.exceptions.RayError as e:  # it could not load its model: its calls go to the others
+        except self.ray.exceptions.RayError as e:
+            stop.check()  # Ctrl-C at a terminal reaches Ray's processes too: then this is the stop, not a fault
+            pool.workers.remove(worker)
             log.warning("%s: a model actor did not start (%s)", feat, _ray_error(e))
-            if not any(w.ready for w in self.sched.pools[feat].workers) and not any(
-                    f == feat for f, _ in self.readying.values()):
-                raise
-            self.sched.pools[feat].workers.remove(worker)
-            return
+            if pool.workers:  # the others take its share
+                return
+            if self.restarts.get(feat, 0) < 1:  # once more, as Ray restarts an actor that died once
+                self.restarts[feat] = self.restarts.get(feat, 0) + 1
+                self.add_worker(pool)
+                return
+            raise RuntimeError(f"{feat}: no model actor could start: {_ray_error(e)}") from e
         worker.node, worker.ready = where.get("node"), True
         self.ready_at[feat] = time.time()  # the last of a feature's actors to load: when its pool was whole
         gpus = where.get("gpus") or []
@@ -339,6 +345,7 @@ class Runner:
             self.stages.add(record)
             return list(zip(take, results, strict=True)), record
         except self.ray.exceptions.RayError as e:
+            stop.check()  # a signal to the process group kills the actors too: stop, start nothing new
             if isinstance(e, self.ray.exceptions.RayActorError) and call.worker in call.pool.workers:
                 call.pool.workers.remove(call.worker)
                 self.add_worker(call.pool)
