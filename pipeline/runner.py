@@ -291,9 +291,9 @@ class Runner:
             self.sched.add_segments(item_id, range(1, m["segments"]["frames"]))
 
     def extracted(self, ref: Any, call: Call) -> None:
-        feat, take = call.pool.feature, list(call.take)
-        results, record = self.results(ref, call)
-        self.sched.call_done(call)
+        feat = call.pool.feature
+        results = self.results(ref, call)
+        self.sched.call_done(call)  # also for a call whose actor died: its core is free again
         for unit, (item_id, rows, fail, secs) in results:
             self.sched.release(item_id, unit.part, unit.kind, 1)
             pair = self.pairs.get((feat, item_id))
@@ -307,7 +307,6 @@ class Runner:
             pair.rows[unit.part], pair.seconds = rows, pair.seconds + secs
             if len(pair.rows) == pair.segments:
                 self.finish(feat, item_id)
-        del take
 
     def finish(self, feat: str, item_id: str, failed: dict[str, Any] | None = None) -> None:
         """Close a (feature, item) pair: commit its rows (joined from its segments) or record its failure."""
@@ -333,8 +332,8 @@ class Runner:
         if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
             self.meta.pop(item_id, None)
 
-    def results(self, ref: Any, call: Call) -> tuple[list[tuple[Unit, tuple[str, Any, Any, float]]], dict[str, Any] | None]:
-        """The call's per-item results and its stage record. If the worker process died (segfault, out of
+    def results(self, ref: Any, call: Call) -> list[tuple[Unit, tuple[str, Any, Any, float]]]:
+        """The call's per-item results. If the worker process died (segfault, out of
         memory) even after Ray's restart and retry, the actor is replaced, and the call's items go back to the
         queue to run alone on an idle actor: only the item that kills a worker when alone fails."""
         feat, take = call.pool.feature, list(call.take)
@@ -343,7 +342,7 @@ class Runner:
             if call.worker.gpu:
                 record["gpu"] = call.worker.gpu
             self.stages.add(record)
-            return list(zip(take, results, strict=True)), record
+            return list(zip(take, results, strict=True))
         except self.ray.exceptions.RayError as e:
             stop.check()  # a signal to the process group kills the actors too: stop, start nothing new
             if isinstance(e, self.ray.exceptions.RayActorError) and call.worker in call.pool.workers:
@@ -352,9 +351,9 @@ class Runner:
                 log.warning("%s: a model worker died (%s); started a new one", feat, _ray_error(e))
             if not take[0].solo:  # not yet run alone: the killer may be a batch-mate or another call on that actor
                 self.sched.requeue(feat, take)
-                return [], None
+                return []
             item_id = take[0].item
-            return [(take[0], (item_id, None, actors.failure(item_id, f"extract:{feat}", None, _ray_error(e)), 0.0))], None
+            return [(take[0], (item_id, None, actors.failure(item_id, f"extract:{feat}", None, _ray_error(e)), 0.0))]
 
     def fail(self, feat: str, record: dict[str, Any]) -> None:
         self.report.counts[feat]["failed"] += 1
