@@ -88,29 +88,44 @@ class Runner:
         self.ready_at: dict[str, float] = {}
         self.restarts: dict[str, int] = {}  # feature -> actors started again after none of its pool could start
         pools: dict[str, Pool] = {}
+        self.slots = self.node_cpus()
         plan = actor_plan(self.specs, features, self.config, self.cpus, self.gpus)
         for feat, p in plan.items():
             spec = self.specs[feat]
             self.new_actor[feat] = functools.partial(  # also used to replace an actor whose process died
-                remote.options(**p.options, max_restarts=1, max_task_retries=1).remote, feat, spec.config,
-                p.device, p.threads, calibration)
+                self._start_actor, remote, p.options, feat, spec.config, p.device, p.threads, calibration)
             pools[feat] = Pool(feat, spec.extractor.input_kind, p.device, p.per_call, p.depth, p.holds_cores)
             for _ in range(p.actors):
                 self.add_worker(pools[feat])
             log.info("%s: %d %s actor(s) for %s%s", feat, p.actors, p.device, spec.config.extractor,
                      f", {p.threads} thread(s) each" if p.threads else "")
         policy = FixedScheduler if self.config.scheduler == "fixed" else Scheduler
-        slots = self.node_cpus()
+        slots = self.slots
         self.sched = policy(pools, slots, max_bytes=self.max_inflight_bytes(), batch_bytes=self.config.batch_bytes,
                             max_items=self.config.max_inflight_items)
         log.info("scheduler: %s; %s CPU slot(s) on %d node(s), decoded data at most %.1f GiB",
                  policy.name, f"{sum(slots.values()):g}", len(slots), self.sched.max_bytes / 2**30)
 
     def add_worker(self, pool: Pool) -> Worker:
-        worker = Worker(self.new_actor[pool.feature]())
+        # a CPU feature's actors are placed by the policy's books: each on the node with the most cores per actor
+        # of that feature so far (a GPU actor goes where Ray finds its GPU, known once it is ready)
+        node = None
+        if pool.device == CPU and pool.holds_cores and len(self.slots) > 1:
+            node = min(self.slots, key=lambda n: sum(w.node == n for w in pool.workers) / self.slots[n])
+        worker = Worker(self.new_actor[pool.feature](node=node), node=node)
         pool.workers.append(worker)
+        if node is not None:
+            cluster.count_work(self.report.cluster, node, f"{pool.feature} actor")
         self.readying[worker.handle.ready.remote()] = (pool.feature, worker)
         return worker
+
+    def _start_actor(self, remote: Any, options: dict[str, Any], *args: Any, node: str | None = None) -> Any:
+        options = {**options, "max_restarts": 1, "max_task_retries": 1}
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+        return remote.options(**options).remote(*args)
 
     def node_cpus(self) -> dict[str | None, float]:
         """node -> the CPU cores Ray has there: the policy's slots."""
@@ -225,11 +240,12 @@ class Runner:
                 self.add_worker(pool)
                 return
             raise RuntimeError(f"{feat}: no model actor could start: {_ray_error(e)}") from e
-        worker.node, worker.ready = where.get("node"), True
+        placed, worker.node, worker.ready = worker.node, where.get("node"), True
         self.ready_at[feat] = time.time()  # the last of a feature's actors to load: when its pool was whole
         gpus = where.get("gpus") or []
         worker.gpu = f"{(worker.node or 'local')[:8]}:{','.join(map(str, gpus))}" if gpus else None
-        cluster.count_work(self.report.cluster, worker.node, f"{feat} actor")
+        if placed is None:  # counted where it was placed otherwise
+            cluster.count_work(self.report.cluster, worker.node, f"{feat} actor")
 
     def batches(self) -> dict[str, list[dict[str, Any]]]:
         """Each model actor's batch sizes and per-unit cost (`ExtractorWorker.batches`); a dead actor's are lost."""
