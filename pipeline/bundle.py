@@ -222,7 +222,8 @@ INSTALL_SH = r"""#!/bin/sh
 # Installs siqfeat and its dependencies from this folder only (no network): pip --no-index --find-links.
 #   install.sh VENV            a venv with --system-site-packages (it sees the node's torch, torchvision,
 #                              transformers), made by python{version} unless it exists
-#   install.sh --target DIR    into DIR instead, for PYTHONPATH=DIR (no venv)
+#   install.sh --target DIR    into DIR instead, for PYTHONPATH=DIR (no venv: a node without python3-venv);
+#                              everything goes there, including what the node has already
 # PYTHON=/path/to/python{version} picks the interpreter.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -230,20 +231,20 @@ py=${{PYTHON:-python{version}}}
 if [ "${{1:-}}" = "--target" ]; then
   target=${{2:?usage: install.sh --target DIR}}
   pip_py=$py
-  where="--target $target"
+  set -- --target "$target"
 else
   venv=${{1:?usage: install.sh VENV | install.sh --target DIR}}
   [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
   pip_py=$venv/bin/python
-  where=""
+  set --
 fi
 got=$("$pip_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ "$got" != "{version}" ]; then
   echo "install.sh: this bundle is for Python {version}; $pip_py is $got (set PYTHON=/path/to/python{version})" >&2
   exit 2
 fi
-"$pip_py" -m pip install --no-index --find-links "$here/wheels" $where -r "$here/requirements.txt"
-"$pip_py" -m pip install --no-index --find-links "$here/wheels" $where --no-deps -r "$here/no-deps.txt"
+"$pip_py" -m pip install --no-index --find-links "$here/wheels" "$@" -r "$here/requirements.txt"
+"$pip_py" -m pip install --no-index --find-links "$here/wheels" "$@" --no-deps -r "$here/no-deps.txt"
 echo "siqfeat installed for Python {version}; torch, torchvision, transformers: the node's own{torch_note}"
 """
 

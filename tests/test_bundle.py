@@ -126,3 +126,33 @@ def test_a_bundle_for_312_installs_offline_and_runs(tmp_path: Path) -> None:
     where, rest = got.stdout.split(" ", 1)
     assert where.startswith(str(node / "siq" / "lib" / "python3.12" / "site-packages")), where  # not this checkout
     assert rest.strip() == "[0, 2, 4] []"
+
+
+def test_a_lock_pin_the_target_python_has_not_is_dropped_and_named(tmp_path: Path, monkeypatch) -> None:
+    """requirements.lock's pins are used where the target Python has them: pip's resolver (faked here: it
+    refuses numba==0.1 as a release without that Python) runs again without the pin, which MANIFEST.json names;
+    the closure splits into wheels to fetch and sdists to build. Any other failure stops the bundle with pip's
+    message."""
+    calls: list[str] = []
+
+    def fake_pip(cmd, capture_output, text):
+        constraints = Path(cmd[cmd.index("-c") + 1]).read_text()
+        calls.append(constraints)
+        if "numba==0.1" in constraints:
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: Could not find a version that satisfies the "
+                                               "requirement numba==0.1 (from versions: 0.60)\nERROR: No matching "
+                                               "distribution found for numba==0.1\n")
+        Path(cmd[cmd.index("--report") + 1]).write_text(json.dumps({"install": [
+            {"metadata": {"name": "numba", "version": "0.60"}, "download_info": {"url": "https://x/numba-0.60-cp312-cp312-manylinux_2_28_x86_64.whl"}},
+            {"metadata": {"name": "PyWorld", "version": "0.3.5"}, "download_info": {"url": "https://x/pyworld-0.3.5.tar.gz"}}]}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bundle.subprocess, "run", fake_pip)
+    pins = {"numba": "numba==0.1", "numpy": "numpy==2.4.6"}
+    closure = bundle.resolve(Path("python3.12"), ["librosa>=0.11"], pins, tmp_path)
+    assert closure.wheels == {"numba": "0.60"} and closure.sdists == {"pyworld": "0.3.5"}
+    assert closure.dropped_pins == ["numba==0.1"] and pins == {"numba": "numba==0.1", "numpy": "numpy==2.4.6"}
+    assert calls == ["numba==0.1\nnumpy==2.4.6\n", "numpy==2.4.6\n"]
+    monkeypatch.setattr(bundle.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 1, "", "ResolutionImpossible: x"))
+    with pytest.raises(SystemExit, match="ResolutionImpossible"):
+        bundle.resolve(Path("python3.12"), ["librosa>=0.11"], pins, tmp_path)
