@@ -12,7 +12,9 @@ then under FAIL_WITHOUT_CUDA=1. The clips: SIQ_GPU_E2E_CLIPS (default 96) hard l
 ../shared/gpu-run's 500 were), so the set costs two clips to make; bench.scale_raw caches them under
 build/scale (generated where ffmpeg and espeak-ng are, else carried there). SIQ_GPU_E2E_RAW: a ready set
 instead. A node runs the set at ~3.5 clips/s or better when the run is bound by its hardware: 96 clips is
-~30 s of steady work there, enough to read a busy fraction from."""
+~30 s of steady work there, enough to read a busy fraction from. Batch sizes are the extractors' fixed CUDA
+defaults (DenseNet 64, MTCNN 32, text 16), as everywhere in the suite (tests/conftest.py: SIQ_CALIBRATE=0, which
+the run inherits); SIQ_CALIBRATE=1 measures them instead, in the first calls (inside the steady part)."""
 from __future__ import annotations
 
 import json
