@@ -14,7 +14,7 @@ build/scale (generated where ffmpeg and espeak-ng are, else carried there). SIQ_
 instead. A node runs the set at ~3.5 clips/s or better when the run is bound by its hardware: 96 clips is
 ~30 s of steady work there, enough to read a busy fraction from. Batch sizes are the extractors' fixed CUDA
 defaults (DenseNet 64, MTCNN 32, text 16), as everywhere in the suite (tests/conftest.py: SIQ_CALIBRATE=0, which
-the run inherits); SIQ_CALIBRATE=1 measures them instead, in the first calls (inside the steady part)."""
+the run inherits); SIQ_CALIBRATE=1 measures them instead, in the first calls at each input size."""
 from __future__ import annotations
 
 import json
