@@ -117,15 +117,21 @@ def test_a_bundle_for_312_installs_offline_and_runs(tmp_path: Path) -> None:
     code = ("import pipeline, pipeline.run, pipeline.cli, pyworld, zarr, av, librosa, numcodecs, ray, sys\n"
             "from pipeline.config import load_config\n"
             "assert len(load_config('socialiq').specs()) == 5\n"
-            "ray.init(address='local', num_cpus=1, include_dashboard=False, log_to_driver=False)\n"
-            "f = ray.remote(lambda x: __import__('pyworld') and x * 2)\n"
-            "print(pipeline.__file__, ray.get([f.remote(i) for i in range(3)]), sorted(m for m in sys.modules if m == 'torch'))\n"
-            "ray.shutdown()\n")
+            "print(pipeline.__file__, sorted(m for m in sys.modules if m == 'torch'))\n")
     got = subprocess.run(_offline([py, "-c", code]), cwd="/", env=clean, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr[-3000:]
     where, rest = got.stdout.split(" ", 1)
     assert where.startswith(str(node / "siq" / "lib" / "python3.12" / "site-packages")), where  # not this checkout
-    assert rest.strip() == "[0, 2, 4] []"
+    assert rest.strip() == "[]"  # the driver's imports need no torch
+    # the slimmed ray runs a task (outside the empty network namespace: Ray talks to itself over the loopback,
+    # which is down there; nothing here reaches for an index)
+    code = ("import ray\n"
+            "ray.init(address='local', num_cpus=1, include_dashboard=False, log_to_driver=False)\n"
+            "f = ray.remote(lambda x: __import__('pyworld') and __import__('zarr') and x * 2)\n"
+            "print(ray.get([f.remote(i) for i in range(3)]))\n"
+            "ray.shutdown()\n")
+    got = subprocess.run([py, "-c", code], cwd="/", env=clean, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0 and got.stdout.strip() == "[0, 2, 4]", got.stderr[-3000:]
 
 
 def test_a_lock_pin_the_target_python_has_not_is_dropped_and_named(tmp_path: Path, monkeypatch) -> None:
