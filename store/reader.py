@@ -92,6 +92,17 @@ class _SlabReads:
         self.slabs = ((layout.FEATURES, features), (layout.INTERVALS, intervals))
 
 
+def _attrs_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(an item's attributes, None) from their JSON, or (None, why they do not parse)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    if not isinstance(value, dict):
+        return None, f"a JSON {type(value).__name__}, not an object"
+    return value, None
+
+
 class _LazyPart:
     """A part's array read through zarr item by item (too big to hold whole), with what zarr does not check:
     a chunk that fails its checksum raises DamagedPart (zarr's own error names no part), and a chunk file
@@ -374,7 +385,12 @@ class Store:
         problems = self.part_problems(feature, full)
         folders = {p: parts.part_dir(self.path, feature, p) for p in state.parts}  # one Path per part, not per item
         entries = state.entries
-        return [ItemCheck(feature, item, folders[part], problems.get(part), None)
+        own: dict[str, str] = {}  # item -> its attributes' problem (full: every item's JSON parsed)
+        if full:
+            for item, e in entries.items():
+                if (problem := _attrs_problem(e.attrs_json)[1]) is not None:
+                    own[item] = f"index line {self._line_of(feature, e.part)}: its attributes do not parse ({problem})"
+        return [ItemCheck(feature, item, folders[part], problems.get(part) or own.get(item), None)
                 for item, part in sorted((item, e.part) for item, e in entries.items())]
 
     def _good(self, feature: str) -> list[index.Entry]:
@@ -634,13 +650,9 @@ class Store:
         """An item's attributes from its index line. The line passed its checksum, so JSON that does not
         parse was written so (or the line was rewritten with a fresh checksum): DamagedItem naming the item
         and the line, found again here only on this error path."""
-        try:
-            value = json.loads(text)
-            if isinstance(value, dict):
-                return value
-            problem = f"a JSON {type(value).__name__}, not an object"
-        except ValueError as e:
-            problem = f"{type(e).__name__}: {e}"
+        value, problem = _attrs_problem(text)
+        if value is not None:
+            return value
         raise DamagedItem(f"{self.path / feature / index.INDEX}: line {self._line_of(feature, part)} (part {part}): "
                           f"damaged item {item} (its attributes do not parse: {problem}); "
                           "the next `make extract` recomputes it")

@@ -119,3 +119,164 @@ def test_verify_reports_parts_that_no_index_line_names(store: Path) -> None:
     assert not repair.unindexed(store, "feat", index.load(store / "feat" / index.INDEX))
     assert "UNINDEXED" not in verify_store(store).summary()
     all_read(store)
+
+
+# ---- 2, 3. a held reader reads its whole snapshot after a compaction, on every path ----
+
+def _supersede_and_compact(path: Path) -> None:
+    """A new version of item a, then a compaction that rewrites every current row and retires the old parts."""
+    with StoreWriter(path, "demo") as w:
+        w.commit("feat", "a", rows(2, 9.0), {"spec_hash": "s1", "fingerprint": "fa2"})
+    assert compact_store(path)
+
+
+@pytest.mark.parametrize("whole_array_bytes", [0, 16 << 20], ids=["lazy", "cached"])
+def test_a_held_reader_reads_its_whole_snapshot_after_a_compaction(store: Path, whole_array_bytes: int) -> None:
+    held = open_store(store, whole_array_bytes=whole_array_bytes)
+    view = held.read("feat", "b").features  # taken before the compaction, read after it
+    old_parts = {p.name for p in (store / "feat" / "parts").iterdir()}
+    _supersede_and_compact(store)
+    assert held.items("feat") == list("abcd")
+    np.testing.assert_array_equal(view[...], expected("b"))
+    for item in "abcd":  # a: its version of the snapshot, not the new one
+        np.testing.assert_array_equal(held.read("feat", item).features[...], expected(item))
+        np.testing.assert_array_equal(held.arrays("feat", item, ["features"])[0], expected(item))
+    picks = [("d", 5), ("a", 0), ("c", 4), ("b", 1)]
+    for _ in range(2):  # the second time through the columns and slabs the first one made
+        np.testing.assert_array_equal(held.rows("feat", "features", picks),
+                                      np.stack([expected(i)[r] for i, r in picks]))
+    assert old_parts <= {p.name for p in (store / "feat" / "parts").iterdir()}  # kept: this reader holds them
+    held.close()
+    with StoreWriter(store, "demo") as w:  # no reader holds the old log now: its parts go
+        w.set_feature("feat", ATTRS)
+    assert not old_parts & {p.name for p in (store / "feat" / "parts").iterdir()}
+    s = open_store(store)
+    np.testing.assert_array_equal(s.read("feat", "a").features[...], rows(2, 9.0).features)
+    np.testing.assert_array_equal(s.read("feat", "d").features[...], expected("d"))
+
+
+@pytest.mark.parametrize("whole_array_bytes", [0, 16 << 20], ids=["lazy", "cached"])
+def test_a_part_being_removed_is_snapshot_gone_never_damaged(store: Path, whole_array_bytes: int) -> None:
+    """Without a lease (a filesystem refusing flock) a compaction removes the old parts under a held reader;
+    caught mid-removal (one file of each part gone), every read of them says SnapshotGone, never
+    DamagedItem, never zeros, and `items()` never quietly leaves items out."""
+    import shutil
+
+    from store.reader import SnapshotGone
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("fcntl.flock", lambda fd, op: (_ for _ in ()).throw(OSError(37, "No locks")))
+        held = open_store(store, whole_array_bytes=whole_array_bytes)
+    view = held.read("feat", "b").features  # the lazy array opened, not yet read
+    real_rmtree = shutil.rmtree
+
+    def first_file_only(folder: Path, *args: object, **kwargs: object) -> None:
+        if Path(folder).parent.name != "parts":
+            return real_rmtree(folder, *args, **kwargs)
+        (Path(folder) / "features" / "c" / "0" / "0").unlink()
+
+    with pytest.MonkeyPatch.context() as m:  # the removal is caught after the first file of each part
+        m.setattr(shutil, "rmtree", first_file_only)
+        _supersede_and_compact(store)
+    def true_or_gone(read, truth: np.ndarray) -> str:
+        """A read returns the true rows (what this handle already holds in memory) or SnapshotGone."""
+        try:
+            np.testing.assert_array_equal(read(), truth)
+        except SnapshotGone as e:
+            assert "open the store again" in str(e)
+            return "gone"
+        return "true"
+
+    true_or_gone(lambda: view[...], expected("b"))
+    for item in "cd":  # never read before: their parts are being removed
+        assert true_or_gone(lambda item=item: held.read("feat", item).features[...], expected(item)) == "gone"
+    assert true_or_gone(lambda: held.rows("feat", "features", [("d", 1)])[0], expected("d")[1]) == "gone"
+    with pytest.raises(SnapshotGone):
+        held.items("feat")
+
+
+# ---- 4. a corrupted chunk is never served as data ----
+
+def _flip_chunk(path: Path, item: str) -> Path:
+    s = open_store(path)
+    part = path / "feat" / "parts" / s.index("feat").entries[item].part
+    s.close()
+    shard = part / "features" / "c" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 3] ^= 0x10  # inside the compressed chunk (the shard index is at the end)
+    shard.write_bytes(bytes(data))
+    return part
+
+
+@pytest.mark.parametrize("whole_array_bytes", [0, 16 << 20], ids=["lazy", "cached"])
+def test_a_corrupted_chunk_raises_damaged_item_and_the_next_plan_recomputes_it(store: Path,
+                                                                             whole_array_bytes: int) -> None:
+    from store.integrity import DamagedItem
+    from store.plan import Wanted, make_plan
+
+    part = _flip_chunk(store, "c")
+    s = open_store(store, whole_array_bytes=whole_array_bytes)
+    with pytest.raises(DamagedItem, match=rf"{part}: damaged item c \(features: .*checksum"):
+        s.read("feat", "c").features[...]
+    with pytest.raises(DamagedItem, match=rf"{part}: damaged item c \("):
+        s.rows("feat", "features", [("a", 0), ("c", 1)])
+    np.testing.assert_array_equal(s.read("feat", "d").features[...], expected("d"))  # other parts read
+    want = [Wanted("feat", i, f"f{i}") for i in "abcd"]
+    plan = make_plan(store, want)  # a plain plan, no --verify: the read's finding is seen
+    assert [w.item for w in plan.todo] == ["c"] and [c.item for c in plan.damaged] == ["c"]
+    with StoreWriter(store, "demo") as w:  # what the next extract does with it
+        w.commit("feat", "c", rows(5, 2.0), {"spec_hash": "s1", "fingerprint": "fc"})
+    assert make_plan(store, want).todo == []
+    np.testing.assert_array_equal(open_store(store).read("feat", "c").features[...], expected("c"))
+
+
+def test_a_corrupted_chunk_is_found_by_batched_and_single_slab_reads(store: Path) -> None:
+    from store.integrity import DamagedItem
+
+    _flip_chunk(store, "d")
+    s = open_store(store)
+    with pytest.raises(DamagedItem, match=r"damaged item d \("):
+        s.rows("feat", "features", [("d", 0)])
+    for _ in range(4):  # single reads switch to the slabs after a quarter of the items were read
+        with pytest.raises(DamagedItem, match=r"damaged item d \("):
+            s.read("feat", "d").features[...]
+        np.testing.assert_array_equal(s.read("feat", "a").features[...], expected("a"))
+
+
+def test_parts_written_without_chunk_checksums_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from zarr.codecs import ZstdCodec
+
+    from store import parts
+
+    monkeypatch.setattr(parts, "CHUNK_CODEC", ZstdCodec(level=0, checksum=False))  # as parts were written before
+    path = tmp_path / "old.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        w.commit_batch("feat", [(i, rows(3 + k, float(k)), {"spec_hash": "s1"}) for k, i in enumerate("ab")])
+    meta = json.loads((next((path / "feat" / "parts").iterdir()) / "features" / "zarr.json").read_bytes())
+    assert '"checksum": false' in json.dumps(meta)
+    monkeypatch.undo()
+    for whole in (0, 16 << 20):
+        s = open_store(path, whole_array_bytes=whole)
+        for i in "ab":
+            np.testing.assert_array_equal(s.read("feat", i).features[...], expected(i))
+
+
+# ---- 5. an index line with broken attribute JSON (and a valid checksum) ----
+
+def test_broken_attribute_json_names_the_item_and_the_line(store: Path) -> None:
+    from store.integrity import DamagedItem
+
+    log = store / "feat" / index.INDEX
+    lines = log.read_bytes().split(b"\n")
+    rec = json.loads(lines[3][17:])  # item d's line, the 4th
+    rec["items"][0][-1] = rec["items"][0][-1][:-5]  # its attributes cut short: no longer JSON
+    lines[3] = index.encode(rec).rstrip(b"\n")
+    log.write_bytes(b"\n".join(lines))
+    s = open_store(store)
+    with pytest.raises(DamagedItem, match=r"index.log: line 4 \(part .*\): damaged item d \(its attributes do not parse"):
+        s.read("feat", "d")
+    np.testing.assert_array_equal(s.read("feat", "c").features[...], expected("c"))
+    report = verify_store(store)
+    assert not report.ok and [c.item for c in report.damaged] == ["d"]
+    assert "index line 4: its attributes do not parse" in report.summary()

@@ -156,7 +156,7 @@ def test_without_a_lease_a_read_of_a_compacted_part_says_so_in_one_line(tmp_path
         def no_flock(fd: int, op: int) -> None:
             raise OSError(37, "No locks available")
 
-        m.setattr("store.reader.fcntl.flock", no_flock)
+        m.setattr("fcntl.flock", no_flock)
         held = open_store(path)
     a = held.read("feat", "a").features[:]
     compact_store(path)
