@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import index, parts
+from store.integrity import NOTES
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
                 if folder.exists():
                     shutil.rmtree(folder)
                     removed.append(name)
+                (store / feature / NOTES / name).unlink(missing_ok=True)  # a damage note of the part, if any
             log_path.unlink()
     finally:
         for _, fd, _ in free:
