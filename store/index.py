@@ -210,10 +210,14 @@ def pinned_bytes(fd: int, length: int) -> bytearray:
     return buf
 
 
-def generation_of(path: Path) -> str:
-    """The generation of the log at `path`, from its header line alone."""
-    with open(path, "rb") as f:
-        rec = _decode(f.readline().rstrip(b"\n"))
+def generation_of(path: Path, fd: int | None = None) -> str:
+    """The generation of the log at `path` (or of the open log `fd`), from its header line alone."""
+    if fd is None:
+        with open(path, "rb") as f:
+            first = f.readline()
+    else:
+        first = os.pread(fd, 4096, 0).split(b"\n", 1)[0]
+    rec = _decode(first.rstrip(b"\n"))
     if rec is None or rec.get("kind") != "header":
         raise IndexDamaged(f"{path}: line 1 is not a header")
     return str(rec.get("generation", ""))

@@ -614,11 +614,18 @@ class Store:
     def _gone(self, feature: str, folder: Path) -> None:
         """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted
         away, or being removed (a handle without a lease): SnapshotGone, never DamagedItem."""
+        where = self.path / feature / index.INDEX
+        pin = self._pins.get(feature)
         try:
-            now = index.generation_of(self.path / feature / index.INDEX)
+            now = index.generation_of(where)
+            # this handle's generation without loading its entries (a plan reads none)
+            if feature in self._states or pin is None:
+                mine = self.index(feature).generation
+            else:
+                mine = index.generation_of(where, pin[0])
         except (OSError, ValueError):
             return
-        if now != self.index(feature).generation:
+        if now != mine:
             raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
                                f"{folder.name} is gone); open the store again") from None
 
