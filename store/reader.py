@@ -116,7 +116,7 @@ class _LazyPart:
     def _read(self, get: Callable[[Any], Any], key: Any) -> Any:
         try:
             value = get(key)
-        except (IndexError, TypeError):
+        except (IndexError, TypeError, MemoryError):  # the caller's key, or the machine: not the part
             raise
         except Exception as e:
             raise self._store._unreadable(*self._where, e) from None
@@ -502,6 +502,8 @@ class Store:
         except FileNotFoundError:
             self._gone(feature, folder)
             raise DamagedPart(folder, f"{name} is missing") from None
+        except MemoryError:
+            raise
         except Exception as e:  # metadata that passed the quick check but zarr cannot use, a chunk failing its checksum
             raise self._unreadable(feature, part, name, e) from None
         self._check_present(feature, part, name)
