@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,18 +110,23 @@ class _LazyPart:
     missing after the read (zarr reads one as zeros) raises SnapshotGone or DamagedPart (`_check_present`)."""
 
     def __init__(self, store: Store, feature: str, part: str, name: str, arr: Any) -> None:
-        self._store, self._where, self._arr = store, (feature, part, name), arr
+        # a weak reference: the store caches this object, and a cycle would keep a dropped store, and the
+        # lease it holds, alive until the next cyclic collection
+        self._store, self._where, self._arr = weakref.ref(store), (feature, part, name), arr
         self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
         self.oindex = _LazyIndex(self, arr.oindex)
 
     def _read(self, get: Callable[[Any], Any], key: Any) -> Any:
+        store = self._store()
+        if store is None or store._closed:  # its lease is gone: the part may be too
+            raise RuntimeError("this store handle is closed: open the store again")
         try:
             value = get(key)
         except (IndexError, TypeError, MemoryError):  # the caller's key, or the machine: not the part
             raise
         except Exception as e:
-            raise self._store._unreadable(*self._where, e) from None
-        self._store._check_present(*self._where)
+            raise store._unreadable(*self._where, e) from None
+        store._check_present(*self._where)
         return value
 
     def __getitem__(self, key: Any) -> Any:
@@ -242,6 +248,7 @@ class Store:
         self._single_reads: dict[str, int] = {}  # feature -> reads before its `_SlabReads` was made
         self._slabs: dict[tuple[str, str], Slab | None] = {}
         self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
+        self._closed = False
         self._pins = self._pin()
 
     # ---- the snapshot ----
@@ -256,9 +263,11 @@ class Store:
         return pins
 
     def close(self) -> None:
+        """Release the handle's leases: a compaction may then remove the parts only it still read."""
         for fd, _ in getattr(self, "_pins", {}).values():
             os.close(fd)
         self._pins = {}
+        self._closed = True
 
     def __del__(self) -> None:
         self.close()
