@@ -146,13 +146,19 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
             free.append((log_path, fd, names))
         removed = []
         for log_path, _, names in free:
+            done = True
             for name in sorted(names - set(state.parts) - pinned):
                 folder = parts.part_dir(store, feature, name)
                 if folder.exists():
-                    shutil.rmtree(folder)
+                    shutil.rmtree(folder, ignore_errors=True)
+                    if folder.exists():  # kept with its log, so that a later writer tries again
+                        log.warning("%s: could not remove this superseded part; a later writer tries again", folder)
+                        done = False
+                        continue
                     removed.append(name)
                 (store / feature / NOTES / name).unlink(missing_ok=True)  # a damage note of the part, if any
-            log_path.unlink()
+            if done:
+                log_path.unlink()
     finally:
         for _, fd, _ in free:
             with contextlib.suppress(OSError):
