@@ -280,3 +280,48 @@ def test_broken_attribute_json_names_the_item_and_the_line(store: Path) -> None:
     report = verify_store(store)
     assert not report.ok and [c.item for c in report.damaged] == ["d"]
     assert "index line 4: its attributes do not parse" in report.summary()
+
+
+@pytest.mark.parametrize("when", ["before its rename", "after its rename"])
+def test_a_killed_compaction_loses_nothing_and_its_leftovers_go(store: Path, when: str) -> None:
+    """Killed before the new log is renamed into place: the new parts are unindexed, the next writer adopts
+    them (the same rows, newer). Killed after it: the old parts are named by the retired log, and the next
+    writer removes them (no reader holds it). Either way every item reads its rows, and one more compaction
+    leaves one part."""
+    import shutil
+
+    import store.compact as sc
+
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "a", rows(3, 0.0), {"spec_hash": "s1", "fingerprint": "fa"})  # something to reclaim
+
+    real_replace, renamed = sc.index.replace, []
+
+    def replace(*args: object) -> int:
+        if when == "before its rename":
+            raise KeyboardInterrupt
+        renamed.append(real_replace(*args))
+        return renamed[-1]
+
+    def release(*args: object) -> list[str]:
+        if renamed:  # the compaction's own release, right after its rename
+            raise KeyboardInterrupt
+        return []
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
+        m.setattr(sc.index, "replace", replace)
+        m.setattr(sc.repair, "release_retired", release)
+        with pytest.raises(KeyboardInterrupt):
+            compact_store(store)
+    all_read(store)
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("feat", ATTRS)
+    all_read(store)
+    names = {p.name for p in (store / "feat" / "parts").iterdir()}
+    state = index.load(store / "feat" / index.INDEX)
+    assert names == set(state.parts) and not list((store / "feat" / "retired").iterdir())
+    assert len(names) == (5 if when == "before its rename" else 1)  # 4 old + 1 adopted; the compacted one
+    compact_store(store)
+    all_read(store)
+    assert n_parts(store) == 1
