@@ -3,12 +3,17 @@
 A recomputed item's new rows go to a new part and its old rows stay where they were, unread. Compaction
 rewrites a feature's current rows into fresh, full parts (every array copied as stored: the rows read back
 bit-identical), publishes them as a new index generation (one atomic rename of the whole log), and then
-removes the old parts. A kill before the rename leaves the old index and parts as they were (the new parts
-are swept by the next writer as never committed); after it, only the old parts are left to remove, which
-the next writer does. A part that differs from its record (full check, hashes) is never copied: it stays as
-it is, with its current items, so verify and `extract --verify` still find it. A reader opened before the
-compaction keeps reading what it has in memory; a read
-that needs a removed part fails with one line (`SnapshotGone`: open the store again).
+removes the old parts. The old log is kept first as a hard link under `<feature>/retired/`: a reader
+pins the log it opened with a shared flock (its lease, store/reader.py), so the old parts are removed only
+when no reader holds the old log any more: right after the rename when none does, else by a later writer
+(its next commit, compaction or verify: store/repair.py `release_retired`). A reader opened before the
+compaction therefore reads its whole snapshot, lazily or not, until it is closed.
+
+A kill before the rename leaves the old index and parts as they were, and the new parts unindexed: the next
+writer adopts them (they hold the same rows, bit for bit, and supersede the old ones). A kill after it
+leaves the old parts named by the retired log, removed by the next writer once no reader holds them. A
+part that differs from its record (full check, hashes) is never copied: it stays as it is, with its
+current items, so verify and `extract --verify` still find it.
 
 Run at the end of `make extract` when worthwhile: at least a quarter of the stored rows are superseded, or
 the feature holds more than four times the parts a compacted one would (many small age-triggered batches)
@@ -26,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from extractors.base import FeatureRows
-from store import index, layout, parts
+from store import index, layout, parts, repair
 from store.integrity import check_part
 from store.writer import StoreWriter
 
@@ -161,11 +166,15 @@ def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Co
         for rec in records:
             shutil.rmtree(parts.part_dir(store, feature, rec["part"]), ignore_errors=True)
         raise
-    index.replace(store / feature / index.INDEX, [index.header(), *kept, *records])
+    retired = repair.retire_current(store, feature)
+    try:
+        index.replace(store / feature / index.INDEX, [index.header(), *kept, *records])
+    except BaseException:
+        retired.unlink(missing_ok=True)
+        raise
     new = index.load(store / feature / index.INDEX)
     writer._index[feature] = new
-    for name in old:
-        shutil.rmtree(parts.part_dir(store, feature, name), ignore_errors=True)
+    repair.release_retired(store, feature, new)
     dropped = sum(_rows_in(state.parts[p]) for p in state.parts) - sum(_rows_in(new.parts[p]) for p in new.parts)
     result = Compacted(feature, len(old), len(new.parts), dropped, before, _bytes(new))
     log.info("%s", result.line().strip())

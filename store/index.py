@@ -4,11 +4,14 @@ The index is an append-only log, `<feature>/index.log`, one line per committed p
 
     <first 16 hex digits of the SHA-256 of the JSON> <JSON>\n
 
-A line is the commit point of its part: the part's folder is renamed into place first, then the line is
-appended and fsynced. A kill mid-append leaves a torn last line (no newline, or a checksum that does not
-match at the very end): it is not a commit, and the next writer cuts it off. A line whose checksum fails
-anywhere else is damage: `verify` reports it and rebuilds the log from the parts, whose own metadata holds
-the same entries. Compaction writes a whole new log (a new `generation`) and renames it over the old one.
+A line is how readers find a part: the part's folder is renamed into place first (complete and fsynced,
+its own metadata holding the same entries), then the line is appended and fsynced. An append writes its
+lines in one `pwrite`, so a kill leaves a prefix of them: at most one last line without its newline (a torn
+tail), which is no line of this log, and the next writer cuts it off. A line that ends in its newline and
+fails its checksum, last or not, is damage (a kill cannot make one): readers rebuild the state from the
+parts, and the next writer or `verify` rebuilds the log from them (store/repair.py). A part no line names
+(a torn tail's, or one whose lines were cut off) is never deleted for that: the next writer adopts it from
+its own metadata. Compaction writes a whole new log (a new `generation`) and renames it over the old one.
 
 A snapshot is a log prefix: a reader pins the log's length (and its open file) when it opens, so later
 commits never change what it sees.
@@ -146,7 +149,8 @@ def gc_paused() -> Iterator[None]:
 
 
 def parse(data: bytes | bytearray, where: Path) -> IndexState:
-    """The state of a log's bytes. A torn last line is left out (and flagged); any other bad line raises."""
+    """The state of a log's bytes. A torn (unterminated) last line is left out and flagged; a complete line
+    that fails its checksum, wherever it is, raises IndexDamaged."""
     state = IndexState()
     with gc_paused():  # one Entry per item
         state.length, state.torn = fold(data, where, lambda rec: apply(state, rec))
@@ -162,10 +166,9 @@ def fold(data: bytes | bytearray, where: Path, visit: Callable[[dict[str, Any]],
     while pos < end:
         k += 1
         stop = data.find(b"\n", pos)
-        last = stop < 0 or stop == end - 1  # the final line, with or without its newline
         rec = _decode(data[pos:end if stop < 0 else stop])
         if rec is None:
-            if last:  # the final line: a killed append
+            if stop < 0:  # no newline: the tail of a killed append
                 return pos, True
             raise IndexDamaged(f"{where}: line {k} fails its checksum (the index is damaged; "
                                "`python -m pipeline verify` rebuilds it from the parts)")
@@ -205,6 +208,19 @@ def pinned_bytes(fd: int, length: int) -> bytearray:
     view.release()
     del buf[pos:]
     return buf
+
+
+def generation_of(path: Path, fd: int | None = None) -> str:
+    """The generation of the log at `path` (or of the open log `fd`), from its header line alone."""
+    if fd is None:
+        with open(path, "rb") as f:
+            first = f.readline()
+    else:
+        first = os.pread(fd, 4096, 0).split(b"\n", 1)[0]
+    rec = _decode(first.rstrip(b"\n"))
+    if rec is None or rec.get("kind") != "header":
+        raise IndexDamaged(f"{path}: line 1 is not a header")
+    return str(rec.get("generation", ""))
 
 
 def load(path: Path) -> IndexState:

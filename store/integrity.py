@@ -27,6 +27,22 @@ class DamagedItem(ValueError):
     """An item on disk that does not read back as it was committed; the message names its part folder."""
 
 
+class DamagedPart(DamagedItem):
+    """A part's array that does not read back (a chunk failing its checksum, a file gone): raised where the
+    item is not known; a read of an item turns it into `damaged_item` naming the item."""
+
+    def __init__(self, folder: Path, problem: str) -> None:
+        super().__init__(f"{folder}: damaged part ({problem})")
+        self.folder, self.problem = folder, problem
+
+
+def damaged_item(folder: Path, item: str, problem: str) -> DamagedItem:
+    return DamagedItem(f"{folder}: damaged item {item} ({problem}); the next `make extract` recomputes it")
+
+
+NOTES = "damaged"  # <feature>/damaged/<part>: a part a read found damaged (store/reader.py `_note`)
+
+
 @dataclass(frozen=True)
 class ItemCheck:
     feature: str

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.codecs import ZstdCodec
 
 from store import index, layout
 
@@ -28,6 +29,11 @@ PARTS = "parts"
 ATTR = "siqfeat_part"
 _CHUNK_BYTES = 1 << 20  # inner chunks of ~1 MiB along N; one shard holds the whole array
 META = "zarr.json"
+# zarr's default compressor (zstd, level 0) with zstd's own content checksum (xxHash64 of each inner chunk,
+# checked by every decompression): a changed byte in a chunk fails the read instead of decoding to
+# plausible numbers. Parts written before it have no checksum and read as before. The shard index has
+# zarr's default crc32c.
+CHUNK_CODEC = ZstdCodec(level=0, checksum=True)
 
 
 def signature(rows: Any) -> tuple:
@@ -60,7 +66,7 @@ def write_array(group: zarr.Group, name: str, data: np.ndarray, dim0: str = "row
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr warns that string dtypes are not in the v3 core spec yet
         arr = group.create_array(name, shape=data.shape, dtype=str if text else data.dtype, chunks=chunks,
-                                 shards=shards, dimension_names=dims)
+                                 shards=shards, dimension_names=dims, compressors=CHUNK_CODEC)
         if data.size:
             arr[...] = data
 
@@ -132,15 +138,24 @@ def data_files(part_dir: Path) -> dict[str, list[Any]]:
 
 
 def record_from_part(part_dir: Path) -> dict[str, Any]:
-    """An index record made from a part's own metadata (rebuilding a lost index): its data files keep the
-    sizes and hashes recorded at commit (so damage since then is still found), its zarr.json is hashed now."""
+    """An index record made from a part's own metadata (rebuilding a lost index, adopting a part no index
+    line names): its data files keep the sizes and hashes recorded at commit (so damage since then is still
+    found, and they are not read here), its zarr.json is hashed now."""
     import json
 
-    meta = json.loads((part_dir / META).read_bytes())["attributes"][ATTR]
-    files, arrays = record_files(part_dir)
+    raw = (part_dir / META).read_bytes()
+    meta = json.loads(raw)["attributes"][ATTR]
     own = meta.get("files")
-    if isinstance(own, dict):
-        files = {**{rel: list(v) for rel, v in own.items()}, META: files[META]}
+    if not isinstance(own, dict):  # written before parts kept their files: hashed as they are now
+        files, arrays = record_files(part_dir)
+    else:
+        files = {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}
+        arrays = {}
+        for rel in own:
+            name, _, last = rel.rpartition("/")
+            if last == META and name and "/" not in name:
+                array_meta = json.loads((part_dir / rel).read_bytes())
+                arrays[name] = {"shape": array_meta.get("shape"), "dtype": str(array_meta.get("data_type"))}
     return index.part_record(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans"))
 
 

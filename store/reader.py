@@ -3,8 +3,10 @@
 A `Store` is a snapshot: at open it keeps each feature's index log open and notes its length, and it reads
 only that prefix (store/index.py). Commits made later (a re-extraction, another run) are not seen by this
 handle: an item reads the rows it had when the store was opened, never a mix of two versions. Open the
-store again to see them. Parts are immutable, so the snapshot's rows stay on disk until a compaction
-removes the parts it superseded; a read of such a part says so in one line (`SnapshotGone`).
+store again to see them. Parts are immutable, and the handle holds a lease on each index log it pinned (a shared
+flock): a compaction keeps the parts an open handle's logs name until the handle is closed (store/compact.py),
+so a snapshot reads whole, lazily or not, for as long as it is open. Where the filesystem refuses flock there
+is no lease, and a read of a part a compaction removed says so in one line (`SnapshotGone`), never zeros.
 
 Reads go through whole-part arrays cached in memory (up to `part_cache_bytes`, by default an eighth of the
 machine's memory, at most 4 GiB; `SIQ_STORE_CACHE_BYTES` sets it): one zarr call loads an
@@ -15,10 +17,14 @@ zarr, lazily.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import logging
 import os
+import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +38,7 @@ import zarr
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, layout, parts
 from store.columns import Columns
-from store.integrity import DamagedItem, ItemCheck, check_part
+from store.integrity import NOTES, DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -87,6 +93,61 @@ class _SlabReads:
         self.slabs = ((layout.FEATURES, features), (layout.INTERVALS, intervals))
 
 
+def _attrs_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(an item's attributes, None) from their JSON, or (None, why they do not parse)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    if not isinstance(value, dict):
+        return None, f"a JSON {type(value).__name__}, not an object"
+    return value, None
+
+
+class _LazyPart:
+    """A part's array read through zarr item by item (too big to hold whole), with what zarr does not check:
+    a chunk that fails its checksum raises DamagedPart (zarr's own error names no part), and a chunk file
+    missing after the read (zarr reads one as zeros) raises SnapshotGone or DamagedPart (`_check_present`)."""
+
+    def __init__(self, store: Store, feature: str, part: str, name: str, arr: Any) -> None:
+        # a weak reference: the store caches this object, and a cycle would keep a dropped store, and the
+        # lease it holds, alive until the next cyclic collection
+        self._store, self._where, self._arr = weakref.ref(store), (feature, part, name), arr
+        self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
+        self.oindex = _LazyIndex(self, arr.oindex)
+
+    def _read(self, get: Callable[[Any], Any], key: Any) -> Any:
+        store = self._store()
+        if store is None or store._closed:  # its lease is gone: the part may be too
+            raise RuntimeError("this store handle is closed: open the store again")
+        try:
+            value = get(key)
+        except (IndexError, TypeError, MemoryError):  # the caller's key, or the machine: not the part
+            raise
+        except Exception as e:
+            raise store._unreadable(*self._where, e) from None
+        store._check_present(*self._where)
+        return value
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._read(self._arr.__getitem__, key)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.asarray(self[...])
+        return out.astype(dtype) if dtype is not None else out
+
+
+class _LazyIndex:
+    def __init__(self, owner: _LazyPart, oindex: Any) -> None:
+        self._owner, self._oindex = owner, oindex
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._owner._read(self._oindex.__getitem__, key)
+
+
 class SnapshotGone(RuntimeError):
     """This handle's snapshot was compacted away: the parts it pinned no longer exist."""
 
@@ -116,6 +177,37 @@ class ItemFeature:
     extras: dict[str, RowView]
     attrs: dict[str, Any]
     columns: list[str]
+
+
+def _lease(path: Path) -> int | None:
+    """The index log at `path`, opened and leased: a shared flock on the file, held until the handle closes,
+    so that a compaction that renames a new log over it keeps the parts this log names (store/compact.py).
+    The lock is taken on the file opened, then the path is checked to still name that file: a compaction
+    that renamed a new one in between may already have found the old one unleased, so the new one is
+    opened instead. Where flock is refused (a filesystem without it) the log is read without a lease, and a
+    read of a part a compaction removed raises SnapshotGone."""
+    for attempt in range(50):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # a writer is releasing this log's parts: it is a retired log by now
+            os.close(fd)
+            time.sleep(0.01 * min(attempt + 1, 10))
+            continue
+        except OSError:
+            return fd
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            now = None
+        here = os.fstat(fd)
+        if now is not None and (now.st_ino, now.st_dev) == (here.st_ino, here.st_dev):
+            return fd
+        os.close(fd)
+    raise OSError(f"{path}: could not open the current index log (it kept being replaced)")
 
 
 class Store:
@@ -151,10 +243,12 @@ class Store:
         self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
         self._columns: dict[str, Columns] = {}
         self._infos: dict[str, dict[str, _PartInfo]] = {}  # feature -> part -> _PartInfo
+        self._notes: dict[str, set[str]] = {}  # feature -> parts a read found damaged (`_note`)
         self._slab_readers: dict[str, _SlabReads | None] = {}
         self._single_reads: dict[str, int] = {}  # feature -> reads before its `_SlabReads` was made
         self._slabs: dict[tuple[str, str], Slab | None] = {}
         self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
+        self._closed = False
         self._pins = self._pin()
 
     # ---- the snapshot ----
@@ -163,17 +257,17 @@ class Store:
         """feature -> (open index file, its length now): the snapshot this handle reads."""
         pins = {}
         for name in self._feature_dirs():
-            try:
-                fd = os.open(self.path / name / index.INDEX, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            pins[name] = (fd, os.fstat(fd).st_size)
+            fd = _lease(self.path / name / index.INDEX)
+            if fd is not None:
+                pins[name] = (fd, os.fstat(fd).st_size)
         return pins
 
     def close(self) -> None:
+        """Release the handle's leases: a compaction may then remove the parts only it still read."""
         for fd, _ in getattr(self, "_pins", {}).values():
             os.close(fd)
         self._pins = {}
+        self._closed = True
 
     def __del__(self) -> None:
         self.close()
@@ -273,9 +367,15 @@ class Store:
         key = (feature, part)
         if full or key not in self._part_checks:
             record = record or self.index(feature).parts[part]
-            found = check_part(parts.part_dir(self.path, feature, part), record, full)
-            if found == "its part folder is missing":
-                self._gone(feature, parts.part_dir(self.path, feature, part))
+            folder = parts.part_dir(self.path, feature, part)
+            noted = part in self._noted(feature)
+            found = check_part(folder, record, full or noted)  # a part a read found damaged: checked in full
+            if found is not None and "is missing" in found:  # removed by a compaction, or being removed
+                self._gone(feature, folder)
+            if noted and found is None:  # it reads as committed now (rewritten by hand, or a false alarm)
+                with contextlib.suppress(OSError):
+                    (self.path / feature / NOTES / part).unlink()
+                self._noted(feature).discard(part)
             if full:
                 return found
             self._part_checks[key] = found
@@ -294,7 +394,12 @@ class Store:
         problems = self.part_problems(feature, full)
         folders = {p: parts.part_dir(self.path, feature, p) for p in state.parts}  # one Path per part, not per item
         entries = state.entries
-        return [ItemCheck(feature, item, folders[part], problems.get(part), None)
+        own: dict[str, str] = {}  # item -> its attributes' problem (full: every item's JSON parsed)
+        if full:
+            for item, e in entries.items():
+                if (problem := _attrs_problem(e.attrs_json)[1]) is not None:
+                    own[item] = f"index line {self._line_of(feature, e.part)}: its attributes do not parse ({problem})"
+        return [ItemCheck(feature, item, folders[part], problems.get(part) or own.get(item), None)
                 for item, part in sorted((item, e.part) for item, e in entries.items())]
 
     def _good(self, feature: str) -> list[index.Entry]:
@@ -355,7 +460,8 @@ class Store:
         return info
 
     def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
-        return self._entry(feature, item).attrs()
+        e = self._entry(feature, item)
+        return self._attrs(feature, item, e.attrs_json, e.part)
 
     # ---- reading rows ----
 
@@ -399,14 +505,61 @@ class Store:
             if whole is None:
                 nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
                 whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
-            return arr[...] if whole else arr
+            if not whole:
+                return _LazyPart(self, feature, part, name, arr)
+            value = arr[...]
         except FileNotFoundError:
             self._gone(feature, folder)
-            raise DamagedItem(f"{folder}: damaged part ({name} is missing)") from None
-        except Exception as e:  # metadata that passed the quick check but zarr cannot use
-            if not folder.exists():
+            raise DamagedPart(folder, f"{name} is missing") from None
+        except MemoryError:
+            raise
+        except Exception as e:  # metadata that passed the quick check but zarr cannot use, a chunk failing its checksum
+            raise self._unreadable(feature, part, name, e) from None
+        self._check_present(feature, part, name)
+        return value
+
+    def _unreadable(self, feature: str, part: str, name: str, e: Exception) -> DamagedPart:
+        """The error for an array of a part that zarr could not read (SnapshotGone when a compaction removed
+        the part meanwhile). A part whose bytes changed since commit (a chunk failing its checksum) is
+        noted in the store, so that the next plan checks it in full and recomputes its items."""
+        folder = parts.part_dir(self.path, feature, part)
+        self._check_present(feature, part, name)
+        problem = f"{name}: {type(e).__name__}: {e}"
+        self._note(feature, part, problem)
+        return DamagedPart(folder, problem)
+
+    def _check_present(self, feature: str, part: str, name: str) -> None:
+        """After a read of a part's array: every file of it recorded at commit is still there. zarr reads a
+        missing chunk file as its fill value (zeros); a file gone by now was gone or going during the read,
+        so what it returned cannot be trusted: SnapshotGone when a compaction removed the part, else
+        DamagedPart."""
+        record = self.index(feature).parts.get(part)
+        folder = parts.part_dir(self.path, feature, part)
+        prefix = f"{name}/"
+        for rel in (record.files if record is not None else ()):
+            if rel.startswith(prefix) and not os.path.exists(folder / rel):
                 self._gone(feature, folder)
-            raise DamagedItem(f"{folder}: damaged part ({type(e).__name__}: {e})") from None
+                raise DamagedPart(folder, f"{rel} is missing")
+
+    def _note(self, feature: str, part: str, problem: str) -> None:
+        """Best effort (a reader may not be able to write): `<feature>/damaged/<part>` holding the problem."""
+        notes = self.path / feature / NOTES
+        try:
+            notes.mkdir(exist_ok=True)
+            (notes / part).write_text(problem[:2000] + "\n")
+        except OSError:
+            return
+        self._notes.setdefault(feature, set()).add(part)
+        self._part_checks.pop((feature, part), None)
+
+    def _noted(self, feature: str) -> set[str]:
+        """Parts a read found damaged (`_note`): listed once per handle."""
+        if feature not in self._notes:
+            try:
+                self._notes[feature] = set(os.listdir(self.path / feature / NOTES))
+            except OSError:
+                self._notes[feature] = set()
+        return self._notes[feature]
 
     def _evict(self) -> None:
         """Drop the least recently used whole arrays until the cache (slabs' loaded rows included) fits."""
@@ -462,22 +615,28 @@ class Store:
             value = self._load(feature, part, name, whole=True)
         a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
         if value.shape != slab.data[a:b].shape:
-            raise DamagedItem(f"{parts.part_dir(self.path, feature, part)}: damaged part ({name} has shape "
-                              f"{value.shape}, committed as {slab.data[a:b].shape})")
+            raise DamagedPart(parts.part_dir(self.path, feature, part),
+                              f"{name} has shape {value.shape}, committed as {slab.data[a:b].shape}")
         slab.data[a:b] = value
         slab.loaded[pid] = True
         self._cache_bytes += slab.data[a:b].nbytes
         self._evict()
 
     def _gone(self, feature: str, folder: Path) -> None:
-        """A pinned part that no longer exists: compacted away (the index has a new generation)."""
-        if folder.exists():
-            return
+        """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted
+        away, or being removed (a handle without a lease): SnapshotGone, never DamagedItem."""
+        where = self.path / feature / index.INDEX
+        pin = self._pins.get(feature)
         try:
-            now = index.load(self.path / feature / index.INDEX).generation
+            now = index.generation_of(where)
+            # this handle's generation without loading its entries (a plan reads none)
+            if feature in self._states or pin is None:
+                mine = self.index(feature).generation
+            else:
+                mine = index.generation_of(where, pin[0])
         except (OSError, ValueError):
             return
-        if now != self.index(feature).generation:
+        if now != mine:
             raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
                                f"{folder.name} is gone); open the store again") from None
 
@@ -487,20 +646,51 @@ class Store:
         info = info or self._info(feature, e.part)
         base = info.bases.get(name)  # a slab slice: no lookup at all
         return RowView(base if base is not None else functools.partial(self.part_array, feature, e.part, name),
-                       row0, n, info.tails.get(name))
+                       row0, n, info.tails.get(name), e.item)
 
     def read(self, feature: str, item: str) -> ItemFeature:
         """One item of this handle's snapshot, after its part's quick check: a damaged part raises
         DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
-        got = self._read_slabs(feature, item)
+        try:
+            got = self._read_slabs(feature, item)
+        except DamagedPart as e:
+            raise damaged_item(e.folder, item, e.problem) from None
         if got is not None:
             return got
         e, info = self._entry_info(feature, item)
         extras = {k: self.view(feature, e, k, info) for k in info.names if k not in (layout.FEATURES, layout.INTERVALS)}
         intervals = np.asarray(self.view(feature, e, layout.INTERVALS, info)[...], dtype=np.float64)
         return ItemFeature(feature=feature, item=item, features=self.view(feature, e, layout.FEATURES, info),
-                           intervals=intervals, extras=extras, attrs=e.attrs(),
+                           intervals=intervals, extras=extras, attrs=self._attrs(feature, item, e.attrs_json, e.part),
                            columns=list(self._feature_group(feature).get("columns", [])))
+
+    def _attrs(self, feature: str, item: str, text: str, part: str) -> dict[str, Any]:
+        """An item's attributes from its index line. The line passed its checksum, so JSON that does not
+        parse was written so (or the line was rewritten with a fresh checksum): DamagedItem naming the item
+        and the line, found again here only on this error path."""
+        value, problem = _attrs_problem(text)
+        if value is not None:
+            return value
+        raise DamagedItem(f"{self.path / feature / index.INDEX}: line {self._line_of(feature, part)} (part {part}): "
+                          f"damaged item {item} (its attributes do not parse: {problem}); "
+                          "the next `make extract` recomputes it")
+
+    def _line_of(self, feature: str, part: str) -> int | str:
+        """The number of the line of this handle's index naming `part` ('?' when the index was rebuilt from
+        the parts in memory)."""
+        pin = self._pins.get(feature)
+        found: list[int] = []
+        count = [0]
+
+        def visit(rec: dict[str, Any]) -> None:
+            count[0] += 1
+            if rec.get("part") == part and not found:
+                found.append(count[0])
+
+        if pin is not None:
+            with contextlib.suppress(index.IndexDamaged):
+                index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX, visit)
+        return found[0] if found else "?"
 
     def _slab_reads(self, feature: str) -> _SlabReads | None:
         """The feature's `_SlabReads`, made once per handle; None where it does not apply (an extra array
@@ -538,7 +728,7 @@ class Store:
         i0, m = fast.i_items[3 * k], fast.i_items[3 * k + 1]
         return ItemFeature(feature=feature, item=item, features=RowView(fast.features.data, start, n, fast.tail),
                            intervals=np.asarray(fast.intervals.data[i0:i0 + m], dtype=np.float64), extras={},
-                           attrs=json.loads(fast.cols.attrs_json[k]),
+                           attrs=self._attrs(feature, item, fast.cols.attrs_json[k], fast.cols.part_names[pid]),
                            columns=list(self._feature_group(feature).get("columns", [])))
 
     def arrays(self, feature: str, item: str, names: list[str]) -> list[Any]:
@@ -555,11 +745,18 @@ class Store:
         memory are stacked from row views and parts read lazily get one zarr gather each. An unknown item,
         a damaged part or a row out of range raises as a read of that item would (KeyError, DamagedItem,
         IndexError)."""
-        if picks:
-            got = self._rows_slab(feature, name, picks)
-            if got is not None:
-                return got
-        return self._rows_each(feature, name, picks)
+        try:
+            if picks:
+                got = self._rows_slab(feature, name, picks)
+                if got is not None:
+                    return got
+            return self._rows_each(feature, name, picks)
+        except DamagedPart as e:
+            state = self.index(feature)
+            hit = sorted({item for item, _ in picks if (en := state.entries.get(item)) is not None
+                          and parts.part_dir(self.path, feature, en.part) == e.folder})
+            raise damaged_item(e.folder, ", ".join(hit[:5]) + (f" and {len(hit) - 5} more" if len(hit) > 5 else ""),
+                               e.problem) from None
 
     def _rows_slab(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray | None:
         """`rows` through the slab, or None where it does not apply (no slab) or a pick would raise (the

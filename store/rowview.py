@@ -6,20 +6,30 @@ from typing import Any
 
 import numpy as np
 
+from store.integrity import DamagedItem, DamagedPart, damaged_item
+
 
 class RowView:
     """Rows [row0, row0 + n) of a part's array, sliced lazily like an array: `v[...]`, `v[a:b]`, `v[i, j]`,
     `np.asarray(v)`, `.shape`, `.dtype`. The part's array itself is opened on first use (`load`)."""
 
-    def __init__(self, load: Any, row0: int, n: int, tail: tuple[int, ...] | None = None) -> None:
+    def __init__(self, load: Any, row0: int, n: int, tail: tuple[int, ...] | None = None,
+                 item: str | None = None) -> None:
         self._load, self._base, self.row0, self.n = load, None, row0, n
         self._tail = tail  # the array's shape after the row axis, when the index knows it
+        self.item = item  # named in the error when the part's array does not read back
 
     @property
     def base(self) -> Any:
         if self._base is None:
-            self._base = self._load() if callable(self._load) else self._load
+            try:
+                self._base = self._load() if callable(self._load) else self._load
+            except DamagedPart as e:
+                raise self._named(e) from None
         return self._base
+
+    def _named(self, e: DamagedPart) -> DamagedItem:
+        return damaged_item(e.folder, self.item, e.problem) if self.item is not None else e
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -64,9 +74,13 @@ class RowView:
             if key is Ellipsis and rest:  # v[..., j]: Ellipsis over the row axis and the ones before j
                 return np.asarray(self[...])[(Ellipsis, *rest)]
         rows = self._rows(key)
-        if isinstance(rows, np.ndarray) and not isinstance(self.base, np.ndarray):
-            return self.base.oindex[(rows, *rest)] if rest else self.base.oindex[rows]
-        return self.base[(rows, *rest)] if rest else self.base[rows]
+        base = self.base
+        try:
+            if isinstance(rows, np.ndarray) and not isinstance(base, np.ndarray):
+                return base.oindex[(rows, *rest)] if rest else base.oindex[rows]
+            return base[(rows, *rest)] if rest else base[rows]
+        except DamagedPart as e:  # a lazy part's chunk that fails its checksum, or a file gone
+            raise self._named(e) from None
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = np.asarray(self[...])

@@ -31,6 +31,7 @@ class VerifyReport:
     seconds: float
     metadata: list[tuple[Path, str]] = field(default_factory=list)  # (file, problem) per damaged metadata file
     rebuilt: list[repair.Rebuilt] = field(default_factory=list)
+    adopted: list[repair.Adopted] = field(default_factory=list)  # parts on disk that no index line named
 
     @property
     def damaged(self) -> list[ItemCheck]:
@@ -47,6 +48,7 @@ class VerifyReport:
             mine = [c for c in self.checks if c.feature == feat]
             lines.append(f"  {feat:<12}{sum(c.ok for c in mine):>6}{sum(not c.ok for c in mine):>9}")
         lines += [r.line() for r in self.rebuilt]
+        lines += [a.line() for a in self.adopted]
         lines += [f"  DAMAGED METADATA {path}: {problem}" for path, problem in self.metadata]
         for c in self.damaged:
             lines.append(f"  DAMAGED {c.feature}/{c.item} ({c.path}): {c.problem}")
@@ -105,19 +107,33 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
         raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {present}")
     chosen = features or present
     metadata = _metadata(path, chosen)
-    rebuilt = _repair_indexes(path, chosen, store) if store.root is not None else []
-    if rebuilt:
+    rebuilt, adopted = _repair_indexes(path, chosen, store) if store.root is not None else ([], [])
+    if rebuilt or adopted:
+        store.close()
         store = Store(path, damaged_root=True)  # the repaired indexes
-    checks = [c for f in chosen for c in store.check(f, full=True)]
-    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt)
+    try:
+        checks = [c for f in chosen for c in store.check(f, full=True)]
+    finally:
+        store.close()
+    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt, adopted)
 
 
-def _repair_indexes(path: Path, features: list[str], store: Store) -> list[repair.Rebuilt]:
-    """Rebuild each damaged or missing index from its parts, holding the store's write lock."""
+def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list[repair.Rebuilt], list[repair.Adopted]]:
+    """Rebuild each damaged or missing index from its parts and adopt the parts no index line names,
+    holding the store's write lock."""
     broken = {f: why for f in features if (why := repair.problem(path, f)) is not None}
-    if not broken:
-        return []
+    loose = [f for f in features if f not in broken and (path / f / index.INDEX).exists()
+             and repair.unindexed(path, f, index.load(path / f / index.INDEX))]
+    if not broken and not loose:
+        return [], []
     from store.writer import StoreWriter
 
     with StoreWriter(path, str(store.attrs.get("dataset", ""))):
-        return [repair.rebuild(path, f, why) for f, why in broken.items()]
+        rebuilt = [repair.rebuild(path, f, why) for f, why in broken.items()]
+        adopted = []
+        for f in loose:
+            state = index.load(path / f / index.INDEX)
+            names = repair.unindexed(path, f, state)
+            if names:
+                adopted.append(repair.adopt(path, f, state, names)[1])
+        return rebuilt, adopted

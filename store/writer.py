@@ -4,9 +4,10 @@ A batch of one feature is written as one or more immutable parts (store/parts.py
 concatenated), each in full under `<store>/.staging/<part>/`, every file fsynced, then renamed into
 `<store>/<feature>/parts/<part>`. The batch becomes visible in one step: one append of its records to the
 feature's index log (store/index.py), fsynced. A run killed at any moment leaves at most a staging folder
-or a renamed part that no index line names (both swept by the next writer); a reader never sees half a
-batch, and a recomputed item's new rows supersede its old ones without touching other items' data
-(`python -m pipeline compact` reclaims the superseded rows). A commit that fails (disk full) removes what
+(swept by the next writer) or a renamed part that no index line names: complete, so the next writer adopts
+it from its own metadata (store/repair.py) rather than delete rows that were written whole; a reader never
+sees half a written part, and a recomputed item's new rows supersede its old ones without touching other
+items' data (`python -m pipeline compact` reclaims the superseded rows). A commit that fails (disk full) removes what
 it wrote and truncates the log to where it was: the store is as before the batch.
 
 The rename and the append are atomic on a local or POSIX shared filesystem, which is what this writer
@@ -202,7 +203,8 @@ class StoreWriter:
 
     def index(self, feature: str) -> index.IndexState:
         """The feature's index as this writer keeps it, loaded once: repaired if damaged (rebuilt from the
-        parts), and parts that no index line names (a killed commit's) removed."""
+        parts), parts that no index line names (a killed commit's, or lines lost to damage) adopted, and the
+        parts of compacted logs that no reader leases any more removed (store/repair.py)."""
         if feature not in self._index:
             from store.repair import open_index
 

@@ -11,6 +11,7 @@ from extractors.base import FeatureRows
 from pipeline.cli import main
 from store import layout
 from store.compact import compact_store
+from store.integrity import DamagedItem
 from store.migrate import migrate_store
 from store.reader import SnapshotGone, open_store
 from store.writer import StoreWriter
@@ -29,11 +30,13 @@ def rows(n: int, value: float, dtype: str = "float32") -> FeatureRows:
     )
 
 
-def snapshot(store: Path, feature: str = "feat") -> dict[str, tuple]:
-    """Every current item's arrays as bytes (bit-level) and strings, and its attributes."""
+def snapshot(store: Path, feature: str = "feat", skip: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """Every current item's arrays (but `skip`'s) as bytes (bit-level) and strings, and its attributes."""
     s = open_store(store)
     out = {}
     for item in s.items(feature, include_filtered=True, include_stale=True):
+        if item in skip:
+            continue
         r = s.read(feature, item)
         arrays = {"features": np.asarray(r.features[...]), "intervals": r.intervals,
                   **{k: np.asarray(v[...]) for k, v in r.extras.items()}}
@@ -120,7 +123,7 @@ def test_compaction_keeps_every_current_row_bit_identical(store: Path) -> None:
     assert not any(c.problem for f in ("feat", "half") for c in s.check(f, full=True))
 
 
-def test_a_reader_open_during_compaction_keeps_its_snapshot_or_says_so_in_one_line(tmp_path: Path) -> None:
+def test_a_reader_open_during_compaction_keeps_its_snapshot_until_it_closes(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     with StoreWriter(path, "demo") as w:
         w.set_feature("feat", ATTRS)
@@ -128,11 +131,38 @@ def test_a_reader_open_during_compaction_keeps_its_snapshot_or_says_so_in_one_li
             w.commit("feat", item, rows(3, float(k)), {"spec_hash": "s1"})
     held = open_store(path)
     a = held.read("feat", "a").features[:]  # its part is now in this handle's memory
+    old_parts = sorted(p.name for p in (path / "feat" / "parts").iterdir())
+    compact_store(path)
+    np.testing.assert_array_equal(held.read("feat", "a").features[:], a)
+    np.testing.assert_array_equal(held.read("feat", "b").features[:], rows(3, 1.0).features)  # its lease kept it
+    assert set(old_parts) <= {p.name for p in (path / "feat" / "parts").iterdir()}
+    np.testing.assert_array_equal(open_store(path).read("feat", "b").features[:], rows(3, 1.0).features)
+    held.close()
+    with StoreWriter(path, "demo") as w:  # the next writer removes what no reader holds any more
+        w.set_feature("feat", ATTRS)
+    assert not set(old_parts) & {p.name for p in (path / "feat" / "parts").iterdir()}
+    assert not list((path / "feat" / "retired").iterdir())
+
+
+def test_without_a_lease_a_read_of_a_compacted_part_says_so_in_one_line(tmp_path: Path) -> None:
+    """Where the filesystem refuses flock a reader has no lease: a read that needs a removed part raises
+    SnapshotGone, never zeros."""
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        for k, item in enumerate("abc"):
+            w.commit("feat", item, rows(3, float(k)), {"spec_hash": "s1"})
+    with pytest.MonkeyPatch.context() as m:
+        def no_flock(fd: int, op: int) -> None:
+            raise OSError(37, "No locks available")
+
+        m.setattr("fcntl.flock", no_flock)
+        held = open_store(path)
+    a = held.read("feat", "a").features[:]
     compact_store(path)
     np.testing.assert_array_equal(held.read("feat", "a").features[:], a)
     with pytest.raises(SnapshotGone, match=r"feat was compacted after this reader opened the store .*open the store again"):
         held.read("feat", "b").features[:]
-    np.testing.assert_array_equal(open_store(path).read("feat", "b").features[:], rows(3, 1.0).features)
 
 
 def test_compaction_is_automatic_only_when_worthwhile(store: Path) -> None:
@@ -218,10 +248,12 @@ def test_compaction_never_launders_a_damaged_part(store: Path) -> None:
     data = bytearray((bad / "features" / "c" / "0" / "0").read_bytes())
     data[len(data) // 2] ^= 0x01
     (bad / "features" / "c" / "0" / "0").write_bytes(bytes(data))
-    before = {k: v for k, v in snapshot(store).items() if k != "c"}
+    before = snapshot(store, skip=("c",))
+    with pytest.raises(DamagedItem, match=r"damaged item c \(features: .*checksum"):  # never served as data
+        open_store(store).read("feat", "c").features[...]
     [done] = compact_store(store)
     assert bad.is_dir() and open_store(store).index("feat").entries["c"].part == bad.name
-    assert {k: v for k, v in snapshot(store).items() if k != "c"} == before
+    assert snapshot(store, skip=("c",)) == before
     from store.verify import verify_store
 
     assert [c.item for c in verify_store(store).damaged] == ["c"]
@@ -229,8 +261,8 @@ def test_compaction_never_launders_a_damaged_part(store: Path) -> None:
 
 def test_a_kill_mid_append_leaves_a_torn_line_that_is_no_commit(store: Path) -> None:
     """The part is renamed into place and half of its index line written when the process dies: readers do
-    not see the batch (the torn line fails its checksum at the end of the log), the next writer cuts the line
-    and removes the part, and the store goes on."""
+    not see the batch (the torn line has no newline), the next writer cuts the line and adopts the part (its
+    rows are complete: nothing that was written whole is deleted), and the store goes on."""
     import store.index as si
 
     log_path = store / "feat" / "index.log"
@@ -253,9 +285,11 @@ def test_a_kill_mid_append_leaves_a_torn_line_that_is_no_commit(store: Path) -> 
     assert s.items("feat") == ["a", "b", "c"] and s.index("feat").torn
     with StoreWriter(store, "demo") as w:
         w.set_feature("feat", ATTRS)
-        assert len(list((store / "feat" / "parts").iterdir())) == 2  # the unpublished part is gone
+        assert len(list((store / "feat" / "parts").iterdir())) == 3  # the unpublished part is adopted
+        assert open_store(store).items("feat") == ["a", "b", "c", "d"]
         w.commit("feat", "d", rows(2, 5.0), {"spec_hash": "s1"})
-    assert log_path.read_bytes().startswith(good)  # the torn line was cut before the new one
+    assert log_path.read_bytes().startswith(good)  # the torn line was cut before the new ones
     s = open_store(store)
     assert s.items("feat") == ["a", "b", "c", "d"] and not s.index("feat").torn
-    assert len(list((store / "feat" / "parts").iterdir())) == 3
+    np.testing.assert_array_equal(s.read("feat", "d").features[:], rows(2, 5.0).features)
+    assert len(list((store / "feat" / "parts").iterdir())) == 4
