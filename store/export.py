@@ -417,6 +417,9 @@ def export_xarray(store: Path | str | Store, feature: str, out: Path | str, item
         raise ValueError(f"{out}: already exists; export writes a new file (remove it or pick another name)")
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".zarr":
+        for name in [*ds.data_vars, *ds.coords]:  # Zarr v3 specifies variable-length strings, not fixed-width ones
+            if ds[name].dtype.kind == "U":
+                ds[name] = ds[name].astype(object)
         ds.to_zarr(out, mode="w-", consolidated=False)
     else:
         for name, var in ds.data_vars.items():
