@@ -183,7 +183,8 @@ def _compaction_gain(store, feature: str) -> bool:
     live = sum(e.n_rows for e in state.entries.values())
     nbytes = sum(int(v[0]) for r in state.parts.values() for v in r.files.values())
     ideal = max(1, -(-len(state.entries) // PART_ITEMS), -(-nbytes // PART_BYTES))
-    return bool(state.parts) and (stored > live or len(state.live_parts()) < len(state.parts) or len(state.parts) > ideal)
+    good = len(state.parts) - len(store.part_problems(feature))  # a damaged part stays as it is (store/compact.py)
+    return bool(state.parts) and (stored > live or len(state.live_parts()) < len(state.parts) or good > ideal)
 
 
 def _parts_text(store, feature: str) -> str:
@@ -199,7 +200,11 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _weights(args: argparse.Namespace) -> int:
-    """Fill the weights cache (needs internet): DenseNet161 ImageNet weights and the text models."""
+    """Fill the weights cache (needs internet): DenseNet161 ImageNet weights and the text models. Where the
+    hub cannot be reached, one line says so and how to fill the cache elsewhere, and every folder this command
+    made is removed again (an empty `torchvision/` would look like a cache)."""
+    import urllib.error
+
     import torch
 
     from extractors.densenet import DenseNetConfig, weights_file
@@ -208,14 +213,33 @@ def _weights(args: argparse.Namespace) -> int:
 
     target = weights_dir(args.dir)
     dense = weights_file(DenseNetConfig(weights="imagenet1k_v1", weights_dir=target))
+    made = [p for p in (dense.parent, *dense.parent.parents) if not p.exists()]
     from torchvision.models import DenseNet161_Weights
 
-    torch.hub.load_state_dict_from_url(DenseNet161_Weights.IMAGENET1K_V1.url, model_dir=str(dense.parent),
-                                       check_hash=True)
-    for name in args.text_models.split(","):
-        download_text_model(name, target)
+    try:
+        url = DenseNet161_Weights.IMAGENET1K_V1.url
+        torch.hub.load_state_dict_from_url(url, model_dir=str(dense.parent), check_hash=True)
+        for name in args.text_models.split(","):
+            made += [p for p in (target / name, *(target / name).parents) if not p.exists() and p not in made]
+            url = f"https://huggingface.co/{name}"
+            download_text_model(name, target)
+    except (urllib.error.URLError, OSError, ConnectionError) as e:
+        _remove_empty(made)
+        why = getattr(e, "reason", None) or e
+        raise ValueError(f"cannot download {url} from this machine ({type(e).__name__}: {str(why)[:200]}); nothing "
+                         f"was written to {target}. On a machine with internet run `make weights WEIGHTS_DIR=DIR`, "
+                         f"copy DIR here and set SIQ_WEIGHTS_DIR=DIR (README: Real data)") from None
     print(f"weights cache ready at {target}")
     return 0
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """The folders a failed command created, deepest first, each only if nothing else put a file there."""
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another process' files), or gone already
+            continue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.func is not _weights:  # the one command that downloads (text models from the Hugging Face hub)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return _run(args)
 
 
