@@ -21,6 +21,7 @@ from manifests.records import ManifestNote, MediaItem, QAItem
 from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages, stop
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
+from pipeline.progress import Progress
 from pipeline.sources import choose_items, load_items, manifest_summary
 from store import layout
 from store.plan import Wanted, make_plan
@@ -28,7 +29,6 @@ from store.reader import Store
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
-PROGRESS_LOG_S = 15.0  # seconds between progress lines when no terminal shows the bar
 
 
 @dataclass
@@ -198,7 +198,6 @@ class _Runner:
         self.stages = stages.StageStats()
         self.committer: Committer | None = None
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
-        self.closed = 0  # pairs finished (handed to the committer or failed); a disabled tqdm counts nothing
 
     def start_ray(self) -> None:
         import ray
@@ -258,8 +257,7 @@ class _Runner:
         return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
-        from tqdm import tqdm
-
+        self.progress = Progress(sum(len(f) for f in todo.values()))  # its first line before the models load
         self.start_actors({f for feats in todo.values() for f in feats})
         self.todo, self.items, self.questions = todo, items, questions
         # made once: each ray.remote() is a new function for Ray to export
@@ -274,9 +272,7 @@ class _Runner:
         self.held_bytes: dict[tuple[str, int], int] = {}  # (item, segment) -> bytes of its decoded objects
         self.meta: dict[str, dict[str, Any]] = {}  # item -> decode meta, while any of its pairs is open
         self.pairs: dict[tuple[str, str], _Pair] = {}  # open (feature, item) pairs
-        total = sum(len(f) for f in todo.values())
-        self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
-        self.last_log = (time.perf_counter(), 0)
+        total = self.progress.total
         self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
         stop.stage("extraction")
@@ -286,7 +282,7 @@ class _Runner:
         finally:  # also when a signal stops the run: the open batches are committed, the stage figures reported
             with stop.deferred(raise_after=False):
                 self.committed(self.committer.close())
-            self.bar.close()
+            self.progress.close()
             self.report.stages = self.stages.summary()
 
     def loop(self, total: int) -> None:
@@ -301,7 +297,7 @@ class _Runner:
                 else:
                     self.extracted(ref, *self.running.pop(ref))
             self.committed(self.committer.drain())
-            self.progress(total)
+            self.progress.tick()
             self.submit()
             self.dispatch(flush=not self.decoding)  # nothing more is coming soon: run partial batches
 
@@ -315,16 +311,6 @@ class _Runner:
                 except self.ray.exceptions.RayError:
                     continue
         return out
-
-    def progress(self, total: int) -> None:
-        """A log line every `PROGRESS_LOG_S` for non-interactive runs (cluster jobs, CI), where tqdm is silent.
-        Pairs handed to the committer count as finished; `done` counts those whose batch is in the store."""
-        now = time.perf_counter()
-        if self.bar.disable and now - self.last_log[0] >= PROGRESS_LOG_S and self.closed != self.last_log[1]:
-            c = self.report.counts
-            log.info("progress: %d/%d pairs (%s)", self.closed, total,
-                     ", ".join(f"{f} {c[f]['done']} stored + {c[f]['failed']} failed" for f in sorted(c)))
-            self.last_log = (now, self.closed)
 
     def submit(self) -> None:
         """Start decode tasks while decoded data alive stays under `max_inflight_items` objects and
@@ -448,8 +434,9 @@ class _Runner:
                 self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds)
         if failed is not None:
             self.fail(feat, failed)
-        self.closed += 1
-        self.bar.update(1)
+            self.progress.failed()
+        else:
+            self.progress.handed()
         if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
             self.meta.pop(item_id, None)
 
@@ -509,8 +496,10 @@ class _Runner:
             self.stages.add(o.record)
             if o.error is not None:
                 self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
+                self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1
+            self.progress.stored()
             if partial is not None:
                 self.report.partial.append(partial)
             self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
@@ -579,7 +568,10 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         for q in qa:
             questions[q.item_id].append(q)
         _manifest_failures(report, notes, specs)
-        log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
+        chosen_qs = sum(len(questions.get(i.id, ())) for i in items)
+        log.info("%s: %d items, %d questions from %s%s", dataset, len(items), chosen_qs, raw,
+                 f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
+                 else "")
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
     except stop.Stopped as e:
