@@ -4,6 +4,7 @@ a pair finished, and a time left from the rate since the first pair finished."""
 from __future__ import annotations
 
 import io
+import os
 import re
 
 import pytest
@@ -86,3 +87,45 @@ def test_a_terminal_gets_a_bar_and_no_lines(monkeypatch: pytest.MonkeyPatch) -> 
     p.close()
     assert lines == []
     assert "4/4" in err.getvalue() and "stored=2" in err.getvalue() and "failed=1" in err.getvalue()
+
+
+def test_split_and_limit_log_the_chosen_counts(tmp_path, caplog: pytest.LogCaptureFixture,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--split dev --limit 2` on SocialIQA (one item per question): the line counts 2 items and their 2 questions,
+    the dataset's 12 in brackets. Nothing is computed: the run stops right after that line."""
+    import pipeline.run as run_module
+    from manifests.socialiqa import write_sample_socialiqa
+    from pipeline.config import load_config
+
+    write_sample_socialiqa(tmp_path / "raw", n=8)  # 8 train + 4 dev questions, one item each
+
+    def stop_here(*args, **kwargs):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run_module, "_extract", stop_here)
+    caplog.set_level("INFO", logger="siqfeat")
+    with pytest.raises(SystemExit):
+        run_module.run_extract("socialiqa", tmp_path / "raw", tmp_path / "s.zarr", load_config("socialiqa-minilm"),
+                               split="dev", limit=2)
+    (line,) = [m for m in caplog.messages if " questions from " in m]
+    assert line.startswith("socialiqa: 2 items, 2 questions from ") and line.endswith("(of 12 items, 12 questions: "
+                                                                                       "--split/--limit)")
+
+
+def test_ray_is_quiet_unless_verbose(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    import pipeline.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_extract", lambda args: seen.append(os.environ.get("RAY_BACKEND_LOG_LEVEL")) or 0)
+    token_log = logging.getLogger(cli.RAY_QUIET_LOGGERS[0])
+    monkeypatch.setattr(token_log, "level", logging.NOTSET)
+    monkeypatch.delenv("RAY_BACKEND_LOG_LEVEL", raising=False)
+    assert cli.main(["-v", "extract", "--dataset", "sample", "--raw", "r", "--out", "o"]) == 0
+    assert seen == [None] and token_log.getEffectiveLevel() <= logging.WARNING
+    assert cli.main(["extract", "--dataset", "sample", "--raw", "r", "--out", "o"]) == 0
+    assert seen == [None, "error"] and token_log.getEffectiveLevel() == logging.ERROR
+    monkeypatch.setenv("RAY_BACKEND_LOG_LEVEL", "debug")  # an explicit setting is kept
+    assert cli.main(["extract", "--dataset", "sample", "--raw", "r", "--out", "o"]) == 0
+    assert seen[-1] == "debug"
