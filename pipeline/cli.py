@@ -245,7 +245,7 @@ def _remove_empty(folders: list[Path]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="siqfeat", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="debug lines, and Ray's own (its token note, its C++ warnings), quiet by default")
+                        help="debug lines, and Ray's token-authentication note (quiet by default)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("extract", help="extract features into a Zarr store (cached: only missing/stale work runs)")
     p.add_argument("--dataset", help="dataset name (default: the config's `dataset`); also the config preset "
@@ -318,15 +318,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Ray's own lines that say nothing about this run: the note that token authentication is on (every local run
-# turns it on: README, "Token authentication"), and its C++ warnings on the driver's stderr (a Ctrl-C's
-# `task_manager.cc … Failed to push error`, lock-contention `mutex.cc` notes). `-v` shows them.
+# turns it on: README, "Token authentication"). `-v` shows it. Not RAY_BACKEND_LOG_LEVEL for its C++ lines:
+# setting it makes every Ray process print one more line to say it was set.
 RAY_QUIET_LOGGERS = ("ray._private.authentication.authentication_token_setup",)
 
 
 def quiet_ray() -> None:
-    """Before Ray starts: its backend (raylet, core worker: C++) logs errors only, its token note is not shown.
-    An explicit RAY_BACKEND_LOG_LEVEL is kept."""
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    """Before Ray starts: its token note is not shown."""
     for name in RAY_QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 

@@ -127,17 +127,18 @@ def _problem_items(info: StoreInfo) -> list[str]:
     return list(seen)
 
 
-def _picture(store_path: Path, item: str) -> str | None:
-    """The inspect PNG of the item as a data: URI, or None when it cannot be drawn (logged)."""
+def _picture(store_path: Path, item: str) -> tuple[str | None, str | None]:
+    """(The inspect PNG of the item as a data: URI, None) or (None, why it could not be drawn)."""
     from pipeline.inspect import render_item
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
             png = render_item(store_path, item, Path(tmp) / "item.png")
-        except (KeyError, OSError, ValueError) as e:
-            log.warning("report: no picture of %s: %s", item, e)
-            return None
-        return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+        except Exception as e:  # a damaged part or video, an item without rows: the page goes on without it
+            why = f"{type(e).__name__}: {e.args[0] if e.args else e}"
+            log.warning("report: no picture of %s: %s", item, why)
+            return None, why
+        return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii"), None
 
 
 def item_panels(store: Store, info: StoreInfo, chosen: list[str]) -> list[dict[str, Any]]:
@@ -155,7 +156,8 @@ def item_panels(store: Store, info: StoreInfo, chosen: list[str]) -> list[dict[s
                 break
         problems = [{"feature": f.name, "kind": kind, **x} for kind in KINDS for f in info.features
                     for x in getattr(f, kind) if x["item"] == item]
-        panels.append({"item": item, "picture": _picture(store.path, item),
+        picture, why = _picture(store.path, item)
+        panels.append({"item": item, "picture": picture, "no_picture": why,
                        "caption": m.caption if m else None, "split": m.split if m else None,
                        "video": str(m.video or m.image or "") if m else "",
                        "questions": [{"q": q.question, "answers": list(q.answers)} for q in questions.get(item, [])],
@@ -231,7 +233,7 @@ Exit code of <code>info</code>: <span data-info="exit_code">{{ exit_code }}</spa
 <h3>{{ p.item }}</h3><p>split {{ p.split or '?' }}; <code>{{ p.video }}</code></p>
 {% for x in p.problems %}<p><a href="#{{ x.kind }}-{{ x.feature }}-{{ p.item }}">{{ x.kind }}: {{ x.feature }}</a></p>{% endfor %}
 {% if p.caption %}<p class="caption">caption: {{ p.caption }}</p>{% endif %}
-{% if p.picture %}<img alt="inspect picture of {{ p.item }}" src="{{ p.picture }}">{% else %}<p>no picture (see the log)</p>{% endif %}
+{% if p.picture %}<img alt="inspect picture of {{ p.item }}" src="{{ p.picture }}">{% else %}<p>no picture: {{ p.no_picture }}</p>{% endif %}
 {% if p.words %}<p class="words">words: {{ p.words | join(' ') }}</p>{% endif %}
 {% if p.questions %}<ol class="questions">{% for q in p.questions %}<li>{{ q.q }}<ul>{% for a in q.answers %}<li>{{ a }}</li>{% endfor %}</ul></li>{% endfor %}</ol>{% endif %}
 </section>

@@ -254,6 +254,7 @@ class _Runner:
         """ray.get in waits of a second, a signal checked between them (models may take a while to load)."""
         while len(self.ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
             stop.check()
+            self.progress.tick()  # models loading: the lines go on
         return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:

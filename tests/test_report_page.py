@@ -98,6 +98,7 @@ def test_nothing_is_loaded_from_elsewhere(page: Path) -> None:
     for tag, attr, value in p.links:
         assert value.startswith("data:image/png;base64,") if attr == "src" else value.startswith("#"), (tag, value)
     assert any(tag == "img" for tag, _, _ in p.links)  # the inspect picture of tiny-b is in the file
+    assert "no picture: KeyError:" in "".join(p.text)  # tiny-x has no rows to draw: the page says so and goes on
 
 
 def chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
