@@ -98,12 +98,17 @@ class StoreInfo:
                          + f"; {len(self.runs)} run report(s) in {layout.RUNS}/")
         else:
             lines.append(f"  no run report in {layout.RUNS}/")
-        head = (f"  {'feature':<12}{'extractor':<14}{'version':<10}{'weights':<18}{'items':>7}{'rows':>10}"
+        shown = {f.name: f"{f.weights} (!)" if f.weights == "random" else f.weights for f in self.features}
+        ww = max([len("weights"), *map(len, shown.values())]) + 2
+        nw = max([len("feature"), *(len(f.name) for f in self.features)]) + 2
+        ew = max([len("extractor"), *(len(f.extractor) for f in self.features)]) + 2
+        vw = max([len("version"), *(len(f.version) for f in self.features)]) + 2
+        head = (f"  {'feature':<{nw}}{'extractor':<{ew}}{'version':<{vw}}{'weights':<{ww}}{'items':>7}{'rows':>10}"
                 f"{'MB':>9}{'parts':>7}{'partial':>9}{'failed':>8}{'filtered':>10}{'stale':>7}{'damaged':>9}")
         lines.append(head)
         for f in self.features:
-            weights = f"{f.weights} (!)" if f.weights == "random" else f.weights
-            lines.append(f"  {f.name:<12}{f.extractor:<14}{f.version:<10}{weights:<18}{f.items:>7}{f.rows:>10}"
+            weights = shown[f.name]
+            lines.append(f"  {f.name:<{nw}}{f.extractor:<{ew}}{f.version:<{vw}}{weights:<{ww}}{f.items:>7}{f.rows:>10}"
                          f"{f.bytes / 1e6:>9.1f}{f.parts:>7}{len(f.partial):>9}{len(f.failed):>8}"
                          f"{len(f.filtered):>10}{len(f.stale):>7}{len(f.damaged):>9}")
         if any(f.weights == "random" for f in self.features):
