@@ -250,7 +250,7 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
         if e.spec_hash != spec:
             info.stale.append({"item": e.item, "reason": f"made with spec {e.spec_hash}, the feature's is {spec}"})
         elif wanted is not None and e.item in wanted[1] and wanted[1][e.item] != e.fingerprint:
-            why = "the config differs" if wanted[0] != e.spec_hash else "its source file changed (name, size or mtime)"
+            why = "the config differs" if wanted[0] != e.spec_hash else "its source file changed (name, size or mtime) or is not where the manifest says"
             info.stale.append({"item": e.item, "reason": f"fingerprint differs from what the config would give: {why}"})
         else:
             current.add(e.item)
