@@ -1,6 +1,6 @@
 """A store with one of everything `info` and the report page tell apart, built without models or Ray.
 
-The synthetic tiny store (bench/bench_read.py: three clips, every feature) plus, by hand, what is known here
+The synthetic tiny store (bench/bench_read.py: three clips, every feature; qa rows of zeros) plus, by hand, what is known here
 and nowhere else (the tests' independent reference):
 
 - frames/tiny-b recomputed with 1.0-2.0 s missing: partial, and its first version's 2 rows superseded;
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bench_read import build_synthetic_store
 from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem
 from store.reader import open_store
@@ -36,8 +35,38 @@ EXPECTED = {  # feature -> counts, as built below
 }
 
 
+def _synthetic_store(raw: Path, out: Path) -> Path:
+    """bench/bench_read.py's synthetic store (8-d frames, 16-d words), its qa rows without the text model
+    (tests/qa_store.py: what info counts is rows, not embeddings), which saves loading MiniLM."""
+    from bench import bench_read as b
+    from manifests.socialiq import read_siq2
+    from tests.qa_store import by_item, zero_qa_rows
+
+    items, qa = read_siq2(raw)
+    truths = json.loads(next(raw.glob("**/sample_truth.json")).read_text())
+    rng = np.random.default_rng(0)
+    with StoreWriter(out, "sample") as w:
+        w.write_manifests(items, qa)
+        for name, ext, cols, rate in (("frames", "densenet161", [f"d{i}" for i in range(8)], 1.0),
+                                      ("faces", "mtcnn", b.FACE_COLUMNS, 1.0),
+                                      ("acoustic", "covarep", b.ACOUSTIC_COLUMNS, 100.0),
+                                      ("transcript", "bert_words", [f"h{i}" for i in range(16)], None),
+                                      ("qa", "bert_qa", ["h0", "h1"], None)):
+            b._feature(w, name, ext, cols, rate)
+        for item in items:
+            truth = truths[item.id]
+            dur = float(truth["duration_s"])
+            for name, rows in (("frames", b._frames_rows(dur, 8)), ("faces", b._faces_rows(truth)),
+                               ("acoustic", b._acoustic_rows(truth, rng)),
+                               ("transcript", b._transcript_rows(truth, 16, rng))):
+                w.commit(name, item.id, rows, {"duration_s": dur, "spec_hash": f"synthetic-{name}", "fingerprint": "-"})
+        for item_id, qs in sorted(by_item(qa).items()):
+            w.commit("qa", item_id, zero_qa_rows(qs), {"duration_s": None, "spec_hash": "synthetic-qa", "fingerprint": "-"})
+    return out
+
+
 def build_info_store(raw: Path, out: Path) -> Path:
-    build_synthetic_store(raw, out, 8, 16)
+    _synthetic_store(raw, out)
     s = open_store(out)
     items, qa = s.media_items(), s.qa_items()
     frames_b = s.read("frames", "tiny-b")
