@@ -197,8 +197,13 @@ class ExtractorWorker:
         self.model_s, self.units = 0.0, 0  # this actor's model calls, for the per-unit cost in the run report
         log.info("%s: %s ready on %s (pid %d)", feature, config.extractor, device, os.getpid())
 
-    def ready(self) -> str | None:
-        return node_id()
+    def ready(self) -> dict[str, Any]:
+        """Where it runs: its Ray node, and its GPUs (the run report's utilisation counts per GPU)."""
+        import sys
+
+        ray = sys.modules.get("ray")
+        gpus = [str(g) for g in ray.get_gpu_ids()] if ray is not None and ray.is_initialized() else []
+        return {"node": node_id(), "gpus": gpus}
 
     def batches(self) -> dict[str, Any]:
         """The batch sizes this actor used (per input size: pinned, calibrated, cached or default, with the

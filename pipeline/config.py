@@ -54,7 +54,11 @@ class RunConfig(BaseModel):
     audio_rate_hz: int = 16000
     frames_per_batch: int = Field(256, ge=1)  # frames gathered across videos before one model call
     items_per_batch: int = Field(8, ge=1)  # items gathered for non-frame features
-    max_inflight_items: int = Field(8, ge=1)  # decoded items (or segments) alive at once: bounds memory
+    # decoded items (or segments) alive at once; None: no count, the scheduler decodes ahead of the models only as
+    # far as they need (pipeline/schedule.py) and never past max_inflight_bytes
+    max_inflight_items: int | None = Field(None, ge=1)
+    # "balanced" (pipeline/schedule.py), or "fixed": the policy of runs before 2026-12, kept for comparison
+    scheduler: Literal["balanced", "fixed"] = "balanced"
     # bytes of decoded input (pixels, samples) in one model call; a video whose frames take more is decoded
     # and extracted in segments of at most this; one input bigger than it (a huge still) runs alone
     batch_bytes: int = Field(256 * 2**20, ge=1)

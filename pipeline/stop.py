@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from store.writer import StoreError, StoreWriter
 
 if TYPE_CHECKING:
-    from pipeline.run import RunReport
+    from pipeline.report import RunReport
 
 log = logging.getLogger("siqfeat")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -14,7 +14,7 @@ import pytest
 from extractors.base import FeatureRows
 from pipeline import exitcodes
 from pipeline.cli import main
-from pipeline.run import RunReport
+from pipeline.report import RunReport
 from store.reader import open_store
 from store.writer import StoreWriter
 
@@ -117,7 +117,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
     from pipeline.progress import Progress
-    from pipeline.run import _Runner
+    from pipeline.runner import Runner
 
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}}})
     out = tmp_path / "s.zarr"
@@ -145,9 +145,9 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
             raise enospc()
         monkeypatch.setattr(si.os, "pwrite", half)
     r = RunReport("run", "sample", "s.zarr", {"frames": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}})
-    runner = _Runner(config, config.specs(), w, r)
+    runner = Runner(config, config.specs(), w, r)
     runner.committer = Committer(w, batch_items=2)
-    runner.progress = Progress(2, bar=False, emit=lambda line: None)  # what _Runner.run makes first
+    runner.progress = Progress(2, bar=False, emit=lambda line: None)  # what Runner.run makes first
     for i in ("a", "b"):
         runner.fingerprints["frames", i], runner.sources["frames", i] = "fp", {}
         runner.commit("frames", MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),

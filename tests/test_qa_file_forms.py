@@ -77,7 +77,8 @@ def test_an_unreadable_siq2_qa_file_fails_alone_with_one_line(tiny_root: Path, f
 def test_a_failed_qa_file_fails_the_qa_feature_only_and_the_run_exits_3(tiny_root: Path) -> None:
     from pipeline import exitcodes
     from pipeline.config import load_config
-    from pipeline.run import RunReport, _manifest_failures
+    from pipeline.report import RunReport
+    from pipeline.run import _manifest_failures
 
     (tiny_root / "siq2" / "qa" / "qa_train.json").write_text("[{")
     notes: list[ManifestNote] = []

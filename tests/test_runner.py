@@ -1,5 +1,5 @@
-"""The runner's batching in counts and bytes (without Ray), and a long video extracted in segments through
-Ray: the same rows as one piece, and a segment that fails fails its (feature, item) pairs."""
+"""The runner's books of (feature, item) pairs (without Ray), how actors are laid out, and a long video extracted in
+segments through Ray: the same rows as one piece, and a segment that fails fails its (feature, item) pairs."""
 
 from __future__ import annotations
 
@@ -17,66 +17,22 @@ from manifests.records import MediaItem
 from pipeline.config import RunConfig
 from pipeline.decode import decode_frames
 from pipeline.progress import Progress
-from pipeline.run import RunReport, _Pair, _Runner, _Unit, actor_plan, run_extract
+from pipeline.report import RunReport
+from pipeline.run import run_extract
+from pipeline.runner import Runner, _Pair, actor_plan
 from store.reader import open_store
 
 
-class FakeActor:
-    """Records the batches it is sent, as `actor.__call__.remote(item_ids, *refs)`."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-        self.__call__ = SimpleNamespace(remote=self._remote)
-
-    def _remote(self, item_ids: list[str], *refs: Any) -> object:
-        self.calls.append(list(item_ids))
-        return object()
-
-
-def runner(**limits: Any) -> tuple[_Runner, FakeActor]:
+def runner(**limits: Any) -> Runner:
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}},
                                        **limits})
-    r = _Runner(config, config.specs(), writer=None, report=None)  # type: ignore[arg-type]
-    actor = FakeActor()
-    r.actors, r.running, r.busy = {"frames": [actor]}, {}, {actor: -10**6}  # never too busy: every batch goes
-    r.waiting = {"frames": []}
-    return r, actor
-
-
-def test_batches_are_bounded_in_bytes_and_in_frames() -> None:
-    r, actor = runner(frames_per_batch=100, batch_bytes=1000)
-    # 60 frames of 100 bytes each: the byte limit (10 frames a batch) binds before the count
-    r.waiting["frames"] = [_Unit(f"v{i}", None, 6, 600) for i in range(10)]
-    r.dispatch(flush=True)
-    assert actor.calls == [[f"v{i}"] for i in range(10)]  # 600 + 600 > 1000: one video a call
-
-    r, actor = runner(frames_per_batch=10, batch_bytes=10**9)
-    r.waiting["frames"] = [_Unit(f"v{i}", None, 4, 40) for i in range(5)]
-    r.dispatch(flush=True)
-    assert actor.calls == [["v0", "v1"], ["v2", "v3"], ["v4"]]  # the frame count binds
-
-    r, actor = runner(frames_per_batch=100, batch_bytes=1000)
-    r.waiting["frames"] = [_Unit("a", None, 1, 300), _Unit("huge", None, 1, 5000), _Unit("b", None, 1, 300),
-                           _Unit("c", None, 1, 300), _Unit("d", None, 1, 300)]
-    r.dispatch(flush=False)  # full batches go without a flush; the partial rest waits for more
-    assert actor.calls == [["a"], ["huge"]]  # one input over the limit runs alone
-    assert [u.item for u in r.waiting["frames"]] == ["b", "c", "d"]  # 900 bytes: waits for more
-
-
-def test_no_batch_waits_while_under_both_limits() -> None:
-    r, actor = runner(frames_per_batch=100, batch_bytes=1000)
-    r.waiting["frames"] = [_Unit("a", None, 3, 300)]
-    r.dispatch(flush=False)
-    assert actor.calls == [] and len(r.waiting["frames"]) == 1
-    r.waiting["frames"].append(_Unit("b", None, 3, 800))  # together over the byte limit: "a" goes alone
-    r.dispatch(flush=False)
-    assert actor.calls == [["a"]]
+    return Runner(config, config.specs(), writer=None, report=None)  # type: ignore[arg-type]
 
 
 def test_a_video_whose_every_segment_lost_its_frames_fails() -> None:
     """In one piece such a video fails with "no frame could be decoded"; in segments, each segment is merely
     empty (its seconds missing), so the joined pair must fail the same way instead of committing no rows."""
-    r, _ = runner()
+    r = runner()
     r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
     r.items = {"v": MediaItem(id="v", dataset="tiny", video=Path("/raw/v.mp4"))}
     r.todo, r.meta, r.progress = {"v": ["frames"]}, {"v": {}}, Progress(1, bar=False, emit=lambda line: None)
@@ -138,14 +94,23 @@ def test_actor_plan_shares_gpus_and_cores() -> None:
         "acoustic": {"extractor": "covarep"}}, "actors_per_gpu": {"faces": 3}})
     specs = {s.name: s for s in config.specs()}
     gpu = actor_plan(specs, set(specs), config, cpus=16, gpus=2)
-    assert gpu["faces"][1:3] == (6, "cuda") and gpu["frames"][1:3] == (2, "cuda")  # per GPU: 3 faces, 1 frames
-    assert gpu["faces"][0]["num_gpus"] == gpu["frames"][0]["num_gpus"] == 1 / 4  # 4 actors share each GPU
-    assert gpu["acoustic"] == ({"num_cpus": 1}, 8, "cpu", 1)
+    assert (gpu["faces"].actors, gpu["faces"].device) == (6, "cuda")  # per GPU: 3 faces, 1 frames
+    assert (gpu["frames"].actors, gpu["frames"].device) == (2, "cuda")
+    assert gpu["faces"].options["num_gpus"] == gpu["frames"].options["num_gpus"] == 1 / 4  # 4 actors share each GPU
+    # the policy, not Ray, gives their calls a core: a GPU actor's host thread while it has calls in flight
+    assert gpu["faces"].options["num_cpus"] == 0 and gpu["faces"].holds_cores and gpu["faces"].depth == 2
+    # a CPU feature: one actor per core, spread, holding no Ray CPU while idle; one item a call, never queued
+    ac = gpu["acoustic"]
+    assert (ac.actors, ac.options, ac.per_call, ac.depth) == (16, {"num_cpus": 0, "scheduling_strategy": "SPREAD"}, 1, 1)
+    fixed = actor_plan(specs, set(specs), config.model_copy(update={"scheduler": "fixed"}), cpus=16, gpus=2)
+    assert (fixed["acoustic"].actors, fixed["acoustic"].options) == (8, {"num_cpus": 1})  # as before 2026-12
     cpu = actor_plan(specs, set(specs), config, cpus=2, gpus=0)
-    assert cpu["faces"] == cpu["frames"] == ({"num_cpus": 0}, 1, "cpu", 1)  # 2 cores for 2 model features
-    assert actor_plan(specs, {"faces"}, config, cpus=16, gpus=0)["faces"][3] == 16
+    for feat in ("faces", "frames"):  # 2 cores for 2 model features, their threads beside the policy's slots
+        assert (cpu[feat].options, cpu[feat].actors, cpu[feat].device, cpu[feat].threads) == ({"num_cpus": 0}, 1, "cpu", 1)
+        assert not cpu[feat].holds_cores
+    assert actor_plan(specs, {"faces"}, config, cpus=16, gpus=0)["faces"].threads == 16
     pinned = config.model_copy(update={"model_threads": 3})
-    assert actor_plan(specs, set(specs), pinned, cpus=2, gpus=0)["faces"][3] == 3
+    assert actor_plan(specs, set(specs), pinned, cpus=2, gpus=0)["faces"].threads == 3
     with pytest.raises(ValueError, match="actors_per_gpu: nope = 2"):
         RunConfig.model_validate({"features": {"faces": {"extractor": "mtcnn"}}, "actors_per_gpu": {"nope": 2}})
 
@@ -154,7 +119,7 @@ def test_the_runner_tells_progress_of_each_pair_closed() -> None:
     """The runner's part (pipeline/progress.py has the rest): a failed pair counts as failed, a committed one as
     handed over, then as stored once its batch is in; the line adds up at each step."""
     lines: list[str] = []
-    r, _ = runner()
+    r = runner()
     r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
     r.items = {v: MediaItem(id=v, dataset="tiny", video=Path(f"/raw/{v}.mp4")) for v in ("v", "w")}
     r.todo, r.meta = {"v": ["frames"], "w": ["frames"]}, {"v": {}, "w": {"seconds": {"frames": 0.1}}}

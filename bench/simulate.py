@@ -1,0 +1,356 @@
+"""Replay a run report's per-unit costs through the real scheduling policy: a projection of a whole dataset on a
+node (or cluster) of a given size, without Ray or models.
+
+    python -m bench.simulate --costs ../shared/gpu-run/h100-run-report.json --cpus 16 --gpus 1 --clips 1250
+    python -m bench.simulate --costs REPORT --cpus 16 --gpus 1 --clips 500 --until 400 --policy fixed
+
+The policy objects are pipeline/schedule.py's and the actors are laid out by pipeline/runner.py's `actor_plan`,
+exactly as a run does; only Ray and the models are replaced, by a discrete-event model of them:
+
+- each clip costs what the report measured per unit (`worker_s / units`: frames, audio seconds, words,
+  questions), at the report's average units per item; a decode task costs the sum of its kinds;
+- the CPUs are shared: every running decode task and model call uses the cores the report measured for its stage
+  (`cpu_s / worker_s`), and when they ask for more than the node has, all of them slow down in proportion;
+- Ray's own CPU accounting is modelled where the policy relies on it: under the fixed policy CPU actors hold one
+  Ray CPU each for the whole run, and decode tasks queue for the Ray CPUs left (what serialised the H100 run);
+- GPU actors on one GPU do not slow each other down (the H100 run's GPU was 3.5 % busy; a GPU that saturates
+  would make the projection optimistic for the GPU features);
+- start-up: Ray comes up after `--ray-start-s`, models are loaded after `--actors-start-s` (both read from the
+  report's log times by default); the fixed runner decoded nothing before its actors were ready, the balanced one
+  decodes while they load;
+- the driver's commits are one server (the committer thread), `commit:*` seconds per pair.
+
+It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
+from the simulated call records exactly as from a real run's), and the resource bound: the largest of the
+CPU work over the cores, each GPU feature's actor work over its actors, and the driver's commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline import report as run_report
+from pipeline.config import RunConfig, load_config
+from pipeline.runner import actor_plan
+from pipeline.schedule import CUDA, Call, FixedScheduler, Pool, Scheduler, Unit, Worker
+
+AUDIO_RATE_HZ = 16_000
+# a decoded frame as the H100 run's clips had it: half 640x360, half 1280x720, RGB (docs/scale.md)
+FRAME_BYTES = (640 * 360 + 1280 * 720) * 3 // 2
+
+
+@dataclass
+class Costs:
+    """Per-item costs read from a run report's `stages`."""
+
+    decode_s: float  # one decode task (every kind of an item)
+    decode_cores: float
+    model_s: dict[str, float]  # feature -> actor seconds per item
+    model_cores: dict[str, float]
+    units: dict[str, float]  # feature -> units per item (frames for the frame features)
+    commit_s: dict[str, float]  # feature -> driver seconds per pair
+    audio_s: float  # seconds of audio per item
+    ray_start_s: float
+    actors_start_s: float
+
+    @classmethod
+    def from_report(cls, report: dict[str, Any]) -> Costs:
+        st = report["stages"]
+        decodes = [v for k, v in st.items() if k.startswith("decode:")]
+        items = max(v["items"] for v in decodes)
+        decode_s = sum(v["worker_s"] for v in decodes) / items
+        decode_cores = sum(v["cpu_s"] for v in decodes) / max(1e-9, sum(v["worker_s"] for v in decodes))
+        model_s, model_cores, units, commit_s = {}, {}, {}, {}
+        for stage, v in st.items():
+            kind, _, feat = stage.partition(":")
+            if kind == "model":
+                model_s[feat] = v["worker_s"] / v["items"]
+                model_cores[feat] = v["cpu_s"] / v["worker_s"] if v["worker_s"] else 1.0
+                units[feat] = v["units"] / v["items"]
+            elif kind == "commit":
+                commit_s[feat] = v["busy_s"] / v["items"]
+        audio = st.get("decode:audio")
+        start = _run_start(report)
+        first_decode = min(v["first_start_s"] for v in decodes) - start if start else 0.0
+        first_model = min(v["first_start_s"] for k, v in st.items() if k.startswith("model:")) - start if start else 0.0
+        return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s,
+                   audio["units"] / audio["items"] if audio else 0.0,
+                   ray_start_s=min(7.0, first_decode), actors_start_s=max(first_decode, first_model))
+
+
+def _run_start(report: dict[str, Any]) -> float | None:
+    """The run's start from its id (`20261127T105553Z-…`): the report keeps no start time of its own."""
+    try:
+        return datetime.strptime(report["run_id"][:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+    except (KeyError, ValueError):
+        return None
+
+
+@dataclass(eq=False)
+class _Task:
+    """Something running that needs CPU: a decode task or a model call."""
+
+    kind: str  # "decode" or "call"
+    left: float  # seconds of work left at full speed
+    cores: float
+    started: float
+    what: Any
+    uses_cpu: bool = True
+
+
+@dataclass
+class _Actor:
+    """A simulated Ray actor: its calls run one at a time, in the order sent."""
+
+    queue: list[Call] = field(default_factory=list)
+    running: _Task | None = None
+
+
+class Simulation:
+    def __init__(self, costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
+                 frame_bytes: int = FRAME_BYTES) -> None:
+        self.costs, self.config, self.cpus, self.gpus, self.clips = costs, config, cpus, gpus, clips
+        self.frame_bytes = frame_bytes
+        specs = {s.name: s for s in config.specs() if s.name in costs.model_s}
+        self.specs = specs
+        plan = actor_plan(specs, set(specs), config, cpus, gpus)
+        pools = {}
+        self.actors: dict[Worker, _Actor] = {}
+        reserved = 0.0
+        for feat, p in plan.items():
+            pool = Pool(feat, specs[feat].extractor.input_kind, p.device, p.per_call, p.depth, p.holds_cores)
+            for k in range(p.actors):
+                gpu = f"sim:{k % max(1, gpus)}" if p.device == CUDA else None
+                w = Worker(handle=None, node="sim", gpu=gpu)
+                pool.workers.append(w)
+                self.actors[w] = _Actor()
+            pools[feat] = pool
+            reserved += p.options.get("num_cpus", 1) * p.actors
+        self.ray_cpus = max(0.0, cpus - reserved)  # Ray CPUs left for decode tasks
+        policy = FixedScheduler if config.scheduler == "fixed" else Scheduler
+        self.sched = policy(pools, {"sim": float(cpus)}, max_bytes=config.max_inflight_bytes,
+                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items)
+        self.features = sorted(specs)
+        for i in range(clips):
+            self.sched.add(f"clip{i:05d}", list(self.features))
+        self.now = 0.0
+        self.running: list[_Task] = []
+        self.ray_queue: list[Any] = []  # decode tasks waiting for a Ray CPU
+        self.calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.left: dict[str, set[str]] = {}  # clip -> features not yet done
+        self.done_at: list[float] = []
+        self.commit_free = 0.0  # when the driver's committer is next free
+        self.events: list[tuple[float, int, str]] = []  # timed events: actors ready, start of decoding
+        self._seq = 0
+
+    # -- the model of Ray and the machine ------------------------------------------------------------------------
+    def _speed(self) -> float:
+        demand = sum(t.cores for t in self.running if t.uses_cpu)
+        return min(1.0, self.cpus / demand) if demand > 0 else 1.0
+
+    def _advance(self, until: float) -> None:
+        speed = self._speed()
+        for t in self.running:
+            t.left -= (until - self.now) * (speed if t.uses_cpu else 1.0)
+        self.now = until
+
+    def _next_finish(self) -> float:
+        speed = self._speed()
+        return min((self.now + max(0.0, t.left) / (speed if t.uses_cpu else 1.0) for t in self.running),
+                   default=math.inf)
+
+    def _start_decode(self, job: Any) -> None:
+        c = self.costs
+        self.running.append(_Task("decode", c.decode_s, c.decode_cores, self.now, job))
+
+    def _start_call(self, worker: Worker, call: Call) -> None:
+        feat = call.pool.feature
+        c = self.costs
+        per_unit = c.model_s[feat] / max(1e-9, c.units[feat])
+        seconds = sum(u.n if call.pool.kind == "frames" else c.units[feat] for u in call.take) * per_unit
+        self.actors[worker].running = _Task("call", seconds, c.model_cores.get(feat, 1.0), self.now, (worker, call))
+
+    def _submit(self) -> None:
+        for call in self.sched.next_calls():
+            actor = self.actors[call.worker]
+            actor.queue.append(call)
+            if actor.running is None:
+                self._run_next(call.worker)
+        for job in self.sched.next_decodes():
+            self.ray_queue.append(job)
+        while self.ray_queue and sum(t.kind == "decode" for t in self.running) < self._decode_slots():
+            self._start_decode(self.ray_queue.pop(0))
+
+    def _decode_slots(self) -> float:
+        return self.ray_cpus if self.sched.name == "fixed" else self.cpus
+
+    def _run_next(self, worker: Worker) -> None:
+        actor = self.actors[worker]
+        if actor.queue:
+            self._start_call(worker, actor.queue.pop(0))
+            self.running.append(actor.running)
+        else:
+            actor.running = None
+
+    def _finish(self, task: _Task) -> None:
+        self.running.remove(task)
+        end = self.now
+        if task.kind == "decode":
+            job = task.what
+            self.calls["decode:frames"].append(_record("decode:frames", task.started, end, task.cores, 1))
+            units, nbytes = {}, {}
+            for feat in self.left.setdefault(job.item, set(self.features)):
+                kind = self.specs[feat].extractor.input_kind
+                n = int(round(self.costs.units[feat])) if kind == "frames" else 1
+                b = int(self.costs.units[feat] * self.frame_bytes) if kind == "frames" else (
+                    int(self.costs.audio_s * AUDIO_RATE_HZ * 4) if kind == "audio" else 0)
+                units[feat] = Unit(job.item, None, n, b, kind=kind)
+                nbytes[kind] = max(nbytes.get(kind, 0), b)
+            self.sched.decoded(job.item, job.segment, units, nbytes)
+            return
+        worker, call = task.what
+        feat = call.pool.feature
+        rec = _record(f"model:{feat}", task.started, end, task.cores, len(call.take))
+        if worker.gpu:
+            rec["gpu"] = worker.gpu
+        self.calls[rec["stage"]].append(rec)
+        self.sched.call_done(call)
+        for u in call.take:
+            self.sched.release(u.item, u.part, u.kind, 1)
+            self._commit(feat, u.item)
+        self._run_next(worker)
+
+    def _commit(self, feat: str, item: str) -> None:
+        start = max(self.now, self.commit_free)
+        self.commit_free = start + self.costs.commit_s.get(feat, 0.0)
+        self.calls[f"commit:{feat}"].append(_record(f"commit:{feat}", start, self.commit_free, 1.0, 1))
+        left = self.left[item]
+        left.discard(feat)
+        if not left:
+            self.done_at.append(self.commit_free)
+
+    def _at(self, when: float, what: str) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (when, self._seq, what))
+
+    def run(self) -> float:
+        c = self.costs
+        decode_from = c.actors_start_s if self.sched.name == "fixed" else c.ray_start_s
+        self._at(decode_from, "decode")
+        self._at(c.actors_start_s, "actors")
+        decoding_allowed = False
+        while True:
+            t_event = self.events[0][0] if self.events else math.inf
+            t_task = self._next_finish()
+            if t_event == math.inf and t_task == math.inf:
+                break
+            if t_event <= t_task:
+                self._advance(t_event)
+                _, _, what = heapq.heappop(self.events)
+                if what == "actors":
+                    for pool in self.sched.pools.values():
+                        for w in pool.workers:
+                            w.ready = True
+                else:
+                    decoding_allowed = True
+            else:
+                self._advance(t_task)
+                for task in [t for t in self.running if t.left <= 1e-9]:
+                    self._finish(task)
+            if decoding_allowed:
+                self._submit()
+            elif any(w.ready for p in self.sched.pools.values() for w in p.workers):
+                for call in self.sched.next_calls():
+                    self.actors[call.worker].queue.append(call)
+                    if self.actors[call.worker].running is None:
+                        self._run_next(call.worker)
+        return max(self.done_at, default=self.now)
+
+    # -- what it prints ------------------------------------------------------------------------------------------
+    def bound(self) -> dict[str, float]:
+        c, n = self.costs, self.clips
+        cpu = n * (c.decode_s * c.decode_cores + sum(c.model_s[f] * c.model_cores.get(f, 1.0) for f in self.features))
+        out = {"cpu": cpu / self.cpus}
+        for feat, pool in self.sched.pools.items():
+            if pool.device == CUDA:
+                out[f"actors {feat}"] = n * c.model_s[feat] / len(pool.workers)
+        out["driver"] = n * sum(c.commit_s.get(f, 0.0) for f in self.features)
+        return out
+
+
+def _record(stage: str, start: float, end: float, cores: float, items: int) -> dict[str, Any]:
+    return {"stage": stage, "start_s": start, "end_s": end, "cpu_s": (end - start) * cores, "units": items,
+            "items": items, "unit": "items"}
+
+
+def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
+             until: float | None = None) -> dict[str, Any]:
+    sim = Simulation(costs, config, cpus, gpus, clips)
+    wall = sim.run()
+    bound = sim.bound()
+    workers = {f: len(p.workers) for f, p in sim.sched.pools.items()}
+    util = run_report.utilisation(sim.calls, cpus, workers, sim.sched.name)
+    out = {"policy": sim.sched.name, "clips": clips, "cpus": cpus, "gpus": gpus, "wall_s": round(wall, 1),
+           "clips_per_s": round(clips / wall, 3), "bound_s": round(max(bound.values()), 1),
+           "bound": {k: round(v, 1) for k, v in bound.items()}, "start_s": round(costs.ray_start_s, 1),
+           "utilisation": util}
+    out["wall_over_bound"] = round(wall / out["bound_s"], 3)
+    if until is not None:
+        done = sum(t <= until for t in sim.done_at)
+        out["until"] = {"seconds": until, "clips": done, "clips_per_s": round(done / until, 3)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--costs", type=Path, required=True, help="a run report (<store>/_runs/<id>.json)")
+    ap.add_argument("--cpus", type=int, default=16)
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--clips", type=int, default=1250)
+    ap.add_argument("--config", default="socialiq", help="preset or TOML: the features and the run settings")
+    ap.add_argument("--policy", choices=["balanced", "fixed"], help="default: the config's `scheduler`")
+    ap.add_argument("--until", type=float, help="also count the clips done by this many seconds")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a run setting, e.g. max_inflight_items=8 (JSON values)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    overrides: dict[str, Any] = {}
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    if args.policy:
+        overrides["scheduler"] = args.policy
+    config = load_config(args.config if not Path(args.config).exists() else Path(args.config), overrides)
+    costs = Costs.from_report(json.loads(args.costs.read_text()))
+    out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"{out['policy']} policy, {args.clips} clips on {args.cpus} CPU + {args.gpus} GPU "
+          f"(costs: {args.costs.name}):")
+    print(f"  projected wall {out['wall_s']:.0f} s ({out['clips_per_s']:.2f} clips/s), including "
+          f"{out['start_s']:.0f} s for Ray to start")
+    print(f"  resource bound {out['bound_s']:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in out["bound"].items()))
+    print(f"  wall / bound: {out['wall_over_bound']:.2f}")
+    for line in run_report.utilisation_lines(out["utilisation"]):
+        print(line)
+    if "until" in out:
+        u = out["until"]
+        print(f"  by {u['seconds']:.0f} s: {u['clips']} clips ({u['clips_per_s']:.2f} clips/s)")
+
+
+if __name__ == "__main__":
+    main()
+
+

@@ -1,0 +1,195 @@
+"""What a run did, for the person who ran it and for scripts: the run report (`<store>/_runs/<run id>.json`),
+its summary lines, and how busy each resource of the machine or cluster was (`utilisation`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline import cluster, exitcodes
+from pipeline.sources import manifest_summary
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    dataset: str
+    store: str
+    counts: dict[str, dict[str, int]]  # feature -> done / skipped / failed / n/a
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    filtered: dict[str, dict[str, float]] = field(default_factory=dict)  # feature -> item -> ratio
+    seconds: float = 0.0
+    model_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    cluster: dict[str, Any] = field(default_factory=dict)  # the Ray cluster used: address, nodes, resources, work
+    manifest: list[dict[str, Any]] = field(default_factory=list)  # ManifestNote records: inputs not taken as they were
+    damaged: list[dict[str, Any]] = field(default_factory=list)  # items found damaged: path, problem, recomputed
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> busy/worker seconds, units (stages.py)
+    batches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # feature -> per actor: batch choices, cost
+    # pairs committed with seconds that did not decode (damaged data, a truncated file): feature, item, file,
+    # missing_s (the spans), missing_total_s, duration_s
+    partial: list[dict[str, Any]] = field(default_factory=list)
+    not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
+    store_error: str | None = None  # the store could not be written (disk full): the run stopped there
+    stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
+    planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
+    # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
+    utilisation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal when one stopped the run; STORE when the store could not be written; FAILURES
+        when any pair failed; DAMAGED when damaged items were left as they are; STORE when only the report
+        could not be saved."""
+        if self.stopped:
+            return 128 + int(self.stopped["signum"])
+        if self.store_error:
+            return exitcodes.STORE
+        if any(c["failed"] for c in self.counts.values()):
+            return exitcodes.FAILURES
+        if any(not d["recomputed"] for d in self.damaged):
+            return exitcodes.DAMAGED
+        return exitcodes.STORE if self.not_saved else exitcodes.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def summary(self) -> str:
+        lines = [f"{self.dataset}: {self.store} ({self.seconds:.1f} s)"]
+        lines += self.notes
+        if self.cluster:
+            lines.append(cluster.summary_line(self.cluster))
+        lines += manifest_summary(self.manifest)
+        lines += batch_lines(self.batches)
+        lines += utilisation_lines(self.utilisation)
+        partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
+        lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
+        for feat, c in self.counts.items():
+            lines.append(f"  {feat:<12}{c['done']:>6}{partial[feat]:>9}{c['skipped']:>9}{c['failed']:>8}{c['n/a']:>6}")
+        for d in self.damaged:
+            lines.append(f"  DAMAGED {d['feature']}/{d['item']} ({d['path']}): {d['problem']}; "
+                         + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
+        for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
+            lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+        for p in self.partial:  # done, but with seconds that have no rows
+            of = f" of {p['duration_s']:.2f}" if p["duration_s"] is not None else ""
+            lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
+                         f"did not decode ({_spans(p['missing_s'])})")
+        for feat, items in self.filtered.items():
+            for item, ratio in sorted(items.items()):
+                lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+        if self.store_error:
+            lines.append(f"  STOPPED: {self.store_error}")
+        if self.not_saved:
+            lines.append(f"  run report NOT saved: {self.not_saved}")
+        failed = sum(c["failed"] for c in self.counts.values())
+        if self.stopped:
+            s = self.stopped
+            left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
+            lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
+                         f"the next run computes what is missing: exit code {self.exit_code}")
+        elif failed:
+            lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
+        elif self.exit_code:
+            lines.append(f"  completed with problems: exit code {self.exit_code}")
+        return "\n".join(lines)
+
+
+def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per feature: the batch sizes its actors used and where they came from, and the measured cost."""
+    lines = []
+    for feat, workers in sorted(batches.items()):
+        chosen = sorted({(c["input"], c["batch"], c["source"]) for w in workers for c in w["choices"]})
+        if not chosen:
+            continue
+        units = sum(w["units"] for w in workers)
+        cost = sum(w["model_s"] for w in workers) / units if units else None
+        unit = next(c["unit"] for w in workers for c in w["choices"])
+        lines.append(f"  batch {feat}: " + ", ".join(f"{b} ({source}, {inp})" for inp, b, source in chosen)
+                     + (f"; {cost * 1e3:.1f} ms per {unit} in this run" if cost else ""))
+    return lines
+
+
+def _spans(spans: list[list[float]], most: int = 3) -> str:
+    """Missing spans as `a-b s`, neighbouring ones (consecutive seconds) joined, at most `most` of them."""
+    joined: list[list[float]] = []
+    for a, b in sorted(spans):
+        if joined and a <= joined[-1][1] + 1e-6:
+            joined[-1][1] = max(joined[-1][1], b)
+        else:
+            joined.append([a, b])
+    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
+    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
+
+
+def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int],
+                policy: str = "") -> dict[str, Any]:
+    """Each resource's busy fraction over the extraction (first decode start to last commit end) and over its
+    steady part (first model call's end to the last model call's end: actors loaded, pipeline full), and the
+    binding one: the resource that was busiest in the steady part, which is what a faster run needs more of.
+
+    `calls`: stage -> call records (`stages.call_record`, model calls tagged with their actor's `gpu`);
+    `cpus`: the CPU cores Ray had; `workers`: feature -> its model actors. Resources: `cpu` (core-seconds of
+    decode tasks and model calls over cores x time), `gpu <id>` (the union of that GPU's model calls),
+    `actors <feature>` (a feature's actor-seconds over actors x time: its pool is the bottleneck near 1.0),
+    `driver` (the store commits, which run on the driver)."""
+    every = [c for group in calls.values() for c in group]
+    model = [c for c in every if c["stage"].startswith("model:")]
+    if not every:
+        return {}
+    windows = {"run": (min(c["start_s"] for c in every), max(c["end_s"] for c in every))}
+    if model:
+        windows["steady"] = (min(c["end_s"] for c in model), max(c["end_s"] for c in model))
+    out: dict[str, Any] = {"policy": policy, "cpus": cpus}
+    for name, (t0, t1) in windows.items():
+        span = t1 - t0
+        if span <= 0:
+            continue
+        busy: dict[str, float] = {}
+        work = [c for c in every if not c["stage"].startswith("commit:")]
+        busy["cpu"] = sum(_inside(c, t0, t1) * c.get("cpu_s", 0.0) for c in work) / (cpus * span) if cpus else 0.0
+        for gpu in sorted({c["gpu"] for c in model if c.get("gpu")}):
+            busy[f"gpu {gpu}"] = _union([c for c in model if c.get("gpu") == gpu], t0, t1) / span
+        for feat, n in sorted(workers.items()):
+            mine = calls.get(f"model:{feat}", [])
+            if mine and n:
+                busy[f"actors {feat}"] = sum(_inside(c, t0, t1) * (c["end_s"] - c["start_s"]) for c in mine) / (n * span)
+        commits = [c for stage, group in calls.items() if stage.startswith("commit:") for c in group]
+        busy["driver"] = _union(commits, t0, t1) / span
+        out[name] = {"seconds": round(span, 3), "busy": {k: round(min(v, 1.0), 4) for k, v in busy.items()}}
+    steady = out.get("steady") or out.get("run")
+    if steady:
+        # a pool whose actors were as busy as the GPU they share is the more useful answer (a busy GPU here means
+        # calls in flight on it, not its cores saturated)
+        out["binding"] = max(steady["busy"], key=lambda k: (round(steady["busy"][k], 2), k.startswith("actors ")))
+    return out
+
+
+def _inside(call: dict[str, Any], t0: float, t1: float) -> float:
+    """The share of a call's duration inside [t0, t1]."""
+    a, b = call["start_s"], call["end_s"]
+    if b <= a:
+        return 1.0 if t0 <= a <= t1 else 0.0
+    return max(0.0, min(b, t1) - max(a, t0)) / (b - a)
+
+
+def _union(calls: list[dict[str, Any]], t0: float, t1: float) -> float:
+    from pipeline.stages import union_seconds
+
+    return union_seconds((max(c["start_s"], t0), min(c["end_s"], t1)) for c in calls if c["end_s"] > t0 and c["start_s"] < t1)
+
+
+def utilisation_lines(u: dict[str, Any]) -> list[str]:
+    """One line: the steady part's busy fractions, the binding resource first."""
+    part = u.get("steady") or u.get("run")
+    if not part:
+        return []
+    busy = part["busy"]
+    order = sorted(busy, key=lambda k: (k != u["binding"], -busy[k]))
+    hint = ""
+    if u["binding"].startswith("actors ") and busy[u["binding"]] >= 0.8:  # a pool, not the machine, held the run
+        feat = u["binding"].removeprefix("actors ")
+        hint = (f" (its actors were the bottleneck: more of them, `actors_per_gpu = {{{feat} = N}}` on a GPU, "
+                "`cpu_actors` for a CPU feature, if the other resources have room)")
+    return [f"  busy ({u.get('policy') or 'run'} policy, {part['seconds']:.0f} s steady): "
+            + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}{hint}"]
