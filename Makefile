@@ -12,13 +12,14 @@ CLIPS ?= 20
 SECONDS ?= 60
 SCALE_ARGS ?=
 
-.PHONY: install extract verify test bench bench-scale bench-store lint clean weights inspect sample bundle
+.PHONY: install extract verify info report test bench bench-scale bench-store lint clean weights inspect sample bundle
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.lock
-	@command -v ffmpeg >/dev/null && command -v espeak-ng >/dev/null || \
-	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq ffmpeg espeak-ng; }
+	@# chromium: the report page's test loads the page in a real headless browser (tests/test_report_page.py)
+	@command -v ffmpeg >/dev/null && command -v espeak-ng >/dev/null && command -v chromium >/dev/null || \
+	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq ffmpeg espeak-ng chromium; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.lock
@@ -32,6 +33,13 @@ extract: install
 
 verify: install
 	$(PY) -m pipeline verify --out $(OUT)
+
+# what OUT holds: per feature items, rows, bytes, partial, failed, filtered, stale, damaged (exit 3/4: README)
+info: install
+	$(PY) -m pipeline info $(OUT)
+
+report: install
+	$(PY) -m pipeline report $(OUT) --out $(basename $(OUT)).html
 
 sample: install
 	$(PY) -m pipeline sample build/sample

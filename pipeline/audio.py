@@ -124,7 +124,7 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     return track, end_ticks, errors
 
 
-def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
+def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
     """The first audio stream, resampled once to `rate_hz` mono float32, on the clip's timeline."""
     path = existing(path, "audio")
     with open_media(path) as container:

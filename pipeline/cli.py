@@ -1,5 +1,5 @@
-"""Command line: `python -m pipeline extract …` (what `make extract` runs), `verify`, `migrate`, `compact`,
-`sample`, `weights`.
+"""Command line: `python -m pipeline extract …` (what `make extract` runs), `info`, `export`, `report`, `verify`,
+`migrate`, `compact`, `sample`, `weights`.
 Exit codes: pipeline/exitcodes.py."""
 
 from __future__ import annotations
@@ -86,6 +86,58 @@ def _generate_sample(dataset: str, raw: Path) -> None:
     _sample_writer(dataset)(raw)
 
 
+def _info(args: argparse.Namespace) -> int:
+    """Exit codes: pipeline/info.py (0 fine, 3 failed pairs, 4 damaged items)."""
+    import json
+
+    from pipeline.info import item_info, item_summary, store_info
+
+    if args.item:
+        try:
+            found = item_info(args.store, args.item)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+        print(json.dumps(found, indent=1, default=str) if args.json else item_summary(found))
+        bad = {f["status"] for f in found["features"].values()}
+        return exitcodes.FAILURES if "failed" in bad else exitcodes.DAMAGED if "damaged" in bad else exitcodes.OK
+    info = store_info(args.store, args.config)
+    print(json.dumps(info.as_dict(), indent=1, default=str) if args.json else info.summary())
+    return info.exit_code
+
+
+def _split_list(value: str | None) -> list[str] | None:
+    return [v for v in value.split(",") if v] if value else None
+
+
+def _export(args: argparse.Namespace) -> int:
+    from store.export import export_sdk_folder, export_xarray
+    from store.reader import open_store
+
+    store = open_store(args.store)
+    features, items = _split_list(args.features), _split_list(args.items)
+    for feature in features or []:
+        if feature not in store.features():
+            raise ValueError(f"{args.store}: no feature {feature!r}; present: {', '.join(store.features())}")
+    if args.sdk:
+        for root, path in export_sdk_folder(store, args.sdk, features, items=items).items():
+            print(f"{root}: {path}")
+        return exitcodes.OK
+    if not features or len(features) != 1:
+        raise ValueError(f"--xarray writes one feature: name it with --features (one of {', '.join(store.features())})")
+    try:
+        print(export_xarray(store, features[0], args.xarray, items))
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    return exitcodes.OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pipeline.report_page import write_report
+
+    print(write_report(args.store, args.out, inspect_items=_split_list(args.inspect), config=args.config))
+    return exitcodes.OK
+
+
 def _verify(args: argparse.Namespace) -> int:
     from store.verify import verify_store
 
@@ -103,10 +155,41 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _compact(args: argparse.Namespace) -> int:
     from store.compact import compact_store
+    from store.reader import open_store
 
-    done = compact_store(Path(args.out), args.features.split(",") if args.features else None)
-    print("\n".join([f"compact {args.out}: {len(done)} feature(s) rewritten", *(c.line() for c in done)]))
+    store = open_store(args.out)
+    asked = _split_list(args.features) or store.features()
+    for feature in asked:
+        if feature not in store.features():
+            raise ValueError(f"{args.out}: no feature {feature!r}; present: {', '.join(store.features())}")
+    gains = {f: _compaction_gain(store, f) for f in asked}
+    todo = [f for f, gain in gains.items() if gain]
+    kept = [f"  {f}: already compact ({_parts_text(store, f)}, no superseded row), left as it is"
+            for f, gain in gains.items() if not gain]
+    store.close()
+    done = compact_store(Path(args.out), todo) if todo else []
+    lines = [f"compact {args.out}: {len(done)} feature(s) rewritten", *(c.line() for c in done), *kept]
+    print("\n".join(lines))
     return exitcodes.OK
+
+
+def _compaction_gain(store, feature: str) -> bool:
+    """Whether compacting the feature changes anything: superseded rows to drop, parts without a current item,
+    or more parts than its rows need (store/compact.py's PART_ITEMS / PART_BYTES)."""
+    from store.compact import PART_BYTES, PART_ITEMS
+
+    state = store.index(feature)
+    stored = sum(int((r.arrays.get("intervals") or {}).get("shape", [0])[0]) for r in state.parts.values())
+    live = sum(e.n_rows for e in state.entries.values())
+    nbytes = sum(int(v[0]) for r in state.parts.values() for v in r.files.values())
+    ideal = max(1, -(-len(state.entries) // PART_ITEMS), -(-nbytes // PART_BYTES))
+    good = len(state.parts) - len(store.part_problems(feature))  # a damaged part stays as it is (store/compact.py)
+    return bool(state.parts) and (stored > live or len(state.live_parts()) < len(state.parts) or good > ideal)
+
+
+def _parts_text(store, feature: str) -> str:
+    n = len(store.index(feature).parts)
+    return f"{n} part{'s' if n != 1 else ''}"
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -117,7 +200,11 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _weights(args: argparse.Namespace) -> int:
-    """Fill the weights cache (needs internet): DenseNet161 ImageNet weights and the text models."""
+    """Fill the weights cache (needs internet): DenseNet161 ImageNet weights and the text models. Where the
+    hub cannot be reached, one line says so and how to fill the cache elsewhere, and every folder this command
+    made is removed again (an empty `torchvision/` would look like a cache)."""
+    import urllib.error
+
     import torch
 
     from extractors.densenet import DenseNetConfig, weights_file
@@ -126,19 +213,39 @@ def _weights(args: argparse.Namespace) -> int:
 
     target = weights_dir(args.dir)
     dense = weights_file(DenseNetConfig(weights="imagenet1k_v1", weights_dir=target))
+    made = [p for p in (dense.parent, *dense.parent.parents) if not p.exists()]
     from torchvision.models import DenseNet161_Weights
 
-    torch.hub.load_state_dict_from_url(DenseNet161_Weights.IMAGENET1K_V1.url, model_dir=str(dense.parent),
-                                       check_hash=True)
-    for name in args.text_models.split(","):
-        download_text_model(name, target)
+    try:
+        url = DenseNet161_Weights.IMAGENET1K_V1.url
+        torch.hub.load_state_dict_from_url(url, model_dir=str(dense.parent), check_hash=True)
+        for name in args.text_models.split(","):
+            made += [p for p in (target / name, *(target / name).parents) if not p.exists() and p not in made]
+            url = f"https://huggingface.co/{name}"
+            download_text_model(name, target)
+    except (urllib.error.URLError, OSError, ConnectionError) as e:
+        _remove_empty(made)
+        why = getattr(e, "reason", None) or e
+        raise ValueError(f"cannot download {url} from this machine ({type(e).__name__}: {str(why)[:200]}); nothing "
+                         f"was written to {target}. On a machine with internet run `make weights WEIGHTS_DIR=DIR`, "
+                         f"copy DIR here and set SIQ_WEIGHTS_DIR=DIR (README: Real data)") from None
     print(f"weights cache ready at {target}")
     return 0
 
 
+def _remove_empty(folders: list[Path]) -> None:
+    """The folders a failed command created, deepest first, each only if nothing else put a file there."""
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another process' files), or gone already
+            continue
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="siqfeat", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug lines, and Ray's token-authentication note (quiet by default)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("extract", help="extract features into a Zarr store (cached: only missing/stale work runs)")
     p.add_argument("--dataset", help="dataset name (default: the config's `dataset`); also the config preset "
@@ -156,6 +263,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verify", action="store_true",
                    help="first check every stored item's content hashes; damaged items are recomputed")
     p.set_defaults(func=_extract)
+    p = sub.add_parser("info", help="what a store holds: per feature items, rows, bytes, partial, failed, filtered, "
+                                    "stale and damaged items (exit 3: failed pairs, 4: damaged items)")
+    p.add_argument("store", help="the store to describe")
+    p.add_argument("--json", action="store_true", help="the same as JSON, for scripts")
+    p.add_argument("--item", help="one item across every feature")
+    p.add_argument("--config", help="also list items whose fingerprint differs from what this config (a preset "
+                                    "name or TOML file) would give: `make extract` with it recomputes them")
+    p.set_defaults(func=_info)
+    p = sub.add_parser("export", help="write a store's features for other tools: CMU Multimodal SDK .csd files "
+                                      "(--sdk) or one feature as xarray NetCDF/Zarr (--xarray)")
+    p.add_argument("store", help="the store to export from")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--sdk", metavar="DIR", help="a folder of <root name>.csd files, the QA feature under DIR/qa "
+                                                 "(docs/reading.md)")
+    to.add_argument("--xarray", metavar="OUT", help="one feature (--features) as OUT.nc (NetCDF) or OUT.zarr")
+    p.add_argument("--features", help="comma-separated subset of the store's features")
+    p.add_argument("--items", help="comma-separated item ids (default: every complete item)")
+    p.set_defaults(func=_export)
+    p = sub.add_parser("report", help="one self-contained HTML page about a store: coverage, failures, partial "
+                                      "items, run history, distributions, inspect pictures")
+    p.add_argument("store", help="the store to report on")
+    p.add_argument("--out", required=True, help="the HTML file to write")
+    p.add_argument("--inspect", help="comma-separated items to draw (default: the items with problems first, "
+                                     "then the others, at most 8)")
+    p.add_argument("--config", help="as for info: check fingerprints against this config")
+    p.set_defaults(func=_report)
     p = sub.add_parser("verify", help="check every stored item against what was recorded at its commit")
     p.add_argument("--out", required=True, help="the store to check")
     p.add_argument("--features", help="comma-separated subset of the store's features")
@@ -177,8 +310,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.func is not _weights:  # the one command that downloads (text models from the Hugging Face hub)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.func is _extract and not args.verbose:
+        quiet_ray()
     return _run(args)
+
+
+# Ray's own lines that say nothing about this run: the note that token authentication is on (every local run
+# turns it on: README, "Token authentication"). `-v` shows it. Not RAY_BACKEND_LOG_LEVEL for its C++ lines:
+# setting it makes every Ray process print one more line to say it was set.
+RAY_QUIET_LOGGERS = ("ray._private.authentication.authentication_token_setup",)
+
+
+def quiet_ray() -> None:
+    """Before Ray starts: its token note is not shown."""
+    for name in RAY_QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -316,7 +316,7 @@ def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, sta
     return out
 
 
-def decode_frames(path: Path, clip: tuple[float, float | None] | None = None) -> Frames:
+def decode_frames(path: Path | str, clip: tuple[float, float | None] | None = None) -> Frames:
     """One RGB picture per second of the video (see the module docstring for which); of the clip
     [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (pipeline/cut.py)."""
     return decode_frames_segment(path, clip)[0]
@@ -354,7 +354,7 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
     return index, pictures, errors
 
 
-def decode_frames_segment(path: Path, clip: tuple[float, float | None] | None = None, segment: int = 0,
+def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
                           max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
     """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.

@@ -14,6 +14,7 @@ import numpy as np
 
 from pipeline.decode import decode_frames
 from store import inspect
+from store.reader import open_store
 
 THUMB_HEIGHT_PX = inspect.THUMB_HEIGHT_PX
 
@@ -36,7 +37,21 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str) -> Pa
 
 
 def main(argv: list[str] | None = None) -> None:
-    inspect.main(argv, decode_thumbnails)
+    """An unknown item or a path that is no store ends in one line on stderr (exit 2), not a traceback."""
+    import sys
+
+    from pipeline import exitcodes
+
+    try:
+        inspect.main(argv, decode_thumbnails)
+    except KeyError as e:  # the item: say which ones there are
+        store = (argv if argv is not None else sys.argv[1:])[0]
+        known = sorted({m.id for m in open_store(store).media_items()})
+        print(f"{e.args[0]}; the store has {len(known)} item(s), e.g. {', '.join(known[:8])}", file=sys.stderr)
+        sys.exit(exitcodes.BAD_INPUT)
+    except (FileNotFoundError, ValueError) as e:
+        print(e, file=sys.stderr)
+        sys.exit(exitcodes.BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ class InputError(ValueError):
     """A problem with one input file; the message names the file and the problem."""
 
 
-def existing(path: Path | None, what: str) -> Path:
+def existing(path: Path | str | None, what: str) -> Path:
     if path is None:
         raise InputError(f"no {what} file in the manifest")
+    path = Path(path)  # callers outside the pipeline pass a str (decode_frames("clip.mp4"))
     if not path.exists():
         raise InputError(f"{path}: {what} file does not exist")
     if path.stat().st_size == 0:

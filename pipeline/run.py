@@ -79,7 +79,10 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         for q in qa:
             questions[q.item_id].append(q)
         _manifest_failures(report, notes, specs)
-        log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
+        chosen_qs = sum(len(questions.get(i.id, ())) for i in items)
+        log.info("%s: %d items, %d questions from %s%s", dataset, len(items), chosen_qs, raw,
+                 f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
+                 else "")
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
     except stop.Stopped as e:

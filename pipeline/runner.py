@@ -16,12 +16,12 @@ from manifests.records import MediaItem, QAItem
 from pipeline import actors, cluster, decode, report, stages, stop
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
+from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
 from store.writer import StoreWriter
 
 log = logging.getLogger("siqfeat")
-PROGRESS_LOG_S = 15.0  # seconds between progress lines when no terminal shows the bar
 
 
 @dataclass
@@ -44,7 +44,6 @@ class Runner:
         self.stages = stages.StageStats()
         self.committer: Committer | None = None
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
-        self.closed = 0  # pairs finished (handed to the committer or failed); a disabled tqdm counts nothing
 
     def start_ray(self) -> None:
         import ray
@@ -147,8 +146,7 @@ class Runner:
         return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
-        from tqdm import tqdm
-
+        self.progress = Progress(sum(len(f) for f in todo.values()))  # its first line before the models load
         self.start_actors({f for feats in todo.values() for f in feats})
         self.todo, self.items, self.questions = todo, items, questions
         # made once: each ray.remote() is a new function for Ray to export
@@ -159,9 +157,7 @@ class Runner:
         self.running: dict[Any, Call] = {}  # result ref -> the call
         self.meta: dict[str, dict[str, Any]] = {}  # item -> decode meta, while any of its pairs is open
         self.pairs: dict[tuple[str, str], _Pair] = {}  # open (feature, item) pairs
-        total = sum(len(f) for f in todo.values())
-        self.bar = tqdm(total=total, desc="extracting", unit="pair", disable=None)
-        self.last_log = (time.perf_counter(), 0)
+        total = self.progress.total
         self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
         stop.stage("extraction")
@@ -171,7 +167,7 @@ class Runner:
         finally:  # also when a signal stops the run: the open batches are committed, the stage figures reported
             with stop.deferred(raise_after=False):
                 self.committed(self.committer.close())
-            self.bar.close()
+            self.progress.close()
             self.report.stages = self.stages.summary()
             workers = {f: len(p.workers) for f, p in self.sched.pools.items()}
             self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name)
@@ -193,7 +189,7 @@ class Runner:
                 else:
                     self.actor_ready(ref, *self.readying.pop(ref))
             self.committed(self.committer.drain())
-            self.progress(total)
+            self.progress.tick()
             self.schedule()
 
     def schedule(self) -> None:
@@ -257,16 +253,6 @@ class Runner:
                 except self.ray.exceptions.RayError:
                     continue
         return out
-
-    def progress(self, total: int) -> None:
-        """A log line every `PROGRESS_LOG_S` for non-interactive runs (cluster jobs, CI), where tqdm is silent.
-        Pairs handed to the committer count as finished; `done` counts those whose batch is in the store."""
-        now = time.perf_counter()
-        if self.bar.disable and now - self.last_log[0] >= PROGRESS_LOG_S and self.closed != self.last_log[1]:
-            c = self.report.counts
-            log.info("progress: %d/%d pairs (%s)", self.closed, total,
-                     ", ".join(f"{f} {c[f]['done']} stored + {c[f]['failed']} failed" for f in sorted(c)))
-            self.last_log = (now, self.closed)
 
     def open_feats(self, item_id: str, kind: str) -> list[str]:
         """The item's features of this input kind whose pair is still open."""
@@ -343,8 +329,9 @@ class Runner:
                 self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds)
         if failed is not None:
             self.fail(feat, failed)
-        self.closed += 1
-        self.bar.update(1)
+            self.progress.failed()
+        else:
+            self.progress.handed()
         if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
             self.meta.pop(item_id, None)
 
@@ -402,8 +389,10 @@ class Runner:
             self.stages.add(o.record)
             if o.error is not None:
                 self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
+                self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1
+            self.progress.stored()
             if partial is not None:
                 self.report.partial.append(partial)
             self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs

@@ -177,7 +177,7 @@ def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Co
     repair.release_retired(store, feature, new)
     dropped = sum(_rows_in(state.parts[p]) for p in state.parts) - sum(_rows_in(new.parts[p]) for p in new.parts)
     result = Compacted(feature, len(old), len(new.parts), dropped, before, _bytes(new))
-    log.info("%s", result.line().strip())
+    log.debug("%s", result.line().strip())  # the caller prints the lines (CLI) or puts them in the run summary
     return result
 
 

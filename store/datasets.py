@@ -290,9 +290,15 @@ class _SocialIQ(Dataset):
         """The features every sample reads: the QA texts, the modalities and, when something is aligned, the
         reference feature. A missing one is an error that says what the store has and what to pass."""
         present = s.features()
-        for f in dict.fromkeys([self.qa_feature, *self.modalities]):
-            if f not in present:
-                raise ValueError(f"{self.path}: no feature {f!r}; present: {present}")
+        if self.qa_feature not in present:
+            raise ValueError(f"{self.path}: no feature {self.qa_feature!r}; present: {present}")
+        absent = [f for f in self.modalities if f not in present]
+        if absent:
+            text_only = all(f == self.qa_feature or f in ("caption", "reactions", "transcript") for f in present)
+            hint = ("; a text-only store (SocialIQA): pass modalities=() to read the questions alone" if text_only
+                    else "; pass modalities= a subset of the store's features, or () for the texts alone")
+            raise ValueError(f"{self.path}: no feature {absent[0]!r} for modalities={self.modalities!r}; "
+                             f"present: {present}{hint}")
         needed = [self.qa_feature, *self.modalities]
         if self.modalities and isinstance(self.to, str):
             if self.to not in present:
@@ -425,11 +431,21 @@ class _SocialIQ(Dataset):
         out.update(self._answers(x[1:n], m[1:n], smp.label))
         if context:
             out.update(context=x[n], context_mask=m[n])
-        return out
+        return self.extend(out, smp)
+
+    def extend(self, sample: dict[str, Any], smp: QASample) -> dict[str, Any]:
+        """The hook for a subclass that adds to (or changes) a sample: both the single path (`__getitem__`) and
+        the batched one (`__getitems__`, what a DataLoader with `batch_size` calls) hand it every sample, with
+        its `QASample` (qid, item, rows, label). Returns the sample."""
+        return sample
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """A batch of samples (what a DataLoader with automatic batching asks for): the question, answer and
-        context rows of every sample gathered in one read per part touched, instead of one read per sample."""
+        context rows of every sample gathered in one read per part touched, instead of one read per sample.
+        A subclass that overrides `__getitem__` (and not this) gets its `__getitem__` called per sample, so a
+        DataLoader's batches hold what its single samples hold; `extend` keeps the batched reads."""
+        if type(self).__getitem__ is not _SocialIQ.__getitem__ and type(self).__getitems__ is _SocialIQ.__getitems__:
+            return [self[i] for i in indices]
         smps = [self.samples[i] for i in indices]
         rows = [(smp.question_row, *smp.answer_rows, *([smp.context_row] if smp.context_row >= 0 else []))
                 for smp in smps]
@@ -450,7 +466,7 @@ class _SocialIQ(Dataset):
             sample.update(self._answers(xt[k + 1:k + n], mt[k + 1:k + n], smp.label))
             if len(rs) > n:
                 sample.update(context=xt[k + n], context_mask=mt[k + n])
-            out.append(sample)
+            out.append(self.extend(sample, smp))
             k += len(rs)
         return out
 
@@ -589,7 +605,8 @@ class SocratisReactions(Dataset):
         needed = [*self.image_features, caption_feature, reactions_feature]
         everywhere = set.intersection(*(set(s.items(f, include_filtered=True)) for f in needed))
         media = [m.id for m in s.media_items()]
-        self.dropped: Counter[str] = Counter({"item missing or failed in a feature": len(set(media) - everywhere)})
+        missing = len(set(media) - everywhere)
+        self.dropped: Counter[str] = Counter({"item missing or failed in a feature": missing} if missing else {})
         self.samples = [ReactionSample(item, row) for item in sorted(everywhere)
                         for row in range(s.read(reactions_feature, item).features.shape[0])]
         self._store: Store | None = None

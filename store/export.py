@@ -256,13 +256,13 @@ def export_csd(
 
 def export_sdk_folder(
     store: Path | str | Store, out_dir: Path | str, features: list[str] | None = None, qa_feature: str = "qa",
-    qa_dir: Path | str | None = None, include_filtered: bool = True,
+    qa_dir: Path | str | None = None, include_filtered: bool = True, items: list[str] | None = None,
 ) -> dict[str, Path]:
     """Every feature but the QA one as `<root name>.csd` in `out_dir`: the folder `mmdatasdk.mmdataset(out_dir)`
     reads (each sequence keyed by its root name) and aligns. The QA feature, when the store has it, goes to
     `qa_dir` (default `out_dir/qa`) in the binary-choice layout: the SDK's `align` cannot collapse its
     multi-dimensional rows (its `__collapse` reshapes only 1-D results), so, as in the Social-IQ baselines, it is
-    read on its own. Returns root name -> path."""
+    read on its own. `items`: only these (each feature exports those of them it holds). Returns root name -> path."""
     s = store if isinstance(store, Store) else open_store(store)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -271,10 +271,15 @@ def export_sdk_folder(
         if feature == qa_feature:
             root, folder = default_qa_root_name(s), Path(qa_dir) if qa_dir is not None else out_dir / "qa"
             folder.mkdir(parents=True, exist_ok=True)
-            written[root] = export_qa_binary_csd(s, folder / f"{root}.csd", feature, root)
+            written[root] = export_qa_binary_csd(s, folder / f"{root}.csd", feature, root, items=items)
         else:
             root = default_root_name(s, feature)
-            written[root] = export_csd(s, feature, out_dir / f"{root}.csd", root, include_filtered=include_filtered)
+            held = None
+            if items is not None:
+                every = set(s.items(feature, include_filtered=include_filtered))
+                held = [i for i in items if i in every]
+            written[root] = export_csd(s, feature, out_dir / f"{root}.csd", root, items=held,
+                                       include_filtered=include_filtered)
     return written
 
 
@@ -311,7 +316,7 @@ def qa_binary_choice(
 
 def export_qa_binary_csd(
     store: Path | str | Store, out: Path | str, feature: str = "qa", root_name: str | None = None,
-    n_questions: int = 6, n_pairs: int = 12, **metadata: Any,
+    n_questions: int = 6, n_pairs: int = 12, items: list[str] | None = None, **metadata: Any,
 ) -> Path:
     """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout: per item one row,
     features (1, n_questions, n_pairs, 3, T, D) float32 and intervals (1, 2) = [0, the video's duration], the
@@ -320,7 +325,7 @@ def export_qa_binary_csd(
     s = store if isinstance(store, Store) else open_store(store)
     entries, fills, skipped = {}, {}, {}
     media = {f: set(s.items(f, include_filtered=True)) for f in s.features() if f != feature}
-    for item in s.items(feature):
+    for item in s.items(feature) if items is None else [i for i in s.items(feature) if i in set(items)]:
         r = s.read(feature, item)
         ex = {k: np.asarray(r.extras[k][...]) for k in ("role", "q_index", "label")}
         try:
@@ -359,3 +364,68 @@ def to_xarray(store: Path | str | Store, feature: str, item: str, extras: bool =
             variables[name] = (("time", *(f"{name}_dim{k}" for k in range(1, arr.ndim))), np.asarray(arr[...]))
     return xr.Dataset(variables, coords=coords, attrs={"feature": feature, "item": item,
                                                        **{k: json.dumps(v) for k, v in r.attrs.items()}})
+
+
+def feature_to_xarray(store: Path | str | Store, feature: str, items: list[str] | None = None):  # -> xarray.Dataset
+    """A whole feature as one xarray Dataset, its items' rows one after another along `row`: `features`
+    (row, column), `item`, `start_s` and `end_s` per row, and the row-aligned extras whose shape after the row
+    is the same for every item (faces boxes, words, ...). `items`: these (default every complete item, filtered
+    ones included, as the .csd export). The per-item attributes are in `item_attrs` (JSON per item, `item_id`)."""
+    import xarray as xr
+
+    s = store if isinstance(store, Store) else open_store(store)
+    every = s.items(feature, include_filtered=True)
+    if items is not None:
+        unknown = sorted(set(items) - set(every))
+        if unknown:
+            raise KeyError(f"{s.path}: feature {feature!r} has no complete item {', '.join(map(repr, unknown[:5]))}"
+                           f"; it has {len(every)}, e.g. {', '.join(every[:5])}")
+    chosen = every if items is None else [i for i in every if i in set(items)]
+    reads = [s.read(feature, i) for i in chosen]
+    fa = s.feature_attrs(feature)
+    columns = list(fa.get("columns") or [])
+    feats = [np.asarray(r.features[...]) for r in reads]
+    width = feats[0].shape[1] if feats else len(columns)
+    features = np.concatenate(feats) if feats else np.zeros((0, width), np.float32)
+    intervals = np.concatenate([r.intervals for r in reads]) if reads else np.zeros((0, 2))
+    variables: dict[str, Any] = {
+        "features": (("row", "column"), features),
+        "item": ("row", np.repeat(np.asarray(chosen, dtype=str), [len(r.intervals) for r in reads])),
+        "start_s": ("row", intervals[:, 0]), "end_s": ("row", intervals[:, 1]),
+        "item_attrs": ("item_id", np.asarray([json.dumps(r.attrs, sort_keys=True) for r in reads], dtype=str)),
+    }
+    names = set.intersection(*(set(r.extras) for r in reads)) if reads else set()
+    for name in sorted(names):
+        arrays = [np.asarray(r.extras[name][...]) for r in reads]
+        if all(a.ndim >= 1 and a.shape[0] == len(r.intervals) for a, r in zip(arrays, reads, strict=True)) \
+                and len({a.shape[1:] for a in arrays}) == 1:
+            joined = np.concatenate(arrays)
+            variables[name] = (("row", *(f"{name}_dim{k}" for k in range(1, joined.ndim))), joined)
+    coords = {"column": columns if len(columns) == width else list(range(width)), "item_id": chosen}
+    attrs = {"feature": feature, "dataset": str(s.attrs.get("dataset", "")),
+             **{k: v if isinstance(v, str | int | float) else json.dumps(v, sort_keys=True)
+                for k, v in fa.items() if v is not None}}
+    return xr.Dataset(variables, coords=coords, attrs=attrs)
+
+
+def export_xarray(store: Path | str | Store, feature: str, out: Path | str, items: list[str] | None = None) -> Path:
+    """`feature_to_xarray` written to `out`: a Zarr store where `out` ends in .zarr, else NetCDF (xarray picks
+    the engine it has: scipy's NetCDF3 here, so float16 goes out as float32 and booleans as int8)."""
+    ds = feature_to_xarray(store, feature, items)
+    out = Path(out)
+    if out.exists():
+        raise ValueError(f"{out}: already exists; export writes a new file (remove it or pick another name)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".zarr":
+        for name in [*ds.data_vars, *ds.coords]:  # Zarr v3 specifies variable-length strings, not fixed-width ones
+            if ds[name].dtype.kind == "U":
+                ds[name] = ds[name].astype(object)
+        ds.to_zarr(out, mode="w-", consolidated=False)
+    else:
+        for name, var in ds.data_vars.items():
+            if var.dtype == np.float16:
+                ds[name] = var.astype(np.float32)
+            elif var.dtype == bool:
+                ds[name] = var.astype(np.int8)
+        ds.to_netcdf(out)
+    return out

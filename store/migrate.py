@@ -34,8 +34,11 @@ class Migration:
     store: Path
     items: dict[str, int] = field(default_factory=dict)  # feature -> items carried over
     skipped: list[str] = field(default_factory=list)  # "<feature>/<item>: why"
+    already: bool = False  # the store was at version 2 before: nothing was converted
 
     def summary(self) -> str:
+        if self.already:
+            return f"nothing to migrate: {self.store} is already {layout.SCHEMA}"
         lines = [f"migrated {self.store} to {layout.SCHEMA}"]
         lines += [f"  {f:<12}{n:>8} item(s)" for f, n in sorted(self.items.items())]
         lines += [f"  NOT CARRIED OVER {s} (the next run recomputes it)" for s in self.skipped]
@@ -68,7 +71,7 @@ def migrate_store(path: Path | str) -> Migration:
     schema = meta.get("attributes", {}).get("schema")
     if schema == layout.SCHEMA:
         _remove_v1_folders(path)  # what a migration killed after its rename left
-        return Migration(path)
+        return Migration(path, already=True)
     if schema != layout.SCHEMA_V1:
         raise ValueError(f"{path}: schema {schema!r} is not a version-1 store; nothing to migrate")
     out = Migration(path)

@@ -43,6 +43,15 @@ def tiny_root(tiny_root_template: Path, tmp_path: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="session")
+def info_store(tiny_root_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny store with a partial, filtered, stale, damaged and failed item each (tests/info_store.py):
+    read-only for tests (copy it to change it)."""
+    from tests.info_store import build_info_store
+
+    return build_info_store(tiny_root_template, tmp_path_factory.mktemp("info") / "tiny.zarr")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ray_shutdown():
     yield

@@ -116,6 +116,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     from manifests.records import MediaItem
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
+    from pipeline.progress import Progress
     from pipeline.runner import Runner
 
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}}})
@@ -146,6 +147,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     r = RunReport("run", "sample", "s.zarr", {"frames": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}})
     runner = Runner(config, config.specs(), w, r)
     runner.committer = Committer(w, batch_items=2)
+    runner.progress = Progress(2, bar=False, emit=lambda line: None)  # what Runner.run makes first
     for i in ("a", "b"):
         runner.fingerprints["frames", i], runner.sources["frames", i] = "fp", {}
         runner.commit("frames", MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),

@@ -227,7 +227,7 @@ def test_a_text_only_dataset_needs_no_reference_and_a_missing_one_says_what_to_p
     assert batch["lengths"].tolist() == [0, 0] and batch["modalities"] == {}
     with pytest.raises(ValueError, match=r"no feature 'transcript' to align to .*present: \['qa'\].*to="):
         SocialIQA3(store, split="val", modalities=("qa",))
-    with pytest.raises(ValueError, match=r"no feature 'frames'; present: \['qa'\]"):
+    with pytest.raises(ValueError, match=r"no feature 'frames' for modalities=\('frames',\); present: \['qa'\].*modalities=\(\)"):
         SocialIQA3(store, split="val", modalities=("frames",), to=1.0)
 
 

@@ -16,6 +16,7 @@ from extractors.faces import FacesConfig, MTCNNFaces
 from manifests.records import MediaItem
 from pipeline.config import RunConfig
 from pipeline.decode import decode_frames
+from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.run import run_extract
 from pipeline.runner import Runner, _Pair, actor_plan
@@ -34,7 +35,7 @@ def test_a_video_whose_every_segment_lost_its_frames_fails() -> None:
     r = runner()
     r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
     r.items = {"v": MediaItem(id="v", dataset="tiny", video=Path("/raw/v.mp4"))}
-    r.todo, r.meta, r.bar = {"v": ["frames"]}, {"v": {}}, SimpleNamespace(update=lambda n: None)
+    r.todo, r.meta, r.progress = {"v": ["frames"]}, {"v": {}}, Progress(1, bar=False, emit=lambda line: None)
     empty = FeatureRows(np.zeros((0, 2208), np.float32), np.zeros((0, 2), np.float64))
     r.pairs = {("frames", "v"): _Pair(segments=3, rows=dict.fromkeys(range(3), empty))}
     r.finish("frames", "v")
@@ -114,25 +115,25 @@ def test_actor_plan_shares_gpus_and_cores() -> None:
         RunConfig.model_validate({"features": {"faces": {"extractor": "mtcnn"}}, "actors_per_gpu": {"nope": 2}})
 
 
-def test_progress_lines_count_finished_pairs_when_no_terminal_shows_the_bar(
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cluster job or CI log has no terminal: tqdm is disabled there and counts nothing (`n` stays 0),
-    so the progress lines must count the finished pairs themselves."""
-    from tqdm import tqdm
-
-    import pipeline.runner as run_module
-
-    monkeypatch.setattr(run_module, "PROGRESS_LOG_S", 0.0)
+def test_the_runner_tells_progress_of_each_pair_closed() -> None:
+    """The runner's part (pipeline/progress.py has the rest): a failed pair counts as failed, a committed one as
+    handed over, then as stored once its batch is in; the line adds up at each step."""
+    lines: list[str] = []
     r = runner()
     r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
     r.items = {v: MediaItem(id=v, dataset="tiny", video=Path(f"/raw/{v}.mp4")) for v in ("v", "w")}
-    r.todo, r.meta = {"v": ["frames"], "w": ["frames"]}, {"v": {}, "w": {}}
-    r.bar, r.last_log = tqdm(total=2, disable=True), (0.0, 0)
+    r.todo, r.meta = {"v": ["frames"], "w": ["frames"]}, {"v": {}, "w": {"seconds": {"frames": 0.1}}}
+    r.progress = Progress(2, bar=False, emit=lines.append)
+    r.fingerprints, r.sources = {("frames", "w"): "fp"}, {("frames", "w"): {}}
+    r.committer = SimpleNamespace(put=lambda *a: None, store_error=None)
     empty = FeatureRows(np.zeros((0, 2208), np.float32), np.zeros((0, 2), np.float64))
-    r.pairs = {("frames", v): _Pair(segments=2, rows=dict.fromkeys(range(2), empty)) for v in ("v", "w")}
-    caplog.set_level("INFO", logger="siqfeat")
-    r.progress(2)
-    assert not [m for m in caplog.messages if m.startswith("progress")]  # nothing finished yet: no line
-    r.finish("frames", "v")
-    r.progress(2)
-    assert [m for m in caplog.messages if m.startswith("progress")] == ["progress: 1/2 pairs (frames 0 stored + 1 failed)"]
+    one = FeatureRows(np.zeros((1, 2208), np.float32), np.array([[0.0, 1.0]]))
+    r.pairs = {("frames", "v"): _Pair(segments=2, rows=dict.fromkeys(range(2), empty)),
+               ("frames", "w"): _Pair(segments=1, rows={0: one})}
+    r.finish("frames", "v")  # every segment empty: fails
+    r.finish("frames", "w")  # handed to the committer
+    assert r.progress.line().startswith("progress: 2/2 pairs finished (0 stored, 1 being committed, 1 failed), 0 to go")
+    r.committed([SimpleNamespace(feature="frames", item="w", record={}, error=None)])
+    assert r.progress.line().startswith("progress: 2/2 pairs finished (1 stored, 0 being committed, 1 failed), 0 to go")
+    assert lines == ["progress: 0/2 pairs finished (0 stored, 0 being committed, 0 failed), 2 to go; time left: after "
+                     "the first pairs"]

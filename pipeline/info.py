@@ -1,0 +1,340 @@
+"""`python -m pipeline info STORE`: what a store holds, what failed, what is partial, filtered, stale or damaged.
+
+Everything comes from the store itself: per feature its group attributes (extractor, version, weights), its
+index (items, rows, parts, the per-item attributes: `missing_s` makes an item partial, `face_ratio` tells why
+the faces policy filtered it), the quick part check every read makes (damaged items), and the run reports in
+`_runs/` (failed pairs: a failure is not in the index, so the latest run that asked for the feature says which
+of its pairs failed and why). `--config` also recomputes each item's fingerprint as `make extract` with that
+config would (pipeline/run.py `source_identity`: the raw file's name, size and mtime), so an item whose source
+changed or whose feature's config changed is listed as stale.
+
+Exit codes (pipeline/exitcodes.py): 0 nothing wrong (partial, filtered and stale items are facts, not
+errors), 3 (FAILURES) some pair failed in the latest run that asked for its feature and is not in the store
+since, 4 (DAMAGED) a stored item is damaged (its part fails its check; `verify` says more and rebuilds
+indexes), 2 not a store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline import exitcodes
+from store import layout
+from store.reader import Store, open_store
+
+
+@dataclass
+class FeatureInfo:
+    name: str
+    extractor: str
+    version: str
+    weights: str
+    spec_hash: str
+    rate_hz: float | None
+    dim: int
+    items: int  # current, good items a reader lists (`Store.items`: filtered and stale ones left out)
+    rows: int  # rows of every current item (filtered and stale included: they are stored)
+    bytes: int  # data files of the parts that hold a current row
+    parts: int  # parts that hold a current row
+    superseded_rows: int  # rows of replaced versions, until `compact` reclaims them
+    partial: list[dict[str, Any]] = field(default_factory=list)  # item, file, missing_s, missing_total_s, duration_s
+    failed: list[dict[str, Any]] = field(default_factory=list)  # item, stage, file, error, run_id
+    filtered: list[dict[str, Any]] = field(default_factory=list)  # item, reason
+    stale: list[dict[str, Any]] = field(default_factory=list)  # item, reason
+    damaged: list[dict[str, Any]] = field(default_factory=list)  # item, part, problem
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    started: str | None  # ISO time from the run id (UTC)
+    seconds: float
+    done: int
+    skipped: int
+    failed: int
+    partial: int
+    pairs_per_s: float | None  # pairs computed per second of the whole run
+    binding_stage: str | None  # the stage that was busy longest (pipeline/stages.py): what bounded the run
+    stopped: str | None
+
+
+@dataclass
+class StoreInfo:
+    path: str
+    dataset: str
+    schema: str
+    package_version: str
+    media_items: int
+    questions: int
+    splits: dict[str, int]
+    features: list[FeatureInfo]
+    runs: list[RunInfo]
+    config: str | None = None  # the config the fingerprints were checked against, if any
+
+    @property
+    def exit_code(self) -> int:
+        if any(f.failed for f in self.features):
+            return exitcodes.FAILURES
+        if any(f.damaged for f in self.features):
+            return exitcodes.DAMAGED
+        return exitcodes.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+    def summary(self) -> str:
+        lines = [f"{self.path}: {self.dataset} store ({self.schema}, written by siqfeat {self.package_version}); "
+                 f"{self.media_items} items, {self.questions} questions"
+                 + (f" ({', '.join(f'{k} {v}' for k, v in sorted(self.splits.items()))})" if self.splits else "")]
+        if self.runs:
+            r = self.runs[-1]
+            lines.append(f"  last run {r.run_id} ({r.started or '?'}): {r.seconds:.1f} s, {r.done} done, "
+                         f"{r.failed} failed, {r.skipped} skipped" + (f", STOPPED by {r.stopped}" if r.stopped else "")
+                         + f"; {len(self.runs)} run report(s) in {layout.RUNS}/")
+        else:
+            lines.append(f"  no run report in {layout.RUNS}/")
+        shown = {f.name: f"{f.weights} (!)" if f.weights == "random" else f.weights for f in self.features}
+        ww = max([len("weights"), *map(len, shown.values())]) + 2
+        nw = max([len("feature"), *(len(f.name) for f in self.features)]) + 2
+        ew = max([len("extractor"), *(len(f.extractor) for f in self.features)]) + 2
+        vw = max([len("version"), *(len(f.version) for f in self.features)]) + 2
+        head = (f"  {'feature':<{nw}}{'extractor':<{ew}}{'version':<{vw}}{'weights':<{ww}}{'items':>7}{'rows':>10}"
+                f"{'MB':>9}{'parts':>7}{'partial':>9}{'failed':>8}{'filtered':>10}{'stale':>7}{'damaged':>9}")
+        lines.append(head)
+        for f in self.features:
+            weights = shown[f.name]
+            lines.append(f"  {f.name:<{nw}}{f.extractor:<{ew}}{f.version:<{vw}}{weights:<{ww}}{f.items:>7}{f.rows:>10}"
+                         f"{f.bytes / 1e6:>9.1f}{f.parts:>7}{len(f.partial):>9}{len(f.failed):>8}"
+                         f"{len(f.filtered):>10}{len(f.stale):>7}{len(f.damaged):>9}")
+        if any(f.weights == "random" for f in self.features):
+            lines.append("  (!) random weights: these features are for testing the pipeline, not for models")
+        for f in self.features:
+            for d in f.damaged:
+                lines.append(f"  DAMAGED {f.name}/{d['item']} ({d['part']}): {d['problem']}")
+            for x in f.failed:
+                lines.append(f"  FAILED {f.name}/{x['item']} [{x['stage']}] {x['file'] or ''}: {x['error']} "
+                             f"(run {x['run_id']})")
+            for p in f.partial:
+                lines.append(f"  PARTIAL {f.name}/{p['item']}: {p['missing_total_s']:g} s missing "
+                             f"({spans_text(p['missing_s'])})")
+            for x in f.filtered:
+                lines.append(f"  FILTERED {f.name}/{x['item']}: {x['reason']}")
+            for x in f.stale:
+                lines.append(f"  STALE {f.name}/{x['item']}: {x['reason']}")
+            if f.superseded_rows:
+                lines.append(f"  {f.name}: {f.superseded_rows} superseded row(s) still stored; "
+                             f"`python -m pipeline compact --out {self.path}` reclaims them")
+        if self.exit_code == exitcodes.FAILURES:
+            lines.append(f"  failed pairs: `make extract` again retries them; exit code {self.exit_code}")
+        elif self.exit_code == exitcodes.DAMAGED:
+            lines.append(f"  damaged items: `python -m pipeline verify --out {self.path}` checks every byte, "
+                         f"`make extract` recomputes them; exit code {self.exit_code}")
+        return "\n".join(lines)
+
+
+def spans_text(spans: list[list[float]], most: int = 3) -> str:
+    """Missing spans as `a-b s`, consecutive ones joined, at most `most` of them."""
+    joined: list[list[float]] = []
+    for a, b in sorted(spans):
+        if joined and a <= joined[-1][1] + 1e-6:
+            joined[-1][1] = max(joined[-1][1], b)
+        else:
+            joined.append([a, b])
+    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
+    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
+
+
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """The run reports, oldest first (run ids start with their UTC time). One that does not parse is skipped:
+    a report is written whole (StoreWriter.write_run_report), so only damage makes one unreadable."""
+    out = []
+    for p in sorted(layout.runs_dir(path).glob("*.json")):
+        try:
+            rep = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rep, dict) and isinstance(rep.get("counts"), dict):
+            out.append(rep)
+    return out
+
+
+def run_started(run_id: str) -> str | None:
+    try:
+        return datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
+    except ValueError:
+        return None
+
+
+def run_info(rep: dict[str, Any]) -> RunInfo:
+    counts = rep.get("counts", {})
+    total = {k: sum(int(c.get(k, 0)) for c in counts.values()) for k in ("done", "skipped", "failed")}
+    seconds = float(rep.get("seconds") or 0.0)
+    stages = rep.get("stages") or {}
+    binding = max(stages, key=lambda s: stages[s].get("busy_s") or 0.0) if stages else None
+    stopped = rep.get("stopped")
+    return RunInfo(str(rep.get("run_id", "?")), run_started(str(rep.get("run_id", ""))), seconds, total["done"],
+                   total["skipped"], total["failed"], len(rep.get("partial") or []),
+                   round(total["done"] / seconds, 3) if seconds > 0 and total["done"] else None, binding,
+                   stopped.get("signal") if isinstance(stopped, dict) else None)
+
+
+def _filter_reason(attrs: dict[str, Any]) -> str:
+    ratio, bound = attrs.get("face_ratio"), attrs.get("min_face_ratio")
+    if ratio is not None and bound is not None:
+        return f"face_ratio {float(ratio):.2f} < {float(bound):.2f} (faces policy)"
+    if ratio is not None:
+        return f"face_ratio {float(ratio):.2f} (faces policy)"
+    return "filtered by the feature's policy"
+
+
+def _failed(runs: list[dict[str, Any]], feature: str, current: set[str]) -> list[dict[str, Any]]:
+    """The failures of the latest run that asked for `feature`, less the pairs in the store since (a later
+    run with `--features` elsewhere cannot have computed them, so this is the feature's latest word)."""
+    for rep in reversed(runs):
+        if feature in rep.get("counts", {}):
+            return [{"item": f["item"], "stage": f.get("stage"), "file": f.get("file"), "error": f.get("error"),
+                     "run_id": rep.get("run_id")}
+                    for f in rep.get("failures") or [] if f.get("feature") == feature and f["item"] not in current]
+    return []
+
+
+def _wanted_fingerprints(store: Store, config_ref: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """feature -> (the spec hash, item -> fingerprint) that `make extract --config config_ref` would want."""
+    from pipeline.config import load_config
+    from pipeline.run import applicable, source_identity
+
+    config = load_config(config_ref)
+    media = store.media_items()
+    questions: dict[str, list] = {}
+    for q in store.qa_items():
+        questions.setdefault(q.item_id, []).append(q)
+    out = {}
+    for spec in config.specs():
+        kind = spec.extractor.input_kind
+        fps = {}
+        for item in media:
+            qs = questions.get(item.id, [])
+            if applicable(item, kind, qs):
+                source = source_identity(item, kind, qs, config)
+                fps[item.id] = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
+        out[spec.name] = (spec.spec_hash, fps)
+    return out
+
+
+def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
+                 wanted: tuple[str, dict[str, str]] | None = None) -> FeatureInfo:
+    fa = store.feature_attrs(name)
+    state = store.index(name)
+    spec = str(fa.get("spec_hash", ""))
+    problems = store.part_problems(name, only=state.live_parts())
+    entries = list(state.entries.values())
+    info = FeatureInfo(name, str(fa.get("extractor", "?")), str(fa.get("version", "?")), str(fa.get("weights", "?")),
+                       spec, fa.get("rate_hz"), len(fa.get("columns") or []), 0, 0, 0, 0, 0)
+    live = {e.part for e in entries}
+    info.parts = len(live)
+    info.bytes = sum(int(size) for p in live for size, *_ in state.parts[p].files.values())
+    info.rows = sum(e.n_rows for e in entries)
+    info.superseded_rows = sum(_part_rows(rec) for rec in state.parts.values()) - info.rows
+    current = set()
+    for e in sorted(entries):
+        problem = problems.get(e.part)
+        if problem is not None:
+            info.damaged.append({"item": e.item, "part": str(store.path / name / "parts" / e.part), "problem": problem})
+            continue
+        attrs = e.attrs()
+        if e.spec_hash != spec:
+            info.stale.append({"item": e.item, "reason": f"made with spec {e.spec_hash}, the feature's is {spec}"})
+        elif wanted is not None and e.item in wanted[1] and wanted[1][e.item] != e.fingerprint:
+            why = "the config differs" if wanted[0] != e.spec_hash else "its source file changed (name, size or mtime) or is not where the manifest says"
+            info.stale.append({"item": e.item, "reason": f"fingerprint differs from what the config would give: {why}"})
+        else:
+            current.add(e.item)
+        if e.filtered:
+            info.filtered.append({"item": e.item, "reason": _filter_reason(attrs)})
+        elif e.spec_hash == spec:
+            info.items += 1
+        missing = attrs.get("missing_s") or []
+        if missing:
+            total = round(sum(b - a for a, b in missing), 6)
+            info.partial.append({"item": e.item, "file": (attrs.get("source") or {}).get("path"),
+                                 "missing_s": missing, "missing_total_s": total, "duration_s": e.duration_s})
+    info.failed = _failed(runs, name, set(state.entries) - {d["item"] for d in info.damaged})
+    return info
+
+
+def _part_rows(rec: Any) -> int:
+    shape = (rec.arrays.get(layout.INTERVALS) or {}).get("shape")
+    return int(shape[0]) if shape else 0
+
+
+def store_info(path: Path | str, config: str | None = None) -> StoreInfo:
+    store = open_store(path)
+    runs = read_runs(store.path)
+    wanted = _wanted_fingerprints(store, config) if config else {}
+    media, qa = store.media_items(), store.qa_items()
+    splits: dict[str, int] = {}
+    for m in media:
+        split = getattr(m, "split", None)
+        if split:
+            splits[split] = splits.get(split, 0) + 1
+    features = [feature_info(store, f, runs, wanted.get(f) if config else None) for f in store.features()]
+    return StoreInfo(str(store.path), str(store.attrs.get("dataset", "?")), str(store.attrs.get("schema", "?")),
+                     str(store.attrs.get("package_version", "?")), len(media), len(qa), splits, features,
+                     [run_info(r) for r in runs], config)
+
+
+def item_info(path: Path | str, item: str) -> dict[str, Any]:
+    """One item across features: its manifest record and, per feature, what the store holds for it."""
+    store = open_store(path)
+    media = {m.id: m for m in store.media_items()}
+    record = media.get(item)
+    runs = read_runs(store.path)
+    out: dict[str, Any] = {"item": item, "record": record.model_dump(mode="json") if record else None,
+                           "questions": sum(q.item_id == item for q in store.qa_items()), "features": {}}
+    for name in store.features():
+        state = store.index(name)
+        e = state.entries.get(item)
+        if e is None:
+            fail = next((f for f in _failed(runs, name, set()) if f["item"] == item), None)
+            out["features"][name] = {"status": "failed", **fail} if fail else {"status": "absent"}
+            continue
+        problem = store.part_problem(name, e.part)
+        attrs = e.attrs()
+        status = ("damaged" if problem else "stale" if e.spec_hash != store.feature_attrs(name).get("spec_hash")
+                  else "filtered" if e.filtered else "partial" if attrs.get("missing_s") else "ok")
+        out["features"][name] = {"status": status, "rows": e.n_rows, "duration_s": e.duration_s,
+                                 "part": e.part, "problem": problem, "attrs": attrs}
+    if record is None and not any(v["status"] != "absent" for v in out["features"].values()):
+        known = sorted(media)
+        raise KeyError(f"{store.path}: no item {item!r}; {len(known)} items, e.g. {', '.join(known[:5])}")
+    return out
+
+
+def item_summary(info: dict[str, Any]) -> str:
+    lines = [f"{info['item']}: {info['questions']} question(s)"]
+    rec = info.get("record") or {}
+    for key in ("split", "video", "audio", "transcript", "image"):
+        if rec.get(key):
+            lines.append(f"  {key}: {rec[key]}")
+    for name, f in info["features"].items():
+        if f["status"] in ("absent", "failed"):
+            extra = f" [{f['stage']}] {f.get('file') or ''}: {f['error']}" if f["status"] == "failed" else ""
+            lines.append(f"  {name:<12}{f['status']}{extra}")
+            continue
+        a = f["attrs"]
+        dur = f"{f['duration_s']:.2f} s" if isinstance(f["duration_s"], float) and math.isfinite(f["duration_s"]) else "-"
+        detail = []
+        if a.get("missing_s"):
+            detail.append(f"missing {spans_text(a['missing_s'])}")
+        if "face_ratio" in a:
+            detail.append(f"face_ratio {float(a['face_ratio']):.2f}")
+        if f["problem"]:
+            detail.append(f["problem"])
+        lines.append(f"  {name:<12}{f['status']:<10}{f['rows']:>7} rows  {dur:>9}  "
+                     f"fingerprint {str(a.get('fingerprint', ''))[:12]}" + (f"  ({'; '.join(detail)})" if detail else ""))
+    return "\n".join(lines)
