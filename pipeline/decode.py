@@ -11,7 +11,8 @@ is matched to its time by its PTS. Where packet PTS are not the display times, t
 decoder in display order instead, and the n-th picture out is shown at the n-th smallest PTS (what ffmpeg's
 best-effort timestamps give): always for MPEG-4 Part 2 (DivX/XviD "packed B-frames", whose packets each hold
 the next P-frame and the B-frame shown before it, their PTS guessed by the demuxer, mostly from AVI), and for
-any other stream whose decoded PTS turn out missing or out of order.
+any other stream whose decoded PTS turn out missing or out of order. The decoder starts at the file's first
+picture, so in a clip cut from such a file the n-th picture out is still the file's n-th.
 
 Segments (long videos): each segment decodes from the last keyframe at or before its first frame (found in the
 demuxing pass; the seek goes back further until the demuxer lands at or before it, which MPEG-TS's
@@ -70,8 +71,9 @@ SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; t
 # the keyframe at or before their first frame (MPEG-TS lost and shifted rows), MPEG-4 Part 2 and streams whose
 # PTS are not display times use the decoder's output order, every stream placed by its own timestamps from the
 # picture's start (audio priming before it cut: MKV/TS/FLV audio no longer 21-25 ms late), truncated files keep
-# the container's duration with the missing tail listed)
-DECODE_VERSION = "4"
+# the container's duration with the missing tail listed; 5: a clip cut from a stream decoded in display order (AVI,
+# MPEG-4 Part 2) matches the decoder's n-th picture to the file's n-th display time, not the clip's)
+DECODE_VERSION = "5"
 
 def second_intervals(duration_s: float) -> np.ndarray:
     """(N, 2) rows [k, min(k+1, D)), N = ceil(D)."""
@@ -117,6 +119,9 @@ class _Timing:
     time_base: Fraction
     origin_s: float  # container seconds of clip time 0
     container_end_s: float | None  # container seconds where the container says the media ends
+    # not in_order: the display time of every picture the decoder gives, the n-th out at shown[n], over the whole
+    # file (a cut clip's `ticks` are a part of it, but the decoder still starts at the file's first picture)
+    shown: np.ndarray | None = None
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
@@ -192,7 +197,7 @@ def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
     if not times:
         raise InputError(f"{path}: no frame could be decoded")
     ticks = np.asarray(times, np.int64)
-    return _timing(ticks, int(ticks[-1]) + step, dataclasses.replace(timing, in_order=False))
+    return _timing(ticks, int(ticks[-1]) + step, dataclasses.replace(timing, in_order=False, shown=ticks))
 
 
 class _NotInDisplayOrder(Exception):
@@ -277,11 +282,12 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                                 continue
                         pts = frame.pts
                         last = max(last or pts, pts)
-                    else:  # the n-th picture out is shown at the n-th display time
-                        pts = last = int(timing.ticks[min(shown, len(timing.ticks) - 1)])
-                        shown += 1
-                        if shown > len(timing.ticks):
+                    else:  # the n-th picture out is shown at the n-th display time of the whole file
+                        assert timing.shown is not None
+                        if shown >= len(timing.shown):
                             continue
+                        pts = last = int(timing.shown[shown])
+                        shown += 1
                     if frame.is_corrupt or (in_order and pts in corrupt):
                         continue
                     intact.add(pts)
