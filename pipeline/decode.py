@@ -22,8 +22,9 @@ are exactly the whole video's. In display-order mode every segment decodes from 
 Damaged files (docs/design.md): a video whose data is partly undecodable yields the seconds that decode;
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
 left out (alignment then marks that second missing) and `missing_s` lists it. A truncated file (the container
-says the media lasts more than TAIL_MIN_S longer than the last frame) keeps D from the container: the rows
-after the last frame are missing, listed in `missing_s`, with a warning.
+says the media lasts more than TAIL_MIN_S longer than the last frame, and its audio stops short of that too) keeps
+D from the container: the rows after the last frame are missing, listed in `missing_s`, with a warning. A video
+that ends while the file's audio goes on (pipeline/media.py `truncated_end_s`) is shorter by design: D is its own.
 
 Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
@@ -46,9 +47,10 @@ import numpy as np
 from extractors.base import Frames, QAText, Words, rate_intervals
 from manifests.records import MediaItem, QAItem
 from pipeline import picture
-from pipeline.audio import AUDIO_GAP_MIN_S, TAIL_MIN_S, decode_audio
+from pipeline.audio import AUDIO_GAP_MIN_S, decode_audio
 from pipeline.media import (
     STREAM_OFFSET_MIN_S,
+    TAIL_MIN_S,
     InputError,
     cut_frame_times,
     declared_end_s,
@@ -56,6 +58,8 @@ from pipeline.media import (
     first_line,
     open_media,
     origin_s,
+    packet_end_s,
+    truncated_end_s,
     video_streams,
 )
 
@@ -119,6 +123,7 @@ class _Timing:
     time_base: Fraction
     origin_s: float  # container seconds of clip time 0
     container_end_s: float | None  # container seconds where the container says the media ends
+    data_end_s: float | None  # container seconds where the file's audio and video packets end (the latest)
     # not in_order: the display time of every picture the decoder gives, the n-th out at shown[n], over the whole
     # file (a cut clip's `ticks` are a part of it, but the decoder still starts at the file's first picture)
     shown: np.ndarray | None = None
@@ -127,15 +132,14 @@ class _Timing:
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
     """`base` with the display times `ticks` whose last frame ends at `end_ticks` (None: unknown, one frame of
     the nominal rate after it, `base.end_s` holding that length); D the container's end when it is more than
-    TAIL_MIN_S later (a truncated file)."""
+    TAIL_MIN_S later and the file's other streams stop short of it too (a truncated file, `truncated_end_s`)."""
     starts = _ticks_to_s(ticks, base.time_base) - base.origin_s
     if end_ticks is None or end_ticks <= ticks[-1]:
         end_s = float(starts[-1] + base.end_s)
     else:
         end_s = float(_ticks_to_s(np.array([end_ticks]), base.time_base)[0] - base.origin_s)
-    duration = end_s
-    if base.container_end_s is not None and base.container_end_s - base.origin_s - end_s > TAIL_MIN_S:
-        duration = base.container_end_s - base.origin_s
+    cut_at = truncated_end_s(base.container_end_s, base.data_end_s, end_s + base.origin_s)
+    duration = end_s if cut_at is None else cut_at - base.origin_s
     return dataclasses.replace(base, ticks=ticks, starts=starts, end_s=end_s, duration_s=duration)
 
 
@@ -145,8 +149,13 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     import av
 
     pts, ends, keys = [], [], []
+    data_end: float | None = None
     try:
-        for packet in container.demux(stream):
+        for packet in container.demux(stream, *container.streams.audio):  # (audio: how far the file's data reaches)
+            if packet.size and (end_s := packet_end_s(packet)) is not None:
+                data_end = max(data_end or end_s, end_s)
+            if packet.stream_index != stream.index:
+                continue
             if packet.pts is None and packet.size:
                 raise InputError(f"{path}: video packets without timestamps (raw stream?); remux it into mp4/mkv")
             if packet.pts is None:
@@ -168,8 +177,13 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     in_order = stream.codec_context.name != "mpeg4" and "avi" not in container.format.name.split(",")
     base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
-                   origin_s(container), declared_end_s(container))
-    return _timing(ticks, end, base)
+                   origin_s(container), declared_end_s(container), data_end)
+    timing = _timing(ticks, end, base)
+    if timing.duration_s == timing.end_s and base.container_end_s is not None \
+            and base.container_end_s - base.origin_s - timing.end_s > TAIL_MIN_S:
+        log.info("%s: the video stream ends at %.2f s, before the file's other streams (%.2f s): a shorter stream, "
+                 "not damage; its rows end there", path, timing.end_s, base.container_end_s - base.origin_s)
+    return timing
 
 
 def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:

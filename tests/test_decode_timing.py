@@ -189,3 +189,23 @@ def test_a_cut_clip_shows_what_ffmpeg_shows_in_its_span(cut_media: dict[str, Pat
     first, n = decode_frames_segment(path, span, 0, 3 * FRAME_BYTES)
     parts = [first] + [decode_frames_segment(path, span, k, 3 * FRAME_BYTES)[0] for k in range(1, n)]
     assert n > 1 and [read_index(p) for part in parts for p in part.pixels] == expected
+
+
+@pytest.mark.parametrize(("audio", "late_frames"), [([], 3), (["-c:a", "pcm_s16le"], 3), (["-c:a", "libmp3lame"], 4)])
+def test_xvid_with_2_b_frames_shows_its_first_picture_as_documented(tmp_path: Path, audio: list[str],
+                                                                    late_frames: int) -> None:
+    """docs/design.md's figure (issue 35 item 13: it said 3 frames where a tester measured 4): 3 frames late alone
+    or beside PCM, 4 beside MP3 (ffmpeg's muxer leaves a slot empty); our first row is ffmpeg's picture then."""
+    path = tmp_path / "xvid.avi"
+    sine = ["-f", "lavfi", "-i", "sine=d=4"] if audio else []
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=s=320x180:r=25:d=4", *sine, "-c:v",
+                    "libxvid", "-q:v", "4", "-bf", "2", *audio, str(path)], check=True)
+    times, _, _ = ffmpeg_reference_times(path)
+    assert times[0] == Fraction(late_frames, 25)
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v:0", "-fps_mode", "passthrough", "-f",
+                          "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=True).stdout
+    theirs = np.frombuffer(raw, np.uint8).reshape(-1, 180, 320, 3).astype(np.int16)
+    frames = decode_frames(path)
+    want = min(range(len(times)), key=lambda i: (abs(times[i] - Fraction(1, 2)), i))  # row 0: nearest 0.5 s
+    assert frames.pts_s[0] == pytest.approx(float(times[want]), abs=1e-6)
+    assert int(np.argmin(np.abs(theirs - frames.pixels[0].astype(np.int16)).mean(axis=(1, 2, 3)))) == want
