@@ -134,7 +134,7 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
             for frame in frames:
                 decoded = True
                 track.add(frame)
-    except av.FFmpegError as e:
+    except (av.FFmpegError, IndexError) as e:  # (IndexError: PyAV meeting a stream that damaged FLV data added)
         errors.append((math.nan, f"demuxing stopped: {first_line(e)}"))
     if not decoded:
         why = f" ({errors[0][1]})" if errors else ""
