@@ -153,8 +153,10 @@ def decode_audio(path: Path, rate_hz: int = 16000) -> Audio:
         decoded_end = track.decoded_end_s()
         end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end
         container_end, declared_end = container_end_s(container), declared_end_s(container)
-        if container_end is not None:  # never past the container's end (Matroska knows the padded last
-            end_s = min(end_s, container_end - track.origin_s)  # frame only from its duration)
+        # never past the container's end (Matroska knows the padded last frame only from its duration), by an
+        # encoder's padding at most: a header that says far less than the track holds is read wrong, not the track
+        if container_end is not None and 0 < end_s - (container_end - track.origin_s) < TAIL_MIN_S:
+            end_s = container_end - track.origin_s
     if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
         track.missing_s.append((decoded_end, end_s))
     if track.missing_s:

@@ -88,3 +88,18 @@ def test_audio_shorter_than_its_video_is_not_truncated(tmp_path: Path, ext: str,
     assert frames.duration_s == pytest.approx(10.0, abs=0.1) and not len(frames.missing_s)
     assert not any("truncated" in r.getMessage() for r in caplog.records)
     assert any(str(path) in r.getMessage() and "shorter track" in r.getMessage() for r in caplog.records)
+
+
+def test_a_matroska_duration_counted_from_the_first_timestamp_cuts_no_audio(tmp_path: Path) -> None:
+    """The same file with its header's Duration rewritten to 8 s (from the first timestamp, as a muxer might count
+    it): read as an end at 8 s of the container's timeline, it cut the audio to its first 3 s."""
+    import struct
+
+    path = _make(tmp_path / "late.mkv", 8, 8, "-output_ts_offset", "5")
+    data = path.read_bytes()
+    at = data.find(b"\x44\x89\x88")  # Info/Duration, an 8-byte float in milliseconds
+    assert struct.unpack(">d", data[at + 3:at + 11]) == (13000.0,)
+    path.write_bytes(data[:at + 3] + struct.pack(">d", 8000.0) + data[at + 11:])
+    frames, audio = decode_frames(path), decode_audio(path)
+    assert frames.duration_s == pytest.approx(8.0, abs=FRAME_S) and not len(frames.missing_s)
+    assert audio.duration_s == pytest.approx(8.0, abs=0.05) and not len(audio.missing_s)
