@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.decode import decode_frames
+from pipeline.decode import decode_frames, decode_frames_segment
 from tests.test_truncated_and_sync import _pictures_by_time
 
 CODECS = {
@@ -56,4 +56,9 @@ def test_a_row_holds_a_true_picture_of_its_own_second_or_is_missing(tmp_path: Pa
             assert shown, f"{path.name}: row {k} is no picture of the intact file"
             assert any(k - 1e-6 <= t < k + 1 for t in shown), f"{path.name}: row {k} shows the picture at {shown} s"
         kept += len(frames.pixels)
+        if at in (0.45, 0.55):  # segments (each from a keyframe at or before it) keep the whole decode's rows
+            first, n = decode_frames_segment(path, None, 0, 3 * 320 * 180 * 3)
+            parts = [first] + [decode_frames_segment(path, None, s, 3 * 320 * 180 * 3)[0] for s in range(1, n)]
+            np.testing.assert_array_equal(np.concatenate([p.intervals for p in parts]), frames.intervals)
+            np.testing.assert_array_equal(np.concatenate([p.pixels for p in parts]), frames.pixels)
     assert kept >= len(NOISE_AT) * 12 // 2  # damage costs seconds near it, not the file
