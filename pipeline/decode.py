@@ -23,10 +23,11 @@ Damaged files (docs/design.md): a video whose data is partly undecodable yields 
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
 left out (alignment then marks that second missing) and `missing_s` lists it. Intact: as the intact file shows it,
 so the pictures after a damage up to the next keyframe, which may refer to what was lost, are not (`_tainted`);
-a row's frame must be shown during its own second (bytes the demuxer skipped end the showing of the frame before). A truncated file (the container
-says the media lasts more than TAIL_MIN_S longer than the last frame, and its audio stops short of that too) keeps
-D from the container: the rows after the last frame are missing, listed in `missing_s`, with a warning. A video
-that ends while the file's audio goes on (pipeline/media.py `truncated_end_s`) is shorter by design: D is its own.
+a row's frame must be shown during its own second (bytes the demuxer skipped end the showing of the frame before).
+A truncated file (the container says the media lasts more than TAIL_MIN_S longer than the last frame, and its
+audio stops short of that too) keeps D from the container: the rows after the last frame are missing, listed in
+`missing_s`, with a warning. A video that ends while the file's audio goes on (pipeline/media.py
+`truncated_end_s`) is shorter by design: D is its own.
 
 Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
@@ -58,6 +59,7 @@ from pipeline.media import (
     declared_end_s,
     existing,
     first_line,
+    media_streams,
     open_media,
     origin_s,
     packet_end_s,
@@ -70,10 +72,10 @@ __all__ = ["AUDIO_GAP_MIN_S", "STREAM_OFFSET_MIN_S", "InputError", "decode_audio
 
 log = logging.getLogger(__name__)
 
-# Matroska/WebM, FLV and AVI demuxers resync after damaged bytes by scanning for the next element, silently: a jump
-# this large between one packet's end and the next one's start (intact files: at most 24 bytes of block and cluster
-# headers, 2 KiB of AVI alignment) is data they skipped. MP4 (sample tables) and MPEG-TS (continuity counters: lavf
-# flags the packets corrupt) say so themselves.
+# Matroska/WebM and FLV demuxers resync after damaged bytes by scanning for the next element, silently: a jump this
+# large between one packet's end and the next one's start, over the packets of every stream (intact files: at most
+# 24 bytes of block and cluster headers) is data they skipped. MP4 (sample tables) and MPEG-TS (continuity counters:
+# lavf flags the packets corrupt) say so themselves; AVI is left out (OpenDML index chunks lie between packets).
 SKIP_MIN_BYTES = 1024
 RESYNCING_FORMATS = {"matroska", "flv"}
 SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
@@ -171,9 +173,11 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     after_skip: set[int] = set()
     before_skip: set[int] = set()
     cut_short: dict[int, int] = {}
+    media = {s.index for s in media_streams(container)}
     try:
-        for packet in container.demux(stream, *container.streams.audio):  # (audio: how far the file's data reaches)
-            if packet.size and (end_s := packet_end_s(packet)) is not None:
+        # every stream: the audio says how far the file's data reaches, all of them where bytes were skipped
+        for packet in container.demux(*container.streams):
+            if packet.size and packet.stream_index in media and (end_s := packet_end_s(packet)) is not None:
                 data_end = max(data_end or end_s, end_s)
             if resyncs and packet.size and packet.pos is not None and packet.pos >= 0:
                 if byte_end is not None and packet.pos - byte_end > SKIP_MIN_BYTES:

@@ -62,3 +62,18 @@ def test_a_row_holds_a_true_picture_of_its_own_second_or_is_missing(tmp_path: Pa
             np.testing.assert_array_equal(np.concatenate([p.intervals for p in parts]), frames.intervals)
             np.testing.assert_array_equal(np.concatenate([p.pixels for p in parts]), frames.pixels)
     assert kept >= len(NOISE_AT) * 12 // 2  # damage costs seconds near it, not the file
+
+
+def test_an_intact_matroska_with_large_subtitle_packets_is_not_damaged(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Skipped bytes are told by the gap between packets of every stream: a subtitle event of 3 KB between two
+    video packets is no skip (counted over audio and video alone, it would drop pictures of an intact file)."""
+    srt = tmp_path / "long.srt"
+    srt.write_text("".join(f"{k + 1}\n00:00:0{k},000 --> 00:00:0{k},900\n{'word ' * 600}\n\n" for k in range(6)))
+    path = tmp_path / "subs.mkv"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=s=320x180:r=25:d=6", "-i", str(srt),
+                    "-c:v", "libx264", "-c:s", "srt", "-pix_fmt", "yuv420p", str(path)], check=True)
+    with caplog.at_level(logging.WARNING):
+        frames = decode_frames(path)
+    assert len(frames.intervals) == 6 and not len(frames.missing_s)
+    assert not [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
