@@ -118,6 +118,16 @@ class ManifestNote(_Record):
     detail: str = ""
 
 
+def note_empty_qa_file(notes: list[ManifestNote] | None, path: Path) -> None:
+    """A QA file with no question in it (empty, blank lines, an empty array): read as it is, but never in silence
+    (a file cut short on download reads so too)."""
+    log.warning("%s: QA file holds no questions (%d bytes)", path, path.stat().st_size)
+    if notes is not None:
+        notes.append(ManifestNote(kind="note", what="QA file", id=path.name, file=str(path),
+                                  reason="QA file holds no questions",
+                                  detail=f"{path.stat().st_size} bytes"))
+
+
 def note_dropped(notes: list[ManifestNote] | None, what: str, id_: str, where: str | Path, reason: str,
                  detail: str = "") -> None:
     """Log an input a reader skips, with its file (and :line), and note it for the run report when `notes` is given."""

@@ -29,7 +29,15 @@ from typing import Any
 
 from manifests.jsonfile import QAFileError, json_rows
 from manifests.questions import unique_questions
-from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem, check_id, note_dropped
+from manifests.records import (
+    SPLIT_NAMES,
+    ManifestNote,
+    MediaItem,
+    QAItem,
+    check_id,
+    note_dropped,
+    note_empty_qa_file,
+)
 
 log = logging.getLogger(__name__)
 CLIP_S = 60.0
@@ -152,6 +160,8 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
             notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
                                       reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
             continue
+        if not found:
+            note_empty_qa_file(notes, path)
         for r in found:
             row: Any = None
             try:
@@ -304,6 +314,7 @@ def read_siq1_qa_file(path: Path, vid: str, split: str, dataset: str = "socialiq
     out: list[QAItem] = []
     current: dict[str, Any] | None = None
     bad: tuple[int, str] | None = None  # the first malformed line of the open question
+    notes_before = len(notes)
 
     def drop(line_no: int, why: str) -> None:
         note_dropped(notes, "question", f"{vid} line {line_no}", f"{path}:{line_no}", "malformed question", why)
@@ -337,6 +348,8 @@ def read_siq1_qa_file(path: Path, vid: str, split: str, dataset: str = "socialiq
         else:
             bad = bad or (line_no, f"malformed QA line {line[:60]!r}")
     close()
+    if current is None and len(notes) == notes_before:  # no question, and no line noted as malformed
+        note_empty_qa_file(notes, path)
     return out
 
 

@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from manifests.jsonfile import QAFileError, json_rows
-from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped
+from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped, note_empty_qa_file
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,8 @@ def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET,
                 notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
                                           reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
             continue
+        if not found:
+            note_empty_qa_file(notes, path)
         for r in found:
             where = r.where
             try:

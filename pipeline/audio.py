@@ -13,7 +13,9 @@ end), never after the container's duration (Matroska, MPEG-TS), so the encoder's
 is not audio. A run of frames whose timestamps follow on from each other is resampled as one piece; a jump
 forward of more than AUDIO_GAP_MIN_S (packets that did not decode, a hole in the track) ends the piece, the
 hole is left silent and listed in `missing_s`. A track that ends more than TAIL_MIN_S before the container says
-the media ends (a truncated file) gets its missing tail as silence, listed in `missing_s`.
+the media ends, in a file whose video stops short of that too (a truncated file), gets its missing tail as silence,
+listed in `missing_s`; a track that ends while the video goes on is shorter by design and keeps its own end
+(pipeline/media.py `truncated_end_s`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,23 @@ from typing import Any
 import numpy as np
 
 from extractors.base import Audio
-from pipeline.media import InputError, container_end_s, declared_end_s, existing, first_line, open_media, origin_s
+from pipeline.media import (
+    TAIL_MIN_S,
+    InputError,
+    container_end_s,
+    declared_end_s,
+    existing,
+    first_line,
+    open_media,
+    origin_s,
+    packet_end_s,
+    truncated_end_s,
+    video_streams,
+)
 
 log = logging.getLogger(__name__)
 
 AUDIO_GAP_MIN_S = 0.02  # timestamp jumps in an audio track shorter than this are jitter, not missing audio
-TAIL_MIN_S = 0.5  # a track ending this much before the container's end is truncated (docs/design.md)
 
 
 class _AudioTrack:
@@ -91,9 +104,10 @@ class _AudioTrack:
 
 
 def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
-                  ) -> tuple[_AudioTrack, int | None, list[tuple[float, str]]]:
+                  ) -> tuple[_AudioTrack, int | None, list[tuple[float, str]], float | None]:
     """(The decoded track, the end of its last packet in ticks (its true end, before encoder padding), the
-    (seconds, error) of packets that did not decode)."""
+    (seconds, error) of packets that did not decode, the latest end of any audio or video packet of the file in
+    container seconds: how far its data reaches (the video's packets are demuxed, not decoded))."""
     import av
 
     tb = Fraction(stream.time_base)
@@ -101,10 +115,15 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     first = float(stream.start_time * tb) - origin if stream.start_time is not None else 0.0
     track = _AudioTrack(rate_hz, tb, origin, first)
     end_ticks: int | None = None
+    data_end: float | None = None
     errors: list[tuple[float, str]] = []
     decoded = False
     try:
-        for packet in container.demux(stream):
+        for packet in container.demux(stream, *video_streams(container)):
+            if packet.size and (end := packet_end_s(packet)) is not None:
+                data_end = max(data_end or end, end)
+            if packet.stream_index != stream.index:
+                continue
             if packet.pts is not None and not packet.is_discard and packet.duration:
                 end_ticks = max(end_ticks or packet.pts, packet.pts + packet.duration)
             try:
@@ -115,13 +134,13 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
             for frame in frames:
                 decoded = True
                 track.add(frame)
-    except av.FFmpegError as e:
+    except (av.FFmpegError, IndexError) as e:  # (IndexError: PyAV meeting a stream that damaged FLV data added)
         errors.append((math.nan, f"demuxing stopped: {first_line(e)}"))
     if not decoded:
         why = f" ({errors[0][1]})" if errors else ""
         raise InputError(f"{path}: audio track is empty or undecodable{why}")
     track.finish()
-    return track, end_ticks, errors
+    return track, end_ticks, errors, data_end
 
 
 def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
@@ -130,20 +149,26 @@ def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
     with open_media(path) as container:
         if not container.streams.audio:
             raise InputError(f"{path}: no audio track")
-        track, end_ticks, errors = _decode_track(container, container.streams.audio[0], rate_hz, path)
+        track, end_ticks, errors, data_end = _decode_track(container, container.streams.audio[0], rate_hz, path)
         decoded_end = track.decoded_end_s()
         end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end
         container_end, declared_end = container_end_s(container), declared_end_s(container)
-        if container_end is not None:  # never past the container's end (Matroska knows the padded last
-            end_s = min(end_s, container_end - track.origin_s)  # frame only from its duration)
+        # never past the container's end (Matroska knows the padded last frame only from its duration), by an
+        # encoder's padding at most: a header that says far less than the track holds is read wrong, not the track
+        if container_end is not None and 0 < end_s - (container_end - track.origin_s) < TAIL_MIN_S:
+            end_s = container_end - track.origin_s
     if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
         track.missing_s.append((decoded_end, end_s))
     if track.missing_s:
         log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
                     sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
                     "a hole in the track's timestamps")
-    if declared_end is not None and declared_end - track.origin_s - end_s > TAIL_MIN_S:
-        tail = (end_s, declared_end - track.origin_s)
+    cut_at = truncated_end_s(declared_end, data_end, end_s + track.origin_s)
+    if cut_at is None and declared_end is not None and declared_end - track.origin_s - end_s > TAIL_MIN_S:
+        log.info("%s: the audio track ends at %.2f s, before the file's other streams (%.2f s): a shorter track, not "
+                 "damage; the audio lasts %.2f s", path, end_s, declared_end - track.origin_s, end_s)
+    if cut_at is not None:
+        tail = (end_s, cut_at - track.origin_s)
         log.warning("%s: truncated file? the audio track ends at %.2f s but the container says the media lasts "
                     "%.2f s: the last %.2f s are missing", path, tail[0], tail[1], tail[1] - tail[0])
         track.missing_s.append(tail)

@@ -11,7 +11,8 @@ is matched to its time by its PTS. Where packet PTS are not the display times, t
 decoder in display order instead, and the n-th picture out is shown at the n-th smallest PTS (what ffmpeg's
 best-effort timestamps give): always for MPEG-4 Part 2 (DivX/XviD "packed B-frames", whose packets each hold
 the next P-frame and the B-frame shown before it, their PTS guessed by the demuxer, mostly from AVI), and for
-any other stream whose decoded PTS turn out missing or out of order.
+any other stream whose decoded PTS turn out missing or out of order. The decoder starts at the file's first
+picture, so in a clip cut from such a file the n-th picture out is still the file's n-th.
 
 Segments (long videos): each segment decodes from the last keyframe at or before its first frame (found in the
 demuxing pass; the seek goes back further until the demuxer lands at or before it, which MPEG-TS's
@@ -20,9 +21,13 @@ are exactly the whole video's. In display-order mode every segment decodes from 
 
 Damaged files (docs/design.md): a video whose data is partly undecodable yields the seconds that decode;
 a row whose chosen frame is lost uses the nearest intact frame shown during its interval, else it is
-left out (alignment then marks that second missing) and `missing_s` lists it. A truncated file (the container
-says the media lasts more than TAIL_MIN_S longer than the last frame) keeps D from the container: the rows
-after the last frame are missing, listed in `missing_s`, with a warning.
+left out (alignment then marks that second missing) and `missing_s` lists it. Intact: as the intact file shows it,
+so the pictures after a damage up to the next keyframe, which may refer to what was lost, are not (`_tainted`);
+a row's frame must be shown during its own second (bytes the demuxer skipped end the showing of the frame before).
+A truncated file (the container says the media lasts more than TAIL_MIN_S longer than the last frame, and its
+audio stops short of that too) keeps D from the container: the rows after the last frame are missing, listed in
+`missing_s`, with a warning. A video that ends while the file's audio goes on (pipeline/media.py
+`truncated_end_s`) is shorter by design: D is its own.
 
 Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
@@ -45,16 +50,20 @@ import numpy as np
 from extractors.base import Frames, QAText, Words, rate_intervals
 from manifests.records import MediaItem, QAItem
 from pipeline import picture
-from pipeline.audio import AUDIO_GAP_MIN_S, TAIL_MIN_S, decode_audio
+from pipeline.audio import AUDIO_GAP_MIN_S, decode_audio
 from pipeline.media import (
     STREAM_OFFSET_MIN_S,
+    TAIL_MIN_S,
     InputError,
     cut_frame_times,
     declared_end_s,
     existing,
     first_line,
+    media_streams,
     open_media,
     origin_s,
+    packet_end_s,
+    truncated_end_s,
     video_streams,
 )
 
@@ -63,6 +72,12 @@ __all__ = ["AUDIO_GAP_MIN_S", "STREAM_OFFSET_MIN_S", "InputError", "decode_audio
 
 log = logging.getLogger(__name__)
 
+# Matroska/WebM and FLV demuxers resync after damaged bytes by scanning for the next element, silently: a jump this
+# large between one packet's end and the next one's start, over the packets of every stream (intact files: at most
+# 24 bytes of block and cluster headers) is data they skipped. MP4 (sample tables) and MPEG-TS (continuity counters:
+# lavf flags the packets corrupt) say so themselves; AVI is left out (OpenDML index chunks lie between packets).
+SKIP_MIN_BYTES = 1024
+RESYNCING_FORMATS = {"matroska", "flv"}
 SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
 # enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
 # (2: streams that start late keep their place on the container's timeline; 3: PyAV instead of decord,
@@ -70,8 +85,11 @@ SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; t
 # the keyframe at or before their first frame (MPEG-TS lost and shifted rows), MPEG-4 Part 2 and streams whose
 # PTS are not display times use the decoder's output order, every stream placed by its own timestamps from the
 # picture's start (audio priming before it cut: MKV/TS/FLV audio no longer 21-25 ms late), truncated files keep
-# the container's duration with the missing tail listed)
-DECODE_VERSION = "4"
+# the container's duration with the missing tail listed; 5: a clip cut from a stream decoded in display order (AVI,
+# MPEG-4 Part 2) matches the decoder's n-th picture to the file's n-th display time, not the clip's; Matroska's
+# duration counts from timestamp 0; a shorter stream keeps its own duration; pictures after damage up to the next
+# keyframe and frames not shown during a row's second are left out)
+DECODE_VERSION = "5"
 
 def second_intervals(duration_s: float) -> np.ndarray:
     """(N, 2) rows [k, min(k+1, D)), N = ceil(D)."""
@@ -117,20 +135,29 @@ class _Timing:
     time_base: Fraction
     origin_s: float  # container seconds of clip time 0
     container_end_s: float | None  # container seconds where the container says the media ends
+    data_end_s: float | None  # container seconds where the file's audio and video packets end (the latest)
+    # not in_order: the display time of every picture the decoder gives, the n-th out at shown[n], over the whole
+    # file (a cut clip's `ticks` are a part of it, but the decoder still starts at the file's first picture)
+    shown: np.ndarray | None = None
+    # where the demuxer skipped damaged bytes: the PTS of the first video packet after each skip (damage from there
+    # on in decode order, pipeline/decode.py `_tainted`), and for the last frame before it, in display order, the end
+    # of its own showing (its PTS + duration: the frames lost in the skip, not it, were shown after that)
+    after_skip: frozenset[int] = frozenset()
+    before_skip: frozenset[int] = frozenset()  # the video packet read last before a skip: damaged itself
+    cut_short: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
     """`base` with the display times `ticks` whose last frame ends at `end_ticks` (None: unknown, one frame of
     the nominal rate after it, `base.end_s` holding that length); D the container's end when it is more than
-    TAIL_MIN_S later (a truncated file)."""
+    TAIL_MIN_S later and the file's other streams stop short of it too (a truncated file, `truncated_end_s`)."""
     starts = _ticks_to_s(ticks, base.time_base) - base.origin_s
     if end_ticks is None or end_ticks <= ticks[-1]:
         end_s = float(starts[-1] + base.end_s)
     else:
         end_s = float(_ticks_to_s(np.array([end_ticks]), base.time_base)[0] - base.origin_s)
-    duration = end_s
-    if base.container_end_s is not None and base.container_end_s - base.origin_s - end_s > TAIL_MIN_S:
-        duration = base.container_end_s - base.origin_s
+    cut_at = truncated_end_s(base.container_end_s, base.data_end_s, end_s + base.origin_s)
+    duration = end_s if cut_at is None else cut_at - base.origin_s
     return dataclasses.replace(base, ticks=ticks, starts=starts, end_s=end_s, duration_s=duration)
 
 
@@ -140,8 +167,33 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     import av
 
     pts, ends, keys = [], [], []
+    data_end: float | None = None
+    resyncs = bool(RESYNCING_FORMATS & set(container.format.name.split(",")))
+    byte_end, skipped, read_last = None, False, None
+    after_skip: set[int] = set()
+    before_skip: set[int] = set()
+    cut_short: dict[int, int] = {}
+    media = {s.index for s in media_streams(container)}
     try:
-        for packet in container.demux(stream):
+        # every stream: the audio says how far the file's data reaches, all of them where bytes were skipped
+        for packet in container.demux(*container.streams):
+            if packet.size and packet.stream_index in media and (end_s := packet_end_s(packet)) is not None:
+                data_end = max(data_end or end_s, end_s)
+            if resyncs and packet.size and packet.pos is not None and packet.pos >= 0:
+                if byte_end is not None and packet.pos - byte_end > SKIP_MIN_BYTES:
+                    skipped = True
+                    if pts:  # the latest picture before the skip stops where its own duration ends
+                        last = max(pts)
+                        cut_short[last] = last + max(1, ends[pts.index(last)] - last)
+                    if read_last is not None:  # the damage began inside it: its header held, its data may not
+                        before_skip.add(read_last)
+                byte_end = packet.pos + packet.size
+                read_last = packet.pts if packet.stream_index == stream.index else None
+            if packet.stream_index != stream.index:
+                continue
+            if skipped and packet.pts is not None:
+                after_skip.add(packet.pts)
+                skipped = False
             if packet.pts is None and packet.size:
                 raise InputError(f"{path}: video packets without timestamps (raw stream?); remux it into mp4/mkv")
             if packet.pts is None:
@@ -151,7 +203,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
             if not packet.is_discard:
                 pts.append(packet.pts)
                 ends.append(packet.pts + max(0, packet.duration or 0))
-    except av.FFmpegError as e:  # a damaged container: the frames demuxed so far are all we know of
+    except (av.FFmpegError, IndexError) as e:  # a damaged container: the frames demuxed so far are all we know of
+        # (IndexError: PyAV meeting a stream that damaged FLV data made lavf add while demuxing)
         log.warning("%s: demuxing stopped after %d frames: %s", path, len(pts), first_line(e))
     if not pts:
         raise InputError(f"{path}: video has no frames")
@@ -163,8 +216,17 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     in_order = stream.codec_context.name != "mpeg4" and "avi" not in container.format.name.split(",")
     base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
-                   origin_s(container), declared_end_s(container))
-    return _timing(ticks, end, base)
+                   origin_s(container), declared_end_s(container), data_end,
+                   after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short)
+    if after_skip:
+        log.warning("%s: damaged data: the demuxer skipped %d stretch(es) of bytes (first before the frame at PTS "
+                    "%d): the pictures that depend on them are missing", path, len(after_skip), min(after_skip))
+    timing = _timing(ticks, end, base)
+    if timing.duration_s == timing.end_s and base.container_end_s is not None \
+            and base.container_end_s - base.origin_s - timing.end_s > TAIL_MIN_S:
+        log.info("%s: the video stream ends at %.2f s, before the file's other streams (%.2f s): a shorter stream, "
+                 "not damage; its rows end there", path, timing.end_s, base.container_end_s - base.origin_s)
+    return timing
 
 
 def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
@@ -187,12 +249,12 @@ def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
                 for frame in frames:
                     t = frame.dts if frame.dts is not None else (times[-1] + step if times else frame.pts or 0)
                     times.append(max(t, times[-1] + 1) if times else t)  # never before the previous picture
-        except av.FFmpegError:
+        except (av.FFmpegError, IndexError):  # (IndexError: see `_frame_times`)
             pass
     if not times:
         raise InputError(f"{path}: no frame could be decoded")
     ticks = np.asarray(times, np.int64)
-    return _timing(ticks, int(ticks[-1]) + step, dataclasses.replace(timing, in_order=False))
+    return _timing(ticks, int(ticks[-1]) + step, dataclasses.replace(timing, in_order=False, shown=ticks))
 
 
 class _NotInDisplayOrder(Exception):
@@ -257,30 +319,56 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
             packets = container.demux(stream)
         fast = fast and in_order  # display order counts every picture out: none may be skipped
         context, shown, last, corrupt = stream.codec_context, 0, None, set()
+        # damage in decode order (`_tainted`): the packets' PTS as fed, the keyframes', and (position, whether the
+        # packet itself is damaged) of each damage: a packet cut short or refused, a corrupt picture, skipped bytes
+        order: list[int] = []
+        at: dict[int, int] = {}
+        key_pts: set[int] = set()
+        events: list[tuple[int, bool]] = []
+        damaged = False  # display-order mode: since the last damage, no keyframe's picture came out yet
         try:
             for packet in packets:
+                if packet.pts is not None:
+                    at[packet.pts] = len(order)
+                    order.append(packet.pts)
+                    if packet.is_keyframe:
+                        key_pts.add(packet.pts)
+                    if packet.pts in timing.after_skip or packet.pts in timing.before_skip:
+                        events.append((len(order) - 1, packet.pts in timing.before_skip))
+                        damaged = True
                 if packet.is_corrupt and packet.pts is not None:  # cut short (a truncated file's last packet)
                     corrupt.add(packet.pts)
+                    events.append((len(order) - 1, True))
+                    damaged = True
                 if fast:
                     context.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in wanted else "NONREF"
                 try:
                     frames = packet.decode()
                 except av.FFmpegError as e:
                     errors.append((packet.pts if packet.pts is not None else -1, first_line(e)))
+                    if order:
+                        events.append((len(order) - 1, packet.pts is not None))
+                    damaged = True
                     continue
                 for frame in frames:
                     if in_order:
                         if frame.pts is None or (last is not None and frame.pts <= last):
-                            if not errors and not frame.is_corrupt:  # (damaged data may come out of order)
+                            if not errors and not events and not frame.is_corrupt:  # (damage may come out of order)
                                 raise _NotInDisplayOrder(f"PTS {frame.pts} after {last}")
                             if frame.pts is None:
                                 continue
                         pts = frame.pts
                         last = max(last or pts, pts)
-                    else:  # the n-th picture out is shown at the n-th display time
-                        pts = last = int(timing.ticks[min(shown, len(timing.ticks) - 1)])
+                        if frame.is_corrupt and pts in at:
+                            events.append((at[pts], True))
+                    else:  # the n-th picture out is shown at the n-th display time of the whole file
+                        assert timing.shown is not None
+                        if shown >= len(timing.shown):
+                            continue
+                        pts = last = int(timing.shown[shown])
                         shown += 1
-                        if shown > len(timing.ticks):
+                        damaged = (damaged or frame.is_corrupt) and not (frame.key_frame and not frame.is_corrupt)
+                        if damaged:  # (from the damage up to a keyframe's picture: references may be lost)
                             continue
                     if frame.is_corrupt or (in_order and pts in corrupt):
                         continue
@@ -290,18 +378,69 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                 # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
                 if (fast and len(pictures) == len(wanted)) or (span and last is not None and last > span[1]):
                     break
-        except av.FFmpegError as e:
+        except (av.FFmpegError, IndexError) as e:  # (IndexError: see `_frame_times`)
             errors.append((-1, f"demuxing stopped: {first_line(e)}"))
         finally:
             container.close()
+    if in_order and events:  # a picture decoded from lost or damaged references is not what the file shows
+        for pts in _tainted(order, key_pts, events):
+            pictures.pop(pts, None)
+            intact.discard(pts)
     return pictures, intact, errors
 
 
+def _tainted(order: list[int], keys: set[int], events: list[tuple[int, bool]]) -> set[int]:
+    """The PTS of the pictures that may refer to damaged data: from each damage (a position in the decode
+    `order`; the packet there included when it is damaged itself) up to the next keyframe, and after that
+    keyframe, before the one after it, the pictures shown before it (an open GOP's leading pictures refer back
+    across it). A picture the decoder does not flag is still wrong when what it refers to was lost."""
+    out: set[int] = set()
+    for e, own in sorted(set(events)):
+        i = e
+        if own or order[e] not in keys:
+            out.add(order[e])
+            i = e + 1
+            while i < len(order) and order[i] not in keys:
+                out.add(order[i])
+                i += 1
+        if i < len(order):
+            key = order[i]
+            i += 1
+            while i < len(order) and order[i] not in keys:
+                if order[i] < key:
+                    out.add(order[i])
+                i += 1
+    return out
+
+
+def _shown_until(timing: _Timing) -> np.ndarray:
+    """Where each frame stops showing, clip seconds: the next frame's start (the last one's: `end_s`), except
+    before bytes the demuxer skipped, where the frames lost in the skip were shown: there its own end."""
+    until = np.append(timing.starts[1:], timing.end_s)
+    if timing.cut_short:
+        scale = timing.time_base.numerator / timing.time_base.denominator
+        for i, tick in enumerate(timing.ticks.tolist()):
+            if tick in timing.cut_short:
+                until[i] = min(until[i], timing.starts[i] + (timing.cut_short[tick] - tick) * scale)
+    return until
+
+
+def _within_rows(index: np.ndarray, intervals: np.ndarray, timing: _Timing) -> np.ndarray:
+    """`index` where each row's frame is shown during the row; elsewhere the frame nearest the row's middle among
+    those that are, or -1 (a row holds a picture of its own second or none: issue 35, a row [6, 7) held the picture
+    at 7.133 s across a skipped stretch of an MKV)."""
+    starts, until = timing.starts, _shown_until(timing)
+    i = np.maximum(index, 0)
+    outside = (index >= 0) & ~((starts[i] < intervals[:, 1]) & (until[i] > intervals[:, 0]))
+    if not outside.any():
+        return index
+    return _fallback_frames(index, outside, timing.ticks, starts, until, intervals, set(timing.ticks.tolist()))
+
+
 def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, starts: np.ndarray,
-                     end_s: float, intervals: np.ndarray, intact: set[int]) -> np.ndarray:
+                     shown_until: np.ndarray, intervals: np.ndarray, intact: set[int]) -> np.ndarray:
     """For rows whose chosen frame is lost: the intact frame nearest the middle among those shown during the
-    row's interval (frame i is shown over [start_i, start_i+1), the last until `end_s`), or -1 when none is."""
-    shown_until = np.append(starts[1:], end_s)
+    row's interval (frame i is shown over [start_i, shown_until_i): `_shown_until`), or -1 when none is."""
     ok = np.fromiter((t in intact for t in ticks.tolist()), bool, len(ticks))
     out = index.copy()
     for row in np.flatnonzero(lost):
@@ -346,7 +485,7 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
     if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
         pictures, intact, errors = _decode_pictures(path, wanted, view, False, timing, span)
         lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
-        index = _fallback_frames(index, lost, ticks, timing.starts, timing.end_s, intervals, intact)
+        index = _fallback_frames(index, lost, ticks, timing.starts, _shown_until(timing), intervals, intact)
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
             pictures.update(_decode_pictures(path, extra, view, True, timing, span)[0])
@@ -387,6 +526,7 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
     pictures: dict[int, np.ndarray] = {}
     if played.any():
         index[played] = pick_frames(starts, intervals[played])
+        index = _within_rows(index, intervals, timing)
         span = None
         if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
             first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)

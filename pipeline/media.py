@@ -20,6 +20,7 @@ import numpy as np
 
 STREAM_OFFSET_MIN_S = 0.05  # a video stream this close after the container's start starts the clip's timeline
 END_TOLERANCE_S = 0.1  # a cut clip's end this far past its file's end is clipped to it, not an error
+TAIL_MIN_S = 0.5  # a stream ending this much before the container's declared end is truncated (docs/design.md)
 
 
 class InputError(ValueError):
@@ -70,13 +71,21 @@ def origin_s(container: Any) -> float:
     return start
 
 
+# formats whose header duration counts from timestamp 0, not from the first timestamp: Matroska's muxers write the
+# end of the last block (ffmpeg's: a file whose timestamps run from 5 s to 13 s says 13 s), where lavf's start_time +
+# duration would put the end at 18 s
+_DURATION_FROM_ZERO = {"matroska"}
+
+
 def container_end_s(container: Any) -> float | None:
-    """The container's own end (its start plus its duration), container seconds; None when it has no start
-    (raw ADTS: a duration guessed from the bit rate) or no duration."""
+    """The container's own end, container seconds: its start plus its duration, or for Matroska its duration (see
+    `_DURATION_FROM_ZERO`); None when it has no start (raw ADTS: a duration guessed from the bit rate) or no duration."""
     import av
 
     if container.start_time is None or not container.duration or container.duration <= 0:
         return None
+    if _DURATION_FROM_ZERO & set(container.format.name.split(",")):
+        return container.duration / av.time_base
     return (container.start_time + container.duration) / av.time_base
 
 
@@ -93,6 +102,32 @@ def declared_end_s(container: Any) -> float | None:
         v = videos[0]
         ends.append(float(v.start_time * v.time_base) + v.frames / float(v.average_rate))
     return max(ends) if ends else None
+
+
+def media_streams(container: Any) -> list[Any]:
+    """The streams whose packets say how far the file's data reaches: moving pictures and audio."""
+    return [*video_streams(container), *container.streams.audio]
+
+
+def packet_end_s(packet: Any) -> float | None:
+    """Container seconds where a demuxed packet's media ends (its PTS, else DTS, plus its duration)."""
+    ts = packet.pts if packet.pts is not None else packet.dts
+    if ts is None or packet.time_base is None:
+        return None
+    return float((ts + max(0, packet.duration or 0)) * packet.time_base)
+
+
+def truncated_end_s(declared_end: float | None, data_end: float | None, own_end: float) -> float | None:
+    """Where a stream ending at `own_end` (container seconds) should have ended when the file is truncated, else
+    None. Truncated: the container declares more than TAIL_MIN_S past the stream's end and the file's data as a whole
+    (`data_end`: the latest end of any audio or video packet) stops short of it too. A stream that ends while the
+    file's other streams go on to the declared end is shorter by design (video 8 s over 11 s of audio): it keeps its
+    own end, and nothing of it is missing."""
+    if declared_end is None or declared_end - own_end <= TAIL_MIN_S:
+        return None
+    if data_end is not None and declared_end - data_end <= TAIL_MIN_S:
+        return None
+    return declared_end
 
 
 def check_span(start_s: float, end_s: float | None, duration_s: float, path: Path | None, what: str) -> float:

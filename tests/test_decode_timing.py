@@ -146,3 +146,66 @@ def test_the_issues_packed_b_frames_take_ffmpegs_display_times(tmp_path: Path) -
         want = min(range(len(times)), key=lambda i: (abs(times[i] - mid), i))
         closest = int(np.argmin(np.abs(theirs - picture.astype(np.int16)).mean(axis=(1, 2, 3))))
         assert closest == want, f"row {k}: ffmpeg's picture {closest}, expected {want}"
+
+
+CUT_CASES = {  # name: (container, codec arguments): every AVI kind (the container stores no display times)
+    "avi-mpeg4-no-bframes": ("avi", ["-c:v", "mpeg4", "-q:v", "4", "-bf", "0", "-g", "30"]),
+    "avi-mpeg4-bframes": CASES["avi-mpeg4-bframes"],
+    "avi-xvid-1-bframe": ("avi", ["-c:v", "libxvid", "-q:v", "4", "-bf", "1", "-g", "30"]),
+    "avi-xvid-packed": CASES["avi-xvid-packed"],
+    "avi-h264": CASES["avi-h264"],
+    "mkv-long-gop": CASES["mkv-long-gop"],
+    "ts-short-gop": CASES["ts-short-gop"],
+}
+
+
+@pytest.fixture(scope="module")
+def cut_media(media: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("cut")
+    return {name: media.get(name) or encode(tmp / f"{name}.{ext}", args) for name, (ext, args) in CUT_CASES.items()}
+
+
+@pytest.mark.parametrize("span", [(2.5, 7.5), (13.3, 19.9)])
+@pytest.mark.parametrize("name", CUT_CASES)
+def test_a_cut_clip_shows_what_ffmpeg_shows_in_its_span(cut_media: dict[str, Path], name: str, span) -> None:
+    """Issue 35 item 9: a clip [start, end) cut from an AVI stored the pictures of the file's first seconds (its
+    n-th picture out was matched to the clip's n-th display time). Reference: ffmpeg's accurate seek
+    (`ffmpeg -ss start -i f -t length`) gives the span's pictures; ffprobe's best-effort times place them; the rule
+    picks a row from them on the clip's timeline. Whole and in segments, picture for picture."""
+    path = cut_media[name]
+    start, end = span
+    times, file_end, shows = ffmpeg_reference(path)
+    inside = [i for i, t in enumerate(times) if start <= t < end]
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v:0", "-vf",
+                          f"select=gte(t\\,{start})*lt(t\\,{end})", "-fps_mode", "passthrough", "-f", "rawvideo",
+                          "-pix_fmt", "gray", "-"], capture_output=True, check=True).stdout
+    seeked = [read_index(p) for p in np.frombuffer(raw, np.uint8).reshape(-1, H, W)]
+    assert seeked == [shows[i] for i in inside], "ffmpeg's select filter and its best-effort times disagree"
+    clip_times = [times[i] - Fraction(str(start)) for i in inside]
+    expected = expected_rows(clip_times, min(Fraction(str(end)), file_end) - Fraction(str(start)), seeked)
+    frames = decode_frames(path, clip=span)
+    assert [read_index(p) for p in frames.pixels] == expected
+    assert not len(frames.missing_s)
+    first, n = decode_frames_segment(path, span, 0, 3 * FRAME_BYTES)
+    parts = [first] + [decode_frames_segment(path, span, k, 3 * FRAME_BYTES)[0] for k in range(1, n)]
+    assert n > 1 and [read_index(p) for part in parts for p in part.pixels] == expected
+
+
+@pytest.mark.parametrize(("audio", "late_frames"), [([], 3), (["-c:a", "pcm_s16le"], 3), (["-c:a", "libmp3lame"], 4)])
+def test_xvid_with_2_b_frames_shows_its_first_picture_as_documented(tmp_path: Path, audio: list[str],
+                                                                    late_frames: int) -> None:
+    """docs/design.md's figure (issue 35 item 13: it said 3 frames where a tester measured 4): 3 frames late alone
+    or beside PCM, 4 beside MP3 (ffmpeg's muxer leaves a slot empty); our first row is ffmpeg's picture then."""
+    path = tmp_path / "xvid.avi"
+    sine = ["-f", "lavfi", "-i", "sine=d=4"] if audio else []
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=s=320x180:r=25:d=4", *sine, "-c:v",
+                    "libxvid", "-q:v", "4", "-bf", "2", *audio, str(path)], check=True)
+    times, _, _ = ffmpeg_reference_times(path)
+    assert times[0] == Fraction(late_frames, 25)
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v:0", "-fps_mode", "passthrough", "-f",
+                          "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=True).stdout
+    theirs = np.frombuffer(raw, np.uint8).reshape(-1, 180, 320, 3).astype(np.int16)
+    frames = decode_frames(path)
+    want = min(range(len(times)), key=lambda i: (abs(times[i] - Fraction(1, 2)), i))  # row 0: nearest 0.5 s
+    assert frames.pts_s[0] == pytest.approx(float(times[want]), abs=1e-6)
+    assert int(np.argmin(np.abs(theirs - frames.pixels[0].astype(np.int16)).mean(axis=(1, 2, 3)))) == want

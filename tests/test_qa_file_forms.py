@@ -137,3 +137,47 @@ def test_a_dangling_video_link_without_questions_is_listed(tiny_root: Path) -> N
     assert "tiny-a" in {i.id for i in items}
     assert [n.reason for n in notes if n.id == "tiny-a.mp4"] == [
         "broken symbolic link: its target does not exist; the item is kept for its questions, its media fail"]
+
+
+EMPTY = {"no bytes": "", "blank lines": "\n\n  \n", "empty array": "[]", "byte-order mark only": "\ufeff"}
+
+
+def _empty_qa_notes(notes: list[ManifestNote], path: Path) -> list[tuple[str, str, str | None]]:
+    return [(n.kind, n.reason, n.file) for n in notes if n.what == "QA file" and n.file == str(path)]
+
+
+@pytest.mark.parametrize("form", sorted(EMPTY))
+def test_an_empty_qa_file_is_a_manifest_note(tiny_root: Path, tmp_path: Path, form: str,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 35 item 8: an empty QA file was read as no questions with no word; every dataset whose questions come
+    from files notes it (the run report prints manifest notes), and reads its other files as before."""
+    from manifests.tinysocial import read_tinysocial, write_sample_tinysocial
+
+    qa_file = tiny_root / "siq2" / "qa" / "qa_train.json"
+    qa_file.write_text(EMPTY[form])
+    notes: list[ManifestNote] = []
+    _, qa = read_siq2(tiny_root, notes=notes)
+    assert _empty_qa_notes(notes, qa_file) == [("note", "QA file holds no questions", str(qa_file))]
+    assert {q.split for q in qa} == {"val"} and all(n.kind == "note" for n in notes)
+    assert any(str(qa_file) in r.getMessage() and "no questions" in r.getMessage() for r in caplog.records)
+
+    raw = write_sample_tinysocial(tmp_path / "raw")
+    ts_file = sorted((raw / "qa").glob("qa_*.jsonl"))[0]
+    ts_file.write_text(EMPTY[form])
+    notes = []
+    read_tinysocial(raw, notes=notes)
+    assert _empty_qa_notes(notes, ts_file) == [("note", "QA file holds no questions", str(ts_file))]
+
+
+def test_an_empty_siq1_qa_file_is_a_manifest_note(tmp_path: Path) -> None:
+    from manifests.socialiq import read_siq1_qa_file
+
+    path = tmp_path / "vid_QA.txt"
+    path.write_text("\n \n")
+    notes: list[ManifestNote] = []
+    assert read_siq1_qa_file(path, "vid", "train", notes=notes) == []
+    assert _empty_qa_notes(notes, path) == [("note", "QA file holds no questions", str(path))]
+    path.write_text("q1: what?\n")  # a question without answers is dropped as such, not also "empty"
+    notes = []
+    read_siq1_qa_file(path, "vid", "train", notes=notes)
+    assert [n.reason for n in notes] == ["malformed question"]

@@ -96,22 +96,62 @@ def test_the_issues_mkv_cut_to_40_percent(tmp_path: Path) -> None:
     assert frames.missing_s[-1].tolist() == pytest.approx([9.0, frames.duration_s])
 
 
-def test_a_cut_clip_inside_a_truncated_file_keeps_its_span(pairs) -> None:
-    """A clip [2, 8) s of the truncated mkv: its rows up to the last frame, then missing up to the clip's end."""
+def _pictures_by_time(path: Path) -> list[tuple[float, np.ndarray]]:
+    """Every picture of a plain decode of `path` (PyAV, none of the pipeline's code) with the time ffmpeg shows it
+    at (ffprobe's best-effort timestamp) on the clip's timeline as docs/design.md defines it: from the container's
+    start, or the video's start when that lies within 50 ms after it."""
+    import av
+
+    probe = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_frames", "-show_entries",
+         "frame=best_effort_timestamp_time:stream=start_time:format=start_time", "-of", "json", str(path)],
+        capture_output=True, text=True, check=True).stdout)
+    start, video_start = float(probe["format"]["start_time"]), float(probe["streams"][0]["start_time"])
+    origin = video_start if 0 < video_start - start <= 0.05 else start
+    times: list[float] = []
+    for f in probe["frames"]:  # (a flushed picture has none: ffmpeg shows it one frame, 1/25 s, after the previous)
+        t = f.get("best_effort_timestamp_time")
+        times.append(float(t) - origin if t not in (None, "N/A") else times[-1] + 0.04)
+    with av.open(str(path)) as container:
+        pictures = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    assert len(pictures) == len(times)
+    return list(zip(times, pictures, strict=True))
+
+
+@pytest.mark.parametrize("ext", TRUNCATED)
+def test_a_cut_clip_inside_a_truncated_file_keeps_its_span(pairs, ext: str) -> None:
+    """A clip [2, 8) s of the file truncated at several points: its rows up to the last decodable frame, then
+    missing up to the clip's end. Every row holds a picture of the intact file, bit for bit, shown during the
+    row's own second; every row but the last is the intact file's own row (the last may have lost its chosen
+    frame to the cut: it then takes another frame of its second). Issue 35: comparing the last row with the intact
+    file's row failed wherever the encoder's bytes put the cut between them."""
     from manifests.records import MediaItem
 
-    whole_path, path = pairs["mkv"]
-    item = MediaItem(id="clip", dataset="t", split="train", video=path, clip_start_s=2.0, clip_end_s=8.0,
-                     cut_from_source=True)
-    frames = cut.decode_cut(item, "frames", RATE_HZ)
+    whole_path, _ = pairs[ext]
     reference = decode_frames(whole_path, clip=(2.0, 8.0))
-    n = len(frames.pixels)
-    assert frames.duration_s == pytest.approx(6.0) and 1 <= n < 6
-    np.testing.assert_array_equal(frames.pixels, reference.pixels[:n])
-    assert frames.missing_s.tolist() == [[k, k + 1] for k in range(n, 6)]
-    audio = cut.decode_cut(item, "audio", RATE_HZ)
-    assert audio.duration_s == pytest.approx(6.0, abs=1 / RATE_HZ)
-    assert audio.missing_s[-1, 1] == pytest.approx(6.0, abs=1 / RATE_HZ)
+    intact = _pictures_by_time(whole_path)
+    data = whole_path.read_bytes()
+    rows_seen = set()
+    for fraction in (0.33, 0.36, 0.41, 0.44, 0.47, 0.52, 0.55, 0.58):
+        path = whole_path.with_name(f"cut-{fraction}.{ext}")
+        path.write_bytes(data[:int(len(data) * fraction)])
+        item = MediaItem(id="clip", dataset="t", split="train", video=path, clip_start_s=2.0, clip_end_s=8.0,
+                         cut_from_source=True)
+        frames = cut.decode_cut(item, "frames", RATE_HZ)
+        n = len(frames.pixels)
+        rows_seen.add(n)
+        assert frames.duration_s == pytest.approx(6.0) and n < 6, fraction
+        assert frames.intervals.tolist() == [[k, k + 1] for k in range(n)], fraction
+        assert frames.missing_s.tolist() == [[k, k + 1] for k in range(n, 6)], fraction
+        np.testing.assert_array_equal(frames.pixels[:n - 1], reference.pixels[:n - 1])
+        for k, pixels in enumerate(frames.pixels):
+            shown = [t - 2.0 for t, p in intact if np.array_equal(p, pixels)]
+            assert shown, f"{path.name}: row {k} is no picture of the intact file"
+            assert any(k - 1e-6 <= t < k + 1 for t in shown), f"{path.name}: row {k} shows the picture at {shown} s"
+        audio = cut.decode_cut(item, "audio", RATE_HZ)
+        assert audio.duration_s == pytest.approx(6.0, abs=1 / RATE_HZ)
+        assert audio.missing_s[-1, 1] == pytest.approx(6.0, abs=1 / RATE_HZ)
+    assert len(rows_seen) >= 3  # the cuts fall in different seconds of the clip
 
 
 @pytest.mark.slow
