@@ -30,8 +30,13 @@ def _extract(args: argparse.Namespace) -> int:
     _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
     with stop.on_signals():  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
-        report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
-                             limit=args.limit, verify=args.verify, split=args.split)
+        try:
+            report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
+                                 limit=args.limit, verify=args.verify, split=args.split)
+        except BaseException:  # an error's way out too: every process the run started ends with it
+            with stop.deferred(raise_after=False):
+                stop.shutdown_ray()
+            raise
         with stop.deferred(raise_after=False):
             stop.shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
             sys.stderr.flush()

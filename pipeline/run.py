@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import actors, cluster, decode, exitcodes, inputs, picture, stages, stop
+from pipeline import actors, cluster, decode, exitcodes, inputs, picture, raystart, stages, stop
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.sources import choose_items, load_items, manifest_summary
@@ -54,6 +54,7 @@ class RunReport:
     store_error: str | None = None  # the store could not be written (disk full): the run stopped there
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
     planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
+    ray_failed: dict[str, Any] | None = None  # Ray did not start or died (pipeline/raystart.py): what, hint, during…
 
     @property
     def exit_code(self) -> int:
@@ -62,6 +63,8 @@ class RunReport:
         could not be saved."""
         if self.stopped:
             return 128 + int(self.stopped["signum"])
+        if self.ray_failed:
+            return exitcodes.RAY
         if self.store_error:
             return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
@@ -106,6 +109,8 @@ class RunReport:
             left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
             lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
                          f"the next run computes what is missing: exit code {self.exit_code}")
+        elif self.ray_failed:
+            lines.append(raystart.summary_line(self.ray_failed, self.exit_code))
         elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
@@ -201,30 +206,10 @@ class _Runner:
         self.closed = 0  # pairs finished (handed to the committer or failed); a disabled tqdm counts nothing
 
     def start_ray(self) -> None:
-        import ray
-
         stop.stage("starting Ray")
-        env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                            **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
         address = os.environ.get("RAY_ADDRESS")
-        if not ray.is_initialized():
-            if address:
-                import extractors
-                import manifests
-                import pipeline
-                import store
-
-                # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env
-                env["py_modules"] = [str(Path(m.__file__).parent) for m in (extractors, manifests, pipeline, store)]
-                cluster.prepare_auth(address)
-                ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
-            else:
-                # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
-                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
-                         logging_level=logging.WARNING, log_to_driver=True)
-            stop.reinstall()  # ray.init sets its own SIGTERM handler
+        self.ray = ray = raystart.start(address)  # retried once; RayFailed when it does not come up
         stop.check()
-        self.ray = ray
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
         log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")
@@ -582,7 +567,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         log.info("%s: %d items, %d questions from %s", dataset, len(items), len(qa), raw)
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
-    except stop.Stopped as e:
+    except (stop.Stopped, raystart.RayFailed) as e:  # committed pairs kept, report saved, summary printed
         return stop.stopped_run(report, writer, out, e, t0)
     finally:
         if writer is not None:
