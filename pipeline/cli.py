@@ -22,13 +22,14 @@ log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from pipeline import stop
+    from pipeline import raystart, stop
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
     raw = Path(args.raw)
     _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
+    raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
     with stop.on_signals():  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
         try:
             report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,

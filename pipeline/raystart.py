@@ -59,8 +59,8 @@ class _Session:
     """The run's Ray: for a local one, the processes `ray.init` started (watched, and ended by `shutdown`)."""
 
     def __init__(self, ray: Any, address: str | None) -> None:
-        self.address = address
-        node = getattr(ray._private.worker, "_global_node", None)
+        self.address, self.ray = address, ray
+        self.node = node = getattr(ray._private.worker, "_global_node", None)
         # gcs_server and raylet: without either the run cannot go on; the rest (dashboard, log monitor) it can
         self.watched = {} if address or node is None else {
             name: info.process for name in ("gcs_server", "raylet")
@@ -71,6 +71,10 @@ class _Session:
         # Ray's own error
         self.probe = bool(address) and not address.startswith("ray://")
         self.next_probe, self.unanswered = time.monotonic() + REMOTE_PROBE_S, 0
+
+    def current(self) -> bool:
+        """Still the process's Ray (not shut down by someone else, nor replaced by another `ray.init`)."""
+        return self.ray.is_initialized() and getattr(self.ray._private.worker, "_global_node", None) is self.node
 
     def check(self) -> None:
         for name, proc in self.watched.items():
@@ -136,8 +140,6 @@ def start(address: str | None) -> Any:
         env = runtime_env(address)
         if address:
             cluster.prepare_auth(address)
-        else:
-            _become_subreaper(True)
         for attempt in (1, 2):
             before = _child_pids()
             try:
@@ -148,7 +150,6 @@ def start(address: str | None) -> Any:
                 first = _first_line(e)
                 _clean_failed_start(ray, before)
                 if attempt == 2:
-                    _become_subreaper(False)
                     where = f"at {address}" if address else "on this machine"
                     raise RayFailed(f"Ray did not start {where}, twice (the second time waiting up to "
                                     f"{RETRY_WAIT_S} s): {first}", START_HINT) from e
@@ -221,7 +222,7 @@ def _clean_failed_start(ray: Any, before: set[int]) -> None:
 def check() -> None:
     """Raise `RayFailed` when this run's Ray is gone (its raylet or GCS ended; a cluster no longer answers).
     Cheap (a `poll()` of two child processes; a cluster is asked every `REMOTE_PROBE_S`)."""
-    if _session is not None:
+    if _session is not None and _session.current():
         _session.check()
 
 
@@ -232,16 +233,15 @@ def shutdown() -> None:
     global _session
     ray = sys.modules.get("ray")
     session, _session = _session, None
-    if ray is None:
-        return
-    local = session is not None and not session.address
-    tree = session.processes() if local else []
-    ray.shutdown()  # also half started: safe either way
-    if local:
-        pids = {p.pid for p in tree}
-        tree += [p for p in session.processes() if p.pid not in pids]  # orphaned by ray.shutdown itself
-        _end(tree)
-        _become_subreaper(False)
+    if ray is not None:
+        local = session is not None and not session.address and session.current()
+        tree = session.processes() if local else []
+        ray.shutdown()  # also half started: safe either way
+        if local:
+            pids = {p.pid for p in tree}
+            tree += [p for p in session.processes() if p.pid not in pids]  # orphaned by ray.shutdown itself
+            _end(tree)
+    _become_subreaper(False)
 
 
 def kill_now() -> None:
@@ -310,9 +310,16 @@ def _child_pids() -> set[int]:
         return set()
 
 
+def adopt_orphans() -> None:
+    """Make this process (the command line's driver) the child subreaper of everything it starts, until
+    `shutdown`: a worker whose raylet died stays where `shutdown` finds it. Only for a process that is the run
+    (the CLI): a library caller's process (a test runner) is left as it is."""
+    _become_subreaper(True)
+
+
 def _become_subreaper(on: bool) -> None:
-    """Orphans of this driver's descendants become its children, not init's (Linux; elsewhere nothing changes):
-    a worker whose raylet died stays where `shutdown` finds it."""
+    """Orphans of this process's descendants become its children, not init's (Linux; elsewhere nothing
+    changes)."""
     if not sys.platform.startswith("linux"):
         return
     try:

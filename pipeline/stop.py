@@ -183,7 +183,6 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Sto
 def shutdown_ray() -> None:
     """Stop this driver's Ray (a local cluster ends with every process it started; on a cluster its tasks and
     actors end): nothing of Ray prints after this, so the summary can be the last thing a run prints."""
-    if "ray" in sys.modules:
-        from pipeline import raystart
+    from pipeline import raystart
 
-        raystart.shutdown()
+    raystart.shutdown()

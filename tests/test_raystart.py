@@ -69,7 +69,14 @@ DRIVER = textwrap.dedent('''
                 time.sleep(120)
             return super().__call__(item_ids, *inputs)
 
-    A.ExtractorWorker = HoldingWorker
+    decode_item = A.decode_item
+
+    def late_decode(item, *args, **kwargs):  # runs in a Ray worker: pickled by value from __main__
+        if item.id == HOLD:
+            time.sleep(5)  # the other items reach the one model actor first, not queued behind the held call
+        return decode_item(item, *args, **kwargs)
+
+    A.ExtractorWorker, A.decode_item = HoldingWorker, late_decode
     real_start = R._Runner.start_ray
 
     def start_ray(self):
@@ -175,7 +182,6 @@ def test_a_start_up_that_times_out_is_tried_once_more_with_longer_waits(monkeypa
     with caplog.at_level(logging.WARNING, logger="siqfeat"):
         assert raystart.start(None) is ray
     raystart._session = None
-    raystart._become_subreaper(False)
     assert fake.calls == [{"gcs_wait": None, "patient": False, "address": "local"},
                           {"gcs_wait": str(raystart.RETRY_WAIT_S), "patient": True, "address": "local"}]
     assert raystart.GCS_WAIT_ENV not in os.environ and fake.services.get_node is fake.real_get_node
