@@ -80,15 +80,13 @@ class _Session:
         for name, proc in self.watched.items():
             code = proc.poll()
             if code is not None:
-                raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({_how(code)}) during "
-                                f"{stop.current_stage()}", LOST_HINT)
+                raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({_how(code)})", LOST_HINT)
         if self.probe and time.monotonic() >= self.next_probe:
             self.next_probe = time.monotonic() + REMOTE_PROBE_S
             problem = _probe_cluster()
             self.unanswered = self.unanswered + 1 if problem else 0
             if self.unanswered >= 2:  # twice in a row: one slow answer is no lost cluster
-                raise RayFailed(f"the Ray cluster at {self.address} {problem} during {stop.current_stage()}",
-                                REMOTE_HINT)
+                raise RayFailed(f"the Ray cluster at {self.address} {problem}", REMOTE_HINT)
 
     def processes(self) -> list[Any]:
         """What is alive of this run's local Ray: the processes `ray.init` started, their descendants, and Ray

@@ -52,20 +52,22 @@ LAUNCHER = textwrap.dedent('''
     sys.exit(rc)
 ''')
 
-# The driver prints the pids of its Ray's raylet and GCS; the model call with HOLD_ITEM waits (once: a marker file
-# says it has) so the test can act while tiny-a and tiny-b are committed and tiny-c is not.
+# The driver prints its pid and those of its Ray's raylet and GCS; the model call with HOLD_ITEM waits (HOLD_TIMES
+# times, 1 by default: a marker file counts them) so the test can act while tiny-a and tiny-b are committed and
+# tiny-c is not.
 DRIVER = textwrap.dedent('''
     import os, sys, time
     import pipeline.actors as A
     import pipeline.run as R
 
-    HOLD, MARK = os.environ.get("HOLD_ITEM"), os.environ.get("HOLD_MARK")
+    HOLD, MARK, TIMES = os.environ.get("HOLD_ITEM"), os.environ.get("HOLD_MARK"), int(os.environ.get("HOLD_TIMES", 1))
 
     class HoldingWorker(A.ExtractorWorker):
         def __call__(self, item_ids, *inputs):
-            if HOLD in item_ids and not os.path.exists(MARK):
-                open(MARK, "w").close()
-                print(f"HOLDING pid={os.getpid()}", flush=True)
+            held = open(MARK).read() if os.path.exists(MARK) else ""
+            if HOLD in item_ids and len(held) < TIMES:
+                open(MARK, "a").write("x")
+                print(f"HOLDING{len(held) + 1} pid={os.getpid()}", flush=True)
                 time.sleep(120)
             return super().__call__(item_ids, *inputs)
 
@@ -84,7 +86,7 @@ DRIVER = textwrap.dedent('''
         node = self.ray._private.worker._global_node
         pids = " ".join(f"{name}={infos[0].process.pid}" for name, infos in node.all_processes.items()
                         if name in ("raylet", "gcs_server"))
-        print(f"RAY-PIDS {pids}", flush=True)
+        print(f"RAY-PIDS driver={os.getpid()} {pids}", flush=True)
 
     R._Runner.start_ray = start_ray
     from pipeline.cli import main
@@ -250,8 +252,8 @@ def test_a_raylet_or_gcs_killed_mid_run_ends_in_a_summary_with_what_was_committe
                                                                                 victim: str) -> None:
     out = tmp_path / "s.zarr"
     run = Launched(tmp_path, tiny_root, out, HOLD_ITEM="tiny-c")
-    pids = dict(kv.split("=") for kv in run.wait_for("RAY-PIDS", 240).split()[1:])
-    run.wait_for("HOLDING", 240)
+    pids = dict(kv.split("=") for kv in run.wait_for("RAY-PIDS", 240).split()[1:])  # driver, raylet, gcs_server
+    run.wait_for("HOLDING1", 240)
     wait_committed(out, ["tiny-a", "tiny-b"], 120)
     t0 = time.monotonic()
     os.kill(int(pids[victim]), signal.SIGKILL)  # the Ray this test's child started, nothing else
@@ -272,13 +274,17 @@ def test_a_raylet_or_gcs_killed_mid_run_ends_in_a_summary_with_what_was_committe
 
 @pytest.mark.slow
 def test_no_process_of_a_run_outlives_it_a_restarted_actor_included(tiny_root: Path, tmp_path: Path) -> None:
-    """The model actor is killed while it holds tiny-c: Ray restarts it and runs the call again there."""
+    """The model actor is killed while it holds tiny-c: Ray restarts it and runs the call again there, which
+    holds too; the run is stopped (SIGTERM) then, the restarted actor busy."""
     out = tmp_path / "s.zarr"
-    run = Launched(tmp_path, tiny_root, out, HOLD_ITEM="tiny-c")
-    actor = int(run.wait_for("HOLDING", 240).split("pid=")[1].split()[0])
-    os.kill(actor, signal.SIGKILL)
-    rc = run.finish(240)
-    assert rc == exitcodes.OK, run.text
-    assert "a model worker died" not in run.text  # Ray's own restart and retry carried the call
-    assert open_store(out).items("qa") == ["tiny-a", "tiny-b", "tiny-c"]
+    run = Launched(tmp_path, tiny_root, out, HOLD_ITEM="tiny-c", HOLD_TIMES="2")
+    driver = int(run.wait_for("RAY-PIDS", 240).split()[1].split("=")[1])
+    first = int(run.wait_for("HOLDING1", 240).split("pid=")[1].split()[0])
+    os.kill(first, signal.SIGKILL)
+    second = int(run.wait_for("HOLDING2", 240).split("pid=")[1].split()[0])
+    assert second != first  # a restarted actor: a new process
+    os.kill(driver, signal.SIGTERM)
+    rc = run.finish(120)
+    assert rc == exitcodes.TERMINATED, run.text
+    assert open_store(out).items("qa") == ["tiny-a", "tiny-b"] and verify_store(out).ok
     assert "left=0" in run.text and "LEFT " not in run.text, run.text
