@@ -288,3 +288,50 @@ def test_no_process_of_a_run_outlives_it_a_restarted_actor_included(tiny_root: P
     assert rc == exitcodes.TERMINATED, run.text
     assert open_store(out).items("qa") == ["tiny-a", "tiny-b"] and verify_store(out).ok
     assert "left=0" in run.text and "LEFT " not in run.text, run.text
+
+
+# --- the run's processes, without Ray: a fake node whose raylet has a worker child --------------------------------
+
+def test_a_dead_raylet_is_seen_and_shutdown_ends_its_orphans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raylet (here a shell with a `ray::` worker child) is SIGKILLed: `check` names it, and `shutdown` ends
+    the GCS and the orphaned worker, which the driver adopted as their subreaper. Only this test's processes are
+    taken for Ray's (a Ray another test left in this process is not touched)."""
+    import importlib
+    import types
+
+    import ray
+
+    psutil = importlib.import_module("psutil")  # Ray's own copy, on the path once ray is imported
+
+    marker = "ray::SiqFakeWorker"
+    monkeypatch.setattr(raystart, "_is_ray_process", lambda p: p.cmdline()[:1] == [marker])
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    raystart.adopt_orphans()
+    raylet = subprocess.Popen(["bash", "-c", f'(exec -a {marker} sleep 60) & wait'])
+    gcs = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (workers := psutil.Process(raylet.pid).children()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        [worker] = workers
+        node = types.SimpleNamespace(all_processes={"raylet": [types.SimpleNamespace(process=raylet)],
+                                                    "gcs_server": [types.SimpleNamespace(process=gcs)]})
+        fake_ray = types.SimpleNamespace(_private=types.SimpleNamespace(worker=types.SimpleNamespace(
+            _global_node=node)), is_initialized=lambda: True)
+        raystart._session = raystart._Session(fake_ray, None)
+        raystart.check()  # all alive: nothing to say
+        raylet.kill()
+        raylet.wait()
+        with pytest.raises(raystart.RayFailed) as failed:
+            raystart.check()
+        assert failed.value.what == f"this run's Ray raylet (pid {raylet.pid}) ended (killed by SIGKILL)"
+        assert worker.ppid() == os.getpid()  # orphaned, adopted
+        raystart.shutdown()
+        assert gcs.poll() is not None and not worker.is_running()  # ended, and reaped (no zombie left)
+    finally:
+        raystart._session = None
+        raystart._become_subreaper(False)
+        for p in (raylet, gcs):
+            if p.poll() is None:
+                p.kill()
