@@ -166,9 +166,8 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Sto
             report.ray_failed = {"what": e.what, "hint": e.hint, **record}
         else:
             report.stopped = {"signal": e.name, "signum": e.signum, **record}
-        shutdown_ray()
         report.seconds = time.perf_counter() - t0
-        try:
+        try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down
             writer = writer or StoreWriter(out, report.dataset)
             writer.write_run_report(report.run_id, report.as_dict())
         except (StoreError, ValueError, OSError) as err:
@@ -177,6 +176,7 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Sto
         finally:
             if writer is not None:
                 writer.close()
+        shutdown_ray()
     return report
 
 
