@@ -22,16 +22,22 @@ log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from pipeline import stop
+    from pipeline import raystart, stop
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
     raw = Path(args.raw)
     _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
+    raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
     with stop.on_signals():  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
-        report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
-                             limit=args.limit, verify=args.verify, split=args.split)
+        try:
+            report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
+                                 limit=args.limit, verify=args.verify, split=args.split)
+        except BaseException:  # an error's way out too: every process the run started ends with it
+            with stop.deferred(raise_after=False):
+                stop.shutdown_ray()
+            raise
         with stop.deferred(raise_after=False):
             stop.shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
             sys.stderr.flush()

@@ -7,5 +7,6 @@ FAILURES = 3  # the run completed, but some (feature, item) pairs failed (listed
 DAMAGED = 4  # damaged items found in the store and not recomputed (verify; extract's leftovers)
 STORE = 5  # the store cannot be written: read-only, not a folder, disk full, unreadable root metadata
 LOCKED = 6  # another run holds the store's lock: retry when it has finished
+RAY = 7  # Ray did not start (twice), or its raylet/GCS died during the run: committed pairs kept, summary and report
 INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C): committed pairs kept, summary and run report written
 TERMINATED = 143  # stopped by SIGTERM: the same

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import cluster, exitcodes
+from pipeline import cluster, exitcodes, raystart
 from pipeline.sources import manifest_summary
 
 
@@ -33,6 +33,7 @@ class RunReport:
     store_error: str | None = None  # the store could not be written (disk full): the run stopped there
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
     planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
+    ray_failed: dict[str, Any] | None = None  # Ray did not start or died (pipeline/raystart.py): what, hint, during…
     # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
     utilisation: dict[str, Any] = field(default_factory=dict)
 
@@ -43,6 +44,8 @@ class RunReport:
         could not be saved."""
         if self.stopped:
             return 128 + int(self.stopped["signum"])
+        if self.ray_failed:
+            return exitcodes.RAY
         if self.store_error:
             return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
@@ -88,6 +91,8 @@ class RunReport:
             left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
             lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
                          f"the next run computes what is missing: exit code {self.exit_code}")
+        elif self.ray_failed:
+            lines.append(raystart.summary_line(self.ray_failed, self.exit_code))
         elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:

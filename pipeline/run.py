@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, stop
+from pipeline import decode, inputs, picture, raystart, stop
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner
@@ -85,7 +85,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
                  else "")
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
-    except stop.Stopped as e:
+    except (stop.Stopped, raystart.RayFailed) as e:  # committed pairs kept, report saved, summary printed
         return stop.stopped_run(report, writer, out, e, t0)
     finally:
         if writer is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, cluster, decode, report, stages, stop
+from pipeline import actors, cluster, decode, raystart, report, stages, stop
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -46,30 +46,10 @@ class Runner:
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
 
     def start_ray(self) -> None:
-        import ray
-
         stop.stage("starting Ray")
-        env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                            **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
         address = os.environ.get("RAY_ADDRESS")
-        if not ray.is_initialized():
-            if address:
-                import extractors
-                import manifests
-                import pipeline
-                import store
-
-                # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env
-                env["py_modules"] = [str(Path(m.__file__).parent) for m in (extractors, manifests, pipeline, store)]
-                cluster.prepare_auth(address)
-                ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
-            else:
-                # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
-                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
-                         logging_level=logging.WARNING, log_to_driver=True)
-            stop.reinstall()  # ray.init sets its own SIGTERM handler
+        self.ray = ray = raystart.start(address)  # retried once; RayFailed when it does not come up
         stop.check()
-        self.ray = ray
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
         log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from store.writer import StoreError, StoreWriter
 
 if TYPE_CHECKING:
+    from pipeline.raystart import RayFailed
     from pipeline.report import RunReport
 
 log = logging.getLogger("siqfeat")
@@ -69,6 +70,9 @@ def _handle(signum: int, frame: Any) -> None:
         sys.stderr.write(f"\n{signal.Signals(signum).name} again while stopping: exiting at once "
                          "(committed pairs are kept; no run report)\n")
         sys.stderr.flush()
+        from pipeline import raystart
+
+        raystart.kill_now()  # the run's local Ray must not outlive the driver
         os._exit(128 + signum)
     state.signum = signum
     log.warning("%s received during %s: stopping (committed pairs are kept)", signal.Signals(signum).name,
@@ -111,11 +115,15 @@ def stage(name: str) -> None:
 
 
 def check() -> None:
-    """Raise `Stopped` here if a signal came during a deferred block (the Ray loop calls this each second)."""
+    """The run's checkpoint between two Ray calls (the Ray loop calls this each second): raise `Stopped` if a
+    signal came during a deferred block, `raystart.RayFailed` if the run's Ray is gone."""
     state = _active
     if state is not None and state.signum is not None and not state.raised:
         state.raised = True
         raise Stopped(state.signum)
+    from pipeline import raystart
+
+    raystart.check()
 
 
 def current_stage() -> str:
@@ -140,18 +148,26 @@ def deferred(raise_after: bool = True) -> Iterator[None]:
             raise Stopped(state.signum)
 
 
-def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Stopped, t0: float) -> RunReport:
-    """A signal stopped the run: Ray goes down (its tasks and actors with it), the report says what was done
-    and is saved like any run's. Every commit is atomic: what is in the store is whole."""
+def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Stopped | RayFailed,
+                t0: float) -> RunReport:
+    """A signal stopped the run, or its Ray failed (pipeline/raystart.py): Ray goes down (its tasks and actors
+    with it), the report says what was done and is saved like any run's. Every commit is atomic: what is in the
+    store is whole (the open batches were committed as the scheduling loop ended)."""
+    from pipeline.raystart import RayFailed
+
     with deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
         during = current_stage()
         computed = sum(c["done"] for c in report.counts.values()) + sum(
             f["stage"] != "manifest" for f in report.failures)
-        report.stopped = {"signal": e.name, "signum": e.signum, "during": during,
-                          "not_computed": sum(report.planned.values()) - computed if report.planned else None}
-        shutdown_ray()
+        record = {"during": during,
+                  "not_computed": sum(report.planned.values()) - computed if report.planned else None}
+        if isinstance(e, RayFailed):
+            log.error("%s: %s", e.what, e.hint)
+            report.ray_failed = {"what": e.what, "hint": e.hint, **record}
+        else:
+            report.stopped = {"signal": e.name, "signum": e.signum, **record}
         report.seconds = time.perf_counter() - t0
-        try:
+        try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down
             writer = writer or StoreWriter(out, report.dataset)
             writer.write_run_report(report.run_id, report.as_dict())
         except (StoreError, ValueError, OSError) as err:
@@ -160,12 +176,13 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Sto
         finally:
             if writer is not None:
                 writer.close()
+        shutdown_ray()
     return report
 
 
 def shutdown_ray() -> None:
-    """Stop this driver's Ray (a local cluster ends; on a cluster its tasks and actors end): nothing of Ray
-    prints after this, so the summary can be the last thing a run prints."""
-    ray = sys.modules.get("ray")
-    if ray is not None:  # also half started: ray.shutdown() is safe either way
-        ray.shutdown()
+    """Stop this driver's Ray (a local cluster ends with every process it started; on a cluster its tasks and
+    actors end): nothing of Ray prints after this, so the summary can be the last thing a run prints."""
+    from pipeline import raystart
+
+    raystart.shutdown()
