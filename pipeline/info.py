@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import exitcodes
+from pipeline.report import spans_text
 from store import layout
 from store.reader import Store, open_store
 
@@ -135,18 +136,6 @@ class StoreInfo:
             lines.append(f"  damaged items: `python -m pipeline verify --out {self.path}` checks every byte, "
                          f"`make extract` recomputes them; exit code {self.exit_code}")
         return "\n".join(lines)
-
-
-def spans_text(spans: list[list[float]], most: int = 3) -> str:
-    """Missing spans as `a-b s`, consecutive ones joined, at most `most` of them."""
-    joined: list[list[float]] = []
-    for a, b in sorted(spans):
-        if joined and a <= joined[-1][1] + 1e-6:
-            joined[-1][1] = max(joined[-1][1], b)
-        else:
-            joined.append([a, b])
-    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
-    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
 
 
 def read_runs(path: Path) -> list[dict[str, Any]]:

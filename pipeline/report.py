@@ -77,7 +77,7 @@ class RunReport:
         for p in self.partial:  # done, but with seconds that have no rows
             of = f" of {p['duration_s']:.2f}" if p["duration_s"] is not None else ""
             lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
-                         f"did not decode ({_spans(p['missing_s'])})")
+                         f"did not decode ({spans_text(p['missing_s'])})")
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
@@ -115,7 +115,7 @@ def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def _spans(spans: list[list[float]], most: int = 3) -> str:
+def spans_text(spans: list[list[float]], most: int = 3) -> str:
     """Missing spans as `a-b s`, neighbouring ones (consecutive seconds) joined, at most `most` of them."""
     joined: list[list[float]] = []
     for a, b in sorted(spans):

@@ -29,7 +29,8 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from pipeline.info import StoreInfo, spans_text, store_info
+from pipeline.info import StoreInfo, store_info
+from pipeline.report import spans_text
 from store.reader import Store, open_store
 
 log = logging.getLogger("siqfeat")

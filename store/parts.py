@@ -118,16 +118,21 @@ def files_of(part_dir: Path) -> list[str]:
 
 def record_files(part_dir: Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
     """Every file of the part with its size and SHA-256, and each array's shape and dtype."""
+    files = {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)] for rel in files_of(part_dir)}
+    return files, _arrays(part_dir, files)
+
+
+def _arrays(part_dir: Path, files: Any) -> dict[str, dict[str, Any]]:
+    """Each array's shape and dtype, from the zarr.json of each array among `files`."""
     import json
 
-    files = {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)] for rel in files_of(part_dir)}
     arrays = {}
     for rel in files:
         name, _, last = rel.rpartition("/")
         if last == META and name and "/" not in name:
             meta = json.loads((part_dir / rel).read_bytes())
             arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
-    return files, arrays
+    return arrays
 
 
 def data_files(part_dir: Path) -> dict[str, list[Any]]:
@@ -150,12 +155,7 @@ def record_from_part(part_dir: Path) -> dict[str, Any]:
         files, arrays = record_files(part_dir)
     else:
         files = {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}
-        arrays = {}
-        for rel in own:
-            name, _, last = rel.rpartition("/")
-            if last == META and name and "/" not in name:
-                array_meta = json.loads((part_dir / rel).read_bytes())
-                arrays[name] = {"shape": array_meta.get("shape"), "dtype": str(array_meta.get("data_type"))}
+        arrays = _arrays(part_dir, own)
     return index.part_record(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans"))
 
 

@@ -1,5 +1,5 @@
 """The balanced policy on a real (local) Ray: work for a pool of CPU actors is spread over them, and a GPU-kind
-feature beside a CPU feature does not hold it up. The extractors only sleep (tests/sleepy.py), so the figures
+feature beside a CPU feature does not hold it up. The extractors only sleep (bench/waiting.py), so the figures
 are the scheduler's, not the machine's load. Ray is started with 4 CPUs whatever this machine has: the policy
 sizes itself from what Ray reports."""
 
@@ -9,14 +9,14 @@ import os
 from pathlib import Path
 
 import pytest
-import sleepy  # noqa: F401  (registers the sleeping extractors in this process)
 
+from bench import waiting  # noqa: F401  (registers the sleeping extractors in this process)
 from manifests.socialiqa import write_sample_socialiqa
 from pipeline.config import RunConfig
 from pipeline.run import run_extract
 
 pytestmark = pytest.mark.slow
-TESTS = str(Path(__file__).parent)
+ROOT = str(Path(__file__).parents[1])  # the workers import bench.waiting from here
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def ray4():
     import ray
 
     ray.shutdown()
-    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "SIQ_CALIBRATE": "0"}})
     yield ray
@@ -46,7 +46,7 @@ def _raw(tmp_path: Path) -> Path:
 
 def test_cpu_work_goes_to_every_idle_actor(ray4, tmp_path: Path) -> None:
     config = RunConfig.model_validate({"layout": "socialiqa", "cpu_actors": 4,
-                                       "features": {"wait": {"extractor": "sleep_cpu", "seconds": 0.5}}})
+                                       "features": {"wait": {"extractor": "wait_qa_cpu", "seconds": 0.5}}})
     report = run_extract("socialiqa", _raw(tmp_path), tmp_path / "s.zarr", config, split="train")
     assert report.counts["wait"]["done"] == 16
     calls = report.stages["model:wait"]
@@ -58,7 +58,7 @@ def test_cpu_work_goes_to_every_idle_actor(ray4, tmp_path: Path) -> None:
 
 def test_a_gpu_kind_feature_beside_a_cpu_feature(ray4, tmp_path: Path) -> None:
     config = RunConfig.model_validate({"layout": "socialiqa", "cpu_actors": 4, "features": {
-        "wait": {"extractor": "sleep_cpu", "seconds": 0.5}, "batched": {"extractor": "sleep_gpu", "seconds": 0.05}}})
+        "wait": {"extractor": "wait_qa_cpu", "seconds": 0.5}, "batched": {"extractor": "wait_qa_gpu", "seconds": 0.05}}})
     report = run_extract("socialiqa", _raw(tmp_path), tmp_path / "s.zarr", config, split="train")
     assert report.counts["wait"]["done"] == report.counts["batched"]["done"] == 16
     bound = max(16 * 0.5 / 4, 16 * 0.05)
