@@ -58,7 +58,7 @@ LAUNCHER = textwrap.dedent('''
 DRIVER = textwrap.dedent('''
     import os, sys, time
     import pipeline.actors as A
-    import pipeline.run as R
+    import pipeline.runner as R
 
     HOLD, MARK, TIMES = os.environ.get("HOLD_ITEM"), os.environ.get("HOLD_MARK"), int(os.environ.get("HOLD_TIMES", 1))
 
@@ -79,7 +79,7 @@ DRIVER = textwrap.dedent('''
         return decode_item(item, *args, **kwargs)
 
     A.ExtractorWorker, A.decode_item = HoldingWorker, late_decode
-    real_start = R._Runner.start_ray
+    real_start = R.Runner.start_ray
 
     def start_ray(self):
         real_start(self)
@@ -88,7 +88,7 @@ DRIVER = textwrap.dedent('''
                         if name in ("raylet", "gcs_server"))
         print(f"RAY-PIDS driver={os.getpid()} {pids}", flush=True)
 
-    R._Runner.start_ray = start_ray
+    R.Runner.start_ray = start_ray
     from pipeline.cli import main
     sys.exit(main(sys.argv[1:]))
 ''')
