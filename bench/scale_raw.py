@@ -208,7 +208,8 @@ def make_raw(cache_dir: Path, clips: int, seconds: int = 60, sizes=SIZES, fps=FP
             os.link(folder / name, root / dest)
     for split in ("train", "val", "test"):
         lines = [line for c in specs if c.split == split for line in _qa_lines(c)]
-        (root / "qa" / f"qa_{split}.json").write_text("".join(line + "\n" for line in lines))
+        if lines:  # no file for a split without questions: an empty QA file is a manifest note (issue 35)
+            (root / "qa" / f"qa_{split}.json").write_text("".join(line + "\n" for line in lines))
     (root / "trims.json").write_text(json.dumps({c.vid: c.trim_s for c in specs}))
     (root / "current_split.json").write_text(json.dumps({"subsets": {"youtubeclips": {
         split: [c.vid for c in specs if c.split == split] for split in ("train", "val", "test")}}}))

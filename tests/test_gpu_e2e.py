@@ -37,8 +37,8 @@ def expand(src: Path, dst: Path, n: int) -> list[str]:
     root, out = src / "siq2", dst / "siq2"
     base = sorted(p.stem for p in (root / "video").glob("*.mp4"))
     trims = json.loads((root / "trims.json").read_text())
-    qa = {split: [json.loads(line) for line in (root / "qa" / f"qa_{split}.json").read_text().splitlines() if line]
-          for split in ("train", "val", "test")}
+    qa = {split: [json.loads(line) for line in path.read_text().splitlines() if line]
+          for split in ("train", "val", "test") if (path := root / "qa" / f"qa_{split}.json").is_file()}
     split_of = {q["vid_name"]: s for s, lines in qa.items() for q in lines}
     for sub in ("video", "audio/wav", "transcript", "qa"):
         (out / sub).mkdir(parents=True, exist_ok=True)
