@@ -315,9 +315,6 @@ class FixedScheduler(Scheduler):
             out.append(job)
         return out
 
-    def alive_items(self) -> int:
-        return len({(i, s) for i, s, _ in self.holds}) + len(self.decoding)
-
     def decoded(self, item: str, segment: int, units: dict[str, Unit], nbytes: dict[str, int]) -> None:
         self.decoding.pop((item, segment), None)
         # one hold for the whole (item, segment), as then: its objects went when every feature was done
