@@ -11,6 +11,7 @@ for pandas' `Index.get_loc`). `entries` still answers as the index's mapping of 
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,26 +20,33 @@ import numpy as np
 from store.index import Entry, PartRecord, gc_paused
 
 
-class _Chunks:
-    """Columns of the records folded so far, one array per record (joined once, in `Columns.done`)."""
+class _Growing:
+    """The columns of the records folded so far, each one growing buffer: a million items' values in a few
+    allocations, where a list of per-record arrays, interleaved with the decoding's own short-lived objects,
+    kept that memory from going back to the system (the names too are copied out once, at the end)."""
 
     def __init__(self) -> None:
-        self.ids: list[str] = []
-        self.part: list[np.ndarray] = []
-        self.row0: list[np.ndarray] = []
-        self.n_rows: list[np.ndarray] = []
-        self.spec: list[np.ndarray] = []
-        self.filtered: list[np.ndarray] = []
-        self.duration: list[np.ndarray] = []
-        self.fingerprint: list[bytes] = []  # each record's fingerprints, then attributes, joined
-        self.attrs: list[bytes] = []
-        self.fp_len: list[np.ndarray] = []
-        self.attrs_len: list[np.ndarray] = []
-        self.spans: dict[int, dict[str, list[int]]] = {}  # row -> its arrays' own spans
+        self.count = 0
+        self.ids, self.fp, self.attrs = bytearray(), bytearray(), bytearray()  # UTF-8; names each NUL-ended
+        # lengths: the names' in characters, the others' in bytes
+        self.ids_len, self.fp_len, self.attrs_len = array("q"), array("q"), array("q")
+        self.part, self.spec, self.filtered = array("i"), array("i"), array("b")
+        self.row0, self.n_rows, self.duration = array("q"), array("q"), array("d")
+        self.spans: dict[int, dict[str, list[int]]] = {}  # position -> its arrays' own spans
+
+    def names(self) -> list[str]:
+        text = self.ids.decode()
+        names = text.split("\x00")
+        if len(names) == self.count + 1:  # no name holds a NUL itself
+            names.pop()
+            return names
+        at = np.concatenate([[0], np.cumsum(np.array(self.ids_len, np.int64) + 1)]).tolist()
+        return [text[a:b - 1] for a, b in zip(at, at[1:], strict=False)]
 
 
-def _blob(texts: list[str] | tuple[str, ...]) -> tuple[bytes, np.ndarray]:
+def _blob(texts: tuple[Any, ...]) -> tuple[bytes, np.ndarray]:
     """Strings as one UTF-8 blob and their byte lengths."""
+    texts = tuple(map(str, texts)) if not all(isinstance(t, str) for t in texts) else texts
     joined = "".join(texts).encode()
     if len(joined) == sum(map(len, texts)):  # ASCII (JSON from json.dumps always is): lengths in characters
         return joined, np.fromiter(map(len, texts), np.int64, len(texts))
@@ -58,7 +66,7 @@ class Columns:
         self.part_id: dict[str, int] = {}
         self.specs: list[str] = []  # spec number -> spec_hash
         self._spec_id: dict[str, int] = {}
-        self._chunks: _Chunks | None = _Chunks()
+        self._chunks: _Growing | None = _Growing()
 
     # ---- folding the log ----
 
@@ -75,21 +83,26 @@ class Columns:
         if part not in self.part_id:
             self.part_id[part] = len(self.part_names)
             self.part_names.append(part)
-        items, row0, n, fps, specs, filtered, durations, attrs = zip(*rows, strict=True) if rows else ([],) * 8
-        for k, item in enumerate(items):
-            if item in spans:
-                c.spans[len(c.ids) + k] = spans[item]
-        c.ids.extend(items)
-        c.part.append(np.full(len(items), self.part_id[part], np.int32))
-        c.row0.append(np.array(row0, np.int64))
-        c.n_rows.append(np.array(n, np.int64))
-        c.spec.append(np.fromiter((self._spec(s) for s in specs), np.int32, len(items)))
-        c.filtered.append(np.array(filtered, bool))
-        c.duration.append(np.array([np.nan if d is None else d for d in durations], np.float64))
-        for texts, blobs, lengths in ((fps, c.fingerprint, c.fp_len), (attrs, c.attrs, c.attrs_len)):
-            blob, length = _blob([str(t) for t in texts])
-            blobs.append(blob)
-            lengths.append(length)
+        items: tuple[str, ...] = ()
+        if rows:
+            items, row0, n, fps, specs, filtered, durations, attrs = zip(*rows, strict=True)
+            for item in spans.keys() & set(items):
+                c.spans[c.count + items.index(item)] = spans[item]
+            one = set(specs)  # nearly always one spec per record
+            codes = np.full(len(items), self._spec(one.pop()), np.int32) if len(one) == 1 else \
+                np.fromiter(map(self._spec, specs), np.int32, len(items))
+            for column, values in ((c.part, np.full(len(items), self.part_id[part], np.int32)), (c.spec, codes),
+                                   (c.row0, np.array(row0, np.int64)), (c.n_rows, np.array(n, np.int64)),
+                                   (c.filtered, np.array(filtered, np.int8)),
+                                   (c.duration, np.array(durations, np.float64))):  # a None duration: NaN
+                column.frombytes(values.tobytes())
+            for texts, blob, lengths in ((fps, c.fp, c.fp_len), (attrs, c.attrs, c.attrs_len)):
+                data, length = _blob(texts)
+                blob += data
+                lengths.frombytes(length.tobytes())
+            c.ids += ("\x00".join(items) + "\x00").encode()
+            c.ids_len.extend(map(len, items))
+            c.count += len(items)
         self.parts[part] = PartRecord(part, seq, rec.get("files", {}), rec.get("arrays", {}), tuple(items))
         self.last_seq = max(self.last_seq, seq)
 
@@ -103,31 +116,27 @@ class Columns:
     def done(self) -> Columns:
         """Join the records' columns, keeping each item's latest rows at the position of its first."""
         c, self._chunks = self._chunks, None
-        assert c is not None
+        assert c is not None, "done once"
+        ids = c.names()
         with gc_paused():  # a million strings at once, none in a cycle
-            pos = {item: k for k, item in enumerate(c.ids)}  # the last occurrence wins
-        keep = np.fromiter(pos.values(), np.int64, len(pos)) if len(pos) < len(c.ids) else None
-        self.part = join(c.part, np.int32)
-        self.row0, self.n_rows = join(c.row0, np.int64), join(c.n_rows, np.int64)
-        self.spec, self.filtered = join(c.spec, np.int32), join(c.filtered, bool)
-        self.duration = join(c.duration, np.float64)
-        fp_at = np.concatenate([[0], np.cumsum(join(c.fp_len, np.int64))])
-        attrs_at = np.concatenate([[0], np.cumsum(join(c.attrs_len, np.int64))])
-        self._fp, self._attrs = b"".join(c.fingerprint), b"".join(c.attrs)
-        self.spans = c.spans
-        if keep is None:
-            self.ids, self.pos = c.ids, pos
-        else:  # items committed again: their superseded rows dropped
+            pos = dict(zip(ids, range(len(ids)), strict=True))  # the last occurrence wins
+        self.part, self.spec = np.array(c.part, np.int32), np.array(c.spec, np.int32)
+        self.row0, self.n_rows = np.array(c.row0, np.int64), np.array(c.n_rows, np.int64)
+        self.filtered, self.duration = np.array(c.filtered, bool), np.array(c.duration, np.float64)
+        self._fp_at, self._fp = np.concatenate([[0], np.cumsum(np.array(c.fp_len, np.int64))]), c.fp
+        self._attrs_at, self._attrs = np.concatenate([[0], np.cumsum(np.array(c.attrs_len, np.int64))]), c.attrs
+        self.ids, self.pos, self.spans = ids, pos, c.spans
+        if len(pos) < len(ids):  # items committed again: their superseded rows dropped
+            keep = np.fromiter(pos.values(), np.int64, len(pos))
             self.ids = list(pos)
             with gc_paused():
                 self.pos = dict(zip(self.ids, range(len(self.ids)), strict=True))
             for name in ("part", "row0", "n_rows", "spec", "filtered", "duration"):
                 setattr(self, name, getattr(self, name)[keep])
-            self._fp, fp_at = _subset(self._fp, fp_at, keep)
-            self._attrs, attrs_at = _subset(self._attrs, attrs_at, keep)
-            where = {int(old): k for k, old in enumerate(keep) if int(old) in c.spans}
+            self._fp, self._fp_at = _subset(self._fp, self._fp_at, keep)
+            self._attrs, self._attrs_at = _subset(self._attrs, self._attrs_at, keep)
+            where = {int(old): k for k, old in enumerate(keep.tolist()) if old in c.spans}
             self.spans = {k: c.spans[old] for old, k in where.items()}
-        self._fp_at, self._attrs_at = fp_at, attrs_at
         self._by_name: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._tails: dict[int, dict[str, tuple[int, ...] | None]] = {}
         self.entries = _Entries(self)
@@ -185,10 +194,6 @@ class Columns:
         """part -> rows still current in it."""
         rows = np.bincount(self.part, weights=self.n_rows, minlength=len(self.part_names))
         return {p: int(rows[k]) for k, p in enumerate(self.part_names)}
-
-
-def join(chunks: list[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate([np.zeros(0, dtype), *chunks])
 
 
 def _subset(blob: bytes, at: np.ndarray, keep: np.ndarray) -> tuple[bytes, np.ndarray]:
