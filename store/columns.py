@@ -123,8 +123,8 @@ class Columns:
         self.part, self.spec = np.array(c.part, np.int32), np.array(c.spec, np.int32)
         self.row0, self.n_rows = np.array(c.row0, np.int64), np.array(c.n_rows, np.int64)
         self.filtered, self.duration = np.array(c.filtered, bool), np.array(c.duration, np.float64)
-        self._fp_at, self._fp = np.concatenate([[0], np.cumsum(np.array(c.fp_len, np.int64))]), c.fp
-        self._attrs_at, self._attrs = np.concatenate([[0], np.cumsum(np.array(c.attrs_len, np.int64))]), c.attrs
+        self._fp, self._fp_at = c.fp, _spans(c.fp_len)
+        self._attrs, self._attrs_at = c.attrs, _spans(c.attrs_len)
         self.ids, self.pos, self.spans = ids, pos, c.spans
         if len(pos) < len(ids):  # items committed again: their superseded rows dropped
             keep = np.fromiter(pos.values(), np.int64, len(pos))
@@ -133,8 +133,7 @@ class Columns:
                 self.pos = dict(zip(self.ids, range(len(self.ids)), strict=True))
             for name in ("part", "row0", "n_rows", "spec", "filtered", "duration"):
                 setattr(self, name, getattr(self, name)[keep])
-            self._fp, self._fp_at = _subset(self._fp, self._fp_at, keep)
-            self._attrs, self._attrs_at = _subset(self._attrs, self._attrs_at, keep)
+            self._fp_at, self._attrs_at = self._fp_at[:, keep], self._attrs_at[:, keep]  # the old ones stay unused
             where = {int(old): k for k, old in enumerate(keep.tolist()) if old in c.spans}
             self.spans = {k: c.spans[old] for old, k in where.items()}
         self._by_name: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -148,10 +147,10 @@ class Columns:
         return len(self.ids)
 
     def attrs_json(self, k: int) -> str:
-        return self._attrs[self._attrs_at[k]:self._attrs_at[k + 1]].decode()
+        return self._attrs[self._attrs_at[0, k]:self._attrs_at[1, k]].decode()
 
     def fingerprint(self, k: int) -> str:
-        return self._fp[self._fp_at[k]:self._fp_at[k + 1]].decode()
+        return self._fp[self._fp_at[0, k]:self._fp_at[1, k]].decode()
 
     def positions(self, items: list[str] | tuple[str, ...]) -> np.ndarray:
         """Positions of `items` (KeyError naming the first one not in this snapshot)."""
@@ -196,10 +195,10 @@ class Columns:
         return {p: int(rows[k]) for k, p in enumerate(self.part_names)}
 
 
-def _subset(blob: bytes, at: np.ndarray, keep: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """The strings `keep` of a blob (offsets `at`), as a blob of their own."""
-    out = b"".join(blob[a:b] for a, b in zip(at[keep].tolist(), at[keep + 1].tolist(), strict=True))
-    return out, np.concatenate([[0], np.cumsum(at[keep + 1] - at[keep])])
+def _spans(lengths: array) -> np.ndarray:
+    """(start, end) in a buffer of strings one after another, of each of them, from their lengths."""
+    end = np.cumsum(np.array(lengths, np.int64))
+    return np.stack([end - np.array(lengths, np.int64), end])
 
 
 class _Entries(Mapping[str, Entry]):
