@@ -646,7 +646,9 @@ class Store:
             return
         self._notes.setdefault(feature, set()).add(part)
         self._part_checks.pop((feature, part), None)
-        self._ok[feature][self.index(feature).part_id[part]] = False
+        cols = self._states.get(feature)
+        if cols is not None and part in cols.part_id:  # checked again (in full) on its next read
+            self._ok[feature][cols.part_id[part]] = False
 
     def _noted(self, feature: str) -> set[str]:
         """Parts a read found damaged (`_note`): listed once per handle."""
