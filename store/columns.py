@@ -83,7 +83,6 @@ class Columns:
         if part not in self.part_id:
             self.part_id[part] = len(self.part_names)
             self.part_names.append(part)
-        items: tuple[str, ...] = ()
         if rows:
             items, row0, n, fps, specs, filtered, durations, attrs = zip(*rows, strict=True)
             for item in spans.keys() & set(items):
@@ -103,7 +102,8 @@ class Columns:
             c.ids += ("\x00".join(items) + "\x00").encode()
             c.ids_len.extend(map(len, items))
             c.count += len(items)
-        self.parts[part] = PartRecord(part, seq, rec.get("files", {}), rec.get("arrays", {}), tuple(items))
+        # no names per part: they would keep every decoded name alive (the columns answer `live_parts`)
+        self.parts[part] = PartRecord(part, seq, rec.get("files", {}), rec.get("arrays", {}), ())
         self.last_seq = max(self.last_seq, seq)
 
     def _spec(self, spec: str) -> int:
