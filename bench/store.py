@@ -12,7 +12,10 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
 - reads: 20,000 random single items (`read(...).features[...]`), one at a time, and batched (`Store.rows`,
   64 items per call), on one `Store` per N opened and warmed (a pass over the same items) beforehand; each
   rate the median of several passes over those items (`_reads`);
-- files and bytes on disk.
+- files and bytes on disk;
+- resident memory (VmRSS, MB) of a reader in a process of its own: after open + `items()` (its index), and
+  after a pass of single and batched reads over the random items (its part cache then holding nearly every
+  part); and, at the end, of the benchmark's own process with every size's warmed readers.
 All stores are built first and kept until the end; then plan, open + items and the reads are measured
 `--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
 machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
