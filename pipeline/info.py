@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import exitcodes
-from pipeline.report import spans_text
 from store import layout
+from store.partial import partial_record, spans_text
 from store.reader import Store, open_store
 
 
@@ -247,11 +247,8 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
             info.filtered.append({"item": e.item, "reason": _filter_reason(attrs)})
         elif e.spec_hash == spec:
             info.items += 1
-        missing = attrs.get("missing_s") or []
-        if missing:
-            total = round(sum(b - a for a, b in missing), 6)
-            info.partial.append({"item": e.item, "file": (attrs.get("source") or {}).get("path"),
-                                 "missing_s": missing, "missing_total_s": total, "duration_s": e.duration_s})
+        if (partial := partial_record(name, e.item, attrs, e.duration_s)) is not None:
+            info.partial.append({k: v for k, v in partial.items() if k != "feature"})
     info.failed = _failed(runs, name, set(state.entries) - {d["item"] for d in info.damaged})
     return info
 

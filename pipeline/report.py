@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline import cluster, exitcodes, raystart
 from pipeline.sources import manifest_summary
+from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
 
 
 @dataclass
@@ -74,10 +75,7 @@ class RunReport:
                          + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
             lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
-        for p in self.partial:  # done, but with seconds that have no rows
-            of = f" of {p['duration_s']:.2f}" if p["duration_s"] is not None else ""
-            lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
-                         f"did not decode ({spans_text(p['missing_s'])})")
+        lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
@@ -113,18 +111,6 @@ def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
         lines.append(f"  batch {feat}: " + ", ".join(f"{b} ({source}, {inp})" for inp, b, source in chosen)
                      + (f"; {cost * 1e3:.1f} ms per {unit} in this run" if cost else ""))
     return lines
-
-
-def spans_text(spans: list[list[float]], most: int = 3) -> str:
-    """Missing spans as `a-b s`, neighbouring ones (consecutive seconds) joined, at most `most` of them."""
-    joined: list[list[float]] = []
-    for a, b in sorted(spans):
-        if joined and a <= joined[-1][1] + 1e-6:
-            joined[-1][1] = max(joined[-1][1], b)
-        else:
-            joined.append([a, b])
-    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
-    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
 
 
 def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int],
