@@ -30,6 +30,9 @@ class RunReport:
     # pairs committed with seconds that did not decode (damaged data, a truncated file): feature, item, file,
     # missing_s (the spans), missing_total_s, duration_s
     partial: list[dict[str, Any]] = field(default_factory=list)
+    # pairs committed from a stream that ends before the file's other streams (video 8 s over 11 s of audio): by
+    # design, not damage; feature, item, file, stream, duration_s (the stream's own end), streams_end_s
+    shorter: list[dict[str, Any]] = field(default_factory=list)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
     store_error: str | None = None  # the store could not be written (disk full): the run stopped there
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
@@ -76,6 +79,7 @@ class RunReport:
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
             lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
         lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
+        lines += [shorter_line(s) for s in self.shorter]
         for feat, items in self.filtered.items():
             for item, ratio in sorted(items.items()):
                 lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
@@ -96,6 +100,22 @@ class RunReport:
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
+
+
+STREAMS = {"frames": "video", "audio": "audio"}  # input kind -> the stream of the file it is decoded from
+
+
+def shorter_record(feature: str, item: str, file: str | None, kind: str, duration_s: float | None,
+                   streams_end_s: float) -> dict[str, Any]:
+    return {"feature": feature, "item": item, "file": file, "stream": STREAMS.get(kind, kind),
+            "duration_s": duration_s, "streams_end_s": streams_end_s}
+
+
+def shorter_line(s: dict[str, Any]) -> str:
+    """A note: the pair's stream is shorter than the file by design; its rows end with it, nothing is missing."""
+    own = f"{s['duration_s']:.2f}" if s["duration_s"] is not None else "?"
+    return (f"  shorter stream {s['feature']}/{s['item']} {s['file'] or ''}: the {s['stream']} ends at {own} s, the "
+            f"file's other streams at {s['streams_end_s']:.2f} s (not damage: its rows end there)")
 
 
 def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
