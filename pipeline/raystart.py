@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline import cluster, stop
+from pipeline import cluster, stop, supervise
 
 log = logging.getLogger("siqfeat")
 
@@ -154,6 +154,7 @@ def start(address: str | None) -> Any:
                 log.warning("Ray did not start (%s): trying once more, waiting up to %d s", first, RETRY_WAIT_S)
         stop.reinstall()  # ray.init sets its own SIGTERM handler
     _session = _Session(ray, address)
+    supervise.note_ray({name: proc.pid for name, proc in _session.watched.items()})
     return ray
 
 

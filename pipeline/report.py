@@ -38,6 +38,9 @@ class RunReport:
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
     planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
     ray_failed: dict[str, Any] | None = None  # Ray did not start or died (pipeline/raystart.py): what, hint, during…
+    # the driver ended without saving this report (a bug's traceback, the out-of-memory killer), saved by the
+    # command line's parent process (pipeline/supervise.py): what, exit_code, during, not_computed
+    crashed: dict[str, Any] | None = None
     # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
     utilisation: dict[str, Any] = field(default_factory=dict)
 
@@ -50,6 +53,8 @@ class RunReport:
             return 128 + int(self.stopped["signum"])
         if self.ray_failed:
             return exitcodes.RAY
+        if self.crashed:
+            return int(self.crashed["exit_code"])
         if self.store_error:
             return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
@@ -95,6 +100,11 @@ class RunReport:
                          f"the next run computes what is missing: exit code {self.exit_code}")
         elif self.ray_failed:
             lines.append(raystart.summary_line(self.ray_failed, self.exit_code))
+        elif self.crashed:
+            c = self.crashed
+            left = f"; {c['not_computed']} planned pair(s) not computed" if c.get("not_computed") is not None else ""
+            lines.append(f"  ENDED during {c['during']}: {c['what']}; committed pairs are kept{left}: "
+                         f"exit code {self.exit_code}")
         elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:

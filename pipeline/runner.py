@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, cluster, decode, raystart, report, stages, stop
+from pipeline import actors, cluster, decode, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -142,6 +142,7 @@ class Runner:
         self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
         stop.stage("extraction")
+        supervise.note(self.report, "extraction")
         try:
             self.loop(total)
             self.report.batches = self.batches()
@@ -169,7 +170,8 @@ class Runner:
                     self.extracted(ref, self.running.pop(ref))
                 else:
                     self.actor_ready(ref, *self.readying.pop(ref))
-            self.committed(self.committer.drain())
+            if self.committed(self.committer.drain()):
+                supervise.note(self.report, "extraction", force=False)
             self.progress.tick()
             self.schedule()
 
@@ -364,8 +366,8 @@ class Runner:
         self.pending[feat, item.id] = (secs, partial, shorter)
         self.committer.put(feat, item.id, rows, attrs)
 
-    def committed(self, outcomes: list[Any]) -> None:
-        """Count the pairs whose batch is in the store (done, partial) or failed to get there."""
+    def committed(self, outcomes: list[Any]) -> int:
+        """Count the pairs whose batch is in the store (done, partial) or failed to get there; how many."""
         for o in outcomes:
             secs, partial, shorter = self.pending.pop((o.feature, o.item), (0.0, None, None))
             self.stages.add(o.record)
@@ -382,6 +384,7 @@ class Runner:
             self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
         if self.committer.store_error is not None and self.report.store_error is None:
             self.report.store_error = str(self.committer.store_error)
+        return len(outcomes)
 
 
 

@@ -81,7 +81,7 @@ DRIVER = textwrap.dedent('''
         R.StoreWriter.commit_batch = commit_batch
 
     from pipeline.cli import main
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], supervised=True))  # as `python -m pipeline` runs: a parent and its driver
 ''')
 
 
