@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if args.func is _extract and supervised:
         from pipeline import supervise
 
-        if supervise.wanted():
-            return supervise.supervise(Path(args.out), args.verbose)
+        if supervise.wanted() and (code := supervise.supervise(Path(args.out), args.verbose)) is not None:
+            return code  # the parent's; the driver (a fork) goes on below
     if args.func is not _weights:  # the one command that downloads (text models from the Hugging Face hub)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.func is _extract and not args.verbose:

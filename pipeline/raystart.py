@@ -78,7 +78,7 @@ class _Session:
 
     def check(self) -> None:
         for name, proc in self.watched.items():
-            code = proc.poll()
+            code = _ended(proc)
             if code is not None:
                 raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({_how(code)})", LOST_HINT)
         if self.probe and time.monotonic() >= self.next_probe:
@@ -346,6 +346,21 @@ def summary_line(failed: dict[str, Any], exit_code: int) -> str:
     left = f"; {failed['not_computed']} planned pair(s) not computed" if failed.get("not_computed") is not None else ""
     return (f"  RAY FAILED during {failed['during']}: {failed['what']}; committed pairs are kept{left}: "
             f"{failed['hint']}: exit code {exit_code}")
+
+
+def _ended(proc: Any) -> int | None:
+    """The exit code of a watched process that ended (negative: the signal), None while it runs. It is left
+    unreaped (WNOWAIT): should Ray end the driver before the driver can report it (a dead raylet), the command
+    line's parent inherits it and reads how it ended (pipeline/supervise.py); `shutdown` reaps it."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, AttributeError):  # not this process's child (or no waitid): as Popen sees it
+        return proc.poll()
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
 
 
 def _how(code: int) -> str:

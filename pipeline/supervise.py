@@ -1,5 +1,5 @@
 """`python -m pipeline extract` as two processes: a light parent (this module: no torch, no Ray, no store) and
-the run itself, the driver, as its child. Why (issue 35 item 6, issue 36 item 4):
+the run itself, the driver, as its child (forked once the command line is parsed). Why (issue 35 item 6, issue 36 item 4):
 
 - When the raylet of a running extraction dies (another job's `ray stop --force`; on a cluster, a lost node),
   Ray's core worker ends the driver about 0.1 s later ("The connection to the plasma store is failed. Terminate
@@ -30,9 +30,7 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -53,7 +51,8 @@ OWN_CODES = {0, 2, 3, 4, 5, 6, 7, 130, 143}
 # with its `(name pid=…)` prefix, colour codes included
 _COLOUR = r"(?:\x1b\[[0-9;]*m)*"
 RAY_NATIVE = re.compile(_COLOUR + r"(?:\([^()\n]*\)" + _COLOUR + r"\s+)?" + _COLOUR
-                        + r"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [TDIWECF] \d+ \d+\] [\w./-]+\.(?:cc|h|cpp):\d+:"
+                        + r"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [TDIWECF] \d+ \d+\] (?:\(\w+\) )?"
+                        + r"[\w./-]+\.(?:cc|h|cpp):\d+:"
                         + r"|\[[\w./-]+\.(?:cc|h) : \d+\] RAW: )")
 
 
@@ -173,36 +172,44 @@ def wanted() -> bool:
     return JOURNAL_ENV not in os.environ and sys.platform.startswith("linux")
 
 
-def supervise(out: Path, verbose: bool) -> int:
-    """Run this process's own command line again as the driver, and see it to its end. Returns the exit code."""
+def supervise(out: Path, verbose: bool) -> int | None:
+    """Fork the driver, and see it to its end. Returns the exit code in this process (the parent); None in the
+    driver, which goes on to run the extraction (a fork, not a second interpreter: no second start-up, and what
+    the process set up before, a test's patches included, holds in the driver too)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    journal = Path(tempfile.mkdtemp(prefix="siqfeat-run-"))
-    terminal = _is_terminal(sys.stderr)
-    read_fd, write_fd = _stderr_channel(terminal)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    journal = _journal_folder()
+    read_fd, write_fd = _stderr_channel(_is_terminal(sys.stderr))
     # stdout and stderr one file (a terminal, `2>&1`): the driver's both through the channel, so what it prints
     # keeps its order (its summary after its last log line)
     merged = _same_file(sys.stdout, sys.stderr)
-    cmd = [sys.executable, *sys.orig_argv[1:]]
     global _started
     _started = time.monotonic()
-    try:
-        child = subprocess.Popen(cmd, env={**os.environ, JOURNAL_ENV: str(journal)}, stderr=write_fd,
-                                 stdout=write_fd if merged else None, process_group=0)
-    except BaseException:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the driver
         os.close(read_fd)
+        os.setpgid(0, 0)  # signals reach it through the parent only (module docstring)
+        os.dup2(write_fd, 2)
+        if merged:
+            os.dup2(write_fd, 1)
         os.close(write_fd)
-        raise
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)  # the driver's own Ray sets it again (raystart.py)
+        os.environ[JOURNAL_ENV] = str(journal)
+        die_with_parent()
+        return None
     os.close(write_fd)
-    previous = {s: signal.signal(s, lambda signum, frame: _forward(child, signum)) for s in SIGNALS}
+    previous = {s: signal.signal(s, lambda signum, frame: _forward(pid, signum)) for s in SIGNALS}
     sink = NativeFilter(sys.stderr.buffer, keep_native=verbose)
     reader = threading.Thread(target=_pump, args=(read_fd, sink), name="driver-stderr", daemon=True)
     reader.start()
     try:
-        rc = child.wait()
+        rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # (a signal meanwhile: forwarded, waited again)
         if rc not in OWN_CODES:
-            rc = _ended_unexpectedly(child.pid, rc, journal, out, reader, sink)
+            rc = _ended_unexpectedly(pid, rc, journal, out, reader, sink)
         else:
             _end_leftovers()
             reader.join(DRAIN_S)
@@ -212,12 +219,26 @@ def supervise(out: Path, verbose: bool) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        import shutil
-
-        shutil.rmtree(journal, ignore_errors=True)
+        for f in journal.iterdir():
+            f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            journal.rmdir()
 
 
 _started = 0.0
+
+
+def _journal_folder() -> Path:
+    """A new private folder under the temporary directory (not `tempfile`: its import is most of this module's)."""
+    base = Path(os.environ.get("TMPDIR") or "/tmp")
+    for attempt in range(100):
+        folder = base / f"siqfeat-run-{os.getpid()}-{time.time_ns()}-{attempt}"
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{base}: no new folder for the run's journal")
 
 
 def _same_file(a: Any, b: Any) -> bool:
@@ -264,9 +285,9 @@ def _pump(fd: int, sink: NativeFilter) -> None:
     os.close(fd)
 
 
-def _forward(child: subprocess.Popen, signum: int) -> None:
+def _forward(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
-        child.send_signal(signum)
+        os.kill(pid, signum)
 
 
 def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: threading.Thread,
@@ -380,50 +401,32 @@ def _how(rc: int) -> str:
 
 
 def _children() -> list[int]:
-    """Every process below this one (from /proc: the parent imports no psutil)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [os.getpid()]
-    while todo:
-        for kid in parents.get(todo.pop(), ()):
-            found.append(kid)
-            todo.append(kid)
-    return found
+    """This process's children (`/proc/self/task/*/children`: the parent imports no psutil and scans no /proc)."""
+    kids: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            kids += [int(pid) for pid in (task / "children").read_text().split()]
+    return kids
 
 
 def _end_leftovers() -> None:
-    """SIGTERM to whatever of the run is still alive below this process, SIGKILL after END_GRACE_S, and every
-    child reaped (orphans of the driver are this process's children: it is their subreaper)."""
-    left = _children()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
+    """End whatever of the run is still alive: SIGTERM, SIGKILL after END_GRACE_S, every child reaped. The driver's
+    orphans are this process's children (it is their subreaper), and so are theirs once they are ended: rounds
+    until none is left."""
+    _reap()
+    signalled: dict[int, float] = {}
+    deadline = time.monotonic() + 4 * END_GRACE_S
+    while (kids := _children()) and time.monotonic() < deadline:
+        now = time.monotonic()
+        for pid in kids:
+            sig = signal.SIGTERM if pid not in signalled else signal.SIGKILL
+            if pid in signalled and now - signalled[pid] < END_GRACE_S:
+                continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + END_GRACE_S
-        while time.monotonic() < deadline:
-            _reap()
-            left = [p for p in left if _alive(p) and not _zombie(p)]
-            if not left:
-                break
-            time.sleep(0.05)
-        if not left:
-            break
-    _reap()
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
+            signalled.setdefault(pid, now)
+        time.sleep(0.05)
+        _reap()
 
 
 def _reap() -> None:

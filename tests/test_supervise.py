@@ -98,19 +98,18 @@ def test_a_progress_bar_redraw_is_shown_at_once() -> None:
     assert sink.kept == [NATIVE[0]] and b"task_manager" not in shown.getvalue()
 
 
-# The command line as `python -m pipeline` runs it, whose driver (the same script run again by the parent, with the
-# journal's folder in its environment) fakes a run: it keeps its journal as a real one does, starts a "raylet" and a
-# "worker" (sleeps), then ends as DRIVER_END says: `ray` SIGKILLs its raylet and exits 1 without a word (what
-# Ray's core worker does to a driver whose raylet died), `bug` exits 1, `term` waits for SIGTERM.
+# The command line as `python -m pipeline` runs it, whose extraction (in the driver the parent forks) is faked: it
+# keeps its journal as a real one does, starts a "raylet", a "GCS" and a "worker" (sleeps), then ends as DRIVER_END
+# says: `ray` SIGKILLs its raylet and exits 1 without a word (what Ray's core worker does to a driver whose raylet
+# died), `bug` exits 1, `term` waits for SIGTERM.
 SCRIPT = textwrap.dedent('''
     import os, signal, subprocess, sys, time
-    from pipeline import supervise
+    from pipeline import cli, supervise
+    from pipeline.report import RunReport
 
-    if os.environ.get(supervise.JOURNAL_ENV):
-        from pipeline.report import RunReport
-
+    def fake_extract(args):
         end = os.environ["DRIVER_END"]
-        report = RunReport("20261127T120000Z-abcdef", "sample", sys.argv[sys.argv.index("--out") + 1],
+        report = RunReport("20261127T120000Z-abcdef", "sample", args.out,
                            {"qa": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}}, planned={"qa": 3})
         raylet = subprocess.Popen(["sleep", "60"])
         gcs, worker = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -118,16 +117,18 @@ SCRIPT = textwrap.dedent('''
         supervise.note(report, "extraction")
         supervise.note_commit("qa", ["tiny-a"])
         supervise.note_commit("qa", ["tiny-b"])  # committed after the last snapshot
-        print(f"DRIVER pid={os.getpid()} raylet={raylet.pid} gcs={gcs.pid} worker={worker.pid}", flush=True)
         if end == "term":
             signal.signal(signal.SIGTERM, lambda *a: os._exit(143))
+        print(f"DRIVER pid={os.getpid()} raylet={raylet.pid} gcs={gcs.pid} worker={worker.pid}", flush=True)
+        if end == "term":
             time.sleep(60)
         if end == "ray":
             raylet.kill()
             time.sleep(0.2)
         os._exit(1)
-    from pipeline.cli import main
-    sys.exit(main(sys.argv[1:], supervised=True))
+
+    cli._extract = fake_extract
+    sys.exit(cli.main(sys.argv[1:], supervised=True))
 ''')
 
 
