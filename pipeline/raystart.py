@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -80,7 +79,8 @@ class _Session:
         for name, proc in self.watched.items():
             code = _ended(proc)
             if code is not None:
-                raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({_how(code)})", LOST_HINT)
+                how = supervise.how_ended(code)
+                raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({how})", LOST_HINT)
         if self.probe and time.monotonic() >= self.next_probe:
             self.next_probe = time.monotonic() + REMOTE_PROBE_S
             problem = _probe_cluster()
@@ -361,15 +361,6 @@ def _ended(proc: Any) -> int | None:
     if info is None:
         return None
     return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
-
-
-def _how(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,5 +1,6 @@
 """`python -m pipeline extract` as two processes: a light parent (this module: no torch, no Ray, no store) and
-the run itself, the driver, as its child (forked once the command line is parsed). Why (issue 35 item 6, issue 36 item 4):
+the run itself, the driver, as its child (forked once the command line is parsed). Why (issue 35 item 6, issue
+36 item 4):
 
 - When the raylet of a running extraction dies (another job's `ray stop --force`; on a cluster, a lost node),
   Ray's core worker ends the driver about 0.1 s later ("The connection to the plasma store is failed. Terminate
@@ -298,7 +299,7 @@ def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: thr
     _end_leftovers()
     reader.join(DRAIN_S)
     sink.close()
-    how = _how(rc)
+    how = how_ended(rc)
     try:
         snapshot = json.loads((journal / "report.json").read_text())
     except (OSError, ValueError):
@@ -371,7 +372,7 @@ def _ray_death(journal: Path) -> str | None:
                 return f"this run's Ray {name} (pid {pid}) ended"
             continue
         if got:
-            return f"this run's Ray {name} (pid {pid}) ended ({_how(os.waitstatus_to_exitcode(status))})"
+            return f"this run's Ray {name} (pid {pid}) ended ({how_ended(os.waitstatus_to_exitcode(status))})"
     return None
 
 
@@ -391,7 +392,8 @@ def _exit_code(rc: int, ray_death: str | None) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def _how(rc: int) -> str:
+def how_ended(rc: int) -> str:
+    """A process's end as the summary says it: `killed by SIGKILL`, `exit code 1`."""
     if rc < 0:
         try:
             return f"killed by {signal.Signals(-rc).name}"
