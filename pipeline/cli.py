@@ -22,10 +22,9 @@ log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from pipeline import raystart, stop, supervise
+    from pipeline import raystart, stop
     from pipeline.run import run_extract
 
-    supervise.die_with_parent()
     dataset, config = _dataset_and_config(args.dataset, args.config)
     raw = Path(args.raw)
     _generate_sample(dataset, raw)

@@ -37,7 +37,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-JOURNAL_ENV = "SIQ_RUN_JOURNAL"  # set for the driver: the folder of its journal (its being set makes it the child)
+# set for the driver: the folder of its journal (its being set makes it the child); not SIQ_*: those go to the
+# Ray workers (raystart.runtime_env)
+JOURNAL_ENV = "SIQFEAT_DRIVER_JOURNAL"
 END_GRACE_S = 2.0  # a leftover process gets this long after SIGTERM before SIGKILL
 DRAIN_S = 5.0  # after the driver and its leftovers ended: how long the rest of its output may take to arrive
 NOTE_EVERY_S = 1.0  # the driver's report snapshot is rewritten at most this often while the run commits
