@@ -62,6 +62,16 @@ RAY_NATIVE = re.compile(_COLOUR + r"(?:\([^()\n]*\)" + _COLOUR + r"\s+)?" + _COL
 _QUOTED = re.compile(r'"(?:\\.|[^"\\])*"')  # a quoted string of a protobuf message: its braces are text
 
 
+_FATAL = re.compile(r"\] RAW: Check .* failed|\[\d{4}-\d\d-\d\d [\d:,]+ [FC] \d+ \d+\]")
+_PREFIX = re.compile(_COLOUR + r"(\([^()\n]*pid=\d+[^()\n]*\))")
+
+
+def _prefix(line: str) -> str | None:
+    """The `(name pid=N)` Ray puts before a line it forwards from a worker, None for the driver's own lines."""
+    m = _PREFIX.match(line)
+    return m.group(1) if m else None
+
+
 def is_native(line: str) -> bool:
     """A line of Ray's C++ logging (the first line of a record)."""
     return RAY_NATIVE.match(line) is not None
@@ -77,6 +87,10 @@ class NativeFilter:
         self.kept: list[str] = []
         self._tail = b""
         self._depth = 0  # open braces of the record being kept
+        # the `(name pid=…)` prefixes of Ray's workers that failed a fatal check (abseil's `RAW: Check … failed`,
+        # a record of level F or C): what follows from them is the dump of a worker that Ray replaces
+        # (`*** SIGABRT received …`, a stack, `Fatal Python error: Aborted`), its noise too
+        self._dying: set[str] = set()
 
     def feed(self, data: bytes) -> None:
         lines = (self._tail + data).split(b"\n")
@@ -98,10 +112,13 @@ class NativeFilter:
     def _line(self, raw: bytes) -> None:
         text = raw.decode(errors="replace")
         plain = text.replace("\r\n", "\n").rsplit("\r", 1)[-1]  # what a terminal shows of it
-        if self._depth or (not self.keep_native and is_native(plain)):
+        prefix = _prefix(plain)
+        if self._depth or (not self.keep_native and (is_native(plain) or prefix in self._dying)):
             self.kept.append(plain.rstrip("\n"))
             unquoted = _QUOTED.sub("", plain)
             self._depth = max(0, self._depth + unquoted.count("{") - unquoted.count("}"))
+            if prefix and _FATAL.search(plain):  # the rest of that worker's lines are its crash dump
+                self._dying.add(prefix)
             return
         self._write(raw)
 

@@ -47,6 +47,19 @@ RECORD = [  # one record over several lines: a protobuf message in braces, a bra
     "  }",
     "}",
 ]
+# a Ray worker that aborted while starting (tests/test_signals.py, 16:36 on this machine: abseil's check in the
+# worker's .err file, forwarded with its prefix), then its crash dump, which is Ray's noise too (Ray replaces it)
+ABORT = [
+    "(pid=21435) [mutex.cc : 1957] RAW: Check (v & (kMuWait | kMuWrWait)) != kMuWrWait failed: Lock: Mutex corrupt: "
+    "waiting writer with no waiters: 0x5583a4c5afe8",
+    "(pid=21435) *** SIGABRT received at time=1795797405 on cpu 0 ***",
+    "(pid=21435) PC: @     0x7f3b9b8a8eec  (unknown)  (unknown)",
+    "(pid=21435)     @     0x7f3b9b85a050       9360  (unknown)",
+    "(pid=21435) Fatal Python error: Aborted",
+    "(pid=21435) ",
+    "(pid=21435) Extension modules: msgpack._cmsgpack, google._upb._message, psutil._psutil_linux, yaml._yaml, "
+    "ray._raylet (total: 39)",
+]
 OURS = [
     "16:01:02 sample: 3 items, 7 questions from /raw",
     "16:01:09 SIGINT received during extraction: stopping (committed pairs are kept)",
@@ -84,6 +97,14 @@ def test_the_filter_keeps_ray_lines_off_the_terminal_and_shows_them_with_verbose
     assert shown.splitlines() == [OURS[0], OURS[1], OURS[3], OURS[5]]
     assert kept == [NATIVE[0], *RECORD, NATIVE[3], NATIVE[4]]
     assert filtered(text, verbose=True) == (text, [])
+
+
+def test_a_worker_that_aborts_is_kept_off_the_terminal_with_its_crash_dump() -> None:
+    other = "(slow_decode pid=21673) SLOW-decode"  # another worker's line, and the driver's, still show
+    shown, kept = filtered("\n".join([OURS[0], ABORT[0], other, *ABORT[1:], OURS[1]]) + "\n")
+    assert shown.splitlines() == [OURS[0], other, OURS[1]] and kept == ABORT
+    shown, kept = filtered("\n".join([NATIVE[5], "(ExtractorWorker pid=20001) a print of its own"]) + "\n")
+    assert kept == [NATIVE[5]] and shown == "(ExtractorWorker pid=20001) a print of its own\n"  # no fatal: shown
 
 
 def test_a_progress_bar_redraw_is_shown_at_once() -> None:
