@@ -30,7 +30,7 @@ import jinja2
 import numpy as np
 
 from pipeline.info import StoreInfo, store_info
-from pipeline.report import spans_text
+from store.partial import spans_text
 from store.reader import Store, open_store
 
 log = logging.getLogger("siqfeat")

@@ -13,10 +13,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from manifests.records import MediaItem, QAItem, read_jsonl
 from store import index, layout, parts, repair
 from store.integrity import ItemCheck
+from store.partial import partial_line, partial_record
 from store.reader import Store
 
 _REPAIR = {"root": "the store's own metadata: repair it by hand (its items are checked here regardless)",
@@ -32,6 +34,9 @@ class VerifyReport:
     metadata: list[tuple[Path, str]] = field(default_factory=list)  # (file, problem) per damaged metadata file
     rebuilt: list[repair.Rebuilt] = field(default_factory=list)
     adopted: list[repair.Adopted] = field(default_factory=list)  # parts on disk that no index line named
+    # intact items committed with seconds that did not decode (`missing_s`): as committed, so not damage (the exit
+    # code stays 0), but not whole either: feature, item, file, missing_s, missing_total_s, duration_s
+    partial: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def damaged(self) -> list[ItemCheck]:
@@ -43,15 +48,18 @@ class VerifyReport:
 
     def summary(self) -> str:
         lines = [f"verify {self.store}: {len(self.checks)} item(s) in {self.seconds:.2f} s",
-                 f"  {'feature':<12}{'ok':>6}{'damaged':>9}"]
+                 f"  {'feature':<12}{'ok':>6}{'partial':>9}{'damaged':>9}"]
         for feat in sorted({c.feature for c in self.checks}):
             mine = [c for c in self.checks if c.feature == feat]
-            lines.append(f"  {feat:<12}{sum(c.ok for c in mine):>6}{sum(not c.ok for c in mine):>9}")
+            partial = sum(p["feature"] == feat for p in self.partial)
+            lines.append(f"  {feat:<12}{sum(c.ok for c in mine) - partial:>6}{partial:>9}"
+                         f"{sum(not c.ok for c in mine):>9}")
         lines += [r.line() for r in self.rebuilt]
         lines += [a.line() for a in self.adopted]
         lines += [f"  DAMAGED METADATA {path}: {problem}" for path, problem in self.metadata]
         for c in self.damaged:
             lines.append(f"  DAMAGED {c.feature}/{c.item} ({c.path}): {c.problem}")
+        lines += [partial_line(p) for p in self.partial]
         if self.damaged:
             lines.append(f"  {len(self.damaged)} damaged item(s): `make extract EXTRACT_ARGS=--verify` on this store recomputes them")
         return "\n".join(lines)
@@ -113,9 +121,15 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
         store = Store(path, damaged_root=True)  # the repaired indexes
     try:
         checks = [c for f in chosen for c in store.check(f, full=True)]
+        partial = [p for c in checks if c.ok and (p := _partial(store, c)) is not None]
     finally:
         store.close()
-    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt, adopted)
+    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt, adopted, partial)
+
+
+def _partial(store: Store, check: ItemCheck) -> dict[str, Any] | None:
+    entry = store.index(check.feature).entries[check.item]
+    return partial_record(check.feature, check.item, entry.attrs(), entry.duration_s)  # attrs: checked to parse
 
 
 def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list[repair.Rebuilt], list[repair.Adopted]]:
