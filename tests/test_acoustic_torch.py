@@ -2,7 +2,7 @@
 torch code on the CPU and, where present, on CUDA (skipped elsewhere; FAIL_WITHOUT_CUDA=1 makes that a failure).
 
 Tolerances (docs/acoustic.md, "Torch backend"): per column, the reference's own noise measured on the five real
-recordings of ../shared/realdata/speech, an LF vowel pair and 20 s of espeak-ng speech (bench.bench_acoustic
+recordings of ../shared/realdata/speech, an LF vowel pair and 20 s of espeak-ng speech (bench.bench_acoustic_backends
 --noise prints the table):
 - BULK, the median |difference| over rows finite in both: what a float32-ULP nudge of every input sample moves the
   reference by (its worst p99 over the signals, rounded up). A backend doing the same arithmetic in float64 in
