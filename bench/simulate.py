@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     report = json.loads(args.costs.read_text())
     costs = Costs.from_report(report)
     if args.gpu_busy_s is not None:
-        gpu_feats = [s.name for s in config.specs() if s.name in costs.model_s and s.extractor.uses_gpu]
+        gpu_feats = [s.name for s in config.specs() if s.name in costs.model_s and s.extractor.wants_gpu(s.config)]
         items = max(v["items"] for k, v in report["stages"].items() if k.startswith("model:"))
         costs.spread_gpu_busy(args.gpu_busy_s, items, gpu_feats)
     for spec in args.cost:

@@ -210,6 +210,12 @@ class Extractor(ABC, Generic[C]):
         self.calibrator: Any = None
 
     @classmethod
+    def wants_gpu(cls, config: C) -> bool:
+        """Whether this config's actors go on the GPUs of a node that has them (pipeline/runner.py's actor_plan):
+        `uses_gpu`, unless the extractor lets its config choose (covarep's torch backend)."""
+        return cls.uses_gpu
+
+    @classmethod
     def weights_id(cls, config: C) -> str:
         """Which weights the features come from ("imagenet1k_v1", "random", a model name, "none")."""
         return "none"

@@ -412,10 +412,15 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
     CPU features (acoustic): under the balanced policy as many actors as cores (`cpu_actors`), spread over
     the nodes, holding no Ray CPU of their own: the policy gives a call a core only when it runs, one item a
     call, so a pool never queues work on one actor while another idles, and decode tasks get the cores the
-    pool is not using. Under the fixed policy, `cpu_actors` (default half the cores) of 1 Ray CPU each."""
-    gpu_feats = sorted(f for f in features if specs[f].extractor.uses_gpu)
+    pool is not using. Under the fixed policy, `cpu_actors` (default half the cores) of 1 Ray CPU each.
+    Acoustic with `backend = "torch"` (device auto or cuda) is a GPU feature where there are GPUs (its CPU share,
+    WORLD's F0, runs in the actor: `actors_per_gpu` sets how many share a GPU), a CPU feature elsewhere."""
+    gpu_feats = sorted(f for f in features if specs[f].extractor.wants_gpu(specs[f].config))
+    # without GPUs, a feature that takes one only by its config's choice (covarep's torch backend) is laid out as
+    # the CPU feature it then is; the models share the cores
+    models = [f for f in gpu_feats if specs[f].extractor.uses_gpu]
     per_gpu = {f: config.actors_per_gpu.get(f, 1) for f in gpu_feats}
-    threads = config.model_threads or max(1, cpus // max(1, len(gpu_feats)))
+    threads = config.model_threads or max(1, cpus // max(1, len(models)))
     fixed = config.scheduler == "fixed"
     plan = {}
     for feat in sorted(features):
@@ -423,7 +428,7 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
         if feat in gpu_feats and gpus:
             opts = {"num_gpus": 1 / sum(per_gpu.values()), "num_cpus": 1 if fixed else 0}
             plan[feat] = ActorPlan(opts, gpus * per_gpu[feat], CUDA, None, per_call, 2, True)
-        elif feat in gpu_feats:
+        elif feat in models:
             plan[feat] = ActorPlan({"num_cpus": 0}, 1, CPU, threads, per_call, 2, False)
         elif fixed:
             plan[feat] = ActorPlan({"num_cpus": 1}, config.cpu_actors or max(1, cpus // 2), CPU, 1, per_call, 2, True)

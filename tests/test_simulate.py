@@ -81,3 +81,18 @@ def test_a_stage_moved_elsewhere_takes_its_new_cost(costs: Costs) -> None:
     assert out["bound"]["cpu"] < 0.4 * base["bound"]["cpu"]
     with pytest.raises(ValueError, match="not a stage"):
         moved.override("model:nonesuch", 1.0)
+
+
+def test_acoustic_on_the_gpu_is_a_gpu_actor_at_the_cost_given(costs: Costs) -> None:
+    """`--set features.acoustic.backend='"torch"'` lays acoustic out as GPU actors (actor_plan, `wants_gpu`),
+    `--cost` gives the stage that backend's per-clip cost; its CPU share stays in the CPU bound."""
+    config = load_config("socialiq", {"features.acoustic.backend": "torch", "actors_per_gpu": {"acoustic": 16}})
+    assert config.features["acoustic"].backend == "torch" and config.features["frames"].extractor == "densenet161"
+    gpu = Costs.from_report(json.loads(REPORT.read_text()))
+    gpu.override("model:acoustic", 0.8, cores=0.95, gpu=0.04)
+    out = simulate(gpu, config, cpus=16, gpus=1, clips=200)
+    assert out["bound"]["actors acoustic"] == pytest.approx(200 * 0.8 / 16)
+    cpu = simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=200)
+    assert "actors acoustic" not in cpu["bound"]
+    moved = 200 * (costs.model_s["acoustic"] * costs.model_cores["acoustic"] - 0.8 * 0.95) / 16
+    assert cpu["bound"]["cpu"] - out["bound"]["cpu"] == pytest.approx(moved, abs=0.1)
