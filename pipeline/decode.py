@@ -493,12 +493,30 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
     return index, pictures, errors
 
 
-def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
-                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
-    """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
-    `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
-    Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
-    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
+@dataclass(frozen=True)
+class RowPlan:
+    """The rows of one segment of a video and the source frame each takes, before any pixel is decoded: what
+    the CPU path decodes next, and what a GPU decoder (pipeline/nvdec.py) is asked for, so both take the same
+    frames. `index[r]`: the frame (into `timing.ticks`) for row r, -1 for a row during which no frame shows."""
+
+    path: Path
+    view: picture.View
+    timing: _Timing
+    fps: float
+    stream_index: int
+    codec: str
+    pixel_format: str | None
+    intervals: np.ndarray
+    index: np.ndarray
+    played: np.ndarray
+    segments: int
+    span: tuple[int, int] | None  # (first PTS, last PTS) a segment of several decodes, None: the whole video
+
+
+def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
+              max_bytes: int | None = None, best_effort: bool = False) -> RowPlan:
+    """Demuxing alone (and the first frame, for the orientation): the rows of segment `segment` and the frame
+    each takes (the module docstring's rule); see `decode_frames_segment`."""
     path = existing(path, "video")
     with open_media(path) as container:  # its own pass: the orientation comes on the first decoded frame
         view = picture.probe_view(container, _video_stream(container, path), path)
@@ -506,6 +524,8 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
         stream = _video_stream(container, path)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         timing = _frame_times(container, stream, path)
+        stream_index, codec = stream.index, stream.codec_context.codec.canonical_name
+        pixel_format = stream.codec_context.format.name if stream.codec_context.format else None
     if best_effort or not timing.in_order:
         timing = _best_effort_timing(path, timing)
     if clip is not None:
@@ -522,35 +542,50 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
     starts, ticks = timing.starts, timing.ticks
     played = np.round(intervals[:, 0] * 1e6) < round(timing.end_s * 1e6)  # rows during which some frame shows
     index = np.full(len(intervals), -1)
-    errors: list[tuple[int, str]] = []
-    pictures: dict[int, np.ndarray] = {}
+    span = None
     if played.any():
         index[played] = pick_frames(starts, intervals[played])
         index = _within_rows(index, intervals, timing)
-        span = None
         if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
             first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
             last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
             span = (int(ticks[first]), int(ticks[last]))
+    return RowPlan(path, view, timing, fps, stream_index, codec, pixel_format, intervals, index, played,
+                   len(segments), span)
+
+
+def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
+                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
+    """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
+    `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
+    Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
+    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
+    plan = plan_rows(path, clip, segment, max_bytes, best_effort)
+    path, view, timing, intervals, index = plan.path, plan.view, plan.timing, plan.intervals, plan.index
+    errors: list[tuple[int, str]] = []
+    pictures: dict[int, np.ndarray] = {}
+    if plan.played.any():
         try:
-            index, pictures, errors = _pictures(path, index, intervals, view, timing, span)
+            index, pictures, errors = _pictures(path, index, intervals, view, timing, plan.span)
         except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
             log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
             return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
     keep = index >= 0
-    if not keep.any() and len(segments) == 1:
+    if not keep.any() and plan.segments == 1:
         why = f": {errors[0][1]}" if errors else ""
         raise InputError(f"{path}: no frame could be decoded{why}")
-    damaged = intervals[~keep & played]
+    damaged = intervals[~keep & plan.played]
     if len(damaged):
         where = ", ".join(f"{a:g}-{b:g} s" for a, b in damaged[:5]) + (" …" if len(damaged) > 5 else "")
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(damaged), len(intervals), where)
+    ticks = timing.ticks
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
               else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
-    frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                    duration_s=timing.duration_s, missing_s=intervals[~keep], picture=view.attrs())
-    return frames, len(segments)
+    frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=timing.starts[index[keep]],
+                    source_fps=plan.fps, duration_s=timing.duration_s, missing_s=intervals[~keep],
+                    picture=view.attrs())
+    return frames, plan.segments
 
 
 def decode_transcript(item: MediaItem) -> Words:
