@@ -159,3 +159,12 @@ def _encode_scaled(src: Path, dst: Path, case: Case) -> Path:
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(src), "-vf", "scale=iw*2:ih*2:flags=neighbor",
                     *CODECS[case.codec], str(dst)], check=True)
     return dst
+
+
+def test_frames_the_decoder_gives_for_other_times_are_refused(media: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PTS check is what makes "the same source frames" hold: asked one frame later, the path refuses."""
+    path = make_case(Case("mp4", "h264"), media)
+    middles = nvdec._showing_middles
+    monkeypatch.setattr(nvdec, "_showing_middles", lambda plan, chosen: middles(plan, chosen) + 1 / 15)
+    with pytest.raises(nvdec.CpuFallback, match="torchcodec gave the frame at PTS"):
+        nvdec.decode_on_device(path, device="cpu")
