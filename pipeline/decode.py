@@ -78,6 +78,8 @@ log = logging.getLogger(__name__)
 # lavf flags the packets corrupt) say so themselves; AVI is left out (OpenDML index chunks lie between packets).
 SKIP_MIN_BYTES = 1024
 RESYNCING_FORMATS = {"matroska", "flv"}
+# the fast pass skips GOP tails (`_GopTails`): a switch for the benchmark and the test that compare with and without
+GOP_TAILS = True
 SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
 # enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
 # (2: streams that start late keep their place on the container's timeline; 3: PyAV instead of decord,
@@ -145,6 +147,7 @@ class _Timing:
     after_skip: frozenset[int] = frozenset()
     before_skip: frozenset[int] = frozenset()  # the video packet read last before a skip: damaged itself
     cut_short: dict[int, int] = dataclasses.field(default_factory=dict)
+    idr: frozenset[int] = frozenset()  # H.264: the PTS of the keyframes that are IDR pictures (`_GopTails`)
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
@@ -167,6 +170,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     import av
 
     pts, ends, keys = [], [], []
+    idr: set[int] = set()
+    nal_length = _avcc_nal_length(stream) if stream.codec_context.codec.canonical_name == "h264" else None
     data_end: float | None = None
     resyncs = bool(RESYNCING_FORMATS & set(container.format.name.split(",")))
     byte_end, skipped, read_last = None, False, None
@@ -200,6 +205,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
                 continue
             if packet.is_keyframe:
                 keys.append((packet.pts, packet.dts if packet.dts is not None else packet.pts))
+                if nal_length is not None and _h264_idr(bytes(packet), nal_length):
+                    idr.add(packet.pts)
             if not packet.is_discard:
                 pts.append(packet.pts)
                 ends.append(packet.pts + max(0, packet.duration or 0))
@@ -217,7 +224,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
                    origin_s(container), declared_end_s(container), data_end,
-                   after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short)
+                   after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short,
+                   idr=frozenset(idr))
     if after_skip:
         log.warning("%s: damaged data: the demuxer skipped %d stretch(es) of bytes (first before the frame at PTS "
                     "%d): the pictures that depend on them are missing", path, len(after_skip), min(after_skip))
@@ -326,8 +334,11 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
         key_pts: set[int] = set()
         events: list[tuple[int, bool]] = []
         damaged = False  # display-order mode: since the last damage, no keyframe's picture came out yet
+        tails = _GopTails(timing.idr, wanted) if fast and timing.idr and GOP_TAILS else None
         try:
             for packet in packets:
+                if tails is not None and tails.drop(packet):
+                    continue
                 if packet.pts is not None:
                     at[packet.pts] = len(order)
                     order.append(packet.pts)
@@ -375,6 +386,8 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                     intact.add(pts)
                     if pts in wanted and pts not in pictures:
                         pictures[pts] = view.rgb(frame)  # the one place a frame becomes RGB
+                if tails is not None:
+                    tails.fed(packet.pts, pictures)
                 # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
                 if (fast and len(pictures) == len(wanted)) or (span and last is not None and last > span[1]):
                     break
@@ -387,6 +400,67 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
             pictures.pop(pts, None)
             intact.discard(pts)
     return pictures, intact, errors
+
+
+class _GopTails:
+    """The fast pass's GOP tails (H.264): once every wanted picture shown before the next IDR keyframe is out, the
+    packets up to that keyframe are dropped undecoded. An IDR picture empties the decoder's references, so nothing
+    from it on refers to what was dropped and every picture after it is, bit for bit, what a full decode gives
+    (a keyframe that is not an IDR, a recovery point, may be followed by pictures that refer back: no skip there)."""
+
+    def __init__(self, idr: frozenset[int], wanted: set[int]) -> None:
+        self.idr = np.array(sorted(idr), np.int64)
+        self.wanted = np.array(sorted(wanted), np.int64)
+        self.last: int | None = None  # the latest PTS fed
+        self.skip_to: int | None = None  # dropping packets until the IDR keyframe with this PTS
+
+    def drop(self, packet: Any) -> bool:
+        """Whether `packet` goes undecoded (never the demuxer's final empty packet, which flushes the decoder)."""
+        if self.skip_to is None or not packet.size:
+            return False
+        if packet.pts == self.skip_to and packet.is_keyframe:
+            self.skip_to = None
+            return False
+        return True
+
+    def fed(self, pts: int | None, pictures: dict[int, np.ndarray]) -> None:
+        """After a packet went through the decoder: start skipping when the wanted pictures before the next IDR
+        are all out."""
+        if pts is None:
+            return
+        self.last = pts if self.last is None else max(self.last, pts)
+        i = int(np.searchsorted(self.idr, self.last, side="right"))
+        if i == len(self.idr):
+            return
+        nxt = int(self.idr[i])
+        if sum(1 for p in pictures if p < nxt) == int(np.searchsorted(self.wanted, nxt)):
+            self.skip_to = nxt
+
+
+def _avcc_nal_length(stream: Any) -> int:
+    """Bytes of the NAL unit length prefix of an H.264 stream stored as in MP4/Matroska (avcC extradata: its
+    lengthSizeMinusOne), 0 for Annex B start codes (MPEG-TS, raw)."""
+    extra = stream.codec_context.extradata or b""
+    return (extra[4] & 3) + 1 if len(extra) > 4 and extra[0] == 1 else 0
+
+
+def _h264_idr(data: bytes, nal_length: int) -> bool:
+    """Whether an H.264 packet holds an IDR slice (NAL unit type 5), its NAL units length-prefixed
+    (`nal_length` bytes) or, for 0, after 00 00 01 start codes."""
+    if nal_length == 0:
+        at = data.find(b"\x00\x00\x01")
+        while at >= 0 and at + 3 < len(data):
+            if data[at + 3] & 0x1F == 5:
+                return True
+            at = data.find(b"\x00\x00\x01", at + 3)
+        return False
+    at = 0
+    while at + nal_length < len(data):
+        size = int.from_bytes(data[at:at + nal_length], "big")
+        if data[at + nal_length] & 0x1F == 5:
+            return True
+        at += nal_length + size
+    return False
 
 
 def _tainted(order: list[int], keys: set[int], events: list[tuple[int, bool]]) -> set[int]:
