@@ -1,12 +1,13 @@
 """Where decode:frames' CPU time goes (issue 37), per 60 s clip of bench/scale_raw.py (640x360 and 1280x720,
 30 fps, libx264 as the scale set makes them), in CPU-s (process time: load on other cores does not count):
 
-- `decode:frames (CPU path)`: the whole `decode.decode_frames`, what the decode task runs;
+- `decode:frames (CPU path)`: the whole `decode.decode_frames`, what the decode task runs; and the same with
+  GOP tails decoded (`decode.GOP_TAILS = False`, the code before issue 37);
 - its parts: `probe_view` (the first frame, for the orientation), `demux` (`_frame_times`: every packet of every
   stream), `decode` (the video decoder over every frame up to the last chosen one; no conversion), `rgb24`
   (swscale's conversion of the chosen frames, `picture.View.rgb`);
 - `gop tail`: the share of frames after the last chosen frame of their GOP (what skipping to the next IDR
-  keyframe could save: bit-exact where that keyframe is an IDR);
+  keyframe saves: `decode._GopTails`);
 - the GPU path's CPU part (pipeline/nvdec.py): `plan_rows` (demux + first frame, on the CPU) and torchcodec's
   exact-mode scan (demuxing again, on the CPU; NVDEC then decodes on the GPU).
 
@@ -88,6 +89,11 @@ def profile(path: Path, repeat: int) -> dict[str, float]:
     chosen = plan.timing.ticks[plan.index[plan.index >= 0]]
     frames = _decode_until(path, int(chosen.max()), set(chosen.tolist()))
     out = {"decode:frames (CPU path)": _cpu(lambda: decode.decode_frames(path), repeat)}
+    decode.GOP_TAILS = False  # before issue 37: every GOP decoded to its end
+    try:
+        out["decode:frames, GOP tails decoded"] = _cpu(lambda: decode.decode_frames(path), repeat)
+    finally:
+        decode.GOP_TAILS = True
 
     def probe() -> None:
         with open_media(path) as c:
