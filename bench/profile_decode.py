@@ -24,18 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import timed
 from pipeline import decode, picture
 from pipeline.media import open_media
 
 
 def _cpu(fn, repeat: int) -> float:
     """The least process time of `repeat` calls of `fn` (the least is the one least disturbed)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
+    return timed(fn, repeat, time.process_time)
 
 
 def _decode_until(path: Path, last_pts: int, keep: set[int] | None = None) -> list:
