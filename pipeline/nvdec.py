@@ -105,7 +105,7 @@ def decode_on_device(path: Path | str, clip: tuple[float, float | None] | None =
         raise CpuFallback(plan.path, reason)
     try:
         from torchcodec.decoders import VideoDecoder
-    except (ImportError, RuntimeError, OSError) as e:  # (RuntimeError: no FFmpeg 4-8 shared libraries to load)
+    except (ImportError, RuntimeError, OSError) as e:  # (RuntimeError: no FFmpeg 4-9 shared libraries to load)
         raise CpuFallback(plan.path, f"torchcodec not available ({first_line(e)})") from e
     keep = plan.index >= 0
     if not keep.any():
