@@ -14,6 +14,11 @@ the next P-frame and the B-frame shown before it, their PTS guessed by the demux
 any other stream whose decoded PTS turn out missing or out of order. The decoder starts at the file's first
 picture, so in a clip cut from such a file the n-th picture out is still the file's n-th.
 
+Decoding only what the choice needs (bit-exact with decoding everything): unwanted non-reference pictures are
+skipped, decoding stops at the last chosen picture, and in H.264 the packets after a GOP's last chosen picture up
+to the next IDR keyframe go undecoded (`_GopTails`). `plan_rows` is the choice alone (demuxing): pipeline/nvdec.py
+decodes the same frames on the GPU.
+
 Segments (long videos): each segment decodes from the last keyframe at or before its first frame (found in the
 demuxing pass; the seek goes back further until the demuxer lands at or before it, which MPEG-TS's
 timestamp search does not promise) and drops what it decodes before its first frame, so its rows and pictures
