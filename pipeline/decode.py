@@ -411,12 +411,16 @@ class _GopTails:
     """The fast pass's GOP tails (H.264): once every wanted picture shown before the next IDR keyframe is out, the
     packets up to that keyframe are dropped undecoded. An IDR picture empties the decoder's references, so nothing
     from it on refers to what was dropped and every picture after it is, bit for bit, what a full decode gives
-    (a keyframe that is not an IDR, a recovery point, may be followed by pictures that refer back: no skip there)."""
+    (a keyframe that is not an IDR, a recovery point, may be followed by pictures that refer back: no skip there).
+    Plain ints per packet (no numpy): a 64x48 picture decodes in ~40 us, and this runs for every packet."""
 
     def __init__(self, idr: frozenset[int], wanted: set[int]) -> None:
-        self.idr = np.array(sorted(idr), np.int64)
-        self.wanted = np.array(sorted(wanted), np.int64)
-        self.last: int | None = None  # the latest PTS fed
+        self.idr = sorted(idr)
+        self.wanted = sorted(wanted)
+        # how many wanted pictures are shown before each IDR keyframe
+        self.before = np.searchsorted(np.asarray(self.wanted, np.int64), self.idr).tolist()
+        self.next = 0  # idr[next]: the first IDR keyframe after every PTS fed so far
+        self.done = 0  # wanted[:done] are out (the decoder gives pictures in display order)
         self.skip_to: int | None = None  # dropping packets until the IDR keyframe with this PTS
 
     def drop(self, packet: Any) -> bool:
@@ -433,13 +437,12 @@ class _GopTails:
         are all out."""
         if pts is None:
             return
-        self.last = pts if self.last is None else max(self.last, pts)
-        i = int(np.searchsorted(self.idr, self.last, side="right"))
-        if i == len(self.idr):
-            return
-        nxt = int(self.idr[i])
-        if sum(1 for p in pictures if p < nxt) == int(np.searchsorted(self.wanted, nxt)):
-            self.skip_to = nxt
+        while self.next < len(self.idr) and self.idr[self.next] <= pts:
+            self.next += 1
+        while self.done < len(self.wanted) and self.wanted[self.done] in pictures:
+            self.done += 1  # (a wanted picture that never comes, lost to damage, stops the skipping: the slow pass)
+        if self.next < len(self.idr) and self.done >= self.before[self.next]:
+            self.skip_to = self.idr[self.next]
 
 
 def _avcc_nal_length(stream: Any) -> int:
