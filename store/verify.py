@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from manifests.records import MediaItem, QAItem, read_jsonl
-from store import index, layout, parts, repair
+from store import index, layout, repair
 from store.integrity import ItemCheck
 from store.reader import Store
 
@@ -101,7 +101,7 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
         raise FileNotFoundError(f"{path}: not a feature store (no zarr.json); run `make extract` first")
     store = Store(path, damaged_root=True)
     present = [f for f in store._feature_dirs() if (path / f / "zarr.json").exists()
-               or (path / f / index.INDEX).exists() or (path / f / parts.PARTS).exists()]
+               or (path / f / layout.INDEX).exists() or (path / f / layout.PARTS).exists()]
     unknown = set(features or []) - set(present)
     if unknown:
         raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {present}")
@@ -122,17 +122,17 @@ def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list
     """Rebuild each damaged or missing index from its parts and adopt the parts no index line names,
     holding the store's write lock."""
     broken = {f: why for f in features if (why := repair.problem(path, f)) is not None}
-    loose = [f for f in features if f not in broken and (path / f / index.INDEX).exists()
-             and repair.unindexed(path, f, index.load(path / f / index.INDEX))]
+    loose = [f for f in features if f not in broken and (path / f / layout.INDEX).exists()
+             and repair.unindexed(path, f, index.load(path / f / layout.INDEX))]
     if not broken and not loose:
         return [], []
     from store.writer import StoreWriter
 
     with StoreWriter(path, str(store.attrs.get("dataset", ""))):
-        rebuilt = [repair.rebuild(path, f, why) for f, why in broken.items()]
+        rebuilt = [repair.rebuild(path, f, why)[0] for f, why in broken.items()]
         adopted = []
         for f in loose:
-            state = index.load(path / f / index.INDEX)
+            state = index.load(path / f / layout.INDEX)
             names = repair.unindexed(path, f, state)
             if names:
                 adopted.append(repair.adopt(path, f, state, names)[1])

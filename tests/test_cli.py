@@ -112,7 +112,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     """ENOSPC while writing a batch's part, or while appending its index line: every pair of the batch
     failed with the store named, the run stops with exit 5, and the store's files are as before the batch."""
     import store.index as si
-    import store.writer as sw
+    import store.parts as parts
     from manifests.records import MediaItem
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
@@ -130,13 +130,13 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     if where == "part":
-        real = sw._write_array
+        real = parts.write_array
 
         def full(group, name, data, *rest):  # noqa: ANN001, ANN002, ANN202
             real(group, name, data, *rest)
             if name == "intervals":
                 raise enospc()
-        monkeypatch.setattr(sw, "_write_array", full)
+        monkeypatch.setattr(parts, "write_array", full)
     else:
         real_pwrite = os.pwrite
 

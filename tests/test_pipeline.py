@@ -82,17 +82,17 @@ def _killed_run(tiny_root: Path, out: Path, batch_items: int, die_at_write: int)
         import os, sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import store.writer as sw
+        import store.parts as parts
         from test_pipeline import config
         from pipeline.run import run_extract
-        real, commits = sw._write_array, []
+        real, commits = parts.write_array, []
         def dying(group, name, data, *rest):
             real(group, name, data, *rest)
             if name == "features":
                 commits.append(1)
                 if len(commits) == {die_at_write}:
                     os._exit(9)
-        sw._write_array = dying
+        parts.write_array = dying
         run_extract("tiny", Path({str(tiny_root)!r}), Path({str(out)!r}), config(commit_batch_items={batch_items}),
                     only=["frames"])
     """)

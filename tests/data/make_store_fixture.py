@@ -37,16 +37,21 @@ def build(out: Path) -> None:
         w.write_manifests([MediaItem(id=f"v{k}", dataset="fixture", split="val") for k in range(4)], [])
         w.set_feature("frames", SPEC)
         w.set_feature("faces", {**SPEC, "spec_hash": "fixture-spec-2"})
-        attrs = lambda k, **more: {"fingerprint": f"fp{k}", "spec_hash": "fixture-spec-1", "duration_s": 1.5 + k,
-                                   **more}
+
+        def attrs(k: int, **more: object) -> dict:
+            return {"fingerprint": f"fp{k}", "spec_hash": "fixture-spec-1", "duration_s": 1.5 + k, **more}
+
         w.commit_batch("frames", [(f"v{k}", _rows(rng, 2 + k, "float32"), attrs(k)) for k in range(3)])
         w.commit_batch("frames", [("v1", _rows(rng, 4, "float32"), attrs(11)),  # supersedes v1
                                   ("v3", _rows(rng, 0, "float32"), {**attrs(3), "duration_s": None})])
         w.commit_batch("frames", [("v9", _rows(rng, 1, "float16"), attrs(9, note="other dtype"))])
-        face = lambda k, n, filtered: (f"v{k}", _rows(rng, n, "float16", boxes=rng.random((n, 4)).astype("float32"),
-                                                       words=np.array([f"w{j}" for j in range(n)])),
-                                       {"fingerprint": f"ff{k}", "spec_hash": "fixture-spec-2", "filtered": filtered,
-                                        "face_ratio": 0.25 * k, "duration_s": 2.0})
+
+        def face(k: int, n: int, filtered: bool) -> tuple:
+            rows = _rows(rng, n, "float16", boxes=rng.random((n, 4)).astype("float32"),
+                         words=np.array([f"w{j}" for j in range(n)]))
+            return f"v{k}", rows, {"fingerprint": f"ff{k}", "spec_hash": "fixture-spec-2", "filtered": filtered,
+                                   "face_ratio": 0.25 * k, "duration_s": 2.0}
+
         w.commit_batch("faces", [face(0, 3, False), face(1, 1, True), face(2, 2, False)])
         w.commit_batch("faces", [("v5", FeatureRows(np.zeros((2, 3), "float32"), np.array([[0, 1], [1, 2.0]]),
                                                      {"probs": np.arange(5, dtype="float32")}),
