@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,14 +37,20 @@ def fsync_path(path: Path | str) -> None:
         os.close(fd)
 
 
+def temp_path(path: Path) -> Path:
+    """Where this process writes `path` before renaming it into place."""
+    return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path | str, durable: bool = True) -> Iterator[Path]:
     """A temporary path beside `path` for the caller to write (by any library: h5py, zarr, open()); renamed
     over `path` when the block ends without an error (fsynced first when `durable`), removed when it raises.
-    The temporary name is unique per call, so concurrent writers of one target never share it: the last
-    rename wins, whole."""
+    The temporary name holds the process id, so writers of one target in several processes (Ray workers,
+    DataLoader workers) never share it: the last rename wins, whole. Within a process, one write of a
+    target at a time."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+    tmp = temp_path(path)
     try:
         yield tmp
         if durable:

@@ -66,9 +66,11 @@ def test_a_read_only_store_is_one_line(tiny_root: Path, tmp_path: Path, caplog: 
 def test_disk_full_before_the_first_commit_is_one_line(tiny_root: Path, tmp_path: Path,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A real ENOSPC from the kernel: the manifest file the run writes first is /dev/full."""
+    import atomicio
+
     out = tmp_path / "s.zarr"
     (out / "_manifests").mkdir(parents=True)
-    (out / "_manifests" / "items.jsonl.partial").symlink_to("/dev/full")
+    atomicio.temp_path(out / "_manifests" / "items.jsonl").symlink_to("/dev/full")  # this process writes there
     assert extract(tiny_root, out) == exitcodes.STORE
     [line] = error_lines(caplog)
     assert line == f"cannot write the store: {out / '_manifests'}: No space left on device"
