@@ -182,3 +182,40 @@ def test_planning_keeps_no_index_entries_and_equals_planning_from_the_whole_inde
     assert [(f, i) for f, i, _ in todo] == [("feat", "a"), ("feat", "d"), ("feat", "e"), ("other", "x"),
                                             ("feat", "b"), ("feat", "f")]
     assert [(i, path.name) for _, i, path, _ in damaged] == [("a", p1), ("c", p2), ("d", p2)]
+
+
+def test_a_run_reads_each_log_once(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's writer reads the log when it opens the feature; planning from the writer's index, commits
+    and the end-of-run compaction read it no more (before: the plan, the compaction's reload and the run's
+    last listing each read it again). The plan is the one a snapshot makes, damaged parts included."""
+    import io
+    import os
+
+    (store / "feat" / "parts" / open_store(store).index("feat").entries["c"].part / "features" / "zarr.json").unlink()
+    wanted = [Wanted("feat", i, fp) for i, fp in [("a", "fp-a"), ("b", "fp-b2"), ("c", "fp-c"), ("z", "fp-z")]]
+    from_snapshot = _plan_tuple(make_plan(store, wanted))
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        reads: list[str] = []
+        real_open = io.open
+
+        def counting_open(file, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if str(file).endswith(layout.INDEX):
+                reads.append(str(file))
+            return real_open(file, *a, **k)
+
+        monkeypatch.setattr(io, "open", counting_open)
+        real_os_open = os.open
+
+        def counting_os_open(path, flags, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if str(path).endswith(layout.INDEX) and not flags & (os.O_WRONLY | os.O_RDWR):  # a read, not an append
+                reads.append(str(path))
+            return real_os_open(path, flags, *a, **k)
+
+        monkeypatch.setattr(os, "open", counting_os_open)
+        assert _plan_tuple(make_plan(store, wanted, indexes=w.index)) == from_snapshot
+        w.commit("feat", "z", rows(9.0), meta("z", "fp-z"))
+        from store.compact import compact_store
+
+        compact_store(store, ["feat"], force=False, writer=w)
+        assert reads == []
