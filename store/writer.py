@@ -260,12 +260,14 @@ class StoreWriter:
                 placed.append(layout.part_dir(self.path, feature, name))
             retired = self._publish(feature, state, op, lines)
         except BaseException as e:
-            for p in placed:  # renamed but never published: the store is as before the operation
+            published = self._index[feature] is not state  # a rewrite's log renamed before the error
+            for p in () if published else placed:  # never published: the store is as before
                 shutil.rmtree(p, ignore_errors=True)
             if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
                 n = sum(len(b) for b in op.batches)
-                raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; "
-                                 f"the batch of {n} item(s) was not committed") from e
+                raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; the batch of {n} "
+                                 f"item(s) was {'published, its folder not flushed' if published else 'not committed'}"
+                                 ) from e
             raise
         if retired:
             repair.release_retired(self.path, feature, self._index[feature])
@@ -285,11 +287,14 @@ class StoreWriter:
         records: list[layout.Record] = [layout.new_header(), *kept, *lines]
         retired = repair.retire_current(self.path, feature)
         try:
-            length = index.replace(path, records)
+            index.replace(path, records)
         except BaseException:
+            if _generation_is(path, records[0].generation):  # renamed, then the folder's fsync failed: published
+                self._index[feature] = index.of_records(records, path.stat().st_size)
+                raise
             retired.unlink(missing_ok=True)
             raise
-        self._index[feature] = index.of_records(records, length)
+        self._index[feature] = index.of_records(records, path.stat().st_size)
         return True
 
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
@@ -332,6 +337,13 @@ class StoreWriter:
         except OSError as e:
             raise StoreError(f"cannot save the run report: {_os_problem(e, out)}") from e
         return out
+
+
+def _generation_is(path: Path, generation: str) -> bool:
+    try:
+        return index.generation_of(path) == generation
+    except (OSError, ValueError):
+        return False
 
 
 def _current_lines(state: index.IndexState, keep: set[str]) -> list[layout.PartLine]:

@@ -323,3 +323,32 @@ def test_a_killed_compaction_loses_nothing_and_its_leftovers_go(store: Path, whe
     compact_store(store)
     all_read(store)
     assert n_parts(store) == 1
+
+
+def test_a_compaction_whose_log_was_renamed_before_an_error_keeps_its_new_parts(store: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new log is renamed into place, then the folder's fsync fails (EIO): the error reaches the caller,
+    but the new parts stay, since the log on disk names them; every item reads, and verify finds nothing."""
+    import errno
+
+    import atomicio
+
+    real = atomicio.fsync_path
+
+    def failing(path: object) -> None:
+        if Path(str(path)) == store / "feat":  # the folder the new index.log was renamed in
+            raise OSError(errno.EIO, "I/O error")
+        real(path)
+
+    monkeypatch.setattr(atomicio, "fsync_path", failing)
+    from store.writer import StoreError
+
+    with pytest.raises(StoreError, match="I/O error; the batch of 4 item.s. was published, its folder not flushed"):
+        compact_store(store)
+    monkeypatch.setattr(atomicio, "fsync_path", real)
+    all_read(store)
+    assert verify_store(store).ok
+    with StoreWriter(store, "demo") as w:  # the next writer removes the old parts (no reader holds their log)
+        w.set_feature("feat", ATTRS)
+    assert n_parts(store) == 1
+    all_read(store)
