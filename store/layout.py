@@ -196,10 +196,9 @@ class PartLine:
     def items(self) -> tuple[str, ...]:
         return tuple(row[0] for row in self.rows)
 
-    def fingerprints(self) -> Iterator[tuple[str, str]]:
+    def fingerprints(self) -> list[tuple[str, str]]:
         """(item, fingerprint) of each row: all that planning keeps."""
-        for row in self.rows:
-            yield row[0], row[3]
+        return [(row[0], row[3]) for row in self.rows]
 
     def record(self) -> PartRecord:
         return PartRecord(self.part, self.seq, self.files, self.arrays, self.items())
@@ -235,10 +234,10 @@ def _from_json(rec: dict[str, Any]) -> Record:
     raise ValueError(f"unknown index record kind {kind!r}")
 
 
-def decode(line: bytes | bytearray | memoryview) -> Record | None:
+def decode(line: bytes | bytearray) -> Record | None:
     """The record of one line (without its newline); None when it fails its checksum or is not JSON."""
     try:
-        text = bytes(line).decode()
+        text = line.decode()
         digest, body = text[:_SUM], text[_SUM + 1:]
         if len(text) <= _SUM + 1 or text[_SUM] != " " or hashlib.sha256(body.encode()).hexdigest()[:_SUM] != digest:
             return None
