@@ -145,6 +145,7 @@ class _Timing:
     after_skip: frozenset[int] = frozenset()
     before_skip: frozenset[int] = frozenset()  # the video packet read last before a skip: damaged itself
     cut_short: dict[int, int] = dataclasses.field(default_factory=dict)
+    others_end_s: float | None = None  # the file's other streams' end (clip seconds) when this stream is shorter
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
@@ -226,6 +227,7 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
             and base.container_end_s - base.origin_s - timing.end_s > TAIL_MIN_S:
         log.info("%s: the video stream ends at %.2f s, before the file's other streams (%.2f s): a shorter stream, "
                  "not damage; its rows end there", path, timing.end_s, base.container_end_s - base.origin_s)
+        timing = dataclasses.replace(timing, others_end_s=base.container_end_s - base.origin_s)
     return timing
 
 
@@ -549,7 +551,8 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
               else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
     frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                    duration_s=timing.duration_s, missing_s=intervals[~keep], picture=view.attrs())
+                    duration_s=timing.duration_s, missing_s=intervals[~keep], picture=view.attrs(),
+                    streams_end_s=None if clip else timing.others_end_s)  # a clip's own end is its cut's
     return frames, len(segments)
 
 

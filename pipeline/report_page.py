@@ -31,7 +31,7 @@ import numpy as np
 
 from atomicio import atomic_write
 from pipeline.info import StoreInfo, store_info
-from pipeline.report import spans_text
+from store.partial import spans_text
 from store.reader import Store, open_store
 
 log = logging.getLogger("siqfeat")

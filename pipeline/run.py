@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, raystart, stop
+from pipeline import decode, inputs, picture, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner
@@ -127,6 +127,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
+    supervise.note(report, "planning")
     plan = make_plan(out, wanted, force=force, verify=verify, indexes=writer.index)  # each log read once a run
     report.planned = plan.count("todo")
     todo_pairs = {(w.feature, w.item) for w in plan.todo}
@@ -142,6 +143,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         report.notes.append("  no items found")
     if items and all(i.video is None and i.audio is None and i.transcript is None and i.image is None for i in items):
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
+    supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
         with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
             runner.start_ray()
