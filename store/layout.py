@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -188,10 +188,10 @@ class PartLine:
     arrays: dict[str, dict[str, Any]] = field(default_factory=dict)
     spans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
-    def entries(self) -> Iterator[Entry]:
+    def entries(self) -> list[Entry]:
         part, seq, spans = self.part, self.seq, self.spans
-        for item, row0, n, fp, spec, filt, dur, attrs in self.rows:
-            yield Entry(item, part, int(row0), int(n), fp, spec, bool(filt), dur, attrs, seq, spans.get(item))
+        return [Entry(item, part, int(row0), int(n), fp, spec, bool(filt), dur, attrs, seq, spans.get(item) if spans else None)
+                for item, row0, n, fp, spec, filt, dur, attrs in self.rows]
 
     def items(self) -> tuple[str, ...]:
         return tuple(row[0] for row in self.rows)
