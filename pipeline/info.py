@@ -240,7 +240,7 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
     for e in sorted(entries):
         problem = problems.get(e.part)
         if problem is not None:
-            info.damaged.append({"item": e.item, "part": str(store.path / name / "parts" / e.part), "problem": problem})
+            info.damaged.append({"item": e.item, "part": str(layout.part_dir(store.path, name, e.part)), "problem": problem})
             continue
         attrs = e.attrs()
         if e.spec_hash != spec:

@@ -20,8 +20,8 @@ from pipeline.report import RunReport
 from pipeline.runner import Runner
 from pipeline.sources import choose_items, load_items
 from store import layout
+from store.integrity import part_problems
 from store.plan import Wanted, make_plan
-from store.reader import Store
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
@@ -128,7 +128,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
     supervise.note(report, "planning")
-    plan = make_plan(out, wanted, force=force, verify=verify)
+    plan = make_plan(out, wanted, force=force, verify=verify, indexes=writer.index)  # each log read once a run
     report.planned = plan.count("todo")
     todo_pairs = {(w.feature, w.item) for w in plan.todo}
     report.damaged = [{"feature": c.feature, "item": c.item, "path": str(c.path), "problem": c.problem,
@@ -149,7 +149,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             runner.start_ray()
             runner.run(dict(todo), {i.id: i for i in items}, questions)
     _compact_if_worthwhile(writer, specs, report)
-    report.filtered = _filtered(out, specs)
+    report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
@@ -173,12 +173,15 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
         log.warning("compaction skipped: %s", e)
 
 
-def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
-    store = Store(out)
+def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
+    """feature -> item -> face ratio of the current items a policy filtered (faces: too few faces), from the
+    writer's index (the log is not read again); items of damaged parts are left out, as a reader would."""
     result = {}
     for spec in specs:
-        hidden = set(store.items(spec.name, include_filtered=True)) - set(store.items(spec.name))
-        if hidden:
-            result[spec.name] = {i: float(store.item_attrs(spec.name, i).get("face_ratio", float("nan")))
-                                 for i in hidden}
+        state = writer.index(spec.name)
+        hidden = [e for e in state.entries.values() if e.filtered and e.spec_hash == spec.spec_hash]
+        bad = part_problems(writer.path, spec.name, {e.part: state.parts[e.part] for e in hidden})
+        got = {e.item: float(e.attrs().get("face_ratio", float("nan"))) for e in hidden if e.part not in bad}
+        if got:
+            result[spec.name] = dict(sorted(got.items()))
     return result

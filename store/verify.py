@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem, read_jsonl
-from store import index, layout, parts, repair
+from store import index, layout, repair
 from store.integrity import ItemCheck
 from store.partial import partial_line, partial_record
 from store.reader import Store
@@ -79,14 +79,14 @@ def _group_problem(meta_path: Path) -> str | None:
 
 def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
     problems = []
-    why = _group_problem(path / "zarr.json")
-    if why is None and json.loads((path / "zarr.json").read_bytes()).get("attributes", {}).get("schema") is None:
+    why = _group_problem(path / layout.META)
+    if why is None and json.loads((path / layout.META).read_bytes()).get("attributes", {}).get("schema") is None:
         why = "zarr.json has no schema attribute"
     if why:
-        problems.append((path / "zarr.json", f"{why}; {_REPAIR['root']}"))
+        problems.append((path / layout.META, f"{why}; {_REPAIR['root']}"))
     for feature in features:
-        if why := _group_problem(path / feature / "zarr.json"):
-            problems.append((path / feature / "zarr.json", f"{why}; {_REPAIR['feature']}"))
+        if why := _group_problem(path / feature / layout.META):
+            problems.append((path / feature / layout.META, f"{why}; {_REPAIR['feature']}"))
     for name, kind in (("items.jsonl", MediaItem), ("qa.jsonl", QAItem)):
         file = layout.manifest_dir(path) / name
         try:
@@ -99,7 +99,7 @@ def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
 
 
 def _is_store(path: Path) -> bool:
-    return any((path / name).exists() for name in ("zarr.json", layout.LOCK, layout.MANIFESTS, layout.RUNS))
+    return any((path / name).exists() for name in (layout.META, layout.LOCK, layout.MANIFESTS, layout.RUNS))
 
 
 def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyReport:
@@ -108,8 +108,8 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
     if not _is_store(path):
         raise FileNotFoundError(f"{path}: not a feature store (no zarr.json); run `make extract` first")
     store = Store(path, damaged_root=True)
-    present = [f for f in store._feature_dirs() if (path / f / "zarr.json").exists()
-               or (path / f / index.INDEX).exists() or (path / f / parts.PARTS).exists()]
+    present = [f for f in store._feature_dirs() if (path / f / layout.META).exists()
+               or (path / f / layout.INDEX).exists() or (path / f / layout.PARTS).exists()]
     unknown = set(features or []) - set(present)
     if unknown:
         raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {present}")
@@ -136,17 +136,17 @@ def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list
     """Rebuild each damaged or missing index from its parts and adopt the parts no index line names,
     holding the store's write lock."""
     broken = {f: why for f in features if (why := repair.problem(path, f)) is not None}
-    loose = [f for f in features if f not in broken and (path / f / index.INDEX).exists()
-             and repair.unindexed(path, f, index.load(path / f / index.INDEX))]
+    loose = [f for f in features if f not in broken and (path / f / layout.INDEX).exists()
+             and repair.unindexed(path, f, index.load(path / f / layout.INDEX))]
     if not broken and not loose:
         return [], []
     from store.writer import StoreWriter
 
     with StoreWriter(path, str(store.attrs.get("dataset", ""))):
-        rebuilt = [repair.rebuild(path, f, why) for f, why in broken.items()]
+        rebuilt = [repair.rebuild(path, f, why)[0] for f, why in broken.items()]
         adopted = []
         for f in loose:
-            state = index.load(path / f / index.INDEX)
+            state = index.load(path / f / layout.INDEX)
             names = repair.unindexed(path, f, state)
             if names:
                 adopted.append(repair.adopt(path, f, state, names)[1])
