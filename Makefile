@@ -44,8 +44,10 @@ report: install
 sample: install
 	$(PY) -m pipeline sample build/sample
 
+# two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
+# tests stay together in one process, so its module fixtures are made once
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: install
 	$(PY) -m bench

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, raystart, stop
+from pipeline import decode, inputs, picture, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner
 from pipeline.sources import choose_items, load_items
 from store import layout
+from store.integrity import part_problems
 from store.plan import Wanted, make_plan
-from store.reader import Store
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
@@ -127,7 +127,8 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
-    plan = make_plan(out, wanted, force=force, verify=verify)
+    supervise.note(report, "planning")
+    plan = make_plan(out, wanted, force=force, verify=verify, indexes=writer.index)  # each log read once a run
     report.planned = plan.count("todo")
     todo_pairs = {(w.feature, w.item) for w in plan.todo}
     report.damaged = [{"feature": c.feature, "item": c.item, "path": str(c.path), "problem": c.problem,
@@ -142,12 +143,13 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         report.notes.append("  no items found")
     if items and all(i.video is None and i.audio is None and i.transcript is None and i.image is None for i in items):
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
+    supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
         with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
             runner.start_ray()
             runner.run(dict(todo), {i.id: i for i in items}, questions)
     _compact_if_worthwhile(writer, specs, report)
-    report.filtered = _filtered(out, specs)
+    report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
@@ -171,12 +173,15 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
         log.warning("compaction skipped: %s", e)
 
 
-def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
-    store = Store(out)
+def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
+    """feature -> item -> face ratio of the current items a policy filtered (faces: too few faces), from the
+    writer's index (the log is not read again); items of damaged parts are left out, as a reader would."""
     result = {}
     for spec in specs:
-        hidden = set(store.items(spec.name, include_filtered=True)) - set(store.items(spec.name))
-        if hidden:
-            result[spec.name] = {i: float(store.item_attrs(spec.name, i).get("face_ratio", float("nan")))
-                                 for i in hidden}
+        state = writer.index(spec.name)
+        hidden = [e for e in state.entries.values() if e.filtered and e.spec_hash == spec.spec_hash]
+        bad = part_problems(writer.path, spec.name, {e.part: state.parts[e.part] for e in hidden})
+        got = {e.item: float(e.attrs().get("face_ratio", float("nan"))) for e in hidden if e.part not in bad}
+        if got:
+            result[spec.name] = dict(sorted(got.items()))
     return result

@@ -154,13 +154,10 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Sto
     with it), the report says what was done and is saved like any run's. Every commit is atomic: what is in the
     store is whole (the open batches were committed as the scheduling loop ended)."""
     from pipeline.raystart import RayFailed
+    from pipeline.supervise import not_computed
 
     with deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
-        during = current_stage()
-        computed = sum(c["done"] for c in report.counts.values()) + sum(
-            f["stage"] != "manifest" for f in report.failures)
-        record = {"during": during,
-                  "not_computed": sum(report.planned.values()) - computed if report.planned else None}
+        record = {"during": current_stage(), "not_computed": not_computed(report)}
         if isinstance(e, RayFailed):
             log.error("%s: %s", e.what, e.hint)
             report.ray_failed = {"what": e.what, "hint": e.hint, **record}

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from store.index import Entry, PartRecord, gc_paused
+from store.index import gc_paused
+from store.layout import Entry, Header, PartRecord, Record
 
 
 class _Growing:
@@ -70,32 +71,31 @@ class Columns:
 
     # ---- folding the log ----
 
-    def add(self, rec: dict[str, Any]) -> None:
+    def add(self, rec: Record) -> None:
         """Fold one log record (the index log's `apply`, into columns)."""
-        if rec.get("kind") == "header":
-            self.generation = str(rec.get("generation", ""))
+        if isinstance(rec, Header):
+            self.generation = rec.generation
             return
-        if rec.get("kind") != "part":
-            raise ValueError(f"unknown index record kind {rec.get('kind')!r}")
-        part, seq, spans, rows = str(rec["part"]), int(rec["seq"]), rec.get("spans") or {}, rec["items"]
+        part, seq, spans = rec.part, rec.seq, rec.spans
         c = self._chunks
         assert c is not None, "a finished Columns takes no more records"
         if part not in self.part_id:
             self.part_id[part] = len(self.part_names)
             self.part_names.append(part)
-        if rows:
-            items, row0, n, fps, specs, filtered, durations, attrs = zip(*rows, strict=True)
+        if rec.rows:
+            rows = rec.columns()
+            items = rows.items
             for item in spans.keys() & set(items):
                 c.spans[c.count + items.index(item)] = spans[item]
-            one = set(specs)  # nearly always one spec per record
+            one = set(rows.spec_hash)  # nearly always one spec per record
             codes = np.full(len(items), self._spec(one.pop()), np.int32) if len(one) == 1 else \
-                np.fromiter(map(self._spec, specs), np.int32, len(items))
+                np.fromiter(map(self._spec, rows.spec_hash), np.int32, len(items))
             for column, values in ((c.part, np.full(len(items), self.part_id[part], np.int32)), (c.spec, codes),
-                                   (c.row0, np.array(row0, np.int64)), (c.n_rows, np.array(n, np.int64)),
-                                   (c.filtered, np.array(filtered, np.int8)),
-                                   (c.duration, np.array(durations, np.float64))):  # a None duration: NaN
+                                   (c.row0, np.array(rows.row0, np.int64)), (c.n_rows, np.array(rows.n_rows, np.int64)),
+                                   (c.filtered, np.array(rows.filtered, np.int8)),
+                                   (c.duration, np.array(rows.duration_s, np.float64))):  # a None duration: NaN
                 column.frombytes(values.tobytes())
-            for texts, blob, lengths in ((fps, c.fp, c.fp_len), (attrs, c.attrs, c.attrs_len)):
+            for texts, blob, lengths in ((rows.fingerprint, c.fp, c.fp_len), (rows.attrs_json, c.attrs, c.attrs_len)):
                 data, length = _blob(texts)
                 blob += data
                 lengths.frombytes(length.tobytes())
@@ -103,7 +103,7 @@ class Columns:
             c.ids_len.extend(map(len, items))
             c.count += len(items)
         # no names per part: they would keep every decoded name alive (the columns answer `live_parts`)
-        self.parts[part] = PartRecord(part, seq, rec.get("files", {}), rec.get("arrays", {}), ())
+        self.parts[part] = PartRecord(part, seq, rec.files, rec.arrays, ())
         self.last_seq = max(self.last_seq, seq)
 
     def _spec(self, spec: str) -> int:
@@ -221,13 +221,6 @@ class _Entries(Mapping[str, Entry]):
 
     def values(self) -> Iterator[Entry]:  # type: ignore[override]
         return map(self._cols.entry, range(len(self._cols.ids)))
-
-
-def load(fold: Any) -> Columns:
-    """The columns of the records that `fold(visit)` hands over."""
-    cols = Columns()
-    fold(cols.add)
-    return cols.done()
 
 
 def attrs_of(text: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -45,7 +45,7 @@ import zarr
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, layout, parts
 from store.columns import Columns, attrs_of
-from store.integrity import NOTES, DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
+from store.integrity import DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -186,18 +186,15 @@ class Store:
         self.path = Path(path)
         self.root, self.attrs = None, {}
         try:
-            if not (self.path / "zarr.json").exists():
-                raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
+            if not (self.path / layout.META).exists():
+                raise FileNotFoundError(f"{self.path}: not a feature store (no {layout.META}); run `make extract` first")
             try:
                 self.root = zarr.open_group(self.path, mode="r")
             except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
-                raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
+                raise ValueError(f"{self.path / layout.META}: the store's metadata is unreadable "
                                  f"({type(e).__name__}: {e})") from None
             self.attrs = dict(self.root.attrs)
-            if self.attrs.get("schema") == layout.SCHEMA_V1:
-                raise ValueError(layout.v1_refusal(self.path))
-            if self.attrs.get("schema") != layout.SCHEMA:
-                raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
+            layout.check_schema(self.path, {"schema": None, **self.attrs})
         except (FileNotFoundError, ValueError) as e:
             if not damaged_root or "version-1 store" in str(e):
                 raise
@@ -223,7 +220,7 @@ class Store:
         """feature -> (open index file, its length now): the snapshot this handle reads."""
         pins = {}
         for name in self._feature_dirs():
-            fd = _lease(self.path / name / index.INDEX)
+            fd = _lease(self.path / name / layout.INDEX)
             if fd is not None:
                 pins[name] = (fd, os.fstat(fd).st_size)
         return pins
@@ -257,45 +254,36 @@ class Store:
             cols = Columns()
             try:
                 if pin is None:
-                    raise index.IndexDamaged(f"{self.path / feature / index.INDEX}: missing")
+                    raise layout.IndexDamaged(f"{self.path / feature / layout.INDEX}: missing")
                 with index.gc_paused():  # a million items' strings, none in a cycle
-                    cols.length, cols.torn = index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX,
-                                                        cols.add)
-            except index.IndexDamaged as e:
+                    cols.length, cols.torn = layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX,
+                                                         cols.add)
+            except layout.IndexDamaged as e:
                 cols = self._from_parts(feature, str(e))
             self._states[feature] = cols.done()
             self._ok[feature] = np.zeros(len(cols.part_names), bool)
         return self._states[feature]
 
-    def scan_index(self, feature: str, visit: Callable[[dict[str, Any]], None]) -> bool:
-        """Hand this snapshot's index records of the feature to `visit` (index.fold) without making its
+    def scan_index(self, feature: str, visit: Callable[[layout.Record], None]) -> bool:
+        """Hand this snapshot's index records of the feature to `visit` (layout.fold) without making its
         entries: for a reader that keeps only part of each (planning). False, having visited nothing or only
         a prefix, when the index is missing or damaged: `index(feature)` then rebuilds it from the parts."""
         pin = self._pins.get(feature)
         if pin is None or feature.startswith(".") or "/" in feature:
             return False
         try:
-            index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX, visit)
-        except index.IndexDamaged:
+            layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
+        except layout.IndexDamaged:
             return False
         return True
 
     def _from_parts(self, feature: str, why: str) -> Columns:
-        from store.repair import part_names
-
+        found, unreadable = parts.records_on_disk(self.path, feature)
+        if found or unreadable:
+            log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
+                        "rebuilds the index)", why, self.path)
         cols = Columns()
-        if not part_names(self.path, feature):
-            return cols
-        log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
-                    "rebuilds the index)", why, self.path)
-        found = []
-        for name in part_names(self.path, feature):
-            folder = parts.part_dir(self.path, feature, name)
-            try:
-                found.append(parts.record_from_part(folder))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        for rec in sorted(found, key=lambda r: (r["seq"], r["part"])):
+        for rec in found:
             cols.add(rec)
         return cols
 
@@ -305,7 +293,7 @@ class Store:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
         out = []
         for name in self._feature_dirs():
-            if not (self.path / name / "zarr.json").exists():
+            if not (self.path / name / layout.META).exists():
                 continue  # _manifests, _runs: plain folders
             try:
                 self._feature_group(name)
@@ -320,32 +308,32 @@ class Store:
 
     def _feature_group(self, feature: str) -> dict[str, Any]:
         if feature not in self._feature_attrs:
-            if feature.startswith(".") or "/" in feature or not (self.path / feature / "zarr.json").exists():
+            if feature.startswith(".") or "/" in feature or not (self.path / feature / layout.META).exists():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             try:
                 if self.root is None:
                     raise ValueError("the store's own zarr.json is unreadable")
                 self._feature_attrs[feature] = dict(self.root[feature].attrs)
             except (ValueError, TypeError, KeyError) as e:
-                raise ValueError(f"{self.path / feature / 'zarr.json'}: feature metadata unreadable "
+                raise ValueError(f"{self.path / feature / layout.META}: feature metadata unreadable "
                                  f"({type(e).__name__}: {e})") from None
         return self._feature_attrs[feature]
 
     def part_problem(self, feature: str, part: str, full: bool = False,
-                     record: index.PartRecord | None = None) -> str | None:
+                     record: layout.PartRecord | None = None) -> str | None:
         """The part's check (quick ones cached for this handle); `record`: the part's index record, when the
         caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
             record = record or self.index(feature).parts[part]
-            folder = parts.part_dir(self.path, feature, part)
+            folder = layout.part_dir(self.path, feature, part)
             noted = part in self._noted(feature)
             found = check_part(folder, record, full or noted)  # a part a read found damaged: checked in full
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
                 self._gone(feature, folder)
             if noted and found is None:  # it reads as committed now (rewritten by hand, or a false alarm)
                 with contextlib.suppress(OSError):
-                    (self.path / feature / NOTES / part).unlink()
+                    (layout.notes_dir(self.path, feature) / part).unlink()
                 self._noted(feature).discard(part)
             if full:
                 return found
@@ -363,7 +351,7 @@ class Store:
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
         cols = self.index(feature)
         problems = self.part_problems(feature, full)
-        folders = [parts.part_dir(self.path, feature, p) for p in cols.part_names]  # one Path per part
+        folders = [layout.part_dir(self.path, feature, p) for p in cols.part_names]  # one Path per part
         out = []
         for k in sorted(range(len(cols)), key=cols.ids.__getitem__):
             part = cols.part_names[cols.part[k]]
@@ -382,7 +370,7 @@ class Store:
             keep &= cols.part != cols.part_id[part]
             if (part, problem) not in self._reported:
                 self._reported.add((part, problem))
-                log.warning("%s: damaged part, its items left out (%s)", parts.part_dir(self.path, feature, part), problem)
+                log.warning("%s: damaged part, its items left out (%s)", layout.part_dir(self.path, feature, part), problem)
         if not include_stale:
             spec = self._feature_group(feature).get("spec_hash")
             keep &= cols.spec == (cols.specs.index(spec) if spec in cols.specs else -1)
@@ -440,7 +428,7 @@ class Store:
         self._ok[feature][pid] = True
 
     def _damaged(self, feature: str, pid: int, items: list[str], problem: str) -> DamagedItem:
-        folder = parts.part_dir(self.path, feature, self.index(feature).part_names[pid])
+        folder = layout.part_dir(self.path, feature, self.index(feature).part_names[pid])
         return damaged_item(folder, ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else ""),
                             problem)
 
@@ -583,7 +571,7 @@ class Store:
         value = self._load(feature, part, name, whole=True)
         a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
         if value.shape != slab.data[a:b].shape:
-            raise DamagedPart(parts.part_dir(self.path, feature, part),
+            raise DamagedPart(layout.part_dir(self.path, feature, part),
                               f"{name} has shape {value.shape}, committed as {slab.data[a:b].shape}")
         slab.data[a:b] = value
         slab.loaded[pid] = True
@@ -594,7 +582,7 @@ class Store:
         """A part's array through zarr: whole (a numpy array) or lazy; `whole=None`: whole when small enough
         and its (feature, array) does not thrash. A missing or unusable array raises DamagedItem (or
         SnapshotGone when a compaction removed its part)."""
-        folder = parts.part_dir(self.path, feature, part)
+        folder = layout.part_dir(self.path, feature, part)
         try:
             arr = zarr.open_array(folder / name, mode="r")
             if whole is None:
@@ -617,7 +605,7 @@ class Store:
         """The error for an array of a part that zarr could not read (SnapshotGone when a compaction removed
         the part meanwhile). A part whose bytes changed since commit (a chunk failing its checksum) is
         noted in the store, so that the next plan checks it in full and recomputes its items."""
-        folder = parts.part_dir(self.path, feature, part)
+        folder = layout.part_dir(self.path, feature, part)
         self._check_present(feature, part, name)
         problem = f"{name}: {type(e).__name__}: {e}"
         self._note(feature, part, problem)
@@ -629,7 +617,7 @@ class Store:
         so what it returned cannot be trusted: SnapshotGone when a compaction removed the part, else
         DamagedPart."""
         record = self.index(feature).parts.get(part)
-        folder = parts.part_dir(self.path, feature, part)
+        folder = layout.part_dir(self.path, feature, part)
         prefix = f"{name}/"
         for rel in (record.files if record is not None else ()):
             if rel.startswith(prefix) and not os.path.exists(folder / rel):
@@ -638,7 +626,7 @@ class Store:
 
     def _note(self, feature: str, part: str, problem: str) -> None:
         """Best effort (a reader may not be able to write): `<feature>/damaged/<part>` holding the problem."""
-        notes = self.path / feature / NOTES
+        notes = layout.notes_dir(self.path, feature)
         try:
             notes.mkdir(exist_ok=True)
             (notes / part).write_text(problem[:2000] + "\n")
@@ -654,7 +642,7 @@ class Store:
         """Parts a read found damaged (`_note`): listed once per handle."""
         if feature not in self._notes:
             try:
-                self._notes[feature] = set(os.listdir(self.path / feature / NOTES))
+                self._notes[feature] = set(os.listdir(layout.notes_dir(self.path, feature)))
             except OSError:
                 self._notes[feature] = set()
         return self._notes[feature]
@@ -670,7 +658,7 @@ class Store:
     def _gone(self, feature: str, folder: Path) -> None:
         """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted
         away, or being removed (a handle without a lease): SnapshotGone, never DamagedItem."""
-        where = self.path / feature / index.INDEX
+        where = self.path / feature / layout.INDEX
         pin = self._pins.get(feature)
         try:
             now = index.generation_of(where)
@@ -692,7 +680,7 @@ class Store:
         value, problem = attrs_of(text)
         if value is not None:
             return value
-        raise DamagedItem(f"{self.path / feature / index.INDEX}: line {self._line_of(feature, part)} (part {part}): "
+        raise DamagedItem(f"{self.path / feature / layout.INDEX}: line {self._line_of(feature, part)} (part {part}): "
                           f"damaged item {item} (its attributes do not parse: {problem}); "
                           "the next `make extract` recomputes it")
 
@@ -703,14 +691,14 @@ class Store:
         found: list[int] = []
         count = [0]
 
-        def visit(rec: dict[str, Any]) -> None:
+        def visit(rec: layout.Record) -> None:
             count[0] += 1
-            if rec.get("part") == part and not found:
+            if isinstance(rec, layout.PartLine) and rec.part == part and not found:
                 found.append(count[0])
 
         if pin is not None:
-            with contextlib.suppress(index.IndexDamaged):
-                index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX, visit)
+            with contextlib.suppress(layout.IndexDamaged):
+                layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
         return found[0] if found else "?"
 
     def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:

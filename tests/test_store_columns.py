@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from extractors.base import FeatureRows
-from store import index
+from store import index, layout
 from store.compact import compact_store
 from store.integrity import DamagedItem
 from store.reader import Store
@@ -40,7 +40,7 @@ def _same_as_entries(s: Store, path: Path) -> None:
     """The columns say for every item what the log folded into `Entry` objects (index.load, the writer's
     form) says: part, rows, fingerprint, spec, filtered, duration, attributes, sequence and own spans, in the
     same order; and the snapshot's parts, generation and length."""
-    want = index.load(path / "f" / index.INDEX)
+    want = index.load(path / "f" / layout.INDEX)
     cols = s.index("f")
     assert list(cols.entries) == list(want.entries) and len(cols.entries) == len(want.entries)
     assert list(cols.entries.values()) == list(want.entries.values())
