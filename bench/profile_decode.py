@@ -2,12 +2,15 @@
 30 fps, libx264 as the scale set makes them), in CPU-s (process time: load on other cores does not count):
 
 - `decode:frames (CPU path)`: the whole `decode.decode_frames`, what the decode task runs; and the same with
-  GOP tails decoded (`decode.GOP_TAILS = False`, the code before issue 37);
+  GOP tails decoded (`decode.GOP_TAILS = False`, the code before issue 37) and with unwanted non-reference
+  pictures decoded (`decode.SKIP_NONREF = False`);
 - its parts: `probe_view` (the first frame, for the orientation), `demux` (`_frame_times`: every packet of every
   stream), `decode` (the video decoder over every frame up to the last chosen one; no conversion), `rgb24`
   (swscale's conversion of the chosen frames, `picture.View.rgb`);
 - `gop tail`: the share of frames after the last chosen frame of their GOP (what skipping to the next IDR
-  keyframe saves: `decode._GopTails`);
+  keyframe saves: `decode._GopTails`); `non-ref`: the share of frames no other frame refers to (B-frames
+  outside a B-pyramid's middle; the scale set's libx264 `ultrafast` clips have none: a B-frame encode shows it,
+  `ffmpeg -i clip.mp4 -c:v libx264 -preset veryfast clip-b.mp4`);
 - the GPU path's CPU part (pipeline/nvdec.py): `plan_rows` (demux + first frame, on the CPU) and torchcodec's
   exact-mode scan (demuxing again, on the CPU; NVDEC then decodes on the GPU).
 
@@ -63,6 +66,25 @@ def gop_tail(plan: decode.RowPlan) -> float:
     return 1 - need / len(t.ticks)
 
 
+def nonref_share(path: Path, last_pts: int) -> float:
+    """The share of the frames up to `last_pts` that no other frame refers to (what skip_frame NONREF leaves
+    undecoded when unwanted): the pictures a decode with the skip does not give."""
+    def count(skip: str) -> int:
+        n = 0
+        with open_media(path) as c:
+            stream = c.streams.video[0]
+            stream.thread_count, stream.codec_context.skip_frame = 1, skip
+            for packet in c.demux(stream):
+                for frame in packet.decode():
+                    n += 1
+                    if frame.pts is not None and frame.pts >= last_pts:
+                        return n
+        return n
+
+    everything = count("DEFAULT")
+    return 1 - count("NONREF") / everything
+
+
 def profile_device(path: Path, device: str, repeat: int) -> dict[str, float]:
     """`nvdec.decode_on_device` on `device`: its wall seconds (NVDEC's time and the CPU's together) and its CPU-s
     (demuxing twice, torchcodec's NVDEC parser and submissions, the checks)."""
@@ -90,6 +112,11 @@ def profile(path: Path, repeat: int) -> dict[str, float]:
         out["decode:frames, GOP tails decoded"] = _cpu(lambda: decode.decode_frames(path), repeat)
     finally:
         decode.GOP_TAILS = True
+    decode.SKIP_NONREF = False  # unwanted non-reference pictures decoded too
+    try:
+        out["decode:frames, non-ref decoded"] = _cpu(lambda: decode.decode_frames(path), repeat)
+    finally:
+        decode.SKIP_NONREF = True
 
     def probe() -> None:
         with open_media(path) as c:
@@ -104,6 +131,7 @@ def profile(path: Path, repeat: int) -> dict[str, float]:
     out["  decode"] = _cpu(lambda: _decode_until(path, int(chosen.max())), repeat)
     out["  rgb24"] = _cpu(lambda: [plan.view.rgb(f) for f in frames], repeat)
     out["gop tail (share of frames)"] = gop_tail(plan)
+    out["non-ref (share of frames)"] = nonref_share(path, int(chosen.max()))
     out["GPU path: plan_rows"] = _cpu(lambda: decode.plan_rows(path), repeat)
     try:
         from torchcodec.decoders import VideoDecoder

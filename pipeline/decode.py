@@ -83,8 +83,10 @@ log = logging.getLogger(__name__)
 # lavf flags the packets corrupt) say so themselves; AVI is left out (OpenDML index chunks lie between packets).
 SKIP_MIN_BYTES = 1024
 RESYNCING_FORMATS = {"matroska", "flv"}
-# the fast pass skips GOP tails (`_GopTails`): a switch for the benchmark and the test that compare with and without
+# the fast pass skips GOP tails (`_GopTails`) and unwanted non-reference pictures (libavcodec's skip_frame NONREF):
+# switches for the benchmark and the tests that compare with and without
 GOP_TAILS = True
+SKIP_NONREF = True
 SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
 # enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
 # (2: streams that start late keep their place on the container's timeline; 3: PyAV instead of decord,
@@ -358,7 +360,11 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                     corrupt.add(packet.pts)
                     events.append((len(order) - 1, True))
                     damaged = True
-                if fast:
+                if fast and SKIP_NONREF:
+                    # an unwanted picture no other picture refers to: the decoder parses its slice header and
+                    # goes no further (h264: after a frame's first slice, so a second field is never skipped alone;
+                    # HEVC: the _N NAL types). Dropping the packet before the decoder saves no more than noise
+                    # (docs/scale.md, issue 37), and would have to know fields and parameter sets itself.
                     context.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in wanted else "NONREF"
                 try:
                     frames = packet.decode()
