@@ -117,13 +117,16 @@ def runtime_env(address: str | None) -> dict[str, Any]:
     env: dict[str, Any] = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                         **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
     if address:
+        import atomicio
         import extractors
         import manifests
         import pipeline
         import store
 
-        # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env
-        env["py_modules"] = [str(Path(m.__file__).parent) for m in (extractors, manifests, pipeline, store)]
+        # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env; every package of
+        # the project's own goes (a worker on another node has none of them: tests/test_cluster.py)
+        env["py_modules"] = [str(Path(m.__file__).parent)
+                             for m in (atomicio, extractors, manifests, pipeline, store)]
     return env
 
 
