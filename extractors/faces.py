@@ -23,7 +23,8 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
+from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
+from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
 # 360p; on CPU with 1–2 threads batching loses at 720p (0.70–0.97×), gains little at 360p (0.89–1.16×) and holds

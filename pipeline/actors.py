@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import ExtractorConfig, FeatureRows, get_extractor
+from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
 from pipeline import cut, decode, inputs, stages
+from rows import FeatureRows
 
 log = logging.getLogger(__name__)
 

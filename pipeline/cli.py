@@ -116,7 +116,7 @@ def _split_list(value: str | None) -> list[str] | None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from store.export import export_sdk_folder, export_xarray
+    from reading.export import export_sdk_folder, export_xarray
     from store.reader import open_store
 
     store = open_store(args.store)

@@ -120,10 +120,13 @@ def runtime_env(address: str | None) -> dict[str, Any]:
         import extractors
         import manifests
         import pipeline
+        import reading
+        import rows
         import store
 
         # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env
-        env["py_modules"] = [str(Path(m.__file__).parent) for m in (extractors, manifests, pipeline, store)]
+        env["py_modules"] = [str(Path(m.__file__).parent)
+                             for m in (extractors, manifests, pipeline, reading, rows, store)]
     return env
 
 

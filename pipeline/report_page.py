@@ -4,7 +4,7 @@ What `info` says (pipeline/info.py: the page's counts are its counts), laid out 
 feature and split, every failed, partial, filtered, stale and damaged item with its reason, the run history
 (when, how long, pairs per second, the stage that bound the run), distributions that show a bad run at a glance
 (rows per item, face ratio, voiced share, missing seconds) as inline SVG, and the inspect picture
-(store/inspect.py, drawn with the pipeline's decoder) of items chosen from a list, with the item's caption,
+(reading/inspect.py, drawn with the pipeline's decoder) of items chosen from a list, with the item's caption,
 questions and first transcript words.
 
 Self-contained: the pictures are `data:` URIs, the styles and the one script are inline, and the page's

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store import index, layout, parts
 from store.writer import StoreWriter
 

@@ -19,7 +19,7 @@ from store import layout
 
 log = logging.getLogger(__name__)
 FOLDER = ("_views", "plans")
-VERSION = 2  # 2: A3/A4 answer orders drawn by store.datasets.a4_choices (counter-based), not one numpy Generator per question
+VERSION = 2  # 2: A3/A4 answer orders drawn by reading.datasets.a4_choices (counter-based), not one numpy Generator per question
 
 
 def key(store: Any, options: dict[str, Any], features: list[str]) -> str | None:

@@ -820,12 +820,6 @@ class Store:
                 got[pos] = value
         return np.stack(got) if got else np.zeros((0,), np.float32)
 
-    def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:
-        """Align `features` to `to` once for every item into a packed view (store/views.py); its path."""
-        from store.views import materialize
-
-        return materialize(self.path, features, to, how)
-
     # ---- manifests and runs ----
 
     @cached_property

@@ -32,8 +32,8 @@ from typing import Any
 
 import zarr
 
-from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
+from rows import FeatureRows
 from store import index, layout, parts
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import FeatureRows
 from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
 from pipeline.decode import qa_text
+from rows import FeatureRows
 from store.writer import StoreWriter
 
 DIM = 2

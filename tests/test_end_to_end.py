@@ -69,7 +69,7 @@ def test_transcript_words_and_acoustic_grid(tiny_store, tiny_root_template: Path
 def test_a2_batches_from_the_pipeline_store(tiny_store) -> None:
     from torch.utils.data import DataLoader
 
-    from store.datasets import SocialIQA2, collate_qa
+    from reading.datasets import SocialIQA2, collate_qa
 
     out, _ = tiny_store
     ds = SocialIQA2(out, split="train", modalities=("frames", "acoustic"), exclude_filtered=False)
@@ -87,7 +87,7 @@ def test_a2_batches_from_the_pipeline_store(tiny_store) -> None:
 def test_inspect_picture_of_a_pipeline_item(tiny_store, tmp_path: Path) -> None:
     from PIL import Image
 
-    from store.inspect import render_item
+    from reading.inspect import render_item
 
     out, _ = tiny_store
     png = render_item(out, "tiny-a", tmp_path / "a.png")

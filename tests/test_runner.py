@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
 from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import FacesConfig, MTCNNFaces
 from manifests.records import MediaItem
@@ -20,6 +19,7 @@ from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.run import run_extract
 from pipeline.runner import Runner, _Pair, actor_plan
+from rows import FeatureRows
 from store.reader import open_store
 
 

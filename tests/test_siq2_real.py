@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import store.datasets as datasets
+import reading.datasets as datasets
 from manifests.records import ManifestNote
 from manifests.socialiq import read_siq2
 from manifests.socialiqa import read_socialiqa
 from pipeline.sources import detect_layout
-from store.datasets import SocialIQA2, SocialIQA4
+from reading.datasets import SocialIQA2, SocialIQA4
 from tests.qa_store import MemoryQAStore, write_qa_store
 
 SPLITS = ("train", "val", "test")
@@ -163,7 +163,7 @@ def test_socialiqa3_on_the_real_dev_split_gives_each_question_its_published_cont
                                                                                   monkeypatch) -> None:
     """SocialIQA's own split name ("dev"), the context of every one of the 1,954 dev questions as the release
     writes it (read here with json), in both text forms, through collate_qa."""
-    from store.datasets import SocialIQA3, collate_qa
+    from reading.datasets import SocialIQA3, collate_qa
     from tests.qa_store import text_vector
 
     published = [json.loads(line) for line in (realdata / "socialiqa" / "dev.jsonl").read_text().splitlines()
@@ -186,7 +186,7 @@ def test_socialiqa_offline_route_on_the_real_dev_split(realdata: Path, tmp_path:
     the first four dev entries in file order, embedded by the bundled MiniLM, read back by SocialIQA3 with
     their published contexts and labels (dev.jsonl / dev-labels.lst read here with json only)."""
     from pipeline.cli import main
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
     from store.reader import open_store
 
     out = tmp_path / "siqa.zarr"

@@ -10,9 +10,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.bench_read import build_synthetic_store
-from extractors.base import FeatureRows
+from reading.datasets import SocialIQA2, SocialIQA4, collate_qa
+from rows import FeatureRows
 from store import datasets
-from store.datasets import SocialIQA2, SocialIQA4, collate_qa
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ own (`dev`, `valid`, `validation` -> `val`); a split without questions is an err
 With no modalities nothing is aligned, so no reference feature is needed (text-only stores).
 
 Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
-words, a fixed rate, or another feature) with `store.align`. Undefined values never reach a model by
+words, a fixed rate, or another feature) with `reading.align`. Undefined values never reach a model by
 surprise: a reference step that no row overlaps has `mask` False, a value that is NaN or +-inf after the
 collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
 
@@ -40,8 +40,8 @@ import torch
 from torch.utils.data import Dataset
 
 from manifests.records import SPLIT_NAMES, QAItem
+from reading.align import How, Reference, align
 from store import layout, plancache
-from store.align import How, Reference, align
 from store.index import gc_paused
 from store.reader import ItemFeature, Store, open_store
 
@@ -231,7 +231,7 @@ class _SocialIQ(Dataset):
         fill_value: float = 0.0, exclude_filtered: bool = True, cache_items: int = 8, seed: int = 0,
         materialized: bool = False, view_cache_bytes: int = 8 << 30,
     ) -> None:
-        """`materialized`: align the modalities once into a packed view (store/views.py: made or brought up to
+        """`materialized`: align the modalities once into a packed view (reading/views.py: made or brought up to
         date here, in the main process) and read samples from it, at memory speed once its parts are loaded
         (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
@@ -246,7 +246,7 @@ class _SocialIQ(Dataset):
             self.samples = self._cached_plan(s, exclude_filtered)
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
-            from store.views import materialize
+            from reading.views import materialize
 
             self.view = materialize(self.path, self.modalities, self.to, self.how,
                                     items=sorted({smp.item for smp in self.samples}))

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from store.align import as_intervals, item_duration_s
+from reading.align import item_duration_s
+from rows import check_intervals
 from store.reader import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def _check_entries(entries: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict
         if not item or "/" in item:
             raise ValueError(f"item {item!r}: not usable as an HDF5 group name")
         features = np.asarray(features)
-        intervals = as_intervals(intervals, f"{item} intervals")
+        intervals = check_intervals(intervals, f"{item} intervals")
         if features.ndim < 2 or len(features) != len(intervals):
             raise ValueError(f"{item}: features {features.shape} and intervals {intervals.shape} must share N, "
                              "with features at least 2-D")
