@@ -44,7 +44,9 @@ report: install
 sample: install
 	$(PY) -m pipeline sample build/sample
 
+# lint-imports first: the layer contracts of pyproject.toml ([tool.importlinter]; docs/design.md draws them)
 test: install
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 bench: install

@@ -30,16 +30,16 @@ def _extract(args: argparse.Namespace) -> int:
     _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
-    with stop.on_signals():  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
+    with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
         try:
             report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)
         except BaseException:  # an error's way out too: every process the run started ends with it
             with stop.deferred(raise_after=False):
-                stop.shutdown_ray()
+                raystart.shutdown()
             raise
         with stop.deferred(raise_after=False):
-            stop.shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
+            raystart.shutdown()  # Ray's own log lines end here: the summary is the last thing printed
             sys.stderr.flush()
             print(report.summary(), flush=True)
     return report.exit_code

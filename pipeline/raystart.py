@@ -6,7 +6,7 @@ Why each part exists (issue 35):
   30 s for the raylet to register, 30 s for the GCS to write its port). A second attempt waits longer; a run whose
   Ray never comes up ends with one line saying what failed and what to try, its report saved (exit code 7).
 - A raylet or GCS that dies during the run (another job's `ray stop --force`, the out-of-memory killer, a lost head)
-  is found within a second (`check`, called between Ray calls through `pipeline.stop.check`): the run stops like
+  is found within a second (`check`, called between Ray calls, after `pipeline.stop.check`): the run stops like
   one stopped by a signal (open batches committed, summary, report, exit code 7). Left alone, the run hangs on
   tasks no raylet will schedule, or Ray's core worker ends the process after 60 s without its GCS ("Failed to
   connect to GCS within 60 seconds": exit 1, no summary).
@@ -221,8 +221,10 @@ def _clean_failed_start(ray: Any, before: set[int]) -> None:
 
 
 def check() -> None:
-    """Raise `RayFailed` when this run's Ray is gone (its raylet or GCS ended; a cluster no longer answers).
-    Cheap (a `poll()` of two child processes; a cluster is asked every `REMOTE_PROBE_S`)."""
+    """The run's checkpoint between two Ray calls: raise `stop.Stopped` if a signal came during a deferred block,
+    `RayFailed` when this run's Ray is gone (its raylet or GCS ended; a cluster no longer answers). Cheap (a
+    `poll()` of two child processes; a cluster is asked every `REMOTE_PROBE_S`)."""
+    stop.check()
     if _session is not None and _session.current():
         _session.check()
 
