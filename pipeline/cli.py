@@ -5,7 +5,6 @@ Exit codes: pipeline/exitcodes.py."""
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import sys
@@ -338,7 +337,7 @@ def quiet_ray() -> None:
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
-    from store.writer import StoreError, StoreLocked
+    from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
         return args.func(args)
@@ -353,10 +352,7 @@ def _run(args: argparse.Namespace) -> int:
         return exitcodes.BAD_INPUT
     except OSError as e:  # not the store's (that is a StoreError): an input or the machine
         log.error("%s: %s", e.filename or "error", e.strerror or e)
-        return exitcodes.STORE if e.errno in _STORAGE_ERRNOS else exitcodes.BAD_INPUT
-
-
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
+        return exitcodes.STORE if e.errno in STORAGE_ERRNOS else exitcodes.BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -41,12 +41,12 @@ from torch.utils.data import Dataset
 
 from manifests.records import SPLIT_NAMES, QAItem
 from reading.align import How, Reference, align
+from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION
 from store import layout, plancache
 from store.index import gc_paused
 from store.reader import ItemFeature, Store, open_store
 
 Text = Literal["tokens", "pooled"]
-ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2  # extractors.qa's row roles (not imported: no model code here)
 FILTERED = "item filtered by a policy (faces: too few faces)"
 MISSING = "item missing, incomplete or damaged in a needed feature"
 # Part arrays up to this size are loaded whole by a dataset's reader (the store's default: 16 MiB): an epoch
@@ -80,10 +80,7 @@ _PLAN_ARRAYS = ("qid", "role", "a_index", "text")
 
 def _qa_rows_many(store: Store, feature: str,
                   by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int], int]]]:
-    """`_qa_rows` of many items: each part's plan arrays read once, whole, as Python lists (a real store),
-    else item by item."""
-    if not hasattr(store, "index"):
-        return {item: _qa_rows(store, feature, item, qs) for item, qs in by_item.items()}
+    """`_qa_rows` of many items: each part's plan arrays read once, whole, as Python lists."""
     entries = store.index(feature).entries
     by_part: dict[str, list[str]] = {}
     for item in by_item:  # usable items: all in the index
@@ -265,18 +262,16 @@ class _SocialIQ(Dataset):
         options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
                    "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
                    "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
-        features = s.features() if hasattr(s, "index") else []
-        k = plancache.key(s, options, features)
-        cached = plancache.load(s.path, k) if k else None
+        k = plancache.key(s, options, s.features())
+        cached = plancache.load(s.path, k)
         if cached is not None:
             self.dropped.update(cached["dropped"])
             self._restore(cached.get("extra", {}))
             return [QASample(qid, item, q_row, tuple(a_rows), label, c_row)
                     for qid, item, q_row, a_rows, label, c_row in cached["samples"]]
         samples = self._plan(s, *self._usable_items(s, exclude_filtered))
-        if k:
-            plancache.save(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
-                                       "dropped": dict(self.dropped), "extra": self._extra()})
+        plancache.save(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
+                                   "dropped": dict(self.dropped), "extra": self._extra()})
         return samples
 
     def _extra(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from reading.align import item_duration_s
-from rows import check_intervals
+from rows import ROLE_ANSWER, ROLE_QUESTION, check_intervals
 from store.reader import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -298,14 +298,14 @@ def qa_binary_choice(
     """One item's (n_questions, n_pairs, 3, T, D) array: per question, (q, a, i) token states for each
     (correct a, incorrect i) pair, correct-major in stored order. Items with fewer questions or pairs are
     filled by cycling their own (the baselines need fixed shapes); extra ones are cut. Returns the counts."""
-    questions = sorted({int(q) for q in q_index[role == 1]})
+    questions = sorted({int(q) for q in q_index[role == ROLE_QUESTION]})
     if not questions:
         raise ValueError("item has no question rows")
     per_q, n_found = [], []
     for q in questions:
-        q_row = int(np.flatnonzero((role == 1) & (q_index == q))[0])
-        right = np.flatnonzero((role == 2) & (q_index == q) & (label == 1))
-        wrong = np.flatnonzero((role == 2) & (q_index == q) & (label == 0))
+        q_row = int(np.flatnonzero((role == ROLE_QUESTION) & (q_index == q))[0])
+        right = np.flatnonzero((role == ROLE_ANSWER) & (q_index == q) & (label == 1))
+        wrong = np.flatnonzero((role == ROLE_ANSWER) & (q_index == q) & (label == 0))
         if not len(right) or not len(wrong):
             raise ValueError(f"question {q}: needs a correct and an incorrect answer, has {len(right)} and {len(wrong)}")
         pairs = [(q_row, int(a), int(i)) for a in right for i in wrong]

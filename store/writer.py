@@ -98,7 +98,8 @@ def _os_problem(e: OSError, fallback: Path) -> str:
     return f"{e.filename or fallback}: {e.strerror or e}"
 
 
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
+# the storage failed (full, read-only, over quota, I/O error), not the input: the CLI exits STORE on these too
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 
 
 class StoreWriter:
@@ -240,7 +241,7 @@ class StoreWriter:
         except BaseException as e:
             for p in placed:  # renamed but never published: the store is as before the batch
                 shutil.rmtree(p, ignore_errors=True)
-            if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+            if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
                 raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; "
                                  f"the batch of {len(latest)} item(s) was not committed") from e
             raise
