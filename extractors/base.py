@@ -160,6 +160,8 @@ class Extractor(ABC, Generic[C]):
     config_type: ClassVar[type[ExtractorConfig]]
     input_kind: ClassVar[InputKind]
     uses_gpu: ClassVar[bool] = False
+    # per-item numbers in the item attrs worth a histogram on the report page and a word in `info` (name -> label)
+    item_measures: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: C, device: str = "cpu") -> None:
         self.config = config
@@ -172,6 +174,12 @@ class Extractor(ABC, Generic[C]):
     def weights_id(cls, config: C) -> str:
         """Which weights the features come from ("imagenet1k_v1", "random", a model name, "none")."""
         return "none"
+
+    @classmethod
+    def filter_reason(cls, attrs: dict[str, Any]) -> str:
+        """Why this extractor's policy marked an item `filtered` (in its attrs), in the words of `info`, the run
+        summary and the report page. An extractor with a policy says it in its own terms."""
+        return "filtered by the feature's policy"
 
     @classmethod
     @abstractmethod

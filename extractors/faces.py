@@ -196,6 +196,7 @@ class MTCNNFaces(Extractor[FacesConfig]):
     config_type = FacesConfig
     input_kind = "frames"
     uses_gpu = True
+    item_measures = {"face_ratio": "face ratio"}
 
     def __init__(self, config: FacesConfig, device: str = "cpu") -> None:
         import torch
@@ -244,6 +245,14 @@ class MTCNNFaces(Extractor[FacesConfig]):
     def weights_id(cls, config: FacesConfig) -> str:
         # The P/R/O-net weights ship inside the package, so its version names them.
         return f"facenet-pytorch-{metadata.version('facenet-pytorch')}-mtcnn"
+
+    @classmethod
+    def filter_reason(cls, attrs: dict[str, Any]) -> str:
+        """`face_filter_attrs`' rule in numbers: the item's face ratio under the bound it missed."""
+        ratio, bound = attrs.get("face_ratio"), attrs.get("min_face_ratio")
+        if ratio is None:
+            return super().filter_reason(attrs)
+        return f"face_ratio {float(ratio):.2f}" + (f" < {float(bound):.2f}" if bound is not None else "") + " (faces policy)"
 
     @classmethod
     def columns(cls, config: FacesConfig) -> list[str]:

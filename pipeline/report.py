@@ -17,7 +17,7 @@ class RunReport:
     store: str
     counts: dict[str, dict[str, int]]  # feature -> done / skipped / failed / n/a
     failures: list[dict[str, Any]] = field(default_factory=list)
-    filtered: dict[str, dict[str, float]] = field(default_factory=dict)  # feature -> item -> ratio
+    filtered: dict[str, dict[str, str]] = field(default_factory=dict)  # feature -> item -> why (the policy's words)
     seconds: float = 0.0
     model_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -79,8 +79,8 @@ class RunReport:
             lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
                          f"did not decode ({spans_text(p['missing_s'])})")
         for feat, items in self.filtered.items():
-            for item, ratio in sorted(items.items()):
-                lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+            for item, why in sorted(items.items()):
+                lines.append(f"  FILTERED {feat}/{item}: {why}")
         if self.store_error:
             lines.append(f"  STOPPED: {self.store_error}")
         if self.not_saved:

@@ -29,7 +29,7 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from pipeline.info import StoreInfo, store_info
+from pipeline.info import StoreInfo, extractor_of, store_info
 from pipeline.report import spans_text
 from store.reader import Store, open_store
 
@@ -98,9 +98,10 @@ def distributions(store: Store, info: StoreInfo) -> list[dict[str, Any]]:
         missing = [sum(b - a for a, b in a.get("missing_s") or []) for a in attrs]
         if any(missing):
             out.append(_svg_histogram(missing, f"{f.name}: missing seconds per item"))
-        ratios = [float(a["face_ratio"]) for a in attrs if a.get("face_ratio") is not None]
-        if ratios:
-            out.append(_svg_histogram(ratios, f"{f.name}: face ratio per item"))
+        for key, label in extractor_of(store.feature_attrs(f.name)).item_measures.items():  # faces: face ratio
+            values = [float(a[key]) for a in attrs if a.get(key) is not None]
+            if values:
+                out.append(_svg_histogram(values, f"{f.name}: {label} per item"))
         if f.extractor == "covarep" or "vuv" in [c.lower() for c in store.feature_attrs(f.name).get("columns") or []]:
             good = store.items(f.name, include_filtered=True)
             out.append(_svg_histogram(_voiced(store, f.name, good), f"{f.name}: voiced share per item"))

@@ -201,12 +201,12 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
         log.warning("compaction skipped: %s", e)
 
 
-def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
+def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, str]]:
+    """feature -> item -> why its extractor's policy filtered it (faces: the face ratio under the bound)."""
     store = Store(out)
     result = {}
     for spec in specs:
         hidden = set(store.items(spec.name, include_filtered=True)) - set(store.items(spec.name))
         if hidden:
-            result[spec.name] = {i: float(store.item_attrs(spec.name, i).get("face_ratio", float("nan")))
-                                 for i in hidden}
+            result[spec.name] = {i: spec.extractor.filter_reason(store.item_attrs(spec.name, i)) for i in hidden}
     return result
