@@ -41,6 +41,7 @@ from torch.utils.data import Dataset
 
 from manifests.records import SPLIT_NAMES, QAItem
 from reading.align import How, Reference, align
+from reading.views import materialize
 from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION
 from store import layout, plancache
 from store.index import gc_paused
@@ -243,8 +244,6 @@ class _SocialIQ(Dataset):
             self.samples = self._cached_plan(s, exclude_filtered)
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
-            from reading.views import materialize
-
             self.view = materialize(self.path, self.modalities, self.to, self.how,
                                     items=sorted({smp.item for smp in self.samples}))
         self._view_store: Store | None = None
