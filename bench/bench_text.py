@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench import timed
 from extractors.base import QAText, Words
 from extractors.qa import QAConfig, QAExtractor
 from extractors.text_model import BUNDLED_MINILM
@@ -49,16 +49,6 @@ def synthetic_vtt(path: Path, n_cues: int) -> int:
         n_words += len(ws)
     path.write_text("\n".join(lines))
     return n_words
-
-
-def timed(fn, repeats: int = 3) -> float:
-    """Best of `repeats` wall times: the machine is shared, and the best run is the least disturbed one."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -13,8 +13,13 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   (`cpu_s / worker_s`), and when they ask for more than the node has, all of them slow down in proportion;
 - Ray's own CPU accounting is modelled where the policy relies on it: under the fixed policy CPU actors hold one
   Ray CPU each for the whole run, and decode tasks queue for the Ray CPUs left (what serialised the H100 run);
-- GPU actors on one GPU do not slow each other down (the H100 run's GPU was 3.5 % busy; a GPU that saturates
-  would make the projection optimistic for the GPU features);
+- a GPU is shared by its actors' calls: the part of a call that needs the GPU's engines (`gpu_fraction` of its
+  time, from `--gpu-busy-s`: the GPU-busy seconds nvidia-smi measured during the report's run, spread over the GPU
+  stages in proportion to their actor seconds) slows every call on that GPU down when their fractions add up to
+  more than one GPU; without `--gpu-busy-s` GPU calls never slow each other down (the H100 run's GPU was 3.5 %
+  busy, so that is close for its costs, and optimistic once more work moves onto the GPU);
+- `--cost STAGE=SECONDS[,cores=C][,gpu=G]` replaces one stage's measured cost per clip (e.g. a decoder or an
+  extractor moved onto the GPU, measured elsewhere): `decode:frames`, `decode:audio`, `model:<feature>`;
 - start-up: Ray comes up after `--ray-start-s`, models are loaded after `--actors-start-s` (both read from the
   report's log times by default); the fixed runner decoded nothing before its actors were ready, the balanced one
   decodes while they load;
@@ -60,6 +65,8 @@ class Costs:
     audio_s: float  # seconds of audio per item
     ray_start_s: float
     actors_start_s: float
+    decodes: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (seconds, cores) per item
+    gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
 
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> Costs:
@@ -81,9 +88,37 @@ class Costs:
         start = _run_start(report)
         first_decode = min(v["first_start_s"] for v in decodes) - start if start else 0.0
         first_model = min(v["first_start_s"] for k, v in st.items() if k.startswith("model:")) - start if start else 0.0
+        kinds = {k.partition(":")[2]: (v["worker_s"] / items, v["cpu_s"] / v["worker_s"] if v["worker_s"] else 1.0)
+                 for k, v in st.items() if k.startswith("decode:")}
         return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s,
                    audio["units"] / audio["items"] if audio else 0.0,
-                   ray_start_s=min(7.0, first_decode), actors_start_s=max(first_decode, first_model))
+                   ray_start_s=min(7.0, first_decode), actors_start_s=max(first_decode, first_model), decodes=kinds)
+
+    def spread_gpu_busy(self, busy_s: float, items: float, gpu_features: list[str]) -> None:
+        """`busy_s` GPU-busy seconds measured over `items` clips, spread over the GPU features' calls in
+        proportion to their actor seconds: each call then needs the GPU for that share of its time."""
+        actor_s = sum(self.model_s[f] for f in gpu_features) * items
+        for f in gpu_features:
+            self.gpu_fraction[f] = min(1.0, busy_s / actor_s) if actor_s else 0.0
+
+    def override(self, stage: str, seconds: float, cores: float | None = None, gpu: float | None = None) -> None:
+        """One stage's cost per clip replaced (`--cost`): seconds of its worker, the cores it keeps busy, the
+        share of its time it needs the GPU."""
+        kind, _, name = stage.partition(":")
+        if kind == "decode":
+            old = self.decodes.get(name, (0.0, 1.0))
+            self.decodes[name] = (seconds, old[1] if cores is None else cores)
+            total = sum(s for s, _ in self.decodes.values())
+            self.decode_s = total
+            self.decode_cores = sum(s * c for s, c in self.decodes.values()) / total if total else 1.0
+        elif kind == "model" and name in self.model_s:
+            self.model_s[name] = seconds
+            if cores is not None:
+                self.model_cores[name] = cores
+            if gpu is not None:
+                self.gpu_fraction[name] = gpu
+        else:
+            raise ValueError(f"--cost {stage}: not a stage of the report (decode:<kind> or model:<feature>)")
 
 
 def _run_start(report: dict[str, Any]) -> float | None:
@@ -104,6 +139,8 @@ class _Task:
     started: float
     what: Any
     uses_cpu: bool = True
+    gpu: str | None = None  # the GPU a model call runs on
+    gpu_share: float = 0.0  # the share of its time it needs that GPU
 
 
 @dataclass
@@ -152,19 +189,25 @@ class Simulation:
         self._seq = 0
 
     # -- the model of Ray and the machine ------------------------------------------------------------------------
-    def _speed(self) -> float:
+    def _speeds(self) -> list[float]:
+        """Each running task's speed: the cores shared in proportion when asked for more than the node has,
+        and each GPU likewise for the calls on it."""
         demand = sum(t.cores for t in self.running if t.uses_cpu)
-        return min(1.0, self.cpus / demand) if demand > 0 else 1.0
+        cpu = min(1.0, self.cpus / demand) if demand > 0 else 1.0
+        on_gpu: dict[str, float] = defaultdict(float)
+        for t in self.running:
+            if t.gpu:
+                on_gpu[t.gpu] += t.gpu_share
+        return [min(cpu if t.uses_cpu else 1.0, 1.0 / on_gpu[t.gpu] if t.gpu and on_gpu[t.gpu] > 1.0 else 1.0)
+                for t in self.running]
 
     def _advance(self, until: float) -> None:
-        speed = self._speed()
-        for t in self.running:
-            t.left -= (until - self.now) * (speed if t.uses_cpu else 1.0)
+        for t, speed in zip(self.running, self._speeds(), strict=True):
+            t.left -= (until - self.now) * speed
         self.now = until
 
     def _next_finish(self) -> float:
-        speed = self._speed()
-        return min((self.now + max(0.0, t.left) / (speed if t.uses_cpu else 1.0) for t in self.running),
+        return min((self.now + max(0.0, t.left) / speed for t, speed in zip(self.running, self._speeds(), strict=True)),
                    default=math.inf)
 
     def _start_decode(self, job: Any) -> None:
@@ -176,7 +219,8 @@ class Simulation:
         c = self.costs
         per_unit = c.model_s[feat] / max(1e-9, c.units[feat])
         seconds = sum(u.n if call.pool.kind == "frames" else c.units[feat] for u in call.take) * per_unit
-        self.actors[worker].running = _Task("call", seconds, c.model_cores.get(feat, 1.0), self.now, (worker, call))
+        self.actors[worker].running = _Task("call", seconds, c.model_cores.get(feat, 1.0), self.now, (worker, call),
+                                            gpu=worker.gpu, gpu_share=c.gpu_fraction.get(feat, 0.0) if worker.gpu else 0.0)
 
     def _submit(self) -> None:
         for call in self.sched.next_calls():
@@ -279,9 +323,13 @@ class Simulation:
         c, n = self.costs, self.clips
         cpu = n * (c.decode_s * c.decode_cores + sum(c.model_s[f] * c.model_cores.get(f, 1.0) for f in self.features))
         out = {"cpu": cpu / self.cpus}
+        gpu_s = 0.0
         for feat, pool in self.sched.pools.items():
             if pool.device == CUDA:
                 out[f"actors {feat}"] = n * c.model_s[feat] / len(pool.workers)
+                gpu_s += n * c.model_s[feat] * c.gpu_fraction.get(feat, 0.0)
+        if gpu_s:
+            out["gpu"] = gpu_s / max(1, self.gpus)
         out["driver"] = n * sum(c.commit_s.get(f, 0.0) for f in self.features)
         return out
 
@@ -309,6 +357,18 @@ def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
     return out
 
 
+def _cost(spec: str) -> tuple[str, float, float | None, float | None]:
+    """`model:acoustic=0.3,cores=1,gpu=0.5` -> ("model:acoustic", 0.3, 1.0, 0.5)."""
+    stage, _, rest = spec.partition("=")
+    seconds, *opts = rest.split(",")
+    named = dict(o.split("=", 1) for o in opts)
+    unknown = set(named) - {"cores", "gpu"}
+    if unknown or not stage or not seconds:
+        raise SystemExit(f"--cost {spec}: expected STAGE=SECONDS[,cores=C][,gpu=G]")
+    return stage, float(seconds), (float(named["cores"]) if "cores" in named else None), (
+        float(named["gpu"]) if "gpu" in named else None)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--costs", type=Path, required=True, help="a run report (<store>/_runs/<id>.json)")
@@ -320,6 +380,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--until", type=float, help="also count the clips done by this many seconds")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a run setting, e.g. max_inflight_items=8 (JSON values)")
+    ap.add_argument("--gpu-busy-s", type=float, metavar="SECONDS",
+                    help="GPU-busy seconds measured during the report's run (nvidia-smi utilization.gpu summed over "
+                         "1 s samples, /100): GPU calls then share each GPU (../shared/gpu-run: 14.2)")
+    ap.add_argument("--cost", action="append", default=[], metavar="STAGE=SECONDS[,cores=C][,gpu=G]",
+                    help="replace a stage's cost per clip, e.g. decode:frames=0.12 or model:acoustic=0.3,cores=1,gpu=0.5")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     overrides: dict[str, Any] = {}
@@ -332,7 +397,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.policy:
         overrides["scheduler"] = args.policy
     config = load_config(args.config if not Path(args.config).exists() else Path(args.config), overrides)
-    costs = Costs.from_report(json.loads(args.costs.read_text()))
+    report = json.loads(args.costs.read_text())
+    costs = Costs.from_report(report)
+    if args.gpu_busy_s is not None:
+        gpu_feats = [s.name for s in config.specs() if s.name in costs.model_s and s.extractor.wants_gpu(s.config)]
+        items = max(v["items"] for k, v in report["stages"].items() if k.startswith("model:"))
+        costs.spread_gpu_busy(args.gpu_busy_s, items, gpu_feats)
+    for spec in args.cost:
+        costs.override(*_cost(spec))
     out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)
     if args.json:
         print(json.dumps(out, indent=1))

@@ -12,7 +12,10 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
 - reads: 20,000 random single items (`read(...).features[...]`), one at a time, and batched (`Store.rows`,
   64 items per call), on one `Store` per N opened and warmed (a pass over the same items) beforehand; each
   rate the median of several passes over those items (`_reads`);
-- files and bytes on disk.
+- files and bytes on disk;
+- resident memory (VmRSS, MB) of a reader in a process of its own: after open + `items()` (its index), and
+  after a pass of single and batched reads over the random items (its part cache then holding nearly every
+  part); and, at the end, of the benchmark's own process with every size's warmed readers.
 All stores are built first and kept until the end; then plan, open + items and the reads are measured
 `--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
 machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
@@ -148,40 +151,54 @@ def measure_once(path: Path, n: int, features: list[str], readers: dict[str, Sto
                  picks: list[str]) -> dict[str, float]:
     """One repeat of the per-item costs that do not change the store: plan and open + items, each in a
     process of its own (`_alone`), then the reads on this process's warmed readers."""
-    out = {"plan us/item": _alone("plan", path, n), "open+items us/item": _alone("open+items", path, n)}
+    out = {**_alone("plan", path, n), **_alone("open+items", path, n)}
     for f in features:
         out.update(_reads(readers[f], f, picks))
     return out
 
 
-def _alone(what: str, path: Path, n: int) -> float:
-    """`what`'s cost per item, timed in a new Python process, as a user meets it: a re-run plans once per
+def _alone(what: str, path: Path, n: int) -> dict[str, float]:
+    """`what`'s figures, measured in a new Python process, as a user meets it: a re-run plans once per
     `make extract`, a training script opens the store once. Timed in the benchmark's own process, the figure
     depended on what ran before: on this machine (a VM) memory the process has never held costs 2-8 µs per
     4 KiB page on first touch, and memory freed more than about a second earlier is handed back to the host
     (docs/design.md, "Why this layout"), so a step that could reuse what the previous step freed looked
     cheaper (at 35,000 items nearly always, at a million rarely) and a change that freed less made the
-    next step look slower."""
+    next step look slower. A process of its own is also what a reader's resident memory means."""
     got = subprocess.run([sys.executable, "-m", "bench.store", "--one", what, str(path), str(n)],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
-    return float(got.stdout.split()[-1])
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in got.stdout.strip().splitlines())}
 
 
-def one(what: str, path: Path, n: int) -> float:
-    """The per-item cost of `plan` (`make_plan` over every item, all up to date) or `open+items` (a fresh
-    `Store`, its index loaded and `items()` listed), in µs."""
+def _rss_mb() -> float:
+    """This process's resident memory now (VmRSS), in MB."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+def one(what: str, path: Path, n: int) -> dict[str, float]:
+    """`plan`: the per-item cost of `make_plan` over every item (all up to date), in µs. `open+items`: that
+    of a fresh `Store`, its index loaded and `items()` listed, and the reader's resident memory then (MB);
+    `reader`: the resident memory of such a reader after a pass of single and batched reads over the
+    benchmark's random items (its part cache then holds nearly every part: a million `pooled` rows are
+    1,536 MB of float32)."""
     if what == "plan":
         wanted = [Wanted("pooled", f"q{k:07d}", f"fp{k}") for k in range(n)]
         t0 = time.perf_counter()
         plan = make_plan(path, wanted)
         dt = time.perf_counter() - t0
         assert not plan.todo and len(plan.skipped) == n
-    else:
-        t0 = time.perf_counter()
-        listed = Store(path).items("pooled")
-        dt = time.perf_counter() - t0
-        assert len(listed) == n
-    return dt / n * 1e6
+        return {"plan us/item": dt / n * 1e6}
+    t0 = time.perf_counter()
+    s = Store(path)
+    listed = s.items("pooled")
+    dt = time.perf_counter() - t0
+    assert len(listed) == n
+    if what == "open+items":
+        return {"open+items us/item": dt / n * 1e6, "reader MB after open+items": _rss_mb()}
+    del listed
+    _warm(s, "pooled", _picks(n))
+    return {"reader MB after reads": _rss_mb()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,7 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--one", nargs=3, metavar=("WHAT", "STORE", "N"), help=argparse.SUPPRESS)  # see _alone
     args = p.parse_args(argv)
     if args.one:
-        print(f"{one(args.one[0], Path(args.one[1]), int(args.one[2])):.4f}")
+        for k, v in one(args.one[0], Path(args.one[1]), int(args.one[2])).items():
+            print(f"{k} {v:.4f}")
         return
     base = Path(args.dir or tempfile.mkdtemp(prefix="bench-store-"))
     sizes = [int(x) for x in args.items.split(",")]
@@ -219,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
                       flush=True)
         for n in sizes:
             r = dict(built[n])
+            r.update(_alone("reader", base / f"store-{n}.zarr", n))
             r.update({k: statistics.median(x[k] for x in repeats[n]) for k in repeats[n][0]})
             results.append(r)
     finally:
@@ -227,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             for n in sizes:
                 shutil.rmtree(base / f"store-{n}.zarr", ignore_errors=True)
+    print(f"benchmark process (every size's warmed readers): {_rss_mb():,.0f} MB resident")
     keys = [k for k in results[0] if k != "items"]
     print(f"\n{'measure':<30}" + "".join(f"{int(r['items']):>14,}" for r in results) + f"{'ratio last/first':>18}")
     for k in keys:

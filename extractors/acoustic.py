@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import librosa
@@ -98,6 +100,12 @@ class CovarepConfig(ExtractorConfig):
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
     block_s: float = Field(30.0, ge=1.0)
     block_margin_s: float = Field(1.0, ge=0.5)  # below 0.5 s, rows next to block edges start to differ
+    # where the array kernels run (`Kernels`): the numpy/scipy/librosa reference, or torch batched on `device`
+    # ("auto": CUDA when the pipeline places the extractor on a GPU, else the CPU). Not in the fingerprint: the
+    # torch backend's rows equal the reference's within the tolerances of docs/acoustic.md ("Torch backend"),
+    # as a model's on CPU and GPU do, so a store may be resumed with either.
+    backend: Literal["numpy", "torch"] = Field("numpy", exclude=True)
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", exclude=True)
 
     @model_validator(mode="after")
     def _check(self) -> CovarepConfig:
@@ -176,7 +184,53 @@ def nccf(
     return np.nan_to_num(out)
 
 
-def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int = 2) -> np.ndarray:
+def librosa_mfcc(y: np.ndarray, sr: int, hop: int, n_mels: int, fmin: float, n_mfcc: int) -> np.ndarray:
+    """(frames, n_mfcc): the librosa call documented in docs/acoustic.md."""
+    mel = librosa.feature.melspectrogram(
+        y=np.asarray(y, dtype=np.float64), sr=sr, n_fft=512, hop_length=hop, win_length=round(0.025 * sr),
+        window="hann", center=True, pad_mode="constant", power=2.0, n_mels=n_mels, fmin=fmin, fmax=sr / 2,
+    )  # fmt: skip
+    return librosa.feature.mfcc(S=librosa.power_to_db(mel, top_db=None), n_mfcc=n_mfcc).T
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The array kernels the analysis spends most of its time in (docs/scale.md, "Issue 37"), one backend's
+    versions: NUMPY_KERNELS (the reference) or extractors.acoustic_torch's. Everything between them (which rows,
+    runs, segments, cycles; the NaN rules) is this module's and glottal's own code for every backend."""
+
+    nccf: Callable  # (x_hp, rows, lag, length, offsets) -> (rows, offsets)
+    iaif_filters: Callable
+    gfm_filters: Callable
+    lpc_rows: Callable
+    inverse_filter: Callable
+    rfft_mag: Callable  # glottal._rfft_mag: the per-cycle and per-row spectra
+    mdq_dispersion: Callable
+    peak_slope: Callable
+    mfcc: Callable  # librosa_mfcc's signature
+
+
+NUMPY_KERNELS = Kernels(
+    nccf=nccf, iaif_filters=glottal.iaif_filters, gfm_filters=glottal.gfm_filters, lpc_rows=glottal.lpc_rows,
+    inverse_filter=glottal.inverse_filter, rfft_mag=glottal._rfft_mag, mdq_dispersion=glottal._mdq_dispersion,
+    peak_slope=glottal.peak_slope, mfcc=librosa_mfcc,
+)
+
+
+def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
+    """The config's backend; `device`: where the pipeline placed the extractor (the torch backend's "auto")."""
+    if cfg.backend == "numpy":
+        return NUMPY_KERNELS
+    from extractors import acoustic_torch  # torch only where asked for
+
+    k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
+    return Kernels(k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
+                   k.mdq_dispersion, k.peak_slope, k.mfcc)
+
+
+def periodicity(
+    x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int = 2, kernels: Kernels = NUMPY_KERNELS
+) -> np.ndarray:
     """Normalised cross-correlation of each row's 2-period (at least 10 ms) segment with the segment one tracked
     period later, maximised over lags within +-`search` samples of the period (integer lags; F0 is not rounded).
 
@@ -185,11 +239,13 @@ def periodicity(x_hp: np.ndarray, f0: np.ndarray, rows: np.ndarray, search: int 
     if rows.size == 0:
         return np.zeros(0)
     lag = np.round(FS_HZ / f0[rows]).astype(int)
-    r = nccf(x_hp, rows, lag, np.maximum(2 * lag, HOP), tuple(range(-search, search + 1)))
+    r = kernels.nccf(x_hp, rows, lag, np.maximum(2 * lag, HOP), tuple(range(-search, search + 1)))
     return np.maximum(r.max(axis=1), 0.0)
 
 
-def refine_f0(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> np.ndarray:
+def refine_f0(
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS
+) -> np.ndarray:
     """F0 of the voiced rows from the peak of the normalised cross-correlation near the tracked period, at
     sub-sample precision (a parabola through the peak lag and its two neighbours), with a segment of
     F0_REFINE_PERIODS tracked periods (at least 10 ms). A row keeps the tracker's F0 when the peak is more than
@@ -205,14 +261,14 @@ def refine_f0(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Covarep
     period = FS_HZ / f0[rows]
     lag = np.round(period).astype(int)
     length = np.maximum(np.round(F0_REFINE_PERIODS * period).astype(int), HOP)
-    r = nccf(x_hp, rows, lag, length, (-1, 0, 1))
+    r = kernels.nccf(x_hp, rows, lag, length, (-1, 0, 1))
     for _ in range(F0_REFINE_STEPS):  # walk to the peak where the tracked period is more than half a sample off
         step = np.where(r[:, 0] > r[:, 1], -1, np.where(r[:, 2] > r[:, 1], 1, 0))
         move = np.flatnonzero(step)
         if move.size == 0:
             break
         lag[move] += step[move]
-        r[move] = nccf(x_hp, rows[move], lag[move], length[move], (-1, 0, 1))
+        r[move] = kernels.nccf(x_hp, rows[move], lag[move], length[move], (-1, 0, 1))
     a, b, c = r.T
     curvature = a - 2 * b + c
     peak = (b > a) & (b > c) & (curvature < 0)
@@ -223,14 +279,15 @@ def refine_f0(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Covarep
 
 
 def voicing(
-    x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | float | None = None
+    x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | float | None = None,
+    kernels: Kernels = NUMPY_KERNELS,
 ) -> np.ndarray:
     """Voiced rows: F0 inside [floor, ceiling], 25 ms RMS above silence_dbfs and above `floor_dbfs` (per row: the
     relative gate of `relative_floor_dbfs`, computed on the whole clip), periodic at the tracked period."""
     voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & loud_rows(x, f0.size, cfg, floor_dbfs)
     if cfg.voicing_nccf > 0:
         rows = np.flatnonzero(voiced)
-        voiced[rows] = periodicity(x_hp, f0, rows) >= cfg.voicing_nccf
+        voiced[rows] = periodicity(x_hp, f0, rows, kernels=kernels) >= cfg.voicing_nccf
     return voiced
 
 
@@ -247,6 +304,7 @@ def grow_voicing(
     loud: np.ndarray,
     cfg: CovarepConfig,
     start: np.ndarray | None = None,
+    kernels: Kernels = NUMPY_KERNELS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Voiced runs extended row by row into loud rows the tracker left unvoiced: a row next to a voiced one is
     voiced when the signal repeats itself (NCCF >= voicing_nccf) at a lag within GROW_SEARCH of the neighbour's
@@ -275,7 +333,7 @@ def grow_voicing(
         lag = np.round(FS_HZ / ref).astype(int)
         reach = np.ceil(GROW_SEARCH * lag).astype(int)
         offsets = tuple(range(-int(reach.max()), int(reach.max()) + 1))
-        r = nccf(x_hp, rows, lag, np.maximum(2 * lag, HOP), offsets)
+        r = kernels.nccf(x_hp, rows, lag, np.maximum(2 * lag, HOP), offsets)
         r[np.abs(np.array(offsets))[None] > reach[:, None]] = -1.0
         best = r.argmax(axis=1)
         new_f0 = FS_HZ / (lag + np.array(offsets)[best])
@@ -292,7 +350,8 @@ def grow_voicing(
 
 
 def seed_voicing(
-    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, loud: np.ndarray, cfg: CovarepConfig
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, loud: np.ndarray, cfg: CovarepConfig,
+    kernels: Kernels = NUMPY_KERNELS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Loud rows the tracker left unvoiced, voiced where the signal is strongly periodic at some lag in
     [fs/ceiling, fs/floor]: the highest peak of the normalised autocorrelation (Boersma, "Accurate short-term analysis
@@ -350,7 +409,7 @@ def seed_voicing(
     rows, lag = rows[keep], lag[keep]
     trial = f0.copy()
     trial[rows] = FS_HZ / lag
-    ok = periodicity(x_hp, trial, rows) >= cfg.voicing_nccf
+    ok = periodicity(x_hp, trial, rows, kernels=kernels) >= cfg.voicing_nccf
     f0[rows[ok]] = trial[rows[ok]]
     voiced[rows[ok]] = True
     return f0, voiced
@@ -366,7 +425,8 @@ def f0_segments(f0: np.ndarray, voiced: np.ndarray) -> list[np.ndarray]:
 
 
 def harmonic_check(
-    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, loud: np.ndarray, cfg: CovarepConfig
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, loud: np.ndarray, cfg: CovarepConfig,
+    kernels: Kernels = NUMPY_KERNELS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Voiced segments tracked on a harmonic, moved to the fundamental. Two rules, per segment (`f0_segments`):
 
@@ -411,7 +471,8 @@ def harmonic_check(
             at = np.flatnonzero(row_k >= k)
             if at.size:
                 reach = 1 if k == 1 else 2 * k
-                r[at, k] = nccf(x_hp, rows[at], k * lag[at], length[at], tuple(range(-reach, reach + 1))).max(axis=1)
+                offsets = tuple(range(-reach, reach + 1))
+                r[at, k] = kernels.nccf(x_hp, rows[at], k * lag[at], length[at], offsets).max(axis=1)
         bounds = np.cumsum([0] + [p.size for p in picks])
         for i, j in enumerate(tested):
             median = np.median(r[bounds[i] : bounds[i + 1]], axis=0)
@@ -422,7 +483,8 @@ def harmonic_check(
             seg = segments[j]
             seg_lag = np.round(FS_HZ / f0[seg]).astype(int)
             offsets = np.arange(-2 * k, 2 * k + 1)
-            best = nccf(x_hp, seg, k * seg_lag, np.maximum(2 * k_max[j] * seg_lag, HOP), tuple(offsets)).argmax(axis=1)
+            length = np.maximum(2 * k_max[j] * seg_lag, HOP)
+            best = kernels.nccf(x_hp, seg, k * seg_lag, length, tuple(offsets)).argmax(axis=1)
             f0[seg] = np.clip(FS_HZ / (k * seg_lag + offsets[best]), cfg.f0_floor_hz, cfg.f0_ceil_hz)
     segments = f0_segments(f0, voiced)  # 2. islands, on the F0 after the subharmonic test
     island = np.zeros(voiced.size, bool)
@@ -441,7 +503,7 @@ def harmonic_check(
     if island.any():
         voiced &= ~island
         start &= voiced
-        f0, voiced = grow_voicing(x_hp, f0, voiced, loud, cfg, start=start)
+        f0, voiced = grow_voicing(x_hp, f0, voiced, loud, cfg, start=start, kernels=kernels)
     return f0, voiced
 
 
@@ -465,21 +527,16 @@ def rms_dbfs(x: np.ndarray, n_rows: int, win: int = 400) -> np.ndarray:
     return 10 * np.log10((c[start + win] - c[start]) / win + 1e-20)
 
 
-def mfcc_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
-    """(n_rows, n_mfcc): the librosa call documented in docs/acoustic.md, on the signal from half a hop on."""
-    mel = librosa.feature.melspectrogram(
-        y=np.asarray(x[HOP // 2 :], dtype=np.float64), sr=FS_HZ, n_fft=512, hop_length=HOP, win_length=400,
-        window="hann", center=True, pad_mode="constant", power=2.0, n_mels=cfg.n_mels,
-        fmin=cfg.mfcc_fmin_hz, fmax=FS_HZ / 2,
-    )  # fmt: skip
-    mfcc = librosa.feature.mfcc(S=librosa.power_to_db(mel, top_db=None), n_mfcc=cfg.n_mfcc).T
+def mfcc_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS) -> np.ndarray:
+    """(n_rows, n_mfcc): `librosa_mfcc` (or its torch twin) on the signal from half a hop on."""
+    mfcc = kernels.mfcc(x[HOP // 2 :], FS_HZ, HOP, cfg.n_mels, cfg.mfcc_fmin_hz, cfg.n_mfcc)
     out = np.zeros((n_rows, cfg.n_mfcc))
     out[: min(n_rows, len(mfcc))] = mfcc[:n_rows]
     return out
 
 
 def glottal_flow(
-    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(flow derivative, GCI sample positions, polarity) for one block; the derivative is polarity-corrected."""
     n_rows = voiced.size
@@ -490,8 +547,8 @@ def glottal_flow(
     p_vt = 2 * round(FS_HZ / 2000) + 4
     a_vt = np.tile(np.eye(1, p_vt + 1), (n_rows, 1))
     if near_voiced.any():
-        a_vt[near_voiced] = glottal.iaif_filters(x_hp, centres[near_voiced], FS_HZ, cfg.iaif_leak, cfg.lpc_method)
-    dg = glottal.inverse_filter(x_hp, a_vt, HOP)
+        a_vt[near_voiced] = kernels.iaif_filters(x_hp, centres[near_voiced], FS_HZ, cfg.iaif_leak, cfg.lpc_method)
+    dg = kernels.inverse_filter(x_hp, a_vt, HOP)
     polarity = glottal.polarity(dg, centres[voiced], FS_HZ)
     dg *= polarity
     gcis = glottal.detect_gcis(dg, f0, voiced, HOP, FS_HZ)
@@ -500,32 +557,33 @@ def glottal_flow(
         # QCP's weights need GCIs: those found on IAIF's flow derivative (re-detecting them on QCP's output moved
         # NAQ by <= 4 points on the LF vowels and costs another pass: not done)
         a_vt[near_voiced] = glottal.qcp_filters(x_hp, centres[near_voiced], weight, FS_HZ)
-        dg = polarity * glottal.inverse_filter(x_hp, a_vt, HOP)
+        dg = polarity * kernels.inverse_filter(x_hp, a_vt, HOP)
     return dg, gcis, polarity
 
 
-def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig) -> dict[str, np.ndarray]:
+def glottal_rows(
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS
+) -> dict[str, np.ndarray]:
     """NAQ, QOQ, H1-H2, HRF, PSP, MDQ, Rd per row (NaN where unvoiced or no glottal cycle is near the row)."""
     n_rows = voiced.size
     out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
     if not voiced.any():
         return out
-    dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg)
+    dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
     g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
     if gcis.size >= 3:
-        cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz))
+        cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz), rfft_mag=kernels.rfft_mag)
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
         out["rd"] = glottal.to_rows(cyc["centre"], glottal.rd_from_naq(cyc["naq"]), n_rows, HOP, max_dist)
         centres = np.arange(n_rows) * HOP + HOP // 2
         a_lp = np.tile(np.eye(1, 19), (n_rows, 1))  # LP residual for MDQ: order fs/1000 + 2, 25 ms frames
-        a_lp[voiced] = glottal.lpc_rows(glottal.windows(x_hp, centres[voiced] - 200, 400), 18, cfg.lpc_method)
-        residual = polarity * glottal.inverse_filter(x_hp, a_lp, HOP)
-        out["mdq"] = glottal.to_rows(
-            gcis.astype(float), glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz), n_rows, HOP, max_dist
-        )
+        a_lp[voiced] = kernels.lpc_rows(glottal.windows(x_hp, centres[voiced] - 200, 400), 18, cfg.lpc_method)
+        residual = polarity * kernels.inverse_filter(x_hp, a_lp, HOP)
+        mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
+        out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
     if cfg.harmonic_filter == "gfm":
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]
@@ -538,13 +596,13 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
         fit[1:] |= near_voiced[:-1]
         fit[:-1] |= near_voiced[1:]
         fit &= np.arange(n_rows) % 2 == 0
-        a_gfm[fit] = glottal.gfm_filters(x_hp, centres[fit], FS_HZ, cfg.iaif_leak)
+        a_gfm[fit] = kernels.gfm_filters(x_hp, centres[fit], FS_HZ, cfg.iaif_leak)
         mid = np.flatnonzero(near_voiced & ~fit)
         lo, hi = fit[mid - 1, None], fit[np.minimum(mid + 1, n_rows - 1), None]
         left, right = a_gfm[mid - 1], a_gfm[np.minimum(mid + 1, n_rows - 1)]
         a_gfm[mid] = np.where(lo & hi, (left + right) / 2, np.where(lo, left, right))
-        dg = glottal.inverse_filter(x_hp, a_gfm, HOP)  # harmonic magnitudes: polarity does not matter
-    harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ)
+        dg = kernels.inverse_filter(x_hp, a_gfm, HOP)  # harmonic magnitudes: polarity does not matter
+    harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
     for name, values in harm.items():
         out[name][voiced] = values
     for name in GLOTTAL_COLUMNS:
@@ -552,46 +610,50 @@ def glottal_rows(x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: Cova
     return out
 
 
-def peak_slope_rows(x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
+def peak_slope_rows(x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS) -> np.ndarray:
     """Peak slope per row; a tilt needs signal: rows whose high-passed 25 ms RMS is below silence_dbfs (digital
     silence, DC, rumble) get NaN."""
-    return np.where(rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, glottal.peak_slope(x_hp, n_rows, HOP), np.nan)
+    return np.where(rms_dbfs(x_hp, n_rows) > cfg.silence_dbfs, kernels.peak_slope(x_hp, n_rows, HOP), np.nan)
 
 
 def track(
-    x: np.ndarray, x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None
+    x: np.ndarray, x_hp: np.ndarray, n_rows: int, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None,
+    kernels: Kernels = NUMPY_KERNELS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(F0 in Hz, 0 where the tracker gave none; voiced mask) of a block: tracker, voicing decision, grown runs,
     autocorrelation seeds, grown runs, harmonic check, refinement. `floor_dbfs` as in analyse_block."""
     f0 = f0_rows(x, n_rows, cfg)
     if floor_dbfs is None:
         floor_dbfs = relative_floor_dbfs(x, n_rows, cfg)
-    voiced = voicing(x, x_hp, f0, cfg, floor_dbfs)
+    voiced = voicing(x, x_hp, f0, cfg, floor_dbfs, kernels)
     loud = loud_rows(x, n_rows, cfg, floor_dbfs)
-    f0, voiced = grow_voicing(x_hp, f0, voiced, loud, cfg)
+    f0, voiced = grow_voicing(x_hp, f0, voiced, loud, cfg, kernels=kernels)
     if cfg.seed_acf > 0:
-        f0, seeded = seed_voicing(x_hp, f0, voiced, loud, cfg)
+        f0, seeded = seed_voicing(x_hp, f0, voiced, loud, cfg, kernels)
         if (seeded & ~voiced).any():
-            f0, voiced = grow_voicing(x_hp, f0, seeded, loud, cfg, start=seeded & ~voiced)
+            f0, voiced = grow_voicing(x_hp, f0, seeded, loud, cfg, start=seeded & ~voiced, kernels=kernels)
     if cfg.harmonic_check:
-        f0, voiced = harmonic_check(x_hp, f0, voiced, loud, cfg)
+        f0, voiced = harmonic_check(x_hp, f0, voiced, loud, cfg, kernels)
     if cfg.f0_refine:
-        f0 = refine_f0(x_hp, f0, voiced, cfg)
+        f0 = refine_f0(x_hp, f0, voiced, cfg, kernels)
     return f0, voiced
 
 
-def analyse_block(x: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None) -> np.ndarray:
+def analyse_block(
+    x: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None, kernels: Kernels = NUMPY_KERNELS
+) -> np.ndarray:
     """(len(x) // HOP, D) rows for one block whose first sample sits on a row boundary; `floor_dbfs`: the block's
-    rows of `relative_floor_dbfs` (computed on the whole clip; None = computed on this block alone)."""
+    rows of `relative_floor_dbfs` (computed on the whole clip; None = computed on this block alone); `kernels`:
+    the backend's (the default is the numpy reference, whatever cfg.backend says)."""
     n_rows = x.size // HOP
     x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
     x_hp = glottal.highpass(x, FS_HZ)
-    f0, voiced = track(x, x_hp, n_rows, cfg, floor_dbfs)
-    cols = glottal_rows(x_hp, f0, voiced, cfg)
+    f0, voiced = track(x, x_hp, n_rows, cfg, floor_dbfs, kernels)
+    cols = glottal_rows(x_hp, f0, voiced, cfg, kernels)
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
-    cols["peak_slope"] = peak_slope_rows(x_hp, n_rows, cfg)
-    mfcc = mfcc_rows(x, n_rows, cfg)
+    cols["peak_slope"] = peak_slope_rows(x_hp, n_rows, cfg, kernels)
+    mfcc = mfcc_rows(x, n_rows, cfg, kernels)
     names = Covarep.columns(cfg)
     return np.column_stack([cols[c] for c in names[: -cfg.n_mfcc]] + [mfcc])
 
@@ -602,7 +664,15 @@ class Covarep(Extractor[CovarepConfig]):
     version = "7"
     config_type = CovarepConfig
     input_kind = "audio"
-    uses_gpu = False
+    uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)
+
+    def __init__(self, config: CovarepConfig, device: str = "cpu") -> None:
+        super().__init__(config, device)
+        self.kernels = kernels_for(config, device)
+
+    @classmethod
+    def wants_gpu(cls, config: CovarepConfig) -> bool:
+        return config.backend == "torch" and config.device != "cpu"
 
     @classmethod
     def columns(cls, config: CovarepConfig) -> list[str]:
@@ -632,7 +702,8 @@ class Covarep(Extractor[CovarepConfig]):
             r1 = min(n_rows, r0 + step)
             a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
             block_floor = None if floor_dbfs is None else floor_dbfs[a:b]
-            features[r0:r1] = analyse_block(padded[a * HOP : b * HOP], self.config, block_floor)[r0 - a : r1 - a]
+            block = analyse_block(padded[a * HOP : b * HOP], self.config, block_floor, self.kernels)
+            features[r0:r1] = block[r0 - a : r1 - a]
         if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
             features[:, self.columns(self.config).index("peak_slope")] = np.nan
         intervals = rate_intervals(n_rows, FS_HZ / HOP, x.duration_s)  # from integers: no float-noise overlaps

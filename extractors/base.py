@@ -66,6 +66,9 @@ class Frames:
     # how the stored pictures became the displayed ones (pipeline/picture.py `View.attrs`): stored size, SAR,
     # displayed size, rotation; recorded per item by the visual extractors
     picture: dict[str, Any] = field(default_factory=dict)
+    # where the file's other streams end, when the video ends well before them (shorter by design, not damage:
+    # the rows end at `duration_s`, nothing is missing); None otherwise
+    streams_end_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
@@ -114,6 +117,7 @@ class Audio:
     duration_s: float
     # (M, 2) seconds that could not be decoded (damaged data), silent in `samples`; rows there are dropped
     missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    streams_end_s: float | None = None  # as `Frames.streams_end_s`: the audio track is the shorter stream
 
     def __post_init__(self) -> None:
         if self.samples.ndim != 1 or self.samples.dtype != np.float32:
@@ -169,6 +173,12 @@ class Extractor(ABC, Generic[C]):
         # set by the model actor: "auto" batch sizes are then measured there (extractors/calibrate.py); a
         # direct call keeps each extractor's fixed default
         self.calibrator: Any = None
+
+    @classmethod
+    def wants_gpu(cls, config: C) -> bool:
+        """Whether this config's actors go on the GPUs of a node that has them (pipeline/runner.py's actor_plan):
+        `uses_gpu`, unless the extractor lets its config choose (covarep's torch backend)."""
+        return cls.uses_gpu
 
     @classmethod
     def weights_id(cls, config: C) -> str:

@@ -46,6 +46,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from atomicio import atomic_write
+
 log = logging.getLogger(__name__)
 
 ENV_FILE = "SIQ_CALIBRATION_FILE"  # where the cache lives; SIQ_* variables reach Ray workers (pipeline/run.py)
@@ -487,9 +489,7 @@ class Calibrator:
             data = self._read()
             data[key] = value
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True), durable=False)  # a cache: see atomicio
         except OSError as e:  # a read-only home: the choice still holds for this run
             log.warning("calibration cache %s not written: %s", self.path, e)
 

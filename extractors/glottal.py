@@ -350,17 +350,19 @@ def _rfft_mag(rows: np.ndarray, nfft: int, n_bins: int, chunk: int = 128) -> np.
     return out
 
 
-def _spectrum_db(pulses: np.ndarray, nfft: int, n_bins: int) -> np.ndarray:
-    return 20 * np.log10(_rfft_mag(pulses, nfft, n_bins) + 1e-9)
+def _spectrum_db(pulses: np.ndarray, nfft: int, n_bins: int, rfft_mag=None) -> np.ndarray:
+    return 20 * np.log10((rfft_mag or _rfft_mag)(pulses, nfft, n_bins) + 1e-9)
 
 
 def cycle_params(
-    g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_range_hz: tuple[float, float], chunk: int = 128
+    g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_range_hz: tuple[float, float], chunk: int = 128,
+    rfft_mag=None,
 ) -> dict:
     """NAQ, QOQ, PSP per cycle [gci_k, gci_k+1]; 'centre' is each cycle's midpoint in samples.
 
     Cycles are measured in chunks of `chunk` (each chunk's (cycles, width) arrays stay in cache: about 1.5x faster
-    on a minute of speech); every step is per cycle over the same `width` samples, so the chunking changes no bit."""
+    on a minute of speech); every step is per cycle over the same `width` samples, so the chunking changes no bit.
+    `rfft_mag`: the spectrum kernel (`_rfft_mag`, or the torch backend's)."""
     start, length = gcis[:-1], np.diff(gcis)
     keep = (length >= fs / f0_range_hz[1] * 0.8) & (length <= fs / f0_range_hz[0] * 1.2)
     start, length = start[keep], length[keep]
@@ -370,10 +372,11 @@ def cycle_params(
     n_bins = PSP_NFFT // 8
     for c in range(0, start.size, chunk):
         part = slice(c, c + chunk)
-        naq[part], qoq[part], a[part] = _cycle_chunk(g, dg, start[part], length[part], width, shift, n_bins)
+        naq[part], qoq[part], a[part] = _cycle_chunk(g, dg, start[part], length[part], width, shift, n_bins,
+                                                   rfft_mag)
     uniq, inv = np.unique(length, return_inverse=True)
     boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
-    a_max = psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins))[inv]
+    a_max = psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins, rfft_mag))[inv]
     psp = a / a_max
     # A pulse whose spectrum falls faster near DC than a flat (DC) flow of the same length has more of its mass at
     # the cycle's edges than inside: no glottal pulse (a GCI off the closed phase). Undefined, not clipped.
@@ -387,7 +390,8 @@ def cycle_params(
 
 
 def _cycle_chunk(
-    g: np.ndarray, dg: np.ndarray, start: np.ndarray, length: np.ndarray, width: int, shift: int, n_bins: int
+    g: np.ndarray, dg: np.ndarray, start: np.ndarray, length: np.ndarray, width: int, shift: int, n_bins: int,
+    rfft_mag=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(NAQ, QOQ, PSP's parabola coefficient before normalisation) of the cycles starting at `start`."""
     n = np.arange(width)
@@ -406,11 +410,12 @@ def _cycle_chunk(
     with np.errstate(divide="ignore", invalid="ignore"):
         naq = f_ac / (d_peak * length)
         pulse = np.where(inside, comp / f_ac[:, None], 0.0)  # the drift-free pulse scaled to [0, 1]
-    return naq, (right - left) / length, psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins))
+    return naq, (right - left) / length, psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins, rfft_mag))
 
 
-def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: int, fs: int) -> dict:
-    """H1-H2 (dB) and HRF (dB) for `rows` from a 3-period Hamming-windowed flow derivative centred on each row."""
+def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: int, fs: int, rfft_mag=None) -> dict:
+    """H1-H2 (dB) and HRF (dB) for `rows` from a 3-period Hamming-windowed flow derivative centred on each row;
+    `rfft_mag` as in cycle_params."""
     f0 = f0_rows[rows]
     lengths = np.round(3 * fs / f0).astype(int)
     width = int(lengths.max(initial=1))
@@ -421,7 +426,7 @@ def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: 
     half = np.maximum(1, np.round(0.25 * f0 * SPEC_NFFT / fs)).astype(int)
     # bins above HRF_MAX_HZ plus the widest search half-width are never read: don't take their magnitude
     n_bins = min(SPEC_NFFT // 2 + 1, round(HRF_MAX_HZ * SPEC_NFFT / fs) + int(half.max(initial=1)) + 2)
-    mag = _rfft_mag(seg * ham, SPEC_NFFT, n_bins)
+    mag = (rfft_mag or _rfft_mag)(seg * ham, SPEC_NFFT, n_bins)
     for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-F0/4 of k*F0
         sel = half == w
         mag[sel] = maximum_filter1d(mag[sel], 2 * w + 1, axis=1, mode="nearest")
@@ -458,8 +463,12 @@ def wavelet_bands(x: np.ndarray, scales: list[int], nfft: int = 8192) -> np.ndar
     return out
 
 
-def mdq(residual: np.ndarray, gcis: np.ndarray, max_period: float) -> np.ndarray:
-    """Maxima dispersion quotient per GCI (Kane & Gobl 2013): mean |argmax - GCI| over 5 bands / T0, search 0.2*T0."""
+MDQ_SCALES = (4, 8, 16, 32, 64)  # 2 kHz .. 125 Hz at 16 kHz
+
+
+def mdq(residual: np.ndarray, gcis: np.ndarray, max_period: float, dispersion=None) -> np.ndarray:
+    """Maxima dispersion quotient per GCI (Kane & Gobl 2013): mean |argmax - GCI| over 5 bands / T0, search 0.2*T0.
+    `dispersion`: the kernel giving the mean |argmax - GCI| (`_mdq_dispersion`, or the torch backend's)."""
     out = np.full(gcis.size, np.nan)
     gaps = np.diff(gcis).astype(float)
     gaps[gaps > max_period] = np.nan  # a gap between voiced runs is no period
@@ -469,16 +478,20 @@ def mdq(residual: np.ndarray, gcis: np.ndarray, max_period: float) -> np.ndarray
     if not ok_gci.any():
         return out
     gcis, t0 = gcis[ok_gci], t0[ok_gci]
-    bands = wavelet_bands(residual, [4, 8, 16, 32, 64])  # 2 kHz .. 125 Hz at 16 kHz
-    search = np.round(0.2 * t0).astype(int)
+    out[ok_gci] = (dispersion or _mdq_dispersion)(residual, gcis, np.round(0.2 * t0).astype(int)) / t0
+    return out
+
+
+def _mdq_dispersion(residual: np.ndarray, gcis: np.ndarray, search: np.ndarray) -> np.ndarray:
+    """Per GCI: the mean over MDQ_SCALES' bands of |position of the band's maximum within +-search - GCI|."""
+    bands = wavelet_bands(residual, list(MDQ_SCALES))
     offsets = np.arange(-search.max(), search.max() + 1)
     ok = np.abs(offsets)[None] <= search[:, None]
     dist = np.zeros(gcis.size)
     for band in bands:  # (the -cos wavelet turns the residual's negative closure peak into a maximum)
         vals = np.where(ok, windows(band, gcis - search.max(), offsets.size), -np.inf)
         dist += np.abs(offsets[vals.argmax(axis=1)])
-    out[ok_gci] = dist / len(bands) / t0
-    return out
+    return dist / len(bands)
 
 
 def peak_slope(x: np.ndarray, n_rows: int, hop: int) -> np.ndarray:

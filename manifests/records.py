@@ -12,6 +12,8 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, field_validator, model_validator
 
+from atomicio import atomic_path
+
 Split = Literal["train", "val", "test", "unknown"]
 # The releases' own names for the splits -> the stored split (SocialIQA's "dev" and Social-IQ 1.0's "valid" are "val")
 SPLIT_NAMES: dict[str, Split] = {"train": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val",
@@ -140,11 +142,10 @@ R = TypeVar("R", bound=_Record)
 
 
 def write_jsonl(path: Path, records: Iterable[_Record]) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    with tmp.open("w") as f:
+    """One record a line, written whole (atomicio: durable, a manifest is the store's truth)."""
+    with atomic_path(path) as tmp, tmp.open("w") as f:
         for r in records:
             f.write(r.model_dump_json() + "\n")
-    tmp.replace(path)
 
 
 def read_jsonl_all(path: Path, kind: type[R]) -> list[R]:

@@ -2,4 +2,4 @@ import sys
 
 from pipeline.cli import main
 
-sys.exit(main())
+sys.exit(main(supervised=True))

@@ -70,7 +70,7 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[An
 
 def _new_meta(item: MediaItem) -> dict[str, Any]:
     return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
-            "missing": {}, "segments": {}, "node": node_id(), "calls": []}
+            "missing": {}, "shorter": {}, "segments": {}, "node": node_id(), "calls": []}
 
 
 def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None) -> tuple[Any, int]:
@@ -84,6 +84,8 @@ def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
     meta["durations"][kind] = getattr(value, "duration_s", None)
     if len(getattr(value, "missing_s", ())):  # damaged data: these seconds have no rows
         meta["missing"][kind] = np.round(value.missing_s, 6).tolist()
+    if getattr(value, "streams_end_s", None) is not None:  # a shorter stream: its own end, and the file's
+        meta["shorter"][kind] = round(float(value.streams_end_s), 6)
 
 
 def node_id() -> str | None:

@@ -164,7 +164,9 @@ def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
                     sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
                     "a hole in the track's timestamps")
     cut_at = truncated_end_s(declared_end, data_end, end_s + track.origin_s)
+    others_end = None
     if cut_at is None and declared_end is not None and declared_end - track.origin_s - end_s > TAIL_MIN_S:
+        others_end = round(declared_end - track.origin_s, 6)
         log.info("%s: the audio track ends at %.2f s, before the file's other streams (%.2f s): a shorter track, not "
                  "damage; the audio lasts %.2f s", path, end_s, declared_end - track.origin_s, end_s)
     if cut_at is not None:
@@ -179,4 +181,5 @@ def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
     if samples.size == 0:
         raise InputError(f"{path}: audio track is empty")
     missing = np.array(track.missing_s, np.float64).reshape(-1, 2)
-    return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing)
+    return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing,
+                 streams_end_s=others_end)

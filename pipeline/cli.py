@@ -247,7 +247,10 @@ def _remove_empty(folders: list[Path]) -> None:
             continue
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, supervised: bool = False) -> int:
+    """`supervised`: this process is the command line (`python -m pipeline`): `extract` runs its driver as a
+    child process of this one (pipeline/supervise.py), which reports whatever way the driver ends. A caller
+    that runs `main` inside its own process (a test) leaves it False: `extract` runs right here."""
     parser = argparse.ArgumentParser(prog="siqfeat", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="debug lines, and Ray's token-authentication note (quiet by default)")
@@ -315,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
+    if args.func is _extract and supervised:
+        from pipeline import supervise
+
+        if supervise.wanted() and (code := supervise.supervise(Path(args.out), args.verbose)) is not None:
+            return code  # the parent's; the driver (a fork) goes on below
     if args.func is not _weights:  # the one command that downloads (text models from the Hugging Face hub)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.func is _extract and not args.verbose:

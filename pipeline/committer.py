@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline import supervise
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class Committer:
             return
         started, cpu0 = time.time(), time.thread_time()
         errors = self._write(feature, batch.pairs)
+        if len(errors) < len(batch.pairs):  # for the command line's parent, should the driver end now
+            supervise.note_commit(feature, [item for item, _, _ in batch.pairs if item not in errors])
         record = {"stage": f"commit:{feature}", "start_s": started, "end_s": time.time(),
                   "cpu_s": time.thread_time() - cpu0, "units": float(len(batch.pairs)), "items": len(batch.pairs),
                   "unit": "items"}

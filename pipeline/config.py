@@ -99,7 +99,8 @@ class RunConfig(BaseModel):
 
 
 def load_config(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """A preset name (pipeline/configs/<name>.toml) or a TOML file path."""
+    """A preset name (pipeline/configs/<name>.toml) or a TOML file path; `overrides` replace its keys, a dotted
+    key one nested value ("features.acoustic.backend")."""
     path = Path(name_or_path)
     if not path.suffix:
         path = CONFIG_DIR / f"{name_or_path}.toml"
@@ -107,5 +108,10 @@ def load_config(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
         presets = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
         raise FileNotFoundError(f"no config {name_or_path!r}: not a file, nor one of the presets {presets}")
     data = tomllib.loads(path.read_text())
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
     return RunConfig.model_validate(data)

@@ -46,6 +46,8 @@ def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | No
     if missing is not None:
         m = np.clip(np.asarray(missing, np.float64).reshape(-1, 2) - start_s, 0.0, clip_s)
         changes["missing_s"] = m[m[:, 1] > m[:, 0]]
+    if getattr(audio, "streams_end_s", None) is not None:  # a clip's own end is its cut's, not the file's
+        changes["streams_end_s"] = None
     return dataclasses.replace(audio, **changes)
 
 

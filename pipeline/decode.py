@@ -14,6 +14,11 @@ the next P-frame and the B-frame shown before it, their PTS guessed by the demux
 any other stream whose decoded PTS turn out missing or out of order. The decoder starts at the file's first
 picture, so in a clip cut from such a file the n-th picture out is still the file's n-th.
 
+Decoding only what the choice needs (bit-exact with decoding everything): unwanted non-reference pictures are
+skipped, decoding stops at the last chosen picture, and in H.264 the packets after a GOP's last chosen picture up
+to the next IDR keyframe go undecoded (`_GopTails`). `plan_rows` is the choice alone (demuxing): pipeline/nvdec.py
+decodes the same frames on the GPU.
+
 Segments (long videos): each segment decodes from the last keyframe at or before its first frame (found in the
 demuxing pass; the seek goes back further until the demuxer lands at or before it, which MPEG-TS's
 timestamp search does not promise) and drops what it decodes before its first frame, so its rows and pictures
@@ -79,6 +84,10 @@ log = logging.getLogger(__name__)
 # lavf flags the packets corrupt) say so themselves; AVI is left out (OpenDML index chunks lie between packets).
 SKIP_MIN_BYTES = 1024
 RESYNCING_FORMATS = {"matroska", "flv"}
+# the fast pass skips GOP tails (`_GopTails`) and unwanted non-reference pictures (libavcodec's skip_frame NONREF):
+# switches for the benchmark and the tests that compare with and without
+GOP_TAILS = True
+SKIP_NONREF = True
 SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; then decoding starts at the file's start
 # enters every frames/audio fingerprint: bump when decoding gives different samples for the same file
 # (2: streams that start late keep their place on the container's timeline; 3: PyAV instead of decord,
@@ -141,6 +150,8 @@ class _Timing:
     after_skip: frozenset[int] = frozenset()
     before_skip: frozenset[int] = frozenset()  # the video packet read last before a skip: damaged itself
     cut_short: dict[int, int] = dataclasses.field(default_factory=dict)
+    others_end_s: float | None = None  # the file's other streams' end (clip seconds) when this stream is shorter
+    idr: frozenset[int] = frozenset()  # H.264: the PTS of the keyframes that are IDR pictures (`_GopTails`)
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
@@ -163,6 +174,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     import av
 
     pts, ends, keys = [], [], []
+    idr: set[int] = set()
+    nal_length = _avcc_nal_length(stream) if stream.codec_context.codec.canonical_name == "h264" else None
     data_end: float | None = None
     resyncs = bool(RESYNCING_FORMATS & set(container.format.name.split(",")))
     byte_end, skipped, read_last = None, False, None
@@ -196,6 +209,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
                 continue
             if packet.is_keyframe:
                 keys.append((packet.pts, packet.dts if packet.dts is not None else packet.pts))
+                if nal_length is not None and _h264_idr(bytes(packet), nal_length):
+                    idr.add(packet.pts)
             if not packet.is_discard:
                 pts.append(packet.pts)
                 ends.append(packet.pts + max(0, packet.duration or 0))
@@ -213,7 +228,8 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
     base = _Timing(ticks, ticks, 1 / float(stream.average_rate or stream.guessed_rate or 25), 0.0,
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
                    origin_s(container), declared_end_s(container), data_end,
-                   after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short)
+                   after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short,
+                   idr=frozenset(idr))
     if after_skip:
         log.warning("%s: damaged data: the demuxer skipped %d stretch(es) of bytes (first before the frame at PTS "
                     "%d): the pictures that depend on them are missing", path, len(after_skip), min(after_skip))
@@ -222,6 +238,7 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
             and base.container_end_s - base.origin_s - timing.end_s > TAIL_MIN_S:
         log.info("%s: the video stream ends at %.2f s, before the file's other streams (%.2f s): a shorter stream, "
                  "not damage; its rows end there", path, timing.end_s, base.container_end_s - base.origin_s)
+        timing = dataclasses.replace(timing, others_end_s=base.container_end_s - base.origin_s)
     return timing
 
 
@@ -322,8 +339,11 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
         key_pts: set[int] = set()
         events: list[tuple[int, bool]] = []
         damaged = False  # display-order mode: since the last damage, no keyframe's picture came out yet
+        tails = _GopTails(timing.idr, wanted) if fast and timing.idr and GOP_TAILS else None
         try:
             for packet in packets:
+                if tails is not None and tails.drop(packet):
+                    continue
                 if packet.pts is not None:
                     at[packet.pts] = len(order)
                     order.append(packet.pts)
@@ -336,7 +356,11 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                     corrupt.add(packet.pts)
                     events.append((len(order) - 1, True))
                     damaged = True
-                if fast:
+                if fast and SKIP_NONREF:
+                    # an unwanted picture no other picture refers to: the decoder parses its slice header and
+                    # goes no further (h264: after a frame's first slice, so a second field is never skipped alone;
+                    # HEVC: the _N NAL types). Dropping the packet before the decoder saves no more than noise
+                    # (docs/scale.md, issue 37), and would have to know fields and parameter sets itself.
                     context.skip_frame = "DEFAULT" if packet.pts is None or packet.pts in wanted else "NONREF"
                 try:
                     frames = packet.decode()
@@ -371,6 +395,8 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                     intact.add(pts)
                     if pts in wanted and pts not in pictures:
                         pictures[pts] = view.rgb(frame)  # the one place a frame becomes RGB
+                if tails is not None:
+                    tails.fed(packet.pts, pictures)
                 # the decoder gives frames in presentation order: past the span's end, nothing it needs comes
                 if (fast and len(pictures) == len(wanted)) or (span and last is not None and last > span[1]):
                     break
@@ -383,6 +409,70 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
             pictures.pop(pts, None)
             intact.discard(pts)
     return pictures, intact, errors
+
+
+class _GopTails:
+    """The fast pass's GOP tails (H.264): once every wanted picture shown before the next IDR keyframe is out, the
+    packets up to that keyframe are dropped undecoded. An IDR picture empties the decoder's references, so nothing
+    from it on refers to what was dropped and every picture after it is, bit for bit, what a full decode gives
+    (a keyframe that is not an IDR, a recovery point, may be followed by pictures that refer back: no skip there).
+    Plain ints per packet (no numpy): a 64x48 picture decodes in ~40 us, and this runs for every packet."""
+
+    def __init__(self, idr: frozenset[int], wanted: set[int]) -> None:
+        self.idr = sorted(idr)
+        self.wanted = sorted(wanted)
+        # how many wanted pictures are shown before each IDR keyframe
+        self.before = np.searchsorted(np.asarray(self.wanted, np.int64), self.idr).tolist()
+        self.next = 0  # idr[next]: the first IDR keyframe after every PTS fed so far
+        self.done = 0  # wanted[:done] are out (the decoder gives pictures in display order)
+        self.skip_to: int | None = None  # dropping packets until the IDR keyframe with this PTS
+
+    def drop(self, packet: Any) -> bool:
+        """Whether `packet` goes undecoded (never the demuxer's final empty packet, which flushes the decoder)."""
+        if self.skip_to is None or not packet.size:
+            return False
+        if packet.pts == self.skip_to and packet.is_keyframe:
+            self.skip_to = None
+            return False
+        return True
+
+    def fed(self, pts: int | None, pictures: dict[int, np.ndarray]) -> None:
+        """After a packet went through the decoder: start skipping when the wanted pictures before the next IDR
+        are all out."""
+        if pts is None:
+            return
+        while self.next < len(self.idr) and self.idr[self.next] <= pts:
+            self.next += 1
+        while self.done < len(self.wanted) and self.wanted[self.done] in pictures:
+            self.done += 1  # (a wanted picture that never comes, lost to damage, stops the skipping: the slow pass)
+        if self.next < len(self.idr) and self.done >= self.before[self.next]:
+            self.skip_to = self.idr[self.next]
+
+
+def _avcc_nal_length(stream: Any) -> int:
+    """Bytes of the NAL unit length prefix of an H.264 stream stored as in MP4/Matroska (avcC extradata: its
+    lengthSizeMinusOne), 0 for Annex B start codes (MPEG-TS, raw)."""
+    extra = stream.codec_context.extradata or b""
+    return (extra[4] & 3) + 1 if len(extra) > 4 and extra[0] == 1 else 0
+
+
+def _h264_idr(data: bytes, nal_length: int) -> bool:
+    """Whether an H.264 packet holds an IDR slice (NAL unit type 5), its NAL units length-prefixed
+    (`nal_length` bytes) or, for 0, after 00 00 01 start codes."""
+    if nal_length == 0:
+        at = data.find(b"\x00\x00\x01")
+        while at >= 0 and at + 3 < len(data):
+            if data[at + 3] & 0x1F == 5:
+                return True
+            at = data.find(b"\x00\x00\x01", at + 3)
+        return False
+    at = 0
+    while at + nal_length < len(data):
+        size = int.from_bytes(data[at:at + nal_length], "big")
+        if data[at + nal_length] & 0x1F == 5:
+            return True
+        at += nal_length + size
+    return False
 
 
 def _tainted(order: list[int], keys: set[int], events: list[tuple[int, bool]]) -> set[int]:
@@ -489,12 +579,30 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
     return index, pictures, errors
 
 
-def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
-                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
-    """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
-    `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
-    Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
-    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
+@dataclass(frozen=True)
+class RowPlan:
+    """The rows of one segment of a video and the source frame each takes, before any pixel is decoded: what
+    the CPU path decodes next, and what a GPU decoder (pipeline/nvdec.py) is asked for, so both take the same
+    frames. `index[r]`: the frame (into `timing.ticks`) for row r, -1 for a row during which no frame shows."""
+
+    path: Path
+    view: picture.View
+    timing: _Timing
+    fps: float
+    stream_index: int
+    codec: str
+    pixel_format: str | None
+    intervals: np.ndarray
+    index: np.ndarray
+    played: np.ndarray
+    segments: int
+    span: tuple[int, int] | None  # (first PTS, last PTS) a segment of several decodes, None: the whole video
+
+
+def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
+              max_bytes: int | None = None, best_effort: bool = False) -> RowPlan:
+    """Demuxing alone (and the first frame, for the orientation): the rows of segment `segment` and the frame
+    each takes (the module docstring's rule); see `decode_frames_segment`."""
     path = existing(path, "video")
     with open_media(path) as container:  # its own pass: the orientation comes on the first decoded frame
         view = picture.probe_view(container, _video_stream(container, path), path)
@@ -502,6 +610,8 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
         stream = _video_stream(container, path)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         timing = _frame_times(container, stream, path)
+        stream_index, codec = stream.index, stream.codec_context.codec.canonical_name
+        pixel_format = stream.codec_context.format.name if stream.codec_context.format else None
     if best_effort or not timing.in_order:
         timing = _best_effort_timing(path, timing)
     if clip is not None:
@@ -518,35 +628,51 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
     starts, ticks = timing.starts, timing.ticks
     played = np.round(intervals[:, 0] * 1e6) < round(timing.end_s * 1e6)  # rows during which some frame shows
     index = np.full(len(intervals), -1)
-    errors: list[tuple[int, str]] = []
-    pictures: dict[int, np.ndarray] = {}
+    span = None
     if played.any():
         index[played] = pick_frames(starts, intervals[played])
         index = _within_rows(index, intervals, timing)
-        span = None
         if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
             first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
             last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
             span = (int(ticks[first]), int(ticks[last]))
+    return RowPlan(path, view, timing, fps, stream_index, codec, pixel_format, intervals, index, played,
+                   len(segments), span)
+
+
+def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
+                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
+    """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
+    `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
+    Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
+    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
+    plan = plan_rows(path, clip, segment, max_bytes, best_effort)
+    path, view, timing, intervals, index = plan.path, plan.view, plan.timing, plan.intervals, plan.index
+    errors: list[tuple[int, str]] = []
+    pictures: dict[int, np.ndarray] = {}
+    if plan.played.any():
         try:
-            index, pictures, errors = _pictures(path, index, intervals, view, timing, span)
+            index, pictures, errors = _pictures(path, index, intervals, view, timing, plan.span)
         except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
             log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
             return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
     keep = index >= 0
-    if not keep.any() and len(segments) == 1:
+    if not keep.any() and plan.segments == 1:
         why = f": {errors[0][1]}" if errors else ""
         raise InputError(f"{path}: no frame could be decoded{why}")
-    damaged = intervals[~keep & played]
+    damaged = intervals[~keep & plan.played]
     if len(damaged):
         where = ", ".join(f"{a:g}-{b:g} s" for a, b in damaged[:5]) + (" …" if len(damaged) > 5 else "")
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(damaged), len(intervals), where)
+    ticks = timing.ticks
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
               else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
-    frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=starts[index[keep]], source_fps=fps,
-                    duration_s=timing.duration_s, missing_s=intervals[~keep], picture=view.attrs())
-    return frames, len(segments)
+    frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=timing.starts[index[keep]],
+                    source_fps=plan.fps, duration_s=timing.duration_s, missing_s=intervals[~keep],
+                    picture=view.attrs(),
+                    streams_end_s=None if clip else timing.others_end_s)  # a clip's own end is its cut's
+    return frames, plan.segments
 
 
 def decode_transcript(item: MediaItem) -> Words:

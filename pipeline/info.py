@@ -25,8 +25,8 @@ from typing import Any
 
 from extractors.base import Extractor, get_extractor
 from pipeline import exitcodes
-from pipeline.report import spans_text
 from store import layout
+from store.partial import partial_record, spans_text
 from store.reader import Store, open_store
 
 
@@ -49,6 +49,9 @@ class FeatureInfo:
     filtered: list[dict[str, Any]] = field(default_factory=list)  # item, reason
     stale: list[dict[str, Any]] = field(default_factory=list)  # item, reason
     damaged: list[dict[str, Any]] = field(default_factory=list)  # item, part, problem
+    # items whose stream ends before the file's other streams (by design, not damage): item, duration_s,
+    # streams_end_s
+    shorter: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +127,10 @@ class StoreInfo:
             for p in f.partial:
                 lines.append(f"  PARTIAL {f.name}/{p['item']}: {p['missing_total_s']:g} s missing "
                              f"({spans_text(p['missing_s'])})")
+            for x in f.shorter:
+                own = f"{x['duration_s']:g}" if x["duration_s"] is not None else "?"
+                lines.append(f"  shorter stream {f.name}/{x['item']}: ends at {own} s, the file's other streams at "
+                             f"{x['streams_end_s']:g} s (not damage)")
             for x in f.filtered:
                 lines.append(f"  FILTERED {f.name}/{x['item']}: {x['reason']}")
             for x in f.stale:
@@ -234,7 +241,7 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
     for e in sorted(entries):
         problem = problems.get(e.part)
         if problem is not None:
-            info.damaged.append({"item": e.item, "part": str(store.path / name / "parts" / e.part), "problem": problem})
+            info.damaged.append({"item": e.item, "part": str(layout.part_dir(store.path, name, e.part)), "problem": problem})
             continue
         attrs = e.attrs()
         if e.spec_hash != spec:
@@ -248,11 +255,10 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
             info.filtered.append({"item": e.item, "reason": extractor_of(fa).filter_reason(attrs)})
         elif e.spec_hash == spec:
             info.items += 1
-        missing = attrs.get("missing_s") or []
-        if missing:
-            total = round(sum(b - a for a, b in missing), 6)
-            info.partial.append({"item": e.item, "file": (attrs.get("source") or {}).get("path"),
-                                 "missing_s": missing, "missing_total_s": total, "duration_s": e.duration_s})
+        if (partial := partial_record(name, e.item, attrs, e.duration_s)) is not None:
+            info.partial.append({k: v for k, v in partial.items() if k != "feature"})
+        if attrs.get("streams_end_s") is not None:
+            info.shorter.append({"item": e.item, "duration_s": e.duration_s, "streams_end_s": attrs["streams_end_s"]})
     info.failed = _failed(runs, name, set(state.entries) - {d["item"] for d in info.damaged})
     return info
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline import cluster, stop
+from pipeline import cluster, stop, supervise
 
 log = logging.getLogger("siqfeat")
 
@@ -41,8 +40,7 @@ _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 START_HINT = ("the machine may be too busy for Ray to start in time: run again when it is less loaded (nothing "
               "committed is recomputed); Ray's own logs are under /tmp/ray/session_latest/logs")
-LOST_HINT = ("something outside this run ended it (`ray stop` ends every Ray on the machine, whoever started it; "
-             "the out-of-memory killer: see `dmesg`): run again, only what is not committed is computed")
+LOST_HINT = supervise.LOST_HINT  # defined below this module (supervise reads it; raystart imports supervise)
 REMOTE_HINT = ("the cluster lost its head or this driver's node: check the cluster (`ray status`), then run again; "
                "only what is not committed is computed")
 
@@ -78,9 +76,10 @@ class _Session:
 
     def check(self) -> None:
         for name, proc in self.watched.items():
-            code = proc.poll()
+            code = _ended(proc)
             if code is not None:
-                raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({_how(code)})", LOST_HINT)
+                how = supervise.how_ended(code)
+                raise RayFailed(f"this run's Ray {name} (pid {proc.pid}) ended ({how})", LOST_HINT)
         if self.probe and time.monotonic() >= self.next_probe:
             self.next_probe = time.monotonic() + REMOTE_PROBE_S
             problem = _probe_cluster()
@@ -157,6 +156,7 @@ def start(address: str | None) -> Any:
                 log.warning("Ray did not start (%s): trying once more, waiting up to %d s", first, RETRY_WAIT_S)
         stop.reinstall()  # ray.init sets its own SIGTERM handler
     _session = _Session(ray, address)
+    supervise.note_ray({name: proc.pid for name, proc in _session.watched.items()})
     return ray
 
 
@@ -345,20 +345,19 @@ def _probe_cluster() -> str | None:
     return None
 
 
-def summary_line(failed: dict[str, Any], exit_code: int) -> str:
-    """The summary's last line for a run whose Ray failed (`RunReport.ray_failed`)."""
-    left = f"; {failed['not_computed']} planned pair(s) not computed" if failed.get("not_computed") is not None else ""
-    return (f"  RAY FAILED during {failed['during']}: {failed['what']}; committed pairs are kept{left}: "
-            f"{failed['hint']}: exit code {exit_code}")
-
-
-def _how(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+def _ended(proc: Any) -> int | None:
+    """The exit code of a watched process that ended (negative: the signal), None while it runs. It is left
+    unreaped (WNOWAIT): should Ray end the driver before the driver can report it (a dead raylet), the command
+    line's parent inherits it and reads how it ended (pipeline/supervise.py); `shutdown` reaps it."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, AttributeError):  # not this process's child (or no waitid): as Popen sees it
+        return proc.poll()
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
 
 
 def _first_line(e: BaseException) -> str:

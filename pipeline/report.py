@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import cluster, exitcodes, raystart
+from pipeline import cluster, exitcodes
 from pipeline.sources import manifest_summary
+from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
 
 
 @dataclass
@@ -29,11 +30,17 @@ class RunReport:
     # pairs committed with seconds that did not decode (damaged data, a truncated file): feature, item, file,
     # missing_s (the spans), missing_total_s, duration_s
     partial: list[dict[str, Any]] = field(default_factory=list)
+    # pairs committed from a stream that ends before the file's other streams (video 8 s over 11 s of audio): by
+    # design, not damage; feature, item, file, stream, duration_s (the stream's own end), streams_end_s
+    shorter: list[dict[str, Any]] = field(default_factory=list)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
     store_error: str | None = None  # the store could not be written (disk full): the run stopped there
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
     planned: dict[str, int] = field(default_factory=dict)  # feature -> pairs the plan gave to compute
     ray_failed: dict[str, Any] | None = None  # Ray did not start or died (pipeline/raystart.py): what, hint, during…
+    # the driver ended without saving this report (a bug's traceback, the out-of-memory killer), saved by the
+    # command line's parent process (pipeline/supervise.py): what, exit_code, during, not_computed
+    crashed: dict[str, Any] | None = None
     # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
     utilisation: dict[str, Any] = field(default_factory=dict)
 
@@ -46,6 +53,8 @@ class RunReport:
             return 128 + int(self.stopped["signum"])
         if self.ray_failed:
             return exitcodes.RAY
+        if self.crashed:
+            return int(self.crashed["exit_code"])
         if self.store_error:
             return exitcodes.STORE
         if any(c["failed"] for c in self.counts.values()):
@@ -74,10 +83,8 @@ class RunReport:
                          + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
             lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
-        for p in self.partial:  # done, but with seconds that have no rows
-            of = f" of {p['duration_s']:.2f}" if p["duration_s"] is not None else ""
-            lines.append(f"  PARTIAL {p['feature']}/{p['item']} {p['file'] or ''}: {p['missing_total_s']:.2f}{of} s "
-                         f"did not decode ({spans_text(p['missing_s'])})")
+        lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
+        lines += [shorter_line(s) for s in self.shorter]
         for feat, items in self.filtered.items():
             for item, why in sorted(items.items()):
                 lines.append(f"  FILTERED {feat}/{item}: {why}")
@@ -92,12 +99,33 @@ class RunReport:
             lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
                          f"the next run computes what is missing: exit code {self.exit_code}")
         elif self.ray_failed:
-            lines.append(raystart.summary_line(self.ray_failed, self.exit_code))
+            lines.append(ray_failed_line(self.ray_failed, self.exit_code))
+        elif self.crashed:
+            c = self.crashed
+            left = f"; {c['not_computed']} planned pair(s) not computed" if c.get("not_computed") is not None else ""
+            lines.append(f"  ENDED during {c['during']}: {c['what']}; committed pairs are kept{left}: "
+                         f"exit code {self.exit_code}")
         elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
+
+
+STREAMS = {"frames": "video", "audio": "audio"}  # input kind -> the stream of the file it is decoded from
+
+
+def shorter_record(feature: str, item: str, file: str | None, kind: str, duration_s: float | None,
+                   streams_end_s: float) -> dict[str, Any]:
+    return {"feature": feature, "item": item, "file": file, "stream": STREAMS.get(kind, kind),
+            "duration_s": duration_s, "streams_end_s": streams_end_s}
+
+
+def shorter_line(s: dict[str, Any]) -> str:
+    """A note: the pair's stream is shorter than the file by design; its rows end with it, nothing is missing."""
+    own = f"{s['duration_s']:.2f}" if s["duration_s"] is not None else "?"
+    return (f"  shorter stream {s['feature']}/{s['item']} {s['file'] or ''}: the {s['stream']} ends at {own} s, the "
+            f"file's other streams at {s['streams_end_s']:.2f} s (not damage: its rows end there)")
 
 
 def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -113,18 +141,6 @@ def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
         lines.append(f"  batch {feat}: " + ", ".join(f"{b} ({source}, {inp})" for inp, b, source in chosen)
                      + (f"; {cost * 1e3:.1f} ms per {unit} in this run" if cost else ""))
     return lines
-
-
-def spans_text(spans: list[list[float]], most: int = 3) -> str:
-    """Missing spans as `a-b s`, neighbouring ones (consecutive seconds) joined, at most `most` of them."""
-    joined: list[list[float]] = []
-    for a, b in sorted(spans):
-        if joined and a <= joined[-1][1] + 1e-6:
-            joined[-1][1] = max(joined[-1][1], b)
-        else:
-            joined.append([a, b])
-    text = ", ".join(f"{a:g}-{b:g} s" for a, b in joined[:most])
-    return text + (f" and {len(joined) - most} more" if len(joined) > most else "")
 
 
 def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int],
@@ -198,3 +214,11 @@ def utilisation_lines(u: dict[str, Any]) -> list[str]:
                 "`cpu_actors` for a CPU feature, if the other resources have room)")
     return [f"  busy ({u.get('policy') or 'run'} policy, {part['seconds']:.0f} s steady): "
             + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}{hint}"]
+
+
+def ray_failed_line(failed: dict[str, Any], exit_code: int) -> str:
+    """The summary's last line for a run whose Ray failed (`RunReport.ray_failed`, pipeline/raystart.py). Here,
+    not in raystart: raystart imports supervise, which reads reports (no import cycle)."""
+    left = f"; {failed['not_computed']} planned pair(s) not computed" if failed.get("not_computed") is not None else ""
+    return (f"  RAY FAILED during {failed['during']}: {failed['what']}; committed pairs are kept{left}: "
+            f"{failed['hint']}: exit code {exit_code}")

@@ -29,8 +29,9 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from atomicio import atomic_write
 from pipeline.info import StoreInfo, extractor_of, store_info
-from pipeline.report import spans_text
+from store.partial import spans_text
 from store.reader import Store, open_store
 
 log = logging.getLogger("siqfeat")
@@ -274,7 +275,5 @@ def write_report(store_path: Path | str, out: Path | str, inspect_items: list[st
     page = render_report(store_path, inspect_items, config)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    atomic_write(out, page)
     return out

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, raystart, stop
+from pipeline import decode, inputs, picture, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner
 from pipeline.sources import choose_items, load_items
 from store import layout
+from store.integrity import part_problems
 from store.plan import Wanted, make_plan
-from store.reader import Store
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
@@ -98,11 +98,7 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: sto
     with it), the report says what was done and is saved like any run's. Every commit is atomic: what is in the
     store is whole (the open batches were committed as the scheduling loop ended)."""
     with stop.deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
-        during = stop.current_stage()
-        computed = sum(c["done"] for c in report.counts.values()) + sum(
-            f["stage"] != "manifest" for f in report.failures)
-        record = {"during": during,
-                  "not_computed": sum(report.planned.values()) - computed if report.planned else None}
+        record = {"during": stop.current_stage(), "not_computed": supervise.not_computed(report)}
         if isinstance(e, raystart.RayFailed):
             log.error("%s: %s", e.what, e.hint)
             report.ray_failed = {"what": e.what, "hint": e.hint, **record}
@@ -157,7 +153,8 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
-    plan = make_plan(out, wanted, force=force, verify=verify)
+    supervise.note(report, "planning")
+    plan = make_plan(out, wanted, force=force, verify=verify, indexes=writer.index)  # each log read once a run
     report.planned = plan.count("todo")
     todo_pairs = {(w.feature, w.item) for w in plan.todo}
     report.damaged = [{"feature": c.feature, "item": c.item, "path": str(c.path), "problem": c.problem,
@@ -172,12 +169,13 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         report.notes.append("  no items found")
     if items and all(i.video is None and i.audio is None and i.transcript is None and i.image is None for i in items):
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
+    supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
         with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
             runner.start_ray()
             runner.run(dict(todo), {i.id: i for i in items}, questions)
     _compact_if_worthwhile(writer, specs, report)
-    report.filtered = _filtered(out, specs)
+    report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
@@ -201,12 +199,15 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
         log.warning("compaction skipped: %s", e)
 
 
-def _filtered(out: Path, specs: list[FeatureSpec]) -> dict[str, dict[str, str]]:
-    """feature -> item -> why its extractor's policy filtered it (faces: the face ratio under the bound)."""
-    store = Store(out)
+def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, str]]:
+    """feature -> item -> why its extractor's policy filtered it (faces: the face ratio under the bound), from the
+    writer's index (the log is not read again); items of damaged parts are left out, as a reader would."""
     result = {}
     for spec in specs:
-        hidden = set(store.items(spec.name, include_filtered=True)) - set(store.items(spec.name))
-        if hidden:
-            result[spec.name] = {i: spec.extractor.filter_reason(store.item_attrs(spec.name, i)) for i in hidden}
+        state = writer.index(spec.name)
+        hidden = [e for e in state.entries.values() if e.filtered and e.spec_hash == spec.spec_hash]
+        bad = part_problems(writer.path, spec.name, {e.part: state.parts[e.part] for e in hidden})
+        got = {e.item: spec.extractor.filter_reason(e.attrs()) for e in hidden if e.part not in bad}
+        if got:
+            result[spec.name] = dict(sorted(got.items()))
     return result

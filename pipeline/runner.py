@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, cluster, decode, raystart, report, stages, stop
+from pipeline import actors, cluster, decode, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
-from pipeline.report import RunReport
+from pipeline.report import RunReport, shorter_record
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
+from store.partial import partial_record
 from store.writer import StoreWriter
 
 log = logging.getLogger("siqfeat")
@@ -141,6 +142,7 @@ class Runner:
         self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
         stop.stage("extraction")
+        supervise.note(self.report, "extraction")
         try:
             self.loop(total)
             self.report.batches = self.batches()
@@ -168,7 +170,8 @@ class Runner:
                     self.extracted(ref, self.running.pop(ref))
                 else:
                     self.actor_ready(ref, *self.readying.pop(ref))
-            self.committed(self.committer.drain())
+            if self.committed(self.committer.drain()):
+                supervise.note(self.report, "extraction", force=False)
             self.progress.tick()
             self.schedule()
 
@@ -353,19 +356,20 @@ class Runner:
         }
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
-        partial = None
-        if attrs.get("missing_s"):
-            spans = attrs["missing_s"]
-            partial = {"feature": feat, "item": item.id, "file": _str(decode.source_path(item, spec.extractor.input_kind)),
-                       "missing_s": spans, "missing_total_s": round(sum(b - a for a, b in spans), 6),
-                       "duration_s": attrs["duration_s"]}
-        self.pending[feat, item.id] = (secs, partial)
+        file = _str(decode.source_path(item, spec.extractor.input_kind))
+        partial = partial_record(feat, item.id, {**attrs, "source": {"path": file}}, attrs["duration_s"])
+        shorter = None
+        if spec.extractor.input_kind in meta.get("shorter", {}):  # by design, not damage: a note, not PARTIAL
+            attrs["streams_end_s"] = meta["shorter"][spec.extractor.input_kind]
+            shorter = shorter_record(feat, item.id, file, spec.extractor.input_kind, attrs["duration_s"],
+                                     attrs["streams_end_s"])
+        self.pending[feat, item.id] = (secs, partial, shorter)
         self.committer.put(feat, item.id, rows, attrs)
 
-    def committed(self, outcomes: list[Any]) -> None:
-        """Count the pairs whose batch is in the store (done, partial) or failed to get there."""
+    def committed(self, outcomes: list[Any]) -> int:
+        """Count the pairs whose batch is in the store (done, partial) or failed to get there; how many."""
         for o in outcomes:
-            secs, partial = self.pending.pop((o.feature, o.item), (0.0, None))
+            secs, partial, shorter = self.pending.pop((o.feature, o.item), (0.0, None, None))
             self.stages.add(o.record)
             if o.error is not None:
                 self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
@@ -375,9 +379,12 @@ class Runner:
             self.progress.stored()
             if partial is not None:
                 self.report.partial.append(partial)
+            if shorter is not None:
+                self.report.shorter.append(shorter)
             self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
         if self.committer.store_error is not None and self.report.store_error is None:
             self.report.store_error = str(self.committer.store_error)
+        return len(outcomes)
 
 
 
@@ -405,10 +412,15 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
     CPU features (acoustic): under the balanced policy as many actors as cores (`cpu_actors`), spread over
     the nodes, holding no Ray CPU of their own: the policy gives a call a core only when it runs, one item a
     call, so a pool never queues work on one actor while another idles, and decode tasks get the cores the
-    pool is not using. Under the fixed policy, `cpu_actors` (default half the cores) of 1 Ray CPU each."""
-    gpu_feats = sorted(f for f in features if specs[f].extractor.uses_gpu)
+    pool is not using. Under the fixed policy, `cpu_actors` (default half the cores) of 1 Ray CPU each.
+    Acoustic with `backend = "torch"` (device auto or cuda) is a GPU feature where there are GPUs (its CPU share,
+    WORLD's F0, runs in the actor: `actors_per_gpu` sets how many share a GPU), a CPU feature elsewhere."""
+    gpu_feats = sorted(f for f in features if specs[f].extractor.wants_gpu(specs[f].config))
+    # without GPUs, a feature that takes one only by its config's choice (covarep's torch backend) is laid out as
+    # the CPU feature it then is; the models share the cores
+    models = [f for f in gpu_feats if specs[f].extractor.uses_gpu]
     per_gpu = {f: config.actors_per_gpu.get(f, 1) for f in gpu_feats}
-    threads = config.model_threads or max(1, cpus // max(1, len(gpu_feats)))
+    threads = config.model_threads or max(1, cpus // max(1, len(models)))
     fixed = config.scheduler == "fixed"
     plan = {}
     for feat in sorted(features):
@@ -416,7 +428,7 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
         if feat in gpu_feats and gpus:
             opts = {"num_gpus": 1 / sum(per_gpu.values()), "num_cpus": 1 if fixed else 0}
             plan[feat] = ActorPlan(opts, gpus * per_gpu[feat], CUDA, None, per_call, 2, True)
-        elif feat in gpu_feats:
+        elif feat in models:
             plan[feat] = ActorPlan({"num_cpus": 0}, 1, CPU, threads, per_call, 2, False)
         elif fixed:
             plan[feat] = ActorPlan({"num_cpus": 1}, config.cpu_actors or max(1, cpus // 2), CPU, 1, per_call, 2, True)

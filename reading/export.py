@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from atomicio import atomic_path
 from reading.align import item_duration_s
 from rows import ROLE_ANSWER, ROLE_QUESTION, check_intervals
 from store.reader import Store, open_store
@@ -162,8 +163,7 @@ def write_csd(
     meta.setdefault("md5", _md5(entries))
     root = str(meta["root name"])
     path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    with h5py.File(tmp, "w") as f:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group(root).create_group("data")
         for item, (features, intervals) in entries.items():
             g = data.create_group(item)
@@ -173,7 +173,6 @@ def write_csd(
         for key, value in meta.items():
             ds = group.create_dataset(key, (1,), dtype=h5py.string_dtype())
             ds[0] = json.dumps(value)
-    tmp.replace(path)
     return path
 
 

@@ -31,7 +31,6 @@ from store.reader import Store
 from store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
-VIEWS = "_views"
 PART_BYTES = 48 << 20  # a view's part arrays stay under the reader's whole-array limit (64 MiB)
 LAYOUT = 2  # 2: values filled with 0.0 + `valid`; 1 (before): NaN where undefined, validity computed per read
 
@@ -46,7 +45,7 @@ def view_spec(features: Sequence[str], to: Reference, how: How | Mapping[str, Ho
 def view_path(store: Path | str, features: Sequence[str], to: Reference, how: How | Mapping[str, How] = "mean") -> Path:
     s = Store(store)
     specs = {f: s.feature_attrs(f).get("spec_hash") for f in [*features, *([to] if isinstance(to, str) else [])]}
-    return Path(store) / VIEWS / f"aligned-{view_spec(features, to, how, specs)}.zarr"
+    return layout.views_dir(Path(store)) / f"aligned-{view_spec(features, to, how, specs)}.zarr"
 
 
 def materialize(store: Path | str, features: Sequence[str], to: Reference = "transcript",

@@ -14,13 +14,16 @@ Two depths of check:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store.index import PartRecord
-from store.parts import META, sha256_file
+from store import layout
+from store.layout import META, PartRecord
+from store.parts import sha256_file
 
 
 class DamagedItem(ValueError):
@@ -38,9 +41,6 @@ class DamagedPart(DamagedItem):
 
 def damaged_item(folder: Path, item: str, problem: str) -> DamagedItem:
     return DamagedItem(f"{folder}: damaged item {item} ({problem}); the next `make extract` recomputes it")
-
-
-NOTES = "damaged"  # <feature>/damaged/<part>: a part a read found damaged (store/reader.py `_note`)
 
 
 @dataclass(frozen=True)
@@ -109,3 +109,24 @@ def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | 
     except (OSError, ValueError, TypeError) as e:  # anything odd in the record itself
         return f"{type(e).__name__}: {e}"
     return None
+
+
+def part_problems(store: Path, feature: str, records: dict[str, PartRecord], full: bool = False) -> dict[str, str]:
+    """part -> its problem, for the parts in `records` that fail their check. A part a read noted damaged
+    (`<feature>/damaged/<part>`: a chunk failed its checksum) is checked in full, and its note removed when
+    it reads as committed again. For a caller that holds the index itself (a run's writer); a `Store`
+    checks its snapshot's parts the same way, once per handle."""
+    notes = layout.notes_dir(store, feature)
+    try:
+        noted = set(os.listdir(notes))
+    except OSError:
+        noted = set()
+    out = {}
+    for part, record in records.items():
+        problem = check_part(layout.part_dir(store, feature, part), record, full or part in noted)
+        if problem is not None:
+            out[part] = problem
+        elif part in noted:
+            with contextlib.suppress(OSError):
+                (notes / part).unlink()
+    return out

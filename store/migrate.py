@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zarr
 
+from atomicio import atomic_write
 from rows import FeatureRows
-from store import index, layout, parts
+from store import layout
 from store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,18 @@ class Migration:
         return "\n".join(lines)
 
 
+class _MigrationWriter(StoreWriter):
+    """The writer for a version-1 store being converted: it writes version-2 parts and indexes beside the
+    item folders and leaves the root's schema alone (`migrate_store` switches it last). The only place a
+    writer accepts a version-1 store."""
+
+    def _claim_root(self, attrs: dict[str, Any], dataset: str) -> None:
+        if attrs.get("schema") != layout.SCHEMA_V1:
+            raise ValueError(f"{self.path}: schema {attrs.get('schema')!r} is not a version-1 store")
+
+
 def _root_meta(path: Path) -> dict:
-    return json.loads((path / "zarr.json").read_bytes())
+    return json.loads((path / layout.META).read_bytes())
 
 
 def _v1_items(feature_dir: Path) -> list[Path]:
@@ -75,20 +86,15 @@ def migrate_store(path: Path | str) -> Migration:
     if schema != layout.SCHEMA_V1:
         raise ValueError(f"{path}: schema {schema!r} is not a version-1 store; nothing to migrate")
     out = Migration(path)
-    writer = StoreWriter(path, str(meta["attributes"].get("dataset", "")), allow_v1=True)
+    writer = _MigrationWriter(path, str(meta["attributes"].get("dataset", "")))
     try:
-        features = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / "zarr.json").exists()
+        features = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / layout.META).exists()
                     and p.name not in layout.RESERVED]
         for feature_dir in features:
             _restart(feature_dir)
             out.items[feature_dir.name] = _migrate_feature(writer, feature_dir, out.skipped)
         meta["attributes"]["schema"] = layout.SCHEMA
-        tmp = path / "zarr.json.new"
-        tmp.write_text(json.dumps(meta, indent=2))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path / "zarr.json")  # the moment the store becomes version 2
-        index.fsync_path(path)
+        atomic_write(path / layout.META, json.dumps(meta, indent=2))  # the moment the store becomes version 2
         _remove_v1_folders(path)
     finally:
         writer.close()
@@ -97,8 +103,8 @@ def migrate_store(path: Path | str) -> Migration:
 
 def _restart(feature_dir: Path) -> None:
     """Parts and index an interrupted migration wrote: started over."""
-    shutil.rmtree(feature_dir / parts.PARTS, ignore_errors=True)
-    (feature_dir / index.INDEX).unlink(missing_ok=True)
+    shutil.rmtree(layout.parts_dir(feature_dir.parent, feature_dir.name), ignore_errors=True)
+    layout.index_path(feature_dir.parent, feature_dir.name).unlink(missing_ok=True)
 
 
 def _migrate_feature(writer: StoreWriter, feature_dir: Path, skipped: list[str]) -> int:
@@ -122,6 +128,6 @@ def _migrate_feature(writer: StoreWriter, feature_dir: Path, skipped: list[str])
 
 def _remove_v1_folders(path: Path) -> None:
     for feature_dir in sorted(path.iterdir()):
-        if feature_dir.is_dir() and (feature_dir / index.INDEX).exists():
+        if feature_dir.is_dir() and layout.index_path(path, feature_dir.name).exists():
             for item_dir in _v1_items(feature_dir):
                 shutil.rmtree(item_dir)

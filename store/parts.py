@@ -23,12 +23,10 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from store import index, layout
+from store import layout
+from store.layout import META
 
-PARTS = "parts"
-ATTR = "siqfeat_part"
 _CHUNK_BYTES = 1 << 20  # inner chunks of ~1 MiB along N; one shard holds the whole array
-META = "zarr.json"
 # zarr's default compressor (zstd, level 0) with zstd's own content checksum (xxHash64 of each inner chunk,
 # checked by every decompression): a changed byte in a chunk fails the read instead of decoding to
 # plausible numbers. Parts written before it have no checksum and read as before. The shard index has
@@ -93,7 +91,7 @@ def concat(items: list[tuple[str, Any, dict[str, Any]]]) -> tuple[dict[str, np.n
             offsets[name] += a.shape[0]
         if own:
             spans[item] = own
-        entries.append(index.entry_row(item, row0, n, attrs))
+        entries.append(layout.item_row(item, row0, n, attrs))
         row0 += n
     out = {}
     for name, parts in pieces.items():
@@ -142,22 +140,37 @@ def data_files(part_dir: Path) -> dict[str, list[Any]]:
             for rel in files_of(part_dir) if rel != META}
 
 
-def record_from_part(part_dir: Path) -> dict[str, Any]:
+def record_from_part(part_dir: Path) -> layout.PartLine:
     """An index record made from a part's own metadata (rebuilding a lost index, adopting a part no index
     line names): its data files keep the sizes and hashes recorded at commit (so damage since then is still
     found, and they are not read here), its zarr.json is hashed now."""
-    import json
-
-    raw = (part_dir / META).read_bytes()
-    meta = json.loads(raw)["attributes"][ATTR]
+    raw, meta = layout.read_part_meta(part_dir)
     own = meta.get("files")
     if not isinstance(own, dict):  # written before parts kept their files: hashed as they are now
         files, arrays = record_files(part_dir)
     else:
         files = {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}
         arrays = _arrays(part_dir, own)
-    return index.part_record(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans"))
+    return layout.PartLine(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans") or {})
 
 
-def part_dir(store: Path, feature: str, part: str) -> Path:
-    return store / feature / PARTS / part
+def part_names(store: Path, feature: str) -> list[str]:
+    """The part folders of a feature on disk, indexed or not."""
+    try:
+        return sorted(p.name for p in layout.parts_dir(store, feature).iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def records_on_disk(store: Path, feature: str, names: list[str] | None = None,
+                    ) -> tuple[list[layout.PartLine], dict[str, str]]:
+    """The records of the feature's parts (`names`, else all) read from their own metadata, in commit order
+    (as a log holds them: later parts supersede), and part -> why for those whose metadata does not read."""
+    found, unreadable = [], {}
+    for name in part_names(store, feature) if names is None else names:
+        try:
+            found.append(record_from_part(layout.part_dir(store, feature, name)))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            unreadable[name] = f"{type(e).__name__}: {e}"
+    found.sort(key=lambda r: (r.seq, r.part))
+    return found, unreadable

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store import parts
-from store.index import PartRecord, gc_paused
-from store.integrity import ItemCheck
+from store import layout
+from store.index import IndexState, gc_paused
+from store.integrity import ItemCheck, part_problems
+from store.layout import Header, PartRecord, Record
 from store.reader import Store
 
 log = logging.getLogger(__name__)
@@ -35,24 +37,27 @@ class Plan:
         return dict(counts)
 
 
-def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False) -> Plan:
-    """From the features' indexes. A damaged item (its part has a missing or truncated file or unreadable
+def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False,
+              indexes: Callable[[str], IndexState] | None = None) -> Plan:
+    """From the features' indexes: `indexes` (feature -> its index) where the caller holds them already (a
+    run's writer, which read each log once), else a snapshot of the store. A damaged item (its part has a missing or truncated file or unreadable
     metadata; with `verify` also changed bytes) counts as missing, so it is recomputed; each is logged with
     its part folder and listed in `Plan.damaged`. Integrity is checked per part, not per item, and of the
     index only each item's part and whether its fingerprint is the wanted one are kept (`_Current`): a re-run
     over a million up-to-date items decides in microseconds each and holds a fraction of the index."""
-    if force or not (store_path / "zarr.json").exists():
+    if force or not (store_path / layout.META).exists():
         return Plan(todo=list(wanted), skipped=[])
     with gc_paused():  # see _decide
-        todo, skipped, damaged = _decide(store_path, wanted, verify)
+        todo, skipped, damaged = _decide(store_path, wanted, verify, indexes)
     return Plan(todo=todo, skipped=skipped, damaged=damaged)
 
 
-def _decide(store_path: Path, wanted: list[Wanted], verify: bool) -> tuple[list[Wanted], list[Wanted], list[ItemCheck]]:
+def _decide(store_path: Path, wanted: list[Wanted], verify: bool, indexes: Callable[[str], IndexState] | None,
+            ) -> tuple[list[Wanted], list[Wanted], list[ItemCheck]]:
     """(todo, skipped, damaged). Called with the collector paused: what it keeps of the indexes (a million
     items for a million) is freed by reference counts when it returns, so no collection ever walks it, nor
     the caller's wanted pairs while they are made."""
-    store = Store(store_path)
+    store = Store(store_path) if indexes is None else None
     by_feature: dict[str, list[Wanted]] = defaultdict(list)
     for w in wanted:
         by_feature[w.feature].append(w)
@@ -63,10 +68,19 @@ def _decide(store_path: Path, wanted: list[Wanted], verify: bool) -> tuple[list[
             if not (store_path / feature).is_dir():
                 found[feature] = [False] * len(ws)
                 continue
+            if store is None:
+                state = indexes(feature)
+                problems = part_problems(store_path, feature, state.parts, full=verify)
+                found[feature] = _from_entries(store_path, feature, state, problems, ws, damaged)
+                continue
             got = _Current.scan(store, feature, ws, verify, damaged)
-            found[feature] = got.up_to_date() if got is not None else _from_entries(store, feature, ws, verify, damaged)
+            if got is None:
+                state = store.index(feature)
+                got = _from_entries(store.path, feature, state, store.part_problems(feature, full=verify), ws, damaged)
+            found[feature] = got if isinstance(got, list) else got.up_to_date()
     finally:
-        store.close()
+        if store is not None:
+            store.close()
     todo, skipped = [], []
     each = {f: iter(v) for f, v in found.items()}
     for w in wanted:
@@ -110,28 +124,26 @@ class _Current:
                     *cur.unwanted.items()]
             hit = sorted({(item, cur.parts[k if k >= 0 else -1 - k]) for item, k in held
                           if (k if k >= 0 else -1 - k) in cur.bad})
-            _report(store, feature, hit, problems, damaged)
+            _report(store.path, feature, hit, problems, damaged)
         return cur
 
-    def _visit(self, rec: dict) -> None:
-        if rec.get("kind") == "header":
+    def _visit(self, rec: Record) -> None:
+        if isinstance(rec, Header):
             return
-        if rec.get("kind") != "part":
-            raise ValueError(f"unknown index record kind {rec.get('kind')!r}")
-        part = str(rec["part"])
+        part = rec.part
         k, other = len(self.parts), -1 - len(self.parts)
         self.parts.append(part)
-        self.records[part] = PartRecord(part, int(rec["seq"]), rec.get("files", {}), rec.get("arrays", {}), ())
+        self.records[part] = PartRecord(part, rec.seq, rec.files, rec.arrays, ())
         at, wanted, part_of = self.at, self.wanted, self.part_of
-        for row in rec["items"]:  # [item, row0, n_rows, fingerprint, ...] (index.entry_row)
-            j = at.get(row[0])
+        for item, fp in rec.fingerprints():
+            j = at.get(item)
             if j is None:
-                self.unwanted[row[0]] = k
+                self.unwanted[item] = k
             else:  # a later part supersedes: the last one written wins, as in the index
-                part_of[j] = k if wanted[j].fingerprint == row[3] else other
-                if self.twice and row[0] in self.twice:
-                    for j in self.twice[row[0]]:
-                        part_of[j] = k if wanted[j].fingerprint == row[3] else other
+                part_of[j] = k if wanted[j].fingerprint == fp else other
+                if self.twice and item in self.twice:
+                    for j in self.twice[item]:
+                        part_of[j] = k if wanted[j].fingerprint == fp else other
 
     def up_to_date(self) -> list[bool]:
         """Per wanted pair: stored, with the wanted fingerprint, in an undamaged part."""
@@ -139,24 +151,23 @@ class _Current:
         return [k is not None and k >= 0 and k not in bad for k in self.part_of]
 
 
-def _from_entries(store: Store, feature: str, wanted: list[Wanted], verify: bool,
+def _from_entries(store_path: Path, feature: str, state: IndexState, problems: dict[str, str], wanted: list[Wanted],
                   damaged: list[ItemCheck]) -> list[bool]:
-    """`_Current.up_to_date` from the whole index (`Store.index`: rebuilt from the parts when the log is
-    missing or damaged)."""
-    entries = store.index(feature).entries
-    problems = store.part_problems(feature, full=verify)
+    """`_Current.up_to_date` from a whole index (a writer's, or `Store.index`: rebuilt from the parts when
+    the log is missing or damaged) and its parts' problems."""
+    entries = state.entries
     if problems:
-        _report(store, feature, sorted((e.item, e.part) for e in entries.values() if e.part in problems),
+        _report(store_path, feature, sorted((e.item, e.part) for e in entries.values() if e.part in problems),
                 problems, damaged)
     return [(e := entries.get(w.item)) is not None and e.fingerprint == w.fingerprint and e.part not in problems
             for w in wanted]
 
 
-def _report(store: Store, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
+def _report(store_path: Path, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
             damaged: list[ItemCheck]) -> None:
     """The current items of damaged parts go to `damaged` (sorted by item), their parts logged."""
-    damaged.extend(ItemCheck(feature, item, parts.part_dir(store.path, feature, part), problems[part], None)
+    damaged.extend(ItemCheck(feature, item, layout.part_dir(store_path, feature, part), problems[part], None)
                    for item, part in hit)
     for part in sorted({part for _, part in hit}):
-        log.warning("%s: damaged part, recomputing its items (%s)", parts.part_dir(store.path, feature, part),
+        log.warning("%s: damaged part, recomputing its items (%s)", layout.part_dir(store_path, feature, part),
                     problems[part])

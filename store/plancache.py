@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
+from atomicio import atomic_write
 from store import layout
 
 log = logging.getLogger(__name__)
-FOLDER = ("_views", "plans")
+FOLDER = (layout.VIEWS, "plans")
 VERSION = 2  # 2: A3/A4 answer orders drawn by reading.datasets.a4_choices (counter-based), not one numpy Generator per question
 
 
@@ -50,11 +50,8 @@ def load(store_path: Path, k: str) -> dict[str, Any] | None:
 
 def save(store_path: Path, k: str, plan: dict[str, Any]) -> None:
     path = _path(store_path, k)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(plan, separators=(",", ":")))
-        tmp.replace(path)
+        atomic_write(path, json.dumps(plan, separators=(",", ":")), durable=False)  # a cache: see atomicio
     except OSError as e:  # a read-only store: no cache, nothing else changes
-        tmp.unlink(missing_ok=True)
         log.debug("plan not cached in %s: %s", path.parent, e)

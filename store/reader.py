@@ -1,18 +1,25 @@
 """Lazy, snapshot reads: opening the store reads the root metadata and pins each feature's index.
 
 A `Store` is a snapshot: at open it keeps each feature's index log open and notes its length, and it reads
-only that prefix (store/index.py). Commits made later (a re-extraction, another run) are not seen by this
-handle: an item reads the rows it had when the store was opened, never a mix of two versions. Open the
-store again to see them. Parts are immutable, and the handle holds a lease on each index log it pinned (a shared
-flock): a compaction keeps the parts an open handle's logs name until the handle is closed (store/compact.py),
-so a snapshot reads whole, lazily or not, for as long as it is open. Where the filesystem refuses flock there
-is no lease, and a read of a part a compaction removed says so in one line (`SnapshotGone`), never zeros.
+only that prefix (store/index.py), into columns (store/columns.py). Commits made later (a re-extraction,
+another run) are not seen by this handle: an item reads the rows it had when the store was opened, never a
+mix of two versions. Open the store again to see them. Parts are immutable, and the handle holds a lease on
+each index log it pinned (a shared flock): a compaction keeps the parts an open handle's logs name until the
+handle is closed (store/compact.py), so a snapshot reads whole, lazily or not, for as long as it is open.
+Where the filesystem refuses flock there is no lease, and a read of a part a compaction removed says so in
+one line (`SnapshotGone`), never zeros.
 
-Reads go through whole-part arrays cached in memory (up to `part_cache_bytes`, by default an eighth of the
-machine's memory, at most 4 GiB; `SIQ_STORE_CACHE_BYTES` sets it): one zarr call loads an
-array of a part (hundreds of items), and every item of it then reads from memory. Arrays larger than
-`whole_array_bytes` (16 MiB by default; a materialised view's reader uses more) are read per item through
-zarr, lazily.
+One read path: `read`, `arrays`, `item_attrs` and `rows` all find their items' positions in the columns,
+check each part once per handle (a damaged part: DamagedItem naming it and the items asked for), and take
+rows from one part cache. That cache holds a part's array whole (one zarr call loads hundreds of items), up
+to `part_cache_bytes` in all (by default an eighth of the machine's memory, at most 4 GiB;
+`SIQ_STORE_CACHE_BYTES` sets it). Where a (feature, array) has one numeric dtype and row shape and all of it
+fits half the cache, its parts are loaded into one slab, one after another, so that a batched read of random
+items is one `take` (and the slab is never evicted part by part: every view handed out stays valid); other
+arrays are cached part by part, least recently used first out. An array larger than `whole_array_bytes`
+(16 MiB by default; a materialised view's reader uses more) is read per item through zarr, lazily, and so
+are later parts of a (feature, array) whose whole parts left the cache nearly unused (random access over
+more than the cache holds).
 """
 
 from __future__ import annotations
@@ -37,8 +44,8 @@ import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, layout, parts
-from store.columns import Columns
-from store.integrity import NOTES, DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
+from store.columns import Columns, attrs_of
+from store.integrity import DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -65,43 +72,17 @@ _THRASH_LIMIT = 4  # after this many such evictions, a (feature, array) is read 
 
 
 @dataclass
-class Slab:
-    """One (feature, array) of a snapshot in one allocation, the arrays of its parts one after another,
-    filled part by part as they are read. A batched read of random items is then one `take` from it (no
-    per-part work), over memory the kernel can back with huge pages (numpy asks for them on large
-    allocations): TLB misses no longer grow with the feature's size. Never evicted part by part, so every
-    view handed out stays valid; used only where the whole array fits in half the cache."""
+class _Array:
+    """What reads of one (feature, array) of a snapshot need, made once per handle: each item's first row and
+    row count in it, and its slab where it has one: its parts' arrays one after another in one allocation,
+    filled part by part as they are read, so that a batched read of random items is one `take` from it, over
+    memory the kernel can back with huge pages (numpy asks for them on large allocations)."""
 
-    data: np.ndarray
-    offsets: np.ndarray  # part number -> its first row in `data`; one more at the end
-    loaded: np.ndarray  # part number -> its rows are in `data`
-    ready: np.ndarray  # part number -> loaded and its part passed the quick check (the batched path's test)
-    items: np.ndarray  # item position -> (first row in `data`, rows, part number): one row, one miss
-
-
-class _SlabReads:
-    """Single reads of a feature whose every current part holds exactly `features` and `intervals`, both in
-    slabs (`Store._slab_reads`): item -> position through the columnar index (`ItemTable.find_one`), then
-    its rows in each slab from the slab's item table, all arrays in huge pages. Through the index's dict,
-    `Entry` and row objects, a read touched half a dozen objects spread over a million items' heap."""
-
-    def __init__(self, cols: Columns, features: Slab, intervals: Slab) -> None:
-        self.cols, self.features, self.intervals = cols, features, intervals
-        self.f_items = memoryview(np.ascontiguousarray(features.items)).cast("B").cast("q")  # (start, n, part)
-        self.i_items = memoryview(np.ascontiguousarray(intervals.items)).cast("B").cast("q")
-        self.tail = tuple(features.data.shape[1:])
-        self.slabs = ((layout.FEATURES, features), (layout.INTERVALS, intervals))
-
-
-def _attrs_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(an item's attributes, None) from their JSON, or (None, why they do not parse)."""
-    try:
-        value = json.loads(text)
-    except (ValueError, TypeError) as e:
-        return None, f"{type(e).__name__}: {e}"
-    if not isinstance(value, dict):
-        return None, f"a JSON {type(value).__name__}, not an object"
-    return value, None
+    row0: np.ndarray  # item position -> first row in its part's array
+    n: np.ndarray  # item position -> rows
+    data: np.ndarray | None = None  # the slab
+    offsets: np.ndarray | None = None  # part number -> its first row in `data`; one more at the end
+    loaded: np.ndarray | None = None  # part number -> its rows are in `data`
 
 
 class _LazyPart:
@@ -152,29 +133,16 @@ class SnapshotGone(RuntimeError):
     """This handle's snapshot was compacted away: the parts it pinned no longer exist."""
 
 
-@dataclass(slots=True)
-class _PartInfo:
-    """What a single read needs of a part, looked up once per handle: its quick check, its arrays' names and
-    row shapes, and the slab slices holding its arrays. At a million items a feature has ~2,000 parts, and
-    the walk through the index's records, their nested dicts and the slab's part table, repeated on every
-    read, missed the caches several times a read (single reads 1.5-1.7x the cost at 35,000)."""
-
-    problem: str | None
-    names: tuple[str, ...]
-    tails: dict[str, tuple[int, ...] | None]
-    bases: dict[str, np.ndarray]  # array name -> this part's rows in its slab (slabs are never evicted)
-
-
 @dataclass(frozen=True)
 class ItemFeature:
-    """One feature of one item. `features` and `extras` are lazy row views: slicing loads only what is asked
-    (from the part's cached arrays when they are in memory)."""
+    """One feature of one item. `features` and `extras` are the item's rows in the part cache where its
+    part's array is there, else lazy row views: slicing loads only what is asked."""
 
     feature: str
     item: str
-    features: RowView
+    features: RowView | np.ndarray
     intervals: np.ndarray  # (N, 2) float64 seconds [start, end)
-    extras: dict[str, RowView]
+    extras: dict[str, RowView | np.ndarray]
     attrs: dict[str, Any]
     columns: list[str]
 
@@ -218,36 +186,31 @@ class Store:
         self.path = Path(path)
         self.root, self.attrs = None, {}
         try:
-            if not (self.path / "zarr.json").exists():
-                raise FileNotFoundError(f"{self.path}: not a feature store (no zarr.json); run `make extract` first")
+            if not (self.path / layout.META).exists():
+                raise FileNotFoundError(f"{self.path}: not a feature store (no {layout.META}); run `make extract` first")
             try:
                 self.root = zarr.open_group(self.path, mode="r")
             except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
-                raise ValueError(f"{self.path / 'zarr.json'}: the store's metadata is unreadable "
+                raise ValueError(f"{self.path / layout.META}: the store's metadata is unreadable "
                                  f"({type(e).__name__}: {e})") from None
             self.attrs = dict(self.root.attrs)
-            if self.attrs.get("schema") == layout.SCHEMA_V1:
-                raise ValueError(layout.v1_refusal(self.path))
-            if self.attrs.get("schema") != layout.SCHEMA:
-                raise ValueError(f"{self.path}: schema {self.attrs.get('schema')!r}, this reader knows {layout.SCHEMA!r}")
+            layout.check_schema(self.path, {"schema": None, **self.attrs})
         except (FileNotFoundError, ValueError) as e:
             if not damaged_root or "version-1 store" in str(e):
                 raise
         self._reported: set[tuple[str, str]] = set()
         self._feature_attrs: dict[str, dict[str, Any]] = {}
-        self._states: dict[str, index.IndexState] = {}
+        self._states: dict[str, Columns] = {}
         self._part_checks: dict[tuple[str, str], str | None] = {}
-        self._cache: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        self._ok: dict[str, np.ndarray] = {}  # feature -> part number -> passed its quick check (cached)
+        self._notes: dict[str, set[str]] = {}  # feature -> parts a read found damaged (`_note`)
+        # the part cache: whole arrays, least recently used first, and the slabs (`_Array`); their bytes
+        self._cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
+        self._arrays: dict[tuple[str, str], _Array] = {}
+        self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
         self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
         self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
-        self._columns: dict[str, Columns] = {}
-        self._infos: dict[str, dict[str, _PartInfo]] = {}  # feature -> part -> _PartInfo
-        self._notes: dict[str, set[str]] = {}  # feature -> parts a read found damaged (`_note`)
-        self._slab_readers: dict[str, _SlabReads | None] = {}
-        self._single_reads: dict[str, int] = {}  # feature -> reads before its `_SlabReads` was made
-        self._slabs: dict[tuple[str, str], Slab | None] = {}
-        self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._closed = False
         self._pins = self._pin()
 
@@ -257,7 +220,7 @@ class Store:
         """feature -> (open index file, its length now): the snapshot this handle reads."""
         pins = {}
         for name in self._feature_dirs():
-            fd = _lease(self.path / name / index.INDEX)
+            fd = _lease(self.path / name / layout.INDEX)
             if fd is not None:
                 pins[name] = (fd, os.fstat(fd).st_size)
         return pins
@@ -280,53 +243,49 @@ class Store:
         return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
                       and e.name not in layout.RESERVED)
 
-    def index(self, feature: str) -> index.IndexState:
-        """The feature's index as of this handle's snapshot (parsed once). A damaged index (a bad line
-        before the end) or a missing one is rebuilt in memory from the parts, with a warning:
+    def index(self, feature: str) -> Columns:
+        """The feature's index as of this handle's snapshot, in columns (parsed once). A damaged index (a
+        bad line before the end) or a missing one is rebuilt in memory from the parts, with a warning:
         `python -m pipeline verify` rebuilds it on disk."""
         if feature not in self._states:
             if feature.startswith(".") or "/" in feature or not (self.path / feature).is_dir():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             pin = self._pins.get(feature)
+            cols = Columns()
             try:
                 if pin is None:
-                    raise index.IndexDamaged(f"{self.path / feature / index.INDEX}: missing")
-                self._states[feature] = index.read_pinned(pin[0], pin[1], self.path / feature / index.INDEX)
-            except index.IndexDamaged as e:
-                self._states[feature] = self._from_parts(feature, str(e))
+                    raise layout.IndexDamaged(f"{self.path / feature / layout.INDEX}: missing")
+                with index.gc_paused():  # a million items' strings, none in a cycle
+                    cols.length, cols.torn = layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX,
+                                                         cols.add)
+            except layout.IndexDamaged as e:
+                cols = self._from_parts(feature, str(e))
+            self._states[feature] = cols.done()
+            self._ok[feature] = np.zeros(len(cols.part_names), bool)
         return self._states[feature]
 
-    def scan_index(self, feature: str, visit: Callable[[dict[str, Any]], None]) -> bool:
-        """Hand this snapshot's index records of the feature to `visit` (index.fold) without making its
+    def scan_index(self, feature: str, visit: Callable[[layout.Record], None]) -> bool:
+        """Hand this snapshot's index records of the feature to `visit` (layout.fold) without making its
         entries: for a reader that keeps only part of each (planning). False, having visited nothing or only
         a prefix, when the index is missing or damaged: `index(feature)` then rebuilds it from the parts."""
         pin = self._pins.get(feature)
         if pin is None or feature.startswith(".") or "/" in feature:
             return False
         try:
-            index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX, visit)
-        except index.IndexDamaged:
+            layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
+        except layout.IndexDamaged:
             return False
         return True
 
-    def _from_parts(self, feature: str, why: str) -> index.IndexState:
-        from store.repair import part_names
-
-        state = index.IndexState()
-        if not part_names(self.path, feature):
-            return state
-        log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
-                    "rebuilds the index)", why, self.path)
-        found = []
-        for name in part_names(self.path, feature):
-            folder = parts.part_dir(self.path, feature, name)
-            try:
-                found.append(parts.record_from_part(folder))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        for rec in sorted(found, key=lambda r: (r["seq"], r["part"])):
-            index.apply(state, rec)
-        return state
+    def _from_parts(self, feature: str, why: str) -> Columns:
+        found, unreadable = parts.records_on_disk(self.path, feature)
+        if found or unreadable:
+            log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
+                        "rebuilds the index)", why, self.path)
+        cols = Columns()
+        for rec in found:
+            cols.add(rec)
+        return cols
 
     # ---- features and items ----
 
@@ -334,7 +293,7 @@ class Store:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
         out = []
         for name in self._feature_dirs():
-            if not (self.path / name / "zarr.json").exists():
+            if not (self.path / name / layout.META).exists():
                 continue  # _manifests, _runs: plain folders
             try:
                 self._feature_group(name)
@@ -349,32 +308,32 @@ class Store:
 
     def _feature_group(self, feature: str) -> dict[str, Any]:
         if feature not in self._feature_attrs:
-            if feature.startswith(".") or "/" in feature or not (self.path / feature / "zarr.json").exists():
+            if feature.startswith(".") or "/" in feature or not (self.path / feature / layout.META).exists():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             try:
                 if self.root is None:
                     raise ValueError("the store's own zarr.json is unreadable")
                 self._feature_attrs[feature] = dict(self.root[feature].attrs)
             except (ValueError, TypeError, KeyError) as e:
-                raise ValueError(f"{self.path / feature / 'zarr.json'}: feature metadata unreadable "
+                raise ValueError(f"{self.path / feature / layout.META}: feature metadata unreadable "
                                  f"({type(e).__name__}: {e})") from None
         return self._feature_attrs[feature]
 
     def part_problem(self, feature: str, part: str, full: bool = False,
-                     record: index.PartRecord | None = None) -> str | None:
+                     record: layout.PartRecord | None = None) -> str | None:
         """The part's check (quick ones cached for this handle); `record`: the part's index record, when the
         caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
             record = record or self.index(feature).parts[part]
-            folder = parts.part_dir(self.path, feature, part)
+            folder = layout.part_dir(self.path, feature, part)
             noted = part in self._noted(feature)
             found = check_part(folder, record, full or noted)  # a part a read found damaged: checked in full
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
                 self._gone(feature, folder)
             if noted and found is None:  # it reads as committed now (rewritten by hand, or a false alarm)
                 with contextlib.suppress(OSError):
-                    (self.path / feature / NOTES / part).unlink()
+                    (layout.notes_dir(self.path, feature) / part).unlink()
                 self._noted(feature).discard(part)
             if full:
                 return found
@@ -390,103 +349,190 @@ class Store:
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every current item of a feature, checked by its part against what the writer recorded at commit
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
-        state = self.index(feature)
+        cols = self.index(feature)
         problems = self.part_problems(feature, full)
-        folders = {p: parts.part_dir(self.path, feature, p) for p in state.parts}  # one Path per part, not per item
-        entries = state.entries
-        own: dict[str, str] = {}  # item -> its attributes' problem (full: every item's JSON parsed)
-        if full:
-            for item, e in entries.items():
-                if (problem := _attrs_problem(e.attrs_json)[1]) is not None:
-                    own[item] = f"index line {self._line_of(feature, e.part)}: its attributes do not parse ({problem})"
-        return [ItemCheck(feature, item, folders[part], problems.get(part) or own.get(item), None)
-                for item, part in sorted((item, e.part) for item, e in entries.items())]
+        folders = [layout.part_dir(self.path, feature, p) for p in cols.part_names]  # one Path per part
+        out = []
+        for k in sorted(range(len(cols)), key=cols.ids.__getitem__):
+            part = cols.part_names[cols.part[k]]
+            problem = problems.get(part)
+            if problem is None and full and (bad := attrs_of(cols.attrs_json(k))[1]) is not None:
+                problem = f"index line {self._line_of(feature, part)}: its attributes do not parse ({bad})"
+            out.append(ItemCheck(feature, cols.ids[k], folders[cols.part[k]], problem, None))
+        return out
 
-    def _good(self, feature: str) -> list[index.Entry]:
-        """The feature's entries whose part passes the quick check; the others are logged with their part."""
-        state = self.index(feature)
-        bad = self.part_problems(feature, only=state.live_parts())
-        if not bad:
-            return list(state.entries.values())
-        good = []
-        for e in state.entries.values():
-            problem = bad.get(e.part)
-            if problem is None:
-                good.append(e)
-            elif (e.part, problem) not in self._reported:  # once per part per Store
-                self._reported.add((e.part, problem))
-                log.warning("%s: damaged part, its items left out (%s)",
-                            parts.part_dir(self.path, feature, e.part), problem)
-        return good
-
-    def entries(self, feature: str, include_stale: bool = False) -> list[index.Entry]:
-        """The index entries of the feature's good, current items (what datasets plan from)."""
-        spec = self._feature_group(feature).get("spec_hash")
-        return [e for e in self._good(feature) if include_stale or e.spec_hash == spec]
+    def _current(self, feature: str, include_stale: bool) -> np.ndarray:
+        """Positions of the feature's items whose part passes the quick check (the others are logged with
+        their part, once per handle) and, unless `include_stale`, made with the feature's current spec."""
+        cols = self.index(feature)
+        keep = np.ones(len(cols), bool)
+        for part, problem in self.part_problems(feature, only=cols.live_parts()).items():
+            keep &= cols.part != cols.part_id[part]
+            if (part, problem) not in self._reported:
+                self._reported.add((part, problem))
+                log.warning("%s: damaged part, its items left out (%s)", layout.part_dir(self.path, feature, part), problem)
+        if not include_stale:
+            spec = self._feature_group(feature).get("spec_hash")
+            keep &= cols.spec == (cols.specs.index(spec) if spec in cols.specs else -1)
+        return keep
 
     def items(self, feature: str, include_filtered: bool = False, include_stale: bool = False) -> list[str]:
         """Complete items of a feature. Items made with an older spec (config, version, weights) are
         stale and left out unless asked for; so are items a policy filtered (faces: too few faces) and
         damaged items (logged with their part; `python -m pipeline verify` lists them)."""
-        return sorted(e.item for e in self.entries(feature, include_stale) if include_filtered or not e.filtered)
+        keep = self._current(feature, include_stale) & (True if include_filtered else ~self.index(feature).filtered)
+        return sorted(self._names(feature, keep))
 
     def filtered(self, feature: str) -> list[str]:
         """The complete, current items of a feature that a policy filtered (faces: too few faces)."""
-        return sorted(e.item for e in self.entries(feature) if e.filtered)
+        return sorted(self._names(feature, self._current(feature, False) & self.index(feature).filtered))
 
-    def _entry(self, feature: str, item: str) -> index.Entry:
-        return self._entry_info(feature, item)[0]
+    def _names(self, feature: str, keep: np.ndarray) -> list[str]:
+        ids = self.index(feature).ids
+        return ids if keep.all() else [ids[k] for k in np.flatnonzero(keep).tolist()]
 
-    def _entry_info(self, feature: str, item: str) -> tuple[index.Entry, _PartInfo]:
-        """The item's entry and its part's `_PartInfo`, after the part's quick check (DamagedItem)."""
-        e = self.index(feature).entries.get(item)
-        if e is None:
+    # ---- reading rows: positions, part checks, one part cache ----
+
+    def _where(self, feature: str, items: list[str] | tuple[str, ...]) -> tuple[Columns, np.ndarray, np.ndarray]:
+        """(the columns, the items' positions, their parts' numbers), after each part's quick check: an
+        unknown item raises KeyError, an item of a damaged part DamagedItem naming its part."""
+        cols = self.index(feature)
+        try:
+            k = cols.positions(items)
+        except KeyError as e:
+            raise KeyError(f"{self.path}: feature {feature!r} has no item {e.args[0]!r}") from None
+        pid = cols.part[k]
+        ok = self._ok[feature]
+        if not ok[pid].all():
+            for p in np.unique(pid[~ok[pid]]).tolist():
+                self._check(feature, p, [items[i] for i in np.flatnonzero(pid == p).tolist()])
+        return cols, k, pid
+
+    def _one(self, feature: str, item: str) -> tuple[Columns, int, int]:
+        """`_where` of one item, in plain Python (a single read's numpy calls on one-element arrays would
+        cost more than the rest of the read)."""
+        cols = self.index(feature)
+        k = cols.pos.get(item)
+        if k is None:
             raise KeyError(f"{self.path}: feature {feature!r} has no item {item!r}")
-        info = self._info(feature, e.part)
-        if info.problem is not None:
-            raise DamagedItem(f"{parts.part_dir(self.path, feature, e.part)}: damaged item {item} ({info.problem}); "
-                              "the next `make extract` recomputes it")
-        return e, info
+        pid = int(cols.part[k])
+        if not self._ok[feature][pid]:
+            self._check(feature, pid, [item])
+        return cols, k, pid
 
-    def _info(self, feature: str, part: str) -> _PartInfo:
-        infos = self._infos.get(feature)
-        if infos is None:
-            infos = self._infos[feature] = {}
-        info = infos.get(part)
-        if info is None:
-            arrays = self.index(feature).parts[part].arrays
-            tails = {k: tuple(v["shape"][1:]) if v.get("shape") else None for k, v in arrays.items()}
-            info = infos[part] = _PartInfo(self.part_problem(feature, part), tuple(arrays), tails, {})
-        return info
+    def _check(self, feature: str, pid: int, items: list[str]) -> None:
+        """Part number `pid`'s quick check, cached: DamagedItem naming it and `items` (read from it)."""
+        problem = self.part_problem(feature, self._states[feature].part_names[pid])
+        if problem is not None:
+            raise self._damaged(feature, pid, sorted(set(items)), problem)
+        self._ok[feature][pid] = True
+
+    def _damaged(self, feature: str, pid: int, items: list[str], problem: str) -> DamagedItem:
+        folder = layout.part_dir(self.path, feature, self.index(feature).part_names[pid])
+        return damaged_item(folder, ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else ""),
+                            problem)
+
+    def read(self, feature: str, item: str) -> ItemFeature:
+        """One item of this handle's snapshot, after its part's quick check: a damaged part raises
+        DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
+        cols, k, pid = self._one(feature, item)
+        try:
+            intervals = np.asarray(self._view(feature, cols, item, k, pid, layout.INTERVALS)[...], dtype=np.float64)
+        except DamagedPart as e:
+            raise damaged_item(e.folder, item, e.problem) from None
+        extras = {name: self._view(feature, cols, item, k, pid, name) for name in cols.tails(pid)
+                  if name not in (layout.FEATURES, layout.INTERVALS)}
+        return ItemFeature(feature=feature, item=item, features=self._view(feature, cols, item, k, pid, layout.FEATURES),
+                           intervals=intervals, extras=extras,
+                           attrs=self._attrs(feature, item, cols.attrs_json(k), cols.part_names[pid]),
+                           columns=list(self._feature_group(feature).get("columns", [])))
+
+    def _view(self, feature: str, cols: Columns, item: str, k: int, pid: int, name: str) -> RowView | np.ndarray:
+        """The item's rows of array `name`: a slice of the slab when its part is there, else a view of the
+        part's array in the part cache, loaded on first use."""
+        a = self._arrays.get((feature, name)) or self._array(feature, name)
+        if a.loaded is not None and a.loaded[pid]:
+            start = a.offsets.item(pid) + a.row0.item(k)
+            return a.data[start:start + a.n.item(k)]
+        return RowView(functools.partial(self._part, feature, pid, name), a.row0.item(k), a.n.item(k),
+                       cols.tails(pid)[name], item)
+
+    def arrays(self, feature: str, item: str, names: list[str]) -> list[Any]:
+        """The item's rows of the named arrays (`features`, `intervals` or extras), after its part's quick
+        check: slices of the part's arrays in memory (not copies) when they are loaded whole. The cheap
+        path of `read` for a reader that knows what it wants (no attributes parsed)."""
+        cols, k, pid = self._one(feature, item)
+        return [self._view(feature, cols, item, k, pid, name)[...] for name in names]
 
     def item_attrs(self, feature: str, item: str) -> dict[str, Any]:
-        e = self._entry(feature, item)
-        return self._attrs(feature, item, e.attrs_json, e.part)
+        cols, k, pid = self._one(feature, item)
+        return self._attrs(feature, item, cols.attrs_json(k), cols.part_names[pid])
 
-    # ---- reading rows ----
+    def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
+        """Rows of many items at once: `picks` = (item, row within the item), stacked in the order of
+        `picks` (the batched read path of the datasets): one `take` from the array's slab where it has one,
+        else a row per pick from the parts in memory and one zarr gather per part read lazily. An unknown
+        item, a damaged part or a row out of range raises as a read of that item would (KeyError,
+        DamagedItem, IndexError)."""
+        if not picks:
+            return np.zeros((0,), np.float32)
+        items, rows = zip(*picks, strict=True)
+        cols, k, pid = self._where(feature, items)
+        a = self._array(feature, name)
+        r = np.array(rows, np.int64)
+        out = (r < 0) | (r >= a.n[k])
+        if out.any():
+            i = int(np.argmax(out))
+            raise IndexError(f"{feature}/{items[i]}: row {rows[i]} out of range for {a.n[k[i]]} rows")
+        at = a.row0[k] + r
+        try:
+            if a.loaded is None:
+                return self._gather(feature, name, pid, at)
+            for p in np.unique(pid[~a.loaded[pid]]).tolist():
+                self._slab_load(feature, name, a, p)
+            return a.data.take(a.offsets[pid] + at, axis=0)
+        except DamagedPart as e:
+            bad = cols.part_id[e.folder.name]
+            raise self._damaged(feature, bad, sorted({items[i] for i in np.flatnonzero(pid == bad)}), e.problem) from None
+
+    def _gather(self, feature: str, name: str, pid: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Rows `at` of parts `pid` of an array without a slab: a row per pick from the parts held whole, one
+        zarr gather per part read lazily."""
+        got: list[Any] = []
+        lazy: dict[int, list[int]] = {}  # part number -> positions in the picks
+        for pos, (p, row) in enumerate(zip(pid.tolist(), at.tolist(), strict=True)):
+            base = self._part(feature, p, name)
+            got.append(base[row] if isinstance(base, np.ndarray) else None)
+            if got[-1] is None:
+                lazy.setdefault(p, []).append(pos)
+        for p, positions in lazy.items():
+            for pos, value in zip(positions, self._part(feature, p, name).oindex[at[positions]], strict=True):
+                got[pos] = value
+        return np.stack(got)
 
     def part_array(self, feature: str, part: str, name: str) -> Any:
-        """A part's array: whole in memory when small enough (cached), else the lazy zarr array. When whole
-        arrays of a (feature, array) leave the cache having served few reads (random access over more than
-        the cache holds), its later parts are read lazily: one small zarr read per item, not a whole part."""
-        slab = self._slabs.get((feature, name))
-        if slab is not None and part in self._columns[feature].part_id:
-            pid = self._columns[feature].part_id[part]
-            if not slab.loaded[pid]:
-                self._slab_load(feature, name, slab, pid)
-            rows = slab.data[slab.offsets[pid]:slab.offsets[pid + 1]]
-            info = self._infos.get(feature, {}).get(part)
-            if info is not None:  # a part already resolved by a read (never checked here: see _gone)
-                info.bases[name] = rows
-            return rows
-        key = (feature, part, name)
+        """A part's array (no check: the caller checks `part_problem`): whole in memory when small enough
+        (the part cache), else the lazy zarr array."""
+        return self._part(feature, self.index(feature).part_id[part], name)
+
+    def _part(self, feature: str, pid: int, name: str) -> Any:
+        """Part number `pid`'s array `name` from the part cache: its rows in the slab, a whole array, or a
+        lazy one. Whole arrays of a (feature, array) that leave the cache having served few reads (random
+        access over more than the cache holds) make its later parts read lazily: one small zarr read per
+        item, not a whole part."""
+        a = self._array(feature, name)
+        if a.loaded is not None:
+            if not a.loaded[pid]:
+                self._slab_load(feature, name, a, pid)
+            return a.data[a.offsets[pid]:a.offsets[pid + 1]]
+        key = (feature, self._states[feature].part_names[pid], name)
         if key in self._cache:
             self._cache.move_to_end(key)
             self._hits[key] = self._hits.get(key, 0) + 1
             return self._cache[key]
         if key in self._lazy:
             return self._lazy[key]
-        value = self._load(feature, part, name, whole=None)
+        value = self._load(feature, key[1], name, whole=None)
         if not isinstance(value, np.ndarray):
             self._lazy[key] = value
             return value
@@ -495,11 +541,48 @@ class Store:
         self._evict()
         return value
 
+    def _array(self, feature: str, name: str) -> _Array:
+        """The (feature, array)'s `_Array`, made on first use; with a slab when every part holds the array
+        whole-sized with one numeric dtype and row shape, and all of it fits in half the cache."""
+        key = (feature, name)
+        if key not in self._arrays:
+            cols = self.index(feature)
+            a = self._arrays[key] = _Array(*cols.rows_of(name))
+            recs = [cols.parts[p].arrays.get(name) or {} for p in cols.part_names]
+            shapes = [r.get("shape") for r in recs]
+            kinds = {(r.get("dtype"), tuple(sh[1:])) for r, sh in zip(recs, shapes, strict=True) if sh}
+            if recs and all(shapes) and len(kinds) == 1 and self._thrash.get(key, 0) < _THRASH_LIMIT:
+                dtype_name, tail = kinds.pop()
+                try:
+                    dtype = np.dtype(dtype_name) if dtype_name else np.dtype(object)
+                except (TypeError, ValueError):  # a string dtype numpy does not name
+                    dtype = np.dtype(object)
+                sizes = np.array([sh[0] for sh in shapes], np.int64)
+                row_bytes = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
+                if (dtype.kind in "biuf" and int(sizes.max()) * row_bytes <= self.whole_array_bytes
+                        and int(sizes.sum()) * row_bytes <= self.part_cache_bytes // 2):
+                    a.offsets = np.concatenate([[0], np.cumsum(sizes)])
+                    a.data, a.loaded = np.empty((int(a.offsets[-1]), *tail), dtype), np.zeros(len(sizes), bool)
+        return self._arrays[key]
+
+    def _slab_load(self, feature: str, name: str, slab: _Array, pid: int) -> None:
+        """Copy a part's array into the slab."""
+        part = self._states[feature].part_names[pid]
+        value = self._load(feature, part, name, whole=True)
+        a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
+        if value.shape != slab.data[a:b].shape:
+            raise DamagedPart(layout.part_dir(self.path, feature, part),
+                              f"{name} has shape {value.shape}, committed as {slab.data[a:b].shape}")
+        slab.data[a:b] = value
+        slab.loaded[pid] = True
+        self._cache_bytes += slab.data[a:b].nbytes
+        self._evict()
+
     def _load(self, feature: str, part: str, name: str, whole: bool | None) -> Any:
         """A part's array through zarr: whole (a numpy array) or lazy; `whole=None`: whole when small enough
         and its (feature, array) does not thrash. A missing or unusable array raises DamagedItem (or
         SnapshotGone when a compaction removed its part)."""
-        folder = parts.part_dir(self.path, feature, part)
+        folder = layout.part_dir(self.path, feature, part)
         try:
             arr = zarr.open_array(folder / name, mode="r")
             if whole is None:
@@ -522,7 +605,7 @@ class Store:
         """The error for an array of a part that zarr could not read (SnapshotGone when a compaction removed
         the part meanwhile). A part whose bytes changed since commit (a chunk failing its checksum) is
         noted in the store, so that the next plan checks it in full and recomputes its items."""
-        folder = parts.part_dir(self.path, feature, part)
+        folder = layout.part_dir(self.path, feature, part)
         self._check_present(feature, part, name)
         problem = f"{name}: {type(e).__name__}: {e}"
         self._note(feature, part, problem)
@@ -534,7 +617,7 @@ class Store:
         so what it returned cannot be trusted: SnapshotGone when a compaction removed the part, else
         DamagedPart."""
         record = self.index(feature).parts.get(part)
-        folder = parts.part_dir(self.path, feature, part)
+        folder = layout.part_dir(self.path, feature, part)
         prefix = f"{name}/"
         for rel in (record.files if record is not None else ()):
             if rel.startswith(prefix) and not os.path.exists(folder / rel):
@@ -543,7 +626,7 @@ class Store:
 
     def _note(self, feature: str, part: str, problem: str) -> None:
         """Best effort (a reader may not be able to write): `<feature>/damaged/<part>` holding the problem."""
-        notes = self.path / feature / NOTES
+        notes = layout.notes_dir(self.path, feature)
         try:
             notes.mkdir(exist_ok=True)
             (notes / part).write_text(problem[:2000] + "\n")
@@ -551,12 +634,15 @@ class Store:
             return
         self._notes.setdefault(feature, set()).add(part)
         self._part_checks.pop((feature, part), None)
+        cols = self._states.get(feature)
+        if cols is not None and part in cols.part_id:  # checked again (in full) on its next read
+            self._ok[feature][cols.part_id[part]] = False
 
     def _noted(self, feature: str) -> set[str]:
         """Parts a read found damaged (`_note`): listed once per handle."""
         if feature not in self._notes:
             try:
-                self._notes[feature] = set(os.listdir(self.path / feature / NOTES))
+                self._notes[feature] = set(os.listdir(layout.notes_dir(self.path, feature)))
             except OSError:
                 self._notes[feature] = set()
         return self._notes[feature]
@@ -569,63 +655,10 @@ class Store:
             if self._hits.pop(old_key, 0) < _FEW_HITS:
                 self._thrash[old_key[0], old_key[2]] = self._thrash.get((old_key[0], old_key[2]), 0) + 1
 
-    # ---- batched reads: the index in columns, arrays in slabs ----
-
-    def columns(self, feature: str) -> Columns:
-        """The feature's snapshot index in columns (store/columns.py), built once per handle."""
-        if feature not in self._columns:
-            self._columns[feature] = Columns(self.index(feature))
-        return self._columns[feature]
-
-    def _slab(self, feature: str, name: str) -> Slab | None:
-        """The (feature, array)'s slab, made on first use when every current part holds the array whole-sized
-        with one numeric dtype and row shape, and all of it fits in half the cache; else None."""
-        key = (feature, name)
-        if key not in self._slabs:
-            cols, state = self.columns(feature), self.index(feature)
-            recs = [state.parts[p].arrays.get(name) or {} for p in cols.part_names]
-            shapes = [r.get("shape") for r in recs]
-            kinds = {(r.get("dtype"), tuple(sh[1:])) for r, sh in zip(recs, shapes, strict=True) if sh}
-            slab = None
-            if recs and all(shapes) and len(kinds) == 1 and self._thrash.get(key, 0) < _THRASH_LIMIT:
-                dtype_name, tail = kinds.pop()
-                try:
-                    dtype = np.dtype(dtype_name) if dtype_name else np.dtype(object)
-                except (TypeError, ValueError):  # a string dtype numpy does not name
-                    dtype = np.dtype(object)
-                sizes = np.array([sh[0] for sh in shapes], np.int64)
-                row_bytes = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
-                if (dtype.kind in "biuf" and int(sizes.max()) * row_bytes <= self.whole_array_bytes
-                        and int(sizes.sum()) * row_bytes <= self.part_cache_bytes // 2):
-                    offsets = np.concatenate([[0], np.cumsum(sizes)])
-                    row0, n = cols.rows_of(name)
-                    slab = Slab(np.empty((int(offsets[-1]), *tail), dtype), offsets, np.zeros(len(sizes), bool),
-                                np.zeros(len(sizes), bool), np.stack([offsets[cols.part] + row0, n, cols.part], 1))
-            self._slabs[key] = slab
-        return self._slabs[key]
-
-    def _slab_load(self, feature: str, name: str, slab: Slab, pid: int) -> None:
-        """Copy a part's array into the slab (taking it out of the LRU cache if it was there)."""
-        part = self._columns[feature].part_names[pid]
-        value = self._cache.pop((feature, part, name), None)
-        if value is not None:
-            self._cache_bytes -= value.nbytes
-            self._hits.pop((feature, part, name), None)
-        else:
-            value = self._load(feature, part, name, whole=True)
-        a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
-        if value.shape != slab.data[a:b].shape:
-            raise DamagedPart(parts.part_dir(self.path, feature, part),
-                              f"{name} has shape {value.shape}, committed as {slab.data[a:b].shape}")
-        slab.data[a:b] = value
-        slab.loaded[pid] = True
-        self._cache_bytes += slab.data[a:b].nbytes
-        self._evict()
-
     def _gone(self, feature: str, folder: Path) -> None:
         """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted
         away, or being removed (a handle without a lease): SnapshotGone, never DamagedItem."""
-        where = self.path / feature / index.INDEX
+        where = self.path / feature / layout.INDEX
         pin = self._pins.get(feature)
         try:
             now = index.generation_of(where)
@@ -640,38 +673,14 @@ class Store:
             raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
                                f"{folder.name} is gone); open the store again") from None
 
-    def view(self, feature: str, e: index.Entry, name: str, info: _PartInfo | None = None) -> RowView:
-        span = e.spans.get(name) if e.spans else None
-        row0, n = span if span else (e.row0, e.n_rows)
-        info = info or self._info(feature, e.part)
-        base = info.bases.get(name)  # a slab slice: no lookup at all
-        return RowView(base if base is not None else functools.partial(self.part_array, feature, e.part, name),
-                       row0, n, info.tails.get(name), e.item)
-
-    def read(self, feature: str, item: str) -> ItemFeature:
-        """One item of this handle's snapshot, after its part's quick check: a damaged part raises
-        DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
-        try:
-            got = self._read_slabs(feature, item)
-        except DamagedPart as e:
-            raise damaged_item(e.folder, item, e.problem) from None
-        if got is not None:
-            return got
-        e, info = self._entry_info(feature, item)
-        extras = {k: self.view(feature, e, k, info) for k in info.names if k not in (layout.FEATURES, layout.INTERVALS)}
-        intervals = np.asarray(self.view(feature, e, layout.INTERVALS, info)[...], dtype=np.float64)
-        return ItemFeature(feature=feature, item=item, features=self.view(feature, e, layout.FEATURES, info),
-                           intervals=intervals, extras=extras, attrs=self._attrs(feature, item, e.attrs_json, e.part),
-                           columns=list(self._feature_group(feature).get("columns", [])))
-
     def _attrs(self, feature: str, item: str, text: str, part: str) -> dict[str, Any]:
         """An item's attributes from its index line. The line passed its checksum, so JSON that does not
         parse was written so (or the line was rewritten with a fresh checksum): DamagedItem naming the item
         and the line, found again here only on this error path."""
-        value, problem = _attrs_problem(text)
+        value, problem = attrs_of(text)
         if value is not None:
             return value
-        raise DamagedItem(f"{self.path / feature / index.INDEX}: line {self._line_of(feature, part)} (part {part}): "
+        raise DamagedItem(f"{self.path / feature / layout.INDEX}: line {self._line_of(feature, part)} (part {part}): "
                           f"damaged item {item} (its attributes do not parse: {problem}); "
                           "the next `make extract` recomputes it")
 
@@ -682,143 +691,16 @@ class Store:
         found: list[int] = []
         count = [0]
 
-        def visit(rec: dict[str, Any]) -> None:
+        def visit(rec: layout.Record) -> None:
             count[0] += 1
-            if rec.get("part") == part and not found:
+            if isinstance(rec, layout.PartLine) and rec.part == part and not found:
                 found.append(count[0])
 
         if pin is not None:
-            with contextlib.suppress(index.IndexDamaged):
-                index.fold(index.pinned_bytes(*pin), self.path / feature / index.INDEX, visit)
+            with contextlib.suppress(layout.IndexDamaged):
+                layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
         return found[0] if found else "?"
 
-    def _slab_reads(self, feature: str) -> _SlabReads | None:
-        """The feature's `_SlabReads`, made once per handle; None where it does not apply (an extra array
-        or an item with its own span in some part, or an array that gets no slab)."""
-        if feature not in self._slab_readers:
-            found = None
-            cols, state = self.columns(feature), self.index(feature)
-            plain = {layout.FEATURES, layout.INTERVALS}
-            if cols.part_names and not cols._spans and all(set(state.parts[p].arrays) == plain for p in cols.part_names):
-                features, intervals = self._slab(feature, layout.FEATURES), self._slab(feature, layout.INTERVALS)
-                if features is not None and intervals is not None:
-                    found = _SlabReads(cols, features, intervals)
-            self._slab_readers[feature] = found
-        return self._slab_readers[feature]
-
-    def _read_slabs(self, feature: str, item: str) -> ItemFeature | None:
-        """`read` through `_SlabReads`, or None where it does not apply or the read would raise (an unknown
-        item, a damaged part: `read`'s own path then raises as before)."""
-        if feature not in self._slab_readers and feature not in self._columns:
-            # the columns and slabs cost about 1.5 µs an item to make (1.5 s for a million items, on top of
-            # the index's 2 s), and save 3-4 µs a read there: made once a quarter of the items were read
-            # one at a time, or at once where batched reads already made the columns
-            count = self._single_reads[feature] = self._single_reads.get(feature, 0) + 1
-            if count < len(self.index(feature).entries) // 4:
-                return None
-        fast = self._slab_reads(feature)
-        if fast is None:
-            return None
-        k = fast.cols.table.find_one(item)
-        if k < 0:
-            return None
-        start, n, pid = fast.f_items[3 * k], fast.f_items[3 * k + 1], fast.f_items[3 * k + 2]
-        if not (fast.features.ready[pid] and fast.intervals.ready[pid]) and not self._slab_ready(feature, pid, fast.slabs):
-            return None
-        i0, m = fast.i_items[3 * k], fast.i_items[3 * k + 1]
-        return ItemFeature(feature=feature, item=item, features=RowView(fast.features.data, start, n, fast.tail),
-                           intervals=np.asarray(fast.intervals.data[i0:i0 + m], dtype=np.float64), extras={},
-                           attrs=self._attrs(feature, item, fast.cols.attrs_json[k], fast.cols.part_names[pid]),
-                           columns=list(self._feature_group(feature).get("columns", [])))
-
-    def arrays(self, feature: str, item: str, names: list[str]) -> list[Any]:
-        """The item's rows of the named arrays (`features`, `intervals` or extras), after its part's quick
-        check: slices of the part's arrays in memory (not copies) when they are loaded whole. The cheap
-        path of `read` for a reader that knows what it wants (no views, no attributes parsed)."""
-        e, info = self._entry_info(feature, item)
-        return [self.view(feature, e, name, info)[...] for name in names]
-
-    def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
-        """Rows of many items at once: `picks` = (item, row within the item), stacked in the order of
-        `picks` (the batched read path of the datasets). Where the array fits a slab (`_slab`), the picks are
-        resolved through the columnar index and gathered with one `take`; otherwise rows of parts held in
-        memory are stacked from row views and parts read lazily get one zarr gather each. An unknown item,
-        a damaged part or a row out of range raises as a read of that item would (KeyError, DamagedItem,
-        IndexError)."""
-        try:
-            if picks:
-                got = self._rows_slab(feature, name, picks)
-                if got is not None:
-                    return got
-            return self._rows_each(feature, name, picks)
-        except DamagedPart as e:
-            state = self.index(feature)
-            hit = sorted({item for item, _ in picks if (en := state.entries.get(item)) is not None
-                          and parts.part_dir(self.path, feature, en.part) == e.folder})
-            raise damaged_item(e.folder, ", ".join(hit[:5]) + (f" and {len(hit) - 5} more" if len(hit) > 5 else ""),
-                               e.problem) from None
-
-    def _rows_slab(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray | None:
-        """`rows` through the slab, or None where it does not apply (no slab) or a pick would raise (the
-        per-pick path then raises the same error as before, in pick order)."""
-        slab = self._slab(feature, name)
-        if slab is None:
-            return None
-        cols = self._columns[feature]
-        items, rows = zip(*picks, strict=True)
-        k = cols.table.find(items)
-        if (k < 0).any():
-            return None
-        r = np.array(rows, np.int64)
-        start, n, pid = slab.items[k].T
-        if ((r < 0) | (r >= n)).any():
-            return None
-        if not slab.ready[pid].all():
-            for p in np.unique(pid[~slab.ready[pid]]).tolist():
-                if not self._slab_ready(feature, p, ((name, slab),)):
-                    return None
-        return slab.data.take(start + r, axis=0)
-
-    def _slab_ready(self, feature: str, pid: int, slabs: tuple[tuple[str, Slab], ...]) -> bool:
-        """Part `pid` in each of the feature's (array name, slab): False when the part fails its quick check
-        (the caller's per-item path then raises DamagedItem), else loaded and marked ready."""
-        if self.part_problem(feature, self._columns[feature].part_names[pid]) is not None:
-            return False
-        for name, slab in slabs:
-            if not slab.loaded[pid]:
-                self._slab_load(feature, name, slab, pid)
-            slab.ready[pid] = True
-        return True
-
-    def _rows_each(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
-        """`rows` pick by pick: stacked row views of parts in memory, one zarr gather per lazy part."""
-        spans: dict[str, tuple[str, int, int]] = {}
-        bases: dict[str, Any] = {}
-        got: list[Any] = []
-        lazy: dict[str, tuple[list[int], list[int]]] = {}  # part -> (positions in picks, rows)
-        for pos, (item, row) in enumerate(picks):
-            span = spans.get(item)
-            if span is None:
-                e = self._entry(feature, item)
-                own = (e.spans or {}).get(name)
-                span = spans[item] = (e.part, *(own if own else (e.row0, e.n_rows)))
-            part, row0, n = span
-            if not 0 <= row < n:
-                raise IndexError(f"{feature}/{item}: row {row} out of range for {n} rows")
-            base = bases.get(part)
-            if base is None:
-                base = bases[part] = self.part_array(feature, part, name)
-            if isinstance(base, np.ndarray):
-                got.append(base[row0 + row])
-            else:
-                got.append(None)
-                positions, rows = lazy.setdefault(part, ([], []))
-                positions.append(pos)
-                rows.append(row0 + row)
-        for part, (positions, rows) in lazy.items():
-            for pos, value in zip(positions, bases[part].oindex[np.asarray(rows)], strict=True):
-                got[pos] = value
-        return np.stack(got) if got else np.zeros((0,), np.float32)
 
     # ---- manifests and runs ----
 

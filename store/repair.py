@@ -24,8 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store import index, parts
-from store.integrity import NOTES
+from atomicio import fsync_path
+from store import index, layout, parts
 
 log = logging.getLogger(__name__)
 
@@ -40,67 +40,54 @@ class Rebuilt:
 
     def line(self) -> str:
         lost = f"; {len(self.unreadable)} unreadable part(s) left out: {', '.join(self.unreadable)}" if self.unreadable else ""
-        return (f"  REBUILT {self.feature}/{index.INDEX} ({self.reason}) from {self.parts} part(s), "
+        return (f"  REBUILT {self.feature}/{layout.INDEX} ({self.reason}) from {self.parts} part(s), "
                 f"{self.items} item(s){lost}")
 
 
-def part_names(store: Path, feature: str) -> list[str]:
-    folder = store / feature / parts.PARTS
+def load(store: Path, feature: str) -> tuple[index.IndexState | None, str | None]:
+    """The feature's index read once: (its state, None), or (None, why it cannot be used as it is), or
+    (None, None) when there is neither a log nor a part (a new feature)."""
+    path = layout.index_path(store, feature)
     try:
-        return sorted(p.name for p in folder.iterdir() if p.is_dir())
+        data = path.read_bytes()
     except FileNotFoundError:
-        return []
+        return None, "index missing" if parts.part_names(store, feature) else None
+    except OSError as e:
+        return None, f"index unreadable ({e.strerror or e})"
+    try:
+        return index.parse(data, path), None
+    except layout.IndexDamaged as e:
+        return None, str(e).split(": ", 1)[1].split(" (")[0]
 
 
 def problem(store: Path, feature: str) -> str | None:
     """Why the feature's index cannot be used as it is (None: it can)."""
-    path = store / feature / index.INDEX
-    if not path.exists():
-        return "index missing" if part_names(store, feature) else None
-    try:
-        index.load(path)
-    except index.IndexDamaged as e:
-        return str(e).split(": ", 1)[1].split(" (")[0]
-    except OSError as e:
-        return f"index unreadable ({e.strerror or e})"
-    return None
+    return load(store, feature)[1]
 
 
-def rebuild(store: Path, feature: str, reason: str) -> Rebuilt:
-    """Write the feature's index anew from its parts (caller holds the write lock)."""
+def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.IndexState]:
+    """Write the feature's index anew from its parts (caller holds the write lock); the new state."""
     out = Rebuilt(feature, reason)
-    found = []
-    for name in part_names(store, feature):
-        folder = parts.part_dir(store, feature, name)
-        try:
-            found.append(parts.record_from_part(folder))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("%s: unreadable part left out of the rebuilt index (%s: %s)", folder, type(e).__name__, e)
-            out.unreadable.append(name)
-    found.sort(key=lambda r: (r["seq"], r["part"]))
-    index.replace(store / feature / index.INDEX, [index.header(), *found])
-    state = index.load(store / feature / index.INDEX)
+    found, unreadable = parts.records_on_disk(store, feature)
+    for name, why in unreadable.items():
+        log.warning("%s: unreadable part left out of the rebuilt index (%s)", layout.part_dir(store, feature, name), why)
+    out.unreadable = list(unreadable)
+    records = [layout.new_header(), *found]
+    state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
     out.parts, out.items = len(found), len(state.entries)
     log.warning("%s", out.line().strip())
-    return out
-
-
-RETIRED = "retired"  # <feature>/retired/<id>.log: an index log a compaction replaced, while readers may pin it
-
-
-def retired_dir(store: Path, feature: str) -> Path:
-    return store / feature / RETIRED
+    return out, state
 
 
 def retire_current(store: Path, feature: str) -> Path:
     """Keep the feature's current index log reachable (a hard link under `retired/`) before a compaction
     renames a new one over it: readers pin that file (a shared flock on it: store/reader.py), and its
     parts are removed only once none does (`release_retired`)."""
-    folder = retired_dir(store, feature)
+    folder = layout.retired_dir(store, feature)
     folder.mkdir(exist_ok=True)
     link = folder / f"{uuid.uuid4().hex}.log"
-    os.link(store / feature / index.INDEX, link)
-    index.fsync_path(folder)
+    os.link(layout.index_path(store, feature), link)
+    fsync_path(folder)
     return link
 
 
@@ -108,8 +95,8 @@ def _named(log_path: Path) -> set[str] | None:
     """The parts a log names; None when it cannot be read whole (then nothing it names is removed)."""
     names: set[str] = set()
     try:
-        index.fold(log_path.read_bytes(), log_path,
-                   lambda rec: names.add(str(rec["part"])) if rec.get("kind") == "part" else None)
+        layout.fold(log_path.read_bytes(), log_path,
+                    lambda rec: names.add(rec.part) if isinstance(rec, layout.PartLine) else None)
     except (OSError, ValueError, KeyError):
         return None
     return names
@@ -118,7 +105,7 @@ def _named(log_path: Path) -> set[str] | None:
 def retired_parts(store: Path, feature: str) -> set[str]:
     """Parts named by a retired log (kept for readers, removed by `release_retired`): not unindexed."""
     out: set[str] = set()
-    for log_path in sorted(retired_dir(store, feature).glob("*.log")):
+    for log_path in sorted(layout.retired_dir(store, feature).glob("*.log")):
         out |= _named(log_path) or set()
     return out
 
@@ -130,7 +117,7 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
     pinned: set[str] = set()
     free: list[tuple[Path, int, set[str]]] = []
     try:
-        for log_path in sorted(retired_dir(store, feature).glob("*.log")):
+        for log_path in sorted(layout.retired_dir(store, feature).glob("*.log")):
             fd = os.open(log_path, os.O_RDONLY)
             names = _named(log_path)
             try:
@@ -148,7 +135,7 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
         for log_path, _, names in free:
             done = True
             for name in sorted(names - set(state.parts) - pinned):
-                folder = parts.part_dir(store, feature, name)
+                folder = layout.part_dir(store, feature, name)
                 if folder.exists():
                     shutil.rmtree(folder, ignore_errors=True)
                     if folder.exists():  # kept with its log, so that a later writer tries again
@@ -156,7 +143,7 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
                         done = False
                         continue
                     removed.append(name)
-                (store / feature / NOTES / name).unlink(missing_ok=True)  # a damage note of the part, if any
+                (layout.notes_dir(store, feature) / name).unlink(missing_ok=True)  # a damage note of the part, if any
             if done:
                 log_path.unlink()
     finally:
@@ -171,7 +158,7 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
 
 def unindexed(store: Path, feature: str, state: index.IndexState) -> list[str]:
     """Part folders on disk that the index does not name (nor a retired log kept for readers)."""
-    names = [n for n in part_names(store, feature) if n not in state.parts]
+    names = [n for n in parts.part_names(store, feature) if n not in state.parts]
     if names:
         retired = retired_parts(store, feature)
         names = [n for n in names if n not in retired]
@@ -196,37 +183,32 @@ class Adopted:
 def adopt(store: Path, feature: str, state: index.IndexState, names: list[str]) -> tuple[index.IndexState, Adopted]:
     """Put unindexed parts back into the index (caller holds the write lock): appended after the log when
     each is newer than its last part, else the log is rebuilt from every part in sequence order."""
-    found, unreadable = [], []
-    for name in names:
-        folder = parts.part_dir(store, feature, name)
-        try:
-            found.append(parts.record_from_part(folder))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("%s: a part no index line names, with unreadable metadata: left as it is (%s: %s)",
-                        folder, type(e).__name__, e)
-            unreadable.append(name)
-    found.sort(key=lambda r: (r["seq"], r["part"]))
-    path = store / feature / index.INDEX
-    if found and found[0]["seq"] <= state.last_seq:
-        rebuild(store, feature, f"{len(found)} part(s) no index line names, older than its last line")
+    found, unreadable = parts.records_on_disk(store, feature, names)
+    for name, why in unreadable.items():
+        log.warning("%s: a part no index line names, with unreadable metadata: left as it is (%s)",
+                    layout.part_dir(store, feature, name), why)
+    adopted = Adopted(feature, [r.part for r in found], sum(len(r.rows) for r in found), list(unreadable))
+    if found and found[0].seq <= state.last_seq:
+        _, state = rebuild(store, feature, f"{len(found)} part(s) no index line names, older than its last line")
     elif found:
-        index.append(path, found, state.length)
-    adopted = Adopted(feature, [r["part"] for r in found], sum(len(r["items"]) for r in found), unreadable)
+        length = index.append(layout.index_path(store, feature), found, state.length)
+        for rec in found:
+            index.apply(state, rec)
+        state.length, state.torn = length, False
     if found:
         log.warning("%s", adopted.line().strip())
-    return index.load(path), adopted
+    return state, adopted
 
 
 def open_index(store: Path, feature: str) -> index.IndexState:
-    """The writer's view of a feature's index, repaired first when it must be (see the module docstring),
-    and the parts compactions retired removed where no reader pins them any more."""
-    path = store / feature / index.INDEX
-    why = problem(store, feature)
+    """The writer's view of a feature's index, its log read once: repaired first when it must be (see the
+    module docstring), and the parts compactions retired removed where no reader pins them any more."""
+    state, why = load(store, feature)
     if why is not None:
-        rebuild(store, feature, why)
-    if not path.exists():
-        index.replace(path, [index.header()])
-    state = index.load(path)
+        _, state = rebuild(store, feature, why)
+    elif state is None:  # a new feature
+        records: list[layout.Record] = [layout.new_header()]
+        state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
     orphans = unindexed(store, feature, state)
     if orphans:
         state, _ = adopt(store, feature, state, orphans)

@@ -13,10 +13,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from manifests.records import MediaItem, QAItem, read_jsonl
-from store import index, layout, parts, repair
+from store import index, layout, repair
 from store.integrity import ItemCheck
+from store.partial import partial_line, partial_record
 from store.reader import Store
 
 _REPAIR = {"root": "the store's own metadata: repair it by hand (its items are checked here regardless)",
@@ -32,6 +34,9 @@ class VerifyReport:
     metadata: list[tuple[Path, str]] = field(default_factory=list)  # (file, problem) per damaged metadata file
     rebuilt: list[repair.Rebuilt] = field(default_factory=list)
     adopted: list[repair.Adopted] = field(default_factory=list)  # parts on disk that no index line named
+    # intact items committed with seconds that did not decode (`missing_s`): as committed, so not damage (the exit
+    # code stays 0), but not whole either: feature, item, file, missing_s, missing_total_s, duration_s
+    partial: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def damaged(self) -> list[ItemCheck]:
@@ -43,15 +48,18 @@ class VerifyReport:
 
     def summary(self) -> str:
         lines = [f"verify {self.store}: {len(self.checks)} item(s) in {self.seconds:.2f} s",
-                 f"  {'feature':<12}{'ok':>6}{'damaged':>9}"]
+                 f"  {'feature':<12}{'ok':>6}{'partial':>9}{'damaged':>9}"]
         for feat in sorted({c.feature for c in self.checks}):
             mine = [c for c in self.checks if c.feature == feat]
-            lines.append(f"  {feat:<12}{sum(c.ok for c in mine):>6}{sum(not c.ok for c in mine):>9}")
+            partial = sum(p["feature"] == feat for p in self.partial)
+            lines.append(f"  {feat:<12}{sum(c.ok for c in mine) - partial:>6}{partial:>9}"
+                         f"{sum(not c.ok for c in mine):>9}")
         lines += [r.line() for r in self.rebuilt]
         lines += [a.line() for a in self.adopted]
         lines += [f"  DAMAGED METADATA {path}: {problem}" for path, problem in self.metadata]
         for c in self.damaged:
             lines.append(f"  DAMAGED {c.feature}/{c.item} ({c.path}): {c.problem}")
+        lines += [partial_line(p) for p in self.partial]
         if self.damaged:
             lines.append(f"  {len(self.damaged)} damaged item(s): `make extract EXTRACT_ARGS=--verify` on this store recomputes them")
         return "\n".join(lines)
@@ -71,14 +79,14 @@ def _group_problem(meta_path: Path) -> str | None:
 
 def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
     problems = []
-    why = _group_problem(path / "zarr.json")
-    if why is None and json.loads((path / "zarr.json").read_bytes()).get("attributes", {}).get("schema") is None:
+    why = _group_problem(path / layout.META)
+    if why is None and json.loads((path / layout.META).read_bytes()).get("attributes", {}).get("schema") is None:
         why = "zarr.json has no schema attribute"
     if why:
-        problems.append((path / "zarr.json", f"{why}; {_REPAIR['root']}"))
+        problems.append((path / layout.META, f"{why}; {_REPAIR['root']}"))
     for feature in features:
-        if why := _group_problem(path / feature / "zarr.json"):
-            problems.append((path / feature / "zarr.json", f"{why}; {_REPAIR['feature']}"))
+        if why := _group_problem(path / feature / layout.META):
+            problems.append((path / feature / layout.META, f"{why}; {_REPAIR['feature']}"))
     for name, kind in (("items.jsonl", MediaItem), ("qa.jsonl", QAItem)):
         file = layout.manifest_dir(path) / name
         try:
@@ -91,7 +99,7 @@ def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
 
 
 def _is_store(path: Path) -> bool:
-    return any((path / name).exists() for name in ("zarr.json", layout.LOCK, layout.MANIFESTS, layout.RUNS))
+    return any((path / name).exists() for name in (layout.META, layout.LOCK, layout.MANIFESTS, layout.RUNS))
 
 
 def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyReport:
@@ -100,8 +108,8 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
     if not _is_store(path):
         raise FileNotFoundError(f"{path}: not a feature store (no zarr.json); run `make extract` first")
     store = Store(path, damaged_root=True)
-    present = [f for f in store._feature_dirs() if (path / f / "zarr.json").exists()
-               or (path / f / index.INDEX).exists() or (path / f / parts.PARTS).exists()]
+    present = [f for f in store._feature_dirs() if (path / f / layout.META).exists()
+               or (path / f / layout.INDEX).exists() or (path / f / layout.PARTS).exists()]
     unknown = set(features or []) - set(present)
     if unknown:
         raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {present}")
@@ -113,26 +121,32 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
         store = Store(path, damaged_root=True)  # the repaired indexes
     try:
         checks = [c for f in chosen for c in store.check(f, full=True)]
+        partial = [p for c in checks if c.ok and (p := _partial(store, c)) is not None]
     finally:
         store.close()
-    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt, adopted)
+    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt, adopted, partial)
+
+
+def _partial(store: Store, check: ItemCheck) -> dict[str, Any] | None:
+    entry = store.index(check.feature).entries[check.item]
+    return partial_record(check.feature, check.item, entry.attrs(), entry.duration_s)  # attrs: checked to parse
 
 
 def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list[repair.Rebuilt], list[repair.Adopted]]:
     """Rebuild each damaged or missing index from its parts and adopt the parts no index line names,
     holding the store's write lock."""
     broken = {f: why for f in features if (why := repair.problem(path, f)) is not None}
-    loose = [f for f in features if f not in broken and (path / f / index.INDEX).exists()
-             and repair.unindexed(path, f, index.load(path / f / index.INDEX))]
+    loose = [f for f in features if f not in broken and (path / f / layout.INDEX).exists()
+             and repair.unindexed(path, f, index.load(path / f / layout.INDEX))]
     if not broken and not loose:
         return [], []
     from store.writer import StoreWriter
 
     with StoreWriter(path, str(store.attrs.get("dataset", ""))):
-        rebuilt = [repair.rebuild(path, f, why) for f, why in broken.items()]
+        rebuilt = [repair.rebuild(path, f, why)[0] for f, why in broken.items()]
         adopted = []
         for f in loose:
-            state = index.load(path / f / index.INDEX)
+            state = index.load(path / f / layout.INDEX)
             names = repair.unindexed(path, f, state)
             if names:
                 adopted.append(repair.adopt(path, f, state, names)[1])

@@ -1,6 +1,9 @@
-"""The store's only writer: batched atomic commits of many (feature, item) pairs (docs/design.md, "Store").
+"""The store's only writer: every change is a typed operation through one commit path (docs/design.md, "Store").
 
-A batch of one feature is written as one or more immutable parts (store/parts.py: the rows of many items
+`Append` (a run's batches, migrate) writes new parts and appends their lines to the index; `Rewrite`
+(compaction, store/compact.py) writes the current rows of some parts into new parts and publishes them as a
+new index generation without the old ones. Both write their parts the same way: a batch of one feature is
+written as one or more immutable parts (store/parts.py: the rows of many items
 concatenated), each in full under `<store>/.staging/<part>/`, every file fsynced, then renamed into
 `<store>/<feature>/parts/<part>`. The batch becomes visible in one step: one append of its records to the
 feature's index log (store/index.py), fsynced. A run killed at any moment leaves at most a staging folder
@@ -26,18 +29,38 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import zarr
 
+import atomicio
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
 from rows import FeatureRows
-from store import index, layout, parts
+from store import index, layout, parts, repair
 
 log = logging.getLogger(__name__)
-_write_array = parts.write_array  # tests wrap it to die mid-write
+Member = tuple[str, FeatureRows, dict[str, Any]]  # (item, rows, attributes)
+
+
+@dataclass(frozen=True)
+class Append:
+    """New parts, one per batch (items of one array signature each), appended to the index: their items'
+    rows supersede older ones of the same items."""
+
+    batches: list[list[Member]]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """The rows in `batches` (the current rows of the parts in `old`, read back) written as new parts, and
+    a new index generation naming the feature's other parts and the new ones but none of `old`. The old
+    parts are removed once no reader leases a log that names them (store/repair.py `release_retired`)."""
+
+    old: frozenset[str]
+    batches: list[list[Member]]
 
 
 def _package_version() -> str:
@@ -47,14 +70,11 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-_fsync = index.fsync_path  # flush a file, or a directory's entries, to disk (tests wrap it)
-
-
 def _fsync_tree(root: Path) -> None:
     for folder, _, files in os.walk(root):
         for name in files:
-            _fsync(os.path.join(folder, name))
-        _fsync(folder)
+            atomicio.fsync_path(os.path.join(folder, name))
+        atomicio.fsync_path(folder)
 
 
 class StoreError(RuntimeError):
@@ -105,8 +125,7 @@ STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 class StoreWriter:
     """Creates `<dataset>.zarr` if needed and commits batches of finished (feature, item) pairs into it."""
 
-    def __init__(self, path: Path | str, dataset: str, allow_v1: bool = False) -> None:
-        """`allow_v1`: for `store.migrate` only, which writes version-2 parts into a version-1 store."""
+    def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = Path(path)
         self._index: dict[str, index.IndexState] = {}
         if self.path.exists() and not self.path.is_dir():
@@ -115,16 +134,7 @@ class StoreWriter:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = self._acquire_lock()
             self.root = self._open_root()
-            attrs = dict(self.root.attrs)
-            if attrs.get("schema") == layout.SCHEMA_V1 and not allow_v1:
-                raise ValueError(layout.v1_refusal(self.path))
-            if attrs.get("schema", layout.SCHEMA) not in (layout.SCHEMA, layout.SCHEMA_V1):
-                raise ValueError(f"{self.path}: store schema {attrs['schema']!r}, this code writes {layout.SCHEMA!r}")
-            if attrs.get("dataset", dataset) != dataset:
-                raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
-            if not allow_v1 and (attrs.get("schema") != layout.SCHEMA or attrs.get("dataset") != dataset):
-                self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset,
-                                        "package_version": _package_version()})
+            self._claim_root(dict(self.root.attrs), dataset)
             self._sweep_staging()
         except OSError as e:
             self.close()
@@ -133,11 +143,19 @@ class StoreWriter:
             self.close()
             raise
 
+    def _claim_root(self, attrs: dict[str, Any], dataset: str) -> None:
+        """A version-2 store of `dataset`, or a new one, which is made so (store/migrate.py overrides this)."""
+        layout.check_schema(self.path, attrs)
+        if attrs.get("dataset", dataset) != dataset:
+            raise ValueError(f"{self.path}: store holds dataset {attrs['dataset']!r}, not {dataset!r}")
+        if attrs.get("schema") != layout.SCHEMA or attrs.get("dataset") != dataset:
+            self.root.attrs.update({"schema": layout.SCHEMA, "dataset": dataset, "package_version": _package_version()})
+
     def _open_root(self) -> zarr.Group:
         try:
             return zarr.open_group(self.path, mode="a")
         except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError too
-            raise StoreError(f"{self.path / 'zarr.json'}: the store's own metadata is unreadable "
+            raise StoreError(f"{self.path / layout.META}: the store's own metadata is unreadable "
                              f"({type(e).__name__}: {e}); its items may be intact, but this store needs repair "
                              "by hand or a new --out") from e
 
@@ -191,7 +209,7 @@ class StoreWriter:
             try:
                 group = self.root.require_group(feature)
             except (ValueError, TypeError, KeyError) as e:  # its metadata is damaged; the parts are separate
-                meta = self.path / feature / "zarr.json"
+                meta = self.path / feature / layout.META
                 log.warning("%s: unreadable (%s: %s); writing it anew from this run's spec", meta,
                             type(e).__name__, e)
                 meta.unlink(missing_ok=True)
@@ -207,70 +225,100 @@ class StoreWriter:
         parts), parts that no index line names (a killed commit's, or lines lost to damage) adopted, and the
         parts of compacted logs that no reader leases any more removed (store/repair.py)."""
         if feature not in self._index:
-            from store.repair import open_index
-
-            self._index[feature] = open_index(self.path, feature)
+            self._index[feature] = repair.open_index(self.path, feature)
         return self._index[feature]
 
     def commit(self, feature: str, item_id: str, rows: FeatureRows, item_attrs: dict[str, Any]) -> None:
         """Write one item's rows atomically (a batch of one); supersedes an older version of the same item."""
         self.commit_batch(feature, [(item_id, rows, item_attrs)])
 
-    def commit_batch(self, feature: str, batch: list[tuple[str, FeatureRows, dict[str, Any]]]) -> None:
+    def commit_batch(self, feature: str, batch: list[Member]) -> None:
         """Write many items of one feature atomically: all of them become visible at once, or none.
         Items with differently shaped arrays go to separate parts of the same commit."""
         for item_id, _, _ in batch:
             check_id(item_id)
             if item_id in layout.RESERVED:
                 raise ValueError(f"invalid id {item_id!r}: reserved by the store")
-        if not (self.path / feature / "zarr.json").is_file():  # not group_keys(): that parses every feature
-            raise KeyError(f"feature {feature!r} has no group yet; call set_feature first")
-        state = self.index(feature)
         latest = {item: (item, rows, {**rows.attrs, **attrs, "n_rows": int(len(rows.features)), "complete": True})
                   for item, rows, attrs in batch}  # an item twice in a batch: its last rows count
-        groups: dict[tuple, list[tuple[str, FeatureRows, dict[str, Any]]]] = {}
+        groups: dict[tuple, list[Member]] = {}
         for entry in latest.values():
             groups.setdefault(parts.signature(entry[1]), []).append(entry)
-        records, placed = [], []
+        self.commit_op(feature, Append(list(groups.values())))
+
+    def commit_op(self, feature: str, op: Append | Rewrite) -> index.IndexState:
+        """The one commit path: the operation's parts written and renamed into place, then published (an
+        appended index line per part, or a new generation). A failure removes the parts it placed: the
+        store is as before. Returns the feature's index as it is now."""
+        if not (self.path / feature / layout.META).is_file():  # not group_keys(): that parses every feature
+            raise KeyError(f"feature {feature!r} has no group yet; call set_feature first")
+        state = self.index(feature)
+        lines, placed = [], []
         try:
-            for seq, members in enumerate(groups.values(), start=state.last_seq + 1):
+            for seq, members in enumerate(op.batches, start=state.last_seq + 1):
                 name = f"{seq:09d}-{uuid.uuid4().hex[:8]}"
-                records.append(self._write_part(feature, name, seq, members))
-                placed.append(parts.part_dir(self.path, feature, name))
-            new_length = index.append(self.path / feature / index.INDEX, records, state.length)
+                lines.append(self._write_part(feature, name, seq, members))
+                placed.append(layout.part_dir(self.path, feature, name))
+            retired = self._publish(feature, state, op, lines)
         except BaseException as e:
-            for p in placed:  # renamed but never published: the store is as before the batch
+            published = self._index[feature] is not state  # a rewrite's log renamed before the error
+            for p in () if published else placed:  # never published: the store is as before
                 shutil.rmtree(p, ignore_errors=True)
             if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
-                raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; "
-                                 f"the batch of {len(latest)} item(s) was not committed") from e
+                n = sum(len(b) for b in op.batches)
+                raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; the batch of {n} "
+                                 f"item(s) was {'published, its folder not flushed' if published else 'not committed'}"
+                                 ) from e
             raise
-        for rec in records:
-            index.apply(state, rec)
-        state.length = new_length
+        if retired:
+            repair.release_retired(self.path, feature, self._index[feature])
+        return self._index[feature]
 
-    def _write_part(self, feature: str, name: str, seq: int, members: list[tuple[str, FeatureRows, dict[str, Any]]],
-                    ) -> dict[str, Any]:
+    def _publish(self, feature: str, state: index.IndexState, op: Append | Rewrite, lines: list[layout.PartLine],
+                 ) -> bool:
+        """Make the written parts visible; True when a log was retired (a rewrite)."""
+        path = layout.index_path(self.path, feature)
+        if isinstance(op, Append):
+            length = index.append(path, lines, state.length)
+            for line in lines:
+                index.apply(state, line)
+            state.length, state.torn = length, False
+            return False
+        kept = _current_lines(state, set(state.parts) - op.old)
+        records: list[layout.Record] = [layout.new_header(), *kept, *lines]
+        retired = repair.retire_current(self.path, feature)
+        try:
+            index.replace(path, records)
+        except BaseException:
+            if _generation_is(path, records[0].generation):  # renamed, then the folder's fsync failed: published
+                self._index[feature] = index.of_records(records, path.stat().st_size)
+                raise
+            retired.unlink(missing_ok=True)
+            raise
+        self._index[feature] = index.of_records(records, path.stat().st_size)
+        return True
+
+    def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
         staging = self.path / layout.STAGING / name
         staging.parent.mkdir(exist_ok=True)
         try:
-            arrays, entries, spans = parts.concat(members)
+            arrays, rows, spans = parts.concat(members)
             group = zarr.open_group(staging, mode="w")
             n_rows = len(arrays[layout.FEATURES])
             for arr_name, data in arrays.items():
-                _write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
-            group.attrs.put({parts.ATTR: {"feature": feature, "seq": seq, "items": entries, "spans": spans,
-                                          "files": parts.data_files(staging)}})
+                parts.write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
+            group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
+                                                "files": parts.data_files(staging)}})
             files, shapes = parts.record_files(staging)
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
-            target = parts.part_dir(self.path, feature, name)
+            target = layout.part_dir(self.path, feature, name)
             target.parent.mkdir(exist_ok=True)
             staging.rename(target)
-            _fsync(target.parent)  # the rename itself
+            atomicio.fsync_path(target.parent)  # the rename itself
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return index.part_record(name, seq, entries, files, shapes, spans)
+        return layout.PartLine(name, seq, rows, files, shapes, spans)
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         folder = layout.manifest_dir(self.path)
@@ -284,12 +332,28 @@ class StoreWriter:
     def write_run_report(self, run_id: str, report: dict[str, Any]) -> Path:
         folder = layout.runs_dir(self.path)
         out = folder / f"{run_id}.json"
-        tmp = out.with_suffix(".partial")
         try:
             folder.mkdir(exist_ok=True)
-            tmp.write_text(layout.canonical_json(report))
-            tmp.replace(out)
+            atomicio.atomic_write(out, layout.canonical_json(report))
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise StoreError(f"cannot save the run report: {_os_problem(e, out)}") from e
         return out
+
+
+def _generation_is(path: Path, generation: str) -> bool:
+    try:
+        return index.generation_of(path) == generation
+    except (OSError, ValueError):
+        return False
+
+
+def _current_lines(state: index.IndexState, keep: set[str]) -> list[layout.PartLine]:
+    """The kept parts' lines in a new generation, in commit order: each with its entries that are still
+    current (the others are superseded by later parts, which the new log names too)."""
+    mine: dict[str, list[layout.Entry]] = {p: [] for p in keep}
+    for e in state.entries.values():
+        if e.part in mine:
+            mine[e.part].append(e)
+    return [layout.PartLine(p, state.parts[p].seq, [layout.row_of(e) for e in es], state.parts[p].files,
+                            state.parts[p].arrays, {e.item: e.spans for e in es if e.spans})
+            for p, es in sorted(mine.items(), key=lambda kv: state.parts[kv[0]].seq)]

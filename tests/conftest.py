@@ -106,6 +106,18 @@ def mmdatasdk(realdata: Path):
     return sdk
 
 
+@pytest.fixture
+def torch_one_thread():
+    """torch on one CPU thread for the test, as the pipeline's CPU actors run it (pipeline/runner.py): on the
+    shared test machine a second, spinning thread costs far more CPU than it saves."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def cuda_or_skip() -> str:
     """GPU tests skip on CPU machines but fail when FAIL_WITHOUT_CUDA=1 (a GPU run must not pass silently)."""
     import torch

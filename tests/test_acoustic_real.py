@@ -144,10 +144,12 @@ def test_f0_agrees_with_covarep_own_track(realdata: Path, tracks: dict) -> None:
     assert np.median(err) <= np.median(praat_err), (np.median(err), np.median(praat_err))
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])  # torch: extractors/acoustic_torch.py's kernels, on the CPU
 @pytest.mark.parametrize("name", EGG)
-def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
+def test_f0_and_gcis_against_egg(realdata: Path, name: str, backend: str, torch_one_thread: None) -> None:
     x = speech_16k(realdata, name)
-    cfg = CovarepConfig()
+    cfg = CovarepConfig(backend=backend, device="cpu")
+    kernels = acoustic.kernels_for(cfg)
     f0, voiced = extract(x, cfg)
     egg = egg_gcis_s(realdata / "speech" / f"{name}.egg")
 
@@ -155,8 +157,9 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str) -> None:
     xb = np.zeros(n * HOP)  # the extractor's zero-padded grid
     xb[: min(x.size, xb.size)] = x[: xb.size]
     x_hp = glottal.highpass(xb, FS_HZ)
-    f0_pipeline, _ = acoustic.track(xb, x_hp, n, cfg, acoustic.relative_floor_dbfs(xb, n, cfg))  # as analyse_block
-    _, ours, _ = acoustic.glottal_flow(x_hp, f0_pipeline, voiced, cfg)
+    floor = acoustic.relative_floor_dbfs(xb, n, cfg)
+    f0_pipeline, _ = acoustic.track(xb, x_hp, n, cfg, floor, kernels)  # as analyse_block
+    _, ours, _ = acoustic.glottal_flow(x_hp, f0_pipeline, voiced, cfg, kernels)
     ours_s = ours / FS_HZ
     # EGG GCIs inside our voiced rows (the module docstring's definition; version 4's test took the span from our
     # first to last GCI, which counted 2 EGG GCIs of glottalized-m1 in a row our voicing rejects as misses)

@@ -66,9 +66,11 @@ def test_a_read_only_store_is_one_line(tiny_root: Path, tmp_path: Path, caplog: 
 def test_disk_full_before_the_first_commit_is_one_line(tiny_root: Path, tmp_path: Path,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A real ENOSPC from the kernel: the manifest file the run writes first is /dev/full."""
+    import atomicio
+
     out = tmp_path / "s.zarr"
     (out / "_manifests").mkdir(parents=True)
-    (out / "_manifests" / "items.jsonl.partial").symlink_to("/dev/full")
+    atomicio.temp_path(out / "_manifests" / "items.jsonl").symlink_to("/dev/full")  # this process writes there
     assert extract(tiny_root, out) == exitcodes.STORE
     [line] = error_lines(caplog)
     assert line == f"cannot write the store: {out / '_manifests'}: No space left on device"
@@ -112,7 +114,7 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     """ENOSPC while writing a batch's part, or while appending its index line: every pair of the batch
     failed with the store named, the run stops with exit 5, and the store's files are as before the batch."""
     import store.index as si
-    import store.writer as sw
+    import store.parts as parts
     from manifests.records import MediaItem
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
@@ -130,13 +132,13 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     if where == "part":
-        real = sw._write_array
+        real = parts.write_array
 
         def full(group, name, data, *rest):  # noqa: ANN001, ANN002, ANN202
             real(group, name, data, *rest)
             if name == "intervals":
                 raise enospc()
-        monkeypatch.setattr(sw, "_write_array", full)
+        monkeypatch.setattr(parts, "write_array", full)
     else:
         real_pwrite = os.pwrite
 

@@ -157,3 +157,16 @@ def test_export_refuses_what_it_cannot_do(info_store: Path, tmp_path: Path) -> N
     assert main(["export", str(info_store), "--xarray", out, "--features", "nope"]) == exitcodes.BAD_INPUT
     assert main(["export", str(info_store), "--xarray", out, "--features", "frames", "--items", "zz"]) == exitcodes.BAD_INPUT
     assert not Path(out).exists()
+
+
+def test_verify_reports_a_partial_item_as_partial_with_its_missing_seconds(info_store: Path) -> None:
+    """Partial is not damage (its rows are as committed: exit code 0), but not "ok" either (issue 36)."""
+    code, text = cli("verify", "--out", str(info_store), "--features", "frames,faces")
+    assert code == exitcodes.OK, text
+    lines = text.splitlines()
+    assert lines[1].split() == ["feature", "ok", "partial", "damaged"]
+    assert lines[2].split() == ["faces", "3", "0", "0"] and lines[3].split() == ["frames", "2", "1", "0"], text
+    [partial] = [line for line in lines if "PARTIAL" in line]
+    assert partial.startswith("  PARTIAL frames/tiny-b ") and partial.endswith(": 1.00 of 2.00 s did not decode (1-2 s)")
+    code, text = cli("verify", "--out", str(info_store), "--features", "transcript")
+    assert code == exitcodes.DAMAGED and "PARTIAL" not in text

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rows import FeatureRows
-from store import index
+from store import index, layout
 from store.plan import Wanted, make_plan
 from store.reader import open_store
 from store.writer import StoreWriter
@@ -78,12 +78,12 @@ def test_plan_damaged_missing_stale_and_superseded(store: Path, caplog: pytest.L
 
 
 def _log_bytes(n_parts: int, per_part: int) -> bytes:
-    recs = [index.header("g")]
+    recs: list[layout.Record] = [layout.Header("g")]
     for p in range(n_parts):
-        items = [index.entry_row(f"i{p:03d}-{k:04d}", k, 1, {"fingerprint": f"fp{k}", "spec_hash": "s"})
+        items = [layout.item_row(f"i{p:03d}-{k:04d}", k, 1, {"fingerprint": f"fp{k}", "spec_hash": "s"})
                  for k in range(per_part)]
-        recs.append(index.part_record(f"{p:03d}-x", p + 1, items, {"zarr.json": [1, "0"]}, {}))
-    return b"".join(index.encode(r) for r in recs)
+        recs.append(layout.PartLine(f"{p:03d}-x", p + 1, items, {"zarr.json": [1, "0"]}, {}))
+    return b"".join(layout.encode(r) for r in recs)
 
 
 def test_loading_an_index_runs_no_garbage_collection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,7 +94,7 @@ def test_loading_an_index_runs_no_garbage_collection(monkeypatch: pytest.MonkeyP
     applied, during = [0], []
     real_apply = index.apply
 
-    def apply(state: index.IndexState, rec: dict) -> None:
+    def apply(state: index.IndexState, rec: layout.Record) -> None:
         real_apply(state, rec)
         applied[0] += 1
 
@@ -121,17 +121,17 @@ def test_loading_an_index_runs_no_garbage_collection(monkeypatch: pytest.MonkeyP
 
 
 def test_a_log_cut_at_any_byte_reads_as_its_complete_lines() -> None:
-    """`index.fold` (every index load and plan): a log cut at any byte (a kill mid-append) reads as the
+    """`layout.fold` (every index load and plan): a log cut at any byte (a kill mid-append) reads as the
     records whose whole line, newline included, is there; the rest is a torn tail, never a commit."""
     data = _log_bytes(3, 4)
     ends = [k + 1 for k, b in enumerate(data) if b == ord("\n")]  # each complete line's end
     for cut in range(len(data) + 1):
         seen: list[str] = []
-        length, torn = index.fold(data[:cut], Path("index.log"), lambda rec, seen=seen: seen.append(rec["kind"]))
+        length, torn = layout.fold(data[:cut], Path("index.log"), lambda rec, seen=seen: seen.append(type(rec).__name__))
         whole = [e for e in ends if e <= cut]
         assert length == (whole[-1] if whole else 0), cut
         assert torn == (cut > length), cut
-        assert seen == ["header", "part", "part", "part"][:len(whole)], cut
+        assert seen == ["Header", "PartLine", "PartLine", "PartLine"][:len(whole)], cut
         state = index.parse(bytearray(data[:cut]), Path("index.log"))  # a pinned read's buffer
         assert (state.length, state.torn, len(state.entries)) == (length, torn, 4 * max(0, len(whole) - 1))
 
@@ -140,8 +140,8 @@ def test_a_bad_line_before_the_last_is_damage_not_a_torn_tail() -> None:
     lines = _log_bytes(3, 4).split(b"\n")
     for k in range(len(lines) - 2):  # every complete line but the last
         bad = b"\n".join([*lines[:k], b"x" + lines[k][1:], *lines[k + 1:]])
-        with pytest.raises(index.IndexDamaged, match=f"line {k + 1} fails its checksum"):
-            index.fold(bad, Path("index.log"), lambda rec: None)
+        with pytest.raises(layout.IndexDamaged, match=f"line {k + 1} fails its checksum"):
+            layout.fold(bad, Path("index.log"), lambda rec: None)
 
 
 def _plan_tuple(plan) -> tuple:
@@ -182,3 +182,40 @@ def test_planning_keeps_no_index_entries_and_equals_planning_from_the_whole_inde
     assert [(f, i) for f, i, _ in todo] == [("feat", "a"), ("feat", "d"), ("feat", "e"), ("other", "x"),
                                             ("feat", "b"), ("feat", "f")]
     assert [(i, path.name) for _, i, path, _ in damaged] == [("a", p1), ("c", p2), ("d", p2)]
+
+
+def test_a_run_reads_each_log_once(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's writer reads the log when it opens the feature; planning from the writer's index, commits
+    and the end-of-run compaction read it no more (before: the plan, the compaction's reload and the run's
+    last listing each read it again). The plan is the one a snapshot makes, damaged parts included."""
+    import io
+    import os
+
+    (store / "feat" / "parts" / open_store(store).index("feat").entries["c"].part / "features" / "zarr.json").unlink()
+    wanted = [Wanted("feat", i, fp) for i, fp in [("a", "fp-a"), ("b", "fp-b2"), ("c", "fp-c"), ("z", "fp-z")]]
+    from_snapshot = _plan_tuple(make_plan(store, wanted))
+    with StoreWriter(store, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        reads: list[str] = []
+        real_open = io.open
+
+        def counting_open(file, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if str(file).endswith(layout.INDEX):
+                reads.append(str(file))
+            return real_open(file, *a, **k)
+
+        monkeypatch.setattr(io, "open", counting_open)
+        real_os_open = os.open
+
+        def counting_os_open(path, flags, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if str(path).endswith(layout.INDEX) and not flags & (os.O_WRONLY | os.O_RDWR):  # a read, not an append
+                reads.append(str(path))
+            return real_os_open(path, flags, *a, **k)
+
+        monkeypatch.setattr(os, "open", counting_os_open)
+        assert _plan_tuple(make_plan(store, wanted, indexes=w.index)) == from_snapshot
+        w.commit("feat", "z", rows(9.0), meta("z", "fp-z"))
+        from store.compact import compact_store
+
+        compact_store(store, ["feat"], force=False, writer=w)
+        assert reads == []

@@ -90,7 +90,7 @@ DRIVER = textwrap.dedent('''
 
     R.Runner.start_ray = start_ray
     from pipeline.cli import main
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], supervised=True))  # as `python -m pipeline` runs: a parent and its driver
 ''')
 
 
@@ -246,14 +246,8 @@ def test_a_ray_that_never_starts_is_one_line_exit_7_and_a_saved_report(tiny_root
 
 # --- during the run ---------------------------------------------------------------------------------------------
 
-RAYLET_KILLS_DRIVER = pytest.mark.xfail(strict=True, reason=(
-    "Ray's core worker ends the driver at once (exit 1) when the raylet's plasma store connection breaks: "
-    "python-core-driver log 'The connection to the plasma store is failed. Terminate the process. Status: "
-    "IOError: Broken pipe', before any Python code of the run can act (measured 14:14, Ray 2.60)"))
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("victim", [pytest.param("raylet", marks=RAYLET_KILLS_DRIVER), "gcs_server"])
+@pytest.mark.parametrize("victim", ["raylet", "gcs_server"])
 def test_a_raylet_or_gcs_killed_mid_run_ends_in_a_summary_with_what_was_committed(tiny_root: Path, tmp_path: Path,
                                                                                 victim: str) -> None:
     out = tmp_path / "s.zarr"

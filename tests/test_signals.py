@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import exitcodes
+from pipeline import exitcodes, supervise
 from store.reader import open_store
 from store.verify import verify_store
 
@@ -81,7 +81,7 @@ DRIVER = textwrap.dedent('''
         R.StoreWriter.commit_batch = commit_batch
 
     from pipeline.cli import main
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], supervised=True))  # as `python -m pipeline` runs: a parent and its driver
 ''')
 
 
@@ -183,6 +183,8 @@ def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_ro
     assert rc == {signal.SIGINT: exitcodes.INTERRUPTED, signal.SIGTERM: exitcodes.TERMINATED}[sig], text
     assert seconds < 20, f"{seconds:.1f} s to stop"
     assert "Traceback" not in text and "core dumped" not in text and "*** SIG" not in text, text
+    # Ray's C++ lines (`task_manager.cc:… Failed to push error`) go to the run's .ray.log, not the terminal
+    assert not any(supervise.is_native(line) for line in lines), text
     during = {"manifests": "reading the manifests", "planning": "planning"}.get(stage, "extraction")
     tail = summary_is_last(lines, f"sample: {out}")
     assert any(f"STOPPED by {name} during {during}: committed pairs are kept" in line

@@ -54,3 +54,45 @@ def test_more_cores_move_the_bound_to_the_gpu_actor(costs: Costs) -> None:
     assert max(out["bound"], key=out["bound"].get) == "actors faces"
     assert out["wall_over_bound"] <= 1.2
     assert out["utilisation"]["binding"] == "actors faces"
+
+
+def test_calls_sharing_a_gpu_slow_each_other_down(costs: Costs) -> None:
+    """With the GPU busy for all of every GPU call, more actors on it cannot beat the GPU's own work: the wall
+    follows the `gpu` bound, not the (smaller) per-pool bounds that pretend each actor has a GPU of its own."""
+    config = load_config("socialiq", {"actors_per_gpu": {"faces": 3, "frames": 2}})
+    alone = simulate(costs, config, cpus=64, gpus=1, clips=300)
+    shared = Costs.from_report(json.loads(REPORT.read_text()))
+    shared.spread_gpu_busy(busy_s=1e9, items=1, gpu_features=["faces", "frames", "qa", "transcript"])
+    assert all(f == 1.0 for f in shared.gpu_fraction.values())
+    out = simulate(shared, config, cpus=64, gpus=1, clips=300)
+    gpu_work = 300 * sum(shared.model_s[f] for f in ("faces", "frames", "qa", "transcript"))
+    assert out["bound"]["gpu"] == pytest.approx(gpu_work, abs=0.1)
+    assert out["wall_s"] >= gpu_work > alone["wall_s"] + 20
+
+
+def test_a_stage_moved_elsewhere_takes_its_new_cost(costs: Costs) -> None:
+    moved = Costs.from_report(json.loads(REPORT.read_text()))
+    moved.override("decode:frames", 0.1, cores=1.0)
+    assert moved.decode_s == pytest.approx(0.1 + costs.decodes["audio"][0] + costs.decodes["qa"][0]
+                                           + costs.decodes["transcript"][0], rel=1e-6)
+    moved.override("model:acoustic", 0.2)
+    out = simulate(moved, load_config("socialiq"), cpus=16, gpus=1, clips=600)
+    base = simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=600)
+    assert out["bound"]["cpu"] < 0.4 * base["bound"]["cpu"]
+    with pytest.raises(ValueError, match="not a stage"):
+        moved.override("model:nonesuch", 1.0)
+
+
+def test_acoustic_on_the_gpu_is_a_gpu_actor_at_the_cost_given(costs: Costs) -> None:
+    """`--set features.acoustic.backend='"torch"'` lays acoustic out as GPU actors (actor_plan, `wants_gpu`),
+    `--cost` gives the stage that backend's per-clip cost; its CPU share stays in the CPU bound."""
+    config = load_config("socialiq", {"features.acoustic.backend": "torch", "actors_per_gpu": {"acoustic": 16}})
+    assert config.features["acoustic"].backend == "torch" and config.features["frames"].extractor == "densenet161"
+    gpu = Costs.from_report(json.loads(REPORT.read_text()))
+    gpu.override("model:acoustic", 0.8, cores=0.95, gpu=0.04)
+    out = simulate(gpu, config, cpus=16, gpus=1, clips=200)
+    assert out["bound"]["actors acoustic"] == pytest.approx(200 * 0.8 / 16)
+    cpu = simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=200)
+    assert "actors acoustic" not in cpu["bound"]
+    moved = 200 * (costs.model_s["acoustic"] * costs.model_cores["acoustic"] - 0.8 * 0.95) / 16
+    assert cpu["bound"]["cpu"] - out["bound"]["cpu"] == pytest.approx(moved, abs=0.1)

@@ -79,18 +79,19 @@ def test_a_process_killed_mid_write_leaves_no_half_item(tmp_path: Path) -> None:
     store = tmp_path / "s.zarr"
     script = textwrap.dedent(f"""
         import os, numpy as np
+        import store.parts as parts
         import store.writer as sw
         from rows import FeatureRows
         rows = lambda n: FeatureRows(np.ones((n, 2), np.float32), np.stack([np.arange(n), np.arange(n) + 1.0], 1))
         w = sw.StoreWriter({str(store)!r}, "demo")
         w.set_feature("feat", {ATTRS!r})
         w.commit("feat", "done", rows(3), {{"spec_hash": "s1"}})
-        real = sw._write_array
+        real = parts.write_array
         def dying(group, name, data, *rest):
             real(group, name, data, *rest)
             if name == "features":
                 os._exit(9)
-        sw._write_array = dying
+        parts.write_array = dying
         w.commit("feat", "half", rows(4), {{"spec_hash": "s1"}})
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
@@ -180,13 +181,13 @@ def test_an_item_is_on_disk_before_it_becomes_visible(tmp_path: Path, monkeypatc
     """Every staged file is fsynced before the rename, and the rename's directory after it."""
     import os
 
-    import store.writer as sw
+    import atomicio
 
     w = StoreWriter(tmp_path / "s.zarr", "demo")
     w.set_feature("feat", ATTRS)
     synced, renamed = [], []
-    real_fsync, real_rename = sw._fsync, Path.rename
-    monkeypatch.setattr(sw, "_fsync", lambda p: (synced.append(Path(p)), real_fsync(p)))
+    real_fsync, real_rename = atomicio.fsync_path, Path.rename
+    monkeypatch.setattr(atomicio, "fsync_path", lambda p: (synced.append(Path(p)), real_fsync(p)))
     monkeypatch.setattr(Path, "rename", lambda self, t: (renamed.append(len(synced)), real_rename(self, t))[1])
     w.commit("feat", "i", rows(3), {"spec_hash": "s1"})
     staging = tmp_path / "s.zarr" / layout.STAGING

@@ -1,15 +1,15 @@
-"""The index in columns (store/columns.py) and the batched reads through it (`Store.rows` on a slab)."""
+"""A reader's index in columns (store/columns.py) and the one read path through it (`Store.read`, `rows`)."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rows import FeatureRows
-from store import columns
-from store.columns import ItemTable
+from store import index, layout
 from store.compact import compact_store
 from store.integrity import DamagedItem
 from store.reader import Store
@@ -30,56 +30,50 @@ def _commit(path: Path, batches: list[list[str]], seed: int, own: bool = False) 
         w.set_feature("f", SPEC)
         for items in batches:
             w.commit_batch("f", [(it, _rows(rng, 1 + k % 3, (k % 4) if own else None),
-                                  {"spec_hash": "x", "fingerprint": f"{seed}"}) for k, it in enumerate(items)])
+                                  {"spec_hash": "x" if k % 5 else "old", "fingerprint": f"{seed}-{it}",
+                                   "filtered": k % 3 == 1, "duration_s": None if k % 2 else k + 0.25,
+                                   "note": "é" * k})
+                                 for k, it in enumerate(items)])
 
 
-def _same_as_entries(s: Store) -> None:
-    """The columns say for every item what its `Entry` says: part, rows, and each array's own span."""
-    entries = s.index("f").entries
-    cols = s.columns("f")
-    names = list(entries)
-    k = cols.table.find(names)
-    assert (k >= 0).all() and len(set(k.tolist())) == len(names)
+def _same_as_entries(s: Store, path: Path) -> None:
+    """The columns say for every item what the log folded into `Entry` objects (index.load, the writer's
+    form) says: part, rows, fingerprint, spec, filtered, duration, attributes, sequence and own spans, in the
+    same order; and the snapshot's parts, generation and length."""
+    want = index.load(path / "f" / layout.INDEX)
+    cols = s.index("f")
+    assert list(cols.entries) == list(want.entries) and len(cols.entries) == len(want.entries)
+    assert list(cols.entries.values()) == list(want.entries.values())
+    assert {it: cols.entries[it] for it in want.entries} == want.entries and "nope" not in cols.entries
+    assert (cols.generation, cols.length, cols.last_seq) == (want.generation, want.length, want.last_seq)
+    assert {p: (r.seq, r.files, r.arrays) for p, r in cols.parts.items()} == {
+        p: (r.seq, r.files, r.arrays) for p, r in want.parts.items()}
+    assert cols.live_parts() == want.live_parts() and cols.live_rows() == want.live_rows()
     for name in ("features", "tok"):
         row0, n = cols.rows_of(name)
-        for item, pos in zip(names, k.tolist(), strict=True):
-            e = entries[item]
-            assert cols.part_names[cols.part[pos]] == e.part
-            assert (cols.row0[pos], cols.n_rows[pos]) == (e.row0, e.n_rows)
-            assert [row0[pos], n[pos]] == list((e.spans or {}).get(name, (e.row0, e.n_rows)))
-    assert (cols.table.find(["nope", "", names[0] + "x"]) == -1).all()
-
-
-def test_item_table_finds_what_a_dict_finds(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(0)
-    names = [f"item-{k}" * (1 + k % 3) for k in range(3000)]
-    want = dict(zip(names, range(len(names)), strict=True))
-    asked = [names[k] for k in rng.integers(0, len(names), 500)] + ["item-", "missing", "item-1item-1item-1", "é"]
-    t = ItemTable(names)
-    assert t.find(asked).tolist() == [want.get(x, -1) for x in asked]
-    assert [t.find_one(x) for x in asked] == [want.get(x, -1) for x in asked]
-    assert t.find([]).shape == (0,)
-    assert ItemTable([]).find(["a"]).tolist() == [-1]
-    monkeypatch.setattr(columns, "hash", lambda _: 7, raising=False)  # every name one hash: the exact fallback
-    assert ItemTable(names).find(asked).tolist() == [want.get(x, -1) for x in asked]
-    assert [ItemTable(names).find_one(x) for x in asked[:20]] == [want.get(x, -1) for x in asked[:20]]
+        for k, e in enumerate(want.entries.values()):
+            assert [row0[k], n[k]] == list((e.spans or {}).get(name, (e.row0, e.n_rows)))
+    current = [e for e in want.entries.values() if e.spec_hash == "x"]
+    assert s.items("f") == sorted(e.item for e in current if not e.filtered)
+    assert s.filtered("f") == sorted(e.item for e in current if e.filtered)
+    assert s.items("f", include_filtered=True, include_stale=True) == sorted(want.entries)
 
 
 def test_columns_equal_the_entries_after_supersedes_compaction_and_in_a_held_snapshot(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
-    _commit(path, [[f"i{b}-{k}" for k in range(b + 2)] for b in range(4)], seed=1, own=True)
+    _commit(path, [[f"i{b}-{k}" for k in range(b + 6)] for b in range(4)], seed=1, own=True)
     held = Store(path)
-    _same_as_entries(held)
+    _same_as_entries(held, path)
     before = {it: held.arrays("f", it, ["features", "tok"]) for it in held.items("f")}
     _commit(path, [["i0-0", "i2-1", "new"], ["i3-4"]], seed=2, own=True)  # supersedes, in parts of their own
     now = Store(path)
-    _same_as_entries(now)
-    assert now.columns("f").part_names != held.columns("f").part_names
-    current = {it: now.arrays("f", it, ["features"])[0] for it in ("i0-0", "i2-1", "new", "i1-1")}
+    _same_as_entries(now, path)
+    assert now.index("f").part_names != held.index("f").part_names
+    current = {it: now.arrays("f", it, ["features"])[0] for it in ("i0-0", "i2-1", "new", "i1-2")}
     compact_store(path)
     compacted = Store(path)
-    _same_as_entries(compacted)
-    assert len(compacted.columns("f").part_names) == 1
+    _same_as_entries(compacted, path)
+    assert len(compacted.index("f").part_names) == 1
     for it, want in current.items():
         assert np.array_equal(compacted.rows("f", "features", [(it, r) for r in range(len(want))]), want)
     # the held handle still reads its own snapshot: old rows of superseded items (its parts were removed by
@@ -100,7 +94,7 @@ def test_rows_through_the_slab_equal_per_item_reads_and_raise_as_they_do(tmp_pat
         want = np.stack([np.asarray(s.arrays("f", it, [name])[0][r]) for it, r in picks])
         got = s.rows("f", name, picks)
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
-        assert s._slabs["f", name] is not None  # the columnar path was taken
+        assert s._arrays["f", name].data is not None  # one take from the slab
     assert np.array_equal(s.read("f", "i4-2").features[...], Store(path).read("f", "i4-2").features[...])
     with pytest.raises(KeyError, match="no item 'nope'"):
         s.rows("f", "features", [(items[0], 0), ("nope", 0)])
@@ -125,10 +119,10 @@ def test_a_slab_is_made_only_where_the_feature_fits_half_the_cache(tmp_path: Pat
     path = tmp_path / "s.zarr"
     _commit(path, [[f"i{k}" for k in range(10)]], seed=7)
     small = Store(path, part_cache_bytes=100)
-    assert small.rows("f", "features", [("i3", 0)]).shape == (1, 3) and small._slabs["f", "features"] is None
+    assert small.rows("f", "features", [("i3", 0)]).shape == (1, 3) and small._arrays["f", "features"].data is None
     big = Store(path)
     assert np.array_equal(big.rows("f", "features", [("i3", 0)]), small.rows("f", "features", [("i3", 0)]))
-    assert big._slabs["f", "features"] is not None
+    assert big._arrays["f", "features"].data is not None
 
 
 def _commit_plain(path: Path, batches: list[list[str]], seed: int) -> None:
@@ -148,35 +142,22 @@ def _read(s: Store, item: str) -> tuple:
     return r.item, np.asarray(r.features[...]).tolist(), r.features.shape, r.intervals.tolist(), r.attrs, r.columns
 
 
-def test_single_reads_through_the_slabs_equal_reads_through_the_entries_and_raise_as_they_do(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`Store.read` of a feature with only `features` and `intervals`, once a quarter of its items were read
-    one at a time (or at once after a batched read), finds the item in the columnar index and its rows in the
-    slabs, never through its `Entry`; it returns what the per-part path returns (a store too small for slabs
-    takes that path), also for superseded items and in a snapshot held across a recommit; an unknown item
-    and a damaged part raise as before."""
+def test_single_reads_from_the_slabs_equal_reads_from_parts_and_raise_as_they_do(tmp_path: Path) -> None:
+    """`Store.read` takes its rows from the slab where the feature has one and from the part's own array
+    where it does not (a store too small for slabs): the same rows, intervals and attributes, also for
+    superseded items and in a snapshot held across a recommit; an unknown item and a damaged part raise."""
     path = tmp_path / "s.zarr"
     _commit_plain(path, [[f"i{b}-{k}" for k in range(b + 2)] for b in range(4)], seed=1)
     held = Store(path)
+    held.rows("f", "features", [("i3-0", 0)])
     _commit_plain(path, [["i0-0", "i2-1", "new"]], seed=2)
     fast, slow = Store(path), Store(path, part_cache_bytes=100)
     items = fast.items("f")
-    quarter = len(items) // 4
-    first = [_read(fast, it) for it in items[:quarter - 1]]
-    assert "f" not in fast._slab_readers  # not yet: a few reads do not pay for the columns
-
-    def no_entry(*args: object) -> None:
-        raise AssertionError("read went through the index entries")
-
-    with monkeypatch.context() as m:
-        m.setattr(fast, "_entry_info", no_entry)
-        got = {it: _read(fast, it) for it in items}
-        assert first == [got[it] for it in items[:quarter - 1]]
-        held.rows("f", "features", [("i3-0", 0)])  # a batched read made the columns: slabs at once
-        m.setattr(held, "_entry_info", no_entry)
-        held_got = {it: _read(held, it) for it in ("i0-0", "i2-1", "i3-0")}
+    got = {it: _read(fast, it) for it in items}
+    assert got == {it: _read(fast, it) for it in items}  # the second time from the slab's loaded parts
     assert got == {it: _read(slow, it) for it in items}
-    assert fast._slab_readers["f"] is not None and slow._slab_readers["f"] is None
+    assert fast._arrays["f", "features"].data is not None and slow._arrays["f", "features"].data is None
+    held_got = {it: _read(held, it) for it in ("i0-0", "i2-1", "i3-0")}
     assert got["i0-0"][4]["fingerprint"] == "2-i0-0" and held_got["i0-0"][4]["fingerprint"] == "1-i0-0"
     assert held_got["i0-0"][1] != got["i0-0"][1]
     with pytest.raises(KeyError, match="no item 'nope'"):
@@ -187,3 +168,20 @@ def test_single_reads_through_the_slabs_equal_reads_through_the_entries_and_rais
     assert _read(damaged, "new") == got["new"]
     with pytest.raises(DamagedItem, match=part):
         damaged.read("f", "i3-1")
+
+
+def test_a_reader_holds_no_object_per_item(tmp_path: Path) -> None:
+    """A reader's index is arrays and one name per item (str, which the collector does not track): no
+    `Entry` or other container per item, whatever was read (a million items' objects were 0.9 GB)."""
+    path = tmp_path / "s.zarr"
+    _commit_plain(path, [[f"i{b}-{k}" for k in range(1000)] for b in range(4)], seed=1)
+    gc.collect()
+    before = len(gc.get_objects())
+    s = Store(path)
+    items = s.items("f")
+    for it in items[::7]:
+        s.read("f", it)
+    s.rows("f", "features", [(it, 0) for it in items[::3]])
+    del items
+    gc.collect()
+    assert len(gc.get_objects()) - before < 400

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rows import FeatureRows
-from store import index, repair
+from store import index, layout, repair
 from store.compact import compact_store
 from store.reader import open_store
 from store.verify import verify_store
@@ -80,7 +80,7 @@ def _cut_at_line(log: Path) -> None:
 
 @pytest.mark.parametrize("damage", [_flip_last_line, _cut_mid_line, _cut_at_line])
 def test_a_damaged_or_cut_last_index_line_loses_no_committed_part(store: Path, damage, caplog) -> None:
-    log = store / "feat" / index.INDEX
+    log = store / "feat" / layout.INDEX
     damage(log)
     if damage is _flip_last_line:  # a complete line that fails its checksum: readers rebuild from the parts
         with pytest.raises(index.IndexDamaged, match="line 4 fails its checksum"):
@@ -102,7 +102,7 @@ def test_a_damaged_or_cut_last_index_line_loses_no_committed_part(store: Path, d
 
 @pytest.mark.parametrize("damage", [_flip_last_line, _cut_mid_line, _cut_at_line])
 def test_the_next_writer_adopts_a_part_no_index_line_names(store: Path, damage) -> None:
-    damage(store / "feat" / index.INDEX)
+    damage(store / "feat" / layout.INDEX)
     with StoreWriter(store, "demo") as w:
         w.set_feature("feat", ATTRS)  # opens the index: the old code removed item d's part here
         assert n_parts(store) == 3
@@ -113,10 +113,10 @@ def test_the_next_writer_adopts_a_part_no_index_line_names(store: Path, damage) 
 
 
 def test_verify_reports_parts_that_no_index_line_names(store: Path) -> None:
-    _cut_at_line(store / "feat" / index.INDEX)
+    _cut_at_line(store / "feat" / layout.INDEX)
     text = verify_store(store).summary()
     assert "UNINDEXED feat" in text and "adopted into the index" in text
-    assert not repair.unindexed(store, "feat", index.load(store / "feat" / index.INDEX))
+    assert not repair.unindexed(store, "feat", index.load(store / "feat" / layout.INDEX))
     assert "UNINDEXED" not in verify_store(store).summary()
     all_read(store)
 
@@ -237,7 +237,7 @@ def test_a_corrupted_chunk_is_found_by_batched_and_single_slab_reads(store: Path
     s = open_store(store)
     with pytest.raises(DamagedItem, match=r"damaged item d \("):
         s.rows("feat", "features", [("d", 0)])
-    for _ in range(4):  # single reads switch to the slabs after a quarter of the items were read
+    for _ in range(4):  # again and again: a part that failed to load is never served from the slab
         with pytest.raises(DamagedItem, match=r"damaged item d \("):
             s.read("feat", "d").features[...]
         np.testing.assert_array_equal(s.read("feat", "a").features[...], expected("a"))
@@ -267,11 +267,11 @@ def test_parts_written_without_chunk_checksums_still_read(tmp_path: Path, monkey
 def test_broken_attribute_json_names_the_item_and_the_line(store: Path) -> None:
     from store.integrity import DamagedItem
 
-    log = store / "feat" / index.INDEX
+    log = store / "feat" / layout.INDEX
     lines = log.read_bytes().split(b"\n")
     rec = json.loads(lines[3][17:])  # item d's line, the 4th
     rec["items"][0][-1] = rec["items"][0][-1][:-5]  # its attributes cut short: no longer JSON
-    lines[3] = index.encode(rec).rstrip(b"\n")
+    lines[3] = layout.encode(layout.PartLine.from_json(rec)).rstrip(b"\n")
     log.write_bytes(b"\n".join(lines))
     s = open_store(store)
     with pytest.raises(DamagedItem, match=r"index.log: line 4 \(part .*\): damaged item d \(its attributes do not parse"):
@@ -290,12 +290,10 @@ def test_a_killed_compaction_loses_nothing_and_its_leftovers_go(store: Path, whe
     leaves one part."""
     import shutil
 
-    import store.compact as sc
-
     with StoreWriter(store, "demo") as w:
         w.commit("feat", "a", rows(3, 0.0), {"spec_hash": "s1", "fingerprint": "fa"})  # something to reclaim
 
-    real_replace, renamed = sc.index.replace, []
+    real_replace, renamed = index.replace, []
 
     def replace(*args: object) -> int:
         if when == "before its rename":
@@ -310,8 +308,8 @@ def test_a_killed_compaction_loses_nothing_and_its_leftovers_go(store: Path, whe
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(shutil, "rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
-        m.setattr(sc.index, "replace", replace)
-        m.setattr(sc.repair, "release_retired", release)
+        m.setattr(index, "replace", replace)
+        m.setattr(repair, "release_retired", release)
         with pytest.raises(KeyboardInterrupt):
             compact_store(store)
     all_read(store)
@@ -319,9 +317,38 @@ def test_a_killed_compaction_loses_nothing_and_its_leftovers_go(store: Path, whe
         w.set_feature("feat", ATTRS)
     all_read(store)
     names = {p.name for p in (store / "feat" / "parts").iterdir()}
-    state = index.load(store / "feat" / index.INDEX)
+    state = index.load(store / "feat" / layout.INDEX)
     assert names == set(state.parts) and not list((store / "feat" / "retired").iterdir())
     assert len(names) == (5 if when == "before its rename" else 1)  # 4 old + 1 adopted; the compacted one
     compact_store(store)
     all_read(store)
     assert n_parts(store) == 1
+
+
+def test_a_compaction_whose_log_was_renamed_before_an_error_keeps_its_new_parts(store: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new log is renamed into place, then the folder's fsync fails (EIO): the error reaches the caller,
+    but the new parts stay, since the log on disk names them; every item reads, and verify finds nothing."""
+    import errno
+
+    import atomicio
+
+    real = atomicio.fsync_path
+
+    def failing(path: object) -> None:
+        if Path(str(path)) == store / "feat":  # the folder the new index.log was renamed in
+            raise OSError(errno.EIO, "I/O error")
+        real(path)
+
+    monkeypatch.setattr(atomicio, "fsync_path", failing)
+    from store.writer import StoreError
+
+    with pytest.raises(StoreError, match="I/O error; the batch of 4 item.s. was published, its folder not flushed"):
+        compact_store(store)
+    monkeypatch.setattr(atomicio, "fsync_path", real)
+    all_read(store)
+    assert verify_store(store).ok
+    with StoreWriter(store, "demo") as w:  # the next writer removes the old parts (no reader holds their log)
+        w.set_feature("feat", ATTRS)
+    assert n_parts(store) == 1
+    all_read(store)

@@ -165,11 +165,25 @@ def test_without_a_lease_a_read_of_a_compacted_part_says_so_in_one_line(tmp_path
         held.read("feat", "b").features[:]
 
 
-def test_compaction_is_automatic_only_when_worthwhile(store: Path) -> None:
-    assert compact_store(store, force=False) == []
+def test_the_end_of_a_run_merges_small_parts_and_rewrites_wasteful_ones_only(store: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`force=False` (the end of a run): two small parts are merged into one; one small part alone is left
+    as it is, and so is a full part beside it, until a quarter of its rows are superseded."""
+    before = snapshot(store)
+    [done] = compact_store(store, force=False)  # the fixture's two small parts
+    assert (done.parts_before, done.parts_after) == (2, 1) and snapshot(store) == before
+    assert compact_store(store, force=False) == []  # one small part: nothing to merge it with
+    monkeypatch.setattr("store.compact.PART_ITEMS", 6)  # the part of a, b, c counts as full now
     with StoreWriter(store, "demo") as w:
-        w.commit("feat", "b", rows(5, 4.0), {"spec_hash": "s1"})  # 5 of 12 stored rows superseded
-    assert [c.feature for c in compact_store(store, force=False)] == ["feat"]
+        w.commit("feat", "d", rows(2, 5.0), {"spec_hash": "s1"})
+    [full] = open_store(store).index("feat").parts.keys() - {open_store(store).index("feat").entries["d"].part}
+    assert compact_store(store, force=False) == []  # a full part and one small one
+    with StoreWriter(store, "demo") as w:
+        w.commit("feat", "b", rows(5, 4.0), {"spec_hash": "s1"})  # 5 of the full part's 12 rows superseded
+    [done] = compact_store(store, force=False)
+    s = open_store(store)
+    assert full not in s.index("feat").parts and len(s.index("feat").parts) == 1 and done.rows_dropped == 5
+    np.testing.assert_array_equal(s.read("feat", "b").features[...], rows(5, 4.0).features)
 
 
 def test_compact_and_migrate_commands(store: Path, capsys: pytest.CaptureFixture) -> None:

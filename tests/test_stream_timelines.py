@@ -15,6 +15,7 @@ import math
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.decode import decode_audio, decode_frames
@@ -103,3 +104,53 @@ def test_a_matroska_duration_counted_from_the_first_timestamp_cuts_no_audio(tmp_
     frames, audio = decode_frames(path), decode_audio(path)
     assert frames.duration_s == pytest.approx(8.0, abs=FRAME_S) and not len(frames.missing_s)
     assert audio.duration_s == pytest.approx(8.0, abs=0.05) and not len(audio.missing_s)
+
+
+def test_a_shorter_stream_is_a_note_in_the_run_report_its_summary_and_info(tmp_path: Path) -> None:
+    """Per item and stream (issue 35 item 11): the run report's `shorter`, a summary line, the item's
+    `streams_end_s` and a line of `info`; nothing PARTIAL. The decode is real, the runner's books without Ray."""
+    from manifests.records import MediaItem
+    from pipeline import actors
+    from pipeline.committer import Outcome
+    from pipeline.config import RunConfig
+    from pipeline.info import store_info
+    from pipeline.progress import Progress
+    from pipeline.report import RunReport
+    from pipeline.runner import Runner
+    from rows import FeatureRows
+    from store.writer import StoreWriter
+
+    path = _make(tmp_path / "v8a11.mkv", 8, 11)
+    item = MediaItem(id="v8a11", dataset="tiny", video=path, audio=path)
+    meta, frames, audio = actors.decode_item(item, ["frames", "audio"], [], 16000)
+    assert meta["shorter"] == {"frames": pytest.approx(11.0, abs=0.05)} and not meta["missing"]
+    assert frames.streams_end_s == meta["shorter"]["frames"] and audio.streams_end_s is None
+    config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"},
+                                                    "acoustic": {"extractor": "covarep"}}})
+    specs = config.specs()
+    report = RunReport("run", "tiny", str(tmp_path / "s.zarr"),
+                       {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0) for s in specs})
+    with StoreWriter(tmp_path / "s.zarr", "tiny") as writer:
+        r = Runner(config, specs, writer, report)
+        r.progress = Progress(2, bar=False, emit=lambda line: None)
+        put: list[tuple] = []
+        r.committer = type("Committer", (), {"put": lambda self, *a: put.append(a), "store_error": None})()
+        for spec in specs:
+            writer.set_feature(spec.name, spec.store_attrs())
+            r.fingerprints[spec.name, item.id], r.sources[spec.name, item.id] = "fp", {"path": str(path)}
+            rows = FeatureRows(np.zeros((2, len(spec.extractor.columns(spec.config))), np.float32),
+                               np.array([[0.0, 1.0], [1.0, 2.0]]))
+            r.commit(spec.name, item, rows, meta, 0.1)
+        for feature, item_id, rows, attrs in put:
+            writer.commit(feature, item_id, rows, attrs)
+        r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
+    [note] = report.shorter
+    assert note == {"feature": "frames", "item": "v8a11", "file": str(path), "stream": "video",
+                    "duration_s": pytest.approx(8.0, abs=1e-3), "streams_end_s": meta["shorter"]["frames"]}
+    assert not report.partial and report.counts["frames"]["done"] == report.counts["acoustic"]["done"] == 1
+    assert f"  shorter stream frames/v8a11 {path}: the video ends at 8.00 s, the file's other streams at 11.0" \
+        in report.summary()
+    info = store_info(tmp_path / "s.zarr")
+    shorter = {f.name: f.shorter for f in info.features}
+    assert shorter["acoustic"] == [] and [s["item"] for s in shorter["frames"]] == ["v8a11"]
+    assert "shorter stream frames/v8a11: ends at 8 s, the file's other streams at 11" in info.summary()

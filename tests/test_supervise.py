@@ -1,0 +1,207 @@
+"""The command line's parent process (pipeline/supervise.py) without Ray: Ray's C++ log lines kept off the terminal
+(real lines, as Ray 2.60 printed them on this machine), the driver's journal read back into a summary and a report
+when the driver ends without one, its signals forwarded, its leftovers ended. The end-to-end cases (a raylet
+killed under a real run; Ctrl-C) are in tests/test_raystart.py and tests/test_signals.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline import exitcodes, supervise
+from pipeline.report import RunReport
+
+REPO = Path(__file__).resolve().parents[1]
+
+# from /tmp/ray/session_*/logs/python-core-driver-*.log of runs stopped by Ctrl-C and of a killed raylet, and the
+# form Ray's log monitor gives a worker's or the raylet's stderr lines (colour codes included)
+NATIVE = [
+    "[2026-11-27 12:42:28,060 E 16294 19998] task_manager.cc:1545: Failed to push error to driver for task "
+    "c2668a65bda616c197c55454640c9de978d2c5bd01000000",
+    "[2026-11-27 13:23:41,957 W 16219 21636] connection.cc:216: The connection to the plasma store is failed. "
+    "Terminate the process. Status: IOError: Broken pipe",
+    "[2026-11-27 12:42:22,714 W 16294 22039] open_telemetry_metric_recorder.cc:67: Failed to export metrics to the "
+    "metrics agent. Result: 1",
+    "[mutex.cc : 1418] RAW: Lock blocking 0x55d5c4f0a1c0   @",
+    "\x1b[36m(raylet)\x1b[0m [2026-11-27 12:42:28,100 E 16300 16300] node_manager.cc:1234: The raylet "
+    "exited",
+    "\x1b[33m(ExtractorWorker pid=20001)\x1b[0m [2026-11-27 12:42:28,200 E 20001 20050] core_worker.cc:901: "
+    "Failed to disconnect",
+]
+RECORD = [  # one record over several lines: a protobuf message in braces, a brace inside a quoted string
+    "[2026-11-27 12:42:28,060 W 16294 19998] task_manager.cc:1678: Task attempt c2668a65bda616c197c55454640c9de978d2"
+    "c5bd01000000 failed with error ACTOR_DIED Fail immediately? 0, status IOError: The actor was restarted, error "
+    "info actor_died_error {",
+    "  actor_died_error_context {",
+    '    error_message: "The actor is dead because its owner has died. Owner Id: 01000000ffff { Owner Ip address"',
+    '    owner_ip_address: "192.0.2.2"',
+    "    pid: 20001",
+    "  }",
+    "}",
+]
+# a Ray worker that aborted while starting (tests/test_signals.py, 16:36 on this machine: abseil's check in the
+# worker's .err file, forwarded with its prefix), then its crash dump, which is Ray's noise too (Ray replaces it)
+ABORT = [
+    "(pid=21435) [mutex.cc : 1957] RAW: Check (v & (kMuWait | kMuWrWait)) != kMuWrWait failed: Lock: Mutex corrupt: "
+    "waiting writer with no waiters: 0x5583a4c5afe8",
+    "(pid=21435) *** SIGABRT received at time=1795797405 on cpu 0 ***",
+    "(pid=21435) PC: @     0x7f3b9b8a8eec  (unknown)  (unknown)",
+    "(pid=21435)     @     0x7f3b9b85a050       9360  (unknown)",
+    "(pid=21435) Fatal Python error: Aborted",
+    "(pid=21435) ",
+    "(pid=21435) Extension modules: msgpack._cmsgpack, google._upb._message, psutil._psutil_linux, yaml._yaml, "
+    "ray._raylet (total: 39)",
+]
+OURS = [
+    "16:01:02 sample: 3 items, 7 questions from /raw",
+    "16:01:09 SIGINT received during extraction: stopping (committed pairs are kept)",
+    "[W 2026-11-27] not Ray's format",
+    "\x1b[36m(decode_item pid=20400)\x1b[0m WORKER-LATE-LINE",
+    "(raylet) a line without Ray's record header",
+    "  qa               2        0        0       0     0",
+]
+
+
+def filtered(text: str, verbose: bool = False, chunk: int = 7) -> tuple[str, list[str]]:
+    shown = io.BytesIO()
+    sink = supervise.NativeFilter(shown, keep_native=verbose)
+    data = text.encode()
+    for i in range(0, len(data), chunk):  # as a pipe gives it: lines cut anywhere
+        sink.feed(data[i:i + chunk])
+    sink.close()
+    return shown.getvalue().decode(), sink.kept
+
+
+@pytest.mark.parametrize("line", NATIVE)
+def test_ray_native_lines_are_recognised(line: str) -> None:
+    assert supervise.is_native(line)
+
+
+@pytest.mark.parametrize("line", OURS)
+def test_other_lines_are_not(line: str) -> None:
+    assert not supervise.is_native(line)
+
+
+def test_the_filter_keeps_ray_lines_off_the_terminal_and_shows_them_with_verbose() -> None:
+    mixed = [OURS[0], NATIVE[0], *RECORD, OURS[1], NATIVE[3], OURS[3], NATIVE[4], OURS[5]]
+    text = "\n".join(mixed) + "\n"
+    shown, kept = filtered(text)
+    assert shown.splitlines() == [OURS[0], OURS[1], OURS[3], OURS[5]]
+    assert kept == [NATIVE[0], *RECORD, NATIVE[3], NATIVE[4]]
+    assert filtered(text, verbose=True) == (text, [])
+
+
+def test_a_worker_that_aborts_is_kept_off_the_terminal_with_its_crash_dump() -> None:
+    other = "(slow_decode pid=21673) SLOW-decode"  # another worker's line, and the driver's, still show
+    shown, kept = filtered("\n".join([OURS[0], ABORT[0], other, *ABORT[1:], OURS[1]]) + "\n")
+    assert shown.splitlines() == [OURS[0], other, OURS[1]] and kept == ABORT
+    shown, kept = filtered("\n".join([NATIVE[5], "(ExtractorWorker pid=20001) a print of its own"]) + "\n")
+    assert kept == [NATIVE[5]] and shown == "(ExtractorWorker pid=20001) a print of its own\n"  # no fatal: shown
+
+
+def test_a_progress_bar_redraw_is_shown_at_once() -> None:
+    shown = io.BytesIO()
+    sink = supervise.NativeFilter(shown, keep_native=False)
+    sink.feed(b"\r 40%|####      | 2/5")
+    assert shown.getvalue() == b"\r 40%|####      | 2/5"  # not held back for a newline
+    sink.feed(b"\r100%|##########| 5/5\n" + NATIVE[0].encode()[:20])
+    assert shown.getvalue().endswith(b"5/5\n")  # the start of a Ray record waits for its end
+    sink.feed(NATIVE[0].encode()[20:] + b"\n")
+    sink.close()
+    assert sink.kept == [NATIVE[0]] and b"task_manager" not in shown.getvalue()
+
+
+# The command line as `python -m pipeline` runs it, whose extraction (in the driver the parent forks) is faked: it
+# keeps its journal as a real one does, starts a "raylet", a "GCS" and a "worker" (sleeps), then ends as DRIVER_END
+# says: `ray` SIGKILLs its raylet and exits 1 without a word (what Ray's core worker does to a driver whose raylet
+# died), `bug` exits 1, `term` waits for SIGTERM.
+SCRIPT = textwrap.dedent('''
+    import os, signal, subprocess, sys, time
+    from pipeline import cli, supervise
+    from pipeline.report import RunReport
+
+    def fake_extract(args):
+        end = os.environ["DRIVER_END"]
+        report = RunReport("20261127T120000Z-abcdef", "sample", args.out,
+                           {"qa": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}}, planned={"qa": 3})
+        raylet = subprocess.Popen(["sleep", "60"])
+        gcs, worker = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"], start_new_session=True)
+        supervise.note_ray({"raylet": raylet.pid, "gcs_server": gcs.pid})
+        supervise.note(report, "extraction")
+        supervise.note_commit("qa", ["tiny-a"])
+        supervise.note_commit("qa", ["tiny-b"])  # committed after the last snapshot
+        if end == "term":
+            signal.signal(signal.SIGTERM, lambda *a: os._exit(143))
+        print(f"DRIVER pid={os.getpid()} raylet={raylet.pid} gcs={gcs.pid} worker={worker.pid}", flush=True)
+        if end == "term":
+            time.sleep(60)
+        if end == "ray":
+            raylet.kill()
+            time.sleep(0.2)
+        os._exit(1)
+
+    cli._extract = fake_extract
+    sys.exit(cli.main(sys.argv[1:], supervised=True))
+''')
+
+
+def launch(tmp_path: Path, end: str) -> subprocess.Popen:
+    (tmp_path / "cmd.py").write_text(SCRIPT)
+    return subprocess.Popen([sys.executable, str(tmp_path / "cmd.py"), "extract", "--dataset", "sample", "--raw",
+                             str(tmp_path / "raw"), "--out", str(tmp_path / "s.zarr")], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "DRIVER_END": end}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def pids_of(line: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("end", ["ray", "bug"])
+def test_a_driver_that_ends_without_its_report_gets_one_from_the_parent(tmp_path: Path, end: str) -> None:
+    proc = launch(tmp_path, end)
+    text, _ = proc.communicate(timeout=60)
+    [driver] = [pids_of(line) for line in text.splitlines() if line.startswith("DRIVER ")]
+    summary = text.splitlines()[-1]
+    if end == "ray":
+        assert proc.returncode == exitcodes.RAY, text
+        assert summary.startswith(f"  RAY FAILED during extraction: this run's Ray raylet (pid {driver['raylet']}) "
+                                  f"ended (killed by SIGKILL), and Ray then ended the run's driver (pid "
+                                  f"{driver['pid']}, exit code 1); committed pairs are kept; 1 planned pair(s) not "
+                                  "computed: "), text
+    else:
+        assert proc.returncode == exitcodes.INTERNAL, text
+        assert summary == (f"  ENDED during extraction: the run's driver (pid {driver['pid']}) ended (exit code 1); "
+                           "committed pairs are kept; 1 planned pair(s) not computed: exit code 1"), text
+    [saved] = (tmp_path / "s.zarr" / "_runs").glob("*.json")
+    report = json.loads(saved.read_text())
+    assert saved.name == "20261127T120000Z-abcdef.json" and report["counts"]["qa"]["done"] == 2
+    assert (report["ray_failed"] if end == "ray" else report["crashed"])["during"] == "extraction"
+    assert RunReport(**report).exit_code == proc.returncode
+    assert all(gone(driver[p]) for p in ("worker", "raylet", "gcs"))  # the run's processes ended with it
+
+
+def test_signals_reach_the_driver_through_the_parent(tmp_path: Path) -> None:
+    proc = launch(tmp_path, "term")
+    assert proc.stdout is not None
+    driver = pids_of(proc.stdout.readline())
+    os.killpg(proc.pid, signal.SIGTERM)  # the parent's group: the driver has its own, and gets it once
+    assert proc.wait(timeout=30) == exitcodes.TERMINATED
+    assert "RAY FAILED" not in proc.stdout.read() and not list((tmp_path / "s.zarr").glob("_runs/*.json"))
+    assert all(gone(driver[p]) for p in ("worker", "raylet", "gcs"))
