@@ -44,9 +44,11 @@ report: install
 sample: install
 	$(PY) -m pipeline sample build/sample
 
-# two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
+# lint-imports first: the layer contracts of pyproject.toml ([tool.importlinter]; docs/design.md draws them).
+# Then two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
 # tests stay together in one process, so its module fixtures are made once
 test: install
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 bench: install

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from extractors.base import FeatureRows
-from store.align import collapse, fixed_rate_intervals, overlaps, reference_for
+from reading.align import collapse, overlaps, reference_for
+from rows import FeatureRows, fixed_rate_intervals
 from store.writer import StoreWriter
 
 ACOUSTIC_COLUMNS = ["F0", "VUV", *(f"c{i:02d}" for i in range(72))]  # COVAREP-like: F0 and voicing first
@@ -158,7 +158,7 @@ def _timed(fn, *args, repeats: int = 1) -> float:
 def bench_dataset(store: Path, modalities: tuple[str, ...], to: str | float) -> None:
     from torch.utils.data import DataLoader
 
-    from store.datasets import SocialIQA2, collate_qa
+    from reading.datasets import SocialIQA2, collate_qa
 
     for cache in (0, 8):
         ds = SocialIQA2(store, split=None, modalities=modalities, to=to, exclude_filtered=False, cache_items=cache)

@@ -5,8 +5,8 @@
 10 minutes of 100 Hz rows (74 float32 columns, as COVAREP's) aligned to 1,800 words (0.1-0.5 s each, random
 starts) and to 1 Hz, with the SDK's tutorial collapse (`numpy.average`); each line also counts the references
 whose output differs from the SDK's (0 expected).
-Two levels: arrays in memory (`store.align.collapse` vs the SDK's `align` on sequences loaded into memory), and
-from files (`store.align.align` reading the Zarr store vs `mmdataset(csd files).align` reading HDF5). Times are
+Two levels: arrays in memory (`reading.align.collapse` vs the SDK's `align` on sequences loaded into memory), and
+from files (`reading.align.align` reading the Zarr store vs `mmdataset(csd files).align` reading HDF5). Times are
 CPU seconds of this process (robust to other load on the machine) and wall seconds; ours is the best of 5 runs,
 the SDK's one run. The SDK comes from ../shared/realdata/cmu-multimodal-sdk (bench/cmu_sdk.py): where that is
 absent this bench says so and prints nothing else.
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.cmu_sdk import load_mmdatasdk, sdk_average
-from extractors.base import FeatureRows
-from store.align import align, collapse, fixed_rate_intervals
-from store.export import SDK_TEMPLATE_KEYS, write_csd
+from reading.align import align, collapse
+from reading.export import SDK_TEMPLATE_KEYS, write_csd
+from rows import FeatureRows, fixed_rate_intervals
 from store.writer import StoreWriter
 
 COLUMNS = 74

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store.plan import Wanted, make_plan
 from store.reader import Store
 from store.writer import StoreWriter

@@ -27,10 +27,10 @@ from bench.bench_read import (
     _transcript_rows,
 )
 from bench.store import with_store
-from extractors.base import FeatureRows
 from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
 from pipeline.decode import qa_text
+from rows import FeatureRows
 from store.writer import StoreWriter
 
 MODS = ("frames", "faces", "acoustic", "transcript")
@@ -88,7 +88,7 @@ def build(out: Path, n_items: int) -> float:
 def measure(out: Path) -> None:
     from torch.utils.data import DataLoader
 
-    from store.datasets import SocialIQA2, collate_qa
+    from reading.datasets import SocialIQA2, collate_qa
 
     opts = {"split": None, "modalities": MODS, "to": "transcript", "exclude_filtered": False, "text": "pooled"}
     t0 = time.perf_counter()

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.store import with_store
-from extractors.base import FeatureRows
 from extractors.qa import qa_rows
 from manifests.socialiqa import read_socialiqa
 from pipeline.decode import qa_text
+from rows import FeatureRows
 from store.writer import StoreWriter
 
 DIM, T = 384, 25
@@ -67,8 +67,8 @@ def measure(out: Path) -> None:
     import torch
     from torch.utils.data import DataLoader
 
+    from reading.datasets import SocialIQA3, collate_qa
     from store import plancache
-    from store.datasets import SocialIQA3, collate_qa
 
     for text in ("pooled", "tokens"):
         shutil.rmtree(out.joinpath(*plancache.FOLDER), ignore_errors=True)

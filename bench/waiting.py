@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, register
+from extractors.base import Extractor, ExtractorConfig, register
+from rows import FeatureRows
 
 
 class WaitConfig(ExtractorConfig):

@@ -39,7 +39,8 @@ from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
 from extractors import glottal
-from extractors.base import Audio, Extractor, ExtractorConfig, FeatureRows, rate_intervals, register
+from extractors.base import Audio, Extractor, ExtractorConfig, register
+from rows import FeatureRows, rate_intervals
 
 FS_HZ = 16000
 HOP_S = 0.01

@@ -1,7 +1,7 @@
 """The extractor contract: typed config, declared output, a pure function from decoded input to rows.
 
 No Ray, no Zarr, no file layout in here or in any extractor module: the pipeline feeds decoded inputs
-(`Frames`, `Audio`, `Words`, `QAText`) and `store/` writes the `FeatureRows` that come back.
+(`Frames`, `Audio`, `Words`, `QAText`) and `store/` writes the `FeatureRows` (rows/) that come back.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+from rows import FeatureRows, check_intervals
 
 # "frames" is what the visual extractors take: `Frames` from a video, or a `Still` from an image item.
 # "caption" and "reactions" are texts an item carries itself (Socratis), decoded to `Texts`.
@@ -29,30 +31,6 @@ class ExtractorConfig(BaseModel):
     def canonical(self) -> dict[str, Any]:
         """Every field, defaults included, in a JSON-safe form: what the fingerprint hashes."""
         return self.model_dump(mode="json")
-
-
-def _check_intervals(intervals: np.ndarray, n: int, what: str) -> None:
-    if intervals.shape != (n, 2):
-        raise ValueError(f"{what}: intervals must be ({n}, 2), got {intervals.shape = }")
-    if n and not np.all(np.isfinite(intervals)):
-        raise ValueError(f"{what}: intervals must be finite")
-    if n and np.any(intervals[:, 1] < intervals[:, 0]):
-        bad = int(np.argmax(intervals[:, 1] < intervals[:, 0]))
-        raise ValueError(f"{what}: interval {bad} ends before it starts: {intervals[bad].tolist()}")
-
-
-def rate_intervals(n_rows: int, rate_hz: float, duration_s: float | None = None) -> np.ndarray:
-    """(n_rows, 2) rows [i / rate, (i + 1) / rate), the last end clipped to `duration_s` when given.
-
-    Every boundary is one division of an integer by the rate, so row i's end and row i + 1's start are the same
-    float. Accumulating a float step (`arange(n) * 0.01`, then `start + 0.01`) instead leaves neighbours that
-    overlap by ~1e-15 s, and an alignment then counts the neighbour of a boundary row as overlapping.
-    """
-    if n_rows < 0 or rate_hz <= 0 or not np.isfinite(rate_hz):
-        raise ValueError(f"rate_intervals needs n_rows >= 0 and a positive rate, got {n_rows = }, {rate_hz = }")
-    edges = np.arange(n_rows + 1, dtype=np.float64) / rate_hz
-    ends = edges[1:] if duration_s is None else np.minimum(edges[1:], duration_s)
-    return np.stack([edges[:-1], ends], axis=1)
 
 
 def bounded_batches(item_bytes: Sequence[int], max_items: int, max_bytes: int) -> list[slice]:
@@ -95,7 +73,7 @@ class Frames:
     def __post_init__(self) -> None:
         if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
             raise ValueError(f"pixels must be (N, H, W, 3) uint8, got {self.pixels.shape = }, {self.pixels.dtype = }")
-        _check_intervals(self.intervals, len(self.pixels), "Frames")
+        check_intervals(self.intervals, "Frames intervals", len(self.pixels))
 
 
 @dataclass(frozen=True)
@@ -113,7 +91,7 @@ class Still:
         if self.pixels.ndim != 4 or self.pixels.shape[0] != 1 or self.pixels.shape[-1] != 3 \
                 or self.pixels.dtype != np.uint8:
             raise ValueError(f"pixels must be (1, H, W, 3) uint8, got {self.pixels.shape = }, {self.pixels.dtype = }")
-        _check_intervals(self.intervals, 1, "Still")
+        check_intervals(self.intervals, "Still intervals", 1)
 
 
 @dataclass(frozen=True)
@@ -157,7 +135,7 @@ class Words:
     attrs: dict[str, Any] = field(default_factory=dict)  # e.g. corrections applied while parsing
 
     def __post_init__(self) -> None:
-        _check_intervals(self.intervals, len(self.words), "Words")
+        check_intervals(self.intervals, "Words intervals", len(self.words))
 
 
 @dataclass(frozen=True)
@@ -170,21 +148,6 @@ class QAText:
     correct: tuple[tuple[bool, ...], ...]  # per question, which answers are correct (empty when unlabelled)
     context: str | None = None
     ts: tuple[tuple[float, float] | None, ...] = ()  # per question, the seconds of the clip it is about, if known
-
-
-@dataclass(frozen=True)
-class FeatureRows:
-    """What an extractor returns for one item: rows with their intervals, plus feature-specific arrays."""
-
-    features: np.ndarray  # (N, D) float16/float32
-    intervals: np.ndarray  # (N, 2) float64 seconds [start, end)
-    extras: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. boxes, probs, words
-    attrs: dict[str, Any] = field(default_factory=dict)  # item-level, JSON-safe (face_ratio, …)
-
-    def __post_init__(self) -> None:
-        if self.features.ndim != 2:
-            raise ValueError(f"features must be (N, D), got {self.features.shape = }")
-        _check_intervals(self.intervals, len(self.features), "FeatureRows")
 
 
 C = TypeVar("C", bound=ExtractorConfig)
@@ -201,6 +164,8 @@ class Extractor(ABC, Generic[C]):
     config_type: ClassVar[type[ExtractorConfig]]
     input_kind: ClassVar[InputKind]
     uses_gpu: ClassVar[bool] = False
+    # per-item numbers in the item attrs worth a histogram on the report page and a word in `info` (name -> label)
+    item_measures: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: C, device: str = "cpu") -> None:
         self.config = config
@@ -219,6 +184,12 @@ class Extractor(ABC, Generic[C]):
     def weights_id(cls, config: C) -> str:
         """Which weights the features come from ("imagenet1k_v1", "random", a model name, "none")."""
         return "none"
+
+    @classmethod
+    def filter_reason(cls, attrs: dict[str, Any]) -> str:
+        """Why this extractor's policy marked an item `filtered` (in its attrs), in the words of `info`, the run
+        summary and the report page. An extractor with a policy says it in its own terms."""
+        return "filtered by the feature's policy"
 
     @classmethod
     @abstractmethod

@@ -16,8 +16,9 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
+from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
 from extractors.weights import require, weights_dir
+from rows import FeatureRows
 
 if TYPE_CHECKING:  # torch is imported where a model runs, never by the driver (it only reads configs): ~0.7 GB
     import torch

@@ -23,7 +23,8 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig, FeatureRows, Frames, Still, bounded_batches, register
+from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
+from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
 # 360p; on CPU with 1–2 threads batching loses at 720p (0.70–0.97×), gains little at 360p (0.89–1.16×) and holds
@@ -195,6 +196,7 @@ class MTCNNFaces(Extractor[FacesConfig]):
     config_type = FacesConfig
     input_kind = "frames"
     uses_gpu = True
+    item_measures = {"face_ratio": "face ratio"}
 
     def __init__(self, config: FacesConfig, device: str = "cpu") -> None:
         import torch
@@ -243,6 +245,14 @@ class MTCNNFaces(Extractor[FacesConfig]):
     def weights_id(cls, config: FacesConfig) -> str:
         # The P/R/O-net weights ship inside the package, so its version names them.
         return f"facenet-pytorch-{metadata.version('facenet-pytorch')}-mtcnn"
+
+    @classmethod
+    def filter_reason(cls, attrs: dict[str, Any]) -> str:
+        """`face_filter_attrs`' rule in numbers: the item's face ratio under the bound it missed."""
+        ratio, bound = attrs.get("face_ratio"), attrs.get("min_face_ratio")
+        if ratio is None:
+            return super().filter_reason(attrs)
+        return f"face_ratio {float(ratio):.2f}" + (f" < {float(bound):.2f}" if bound is not None else "") + " (faces policy)"
 
     @classmethod
     def columns(cls, config: FacesConfig) -> list[str]:

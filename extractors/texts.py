@@ -25,9 +25,10 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from extractors.base import FeatureRows, Texts, register
+from extractors.base import Texts, register
 from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 from extractors.transcript import tokenize_words
+from rows import FeatureRows
 
 
 class _TextsConfig(TextModelConfig):

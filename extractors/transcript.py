@@ -15,8 +15,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from extractors.base import FeatureRows, Words, register
+from extractors.base import Words, register
 from extractors.text_model import TextModelConfig, TextModelExtractor
+from rows import FeatureRows
 
 
 class TranscriptConfig(TextModelConfig):

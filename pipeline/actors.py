@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import ExtractorConfig, FeatureRows, get_extractor
+from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
 from pipeline import cut, decode, inputs, stages
+from rows import FeatureRows
 
 log = logging.getLogger(__name__)
 
@@ -25,21 +26,12 @@ def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str,
             "error": f"{type(error).__name__}: {message}"}
 
 
-def crash_point(stage: str, item_id: str) -> None:
-    """Fault injection for the pipeline's tests: with SIQ_CRASH_ON="decode:<item>,extract:<item>" the
-    worker process handling that item dies on the spot, as it would on a segfault or the OOM killer."""
-    wanted = os.environ.get("SIQ_CRASH_ON")
-    if wanted and f"{stage}:{item_id}" in wanted.split(","):
-        os._exit(13)
-
-
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
                 segment_bytes: int | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
     (meta["segments"]["frames"]: how many), the others come from `decode_segment`."""
-    crash_point("decode", item.id)
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
@@ -62,7 +54,6 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
 
 def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[Any]:
     """[meta, Frames] of one later segment of a long video (see `decode_item`)."""
-    crash_point("decode", f"{item.id}#{segment}")
     meta = _new_meta(item)
     t0, started = time.perf_counter(), stages.clock()
     value = None
@@ -229,8 +220,6 @@ class ExtractorWorker:
 
     def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
         """A batch that fails is retried item by item, so one bad item cannot take its batch-mates down with it."""
-        for item_id in item_ids:
-            crash_point("extract", item_id)
         t0 = time.perf_counter()
         try:
             rows = self.extractor.extract_batch(list(inputs))

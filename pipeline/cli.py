@@ -5,7 +5,6 @@ Exit codes: pipeline/exitcodes.py."""
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import sys
@@ -30,16 +29,16 @@ def _extract(args: argparse.Namespace) -> int:
     _generate_sample(dataset, raw)
     only = args.features.split(",") if args.features else None
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
-    with stop.on_signals():  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
+    with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
         try:
             report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)
         except BaseException:  # an error's way out too: every process the run started ends with it
             with stop.deferred(raise_after=False):
-                stop.shutdown_ray()
+                raystart.shutdown()
             raise
         with stop.deferred(raise_after=False):
-            stop.shutdown_ray()  # Ray's own log lines end here: the summary is the last thing printed
+            raystart.shutdown()  # Ray's own log lines end here: the summary is the last thing printed
             sys.stderr.flush()
             print(report.summary(), flush=True)
     return report.exit_code
@@ -116,7 +115,7 @@ def _split_list(value: str | None) -> list[str] | None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from store.export import export_sdk_folder, export_xarray
+    from reading.export import export_sdk_folder, export_xarray
     from store.reader import open_store
 
     store = open_store(args.store)
@@ -346,7 +345,7 @@ def quiet_ray() -> None:
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
-    from store.writer import StoreError, StoreLocked
+    from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
         return args.func(args)
@@ -361,10 +360,7 @@ def _run(args: argparse.Namespace) -> int:
         return exitcodes.BAD_INPUT
     except OSError as e:  # not the store's (that is a StoreError): an input or the machine
         log.error("%s: %s", e.filename or "error", e.strerror or e)
-        return exitcodes.STORE if e.errno in _STORAGE_ERRNOS else exitcodes.BAD_INPUT
-
-
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
+        return exitcodes.STORE if e.errno in STORAGE_ERRNOS else exitcodes.BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import numpy as np
 from extractors.base import Audio, Words
 from manifests.records import MediaItem
 from pipeline import decode
+from pipeline.captions import parse_captions
 from pipeline.media import END_TOLERANCE_S, InputError, check_span, cut_frame_times
 
 __all__ = ["END_TOLERANCE_S", "InputError", "check_span", "cut_frame_times", "cut_audio", "decode_cut"]
@@ -52,8 +53,6 @@ def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | No
 
 def cut_transcript(item: MediaItem) -> Words:
     """The item's captions (on the video file's timeline) re-timed to the clip; words wholly outside dropped."""
-    from extractors.captions import parse_captions
-
     path = decode.existing(item.transcript, "transcript")
     duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
     return parse_captions(path, clip_start_s=item.clip_start_s, clip_duration_s=duration)

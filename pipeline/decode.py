@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -52,10 +51,11 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import Frames, QAText, Words, rate_intervals
+from extractors.base import Frames, QAText, Words
 from manifests.records import MediaItem, QAItem
 from pipeline import picture
 from pipeline.audio import AUDIO_GAP_MIN_S, decode_audio
+from pipeline.captions import parse_captions
 from pipeline.media import (
     STREAM_OFFSET_MIN_S,
     TAIL_MIN_S,
@@ -71,6 +71,7 @@ from pipeline.media import (
     truncated_end_s,
     video_streams,
 )
+from rows import fixed_rate_intervals
 
 __all__ = ["AUDIO_GAP_MIN_S", "STREAM_OFFSET_MIN_S", "InputError", "decode_audio", "decode_frames",
            "decode_frames_segment", "existing"]  # (re-exported: callers keep importing them from here)
@@ -99,11 +100,6 @@ SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; t
 # duration counts from timestamp 0; a shorter stream keeps its own duration; pictures after damage up to the next
 # keyframe and frames not shown during a row's second are left out)
 DECODE_VERSION = "5"
-
-def second_intervals(duration_s: float) -> np.ndarray:
-    """(N, 2) rows [k, min(k+1, D)), N = ceil(D)."""
-    return rate_intervals(max(0, math.ceil(duration_s - 1e-6)), 1.0, duration_s)
-
 
 def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray:
     """Index of the frame nearest each interval's middle (ties → earlier frame)."""
@@ -620,7 +616,7 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
         timing = _best_effort_timing(path, timing)
     if clip is not None:
         timing = _timing_in_clip(timing, clip, path)
-    all_intervals = second_intervals(timing.duration_s)
+    all_intervals = fixed_rate_intervals(timing.duration_s, 1.0, slack_rows=1e-6)  # [k, min(k+1, D))
     segments = segment_rows(len(all_intervals), view.frame_bytes, max_bytes)
     if not 0 <= segment < len(segments):
         raise ValueError(f"{path}: segment {segment} of a video decoded in {len(segments)}")
@@ -680,8 +676,6 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
 
 
 def decode_transcript(item: MediaItem) -> Words:
-    from extractors.captions import parse_captions
-
     path = existing(item.transcript, "transcript")
     duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
     return parse_captions(path, clip_duration_s=duration, trim_s=item.clip_start_s or None)

@@ -2,7 +2,7 @@
 
 Everything comes from the store itself: per feature its group attributes (extractor, version, weights), its
 index (items, rows, parts, the per-item attributes: `missing_s` makes an item partial, `face_ratio` tells why
-the faces policy filtered it), the quick part check every read makes (damaged items), and the run reports in
+a policy such as the faces one filtered it), the quick part check every read makes (damaged items), and the run reports in
 `_runs/` (failed pairs: a failure is not in the index, so the latest run that asked for the feature says which
 of its pairs failed and why). `--config` also recomputes each item's fingerprint as `make extract` with that
 config would (pipeline/run.py `source_identity`: the raw file's name, size and mtime), so an item whose source
@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from extractors.base import Extractor, get_extractor
 from pipeline import exitcodes
 from store import layout
 from store.partial import partial_record, spans_text
@@ -179,13 +180,13 @@ def run_info(rep: dict[str, Any]) -> RunInfo:
                    stopped.get("signal") if isinstance(stopped, dict) else None)
 
 
-def _filter_reason(attrs: dict[str, Any]) -> str:
-    ratio, bound = attrs.get("face_ratio"), attrs.get("min_face_ratio")
-    if ratio is not None and bound is not None:
-        return f"face_ratio {float(ratio):.2f} < {float(bound):.2f} (faces policy)"
-    if ratio is not None:
-        return f"face_ratio {float(ratio):.2f} (faces policy)"
-    return "filtered by the feature's policy"
+def extractor_of(feature_attrs: dict[str, Any]) -> type[Extractor]:
+    """The extractor class that made a feature, for what only it knows (why its policy filtered an item, which
+    per-item numbers matter); the base class for a feature no registered extractor made (a view, a test's)."""
+    try:
+        return get_extractor(str(feature_attrs.get("extractor")))
+    except KeyError:
+        return Extractor
 
 
 def _failed(runs: list[dict[str, Any]], feature: str, current: set[str]) -> list[dict[str, Any]]:
@@ -251,7 +252,7 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
         else:
             current.add(e.item)
         if e.filtered:
-            info.filtered.append({"item": e.item, "reason": _filter_reason(attrs)})
+            info.filtered.append({"item": e.item, "reason": extractor_of(fa).filter_reason(attrs)})
         elif e.spec_hash == spec:
             info.items += 1
         if (partial := partial_record(name, e.item, attrs, e.duration_s)) is not None:
@@ -303,7 +304,8 @@ def item_info(path: Path | str, item: str) -> dict[str, Any]:
         status = ("damaged" if problem else "stale" if e.spec_hash != store.feature_attrs(name).get("spec_hash")
                   else "filtered" if e.filtered else "partial" if attrs.get("missing_s") else "ok")
         out["features"][name] = {"status": status, "rows": e.n_rows, "duration_s": e.duration_s,
-                                 "part": e.part, "problem": problem, "attrs": attrs}
+                                 "part": e.part, "problem": problem, "attrs": attrs,
+                                 "extractor": store.feature_attrs(name).get("extractor")}
     if record is None and not any(v["status"] != "absent" for v in out["features"].values()):
         known = sorted(media)
         raise KeyError(f"{store.path}: no item {item!r}; {len(known)} items, e.g. {', '.join(known[:5])}")
@@ -326,8 +328,9 @@ def item_summary(info: dict[str, Any]) -> str:
         detail = []
         if a.get("missing_s"):
             detail.append(f"missing {spans_text(a['missing_s'])}")
-        if "face_ratio" in a:
-            detail.append(f"face_ratio {float(a['face_ratio']):.2f}")
+        for key in extractor_of(f).item_measures:
+            if a.get(key) is not None:
+                detail.append(f"{key} {float(a[key]):.2f}")
         if f["problem"]:
             detail.append(f["problem"])
         lines.append(f"  {name:<12}{f['status']:<10}{f['rows']:>7} rows  {dur:>9}  "

@@ -1,4 +1,4 @@
-"""`make inspect`: store/inspect.py's picture of one item, its frames panel drawn with the pipeline's decoder.
+"""`make inspect`: reading/inspect.py's picture of one item, its frames panel drawn with the pipeline's decoder.
 
     python -m pipeline.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.decode import decode_frames
-from store import inspect
+from reading import inspect
 from store.reader import open_store
 
 THUMB_HEIGHT_PX = inspect.THUMB_HEIGHT_PX

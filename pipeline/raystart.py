@@ -6,7 +6,7 @@ Why each part exists (issue 35):
   30 s for the raylet to register, 30 s for the GCS to write its port). A second attempt waits longer; a run whose
   Ray never comes up ends with one line saying what failed and what to try, its report saved (exit code 7).
 - A raylet or GCS that dies during the run (another job's `ray stop --force`, the out-of-memory killer, a lost head)
-  is found within a second (`check`, called between Ray calls through `pipeline.stop.check`): the run stops like
+  is found within a second (`check`, called between Ray calls, after `pipeline.stop.check`): the run stops like
   one stopped by a signal (open batches committed, summary, report, exit code 7). Left alone, the run hangs on
   tasks no raylet will schedule, or Ray's core worker ends the process after 60 s without its GCS ("Failed to
   connect to GCS within 60 seconds": exit 1, no summary).
@@ -40,8 +40,7 @@ _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 START_HINT = ("the machine may be too busy for Ray to start in time: run again when it is less loaded (nothing "
               "committed is recomputed); Ray's own logs are under /tmp/ray/session_latest/logs")
-LOST_HINT = ("something outside this run ended it (`ray stop` ends every Ray on the machine, whoever started it; "
-             "the out-of-memory killer: see `dmesg`): run again, only what is not committed is computed")
+LOST_HINT = supervise.LOST_HINT  # defined below this module (supervise reads it; raystart imports supervise)
 REMOTE_HINT = ("the cluster lost its head or this driver's node: check the cluster (`ray status`), then run again; "
                "only what is not committed is computed")
 
@@ -121,12 +120,14 @@ def runtime_env(address: str | None) -> dict[str, Any]:
         import extractors
         import manifests
         import pipeline
+        import reading
+        import rows
         import store
 
         # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env; every package of
         # the project's own goes (a worker on another node has none of them: tests/test_cluster.py)
         env["py_modules"] = [str(Path(m.__file__).parent)
-                             for m in (atomicio, extractors, manifests, pipeline, store)]
+                             for m in (atomicio, extractors, manifests, pipeline, reading, rows, store)]
     return env
 
 
@@ -222,8 +223,10 @@ def _clean_failed_start(ray: Any, before: set[int]) -> None:
 
 
 def check() -> None:
-    """Raise `RayFailed` when this run's Ray is gone (its raylet or GCS ended; a cluster no longer answers).
-    Cheap (a `poll()` of two child processes; a cluster is asked every `REMOTE_PROBE_S`)."""
+    """The run's checkpoint between two Ray calls: raise `stop.Stopped` if a signal came during a deferred block,
+    `RayFailed` when this run's Ray is gone (its raylet or GCS ended; a cluster no longer answers). Cheap (a
+    `poll()` of two child processes; a cluster is asked every `REMOTE_PROBE_S`)."""
+    stop.check()
     if _session is not None and _session.current():
         _session.check()
 
@@ -342,13 +345,6 @@ def _probe_cluster() -> str | None:
     if not any(n.get("NodeID") == me and n.get("Alive") for n in nodes):
         return "reports this driver's node as dead"
     return None
-
-
-def summary_line(failed: dict[str, Any], exit_code: int) -> str:
-    """The summary's last line for a run whose Ray failed (`RunReport.ray_failed`)."""
-    left = f"; {failed['not_computed']} planned pair(s) not computed" if failed.get("not_computed") is not None else ""
-    return (f"  RAY FAILED during {failed['during']}: {failed['what']}; committed pairs are kept{left}: "
-            f"{failed['hint']}: exit code {exit_code}")
 
 
 def _ended(proc: Any) -> int | None:

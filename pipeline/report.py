@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import cluster, exitcodes, raystart
+from pipeline import cluster, exitcodes
 from pipeline.sources import manifest_summary
 from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
 
@@ -18,7 +18,7 @@ class RunReport:
     store: str
     counts: dict[str, dict[str, int]]  # feature -> done / skipped / failed / n/a
     failures: list[dict[str, Any]] = field(default_factory=list)
-    filtered: dict[str, dict[str, float]] = field(default_factory=dict)  # feature -> item -> ratio
+    filtered: dict[str, dict[str, str]] = field(default_factory=dict)  # feature -> item -> why (the policy's words)
     seconds: float = 0.0
     model_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -86,8 +86,8 @@ class RunReport:
         lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
         lines += [shorter_line(s) for s in self.shorter]
         for feat, items in self.filtered.items():
-            for item, ratio in sorted(items.items()):
-                lines.append(f"  filtered by {feat} policy: {item} (face_ratio {ratio:.2f})")
+            for item, why in sorted(items.items()):
+                lines.append(f"  FILTERED {feat}/{item}: {why}")
         if self.store_error:
             lines.append(f"  STOPPED: {self.store_error}")
         if self.not_saved:
@@ -99,7 +99,7 @@ class RunReport:
             lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
                          f"the next run computes what is missing: exit code {self.exit_code}")
         elif self.ray_failed:
-            lines.append(raystart.summary_line(self.ray_failed, self.exit_code))
+            lines.append(ray_failed_line(self.ray_failed, self.exit_code))
         elif self.crashed:
             c = self.crashed
             left = f"; {c['not_computed']} planned pair(s) not computed" if c.get("not_computed") is not None else ""
@@ -214,3 +214,11 @@ def utilisation_lines(u: dict[str, Any]) -> list[str]:
                 "`cpu_actors` for a CPU feature, if the other resources have room)")
     return [f"  busy ({u.get('policy') or 'run'} policy, {part['seconds']:.0f} s steady): "
             + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}{hint}"]
+
+
+def ray_failed_line(failed: dict[str, Any], exit_code: int) -> str:
+    """The summary's last line for a run whose Ray failed (`RunReport.ray_failed`, pipeline/raystart.py). Here,
+    not in raystart: raystart imports supervise, which reads reports (no import cycle)."""
+    left = f"; {failed['not_computed']} planned pair(s) not computed" if failed.get("not_computed") is not None else ""
+    return (f"  RAY FAILED during {failed['during']}: {failed['what']}; committed pairs are kept{left}: "
+            f"{failed['hint']}: exit code {exit_code}")

@@ -4,7 +4,7 @@ What `info` says (pipeline/info.py: the page's counts are its counts), laid out 
 feature and split, every failed, partial, filtered, stale and damaged item with its reason, the run history
 (when, how long, pairs per second, the stage that bound the run), distributions that show a bad run at a glance
 (rows per item, face ratio, voiced share, missing seconds) as inline SVG, and the inspect picture
-(store/inspect.py, drawn with the pipeline's decoder) of items chosen from a list, with the item's caption,
+(reading/inspect.py, drawn with the pipeline's decoder) of items chosen from a list, with the item's caption,
 questions and first transcript words.
 
 Self-contained: the pictures are `data:` URIs, the styles and the one script are inline, and the page's
@@ -30,7 +30,7 @@ import jinja2
 import numpy as np
 
 from atomicio import atomic_write
-from pipeline.info import StoreInfo, store_info
+from pipeline.info import StoreInfo, extractor_of, store_info
 from store.partial import spans_text
 from store.reader import Store, open_store
 
@@ -99,9 +99,10 @@ def distributions(store: Store, info: StoreInfo) -> list[dict[str, Any]]:
         missing = [sum(b - a for a, b in a.get("missing_s") or []) for a in attrs]
         if any(missing):
             out.append(_svg_histogram(missing, f"{f.name}: missing seconds per item"))
-        ratios = [float(a["face_ratio"]) for a in attrs if a.get("face_ratio") is not None]
-        if ratios:
-            out.append(_svg_histogram(ratios, f"{f.name}: face ratio per item"))
+        for key, label in extractor_of(store.feature_attrs(f.name)).item_measures.items():  # faces: face ratio
+            values = [float(a[key]) for a in attrs if a.get(key) is not None]
+            if values:
+                out.append(_svg_histogram(values, f"{f.name}: {label} per item"))
         if f.extractor == "covarep" or "vuv" in [c.lower() for c in store.feature_attrs(f.name).get("columns") or []]:
             good = store.items(f.name, include_filtered=True)
             out.append(_svg_histogram(_voiced(store, f.name, good), f"{f.name}: voiced share per item"))

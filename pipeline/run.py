@@ -86,10 +86,36 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
     except (stop.Stopped, raystart.RayFailed) as e:  # committed pairs kept, report saved, summary printed
-        return stop.stopped_run(report, writer, out, e, t0)
+        return stopped_run(report, writer, out, e, t0)
     finally:
         if writer is not None:
             writer.close()
+
+
+def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: stop.Stopped | raystart.RayFailed,
+                t0: float) -> RunReport:
+    """A signal stopped the run, or its Ray failed (pipeline/raystart.py): Ray goes down (its tasks and actors
+    with it), the report says what was done and is saved like any run's. Every commit is atomic: what is in the
+    store is whole (the open batches were committed as the scheduling loop ended)."""
+    with stop.deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
+        record = {"during": stop.current_stage(), "not_computed": supervise.not_computed(report)}
+        if isinstance(e, raystart.RayFailed):
+            log.error("%s: %s", e.what, e.hint)
+            report.ray_failed = {"what": e.what, "hint": e.hint, **record}
+        else:
+            report.stopped = {"signal": e.name, "signum": e.signum, **record}
+        report.seconds = time.perf_counter() - t0
+        try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down
+            writer = writer or StoreWriter(out, report.dataset)
+            writer.write_run_report(report.run_id, report.as_dict())
+        except (StoreError, ValueError, OSError) as err:
+            log.error("%s", err)
+            report.not_saved = str(err)
+        finally:
+            if writer is not None:
+                writer.close()
+        raystart.shutdown()  # nothing of Ray prints after this: the summary can be the last line
+    return report
 
 
 def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list[FeatureSpec]) -> None:
@@ -173,15 +199,15 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
         log.warning("compaction skipped: %s", e)
 
 
-def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, float]]:
-    """feature -> item -> face ratio of the current items a policy filtered (faces: too few faces), from the
+def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, str]]:
+    """feature -> item -> why its extractor's policy filtered it (faces: the face ratio under the bound), from the
     writer's index (the log is not read again); items of damaged parts are left out, as a reader would."""
     result = {}
     for spec in specs:
         state = writer.index(spec.name)
         hidden = [e for e in state.entries.values() if e.filtered and e.spec_hash == spec.spec_hash]
         bad = part_problems(writer.path, spec.name, {e.part: state.parts[e.part] for e in hidden})
-        got = {e.item: float(e.attrs().get("face_ratio", float("nan"))) for e in hidden if e.part not in bad}
+        got = {e.item: spec.extractor.filter_reason(e.attrs()) for e in hidden if e.part not in bad}
         if got:
             result[spec.name] = dict(sorted(got.items()))
     return result

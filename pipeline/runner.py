@@ -50,7 +50,7 @@ class Runner:
         stop.stage("starting Ray")
         address = os.environ.get("RAY_ADDRESS")
         self.ray = ray = raystart.start(address)  # retried once; RayFailed when it does not come up
-        stop.check()
+        raystart.check()
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
         log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")
@@ -123,7 +123,7 @@ class Runner:
     def get_sliced(self, refs: list[Any]) -> list[Any]:
         """ray.get in waits of a second, a signal checked between them (models may take a while to load)."""
         while len(self.ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
-            stop.check()
+            raystart.check()
         return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
@@ -158,7 +158,7 @@ class Runner:
     def loop(self, total: int) -> None:
         self.schedule()
         while (self.decoding or self.running or not self.sched.idle) and self.committer.store_error is None:
-            stop.check()  # a signal during the last second: stop here, between two Ray calls
+            raystart.check()  # a signal during the last second: stop here, between two Ray calls
             refs = [*self.decoding, *self.running, *self.readying]
             ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0)
             if ready:  # everything else that is done by now too: one pass of the policy for all of it
@@ -209,7 +209,7 @@ class Runner:
         try:
             where = self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
-            stop.check()  # Ctrl-C at a terminal reaches Ray's processes too: then this is the stop, not a fault
+            raystart.check()  # Ctrl-C at a terminal reaches Ray's processes too: then this is the stop, not a fault
             pool.workers.remove(worker)
             log.warning("%s: a model actor did not start (%s)", feat, _ray_error(e))
             if pool.workers:  # the others take its share
@@ -330,7 +330,7 @@ class Runner:
             self.stages.add(record)
             return list(zip(take, results, strict=True))
         except self.ray.exceptions.RayError as e:
-            stop.check()  # a signal to the process group kills the actors too: stop, start nothing new
+            raystart.check()  # a signal to the process group kills the actors too: stop, start nothing new
             if isinstance(e, self.ray.exceptions.RayActorError) and call.worker in call.pool.workers:
                 call.pool.workers.remove(call.worker)
                 self.add_worker(call.pool)

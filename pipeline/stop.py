@@ -11,8 +11,12 @@ when the block ends (a commit takes milliseconds). A second signal while stoppin
 Ray: an exception raised by a signal handler inside Ray's C++ calls (`ray.wait`, `ray.get` check for
 signals while they block) comes out as a SystemError, and `ray.init` installs its own SIGTERM handler
 (sys.exit, which aborts inside a wait with a stack dump). So everything that talks to Ray runs deferred,
-in slices of at most a second, calling `check()` between them; `reinstall()` takes the signals back after
-`ray.init`.
+in slices of at most a second, calling `check()` between them (through `raystart.check`, which also asks
+whether the run's Ray is alive); `reinstall()` takes the signals back after `ray.init`.
+
+This module knows signals only: what a stopped run reports is pipeline/run.py's (`stopped_run`), how Ray is
+ended raystart.py's, handed in as `on_signals(at_force_exit=...)`. So nothing here imports the run, its report,
+Ray or the store, and they may all import this.
 """
 
 from __future__ import annotations
@@ -22,17 +26,9 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from store.writer import StoreError, StoreWriter
-
-if TYPE_CHECKING:
-    from pipeline.raystart import RayFailed
-    from pipeline.report import RunReport
+from typing import Any
 
 log = logging.getLogger("siqfeat")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -57,6 +53,7 @@ class _State:
         self.deferring = 0  # depth of deferred() blocks
         self.stage = "starting"  # what the run was doing, for the report
         self.previous: dict[int, Any] = {}
+        self.at_force_exit: Callable[[], None] | None = None  # called before a second signal exits at once
 
 
 _active: _State | None = None
@@ -70,9 +67,8 @@ def _handle(signum: int, frame: Any) -> None:
         sys.stderr.write(f"\n{signal.Signals(signum).name} again while stopping: exiting at once "
                          "(committed pairs are kept; no run report)\n")
         sys.stderr.flush()
-        from pipeline import raystart
-
-        raystart.kill_now()  # the run's local Ray must not outlive the driver
+        if state.at_force_exit is not None:
+            state.at_force_exit()  # the CLI's: the run's local Ray must not outlive the driver
         os._exit(128 + signum)
     state.signum = signum
     log.warning("%s received during %s: stopping (committed pairs are kept)", signal.Signals(signum).name,
@@ -83,13 +79,15 @@ def _handle(signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM raise `Stopped` inside the block (main thread only; elsewhere nothing changes)."""
+def on_signals(at_force_exit: Callable[[], None] | None = None) -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Stopped` inside the block (main thread only; elsewhere nothing changes).
+    `at_force_exit`: called when a second signal ends the process at once (what must not outlive it)."""
     global _active
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     state = _State()
+    state.at_force_exit = at_force_exit
     state.previous = {s: signal.getsignal(s) for s in SIGNALS}
     _active = state
     reinstall()
@@ -115,15 +113,12 @@ def stage(name: str) -> None:
 
 
 def check() -> None:
-    """The run's checkpoint between two Ray calls (the Ray loop calls this each second): raise `Stopped` if a
-    signal came during a deferred block, `raystart.RayFailed` if the run's Ray is gone."""
+    """Raise `Stopped` if a signal came during a deferred block (the Ray loop's checkpoint, `raystart.check`,
+    calls this each second)."""
     state = _active
     if state is not None and state.signum is not None and not state.raised:
         state.raised = True
         raise Stopped(state.signum)
-    from pipeline import raystart
-
-    raystart.check()
 
 
 def current_stage() -> str:
@@ -146,40 +141,3 @@ def deferred(raise_after: bool = True) -> Iterator[None]:
         if raise_after and not state.deferring and state.signum is not None and not state.raised:
             state.raised = True
             raise Stopped(state.signum)
-
-
-def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: Stopped | RayFailed,
-                t0: float) -> RunReport:
-    """A signal stopped the run, or its Ray failed (pipeline/raystart.py): Ray goes down (its tasks and actors
-    with it), the report says what was done and is saved like any run's. Every commit is atomic: what is in the
-    store is whole (the open batches were committed as the scheduling loop ended)."""
-    from pipeline.raystart import RayFailed
-    from pipeline.supervise import not_computed
-
-    with deferred(raise_after=False):  # a second signal exits at once (stop.py), a late one is moot
-        record = {"during": current_stage(), "not_computed": not_computed(report)}
-        if isinstance(e, RayFailed):
-            log.error("%s: %s", e.what, e.hint)
-            report.ray_failed = {"what": e.what, "hint": e.hint, **record}
-        else:
-            report.stopped = {"signal": e.name, "signum": e.signum, **record}
-        report.seconds = time.perf_counter() - t0
-        try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down
-            writer = writer or StoreWriter(out, report.dataset)
-            writer.write_run_report(report.run_id, report.as_dict())
-        except (StoreError, ValueError, OSError) as err:
-            log.error("%s", err)
-            report.not_saved = str(err)
-        finally:
-            if writer is not None:
-                writer.close()
-        shutdown_ray()
-    return report
-
-
-def shutdown_ray() -> None:
-    """Stop this driver's Ray (a local cluster ends with every process it started; on a cluster its tasks and
-    actors end): nothing of Ray prints after this, so the summary can be the last thing a run prints."""
-    from pipeline import raystart
-
-    raystart.shutdown()

@@ -37,6 +37,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+# why Ray ended under a run (pipeline/raystart.py says it too); here, not there: raystart imports this module
+LOST_HINT = ("something outside this run ended it (`ray stop` ends every Ray on the machine, whoever started it; "
+             "the out-of-memory killer: see `dmesg`): run again, only what is not committed is computed")
+
 # set for the driver: the folder of its journal (its being set makes it the child); not SIQ_*: those go to the
 # Ray workers (raystart.runtime_env)
 JOURNAL_ENV = "SIQFEAT_DRIVER_JOURNAL"
@@ -332,8 +336,6 @@ def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: thr
     during = snapshot.get("stage") or "starting"
     record = {"during": during, "not_computed": not_computed(report)}
     if ray_death:
-        from pipeline.raystart import LOST_HINT
-
         report.ray_failed = {"what": f"{ray_death}, and Ray then ended the run's driver (pid {pid}, {how})",
                              "hint": LOST_HINT, **record}
     else:

@@ -1,4 +1,6 @@
-"""The only code that knows the Zarr layout: writer, reader, planning, alignment, datasets, exports."""
+"""The storage engine, the only code that knows the Zarr layout: writer, reader, index, parts, planning, compaction,
+verification and repair. Reading conveniences (alignment, views, datasets, exports, pictures) live in reading/,
+which imports this package; nothing here imports reading/."""
 
 import warnings as _warnings
 

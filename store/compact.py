@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store import index, layout
 from store.integrity import check_part
 from store.writer import Rewrite, StoreWriter

@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 
 from atomicio import atomic_write
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store import layout
 from store.writer import StoreWriter
 

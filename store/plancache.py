@@ -19,13 +19,11 @@ from store import layout
 
 log = logging.getLogger(__name__)
 FOLDER = (layout.VIEWS, "plans")
-VERSION = 2  # 2: A3/A4 answer orders drawn by store.datasets.a4_choices (counter-based), not one numpy Generator per question
+VERSION = 2  # 2: A3/A4 answer orders drawn by reading.datasets.a4_choices (counter-based), not one numpy Generator per question
 
 
-def key(store: Any, options: dict[str, Any], features: list[str]) -> str | None:
-    """The plan's key for this store snapshot, or None when the store has no index (an in-memory stand-in)."""
-    if not hasattr(store, "index"):
-        return None
+def key(store: Any, options: dict[str, Any], features: list[str]) -> str:
+    """The plan's key for this store snapshot."""
     state = {f: [store.index(f).generation, store.index(f).length,
                  sorted(store.part_problems(f))]  # damaged parts (quick check)
              for f in sorted(set(features))}

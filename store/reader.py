@@ -701,11 +701,6 @@ class Store:
                 layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
         return found[0] if found else "?"
 
-    def materialize(self, features: list[str], to: Any = "transcript", how: Any = "mean") -> Path:
-        """Align `features` to `to` once for every item into a packed view (store/views.py); its path."""
-        from store.views import materialize
-
-        return materialize(self.path, features, to, how)
 
     # ---- manifests and runs ----
 

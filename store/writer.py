@@ -37,8 +37,8 @@ from typing import Any
 import zarr
 
 import atomicio
-from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
+from rows import FeatureRows
 from store import index, layout, parts, repair
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ def _os_problem(e: OSError, fallback: Path) -> str:
     return f"{e.filename or fallback}: {e.strerror or e}"
 
 
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
+# the storage failed (full, read-only, over quota, I/O error), not the input: the CLI exits STORE on these too
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 
 
 class StoreWriter:
@@ -263,7 +264,7 @@ class StoreWriter:
             published = self._index[feature] is not state  # a rewrite's log renamed before the error
             for p in () if published else placed:  # never published: the store is as before
                 shutil.rmtree(p, ignore_errors=True)
-            if isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS:
+            if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
                 n = sum(len(b) for b in op.batches)
                 raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; the batch of {n} "
                                  f"item(s) was {'published, its folder not flushed' if published else 'not committed'}"

@@ -52,6 +52,21 @@ def info_store(tiny_root_template: Path, tmp_path_factory: pytest.TempPathFactor
     return build_info_store(tiny_root_template, tmp_path_factory.mktemp("info") / "tiny.zarr")
 
 
+@pytest.fixture
+def crash_on(monkeypatch: pytest.MonkeyPatch):
+    """`crash_on("decode:<item>,extract:<item>")`: the Ray worker handling that item dies (tests/crashing.py). Ray
+    must start after this (its workers read SIQ_* and PYTHONPATH at start-up)."""
+    from pipeline import actors
+    from tests import crashing
+
+    root = str(Path(__file__).resolve().parents[1])  # the workers import tests.crashing from here
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setattr(actors, "decode_item", crashing.decode_item)
+    monkeypatch.setattr(actors, "decode_segment", crashing.decode_segment)
+    monkeypatch.setattr(actors, "ExtractorWorker", crashing.CrashingWorker)
+    return lambda where: monkeypatch.setenv(crashing.ENV, where)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ray_shutdown():
     yield

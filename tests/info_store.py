@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem
+from rows import FeatureRows
 from store.reader import open_store
 from store.writer import StoreWriter
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from extractors.base import FeatureRows
 from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
 from pipeline.decode import qa_text
+from rows import FeatureRows
 from store.writer import StoreWriter
 
 DIM = 2
@@ -71,20 +72,36 @@ class _Read:
 
 
 class MemoryQAStore:
-    """The reader calls the datasets plan with (features, items, qa_items, read), held in memory."""
+    """The reader's side the datasets plan with (index, part arrays, items, qa_items, read), held in memory:
+    each item is a part of its own. `path`: where the plan cache goes (a test's tmp_path)."""
 
-    def __init__(self, qa: list[QAItem], path: str = "memory", vectors: bool = False) -> None:
+    def __init__(self, qa: list[QAItem], path: str | Path, vectors: bool = False) -> None:
         self.path, self._qa = Path(path), qa
         self._rows = {item: zero_qa_rows(qs, vectors) for item, qs in by_item(qa).items()}
+        entries = {item: SimpleNamespace(item=item, part=item, row0=0, n_rows=len(r.features))
+                   for item, r in self._rows.items()}
+        self._index = SimpleNamespace(entries=entries, generation="memory", length=len(entries))
 
     def features(self) -> list[str]:
         return ["qa"]
+
+    def index(self, feature: str) -> SimpleNamespace:
+        return self._index
 
     def items(self, feature: str, include_filtered: bool = False, **_: Any) -> list[str]:
         return sorted(self._rows) if feature == "qa" else []
 
     def filtered(self, feature: str) -> list[str]:
         return []
+
+    def part_problem(self, feature: str, part: str, **_: Any) -> None:
+        return None
+
+    def part_problems(self, feature: str, **_: Any) -> dict[str, str]:
+        return {}
+
+    def part_array(self, feature: str, part: str, name: str) -> np.ndarray:
+        return self._rows[part].extras[name]
 
     def qa_items(self) -> list[QAItem]:
         return list(self._qa)

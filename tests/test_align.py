@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extractors.base import FeatureRows
-from store.align import HOWS, OVERLAP_TOL_S, align, collapse, fixed_rate_intervals, overlap_pairs
+from reading.align import HOWS, OVERLAP_TOL_S, align, collapse, overlap_pairs
+from rows import FeatureRows, fixed_rate_intervals
 from store.writer import StoreWriter
 
 TOL = dict(rtol=1e-9, atol=1e-9)
@@ -191,9 +191,9 @@ def test_sorted_rows_of_varied_length_match_brute_force(seed: int) -> None:
 def test_sums_split_into_small_pieces_match_brute_force(monkeypatch, how: str, seed: int) -> None:
     """Pieces of a few values force every path of the piecewise sums: segments split across pieces, gathered
     rows, a non-finite value appearing after all-finite pieces."""
-    import store.align
+    import reading.align
 
-    monkeypatch.setattr(store.align, "_CHUNK_VALUES", 7)
+    monkeypatch.setattr(reading.align, "_CHUNK_VALUES", 7)
     rng = np.random.default_rng(seed)
     rows = random_intervals(rng, 50, seed % 2 == 0) if seed < 2 else fixed_rate_intervals(5.0, 10.0)
     ref = np.concatenate([random_intervals(rng, 20, seed % 2 == 0), [[0.0, 5.0]]])

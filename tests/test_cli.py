@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
 from pipeline import exitcodes
 from pipeline.cli import main
 from pipeline.report import RunReport
+from rows import FeatureRows
 from store.reader import open_store
 from store.writer import StoreWriter
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from bench.cmu_sdk import sdk_nanaverage
-from extractors.base import Audio, FeatureRows
-from store.align import align
-from store.export import export_csd, write_csd
+from extractors.base import Audio
+from reading.align import align
+from reading.export import export_csd, write_csd
+from rows import FeatureRows
 from store.reader import open_store
 from store.writer import StoreWriter
 
@@ -44,7 +45,7 @@ def real_acoustic_store(realdata: Path, tmp_path_factory: pytest.TempPathFactory
     import soundfile
 
     from extractors.acoustic import Covarep, CovarepConfig
-    from extractors.captions import parse_captions
+    from pipeline.captions import parse_captions
 
     parts = []
     for name in SPEECH:

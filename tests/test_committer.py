@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from extractors.base import FeatureRows
 from pipeline.committer import Committer
+from rows import FeatureRows
 from store.reader import open_store
 from store.writer import StoreWriter
 

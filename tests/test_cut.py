@@ -69,7 +69,7 @@ def test_same_audio_samples_within_the_resampler_edge(raw: Path, precut) -> None
 
 
 def test_same_word_times_as_the_precut_captions(raw: Path, precut) -> None:
-    from extractors.captions import parse_captions
+    from pipeline.captions import parse_captions
 
     mine = cut.decode_cut(_item(raw), "transcript", RATE_HZ)
     ref = parse_captions(precut[1])

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from bench.bench_read import build_synthetic_store
 from manifests.records import QAItem
-from store.datasets import SocialIQA2, SocialIQA4, a4_choice, collate_qa
+from reading.datasets import SocialIQA2, SocialIQA4, a4_choice, collate_qa
 from store.reader import open_store
 from store.writer import StoreWriter
 from tests.qa_store import DIM
@@ -134,7 +134,7 @@ def test_a_store_stale_for_the_manifest_is_refused(store: Path, tmp_path: Path) 
 def test_a4_on_a_three_answer_dataset_is_an_error_and_a3_builds(tmp_path: Path) -> None:
     """SocialIQA has three answers: A4 says so instead of returning an empty dataset; A3 is its task."""
     from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
     from tests.qa_store import write_qa_store
 
     write_sample_socialiqa(tmp_path / "raw", n=6)
@@ -171,7 +171,7 @@ def siqa(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[QAItem]]:
 def test_a3_samples_carry_the_context_and_collate_keeps_it(siqa: tuple[Path, list[QAItem]], text: str) -> None:
     """SocialIQA's context is row 0 of each item's qa rows: returned with the question, in both text forms,
     and stacked by collate_qa (which drops no key a sample has)."""
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
     from tests.qa_store import text_vector
 
     store, qa = siqa
@@ -189,7 +189,7 @@ def test_a3_samples_carry_the_context_and_collate_keeps_it(siqa: tuple[Path, lis
 
 
 def test_collate_qa_keeps_keys_it_does_not_know_and_refuses_a_ragged_batch(siqa: tuple[Path, list[QAItem]]) -> None:
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
 
     ds = SocialIQA3(siqa[0], split="train", modalities=())
     a, b = ds[0], ds[1]
@@ -203,7 +203,7 @@ def test_split_names_of_the_release_are_accepted_and_an_empty_split_names_the_ot
         siqa: tuple[Path, list[QAItem]]) -> None:
     """SocialIQA calls its validation split "dev" (stored as "val"): both names give the same samples;
     a split without questions is an error naming the splits that have some."""
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
 
     store, _ = siqa
     dev = SocialIQA3(store, split="dev", modalities=())
@@ -217,7 +217,7 @@ def test_split_names_of_the_release_are_accepted_and_an_empty_split_names_the_ot
 
 def test_a_text_only_dataset_needs_no_reference_and_a_missing_one_says_what_to_pass(
         siqa: tuple[Path, list[QAItem]]) -> None:
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
 
     store, _ = siqa
     ds = SocialIQA3(store, split="val", modalities=())  # default to="transcript": not in this store, not needed

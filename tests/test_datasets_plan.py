@@ -14,7 +14,7 @@ import torch
 from scipy.stats import chi2
 
 from manifests.records import MediaItem, QAItem, read_jsonl, read_jsonl_all
-from store.datasets import SocialIQA2, SocialIQA3, SocialIQA4, a4_choice, a4_choices
+from reading.datasets import SocialIQA2, SocialIQA3, SocialIQA4, a4_choice, a4_choices
 from store.reader import open_store
 from store.writer import StoreWriter
 from tests.qa_store import DIM, by_item, zero_qa_rows
@@ -179,7 +179,7 @@ def test_read_jsonl_all_equals_line_by_line_and_names_a_bad_line(tmp_path: Path)
 def test_pad_equals_torch_pad_sequence(dtype: torch.dtype, value: float) -> None:
     from torch.nn.utils.rnn import pad_sequence
 
-    from store.datasets import _pad
+    from reading.datasets import _pad
 
     g = torch.Generator().manual_seed(0)
     seqs = [(torch.randn(n, 3, 2, generator=g) > 0).to(dtype) if dtype == torch.bool else torch.randn(n, 3, 2, generator=g,

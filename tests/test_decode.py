@@ -10,7 +10,8 @@ import pytest
 
 from extractors.base import Audio
 from manifests.sample import read_barcode
-from pipeline.decode import InputError, decode_audio, decode_frames, pick_frames, second_intervals
+from pipeline.decode import InputError, decode_audio, decode_frames, pick_frames
+from rows import fixed_rate_intervals
 from tests.synth_video import damage_packets, make_index_video, make_timed_video, read_index
 
 
@@ -38,7 +39,7 @@ def test_one_frame_per_second_is_the_frame_nearest_the_middle(sample_root: Path,
 
 def test_pick_frames_on_variable_frame_rate() -> None:
     starts = np.array([0.0, 0.1, 0.45, 0.55, 1.2, 1.9, 2.5])
-    intervals = second_intervals(2.6)
+    intervals = fixed_rate_intervals(2.6, 1.0, slack_rows=1e-6)
     assert intervals.tolist() == [[0, 1], [1, 2], [2, 2.6]]
     # middles 0.5, 1.5, 2.3: 0.45 vs 0.55 tie → earlier; 1.2 vs 1.9 → 1.2 (0.3 < 0.4); 2.5 nearest 2.3
     assert pick_frames(starts, intervals).tolist() == [2, 4, 6]
@@ -237,8 +238,8 @@ def test_damaged_audio_packets_become_missing_silence_and_later_audio_keeps_its_
 
 
 def test_rows_over_missing_audio_are_dropped() -> None:
-    from extractors.base import FeatureRows
     from pipeline.actors import without_missing
+    from rows import FeatureRows
 
     iv = np.column_stack([np.arange(100) * 0.01, np.arange(1, 101) * 0.01])
     rows = FeatureRows(np.arange(100, dtype=np.float32)[:, None], iv, {"per_row": np.arange(100)}, {"a": 1})

@@ -42,6 +42,9 @@ def test_faces_follow_the_seconds_the_photo_was_shown(tiny_store, tiny_root_temp
         assert faces.attrs["face_ratio"] == pytest.approx(len(t["face_seconds"]) / len(count))
     assert store.items("faces") == ["tiny-a"]  # tiny-b (1 of 2 s) and tiny-c (none) are below 0.8
     assert set(report.filtered["faces"]) == {"tiny-b", "tiny-c"}
+    # the reason in the faces extractor's words (MTCNNFaces.filter_reason), in the run report and its summary
+    assert report.filtered["faces"]["tiny-c"] == "face_ratio 0.00 < 0.80 (faces policy)"
+    assert "FILTERED faces/tiny-b: face_ratio 0.50 < 0.80 (faces policy)" in report.summary()
 
 
 def test_transcript_words_and_acoustic_grid(tiny_store, tiny_root_template: Path) -> None:
@@ -69,7 +72,7 @@ def test_transcript_words_and_acoustic_grid(tiny_store, tiny_root_template: Path
 def test_a2_batches_from_the_pipeline_store(tiny_store) -> None:
     from torch.utils.data import DataLoader
 
-    from store.datasets import SocialIQA2, collate_qa
+    from reading.datasets import SocialIQA2, collate_qa
 
     out, _ = tiny_store
     ds = SocialIQA2(out, split="train", modalities=("frames", "acoustic"), exclude_filtered=False)
@@ -87,7 +90,7 @@ def test_a2_batches_from_the_pipeline_store(tiny_store) -> None:
 def test_inspect_picture_of_a_pipeline_item(tiny_store, tmp_path: Path) -> None:
     from PIL import Image
 
-    from store.inspect import render_item
+    from reading.inspect import render_item
 
     out, _ = tiny_store
     png = render_item(out, "tiny-a", tmp_path / "a.png")

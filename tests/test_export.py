@@ -11,10 +11,9 @@ import pytest
 
 from bench.bench_read import build_synthetic_store
 from bench.cmu_sdk import sdk_nanaverage
-from extractors.base import FeatureRows
 from manifests.records import MediaItem, QAItem
-from store.align import align
-from store.export import (
+from reading.align import align
+from reading.export import (
     SDK_JOINED_KEY,
     SDK_SOCIAL_IQ_QA_BINARY_ROOT,
     SDK_SOCIAL_IQ_ROOTS,
@@ -29,6 +28,7 @@ from store.export import (
     to_xarray,
     write_csd,
 )
+from rows import FeatureRows
 from store.reader import open_store
 from store.writer import StoreWriter
 from tests.test_cmu_sdk import assert_agrees
@@ -202,7 +202,7 @@ def test_unify_keeps_items_the_faces_policy_filtered(mmdatasdk, store: Path, tmp
 
 
 def test_the_sdk_reads_our_folder_and_aligns_it_as_we_do(mmdatasdk, store: Path, tmp_path: Path) -> None:
-    """The tutorial's path: mmdataset(folder), align to the words with an average, compare with store.align."""
+    """The tutorial's path: mmdataset(folder), align to the words with an average, compare with reading.align."""
     s = open_store(store)
     written = export_sdk_folder(s, tmp_path / "csd")
     roots = {f: SDK_SOCIAL_IQ_ROOTS[s.feature_attrs(f)["extractor"]] for f in ("frames", "faces", "acoustic", "transcript")}

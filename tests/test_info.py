@@ -15,7 +15,7 @@ import pytest
 
 from pipeline import exitcodes
 from pipeline.cli import main
-from store.export import read_csd
+from reading.export import read_csd
 from store.reader import open_store
 from tests.info_store import EXPECTED, RUN_ID, info_json
 

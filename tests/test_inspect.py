@@ -14,7 +14,7 @@ from PIL import Image
 from bench.bench_read import build_synthetic_store
 from manifests.sample import read_barcode
 from pipeline.inspect import decode_thumbnails, render_item
-from store.inspect import DPI, FIG_SIZE_IN
+from reading.inspect import DPI, FIG_SIZE_IN
 from store.reader import open_store
 from store.writer import StoreWriter
 
@@ -62,9 +62,9 @@ def test_missing_video_still_renders(store: Path, tmp_path: Path) -> None:
 
 
 def test_the_store_draws_without_a_decoder(store: Path, tmp_path: Path) -> None:
-    """store/inspect.py imports no pipeline code: run alone, its frames panel says what is missing."""
+    """reading/inspect.py imports no pipeline code: run alone, its frames panel says what is missing."""
     out = tmp_path / "no_decoder.png"
-    code = ("import sys; from store.inspect import main; main(sys.argv[1:]); "
+    code = ("import sys; from reading.inspect import main; main(sys.argv[1:]); "
             "assert not any(m.startswith('pipeline') for m in sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code, str(store), "tiny-a", str(out)], check=True)
     with Image.open(out) as img:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store import layout
 from store.integrity import DamagedItem
 from store.plan import Wanted, make_plan

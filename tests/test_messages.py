@@ -89,7 +89,7 @@ def test_weights_offline_says_so_and_leaves_nothing(tmp_path: Path, monkeypatch:
 
 def test_socialiqa3_on_a_text_only_store_names_modalities(tmp_path: Path) -> None:
     from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
     from tests.qa_store import write_qa_store
 
     write_sample_socialiqa(tmp_path / "raw", n=3)
@@ -101,9 +101,9 @@ def test_socialiqa3_on_a_text_only_store_names_modalities(tmp_path: Path) -> Non
 
 
 def test_socratis_dropped_lists_no_reason_without_items(tmp_path: Path) -> None:
-    from extractors.base import FeatureRows
     from manifests.records import MediaItem
-    from store.datasets import SocratisReactions
+    from reading.datasets import SocratisReactions
+    from rows import FeatureRows
     from store.writer import StoreWriter
 
     with StoreWriter(tmp_path / "s.zarr", "socratis") as w:
@@ -130,7 +130,7 @@ def siqa_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_subclass_getitem_holds_in_dataloader_batches(siqa_store: Path) -> None:
-    from store.datasets import SocialIQA3, collate_qa
+    from reading.datasets import SocialIQA3, collate_qa
 
     class WithLength(SocialIQA3):
         def __getitem__(self, i: int) -> dict:
@@ -148,7 +148,7 @@ def test_a_subclass_getitem_holds_in_dataloader_batches(siqa_store: Path) -> Non
 
 
 def test_the_extend_hook_runs_on_both_paths(siqa_store: Path) -> None:
-    from store.datasets import SocialIQA3, collate_qa
+    from reading.datasets import SocialIQA3, collate_qa
 
     class Tagged(SocialIQA3):
         def extend(self, sample: dict, smp) -> dict:

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from extractors.base import FeatureRows, Frames
+from extractors.base import Frames
 from extractors.faces import FacesConfig, MTCNNFaces
 from pipeline.decode import decode_frames
 from pipeline.inputs import decode_image
 from pipeline.picture import orient
+from rows import FeatureRows
 
 
 def ffmpeg(*args: str) -> None:

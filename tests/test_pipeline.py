@@ -137,13 +137,13 @@ def test_a_kill_during_a_batch_loses_only_that_batch_and_the_rerun_equals_a_clea
 
 
 def test_a_worker_process_that_dies_fails_only_its_item(tiny_root: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        monkeypatch: pytest.MonkeyPatch, crash_on) -> None:
     """A decode worker and a model worker that die outright (segfault, OOM killer) on one item each:
     those two items fail with their files named, every other item completes, and the run reports."""
     import ray
 
     ray.shutdown()  # workers read SIQ_* at Ray start-up
-    monkeypatch.setenv("SIQ_CRASH_ON", "decode:tiny-a,extract:tiny-b")
+    crash_on("decode:tiny-a,extract:tiny-b")
     out = tmp_path / "tiny.zarr"
     try:
         report = run_extract("tiny", tiny_root, out, config(), only=["frames"])

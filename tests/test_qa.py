@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from extractors.base import QAText, get_extractor, parse_config
-from extractors.qa import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION, QAExtractor
+from extractors.qa import QAExtractor
 from extractors.text_model import BUNDLED_MINILM, resolve_model_dir
 from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
+from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION
 
 TOL = 1e-5
 

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
 from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import FacesConfig, MTCNNFaces
 from manifests.records import MediaItem
@@ -20,6 +19,7 @@ from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.run import run_extract
 from pipeline.runner import Runner, _Pair, actor_plan
+from rows import FeatureRows
 from store.reader import open_store
 
 
@@ -73,11 +73,11 @@ def test_a_video_in_segments_gives_the_rows_of_one_piece(tiny_root: Path, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_segment_that_fails_fails_its_pairs(tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_segment_that_fails_fails_its_pairs(tiny_root: Path, tmp_path: Path, crash_on) -> None:
     import ray
 
     ray.shutdown()  # workers read SIQ_* at Ray start-up
-    monkeypatch.setenv("SIQ_CRASH_ON", "decode:tiny-a#2")  # the last of tiny-a's three segments
+    crash_on("decode:tiny-a#2")  # the last of tiny-a's three segments
     out = tmp_path / "seg.zarr"
     try:
         report = run_extract("tiny", tiny_root, out, seg_config(decode_retries=0), only=["frames"])

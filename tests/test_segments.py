@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows, Frames
+from extractors.base import Frames
 from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import Detections, FacesConfig, MTCNNFaces, pack_video
 from pipeline.decode import decode_frames, decode_frames_segment, segment_rows
+from rows import FeatureRows
 from tests.synth_video import H, W, damage_packets, make_index_video, read_index
 
 FRAME_BYTES = H * W * 3

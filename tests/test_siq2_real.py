@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import store.datasets as datasets
+import reading.datasets as datasets
 from manifests.records import ManifestNote
 from manifests.socialiq import read_siq2
 from manifests.socialiqa import read_socialiqa
 from pipeline.sources import detect_layout
-from store.datasets import SocialIQA2, SocialIQA4
+from reading.datasets import SocialIQA2, SocialIQA4
 from tests.qa_store import MemoryQAStore, write_qa_store
 
 SPLITS = ("train", "val", "test")
@@ -106,10 +106,10 @@ def test_split_file_subsets_and_trims(manifest, realdata: Path) -> None:
         assert i.clip_start_s == start and i.clip_end_s == (start + 60.0 if i.id in trims else None)
 
 
-def test_a2_a4_build_for_every_labelled_question(manifest, published, monkeypatch) -> None:
+def test_a2_a4_build_for_every_labelled_question(manifest, published, monkeypatch, tmp_path: Path) -> None:
     """The plan of both datasets over all real questions (an in-memory store with the real row plan)."""
     _, qa, _ = manifest
-    mem = MemoryQAStore(qa)
+    mem = MemoryQAStore(qa, tmp_path)
     monkeypatch.setattr(datasets, "open_store", lambda path, **options: mem)
     # (split, published qid, question text) -> the published row: two questions may share a qid
     rows = {(s, r["qid"], r["q"]): r for s in ("train", "val") for r in published[s]}
@@ -123,8 +123,8 @@ def test_a2_a4_build_for_every_labelled_question(manifest, published, monkeypatc
         return int(a_index[row]) == r["answer_idx"]
 
     for split, n in (("train", 6159), ("val", 943)):
-        a2 = SocialIQA2("memory", split=split, modalities=(), to=1.0, exclude_filtered=False)
-        a4 = SocialIQA4("memory", split=split, modalities=(), to=1.0, exclude_filtered=False)
+        a2 = SocialIQA2(tmp_path, split=split, modalities=(), to=1.0, exclude_filtered=False)
+        a4 = SocialIQA4(tmp_path, split=split, modalities=(), to=1.0, exclude_filtered=False)
         assert len(a2) == 4 * n and len(a4) == n and not a2.dropped and not a4.dropped
         assert all(smp.label == int(check(split, smp, smp.answer_rows[0])) for smp in a2.samples)
         assert sum(smp.label for smp in a2.samples) == n
@@ -160,19 +160,19 @@ def test_socialiqa_release_one_folder_down(realdata: Path, tmp_path: Path) -> No
 
 
 def test_socialiqa3_on_the_real_dev_split_gives_each_question_its_published_context(realdata: Path,
-                                                                                  monkeypatch) -> None:
+                                                                                  monkeypatch, tmp_path: Path) -> None:
     """SocialIQA's own split name ("dev"), the context of every one of the 1,954 dev questions as the release
     writes it (read here with json), in both text forms, through collate_qa."""
-    from store.datasets import SocialIQA3, collate_qa
+    from reading.datasets import SocialIQA3, collate_qa
     from tests.qa_store import text_vector
 
     published = [json.loads(line) for line in (realdata / "socialiqa" / "dev.jsonl").read_text().splitlines()
                  if line.strip()]
     _, qa = read_socialiqa(realdata / "socialiqa")
-    mem = MemoryQAStore([q for q in qa if q.split == "val"], vectors=True)
+    mem = MemoryQAStore([q for q in qa if q.split == "val"], tmp_path, vectors=True)
     monkeypatch.setattr(datasets, "open_store", lambda path, **options: mem)
     for text in ("tokens", "pooled"):
-        a3 = SocialIQA3("memory", split="dev", modalities=(), text=text)  # no reference feature: none needed
+        a3 = SocialIQA3(tmp_path, split="dev", modalities=(), text=text)  # no reference feature: none needed
         assert len(a3) == len(published) == 1954 and not a3.dropped
         for i in range(0, len(a3), 97):
             k = int(a3.samples[i].item.rsplit("-", 1)[1])  # siqa-dev-00000k: entry k of dev.jsonl
@@ -186,7 +186,7 @@ def test_socialiqa_offline_route_on_the_real_dev_split(realdata: Path, tmp_path:
     the first four dev entries in file order, embedded by the bundled MiniLM, read back by SocialIQA3 with
     their published contexts and labels (dev.jsonl / dev-labels.lst read here with json only)."""
     from pipeline.cli import main
-    from store.datasets import SocialIQA3
+    from reading.datasets import SocialIQA3
     from store.reader import open_store
 
     out = tmp_path / "siqa.zarr"

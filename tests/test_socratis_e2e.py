@@ -55,7 +55,7 @@ def test_good_pairs_complete_and_bad_ones_fail_alone(extracted) -> None:
 def test_reaction_samples_match_the_json(extracted) -> None:
     from torch.utils.data import DataLoader
 
-    from store.datasets import SocratisReactions, collate_reactions
+    from reading.datasets import SocratisReactions, collate_reactions
 
     raw, out, _ = extracted
     data = json.loads((raw / FILE_NAMES[0]).read_text())

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store import layout
 from store.plan import Wanted, make_plan
 from store.reader import open_store
@@ -81,7 +81,7 @@ def test_a_process_killed_mid_write_leaves_no_half_item(tmp_path: Path) -> None:
         import os, numpy as np
         import store.parts as parts
         import store.writer as sw
-        from extractors.base import FeatureRows
+        from rows import FeatureRows
         rows = lambda n: FeatureRows(np.ones((n, 2), np.float32), np.stack([np.arange(n), np.arange(n) + 1.0], 1))
         w = sw.StoreWriter({str(store)!r}, "demo")
         w.set_feature("feat", {ATTRS!r})

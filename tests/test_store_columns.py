@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store import index, layout
 from store.compact import compact_store
 from store.integrity import DamagedItem

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extractors.base import FeatureRows
+from rows import FeatureRows
 from store.compact import compact_store
 from store.reader import Store
 from store.writer import StoreWriter

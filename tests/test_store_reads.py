@@ -10,9 +10,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.bench_read import build_synthetic_store
-from extractors.base import FeatureRows
-from store import datasets
-from store.datasets import SocialIQA2, SocialIQA4, collate_qa
+from reading import datasets
+from reading.datasets import SocialIQA2, SocialIQA4, collate_qa
+from rows import FeatureRows
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,8 @@ def test_a_view_follows_a_recomputed_item_while_a_held_reader_keeps_its_snapshot
 def test_a_view_item_written_by_an_older_layout_is_aligned_again_not_misread(store: Path, tmp_path: Path) -> None:
     """Layout 1 stored NaN values and no `valid`; its items (same fingerprint hash without the layout) are
     aligned again by the next materialise, and read like the aligned ones."""
-    from store import layout, views
+    from reading import views
+    from store import layout
     from store.reader import Store, open_store
     from store.writer import StoreWriter
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import zarr
 
-from extractors.base import FeatureRows
 from pipeline.cli import main
+from rows import FeatureRows
 from store import layout
 from store.compact import compact_store
 from store.integrity import DamagedItem

@@ -109,7 +109,6 @@ def test_a_matroska_duration_counted_from_the_first_timestamp_cuts_no_audio(tmp_
 def test_a_shorter_stream_is_a_note_in_the_run_report_its_summary_and_info(tmp_path: Path) -> None:
     """Per item and stream (issue 35 item 11): the run report's `shorter`, a summary line, the item's
     `streams_end_s` and a line of `info`; nothing PARTIAL. The decode is real, the runner's books without Ray."""
-    from extractors.base import FeatureRows
     from manifests.records import MediaItem
     from pipeline import actors
     from pipeline.committer import Outcome
@@ -118,6 +117,7 @@ def test_a_shorter_stream_is_a_note_in_the_run_report_its_summary_and_info(tmp_p
     from pipeline.progress import Progress
     from pipeline.report import RunReport
     from pipeline.runner import Runner
+    from rows import FeatureRows
     from store.writer import StoreWriter
 
     path = _make(tmp_path / "v8a11.mkv", 8, 11)

@@ -53,7 +53,7 @@ def test_clips_cut_and_whole_complete_and_bad_ones_fail_alone(extracted) -> None
 
 
 def test_a2_and_a4_from_the_qa_files(extracted) -> None:
-    from store.datasets import SocialIQA2, SocialIQA4
+    from reading.datasets import SocialIQA2, SocialIQA4
 
     raw, out, _ = extracted
     labelled = {}

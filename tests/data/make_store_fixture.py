@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from extractors.base import FeatureRows
 from manifests.records import MediaItem
+from rows import FeatureRows
 from store.reader import Store
 from store.writer import StoreWriter
 

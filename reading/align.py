@@ -33,7 +33,8 @@ from typing import Literal, get_args
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from extractors.base import rate_intervals
+from rows import check_intervals, fixed_rate_intervals
+from store.reader import Store, open_store
 
 How = Literal["mean", "weighted", "max", "first"]
 HOWS: tuple[str, ...] = get_args(How)
@@ -41,29 +42,6 @@ OVERLAP_TOL_S = 1e-5  # the CMU SDK's `epsilon`: far above float noise in second
 _PAIR_BUDGET = 1 << 22  # candidate pairs per block: bounds memory when many long rows overlap many references
 _CHUNK_VALUES = 1 << 18  # values converted to float64 at a time (2 MiB): the sums stay in cache
 _SCRATCH = threading.local()  # per-thread reusable work arrays (see _scratch)
-
-
-def as_intervals(intervals: np.ndarray, what: str = "intervals") -> np.ndarray:
-    """(N, 2) float64 [start, end) with finite values and end >= start, else ValueError naming the bad row."""
-    arr = np.asarray(intervals, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        raise ValueError(f"{what} must be (N, 2), got shape {arr.shape}")
-    if len(arr) and not np.all(np.isfinite(arr)):
-        bad = int(np.argmax(~np.all(np.isfinite(arr), axis=1)))
-        raise ValueError(f"{what}: row {bad} is not finite: {arr[bad].tolist()}")
-    if len(arr) and np.any(arr[:, 1] < arr[:, 0]):
-        bad = int(np.argmax(arr[:, 1] < arr[:, 0]))
-        raise ValueError(f"{what}: row {bad} ends before it starts: {arr[bad].tolist()}")
-    return arr
-
-
-def fixed_rate_intervals(duration_s: float, rate_hz: float) -> np.ndarray:
-    """[k / rate, (k + 1) / rate) for k = 0 .. ceil(duration * rate) - 1, the last one clipped to the duration."""
-    if rate_hz <= 0 or not np.isfinite(rate_hz):
-        raise ValueError(f"rate_hz must be positive, got {rate_hz}")
-    if duration_s < 0 or not np.isfinite(duration_s):
-        raise ValueError(f"duration_s must be >= 0, got {duration_s}")
-    return rate_intervals(int(np.ceil(duration_s * rate_hz - 1e-9)), rate_hz, duration_s)
 
 
 def _nondecreasing(x: np.ndarray) -> bool:
@@ -83,7 +61,7 @@ class RowIndex:
     """The rows of one feature, grouped by length class and sorted by start, ready for many lookups."""
 
     def __init__(self, intervals: np.ndarray) -> None:
-        self.intervals = as_intervals(intervals)
+        self.intervals = check_intervals(intervals)
         starts, ends = self.intervals[:, 0], self.intervals[:, 1]
         lengths = ends - starts
         extended = lengths > OVERLAP_TOL_S
@@ -152,7 +130,7 @@ class RowIndex:
 
     def pairs(self, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All overlapping (reference index, row index) pairs, ordered by reference, then row start, then row."""
-        counts, c = self._pairs(as_intervals(ref, "reference intervals"))
+        counts, c = self._pairs(check_intervals(ref, "reference intervals"))
         return np.repeat(np.arange(len(counts)), counts), c
 
     def blocks(self, ref: np.ndarray, ranges: list[tuple[np.ndarray, np.ndarray]] | None = None) -> Iterator[slice]:
@@ -185,7 +163,7 @@ def overlaps(ref: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def overlap_pairs(ref_intervals: np.ndarray, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(reference index, row index) of every overlapping pair, by reference then row start."""
-    return RowIndex(intervals).pairs(as_intervals(ref_intervals, "reference intervals"))
+    return RowIndex(intervals).pairs(check_intervals(ref_intervals, "reference intervals"))
 
 
 def collapse(
@@ -205,7 +183,7 @@ def collapse(
     """
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
-    ref = as_intervals(ref_intervals, "reference intervals")
+    ref = check_intervals(ref_intervals, "reference intervals")
     values = np.asarray(values)
     if values.ndim != 2:
         raise ValueError(f"values must be (N, D), got shape {values.shape}")
@@ -341,9 +319,7 @@ class Aligned:
     ref_words: np.ndarray | None = None  # the words, when the reference is a transcript feature
 
 
-def _open(store: object):  # -> Store; imported lazily so the pure functions above need no zarr
-    from store.reader import Store, open_store
-
+def _open(store: object) -> Store:
     return store if isinstance(store, Store) else open_store(Path(store))
 
 
@@ -365,7 +341,7 @@ def reference_for(store: object, item: str, to: Reference, features: Sequence[st
         return s.read(to, item).intervals
     if isinstance(to, int | float) and not isinstance(to, bool):
         return fixed_rate_intervals(item_duration_s(s, item, list(features) or s.features()), float(to))
-    return as_intervals(np.asarray(to), "reference intervals")
+    return check_intervals(np.asarray(to), "reference intervals")
 
 
 def _row_window(intervals: np.ndarray, ref: np.ndarray) -> slice:

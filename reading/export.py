@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from atomicio import atomic_path
-from store.align import as_intervals, item_duration_s
+from reading.align import item_duration_s
+from rows import ROLE_ANSWER, ROLE_QUESTION, check_intervals
 from store.reader import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def _check_entries(entries: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict
         if not item or "/" in item:
             raise ValueError(f"item {item!r}: not usable as an HDF5 group name")
         features = np.asarray(features)
-        intervals = as_intervals(intervals, f"{item} intervals")
+        intervals = check_intervals(intervals, f"{item} intervals")
         if features.ndim < 2 or len(features) != len(intervals):
             raise ValueError(f"{item}: features {features.shape} and intervals {intervals.shape} must share N, "
                              "with features at least 2-D")
@@ -296,14 +297,14 @@ def qa_binary_choice(
     """One item's (n_questions, n_pairs, 3, T, D) array: per question, (q, a, i) token states for each
     (correct a, incorrect i) pair, correct-major in stored order. Items with fewer questions or pairs are
     filled by cycling their own (the baselines need fixed shapes); extra ones are cut. Returns the counts."""
-    questions = sorted({int(q) for q in q_index[role == 1]})
+    questions = sorted({int(q) for q in q_index[role == ROLE_QUESTION]})
     if not questions:
         raise ValueError("item has no question rows")
     per_q, n_found = [], []
     for q in questions:
-        q_row = int(np.flatnonzero((role == 1) & (q_index == q))[0])
-        right = np.flatnonzero((role == 2) & (q_index == q) & (label == 1))
-        wrong = np.flatnonzero((role == 2) & (q_index == q) & (label == 0))
+        q_row = int(np.flatnonzero((role == ROLE_QUESTION) & (q_index == q))[0])
+        right = np.flatnonzero((role == ROLE_ANSWER) & (q_index == q) & (label == 1))
+        wrong = np.flatnonzero((role == ROLE_ANSWER) & (q_index == q) & (label == 0))
         if not len(right) or not len(wrong):
             raise ValueError(f"question {q}: needs a correct and an incorrect answer, has {len(right)} and {len(wrong)}")
         pairs = [(q_row, int(a), int(i)) for a in right for i in wrong]

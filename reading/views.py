@@ -1,7 +1,7 @@
 """Materialised aligned views: modalities aligned once to a reference, stored packed, read by epochs.
 
 `materialize(store, features, to=..., how=...)` aligns every item that has all of `features` (and the
-reference feature) with `store.align` and writes the result as a store of its own, in
+reference feature) with `reading.align` and writes the result as a store of its own, in
 `<store>/_views/<name>.zarr`: per modality one feature whose rows are the reference steps (float32 values,
 0.0 where undefined; `valid` (M, D) bool: the value is finite; `mask` (M,) bool: the step has rows),
 intervals the reference intervals. Values are stored already filled, with their `valid` mask, so that a
@@ -12,7 +12,7 @@ source fingerprints are unchanged is not aligned again, and an item recomputed i
 an older layout is re-aligned too, never misread). Parts are kept small (`PART_BYTES`) so that a reader
 loads a part's arrays whole and serves every item of it from memory.
 
-Datasets use a view with `materialized=True` (store/datasets.py).
+Datasets use a view with `materialized=True` (reading/datasets.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import FeatureRows
+from reading.align import How, Reference, align
+from rows import FeatureRows
 from store import layout
-from store.align import How, Reference, align
 from store.reader import Store
 from store.writer import StoreWriter
 

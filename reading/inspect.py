@@ -1,6 +1,6 @@
 """One item at a glance, on one time axis: 1 fps frames with face boxes, F0 with voicing, words, frame features.
 
-    python -m store.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
+    python -m reading.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
 
 What a data engineer looks at to trust the alignment: every panel is drawn at the intervals the store
 records, so a frame, a face box, a voiced stretch and a word that belong together line up vertically.

@@ -14,7 +14,7 @@ own (`dev`, `valid`, `validation` -> `val`); a split without questions is an err
 With no modalities nothing is aligned, so no reference feature is needed (text-only stores).
 
 Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
-words, a fixed rate, or another feature) with `store.align`. Undefined values never reach a model by
+words, a fixed rate, or another feature) with `reading.align`. Undefined values never reach a model by
 surprise: a reference step that no row overlaps has `mask` False, a value that is NaN or +-inf after the
 collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
 
@@ -40,13 +40,14 @@ import torch
 from torch.utils.data import Dataset
 
 from manifests.records import SPLIT_NAMES, QAItem
+from reading.align import How, Reference, align
+from reading.views import materialize
+from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION
 from store import layout, plancache
-from store.align import How, Reference, align
 from store.index import gc_paused
 from store.reader import ItemFeature, Store, open_store
 
 Text = Literal["tokens", "pooled"]
-ROLE_CONTEXT, ROLE_QUESTION, ROLE_ANSWER = 0, 1, 2  # extractors.qa's row roles (not imported: no model code here)
 FILTERED = "item filtered by a policy (faces: too few faces)"
 MISSING = "item missing, incomplete or damaged in a needed feature"
 # Part arrays up to this size are loaded whole by a dataset's reader (the store's default: 16 MiB): an epoch
@@ -80,10 +81,7 @@ _PLAN_ARRAYS = ("qid", "role", "a_index", "text")
 
 def _qa_rows_many(store: Store, feature: str,
                   by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int], int]]]:
-    """`_qa_rows` of many items: each part's plan arrays read once, whole, as Python lists (a real store),
-    else item by item."""
-    if not hasattr(store, "index"):
-        return {item: _qa_rows(store, feature, item, qs) for item, qs in by_item.items()}
+    """`_qa_rows` of many items: each part's plan arrays read once, whole, as Python lists."""
     entries = store.index(feature).entries
     by_part: dict[str, list[str]] = {}
     for item in by_item:  # usable items: all in the index
@@ -231,7 +229,7 @@ class _SocialIQ(Dataset):
         fill_value: float = 0.0, exclude_filtered: bool = True, cache_items: int = 8, seed: int = 0,
         materialized: bool = False, view_cache_bytes: int = 8 << 30,
     ) -> None:
-        """`materialized`: align the modalities once into a packed view (store/views.py: made or brought up to
+        """`materialized`: align the modalities once into a packed view (reading/views.py: made or brought up to
         date here, in the main process) and read samples from it, at memory speed once its parts are loaded
         (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
@@ -246,8 +244,6 @@ class _SocialIQ(Dataset):
             self.samples = self._cached_plan(s, exclude_filtered)
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
-            from store.views import materialize
-
             self.view = materialize(self.path, self.modalities, self.to, self.how,
                                     items=sorted({smp.item for smp in self.samples}))
         self._view_store: Store | None = None
@@ -265,18 +261,16 @@ class _SocialIQ(Dataset):
         options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
                    "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
                    "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
-        features = s.features() if hasattr(s, "index") else []
-        k = plancache.key(s, options, features)
-        cached = plancache.load(s.path, k) if k else None
+        k = plancache.key(s, options, s.features())
+        cached = plancache.load(s.path, k)
         if cached is not None:
             self.dropped.update(cached["dropped"])
             self._restore(cached.get("extra", {}))
             return [QASample(qid, item, q_row, tuple(a_rows), label, c_row)
                     for qid, item, q_row, a_rows, label, c_row in cached["samples"]]
         samples = self._plan(s, *self._usable_items(s, exclude_filtered))
-        if k:
-            plancache.save(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
-                                       "dropped": dict(self.dropped), "extra": self._extra()})
+        plancache.save(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
+                                   "dropped": dict(self.dropped), "extra": self._extra()})
         return samples
 
     def _extra(self) -> dict[str, Any]:
