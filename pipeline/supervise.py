@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from atomicio import atomic_write
+
 # why Ray ended under a run (pipeline/raystart.py says it too); here, not there: raystart imports this module
 LOST_HINT = ("something outside this run ended it (`ray stop` ends every Ray on the machine, whoever started it; "
              "the out-of-memory killer: see `dmesg`): run again, only what is not committed is computed")
@@ -171,9 +173,8 @@ def note_ray(pids: dict[str, int]) -> None:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, default=str))
-    tmp.replace(path)
+    # whole or not at all (the parent may read it at any moment); no fsync: the journal outlives only the driver
+    atomic_write(path, json.dumps(value, default=str), durable=False)
 
 
 def die_with_parent() -> None:
