@@ -139,6 +139,8 @@ def start(address: str | None) -> Any:
     import ray
 
     if not ray.is_initialized():
+        if not sys.stderr.isatty():  # a log file or a pipe: the workers' lines without Ray's colour codes
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")
         env = runtime_env(address)
         if address:
             cluster.prepare_auth(address)
