@@ -74,10 +74,16 @@ def _decimation_response(r: int) -> np.ndarray:
         n *= 2
 
 
-def _causal_filter(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """x through the FIR h from rest, the first len(x) outputs (an FFT convolution without wrap-around)."""
-    size = scipy.fft.next_fast_len(x.numel() + h.numel() - 1, real=True)
-    return torch.fft.irfft(torch.fft.rfft(x, size) * torch.fft.rfft(h, size), size)[: x.numel()]
+@functools.lru_cache(maxsize=4)
+def _decimation_spectrum(r: int, size: int, device: torch.device) -> torch.Tensor:
+    return torch.fft.rfft(torch.as_tensor(_decimation_response(r), device=device), size)
+
+
+def _causal_filter(x: torch.Tensor, r: int) -> torch.Tensor:
+    """x through ratio r's decimation low-pass from rest, the first len(x) outputs (an FFT convolution long enough
+    for no wrap-around)."""
+    size = scipy.fft.next_fast_len(x.numel() + _decimation_response(r).size - 1, real=True)
+    return torch.fft.irfft(torch.fft.rfft(x, size) * _decimation_spectrum(r, size, x.device), size)[: x.numel()]
 
 
 def decimate(x: torch.Tensor, r: int, y_length: int) -> torch.Tensor:
@@ -88,15 +94,15 @@ def decimate(x: torch.Tensor, r: int, y_length: int) -> torch.Tensor:
     k = torch.arange(DECIMATE_PAD, device=x.device)
     head = 2 * x[0] - x[DECIMATE_PAD - k]
     tail = 2 * x[-1] - x[n - 2 - k]
-    h = torch.as_tensor(_decimation_response(r), device=x.device)
-    y = _causal_filter(torch.cat([head, x, tail]), h).flip(0)
-    y = _causal_filter(y, h).flip(0)
+    y = _causal_filter(torch.cat([head, x, tail]), r).flip(0)
+    y = _causal_filter(y, r).flip(0)
     n_out = (n - 1) // r + 1
     first = r - r * n_out + n
     idx = first + r * torch.arange(y_length, device=x.device)
     return torch.where(idx < n + DECIMATE_PAD, y[(idx + DECIMATE_PAD - 1).clamp(max=y.numel() - 1)], 0.0)
 
 
+@functools.lru_cache(maxsize=4)
 def _low_cut_spectrum(n: int, fft_size: int, device: torch.device) -> torch.Tensor:
     """DIO's low-cut filter: 1 - a normalised Hann of n taps, zero-phase (centred on sample 0, circularly)."""
     hann = 0.5 - 0.5 * np.cos(np.arange(1, n + 1) * 2.0 * math.pi / (n + 1))
@@ -115,6 +121,15 @@ def _nuttall(n: int, device: torch.device) -> torch.Tensor:
             - 0.012604 * torch.cos(6.0 * math.pi * t))  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4)  # a clip's blocks share one FFT size, its last block another
+def _band_filters(halves: tuple[int, ...], fft_size: int, device: torch.device) -> torch.Tensor:
+    """(bands, fft_size // 2 + 1): spectra of the bands' Nuttall low-passes (4 * half taps each)."""
+    lpf = torch.zeros((len(halves), fft_size), dtype=torch.float64, device=device)
+    for i, h in enumerate(halves):  # the bands' windows differ in length: built one by one, transformed together
+        lpf[i, : 4 * h] = _nuttall(4 * h, device)
+    return torch.fft.rfft(lpf, dim=1)
+
+
 def _band_signals(spectrum: torch.Tensor, halves: list[int], fft_size: int, y_length: int) -> torch.Tensor:
     """(bands, y_length): the decimated signal through each band's Nuttall low-pass (4 * half taps), delay removed.
 
@@ -122,37 +137,39 @@ def _band_signals(spectrum: torch.Tensor, halves: list[int], fft_size: int, y_le
     bins fft_size/2 - 1 and fft_size/2 before they are read: both end up Y[N/2] * Y[N/2 - 1] * L[N/2 - 1]. Kept
     (it touches the two bins at Nyquist only, where the decimation filter's zeros leave next to nothing)."""
     device = spectrum.device
-    lpf = torch.zeros((len(halves), fft_size), dtype=torch.float64, device=device)
-    for i, h in enumerate(halves):  # the bands' windows differ in length: built one by one, transformed together
-        lpf[i, : 4 * h] = _nuttall(4 * h, device)
-    prod = spectrum * torch.fft.rfft(lpf, dim=1)
+    prod = spectrum * _band_filters(tuple(halves), fft_size, device)
     m = fft_size // 2
     pair = spectrum[m] * prod[:, m - 1]
     prod[:, m - 1] = pair
-    prod[:, m] = pair
-    prod[:, 0] = prod[:, 0].real + 0j  # a real inverse transform reads the real part of DC and Nyquist alone
-    prod[:, m] = prod[:, m].real + 0j
+    prod[:, m] = pair.real + 0j  # a real inverse transform reads the real part of DC and Nyquist alone
+    prod[:, 0] = prod[:, 0].real + 0j
     filtered = torch.fft.irfft(prod, fft_size, dim=1)
     index = torch.as_tensor(halves, device=device)[:, None] * 2 + torch.arange(y_length, device=device)
     return filtered.gather(1, index)
 
 
-def _crossing_intervals(series: torch.Tensor, lengths: torch.Tensor, fs: float) -> tuple:
-    """WORLD's ZeroCrossingEngine on each row: the instants where the row goes from > 0 to <= 0 (linearly
-    interpolated between samples), as (locations in s, fs / interval, count) with rows padded by +inf locations.
-    `lengths`: each row's length (samples beyond it are not looked at)."""
-    s, n = series.shape
-    i = torch.arange(n - 1, device=series.device)
-    mask = (series[:, :-1] > 0) & (series[:, 1:] <= 0) & (i[None] < lengths[:, None] - 1)
+def _going_down(v: torch.Tensor, sign: float) -> torch.Tensor:
+    """(rows, len - 1): where sign * v goes from > 0 to <= 0 between sample i and i + 1 (sign -1: where v goes
+    up through zero; negating the series as WORLD does gives the same instants bit for bit)."""
+    if sign > 0:
+        return (v[:, :-1] > 0) & (v[:, 1:] <= 0)
+    return (v[:, :-1] < 0) & (v[:, 1:] >= 0)
+
+
+def _crossing_intervals(values: torch.Tensor, mask: torch.Tensor, source: torch.Tensor, fs: float) -> tuple:
+    """WORLD's ZeroCrossingEngine per series: series r's crossings are where mask[r] is set, between samples i and
+    i + 1 of values[source[r]], linearly interpolated; returned as (locations in s, fs / interval, intervals per
+    series), each series' row padded with +inf locations."""
+    s = mask.shape[0]
     count = mask.sum(1)
     width = max(int(count.max()), 3)
-    rows, cols = mask.nonzero(as_tuple=True)
-    rank = mask.cumsum(1)[rows, cols] - 1
-    before, after = series[rows, cols], series[rows, cols + 1]
-    fine = torch.full((s, width), torch.inf, dtype=series.dtype, device=series.device)
-    fine[rows, rank] = (cols + 1).to(series.dtype) - before / (after - before)
+    rows, cols = mask.nonzero(as_tuple=True)  # row-major: a row's crossings in order
+    rank = torch.arange(rows.numel(), device=mask.device) - (count.cumsum(0) - count)[rows]
+    before, after = values[source[rows], cols], values[source[rows], cols + 1]
+    fine = torch.full((s, width), torch.inf, dtype=values.dtype, device=values.device)
+    fine[rows, rank] = (cols + 1).to(values.dtype) - before / (after - before)
     n_int = (count - 1).clamp(min=0)
-    valid = torch.arange(width - 1, device=series.device)[None] < n_int[:, None]
+    valid = torch.arange(width - 1, device=values.device)[None] < n_int[:, None]
     intervals = torch.where(valid, fs / (fine[:, 1:] - fine[:, :-1]), 0.0)
     locations = torch.where(valid, (fine[:, :-1] + fine[:, 1:]) / 2.0 / fs, torch.inf)
     return locations, intervals, n_int
@@ -171,12 +188,15 @@ def _candidates(bands: torch.Tensor, boundaries: torch.Tensor, fs: float, t: tor
                 f0_ceil: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(candidates, scores), each (bands, frames): the mean of the four zero-crossing series' F0 at each frame and
     their spread re that mean (DIO's "fundamental-ness"), 0 and MAX_SCORE / SAFE where out of the band's range."""
-    b, n = bands.shape
-    deriv = -bands[:, :-1] - -bands[:, 1:]  # WORLD differentiates the negated signal: the sign conventions kept
-    deriv = torch.nn.functional.pad(deriv, (0, 1))
-    series = torch.cat([bands, -bands, deriv, -deriv])  # negative-going, positive-going, peaks, dips
-    lengths = torch.tensor([n] * (2 * b) + [n - 1] * (2 * b), device=bands.device)
-    loc, iv, n_int = _crossing_intervals(series, lengths, fs)
+    b = bands.shape[0]
+    deriv = -bands[:, :-1] - -bands[:, 1:]  # WORLD differentiates the negated signal: its rounding kept
+    values = torch.cat([bands, torch.nn.functional.pad(deriv, (0, 1))])
+    pad = (0, 1)  # the derivative is a sample shorter
+    mask = torch.cat([_going_down(bands, 1.0), _going_down(bands, -1.0),  # negative-, positive-going crossings,
+                      torch.nn.functional.pad(_going_down(deriv, 1.0), pad),  # peaks,
+                      torch.nn.functional.pad(_going_down(deriv, -1.0), pad)])  # dips  # fmt: skip
+    source = torch.arange(b, device=bands.device).repeat(4) + b * (torch.arange(4 * b, device=bands.device) >= 2 * b)
+    loc, iv, n_int = _crossing_intervals(values, mask, source, fs)
     f0s = _interp1(loc, iv, n_int, t[None]).reshape(4, b, -1)
     enough = (n_int.reshape(4, b) > 2).all(0)[:, None]
     cand = (f0s[0] + f0s[1] + f0s[2] + f0s[3]) / 4.0
