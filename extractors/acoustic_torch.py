@@ -29,7 +29,7 @@ import scipy.fft
 import torch
 from scipy.signal import lfilter
 
-from extractors import glottal
+from extractors import glottal, world_f0
 
 # Elements (rows x offsets x samples) one chunk of an NCCF or spectrum batch may hold: bounds the memory of a
 # long block (about 256 MB of float64 at most) without splitting the work into calls too small for a GPU.
@@ -68,6 +68,12 @@ class TorchKernels:
     @functools.cache  # noqa: B019 (one kernel set per device lives as long as the process)
     def _hanning(self, n: int) -> torch.Tensor:
         return self._t(np.hanning(n))
+
+    # -- F0 -------------------------------------------------------------------------------------------------------
+    def dio(self, y: np.ndarray, fs: int, f0_floor: float, f0_ceil: float, frame_period_ms: float,
+            speed: int) -> np.ndarray:  # fmt: skip
+        """acoustic.world_dio: WORLD's DIO + StoneMask (extractors/world_f0.py)."""
+        return world_f0.dio_stonemask(self._t(y), fs, f0_floor, f0_ceil, frame_period_ms, speed).cpu().numpy()
 
     # -- LPC and inverse filters ----------------------------------------------------------------------------------
     def _lpc(self, frames: torch.Tensor, order: int) -> torch.Tensor:
