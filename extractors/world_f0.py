@@ -276,11 +276,17 @@ def fix_contour(best: torch.Tensor, cand: torch.Tensor, frame_period: float, f0_
     return _walks(step3.flip(0), cand.flip(1), flipped, limits, allowed).flip(0)
 
 
+def band_boundaries(f0_floor: float, f0_ceil: float, channels_in_octave: float) -> list[float]:
+    """DIO's candidate bands: the upper edge of each, channels_in_octave per octave from one step above the floor
+    (a band's candidates lie within [edge / 2, edge])."""
+    n_bands = 1 + int(math.log(f0_ceil / f0_floor) / LOG2 * channels_in_octave)
+    return [f0_floor * 2.0 ** ((i + 1) / channels_in_octave) for i in range(n_bands)]
+
+
 def dio(x: torch.Tensor, fs: int, f0_floor: float, f0_ceil: float, frame_period: float = 5.0, speed: int = 1,
         channels_in_octave: float = 2.0, allowed_range: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """pyworld.dio(x, fs, ...) for a float64 tensor: (F0 per frame, 0 = unvoiced; frame times in s)."""
-    n_bands = 1 + int(math.log(f0_ceil / f0_floor) / LOG2 * channels_in_octave)
-    boundaries = [f0_floor * 2.0 ** ((i + 1) / channels_in_octave) for i in range(n_bands)]
+    boundaries = band_boundaries(f0_floor, f0_ceil, channels_in_octave)
     r = max(min(speed, 12), 1)
     n = x.numel()
     y_length = 1 + n // r
