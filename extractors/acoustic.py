@@ -3,8 +3,8 @@
 Social-IQ's acoustic baseline used COVAREP (Degottex, Kane, Drugman, Raitio & Scherer, ICASSP 2014). This module
 rebuilds its content; the glottal measures live in `extractors.glottal`, whose docstring cites each one.
 
-- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: DIO + StoneMask by default, Harvest
-  (Morise, Interspeech 2017) as an option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling], its 25 ms
+- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: DIO + StoneMask by default (the torch
+  backend: extractors/world_f0.py, the same algorithm batched), Harvest (Morise, Interspeech 2017) as an option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling], its 25 ms
   RMS is above `silence_dbfs` and the signal is periodic at that F0 (`voicing`); voiced runs grow into loud rows
   that repeat at the neighbour's period (`grow_voicing`), and loud rows with a strong normalised autocorrelation
   peak (Boersma 1993) start new runs where the tracker found no F0 (`seed_voicing`); segments tracked on a harmonic

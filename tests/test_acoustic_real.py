@@ -26,6 +26,7 @@ from pathlib import Path
 import librosa
 import numpy as np
 import pytest
+import torch
 from scipy.io import wavfile
 from scipy.signal import butter, find_peaks, sosfiltfilt
 
@@ -97,14 +98,20 @@ def cycle_f0(gcis_s: np.ndarray, times_s: np.ndarray, floor_hz: float = 60.0) ->
     return out
 
 
-@pytest.fixture(scope="module")
-def tracks(realdata: Path) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per file: (our f0, our voiced mask, Praat f0)."""
+@pytest.fixture(scope="module", params=["numpy", "torch"])  # torch: acoustic_torch's kernels and F0, on the CPU
+def tracks(realdata: Path, request: pytest.FixtureRequest) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per file: (our f0, our voiced mask, Praat f0), on each backend (the Praat bars hold on both)."""
     out = {}
-    for name in SPEECH:
-        x = speech_16k(realdata, name)
-        f0, voiced = extract(x)
-        out[name] = (f0, voiced, praat_f0(x, f0.size))
+    cfg = CovarepConfig(backend=request.param, device="cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the pipeline's CPU actors (conftest's torch_one_thread, for a module fixture)
+    try:
+        for name in SPEECH:
+            x = speech_16k(realdata, name)
+            f0, voiced = extract(x, cfg)
+            out[name] = (f0, voiced, praat_f0(x, f0.size))
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
