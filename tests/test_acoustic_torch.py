@@ -1,5 +1,6 @@
 """The covarep feature's torch backend (extractors/acoustic_torch.py) against the numpy reference, through the same
-torch code on the CPU and, where present, on CUDA (skipped elsewhere; FAIL_WITHOUT_CUDA=1 makes that a failure).
+torch code on the CPU and, where present, on CUDA (skipped elsewhere; FAIL_WITHOUT_CUDA=1 makes that a failure);
+its F0 (extractors/world_f0.py, WORLD's DIO + StoneMask) also against pyworld alone (docs/acoustic.md, "F0 in torch").
 
 Tolerances (docs/acoustic.md, "Torch backend"): per column, the reference's own noise measured on the five real
 recordings of ../shared/realdata/speech, an LF vowel pair and 20 s of espeak-ng speech (bench.bench_acoustic_backends
@@ -183,7 +184,7 @@ def test_torch_acoustic_is_a_gpu_actor_where_there_are_gpus() -> None:
     config = RunConfig.model_validate({"features": features_cfg, "actors_per_gpu": {"acoustic": 4}})
     specs = {s.name: s for s in config.specs()}
     gpu = actor_plan(specs, set(specs), config, cpus=16, gpus=2)
-    assert (gpu["acoustic"].actors, gpu["acoustic"].device) == (8, "cuda")  # 4 per GPU: WORLD's F0 is theirs
+    assert (gpu["acoustic"].actors, gpu["acoustic"].device) == (8, "cuda")  # 4 per GPU: the glue is theirs
     assert gpu["acoustic"].options["num_gpus"] == gpu["frames"].options["num_gpus"] == 1 / 5
     cpu = actor_plan(specs, set(specs), config, cpus=16, gpus=0)  # no GPU: the CPU feature it then is
     assert (cpu["acoustic"].actors, cpu["acoustic"].device, cpu["acoustic"].threads) == (16, "cpu", 1)
