@@ -283,3 +283,46 @@ def test_the_f0_tolerances_catch_a_wrong_port(realdata, lf_vowels: np.ndarray,
     monkeypatch.setattr(world_f0, "matlab_round", lambda v: real_round(v) + 1.0)
     with pytest.raises(AssertionError):
         assert_same_f0(ref, world_f0s(lf_vowels, "cpu")[1])
+
+
+def sequential_walks(f0: np.ndarray, cand: np.ndarray, starts: np.ndarray, limits: np.ndarray, allowed: float,
+                     chained: bool = True) -> np.ndarray:  # fmt: skip
+    """DIO's FixStep3 as WORLD runs it, one walk after the other (chained=False: every walk starts from the contour
+    as it was before any walk, which a parallel version without re-runs would give)."""
+    f, before = f0.copy(), f0.copy()
+    for s, lim in zip(starts, limits, strict=True):
+        cur, past = (f[s], f[s - 1]) if chained else (before[s], before[s - 1])
+        for j in range(s, lim):
+            ref = (cur * 3.0 - past) / 2.0
+            best = cand[np.argmin(np.abs(ref - cand[:, j + 1])), j + 1]
+            f[j + 1] = 0.0 if abs(1.0 - best / ref) > allowed else best
+            past, cur = cur, f[j + 1]
+            if f[j + 1] == 0:
+                break
+    return f
+
+
+def test_parallel_walks_equal_the_sequential_ones(device: str) -> None:
+    """Voiced sections 1-3 frames apart, one band following a smooth contour through the gaps: each walk crosses
+    the gap and rewrites the next section up to the next walk's start, so every walk's start depends on the walk
+    before. Each section ends on a 30 % step, which stops a walk from the contour as it was at once; from the
+    rewritten one it goes on (the unchained result differs). world_f0._walks must give WORLD's sequential result."""
+    from extractors import world_f0
+
+    rng = np.random.default_rng(1)
+    n = 400
+    smooth = 120.0 * (1 + 0.2 * np.sin(np.arange(n) / 40))
+    cand = np.vstack([smooth, rng.uniform(60, 500, (5, n)), np.zeros((1, n))])
+    f0 = smooth * (1 + rng.uniform(-0.02, 0.02, n))
+    gaps = np.cumsum(rng.integers(8, 30, 30))
+    for g in gaps[gaps < n - 10]:
+        f0[g : g + rng.integers(1, 4)] = 0.0
+    f0[:5] = f0[-5:] = 0.0
+    voiced = f0 != 0
+    starts = np.flatnonzero(~voiced[1:] & voiced[:-1])
+    limits = np.append(starts[1:], n - 1)
+    f0[starts - 1] *= 0.7
+    want = sequential_walks(f0, cand, starts, limits, 0.1)
+    assert not np.array_equal(want, sequential_walks(f0, cand, starts, limits, 0.1, chained=False))
+    t = {k: torch.as_tensor(v, device=device) for k, v in {"f0": f0, "cand": cand, "s": starts, "l": limits}.items()}
+    np.testing.assert_array_equal(world_f0._walks(t["f0"], t["cand"], t["s"], t["l"], 0.1).cpu().numpy(), want)
