@@ -38,6 +38,8 @@ from tests.synth_voice import FS_HZ, synth_vowel  # noqa: E402
 VIEW_OPS = ("aten.view", "aten.unfold", "aten.slice", "aten.select", "aten.expand", "aten.t.", "aten.transpose",
             "aten.alias", "aten._unsafe_view", "aten.as_strided", "aten.unsqueeze", "aten.permute", "aten.detach",
             "aten.lift_fresh", "aten.squeeze")  # fmt: skip
+# ops whose result a CUDA host must wait for: a data-dependent size, or a value read on the host
+SYNC_OPS = ("aten.nonzero", "aten._local_scalar_dense", "aten.is_nonzero", "aten.item", "aten._unique", "aten.unique")
 
 
 def espeak_speech(seconds: float) -> np.ndarray:
@@ -92,6 +94,8 @@ def cpu_seconds(x: np.ndarray, backend: str, repeats: int) -> None:
     total, inside = float(np.median(times)), sum(spent.values()) / repeats
     print(f"{backend}: {min(times):.3f} CPU-s best, {total:.3f} median per clip; in kernels {inside:.3f}, outside "
           f"{total - inside:.3f} (stays on the CPU)")  # fmt: skip
+    engine = "pyworld" if backend == "numpy" else "extractors/world_f0.py"
+    print(f"    F0 stage (WORLD DIO + StoneMask, {engine}): {spent.get('dio', 0.0) / repeats:.3f} CPU-s per clip")
     for name, s in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"    {name:16s} {s / repeats:6.3f} s  {100 * s / repeats / total:5.1f} %")
 
@@ -104,8 +108,14 @@ def torch_ops(x: np.ndarray) -> None:
 
     from extractors import acoustic_torch
 
-    count = dict.fromkeys(("ops", "read", "written", "fft_points", "matmul_flops", "h2d", "h2d_bytes", "d2h",
-                           "d2h_bytes"), 0)  # fmt: skip
+    keys = ("ops", "read", "written", "fft_points", "matmul_flops", "h2d", "h2d_bytes", "d2h", "d2h_bytes", "syncs")
+    count, f0_count = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
+    in_f0 = [False]
+
+    def add(key: str, n: int) -> None:
+        count[key] += n
+        if in_f0[0]:
+            f0_count[key] += n
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
@@ -113,30 +123,36 @@ def torch_ops(x: np.ndarray) -> None:
             name = str(func)
             if name.startswith(VIEW_OPS):
                 return out
-            count["ops"] += 1
+            add("ops", 1)
+            if name.startswith(SYNC_OPS):  # on CUDA these wait for the device (a result's size or a host value)
+                add("syncs", 1)
             for o in out if isinstance(out, tuple | list) else [out]:
                 if isinstance(o, torch.Tensor):
-                    count["written"] += o.numel() * o.element_size()
-            count["read"] += sum(t.numel() * t.element_size() for t in args if isinstance(t, torch.Tensor))
+                    add("written", o.numel() * o.element_size())
+            add("read", sum(t.numel() * t.element_size() for t in args if isinstance(t, torch.Tensor)))
             if "fft" in name:
-                count["fft_points"] += args[0].numel()
+                add("fft_points", args[0].numel())
             if name.startswith(("aten.bmm", "aten.mm")):
-                count["matmul_flops"] += 2 * args[0].numel() * args[1].shape[-1]
+                add("matmul_flops", 2 * args[0].numel() * args[1].shape[-1])
             return out
 
     to_device = acoustic_torch.TorchKernels._t
 
     def counted(self, a):  # noqa: ANN001, ANN202
         t = to_device(self, a)
-        count["h2d"] += 1
-        count["h2d_bytes"] += t.numel() * t.element_size()
+        add("h2d", 1)
+        add("h2d_bytes", t.numel() * t.element_size())
         return t
 
     def returned(fn):  # noqa: ANN001, ANN202 (every kernel hands back one numpy array: a device-to-host copy)
         def kernel(*args, **kw):  # noqa: ANN002, ANN003, ANN202
-            out = fn(*args, **kw)
-            count["d2h"] += 1
-            count["d2h_bytes"] += out.nbytes
+            in_f0[0] = fn.__name__ == "dio"
+            try:
+                out = fn(*args, **kw)
+                add("d2h", 1)
+                add("d2h_bytes", out.nbytes)
+            finally:
+                in_f0[0] = False
             return out
 
         return kernel
@@ -152,10 +168,11 @@ def torch_ops(x: np.ndarray) -> None:
             ex.extract(audio)
     finally:
         acoustic_torch.TorchKernels._t = to_device
-    print(f"torch per clip: {count['ops']} kernels, {count['read'] / 1e9:.2f} GB read, {count['written'] / 1e9:.2f} "
-          f"GB written, {count['fft_points'] / 1e6:.1f} M FFT points, {count['matmul_flops'] / 1e9:.2f} GFLOP in "
-          f"matmuls; into the kernels {count['h2d']} arrays, {count['h2d_bytes'] / 1e6:.0f} MB; out "
-          f"{count['d2h']} results, {count['d2h_bytes'] / 1e6:.0f} MB")  # fmt: skip
+    for what, c in (("torch per clip", count), ("  of which F0 (world_f0)", f0_count)):
+        print(f"{what}: {c['ops']} kernels ({c['syncs']} waiting for the device), {c['read'] / 1e9:.2f} GB read, "
+              f"{c['written'] / 1e9:.2f} GB written, {c['fft_points'] / 1e6:.1f} M FFT points, "
+              f"{c['matmul_flops'] / 1e9:.2f} GFLOP in matmuls; into the kernels {c['h2d']} arrays, "
+              f"{c['h2d_bytes'] / 1e6:.0f} MB; out {c['d2h']} results, {c['d2h_bytes'] / 1e6:.0f} MB")  # fmt: skip
 
 
 def noise_table() -> None:

@@ -3,8 +3,8 @@
 Social-IQ's acoustic baseline used COVAREP (Degottex, Kane, Drugman, Raitio & Scherer, ICASSP 2014). This module
 rebuilds its content; the glottal measures live in `extractors.glottal`, whose docstring cites each one.
 
-- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: DIO + StoneMask by default, Harvest
-  (Morise, Interspeech 2017) as an option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling], its 25 ms
+- F0 and voicing: WORLD (Morise, Yokomori & Ozawa, IEICE 2016) via pyworld: DIO + StoneMask by default (the torch
+  backend: extractors/world_f0.py, the same algorithm batched), Harvest (Morise, Interspeech 2017) as an option. A row is voiced when WORLD gives F0 > 0 inside [floor, ceiling], its 25 ms
   RMS is above `silence_dbfs` and the signal is periodic at that F0 (`voicing`); voiced runs grow into loud rows
   that repeat at the neighbour's period (`grow_voicing`), and loud rows with a strong normalised autocorrelation
   peak (Boersma 1993) start new runs where the tracker found no F0 (`seed_voicing`); segments tracked on a harmonic
@@ -142,15 +142,20 @@ def n_rows_for(duration_s: float) -> int:
     return math.ceil(round(duration_s / HOP_S, 6))
 
 
-def f0_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.ndarray:
-    """WORLD F0 (0 = unvoiced) at row centres: the signal starts half a hop late so WORLD's frames hit the centres."""
+def world_dio(y: np.ndarray, fs: int, f0_floor: float, f0_ceil: float, frame_period_ms: float, speed: int) -> np.ndarray:
+    """F0 per frame (0 = unvoiced): pyworld's DIO (default channels_in_octave 2, allowed_range 0.1) + StoneMask."""
+    f0, t = pw.dio(y, fs, f0_floor=f0_floor, f0_ceil=f0_ceil, frame_period=frame_period_ms, speed=speed)
+    return pw.stonemask(y, f0, t, fs)
+
+
+def f0_rows(x: np.ndarray, n_rows: int, cfg: CovarepConfig, kernels: Kernels | None = None) -> np.ndarray:
+    """WORLD F0 (0 = unvoiced) at row centres: the signal starts half a hop late so WORLD's frames hit the centres.
+    DIO + StoneMask are the backend's (`kernels.dio`); Harvest is pyworld's in every backend."""
     y = np.ascontiguousarray(x[HOP // 2 :], dtype=np.float64)
-    kw = {"f0_floor": cfg.f0_floor_hz, "f0_ceil": cfg.f0_ceil_hz, "frame_period": HOP_S * 1000}
     if cfg.f0_method == "harvest":
-        f0, _ = pw.harvest(y, FS_HZ, **kw)
+        f0, _ = pw.harvest(y, FS_HZ, f0_floor=cfg.f0_floor_hz, f0_ceil=cfg.f0_ceil_hz, frame_period=HOP_S * 1000)
     else:
-        f0, t = pw.dio(y, FS_HZ, speed=cfg.dio_speed, **kw)
-        f0 = pw.stonemask(y, f0, t, FS_HZ)
+        f0 = (kernels or NUMPY_KERNELS).dio(y, FS_HZ, cfg.f0_floor_hz, cfg.f0_ceil_hz, HOP_S * 1000, cfg.dio_speed)
     out = np.zeros(n_rows)
     out[: min(n_rows, f0.size)] = f0[:n_rows]
     return out
@@ -199,6 +204,7 @@ class Kernels:
     versions: NUMPY_KERNELS (the reference) or extractors.acoustic_torch's. Everything between them (which rows,
     runs, segments, cycles; the NaN rules) is this module's and glottal's own code for every backend."""
 
+    dio: Callable  # world_dio's signature: WORLD's DIO + StoneMask F0 per frame
     nccf: Callable  # (x_hp, rows, lag, length, offsets) -> (rows, offsets)
     iaif_filters: Callable
     gfm_filters: Callable
@@ -211,8 +217,8 @@ class Kernels:
 
 
 NUMPY_KERNELS = Kernels(
-    nccf=nccf, iaif_filters=glottal.iaif_filters, gfm_filters=glottal.gfm_filters, lpc_rows=glottal.lpc_rows,
-    inverse_filter=glottal.inverse_filter, rfft_mag=glottal._rfft_mag, mdq_dispersion=glottal._mdq_dispersion,
+    dio=world_dio, nccf=nccf, iaif_filters=glottal.iaif_filters, gfm_filters=glottal.gfm_filters,
+    lpc_rows=glottal.lpc_rows, inverse_filter=glottal.inverse_filter, rfft_mag=glottal._rfft_mag, mdq_dispersion=glottal._mdq_dispersion,
     peak_slope=glottal.peak_slope, mfcc=librosa_mfcc,
 )
 
@@ -224,7 +230,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
     from extractors import acoustic_torch  # torch only where asked for
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
-    return Kernels(k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
+    return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
                    k.mdq_dispersion, k.peak_slope, k.mfcc)
 
 
@@ -622,7 +628,7 @@ def track(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(F0 in Hz, 0 where the tracker gave none; voiced mask) of a block: tracker, voicing decision, grown runs,
     autocorrelation seeds, grown runs, harmonic check, refinement. `floor_dbfs` as in analyse_block."""
-    f0 = f0_rows(x, n_rows, cfg)
+    f0 = f0_rows(x, n_rows, cfg, kernels)
     if floor_dbfs is None:
         floor_dbfs = relative_floor_dbfs(x, n_rows, cfg)
     voiced = voicing(x, x_hp, f0, cfg, floor_dbfs, kernels)

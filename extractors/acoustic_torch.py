@@ -1,14 +1,14 @@
 """The `covarep` feature's array kernels in torch: the same arithmetic as the numpy/scipy/librosa reference
 (extractors/acoustic.py, extractors/glottal.py), batched over frames, rows and cycles, on a CPU or CUDA device.
 
-What runs here is what the profile of a 60 s clip found to dominate after the F0 tracker (docs/scale.md, "Issue
-37"): the frame-wise LPC of IAIF and GFM-IAIF, the time-varying inverse filters, the wavelet bands of peak slope
-and MDQ, the normalised cross-correlations of the voicing and F0 steps, the spectra of the per-cycle and
-per-row glottal measures, and the MFCC. What stays on the CPU in every backend is sequential by nature: WORLD's
-DIO/StoneMask (pyworld), the zero-phase IIR filters (scipy), the F0-guided walk from one glottal closure to the
-next, and the bookkeeping between the kernels (which rows are voiced, runs, segments): that glue is the
-reference's own code (`acoustic.Kernels` takes these functions in place of the numpy ones), so the columns, rows
-and NaN rules cannot drift apart.
+What runs here is what the profile of a 60 s clip found to dominate (docs/scale.md, "Issue 37"): WORLD's F0
+(DIO + StoneMask, extractors/world_f0.py), the frame-wise LPC of IAIF and GFM-IAIF, the time-varying inverse
+filters, the wavelet bands of peak slope and MDQ, the normalised cross-correlations of the voicing and F0 steps,
+the spectra of the per-cycle and per-row glottal measures, and the MFCC. What stays on the CPU in every backend is
+sequential by nature or small: the zero-phase IIR filters (scipy), the F0-guided walk from one glottal closure to
+the next, Harvest (pyworld, where chosen), and the bookkeeping between the kernels (which rows are voiced, runs,
+segments): that glue is the reference's own code (`acoustic.Kernels` takes these functions in place of the numpy
+ones), so the columns, rows and NaN rules cannot drift apart.
 
 Everything is float64, as in the reference: the outputs then differ from it by summation order only, far inside
 the tolerances the reference's own noise sets (docs/acoustic.md, "Torch backend"). An H100 runs float64 at half
@@ -29,7 +29,7 @@ import scipy.fft
 import torch
 from scipy.signal import lfilter
 
-from extractors import glottal
+from extractors import glottal, world_f0
 
 # Elements (rows x offsets x samples) one chunk of an NCCF or spectrum batch may hold: bounds the memory of a
 # long block (about 256 MB of float64 at most) without splitting the work into calls too small for a GPU.
@@ -68,6 +68,12 @@ class TorchKernels:
     @functools.cache  # noqa: B019 (one kernel set per device lives as long as the process)
     def _hanning(self, n: int) -> torch.Tensor:
         return self._t(np.hanning(n))
+
+    # -- F0 -------------------------------------------------------------------------------------------------------
+    def dio(self, y: np.ndarray, fs: int, f0_floor: float, f0_ceil: float, frame_period_ms: float,
+            speed: int) -> np.ndarray:  # fmt: skip
+        """acoustic.world_dio: WORLD's DIO + StoneMask (extractors/world_f0.py)."""
+        return world_f0.dio_stonemask(self._t(y), fs, f0_floor, f0_ceil, frame_period_ms, speed).cpu().numpy()
 
     # -- LPC and inverse filters ----------------------------------------------------------------------------------
     def _lpc(self, frames: torch.Tensor, order: int) -> torch.Tensor:

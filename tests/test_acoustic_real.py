@@ -26,6 +26,7 @@ from pathlib import Path
 import librosa
 import numpy as np
 import pytest
+import torch
 from scipy.io import wavfile
 from scipy.signal import butter, find_peaks, sosfiltfilt
 
@@ -97,14 +98,25 @@ def cycle_f0(gcis_s: np.ndarray, times_s: np.ndarray, floor_hz: float = 60.0) ->
     return out
 
 
+@pytest.fixture(scope="module", params=["numpy", "torch"])  # torch: acoustic_torch's kernels and F0, on the CPU
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def tracks(realdata: Path) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per file: (our f0, our voiced mask, Praat f0)."""
+def tracks(realdata: Path, backend: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per file: (our f0, our voiced mask, Praat f0), on each backend (the Praat bars hold on both)."""
     out = {}
-    for name in SPEECH:
-        x = speech_16k(realdata, name)
-        f0, voiced = extract(x)
-        out[name] = (f0, voiced, praat_f0(x, f0.size))
+    cfg = CovarepConfig(backend=backend, device="cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the pipeline's CPU actors (conftest's torch_one_thread, for a module fixture)
+    try:
+        for name in SPEECH:
+            x = speech_16k(realdata, name)
+            f0, voiced = extract(x, cfg)
+            out[name] = (f0, voiced, praat_f0(x, f0.size))
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
@@ -190,7 +202,8 @@ def test_f0_and_gcis_against_egg(realdata: Path, name: str, backend: str, torch_
 
 
 @pytest.mark.parametrize("hum_hz", [100.0, 120.0])
-def test_mains_hum_in_pauses_stays_unvoiced(realdata: Path, tracks: dict, hum_hz: float) -> None:
+def test_mains_hum_in_pauses_stays_unvoiced(realdata: Path, tracks: dict, backend: str, hum_hz: float,
+                                            torch_one_thread: None) -> None:  # fmt: skip
     """Real speech plus a mains hum (2nd harmonic of 50 / 60 Hz, with its own 2nd and 3rd) 38 dB below the loudest
     25 ms RMS. Rows that Praat and we both call unvoiced on the clean file: <= 5 % voiced with the hum (version 6:
     1.7 % at 100 Hz, 3.9 % at 120; version 5, no relative gate: 33.3 %, 34.4 %); voicing F1 against clean Praat
@@ -202,7 +215,7 @@ def test_mains_hum_in_pauses_stays_unvoiced(realdata: Path, tracks: dict, hum_hz
     hum = sum(a * np.sin(2 * np.pi * k * hum_hz * t_s) for k, a in ((1, 1.0), (2, 0.3), (3, 0.1)))
     loudest_db = acoustic.rms_dbfs(x, x.size // HOP).max()
     hum *= 10 ** ((loudest_db - 38) / 20) / np.sqrt(np.mean(hum**2))
-    _, voiced = extract(x + hum)
+    _, voiced = extract(x + hum, CovarepConfig(backend=backend, device="cpu"))
     quiet = ~np.isfinite(praat) & ~clean_voiced
     assert np.mean(voiced[quiet]) <= 0.05, np.mean(voiced[quiet])
     assert f1(voiced, np.isfinite(praat)) >= 0.93, f1(voiced, np.isfinite(praat))

@@ -1,5 +1,6 @@
 """The covarep feature's torch backend (extractors/acoustic_torch.py) against the numpy reference, through the same
-torch code on the CPU and, where present, on CUDA (skipped elsewhere; FAIL_WITHOUT_CUDA=1 makes that a failure).
+torch code on the CPU and, where present, on CUDA (skipped elsewhere; FAIL_WITHOUT_CUDA=1 makes that a failure);
+its F0 (extractors/world_f0.py, WORLD's DIO + StoneMask) also against pyworld alone (docs/acoustic.md, "F0 in torch").
 
 Tolerances (docs/acoustic.md, "Torch backend"): per column, the reference's own noise measured on the five real
 recordings of ../shared/realdata/speech, an LF vowel pair and 20 s of espeak-ng speech (bench.bench_acoustic_backends
@@ -183,7 +184,7 @@ def test_torch_acoustic_is_a_gpu_actor_where_there_are_gpus() -> None:
     config = RunConfig.model_validate({"features": features_cfg, "actors_per_gpu": {"acoustic": 4}})
     specs = {s.name: s for s in config.specs()}
     gpu = actor_plan(specs, set(specs), config, cpus=16, gpus=2)
-    assert (gpu["acoustic"].actors, gpu["acoustic"].device) == (8, "cuda")  # 4 per GPU: WORLD's F0 is theirs
+    assert (gpu["acoustic"].actors, gpu["acoustic"].device) == (8, "cuda")  # 4 per GPU: the glue is theirs
     assert gpu["acoustic"].options["num_gpus"] == gpu["frames"].options["num_gpus"] == 1 / 5
     cpu = actor_plan(specs, set(specs), config, cpus=16, gpus=0)  # no GPU: the CPU feature it then is
     assert (cpu["acoustic"].actors, cpu["acoustic"].device, cpu["acoustic"].threads) == (16, "cpu", 1)
@@ -191,3 +192,137 @@ def test_torch_acoustic_is_a_gpu_actor_where_there_are_gpus() -> None:
     numpy_cfg = RunConfig.model_validate({"features": {**features_cfg, "acoustic": {"extractor": "covarep"}}})
     specs = {s.name: s for s in numpy_cfg.specs()}
     assert actor_plan(specs, set(specs), numpy_cfg, cpus=16, gpus=2)["acoustic"].device == "cpu"
+
+
+# -- WORLD's F0 in torch (extractors/world_f0.py) against pyworld, on the tracker's own output ----------------------
+# Tolerances (docs/acoustic.md, "F0 in torch"): pyworld's own noise on the real recordings, two synthetic vowels of
+# known pitch and 20 s of espeak-ng speech (frames voiced in both; relative F0 difference):
+F0_BULK = 1e-8  # median: a float32-ULP nudge of every input sample moves pyworld by <= 5.9e-9 (worst p99)
+F0_TAIL = 6e-3  # p99: a 1-sample delay of the input moves pyworld by <= 5.85e-3 (worst p99)
+F0_VUV = 2e-3  # frames voiced in one and not the other: a 1-sample delay flips <= 0.16 % (worst)
+
+
+def world_f0s(x: np.ndarray, device: str, speed: int = 2, **kw: float) -> tuple[np.ndarray, np.ndarray]:
+    """(pyworld's DIO + StoneMask F0, world_f0's) on x from half a hop on, as acoustic.f0_rows calls them."""
+    from extractors import world_f0
+
+    y = np.ascontiguousarray(np.asarray(x, np.float32)[HOP // 2 :], dtype=np.float64)
+    args = {"f0_floor": 60.0, "f0_ceil": 500.0, "frame_period": 10.0} | kw
+    import pyworld as pw
+
+    f0, t = pw.dio(y, FS_HZ, speed=speed, **args)
+    ref = pw.stonemask(y, f0, t, FS_HZ)
+    got = world_f0.dio_stonemask(torch.as_tensor(y, device=device), FS_HZ, speed=speed, **args)
+    return ref, got.cpu().numpy()
+
+
+def assert_same_f0(ref: np.ndarray, got: np.ndarray) -> None:
+    assert ref.shape == got.shape
+    both = (ref > 0) & (got > 0)
+    assert both.sum() > 0.2 * ref.size  # a signal with voice to compare
+    rel = np.abs(got[both] / ref[both] - 1)
+    vuv = float(np.mean((ref > 0) != (got > 0)))
+    med, p99 = np.percentile(rel, [50, 99])
+    assert med <= F0_BULK and p99 <= F0_TAIL and vuv <= F0_VUV, (med, p99, vuv)
+
+
+def test_world_f0_equals_pyworld_on_synthetic_vowels(lf_vowels: np.ndarray, device: str) -> None:
+    """The LF vowel pair: known pitch (110 -> 190 Hz), pauses with a noise floor between."""
+    assert_same_f0(*world_f0s(lf_vowels, device))
+
+
+@pytest.mark.parametrize("name", ["arctic_a0007", "covarep_0011.arctic_bdl1", "covarep_DB-cresc-a-D4-m1",
+                                  "covarep_glottalized-m1"])  # fmt: skip
+def test_world_f0_equals_pyworld_on_real_speech(realdata, device: str, name: str) -> None:
+    from tests.test_acoustic_real import speech_16k
+
+    assert_same_f0(*world_f0s(speech_16k(realdata, name), device))
+
+
+def test_world_f0_equals_pyworld_on_espeak_speech(tmp_path, device: str) -> None:
+    import shutil
+    import subprocess
+
+    import librosa
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng not installed")
+    wav = tmp_path / "s.wav"
+    text = "The quick brown fox jumps over the lazy dog, and then it runs away into the forest."
+    subprocess.run(["espeak-ng", "-w", str(wav), text], check=True, capture_output=True)
+    x, rate = librosa.load(wav, sr=None)
+    assert_same_f0(*world_f0s(librosa.resample(x, orig_sr=rate, target_sr=FS_HZ, res_type="soxr_hq"), device))
+
+
+@pytest.mark.parametrize("kw", [{"speed": 1}, {"speed": 4}, {"speed": 11, "f0_floor": 71.0, "f0_ceil": 800.0},
+                                {"channels_in_octave": 3.0, "allowed_range": 0.2, "frame_period": 5.0}],
+                         ids=["speed1", "speed4", "speed11-71-800", "channels3-range0.2-5ms"])  # fmt: skip
+def test_world_f0_honours_pyworld_parameters(lf_vowels: np.ndarray, device: str, kw: dict) -> None:
+    assert_same_f0(*world_f0s(lf_vowels, device, **kw))
+
+
+def test_the_f0_tolerances_catch_a_wrong_port(realdata, lf_vowels: np.ndarray,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The bars fail a port whose DIO bands are spaced 3 to the octave where WORLD spaces them channels_in_octave
+    (2) to it (on arctic_a0007: p99 8.9e-2, 0.5 % of frames voiced differently; a male voice, so not on the LF
+    vowels, whose F0 StoneMask brings back from any band), and one whose StoneMask rounds every index a sample
+    late (LF vowels: median 4.1e-4)."""
+    from extractors import world_f0
+    from tests.test_acoustic_real import speech_16k
+
+    x = speech_16k(realdata, "arctic_a0007")
+    ref, got = world_f0s(x, "cpu")
+    assert_same_f0(ref, got)
+    spaced = [60.0 * 2.0 ** ((i + 1) / 3.0) for i in range(len(world_f0.band_boundaries(60.0, 500.0, 2.0)))]
+    monkeypatch.setattr(world_f0, "band_boundaries", lambda lo, hi, ch: spaced)
+    with pytest.raises(AssertionError):
+        assert_same_f0(ref, world_f0s(x, "cpu")[1])
+    monkeypatch.undo()
+    ref = world_f0s(lf_vowels, "cpu")[0]
+    real_round = world_f0.matlab_round
+    monkeypatch.setattr(world_f0, "matlab_round", lambda v: real_round(v) + 1.0)
+    with pytest.raises(AssertionError):
+        assert_same_f0(ref, world_f0s(lf_vowels, "cpu")[1])
+
+
+def sequential_walks(f0: np.ndarray, cand: np.ndarray, starts: np.ndarray, limits: np.ndarray, allowed: float,
+                     chained: bool = True) -> np.ndarray:  # fmt: skip
+    """DIO's FixStep3 as WORLD runs it, one walk after the other (chained=False: every walk starts from the contour
+    as it was before any walk, which a parallel version without re-runs would give)."""
+    f, before = f0.copy(), f0.copy()
+    for s, lim in zip(starts, limits, strict=True):
+        cur, past = (f[s], f[s - 1]) if chained else (before[s], before[s - 1])
+        for j in range(s, lim):
+            ref = (cur * 3.0 - past) / 2.0
+            best = cand[np.argmin(np.abs(ref - cand[:, j + 1])), j + 1]
+            f[j + 1] = 0.0 if abs(1.0 - best / ref) > allowed else best
+            past, cur = cur, f[j + 1]
+            if f[j + 1] == 0:
+                break
+    return f
+
+
+def test_parallel_walks_equal_the_sequential_ones(device: str) -> None:
+    """Voiced sections 1-3 frames apart, one band following a smooth contour through the gaps: each walk crosses
+    the gap and rewrites the next section up to the next walk's start, so every walk's start depends on the walk
+    before. Each section ends on a 30 % step, which stops a walk from the contour as it was at once; from the
+    rewritten one it goes on (the unchained result differs). world_f0._walks must give WORLD's sequential result."""
+    from extractors import world_f0
+
+    rng = np.random.default_rng(1)
+    n = 400
+    smooth = 120.0 * (1 + 0.2 * np.sin(np.arange(n) / 40))
+    cand = np.vstack([smooth, rng.uniform(60, 500, (5, n)), np.zeros((1, n))])
+    f0 = smooth * (1 + rng.uniform(-0.02, 0.02, n))
+    gaps = np.cumsum(rng.integers(8, 30, 30))
+    for g in gaps[gaps < n - 10]:
+        f0[g : g + rng.integers(1, 4)] = 0.0
+    f0[:5] = f0[-5:] = 0.0
+    voiced = f0 != 0
+    starts = np.flatnonzero(~voiced[1:] & voiced[:-1])
+    limits = np.append(starts[1:], n - 1)
+    f0[starts - 1] *= 0.7
+    want = sequential_walks(f0, cand, starts, limits, 0.1)
+    assert not np.array_equal(want, sequential_walks(f0, cand, starts, limits, 0.1, chained=False))
+    t = {k: torch.as_tensor(v, device=device) for k, v in {"f0": f0, "cand": cand, "s": starts, "l": limits}.items()}
+    np.testing.assert_array_equal(world_f0._walks(t["f0"], t["cand"], t["s"], t["l"], 0.1).cpu().numpy(), want)
