@@ -1,17 +1,13 @@
 """One base for the extractors that run a model over batches of units: DenseNet161, MTCNN, the text encoders.
 
-A model supplies what is its own: `units(x)`, what one item contributes (its frames, its token sequences);
-`forward(batch)`, a batch of units (from any items) to one output per unit; `pack(x, units, outputs)`, one item's
-outputs to its `FeatureRows`; and how its batch size is keyed and defaulted. This base owns the rest, the same
-for every model: the units of all items of a call go through the model together, per `group` (units that may
-share a batch: MTCNN's frames of one size), shortest first where `by_length` (similar lengths share a batch:
-less padding); each batch holds at most the batch size in units and the config's `batch_bytes` of input (one
-larger unit still runs, alone); the batch size is the config's pinned one, else measured by the model actor's
-calibrator on the call's own first units (`calibrate.py`), else the model's default; each forward runs under
-inference mode on the device in the model's `precision`; the outputs are split back per item.
-
-A unit is whatever the model's forward takes: the frame units here (`Frame`) are (pixels, index) of an item's
-frames, a numpy array or a torch tensor already on the device, and nothing here copies or converts them.
+A model supplies its `units(x)` (what one item contributes: frames, token sequences), its `forward(batch)` (a batch
+of units from any items to one output per unit), its `pack(x, units, outputs)` (one item's `FeatureRows`), and how
+its batch size is keyed and defaulted. The base owns the rest: the units of all items of a call batched together
+per `group` (MTCNN: frames of one size), shortest first where `by_length` (text: less padding); batches bounded by
+the batch size and the config's `batch_bytes`; the batch size pinned, measured by the actor's calibrator on the
+call's own first units (`calibrate.py`) or the model's default; each forward under inference mode on the device in
+the model's `precision`; the outputs split back per item. A unit is whatever `forward` takes and is never copied or
+converted here: `Frame` is (pixels, index) of an item's frames, a numpy array or a torch tensor on the device.
 """
 
 from __future__ import annotations
@@ -25,11 +21,30 @@ from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 import numpy as np
 
 from extractors import calibrate
-from extractors.base import C, Extractor, bounded_batches
+from extractors.base import C, Extractor
 from rows import FeatureRows
 
 U = TypeVar("U")  # a unit
 Precision = Literal["fp32", "fp16", "bf16"]
+
+
+def bounded_batches(item_bytes: Sequence[int], max_items: int, max_bytes: int) -> list[slice]:
+    """Consecutive items in batches of at most `max_items` items and `max_bytes` bytes, in input order.
+
+    A model call then holds at most `max_bytes` of input, or one item when that item alone is larger
+    (it still runs, alone). Greedy: a batch closes when the next item would pass either limit.
+    """
+    if max_items < 1 or max_bytes < 1:
+        raise ValueError(f"bounded_batches needs max_items >= 1 and max_bytes >= 1, got {max_items = }, {max_bytes = }")
+    batches, start, total = [], 0, 0
+    for i, size in enumerate(item_bytes):
+        if i > start and (i - start >= max_items or total + size > max_bytes):
+            batches.append(slice(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(item_bytes):
+        batches.append(slice(start, len(item_bytes)))
+    return batches
 
 
 class Units(list):
@@ -59,11 +74,11 @@ class BatchedModel(Extractor[C], Generic[C, U]):
 
     @abstractmethod
     def units(self, x: Any) -> Sequence[U]:
-        """What one item contributes to the model, in the order its outputs come back to `pack`."""
+        """What one item contributes, in the order its outputs come back to `pack`."""
 
     @abstractmethod
     def forward(self, batch: Sequence[U]) -> Sequence[Any]:
-        """One output per unit of `batch` (run under `infer`'s inference mode and precision)."""
+        """One output per unit (run by `infer`)."""
 
     @abstractmethod
     def pack(self, x: Any, units: Sequence[U], outputs: list[Any]) -> FeatureRows:
@@ -71,33 +86,30 @@ class BatchedModel(Extractor[C], Generic[C, U]):
 
     @abstractmethod
     def model_key(self) -> str:
-        """The model (and what changes its cost: precision, layers) in the calibration cache's key."""
+        """The model, and what changes its cost (precision, layers), in the calibration cache's key."""
 
     @abstractmethod
     def input_key(self, unit: U) -> str:
-        """The input size a group's batch size is measured for, from its reference unit (its first; its median
-        when `by_length`)."""
+        """A group's input size for the calibration, from its reference unit (first; median when `by_length`)."""
 
     @abstractmethod
     def default_batch(self) -> int:
-        """Units per forward when "auto" is not measured (a direct call; calibration off or cut short)."""
+        """Units per forward when "auto" is not measured (no calibrator; calibration off or cut short)."""
 
     def group(self, unit: U) -> Hashable:
-        """Units of one group may share a batch (and one batch size); by default all units do."""
+        """Units of one group may share a batch (and one batch size)."""
         return None
 
     def unit_bytes(self, unit: U) -> int:
-        """What a unit counts against the config's `batch_bytes`."""
-        return 0
+        """What a unit counts against the config's `batch_bytes`: its `nbytes` (a frame's pixels), if it has one."""
+        return int(getattr(unit, "nbytes", 0))
 
     def weigh(self, batch: Sequence[U], reference: U) -> float:
-        """A calibration trial of `batch` in units of the reference unit, so that trials on different inputs
-        compare (text: padded tokens in median sequences)."""
+        """A calibration trial in reference units, so that trials on different inputs compare."""
         return float(len(batch))
 
     def precision(self) -> Precision | None:
-        """What a forward runs in: fp16/bf16 under torch.autocast on the device; fp32 true fp32 (no TF32) on CUDA;
-        None as torch's defaults."""
+        """fp16/bf16: autocast on the device; fp32: true fp32 (no TF32) on CUDA; None: torch's defaults."""
         return None
 
     def extract(self, x: Any) -> FeatureRows:
@@ -166,10 +178,6 @@ class Frame(NamedTuple):
 
     pixels: Any
     index: int
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(int(n) for n in self.pixels.shape[1:])
 
     @property
     def nbytes(self) -> int:

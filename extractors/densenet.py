@@ -140,17 +140,15 @@ class DenseNet161(BatchedModel[DenseNetConfig, Frame]):
     def default_batch(self) -> int:
         return DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"]
 
-    def unit_bytes(self, unit: Frame) -> int:
-        return unit.nbytes
-
     def units(self, x: Frames | Still) -> list[Frame]:
         return frame_units(x.pixels)
 
     def forward(self, batch: Sequence[Frame]) -> np.ndarray:
-        """Each video's run of frames is preprocessed as one slice (a view, no copy of the decoded pixels)."""
+        """(B, 2208) float32; each video's run of frames preprocessed as one slice (a view: no copy of its pixels)."""
         import torch
 
-        return self.embed(torch.cat([self.prepare(run) for run in frame_runs(batch)]))
+        x = torch.cat([self.prepare(run) for run in frame_runs(batch)]).contiguous(memory_format=torch.channels_last)
+        return pooled_features(self.model, x).float().cpu().numpy()
 
     def pack(self, x: Frames | Still, units: Sequence[Frame], outputs: list[np.ndarray]) -> FeatureRows:
         source = {"input": "image"} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
@@ -168,9 +166,3 @@ class DenseNet161(BatchedModel[DenseNetConfig, Frame]):
             x = torch.from_numpy(pixels)
         x = x.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
         return self.preprocess(x)
-
-    def embed(self, batch: torch.Tensor) -> np.ndarray:
-        """Preprocessed frames → (B, 2208) float32 (in `infer`'s precision)."""
-        import torch
-
-        return pooled_features(self.model, batch.contiguous(memory_format=torch.channels_last)).float().cpu().numpy()

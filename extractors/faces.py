@@ -229,12 +229,9 @@ class MTCNNFaces(BatchedModel[FacesConfig, Frame]):
 
     def input_key(self, unit: Frame) -> str:
         """MTCNN's cost depends on the frame size (its pyramid) and on the faces found: measured per size."""
-        return "x".join(map(str, unit.shape))
+        return "x".join(map(str, unit.pixels.shape[1:]))
 
     group = input_key  # MTCNN's first stage runs one pyramid over a batch of same-size frames
-
-    def unit_bytes(self, unit: Frame) -> int:
-        return unit.nbytes
 
     def units(self, x: Frames | Still) -> list[Frame]:
         if not isinstance(x, Frames | Still):
