@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 import numpy as np
 
 from extractors import calibrate
-from extractors.base import C, Extractor
+from extractors.base import C, Extractor, Frames, Still
 from rows import FeatureRows
 
 U = TypeVar("U")  # a unit
@@ -85,12 +85,9 @@ class BatchedModel(Extractor[C], Generic[C, U]):
         """One item's rows from its `units` (as `units(x)` returned them) and their outputs."""
 
     @abstractmethod
-    def model_key(self) -> str:
-        """The model, and what changes its cost (precision, layers), in the calibration cache's key."""
-
-    @abstractmethod
-    def input_key(self, unit: U) -> str:
-        """A group's input size for the calibration, from its reference unit (first; median when `by_length`)."""
+    def batch_key(self, reference: U) -> tuple[str, str]:
+        """What a group's batch size is measured for: (the model and what changes its cost, e.g. precision; the
+        input size), from the group's reference unit (its first; its median when `by_length`)."""
 
     @abstractmethod
     def default_batch(self) -> int:
@@ -117,19 +114,16 @@ class BatchedModel(Extractor[C], Generic[C, U]):
 
     def extract_batch(self, xs: Sequence[Any]) -> list[FeatureRows]:
         """The units of all items through the model in bounded batches, then packed per item."""
-        import torch
-
         per_item = [self.units(x) for x in xs]
         flat = [u for units in per_item for u in units]
         outputs: list[Any] = [None] * len(flat)
         groups: dict[Hashable, list[int]] = {}
         for k, u in enumerate(flat):
             groups.setdefault(self.group(u), []).append(k)
-        with torch.inference_mode():
-            for positions in groups.values():
-                if self.by_length:  # stable: equal lengths keep their items' order
-                    positions.sort(key=lambda k: len(flat[k]))
-                self._run_group(flat, positions, outputs)
+        for positions in groups.values():
+            if self.by_length:  # stable: equal lengths keep their items' order
+                positions.sort(key=lambda k: len(flat[k]))
+            self._run_group(flat, positions, outputs)
         rows, at = [], 0
         for x, units in zip(xs, per_item, strict=True):
             rows.append(self.pack(x, units, outputs[at : at + len(units)]))
@@ -149,9 +143,9 @@ class BatchedModel(Extractor[C], Generic[C, U]):
         limit = getattr(self.config, "batch_bytes", None)
         trials = calibrate.Trials(len(units), run, lambda b: self.infer([reference] * b),
                                   lambda a, b: self.weigh(units[a:b], reference))
-        batch = calibrate.resolve(
-            self.calibrator, self.config.batch_size, self.default_batch(), self.model_key(),  # type: ignore[attr-defined]
-            self.input_key(reference), self.unit_name, trials, max_batch=limit // max(1, *sizes) if limit else None)
+        batch = calibrate.resolve(self.calibrator, self.config.batch_size, self.default_batch(),  # type: ignore[attr-defined]
+                                  *self.batch_key(reference), self.unit_name, trials,
+                                  max_batch=limit // max(1, *sizes) if limit else None)
         done = trials.done
         for part in bounded_batches(sizes[done:], batch, limit or sys.maxsize):
             run(done + part.start, done + part.stop)
@@ -187,6 +181,29 @@ class Frame(NamedTuple):
 def frame_units(pixels: Any) -> list[Frame]:
     """Each frame of (N, H, W, 3) pixels (numpy or torch) as a unit."""
     return [Frame(pixels, f) for f in range(len(pixels))]
+
+
+class FrameModel(BatchedModel[C, Frame]):
+    """A model over the frames of a video (`Frames`, 1 fps) or a still image (`Still`): a unit and a row a frame."""
+
+    input_kind = "frames"
+    uses_gpu = True
+    unit_name = "frame"
+
+    @classmethod
+    def rate_hz(cls, config: C) -> float | None:
+        return 1.0
+
+    def units(self, x: Frames | Still) -> list[Frame]:
+        if not isinstance(x, Frames | Still):
+            raise TypeError(f"{self.name} expects Frames or Still, got {type(x).__name__}")
+        return frame_units(x.pixels)
+
+
+def source_attrs(x: Frames | Still) -> dict[str, Any]:
+    """What frame rows say of their source: a still image's "input", and how the stored picture became the one the
+    model saw (`picture`: pipeline/picture.py)."""
+    return {**({"input": "image"} if isinstance(x, Still) else {}), **({"picture": x.picture} if x.picture else {})}
 
 
 def frame_runs(batch: Sequence[Frame]) -> list[Any]:

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from extractors import calibrate
 from extractors.base import ExtractorConfig, Frames, Still, register
-from extractors.batched import BatchedModel, Frame, Precision, frame_runs, frame_units
+from extractors.batched import Frame, FrameModel, Precision, frame_runs, source_attrs
 from extractors.weights import require, weights_dir
 from rows import FeatureRows
 
@@ -90,25 +90,21 @@ def pooled_features(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor
 
 
 @register
-class DenseNet161(BatchedModel[DenseNetConfig, Frame]):
+class DenseNet161(FrameModel[DenseNetConfig]):
     """Units are frames (a batch may span videos of different sizes: each is resized and cropped to the network's
     input); forward: preprocess each video's run of frames, then the pooled features; packing: one row a frame."""
 
     name = "densenet161"
     version = "1"
     config_type = DenseNetConfig
-    input_kind = "frames"
-    uses_gpu = True
-    unit_name = "frame"
 
     def __init__(self, config: DenseNetConfig, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
         import torch
 
         super().__init__(config, device, calibrator)
-        self.model = load_densenet(config).to(device)
         # channels_last on CPU too: oneDNN's convolutions skip their layout reorders; DenseNet161 at batch 8 on
         # 2 threads took 0.79× the CPU time a frame (interleaved A/B, docs/scale.md), features within 1.5e-6
-        self.model = self.model.to(memory_format=torch.channels_last)
+        self.model = load_densenet(config).to(device, memory_format=torch.channels_last)
         self.preprocess = _tv_weights("imagenet1k_v1").transforms()  # resize/crop/normalise only
 
     @classmethod
@@ -121,27 +117,16 @@ class DenseNet161(BatchedModel[DenseNetConfig, Frame]):
     def columns(cls, config: DenseNetConfig) -> list[str]:
         return [f"densenet161_{i}" for i in range(FEATURE_DIM)]
 
-    @classmethod
-    def rate_hz(cls, config: DenseNetConfig) -> float | None:
-        return 1.0
-
     def precision(self) -> Precision:
         return self.config.precision if self.on_cuda else "fp32"
 
-    def model_key(self) -> str:
-        return f"densenet161-{self.precision()}"
-
-    def input_key(self, unit: Frame) -> str:
-        """Every frame is resized and cropped to the network's input, so the forward's cost does not depend on the
-        frame size: one batch size for all."""
+    def batch_key(self, reference: Frame) -> tuple[str, str]:
+        """Per network input: every frame is resized and cropped to it, so the cost does not depend on its size."""
         crop = self.preprocess.crop_size[0]
-        return f"3x{crop}x{crop}"
+        return f"densenet161-{self.precision()}", f"3x{crop}x{crop}"
 
     def default_batch(self) -> int:
         return DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"]
-
-    def units(self, x: Frames | Still) -> list[Frame]:
-        return frame_units(x.pixels)
 
     def forward(self, batch: Sequence[Frame]) -> np.ndarray:
         """(B, 2208) float32; each video's run of frames preprocessed as one slice (a view: no copy of its pixels)."""
@@ -151,11 +136,9 @@ class DenseNet161(BatchedModel[DenseNetConfig, Frame]):
         return pooled_features(self.model, x).float().cpu().numpy()
 
     def pack(self, x: Frames | Still, units: Sequence[Frame], outputs: list[np.ndarray]) -> FeatureRows:
-        source = {"input": "image"} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
-        if x.picture:  # how the stored picture became the one the network saw (pipeline/picture.py)
-            source["picture"] = x.picture
+        pts = {} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
         features = np.stack(outputs) if outputs else np.zeros((0, FEATURE_DIM), np.float32)
-        return FeatureRows(features=features, intervals=x.intervals, attrs={"precision": self.precision(), **source})
+        return FeatureRows(features, x.intervals, attrs={"precision": self.precision(), **pts, **source_attrs(x)})
 
     def prepare(self, pixels: np.ndarray) -> torch.Tensor:
         """(N, H, W, 3) uint8 → (N, 3, 224, 224) float, normalised; on the model's device."""

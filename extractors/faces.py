@@ -23,7 +23,7 @@ from pydantic import Field
 
 from extractors import calibrate
 from extractors.base import ExtractorConfig, Frames, Still, register
-from extractors.batched import BatchedModel, Frame, frame_units, stacked_frames
+from extractors.batched import Frame, FrameModel, source_attrs, stacked_frames
 from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
@@ -179,25 +179,19 @@ def pack_video(raw: list[Detections], frames: Frames | Still, config: FacesConfi
     height, width = frames.pixels.shape[1:3]
     extras = _padded(dets, config.max_faces)
     attrs = face_filter_attrs(extras["count"], config.min_face_ratio)
-    if isinstance(frames, Still):
-        attrs["input"] = "image"
-    if frames.picture:  # boxes are in this picture's coordinates: the one displayed (docs/faces.md)
-        attrs["picture"] = frames.picture
+    attrs.update(source_attrs(frames))  # boxes are in the picture's coordinates: the one displayed (docs/faces.md)
     return FeatureRows(_dense_features(dets, height, width), frames.intervals.copy(), extras, attrs)
 
 
 @register
-class MTCNNFaces(BatchedModel[FacesConfig, Frame]):
+class MTCNNFaces(FrameModel[FacesConfig]):
     """Faces per 1 fps frame (facenet-pytorch MTCNN), batched across frames and videos of the same size."""
 
     name = "mtcnn"
     # 2: the CPU default with 1-2 threads is one frame per call (was 16): boxes move by float rounding (~5e-5 px)
     version = "2"
     config_type = FacesConfig
-    input_kind = "frames"
-    uses_gpu = True
     item_measures = {"face_ratio": "face ratio"}
-    unit_name = "frame"
 
     def __init__(self, config: FacesConfig, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
         import torch
@@ -224,19 +218,13 @@ class MTCNNFaces(BatchedModel[FacesConfig, Frame]):
 
         return 1 if torch.get_num_threads() <= 2 else AUTO_BATCH_SIZE_CPU_MANY_THREADS
 
-    def model_key(self) -> str:
-        return f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}"
+    def group(self, unit: Frame) -> tuple[int, ...]:
+        """MTCNN's first stage runs one image pyramid over a batch of same-size frames."""
+        return tuple(unit.pixels.shape[1:])
 
-    def input_key(self, unit: Frame) -> str:
-        """MTCNN's cost depends on the frame size (its pyramid) and on the faces found: measured per size."""
-        return "x".join(map(str, unit.pixels.shape[1:]))
-
-    group = input_key  # MTCNN's first stage runs one pyramid over a batch of same-size frames
-
-    def units(self, x: Frames | Still) -> list[Frame]:
-        if not isinstance(x, Frames | Still):
-            raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__}")
-        return frame_units(x.pixels)
+    def batch_key(self, reference: Frame) -> tuple[str, str]:
+        """Per frame size: MTCNN's cost depends on it (its pyramid) and on the faces found."""
+        return f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}", "x".join(map(str, self.group(reference)))
 
     def forward(self, batch: Sequence[Frame]) -> list[Detections]:
         return detect_frames(self.mtcnn, stacked_frames(batch), self.device, self.vectorised)
@@ -260,10 +248,6 @@ class MTCNNFaces(BatchedModel[FacesConfig, Frame]):
     @classmethod
     def columns(cls, config: FacesConfig) -> list[str]:
         return list(COLUMNS)
-
-    @classmethod
-    def rate_hz(cls, config: FacesConfig) -> float | None:
-        return 1.0
 
     @classmethod
     def join(cls, parts: Sequence[FeatureRows], config: FacesConfig) -> FeatureRows:

@@ -67,8 +67,8 @@ class QAExtractor(TextModelExtractor[QAConfig]):
     def units(self, x: QAText) -> Units:
         """Each row's text as token ids (cut at the model's limit), with the row plan and full lengths for `pack`."""
         rows = qa_rows(x)
-        full = self.tm.tokenizer([r.text for r in rows], add_special_tokens=False)["input_ids"] if rows else []
-        return Units([ids[: self.tm.max_content_tokens] for ids in full], (rows, [len(ids) for ids in full]))
+        full = self.tokenizer([r.text for r in rows], add_special_tokens=False)["input_ids"] if rows else []
+        return Units([ids[: self.max_content_tokens] for ids in full], (rows, [len(ids) for ids in full]))
 
     def pack(self, x: QAText, units: Units, states: list[np.ndarray]) -> FeatureRows:
         rows, n_tokens = units.plan

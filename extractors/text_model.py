@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -95,45 +94,6 @@ def download_text_model(name: str, weights_dir: Path | None = None) -> Path:
     return dest
 
 
-@dataclass
-class TextModel:
-    """A loaded encoder with its fast tokenizer; `forward` returns per-token states without special tokens."""
-
-    tokenizer: Any
-    model: Any
-    device: str
-    max_tokens: int  # longest sequence the model takes, special tokens included
-    prefix_ids: tuple[int, ...]  # special tokens the tokenizer puts before a single sequence ([CLS])
-    suffix_ids: tuple[int, ...]  # and after it ([SEP])
-
-    @property
-    def max_content_tokens(self) -> int:
-        return self.max_tokens - len(self.prefix_ids) - len(self.suffix_ids)
-
-    def forward(self, seqs: Sequence[Sequence[int]], layers: Layers) -> list[np.ndarray]:
-        """Hidden states (len_i, D) float32 of each token-id sequence (special tokens added and removed here)."""
-        import torch
-
-        for s in seqs:
-            if len(s) > self.max_content_tokens:
-                raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
-        pre, suf = list(self.prefix_ids), list(self.suffix_ids)
-        full = [pre + list(s) + suf for s in seqs]
-        width = max(len(f) for f in full)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(full), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(full), width), dtype=torch.long)
-        for r, f in enumerate(full):
-            ids[r, : len(f)] = torch.tensor(f, dtype=torch.long)
-            mask[r, : len(f)] = 1
-        want_all = layers != "last"
-        res = self.model(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), output_hidden_states=want_all
-        )
-        states = _combine_layers(res, layers).float().cpu().numpy()
-        return [states[r, len(pre) : len(pre) + len(s)] for r, s in enumerate(seqs)]
-
-
 def _combine_layers(res: Any, layers: Layers) -> Any:
     import torch
 
@@ -154,34 +114,6 @@ def _special_affixes(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if full[k : k + len(bare)] == bare:
             return tuple(full[:k]), tuple(full[k + len(bare) :])
     raise ValueError(f"cannot locate content tokens {bare} inside {full}")
-
-
-def load_text_model(name: str, weights_dir: Path | None = None, device: str = "cpu") -> TextModel:
-    """Load model + fast tokenizer from local files only; eval mode on `device`."""
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a per-tensor loading bar in every worker's log says nothing useful
-    local = resolve_model_dir(name, weights_dir)
-    tokenizer = AutoTokenizer.from_pretrained(local, use_fast=True, local_files_only=True)
-    if not tokenizer.is_fast:
-        raise ValueError(f"{local}: no fast tokenizer (tokenizer.json); word ids need one")
-    model = AutoModel.from_pretrained(local, local_files_only=True).eval().to(device)
-    limits = [model.config.max_position_embeddings, tokenizer.model_max_length]
-    max_tokens = int(min(v for v in limits if v and v > 0))
-    prefix, suffix = _special_affixes(tokenizer)
-    return TextModel(tokenizer, model, device, max_tokens, prefix, suffix)
-
-
-def model_for(config: TextModelConfig, device: str) -> TextModel:
-    """Load the config's model and apply its `max_tokens` (which may only shrink the model's limit)."""
-    tm = load_text_model(config.model, config.weights_dir, device)
-    if config.max_tokens is not None:
-        reserved = len(tm.prefix_ids) + len(tm.suffix_ids)
-        if not reserved < config.max_tokens <= tm.max_tokens:
-            raise ValueError(f"max_tokens must be in ({reserved}, {tm.max_tokens}], got {config.max_tokens}")
-        tm.max_tokens = config.max_tokens
-    return tm
 
 
 def pool_and_pad(states: Sequence[np.ndarray], dim: int, t_max: int, dtype: np.dtype) -> tuple[np.ndarray, ...]:
@@ -212,8 +144,26 @@ class TextModelExtractor(BatchedModel[TC, Sequence[int]]):
     by_length = True  # similar lengths share a batch: less padding
 
     def __init__(self, config: TC, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
+        """The model and its fast tokenizer from local files only, in eval mode on `device`."""
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
         super().__init__(config, device, calibrator)
-        self.tm: TextModel = model_for(config, device)
+        hf_logging.disable_progress_bar()  # a per-tensor loading bar in every worker's log says nothing useful
+        local = resolve_model_dir(config.model, config.weights_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(local, use_fast=True, local_files_only=True)
+        if not self.tokenizer.is_fast:
+            raise ValueError(f"{local}: no fast tokenizer (tokenizer.json); word ids need one")
+        self.model = AutoModel.from_pretrained(local, local_files_only=True).eval().to(device)
+        limits = [self.model.config.max_position_embeddings, self.tokenizer.model_max_length]
+        self.max_tokens = int(min(v for v in limits if v and v > 0))  # the longest sequence, special tokens included
+        self.prefix_ids, self.suffix_ids = _special_affixes(self.tokenizer)  # [CLS] before a sequence, [SEP] after
+        reserved = len(self.prefix_ids) + len(self.suffix_ids)
+        if config.max_tokens is not None:  # it may only shrink the model's limit
+            if not reserved < config.max_tokens <= self.max_tokens:
+                raise ValueError(f"max_tokens must be in ({reserved}, {self.max_tokens}], got {config.max_tokens}")
+            self.max_tokens = config.max_tokens
+        self.max_content_tokens = self.max_tokens - reserved
         self.dim = feature_dim(config)
 
     @classmethod
@@ -227,20 +177,36 @@ class TextModelExtractor(BatchedModel[TC, Sequence[int]]):
     def precision(self) -> Precision | None:
         return {"none": None, "float16": "fp16", "bfloat16": "bf16"}[self.config.autocast]  # type: ignore[return-value]
 
-    def model_key(self) -> str:
-        return f"{self.config.model}-{self.config.layers}-{self.config.autocast}"
-
-    def input_key(self, unit: Sequence[int]) -> str:
-        """Keyed by the median sequence's length rounded up to a power of two: cost per sequence grows with length."""
-        return f"tokens<={1 << max(0, len(unit) - 1).bit_length()}"
+    def batch_key(self, reference: Sequence[int]) -> tuple[str, str]:
+        """Per median sequence length rounded up to a power of two: the cost per sequence grows with length."""
+        cfg = self.config
+        return f"{cfg.model}-{cfg.layers}-{cfg.autocast}", f"tokens<={1 << max(0, len(reference) - 1).bit_length()}"
 
     def default_batch(self) -> int:
         return DEFAULT_BATCH
 
     def weigh(self, batch: Sequence[Sequence[int]], reference: Sequence[int]) -> float:
         """A batch's padded tokens (its longest sequence's, special tokens included) in median sequences."""
-        affixes = len(self.tm.prefix_ids) + len(self.tm.suffix_ids)
+        affixes = len(self.prefix_ids) + len(self.suffix_ids)
         return len(batch) * max(1, len(batch[-1]) + affixes) / max(1, len(reference) + affixes)
 
-    def forward(self, batch: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        return self.tm.forward(batch, self.config.layers)
+    def forward(self, seqs: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Hidden states (len_i, D) float32 of each token-id sequence (special tokens added and removed here)."""
+        import torch
+
+        for s in seqs:
+            if len(s) > self.max_content_tokens:
+                raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
+        pre, suf = list(self.prefix_ids), list(self.suffix_ids)
+        full = [pre + list(s) + suf for s in seqs]
+        width = max(len(f) for f in full)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(full), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(full), width), dtype=torch.long)
+        for r, f in enumerate(full):
+            ids[r, : len(f)] = torch.tensor(f, dtype=torch.long)
+            mask[r, : len(f)] = 1
+        res = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                         output_hidden_states=self.config.layers != "last")
+        states = _combine_layers(res, self.config.layers).float().cpu().numpy()
+        return [states[r, len(pre) : len(pre) + len(s)] for r, s in enumerate(seqs)]

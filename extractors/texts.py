@@ -54,8 +54,8 @@ class _TextsExtractor(TextModelExtractor[_TextsConfig]):
 
     def units(self, x: Texts) -> Units:
         """Each text's token ids (cut at the model's limit), with its words and each token's word for `pack`."""
-        limit = self.tm.max_content_tokens
-        plan = [(ws, *tokenize_words(self.tm.tokenizer, ws)) for ws in map(str.split, x.texts)]
+        limit = self.max_content_tokens
+        plan = [(ws, *tokenize_words(self.tokenizer, ws)) for ws in map(str.split, x.texts)]
         return Units([ids[:limit].tolist() for _, ids, _ in plan], plan)
 
     def pack(self, x: Texts, units: Units, states: list[np.ndarray]) -> FeatureRows:

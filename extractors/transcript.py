@@ -54,27 +54,18 @@ class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
 
     def units(self, x: Words) -> Units:
         """The transcript's windows of token ids, with the ids, each token's word and the window starts for `pack`."""
-        ids, word_ids, starts = self._plan(x)
-        window = self._window()
-        return Units([ids[s : s + window].tolist() for s in starts], (ids, word_ids, starts))
-
-    def _window(self) -> int:
-        return self.tm.max_content_tokens
-
-    def _plan(self, words: Words) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Token ids, the word index of each token, and the window starts for one transcript."""
-        ids, word_ids = tokenize_words(self.tm.tokenizer, words.words)
-        window = self._window()
+        ids, word_ids = tokenize_words(self.tokenizer, x.words)
+        window = self.max_content_tokens
         stride = self.config.window_stride_tokens or max(1, window // 2)
         starts = window_starts(len(ids), window, min(stride, window)) if len(ids) else np.zeros(0, np.int64)
-        return ids, word_ids, starts
+        return Units([ids[s : s + window].tolist() for s in starts], (ids, word_ids, starts))
 
     def pack(self, words: Words, units: Units, states: list[np.ndarray]) -> FeatureRows:
         ids, word_ids, starts = units.plan
         dim = self.dim
         vecs = np.zeros((len(ids), dim), dtype=np.float64)
         if len(ids):
-            which = most_central_window(len(ids), starts, self._window())
+            which = most_central_window(len(ids), starts, self.max_content_tokens)
             for w, s in enumerate(starts):
                 tok = np.flatnonzero(which == w)
                 vecs[tok] = states[w][tok - s]

@@ -50,11 +50,8 @@ class Fake(BatchedModel[FakeConfig, str]):
         return FeatureRows(np.array([[len(o)] for o in outputs], np.float32).reshape(-1, 1), np.zeros((len(outputs), 2)),
                            {"out": np.array(outputs, dtype=np.str_).reshape(-1)})
 
-    def model_key(self) -> str:
-        return "fake"
-
-    def input_key(self, unit: str) -> str:
-        return f"{unit[0]}{len(unit)}"
+    def batch_key(self, reference: str) -> tuple[str, str]:
+        return "fake", f"{reference[0]}{len(reference)}"
 
     def default_batch(self) -> int:
         return 2
