@@ -6,8 +6,9 @@ its batch size is keyed and defaulted. The base owns the rest: the units of all 
 per `group` (MTCNN: frames of one size), shortest first where `by_length` (text: less padding); batches bounded by
 the batch size and the config's `batch_bytes`; the batch size pinned, measured by the actor's calibrator on the
 call's own first units (`calibrate.py`) or the model's default; each forward under inference mode on the device in
-the model's `precision`; the outputs split back per item. A unit is whatever `forward` takes and is never copied or
-converted here: `Frame` is (pixels, index) of an item's frames, a numpy array or a torch tensor on the device.
+the model's `precision`; the outputs split back per item. A unit is whatever `forward` takes and is never converted
+here: `Frame` is (pixels, index) of an item's frames, a numpy array or a torch tensor on the device, and a batch of
+them is sliced (`frame_runs`) or stacked (`stacked_frames`) in the kind it came in.
 """
 
 from __future__ import annotations
