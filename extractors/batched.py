@@ -68,9 +68,7 @@ class BatchedModel(Extractor[C], Generic[C, U]):
         import torch
 
         super().__init__(config, device)
-        # the model actor's: "auto" batch sizes measured and recorded for the run report; None (a direct call):
-        # the model's default
-        self.calibrator = calibrator
+        self.calibrator = calibrator  # the actor's: "auto" measured, recorded for its report; None: the default
         self.on_cuda = torch.device(device).type == "cuda"
 
     @abstractmethod
