@@ -37,6 +37,14 @@ def face_frame(height: int, width: int) -> np.ndarray:
     return frame
 
 
+def frames(frame: np.ndarray, n: int):
+    """A call's input: `frame` repeated n times at 1 fps."""
+    from extractors.base import Frames
+
+    return Frames(np.repeat(frame[None], n, 0), np.stack([np.arange(n), np.arange(1, n + 1)], 1).astype(float),
+                  np.arange(n) + 0.5, 30.0, n)
+
+
 def show(cal: Calibrator, t0: float) -> None:
     for choice in cal.choices.values():
         costs = ", ".join(f"{b}: {c * 1e3:.2f}" + (f" ({choice.work_mib[b]:.0f} MiB)" if b in choice.work_mib else "")
@@ -48,34 +56,33 @@ def show(cal: Calibrator, t0: float) -> None:
 def densenet(device: str, path: Path) -> None:
     """As in a run: a call of 140 frames (the trials' 126 and more), calibrated on them; one cache file per size
     (DenseNet's choice is keyed by the network's input, 224x224, whatever the frame size)."""
-    from extractors.base import Frames
     from extractors.densenet import DenseNet161, DenseNetConfig
 
-    model = DenseNet161(DenseNetConfig(weights="random"), device=device)
-    n = 140
+    weights, n = None, 140
     for h, w in SIZES:
-        model.calibrator = Calibrator("frames", device, path.with_name(f"densenet-{h}x{w}.json"))
+        cal = Calibrator("frames", device, path.with_name(f"densenet-{h}x{w}.json"))
+        model = DenseNet161(DenseNetConfig(weights="random"), device=device, calibrator=cal)
+        model.model = weights = weights or model.model  # the same network for both sizes
         t0 = time.perf_counter()
-        iv = np.stack([np.arange(n), np.arange(1, n + 1)], 1).astype(float)
-        model.extract_batch([Frames(np.repeat(face_frame(h, w)[None], n, 0), iv, np.arange(n) + 0.5, 30.0, n)])
+        model.extract_batch([frames(face_frame(h, w), n)])
         print(f"  {h}x{w} frames: {n} extracted, calibration included:")
-        show(model.calibrator, t0)
+        show(cal, t0)
 
 
 def faces(device: str, path: Path) -> None:
     from extractors.faces import FacesConfig, MTCNNFaces
 
-    model = MTCNNFaces(FacesConfig(), device=device)
-    model.calibrator = Calibrator("faces", device, path)
+    cal = Calibrator("faces", device, path)
+    model = MTCNNFaces(FacesConfig(), device=device, calibrator=cal)
     for h, w in SIZES:
         t0 = time.perf_counter()
-        model.batch_for(face_frame(h, w))
-        show(model.calibrator, t0)
-        model.calibrator.choices.clear()
+        model.extract_batch([frames(face_frame(h, w), 1)])  # one frame: the trials past it repeat it, thrown away
+        show(cal, t0)
+        cal.choices.clear()
 
 
 def text(device: str, path: Path) -> None:
-    """The text extractors' probe (`TextModelExtractor.batch_size`) on a bare encoder: b copies of one sequence."""
+    """The text extractors' calibration on a bare encoder: b copies of one sequence, thrown away."""
     from transformers import AutoModel, BertConfig, BertModel
 
     try:

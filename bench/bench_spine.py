@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from bench.memory import run_measured
+from extractors.batched import frame_units
 from extractors.densenet import DenseNet161, DenseNetConfig
 from manifests.sample import make_sample
 from pipeline.decode import decode_audio, decode_frames
@@ -34,15 +35,14 @@ def decode_floor(raw: Path) -> tuple[float, int]:
 def densenet_rates(device: str, n: int, batch: int) -> tuple[float, float]:
     model = DenseNet161(DenseNetConfig(weights="random", batch_size=batch, precision="fp16"), device=device)
     pixels = np.random.default_rng(0).integers(0, 255, (n, 360, 640, 3), dtype=np.uint8)
-    x = model.prepare(pixels[:batch])
-    model.embed(x)  # warm-up (cuDNN autotune, allocator)
+    model.infer(frame_units(pixels[:batch]))  # warm-up (cuDNN autotune, allocator)
 
     def rate(step: int) -> float:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         for i in range(0, n, step):
-            model.embed(model.prepare(pixels[i:i + step]))
+            model.infer(frame_units(pixels[i:i + step]))  # the extractor's forward, in its precision
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return n / (time.perf_counter() - t0)

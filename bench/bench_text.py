@@ -87,7 +87,7 @@ def main() -> None:
 
     sec = timed(run_long, 1)
     print(f"bert_words, one {args.long_words}-word transcript ({rows.attrs['n_tokens']} tokens, "
-          f"{rows.attrs['n_windows']} windows of {ext.tm.max_tokens}): {args.long_words / sec:,.0f} words/s ({sec:.2f} s)")
+          f"{rows.attrs['n_windows']} windows of {ext.max_tokens}): {args.long_words / sec:,.0f} words/s ({sec:.2f} s)")
 
     qa = QAExtractor(QAConfig(model=args.model, batch_size=args.batch_size), device=args.device)
     item = QAText(

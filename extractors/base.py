@@ -33,25 +33,6 @@ class ExtractorConfig(BaseModel):
         return self.model_dump(mode="json")
 
 
-def bounded_batches(item_bytes: Sequence[int], max_items: int, max_bytes: int) -> list[slice]:
-    """Consecutive items in batches of at most `max_items` items and `max_bytes` bytes, in input order.
-
-    A model call then holds at most `max_bytes` of input, or one item when that item alone is larger
-    (it still runs, alone). Greedy: a batch closes when the next item would pass either limit.
-    """
-    if max_items < 1 or max_bytes < 1:
-        raise ValueError(f"bounded_batches needs max_items >= 1 and max_bytes >= 1, got {max_items = }, {max_bytes = }")
-    batches, start, total = [], 0, 0
-    for i, size in enumerate(item_bytes):
-        if i > start and (i - start >= max_items or total + size > max_bytes):
-            batches.append(slice(start, i))
-            start, total = i, 0
-        total += size
-    if start < len(item_bytes):
-        batches.append(slice(start, len(item_bytes)))
-    return batches
-
-
 @dataclass(frozen=True)
 class Frames:
     """Frames sampled at 1 fps: row k stands for `intervals[k]` = [k, k+1) s (the last one clipped)."""
@@ -170,9 +151,6 @@ class Extractor(ABC, Generic[C]):
     def __init__(self, config: C, device: str = "cpu") -> None:
         self.config = config
         self.device = device
-        # set by the model actor: "auto" batch sizes are then measured there (extractors/calibrate.py); a
-        # direct call keeps each extractor's fixed default
-        self.calibrator: Any = None
 
     @classmethod
     def wants_gpu(cls, config: C) -> bool:

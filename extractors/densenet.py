@@ -16,7 +16,8 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
+from extractors.base import ExtractorConfig, Frames, Still, register
+from extractors.batched import Frame, FrameModel, Precision, frame_runs, source_attrs
 from extractors.weights import require, weights_dir
 from rows import FeatureRows
 
@@ -89,22 +90,21 @@ def pooled_features(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor
 
 
 @register
-class DenseNet161(Extractor[DenseNetConfig]):
+class DenseNet161(FrameModel[DenseNetConfig]):
+    """Units are frames (a batch may span videos of different sizes: each is resized and cropped to the network's
+    input); forward: preprocess each video's run of frames, then the pooled features; packing: one row a frame."""
+
     name = "densenet161"
     version = "1"
     config_type = DenseNetConfig
-    input_kind = "frames"
-    uses_gpu = True
 
-    def __init__(self, config: DenseNetConfig, device: str = "cpu") -> None:
+    def __init__(self, config: DenseNetConfig, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
         import torch
 
-        super().__init__(config, device)
-        self.model = load_densenet(config).to(device)
-        self.on_cuda = torch.device(device).type == "cuda"
+        super().__init__(config, device, calibrator)
         # channels_last on CPU too: oneDNN's convolutions skip their layout reorders; DenseNet161 at batch 8 on
         # 2 threads took 0.79× the CPU time a frame (interleaved A/B, docs/scale.md), features within 1.5e-6
-        self.model = self.model.to(memory_format=torch.channels_last)
+        self.model = load_densenet(config).to(device, memory_format=torch.channels_last)
         self.preprocess = _tv_weights("imagenet1k_v1").transforms()  # resize/crop/normalise only
 
     @classmethod
@@ -117,9 +117,28 @@ class DenseNet161(Extractor[DenseNetConfig]):
     def columns(cls, config: DenseNetConfig) -> list[str]:
         return [f"densenet161_{i}" for i in range(FEATURE_DIM)]
 
-    @classmethod
-    def rate_hz(cls, config: DenseNetConfig) -> float | None:
-        return 1.0
+    def precision(self) -> Precision:
+        return self.config.precision if self.on_cuda else "fp32"
+
+    def batch_key(self, reference: Frame) -> tuple[str, str]:
+        """Per network input: every frame is resized and cropped to it, so the cost does not depend on its size."""
+        crop = self.preprocess.crop_size[0]
+        return f"densenet161-{self.precision()}", f"3x{crop}x{crop}"
+
+    def default_batch(self) -> int:
+        return DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"]
+
+    def forward(self, batch: Sequence[Frame]) -> np.ndarray:
+        """(B, 2208) float32; each video's run of frames preprocessed as one slice (a view: no copy of its pixels)."""
+        import torch
+
+        x = torch.cat([self.prepare(run) for run in frame_runs(batch)]).contiguous(memory_format=torch.channels_last)
+        return pooled_features(self.model, x).float().cpu().numpy()
+
+    def pack(self, x: Frames | Still, units: Sequence[Frame], outputs: list[np.ndarray]) -> FeatureRows:
+        pts = {} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
+        features = np.stack(outputs) if outputs else np.zeros((0, FEATURE_DIM), np.float32)
+        return FeatureRows(features, x.intervals, attrs={"precision": self.precision(), **pts, **source_attrs(x)})
 
     def prepare(self, pixels: np.ndarray) -> torch.Tensor:
         """(N, H, W, 3) uint8 → (N, 3, 224, 224) float, normalised; on the model's device."""
@@ -130,87 +149,3 @@ class DenseNet161(Extractor[DenseNetConfig]):
             x = torch.from_numpy(pixels)
         x = x.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
         return self.preprocess(x)
-
-    def embed(self, batch: torch.Tensor) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            return self._embed(batch)
-
-    def _embed(self, batch: torch.Tensor) -> np.ndarray:
-        import torch
-
-        batch = batch.contiguous(memory_format=torch.channels_last)
-        if not self.on_cuda:
-            return pooled_features(self.model, batch).float().cpu().numpy()
-        if self.config.precision == "fp32":
-            with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # true fp32, not TF32
-                return pooled_features(self.model, batch).float().cpu().numpy()
-        dtype = torch.float16 if self.config.precision == "fp16" else torch.bfloat16
-        with torch.autocast("cuda", dtype=dtype):
-            out = pooled_features(self.model, batch)
-        return out.float().cpu().numpy()
-
-    def extract(self, x: Frames | Still) -> FeatureRows:
-        return self.extract_batch([x])[0]
-
-    def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
-        """All frames of all videos go through the network in batches of at most `batch_size` frames and
-        `batch_bytes` of decoded pixels (a batch may span videos), then are split back per video."""
-        import torch
-
-        with torch.inference_mode():
-            return self._extract_batch(xs)
-
-    def _extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
-        refs = [(v, f) for v, x in enumerate(xs) for f in range(len(x.pixels))]
-        sizes = [xs[v].pixels[f].nbytes for v, f in refs]
-        trials = calibrate.Trials(len(refs), lambda a, b: self.embed(self._prepare_refs(xs, refs[a:b])),
-                                  lambda b: self.embed(self.prepare(np.repeat(self._first(xs)[None], b, axis=0))))
-        batch = self.batch_size(self._first(xs), max(sizes, default=1), trials) if refs else 1
-        rest, done = refs[trials.done:], trials.outputs  # a calibration's trials ran the first frames already
-        outs = done + [self.embed(self._prepare_refs(xs, rest[part]))
-                       for part in bounded_batches(sizes[trials.done:], batch, self.config.batch_bytes)]
-        feats = np.concatenate(outs) if outs else np.zeros((0, FEATURE_DIM), np.float32)
-        results, start = [], 0
-        precision = self.config.precision if self.on_cuda else "fp32"
-        for x in xs:
-            n = len(x.pixels)
-            source = {"input": "image"} if isinstance(x, Still) else {"frame_pts_s": x.pts_s.tolist()}
-            if x.picture:  # how the stored picture became the one the network saw (pipeline/picture.py)
-                source["picture"] = x.picture
-            results.append(FeatureRows(features=feats[start:start + n], intervals=x.intervals,
-                                       attrs={"precision": precision, **source}))
-            start += n
-        return results
-
-    @staticmethod
-    def _first(xs: Sequence[Frames | Still]) -> np.ndarray:
-        return next(x.pixels[0] for x in xs if len(x.pixels))
-
-    def batch_size(self, frame: np.ndarray, frame_bytes: int | None = None,
-                   trials: calibrate.Trials | None = None) -> int:
-        """Frames per forward: pinned, measured (cached) or the device's default. Measured per network input
-        (every frame is resized and cropped to it, so the forward's cost does not depend on the frame size) by
-        `trials` on the call's frames, or on `frame` repeated; `frame_bytes` (the call's largest frame) bounds
-        the candidates by `batch_bytes`."""
-        precision = self.config.precision if self.on_cuda else "fp32"
-        crop = self.preprocess.crop_size[0]
-        probe = trials or (lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))))
-        return calibrate.resolve(
-            self.calibrator, self.config.batch_size, DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"],
-            f"densenet161-{precision}", f"3x{crop}x{crop}", "frame", probe,
-            max_batch=self.config.batch_bytes // max(1, frame_bytes or frame.nbytes))
-
-    def _prepare_refs(self, xs: Sequence[Frames | Still], refs: list[tuple[int, int]]) -> torch.Tensor:
-        """Preprocessed frames `refs` (video, frame), in order; each video's run of frames is one slice (a view,
-        no copy of the decoded pixels), as videos in one batch may differ in size."""
-        import torch
-
-        parts, start = [], 0
-        for end in range(1, len(refs) + 1):
-            if end == len(refs) or refs[end][0] != refs[start][0]:
-                v = refs[start][0]
-                parts.append(self.prepare(xs[v].pixels[refs[start][1]:refs[end - 1][1] + 1]))
-                start = end
-        return torch.cat(parts)

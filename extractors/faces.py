@@ -4,16 +4,15 @@ Social-IQ kept only videos with at least one MTCNN face in 80 % of frames. This 
 every face whose probability reaches `prob_threshold` (boxes, probabilities, five-point landmarks, padded with a
 mask) and marks the item `filtered` when its face ratio is below `min_face_ratio` (the item is never dropped here).
 
-MTCNN's first stage runs one image pyramid over a batch of same-size images, so `extract_batch` groups the frames
-of all given videos by (H, W) and detects in chunks of at most `batch_size` frames and `batch_bytes` bytes of
-pixels, then splits results back per video. On CUDA, stages 2 and 3 run vectorised over all candidate boxes
+MTCNN's first stage runs one image pyramid over a batch of same-size images, so the frames of all given videos are
+grouped by (H, W) (`group`) and detected in chunks of at most `batch_size` frames and `batch_bytes` bytes of pixels,
+then split back per video (the batching is extractors/batched.py's). On CUDA, stages 2 and 3 run vectorised over all candidate boxes
 (`extractors/mtcnn_stages.py`, same outputs as facenet-pytorch's per-box loop); on CPU facenet-pytorch's own
 `MTCNN.detect` runs, one frame per call by default (both choices measured: docs/faces.md).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -23,7 +22,8 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
+from extractors.base import ExtractorConfig, Frames, Still, register
+from extractors.batched import Frame, FrameModel, source_attrs, stacked_frames
 from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
@@ -179,29 +179,24 @@ def pack_video(raw: list[Detections], frames: Frames | Still, config: FacesConfi
     height, width = frames.pixels.shape[1:3]
     extras = _padded(dets, config.max_faces)
     attrs = face_filter_attrs(extras["count"], config.min_face_ratio)
-    if isinstance(frames, Still):
-        attrs["input"] = "image"
-    if frames.picture:  # boxes are in this picture's coordinates: the one displayed (docs/faces.md)
-        attrs["picture"] = frames.picture
+    attrs.update(source_attrs(frames))  # boxes are in the picture's coordinates: the one displayed (docs/faces.md)
     return FeatureRows(_dense_features(dets, height, width), frames.intervals.copy(), extras, attrs)
 
 
 @register
-class MTCNNFaces(Extractor[FacesConfig]):
+class MTCNNFaces(FrameModel[FacesConfig]):
     """Faces per 1 fps frame (facenet-pytorch MTCNN), batched across frames and videos of the same size."""
 
     name = "mtcnn"
     # 2: the CPU default with 1-2 threads is one frame per call (was 16): boxes move by float rounding (~5e-5 px)
     version = "2"
     config_type = FacesConfig
-    input_kind = "frames"
-    uses_gpu = True
     item_measures = {"face_ratio": "face ratio"}
 
-    def __init__(self, config: FacesConfig, device: str = "cpu") -> None:
+    def __init__(self, config: FacesConfig, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
         import torch
 
-        super().__init__(config, device)
+        super().__init__(config, device, calibrator)
         from facenet_pytorch import MTCNN  # imported here: the registry must not pull in model libraries
 
         # keep_all / select_largest=False: every face, ordered by probability; we only call detect().
@@ -213,33 +208,29 @@ class MTCNNFaces(Extractor[FacesConfig]):
             select_largest=False,
             device=torch.device(device),
         ).eval()
-        self.on_cuda = torch.device(device).type == "cuda"
         self.vectorised = self.on_cuda if config.vectorised == "auto" else config.vectorised
 
-    @property
-    def batch_size(self) -> int:
-        """Frames per call without a calibrator; "auto" is read per call, as the pipeline may set torch's
-        threads after loading."""
-        if self.config.batch_size != "auto":
-            return self.config.batch_size
+    def default_batch(self) -> int:
+        """Frames per call unless measured; read per call, as the pipeline may set torch's threads after loading."""
         if self.on_cuda:
             return AUTO_BATCH_SIZE_CUDA
         import torch
 
         return 1 if torch.get_num_threads() <= 2 else AUTO_BATCH_SIZE_CPU_MANY_THREADS
 
-    def batch_for(self, frame: np.ndarray, trials: calibrate.Trials | None = None) -> int:
-        """Frames per call for frames of this size: pinned, measured by the actor's calibrator (MTCNN's cost
-        depends on the size and on the faces found) with `trials` on the call's frames of this size, or on this
-        frame repeated; else `batch_size`."""
-        probe = trials or (lambda b: self._detect(np.repeat(frame[None], b, axis=0)))
-        return calibrate.resolve(
-            self.calibrator, self.config.batch_size, self.batch_size,
-            f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}", "x".join(map(str, frame.shape)), "frame",
-            probe, max_batch=self.config.batch_bytes // max(1, frame.nbytes))
+    def group(self, unit: Frame) -> tuple[int, ...]:
+        """MTCNN's first stage runs one image pyramid over a batch of same-size frames."""
+        return tuple(unit.pixels.shape[1:])
 
-    def _detect(self, pixels: np.ndarray) -> list[Detections]:
-        return detect_frames(self.mtcnn, pixels, self.device, self.vectorised)
+    def batch_key(self, reference: Frame) -> tuple[str, str]:
+        """Per frame size: MTCNN's cost depends on it (its pyramid) and on the faces found."""
+        return f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}", "x".join(map(str, self.group(reference)))
+
+    def forward(self, batch: Sequence[Frame]) -> list[Detections]:
+        return detect_frames(self.mtcnn, stacked_frames(batch), self.device, self.vectorised)
+
+    def pack(self, x: Frames | Still, units: Sequence[Frame], outputs: list[Detections]) -> FeatureRows:
+        return pack_video(outputs, x, self.config)
 
     @classmethod
     def weights_id(cls, config: FacesConfig) -> str:
@@ -259,13 +250,6 @@ class MTCNNFaces(Extractor[FacesConfig]):
         return list(COLUMNS)
 
     @classmethod
-    def rate_hz(cls, config: FacesConfig) -> float | None:
-        return 1.0
-
-    def extract(self, x: Frames | Still) -> FeatureRows:
-        return self.extract_batch([x])[0]
-
-    @classmethod
     def join(cls, parts: Sequence[FeatureRows], config: FacesConfig) -> FeatureRows:
         """Segments' rows joined; the filter attrs are the whole video's (its share of frames with a face)."""
         kept = {k: v for k, v in parts[0].attrs.items() if k in ("input", "picture")}  # the same in every segment
@@ -273,35 +257,3 @@ class MTCNNFaces(Extractor[FacesConfig]):
         rows = super().join(parts, config)
         return FeatureRows(rows.features, rows.intervals, rows.extras,
                            {**face_filter_attrs(rows.extras["count"], config.min_face_ratio), **kept})
-
-    def extract_batch(self, xs: Sequence[Frames | Still]) -> list[FeatureRows]:
-        for i, x in enumerate(xs):
-            if not isinstance(x, Frames | Still):
-                raise TypeError(f"mtcnn expects Frames or Still, got {type(x).__name__} at position {i}")
-        raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
-
-        def detect(chunk: list[tuple[int, int]]) -> None:
-            found = self._detect(np.stack([xs[v].pixels[f] for v, f in chunk]))
-            for (v, f), det in zip(chunk, found, strict=True):
-                raw[v][f] = det
-
-        for (height, width), refs in _group_by_size(xs).items():
-            if not refs:  # a video without frames
-                continue
-            frame = xs[refs[0][0]].pixels[refs[0][1]]
-            trials = calibrate.Trials(len(refs), lambda a, b, refs=refs: detect(refs[a:b]),
-                                      lambda b, frame=frame: self._detect(np.repeat(frame[None], b, axis=0)))
-            batch = self.batch_for(frame, trials)  # a calibration's trials detect in the first frames
-            rest = refs[trials.done:]
-            for part in bounded_batches([height * width * 3] * len(rest), batch, self.config.batch_bytes):
-                detect(rest[part])
-        return [pack_video(r, x, self.config) for r, x in zip(raw, xs, strict=True)]  # type: ignore[arg-type]
-
-
-def _group_by_size(xs: Sequence[Frames | Still]) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """(video index, frame index) of every frame, grouped by frame (H, W), in input order."""
-    groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    for v, x in enumerate(xs):
-        size = (int(x.pixels.shape[1]), int(x.pixels.shape[2]))
-        groups[size].extend((v, f) for f in range(len(x.pixels)))
-    return groups

@@ -9,7 +9,6 @@ tokens excluded); `extras["tokens"]` the token states themselves, cut or padded 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -17,6 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import QAText, register
+from extractors.batched import Units
 from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION, FeatureRows
 
@@ -64,17 +64,14 @@ class QAExtractor(TextModelExtractor[QAConfig]):
     config_type = QAConfig
     input_kind = "qa"
 
-    def extract_batch(self, xs: Sequence[QAText]) -> list[FeatureRows]:
-        """The texts of all items go through the model together, `batch_size` per forward."""
-        plans = [qa_rows(x) for x in xs]
-        limit = self.tm.max_content_tokens
-        tok = self.tm.tokenizer
-        full = [tok([r.text for r in rows], add_special_tokens=False)["input_ids"] if rows else [] for rows in plans]
-        states = self.encode_per_item([[ids[:limit] for ids in ids_list] for ids_list in full])  # longer texts cut
-        return [self._item(rows, [len(i) for i in ids_list], st)
-                for rows, ids_list, st in zip(plans, full, states, strict=True)]
+    def units(self, x: QAText) -> Units:
+        """Each row's text as token ids (cut at the model's limit), with the row plan and full lengths for `pack`."""
+        rows = qa_rows(x)
+        full = self.tokenizer([r.text for r in rows], add_special_tokens=False)["input_ids"] if rows else []
+        return Units([ids[: self.max_content_tokens] for ids in full], (rows, [len(ids) for ids in full]))
 
-    def _item(self, rows: list[_Row], n_tokens: list[int], states: list[np.ndarray]) -> FeatureRows:
+    def pack(self, x: QAText, units: Units, states: list[np.ndarray]) -> FeatureRows:
+        rows, n_tokens = units.plan
         n, t_max, dtype = len(rows), self.config.max_text_tokens, np.dtype(self.config.dtype)
         pooled, tokens, mask = pool_and_pad(states, self.dim, t_max, dtype)
         extras = {

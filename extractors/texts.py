@@ -19,13 +19,13 @@ Intervals are [0, 0]: these texts belong to the whole (timeless) item, like its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
 from extractors.base import Texts, register
+from extractors.batched import Units
 from extractors.text_model import TextModelConfig, TextModelExtractor, pool_and_pad
 from extractors.transcript import tokenize_words
 from rows import FeatureRows
@@ -52,16 +52,14 @@ def reaction_text(emotion: str, reason: str) -> str:
 class _TextsExtractor(TextModelExtractor[_TextsConfig]):
     version: ClassVar[str] = "1"
 
-    def extract_batch(self, xs: Sequence[Texts]) -> list[FeatureRows]:
-        """The texts of all items go through the model together, `batch_size` per forward."""
-        limit = self.tm.max_content_tokens
-        plans = [[(ws, *tokenize_words(self.tm.tokenizer, ws)) for ws in map(str.split, x.texts)] for x in xs]
-        seqs = [[ids[:limit].tolist() for _, ids, _ in plan] for plan in plans]  # longer texts cut at the limit
-        states = self.encode_per_item(seqs)
-        return [self._item(x, plan, st) for x, plan, st in zip(xs, plans, states, strict=True)]
+    def units(self, x: Texts) -> Units:
+        """Each text's token ids (cut at the model's limit), with its words and each token's word for `pack`."""
+        limit = self.max_content_tokens
+        plan = [(ws, *tokenize_words(self.tokenizer, ws)) for ws in map(str.split, x.texts)]
+        return Units([ids[:limit].tolist() for _, ids, _ in plan], plan)
 
-    def _item(self, x: Texts, plan: list[tuple[list[str], np.ndarray, np.ndarray]],
-              states: list[np.ndarray]) -> FeatureRows:
+    def pack(self, x: Texts, units: Units, states: list[np.ndarray]) -> FeatureRows:
+        plan = units.plan
         n, t_max, dtype = len(plan), self.config.max_text_tokens, np.dtype(self.config.dtype)
         w_max = max([1, *(len(words) for words, _, _ in plan)])
         pooled, tokens, mask = pool_and_pad(states, self.dim, t_max, dtype)

@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import Words, register
+from extractors.batched import Units
 from extractors.text_model import TextModelConfig, TextModelExtractor
 from rows import FeatureRows
 
@@ -51,32 +52,20 @@ class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
     config_type = TranscriptConfig
     input_kind = "transcript"
 
-    def extract_batch(self, xs: Sequence[Words]) -> list[FeatureRows]:
-        """All windows of all items go through the model together, `batch_size` per forward."""
-        plans = [self._plan(w) for w in xs]
-        window = self._window()
-        states = self.encode_per_item([[ids[s : s + window].tolist() for s in starts] for ids, _, starts in plans])
-        return [self._rows(words, ids, word_ids, starts, st)
-                for words, (ids, word_ids, starts), st in zip(xs, plans, states, strict=True)]
-
-    def _window(self) -> int:
-        return self.tm.max_content_tokens
-
-    def _plan(self, words: Words) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Token ids, the word index of each token, and the window starts for one transcript."""
-        ids, word_ids = tokenize_words(self.tm.tokenizer, words.words)
-        window = self._window()
+    def units(self, x: Words) -> Units:
+        """The transcript's windows of token ids, with the ids, each token's word and the window starts for `pack`."""
+        ids, word_ids = tokenize_words(self.tokenizer, x.words)
+        window = self.max_content_tokens
         stride = self.config.window_stride_tokens or max(1, window // 2)
         starts = window_starts(len(ids), window, min(stride, window)) if len(ids) else np.zeros(0, np.int64)
-        return ids, word_ids, starts
+        return Units([ids[s : s + window].tolist() for s in starts], (ids, word_ids, starts))
 
-    def _rows(
-        self, words: Words, ids: np.ndarray, word_ids: np.ndarray, starts: np.ndarray, states: list[np.ndarray]
-    ) -> FeatureRows:
+    def pack(self, words: Words, units: Units, states: list[np.ndarray]) -> FeatureRows:
+        ids, word_ids, starts = units.plan
         dim = self.dim
         vecs = np.zeros((len(ids), dim), dtype=np.float64)
         if len(ids):
-            which = most_central_window(len(ids), starts, self._window())
+            which = most_central_window(len(ids), starts, self.max_content_tokens)
             for w, s in enumerate(starts):
                 tok = np.flatnonzero(which == w)
                 vecs[tok] = states[w][tok - s]

@@ -182,11 +182,14 @@ class ExtractorWorker:
             torch.set_num_threads(threads)
         if not keep_heap():
             log.info("%s: malloc thresholds left as they are (not glibc)", feature)
+        from extractors.batched import BatchedModel
         from extractors.calibrate import Calibrator
 
         self.feature = feature
-        self.extractor = get_extractor(config.extractor)(config, device=device)
-        self.extractor.calibrator = Calibrator(feature, device, calibration)  # "auto" batches measured on first use
+        self.calibrator = Calibrator(feature, device, calibration)  # "auto" batches measured on first use
+        cls = get_extractor(config.extractor)
+        self.extractor = cls(config, device=device, calibrator=self.calibrator) if issubclass(cls, BatchedModel) \
+            else cls(config, device=device)
         self.model_s, self.units = 0.0, 0  # this actor's model calls, for the per-unit cost in the run report
         log.info("%s: %s ready on %s (pid %d)", feature, config.extractor, device, os.getpid())
 
@@ -201,8 +204,8 @@ class ExtractorWorker:
     def batches(self) -> dict[str, Any]:
         """The batch sizes this actor used (per input size: pinned, calibrated, cached or default, with the
         calibration's per-unit costs) and the per-unit cost of its model calls in this run."""
-        choices = [c.record() for c in self.extractor.calibrator.choices.values()]
-        model_s = self.model_s - self.extractor.calibrator.spent_s
+        choices = [c.record() for c in self.calibrator.choices.values()]
+        model_s = self.model_s - self.calibrator.spent_s
         return {"choices": choices, "model_s": round(model_s, 3), "units": self.units,
                 "run_per_unit_s": model_s / self.units if self.units else None}
 

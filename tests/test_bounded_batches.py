@@ -1,11 +1,11 @@
-"""`extractors.base.bounded_batches`: model batches bounded in items and in bytes (frames of any size)."""
+"""`extractors.batched.bounded_batches`: model batches bounded in items and in bytes (frames of any size)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from extractors.base import bounded_batches
+from extractors.batched import bounded_batches
 
 
 def spans(item_bytes: list[int], max_items: int, max_bytes: int) -> list[list[int]]:

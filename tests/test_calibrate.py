@@ -116,9 +116,8 @@ def test_cpu_working_memory_is_measured_on_the_real_process(densenet: DenseNet16
     assert calibrate.work_budget("cpu") == calibrate.CPU_WORK_BYTES
     monkeypatch.setenv(calibrate.ENV_WORK, "200")
     assert calibrate.work_budget("cpu") == 200 * 2**20 and "work<=200MiB" in calibrate.device_key("cpu")
-    model = DenseNet161(DenseNetConfig(weights="random"))
+    model = DenseNet161(DenseNetConfig(weights="random"), calibrator=Calibrator("frames", "cpu", tmp_path / "c.json", budget_s=1e9))
     model.model = densenet.model
-    model.calibrator = Calibrator("frames", "cpu", tmp_path / "c.json", budget_s=1e9)
     model.extract_batch([frames(40)])
     choice = model.calibrator.choices["3x224x224"]
     work = choice.work_mib
@@ -241,7 +240,7 @@ def frames(n: int, h: int = 120, w: int = 160, seed: int = 0) -> Frames:
 
 
 def spy_forwards(model, name: str) -> list[int]:
-    """Sizes of the forwards `model` runs through `name` (embed / a function it calls)."""
+    """Sizes of the forwards `model` runs through `name` (forward / a function it calls)."""
     sizes: list[int] = []
     real = getattr(model, name)
 
@@ -259,10 +258,9 @@ def densenet() -> DenseNet161:
 
 
 def test_a_pinned_batch_is_used_as_is(densenet: DenseNet161, tmp_path: Path) -> None:
-    model = DenseNet161(DenseNetConfig(weights="random", batch_size=3))
+    model = DenseNet161(DenseNetConfig(weights="random", batch_size=3), calibrator=Calibrator("frames", "cpu", tmp_path / "c.json"))
     model.model = densenet.model  # the same weights, loaded once
-    model.calibrator = Calibrator("frames", "cpu", tmp_path / "c.json")
-    sizes = spy_forwards(model, "embed")
+    sizes = spy_forwards(model, "forward")
     model.extract_batch([frames(5), frames(2, seed=1)])
     assert sizes == [3, 3, 1]  # a batch spans videos; no calibration call among them
     assert model.calibrator.choices["3x224x224"].source == "pinned" and not (tmp_path / "c.json").exists()
@@ -277,10 +275,10 @@ def test_densenet_calibrates_on_the_calls_own_frames(densenet: DenseNet161, tmp_
     reference = one.extract_batch(x)
     # 4 frames' bytes bound the candidates to 1, 2, 4; a clock that ticks once per reading makes every call cost
     # the same, so the cheapest per frame is 4, whatever the machine's load (the real timing is tested above)
-    auto = DenseNet161(DenseNetConfig(weights="random", batch_bytes=4 * 120 * 160 * 3))
+    auto = DenseNet161(DenseNetConfig(weights="random", batch_bytes=4 * 120 * 160 * 3),
+                       calibrator=Calibrator("frames", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__))
     auto.model = densenet.model
-    auto.calibrator = Calibrator("frames", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__)
-    sizes = spy_forwards(auto, "embed")
+    sizes = spy_forwards(auto, "forward")
     calibrated = auto.extract_batch(x)
     (key, entry), = json.loads((tmp_path / "c.json").read_text()).items()
     assert key.endswith("|densenet161-fp32|3x224x224")
@@ -366,17 +364,15 @@ def test_text_features_do_not_depend_on_the_calibrated_batch(tmp_path: Path) -> 
     item = QAText(qids=("q0", "q1"), questions=("Why does the man laugh?", "How does the woman feel when he leaves?"),
                   answers=(("He finds the joke funny.", "He is nervous."), ("Relieved.", "She's upset.")),
                   correct=((True, False), (False, True)))
-    pinned = QAExtractor(QAConfig(model=BUNDLED_MINILM, batch_size=1))
-    auto = QAExtractor(QAConfig(model=BUNDLED_MINILM))
-    auto.calibrator = Calibrator("qa", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__)
+    pinned = QAExtractor(QAConfig(model=BUNDLED_MINILM, batch_size=1), calibrator=Calibrator("qa", "cpu", tmp_path / "other.json"))
+    auto = QAExtractor(QAConfig(model=BUNDLED_MINILM),
+                       calibrator=Calibrator("qa", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__))
     a, b = auto.extract(item), pinned.extract(item)
     (entry,) = json.loads((tmp_path / "c.json").read_text()).values()
     top = calibrate.CPU_MAX_BATCH  # every call costs 1 tick: the largest trial is the cheapest per sequence
     assert entry["batch"] == top and next(iter(auto.calibrator.choices.values())).batch == top
     assert entry["costs"]["1"] > 1  # a kept trial of the shortest sequence weighs less than one median sequence
     np.testing.assert_allclose(a.features, b.features, rtol=1e-5, atol=1e-5)
-    pinned.calibrator = Calibrator("qa", "cpu", tmp_path / "other.json")
-    pinned.extract(item)
     assert {c.source for c in pinned.calibrator.choices.values()} == {"pinned"}
     assert not (tmp_path / "other.json").exists()
 
@@ -387,8 +383,8 @@ def test_faces_calibrated_per_frame_size_and_same_faces(tmp_path: Path) -> None:
 
     sizes = edge_and_size_frames()
     videos = [make_frames((sizes[240, 320] * 3)[:7])]
-    auto = MTCNNFaces(FacesConfig(batch_bytes=2 * 240 * 320 * 3))  # candidates 1, 2; every call costs 1: 2
-    auto.calibrator = Calibrator("faces", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__)
+    auto = MTCNNFaces(FacesConfig(batch_bytes=2 * 240 * 320 * 3),  # candidates 1, 2; every call costs 1: 2
+                      calibrator=Calibrator("faces", "cpu", tmp_path / "c.json", budget_s=1e9, clock=itertools.count().__next__))
     import extractors.faces as faces_module
 
     calls = []
@@ -401,8 +397,7 @@ def test_faces_calibrated_per_frame_size_and_same_faces(tmp_path: Path) -> None:
     assert [(k, c.batch, c.source) for k, c in auto.calibrator.choices.items()] == [("240x320x3", 2, "calibrated")]
     assert calls == [1, 1, 2, 2, 1]  # the trials detect in the call's own frames; every frame once
     assert_same_faces(got[0], MTCNNFaces(FacesConfig(batch_size=1)).extract_batch(videos)[0])
-    pinned = MTCNNFaces(FacesConfig(batch_size=2))
-    pinned.calibrator = Calibrator("faces", "cpu", tmp_path / "other.json")
+    pinned = MTCNNFaces(FacesConfig(batch_size=2), calibrator=Calibrator("faces", "cpu", tmp_path / "other.json"))
     calls.clear()
     try:
         faces_module.detect_frames = lambda m, px, *a: calls.append(len(px)) or real(m, px, *a)
@@ -412,11 +407,12 @@ def test_faces_calibrated_per_frame_size_and_same_faces(tmp_path: Path) -> None:
     assert calls == [2, 2, 2, 1] and pinned.calibrator.choices["240x320x3"].source == "pinned"
 
 
-def test_calibration_off_records_the_default(tmp_path: Path) -> None:
-    model = DenseNet161(DenseNetConfig(weights="random"))
-    model.calibrator = Calibrator("frames", "cpu", None)
-    assert model.batch_size(frames(1).pixels[0]) == 8
-    assert model.calibrator.choices["3x224x224"].source == "default"
+def test_calibration_off_records_the_default(densenet: DenseNet161) -> None:
+    model = DenseNet161(DenseNetConfig(weights="random"), calibrator=Calibrator("frames", "cpu", None))
+    model.model = densenet.model
+    model.extract_batch([frames(1)])
+    choice = model.calibrator.choices["3x224x224"]
+    assert (choice.batch, choice.source) == (8, "default")
 
 
 def test_the_driver_reads_configs_without_loading_torch() -> None:
@@ -437,8 +433,7 @@ def test_cuda_calibration_saturates_and_changes_no_feature(tmp_path: Path) -> No
 
     device = cuda_or_skip()
     x = [frames(40, 360, 640), frames(24, 360, 640, seed=1)]
-    auto = DenseNet161(DenseNetConfig(weights="random"), device=device)
-    auto.calibrator = Calibrator("frames", device, tmp_path / "c.json")
+    auto = DenseNet161(DenseNetConfig(weights="random"), device=device, calibrator=Calibrator("frames", device, tmp_path / "c.json"))
     got = auto.extract_batch(x)
     choice = auto.calibrator.choices["3x224x224"]  # keyed by the network's input, whatever the frame size
     assert choice.source == "calibrated" and choice.batch >= 8 and max(choice.costs) > calibrate.CPU_MAX_BATCH

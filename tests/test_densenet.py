@@ -153,13 +153,13 @@ def test_batches_bounded_in_bytes_and_batching_never_changes_features(monkeypatc
 
     videos = [video(3, 120, 160), video(2, 90, 300)]  # 57,600 and 81,000 bytes per frame
     calls: list[int] = []
-    embed = DenseNet161.embed
+    forward = DenseNet161.forward
 
     def spy(self, batch):
         calls.append(len(batch))
-        return embed(self, batch)
+        return forward(self, batch)
 
-    monkeypatch.setattr(DenseNet161, "embed", spy)
+    monkeypatch.setattr(DenseNet161, "forward", spy)
     out = {}
     for name, cfg, expected in [
         ("one", {"batch_size": 1}, [1] * 5),

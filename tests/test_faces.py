@@ -416,12 +416,11 @@ def test_auto_batching_per_device_and_left_out_of_fingerprint() -> None:
     threads = torch.get_num_threads()
     try:  # CPU: one frame per call with 1-2 threads, 16 with more; facenet-pytorch's own stages
         torch.set_num_threads(2)
-        assert (faces.batch_size, faces.vectorised) == (1, False)
+        assert (faces.default_batch(), faces.vectorised) == (1, False)
         torch.set_num_threads(3)
-        assert faces.batch_size == 16
+        assert faces.default_batch() == 16
     finally:
         torch.set_num_threads(threads)
-    assert MTCNNFaces(FacesConfig(batch_size=5)).batch_size == 5
     canonical = FacesConfig(batch_size=7, batch_bytes=10, vectorised=True).canonical()
     assert canonical == FacesConfig().canonical() and "batch_size" not in canonical
     for bad in ({"batch_size": "big"}, {"batch_bytes": 0}):
