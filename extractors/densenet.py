@@ -7,7 +7,6 @@ The forward runs channels_last (faster on CPU and GPU); on CUDA under fp16/bf16 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -17,6 +16,8 @@ from pydantic import Field
 
 from extractors import calibrate
 from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
+from extractors.pixels import repeat
+from extractors.pixels import to_device as pixels_on
 from extractors.weights import require, weights_dir
 from rows import FeatureRows
 
@@ -121,15 +122,10 @@ class DenseNet161(Extractor[DenseNetConfig]):
     def rate_hz(cls, config: DenseNetConfig) -> float | None:
         return 1.0
 
-    def prepare(self, pixels: np.ndarray) -> torch.Tensor:
-        """(N, H, W, 3) uint8 → (N, 3, 224, 224) float, normalised; on the model's device."""
-        import torch
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # read-only arrays (Ray's zero-copy): never written to here
-            x = torch.from_numpy(pixels)
-        x = x.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-        return self.preprocess(x)
+    def prepare(self, pixels: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """(N, H, W, 3) uint8, numpy or already a device tensor → (N, 3, 224, 224) float, normalised; on the
+        model's device."""
+        return self.preprocess(pixels_on(pixels, self.device).permute(0, 3, 1, 2))
 
     def embed(self, batch: torch.Tensor) -> np.ndarray:
         import torch
@@ -166,7 +162,7 @@ class DenseNet161(Extractor[DenseNetConfig]):
         refs = [(v, f) for v, x in enumerate(xs) for f in range(len(x.pixels))]
         sizes = [xs[v].pixels[f].nbytes for v, f in refs]
         trials = calibrate.Trials(len(refs), lambda a, b: self.embed(self._prepare_refs(xs, refs[a:b])),
-                                  lambda b: self.embed(self.prepare(np.repeat(self._first(xs)[None], b, axis=0))))
+                                  lambda b: self.embed(self.prepare(repeat(self._first(xs), b))))
         batch = self.batch_size(self._first(xs), max(sizes, default=1), trials) if refs else 1
         rest, done = refs[trials.done:], trials.outputs  # a calibration's trials ran the first frames already
         outs = done + [self.embed(self._prepare_refs(xs, rest[part]))
@@ -196,7 +192,7 @@ class DenseNet161(Extractor[DenseNetConfig]):
         the candidates by `batch_bytes`."""
         precision = self.config.precision if self.on_cuda else "fp32"
         crop = self.preprocess.crop_size[0]
-        probe = trials or (lambda b: self.embed(self.prepare(np.repeat(frame[None], b, axis=0))))
+        probe = trials or (lambda b: self.embed(self.prepare(repeat(frame, b))))
         return calibrate.resolve(
             self.calibrator, self.config.batch_size, DEFAULT_BATCH["cuda" if self.on_cuda else "cpu"],
             f"densenet161-{precision}", f"3x{crop}x{crop}", "frame", probe,

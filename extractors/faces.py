@@ -24,6 +24,7 @@ from pydantic import Field
 
 from extractors import calibrate
 from extractors.base import Extractor, ExtractorConfig, Frames, Still, bounded_batches, register
+from extractors.pixels import repeat, stack, to_device
 from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
@@ -97,8 +98,9 @@ def detections_from_facenet(boxes: Any, probs: Any, points: Any) -> Detections:
     return Detections(_as_float32(boxes, (4,)), _as_float32(probs, ()), _as_float32(points, (5, 2)))
 
 
-def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str, vectorised: bool = False) -> list[Detections]:
-    """Detect faces once in a batch of same-size frames (B, H, W, 3) uint8; one `Detections` per frame.
+def detect_frames(mtcnn: Any, pixels: Any, device: str, vectorised: bool = False) -> list[Detections]:
+    """Detect faces once in a batch of same-size frames (B, H, W, 3) uint8 (numpy, or a tensor already on the
+    device); one `Detections` per frame.
 
     `vectorised` runs `mtcnn_stages.detect` (stages 2/3 over all boxes at once) instead of `mtcnn.detect`; the
     detections are the same (tests/test_faces.py compares them bit for bit)."""
@@ -109,7 +111,7 @@ def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str, vectorised: bool 
         return [Detections.empty() for _ in range(len(pixels))]
     import torch  # here, not at the top: the driver reads this module's config without loading torch
 
-    batch = torch.from_numpy(np.ascontiguousarray(pixels)).to(device)
+    batch = to_device(pixels, device)
     with torch.inference_mode():
         if vectorised:
             from extractors import mtcnn_stages
@@ -232,13 +234,13 @@ class MTCNNFaces(Extractor[FacesConfig]):
         """Frames per call for frames of this size: pinned, measured by the actor's calibrator (MTCNN's cost
         depends on the size and on the faces found) with `trials` on the call's frames of this size, or on this
         frame repeated; else `batch_size`."""
-        probe = trials or (lambda b: self._detect(np.repeat(frame[None], b, axis=0)))
+        probe = trials or (lambda b: self._detect(repeat(frame, b)))
         return calibrate.resolve(
             self.calibrator, self.config.batch_size, self.batch_size,
             f"mtcnn-{'vectorised' if self.vectorised else 'facenet'}", "x".join(map(str, frame.shape)), "frame",
             probe, max_batch=self.config.batch_bytes // max(1, frame.nbytes))
 
-    def _detect(self, pixels: np.ndarray) -> list[Detections]:
+    def _detect(self, pixels: Any) -> list[Detections]:
         return detect_frames(self.mtcnn, pixels, self.device, self.vectorised)
 
     @classmethod
@@ -281,7 +283,7 @@ class MTCNNFaces(Extractor[FacesConfig]):
         raw: list[list[Detections | None]] = [[None] * len(x.pixels) for x in xs]
 
         def detect(chunk: list[tuple[int, int]]) -> None:
-            found = self._detect(np.stack([xs[v].pixels[f] for v, f in chunk]))
+            found = self._detect(stack([xs[v].pixels[f] for v, f in chunk]))
             for (v, f), det in zip(chunk, found, strict=True):
                 raw[v][f] = det
 
@@ -290,7 +292,7 @@ class MTCNNFaces(Extractor[FacesConfig]):
                 continue
             frame = xs[refs[0][0]].pixels[refs[0][1]]
             trials = calibrate.Trials(len(refs), lambda a, b, refs=refs: detect(refs[a:b]),
-                                      lambda b, frame=frame: self._detect(np.repeat(frame[None], b, axis=0)))
+                                      lambda b, frame=frame: self._detect(repeat(frame, b)))
             batch = self.batch_for(frame, trials)  # a calibration's trials detect in the first frames
             rest = refs[trials.done:]
             for part in bounded_batches([height * width * 3] * len(rest), batch, self.config.batch_bytes):

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, raystart, stop, supervise
+from pipeline import decode, inputs, nvdec, picture, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
-from pipeline.runner import Runner
+from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
 from store import layout
 from store.integrity import part_problems
@@ -149,7 +149,9 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             source = source_identity(item, kind, qs, config)
             # the file's name, size and mtime identify it, not the path it was reached by: moving the
             # raw root or writing RAW relative instead of absolute recomputes nothing
-            fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
+            fp = fingerprint(spec.spec_hash, source)
+            if kind == "frames" and item.image is None and config.frames_decoder != "cpu":
+                fp = _decoded_on_device(writer, spec, item.id, source, fp)
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
@@ -184,6 +186,17 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             log.error("%s", e)
             report.not_saved = str(e)
     return report
+
+
+def _decoded_on_device(writer: StoreWriter, spec: FeatureSpec, item: str, source: dict[str, Any], fp: str) -> str:
+    """The fingerprint a run that may decode frames on a device plans with: a stored item whose frames a device
+    decoder made (its identity names it, `Runner.commit`) is as current as one the CPU path made, where that
+    decoder is one this run may use; under `frames_decoder = "cpu"` only the CPU path's is."""
+    stored = writer.index(spec.name).entries.get(item)
+    if stored is not None and stored.fingerprint in {
+            fingerprint(spec.spec_hash, {**source, "decoder": d}) for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:
+        return stored.fingerprint
+    return fp
 
 
 def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:
