@@ -281,8 +281,8 @@ class ExtractorWorker:
         the call's `device_decode`, and each item's rows say which decoder made its frames (`decoder`, and
         `cpu_reason` where the CPU path had to)."""
         feature = feature or self.feature
+        inputs, notes, decode_record = self._device_frames(feature, inputs)  # (a record of its own: not the model's)
         started, t0 = stages.clock(), time.perf_counter()
-        inputs, notes, decode_record = self._device_frames(feature, inputs)
         results = self._batch(item_ids, inputs, feature)
         results = [(i, _with_decoder(rows, note), fail, secs)
                    for (i, rows, fail, secs), note in zip(results, notes, strict=True)]
@@ -307,6 +307,7 @@ class ExtractorWorker:
                 out.append(x)
                 notes.append(None)
                 continue
+            before = self.frames.decoded
             try:
                 value, reason = self.frames.take(x, feature)
             except Exception as e:  # the file's own error, for this item alone
@@ -315,7 +316,7 @@ class ExtractorWorker:
                 continue
             out.append(value)
             notes.append((getattr(value, "decoder", nvdec.CPU), reason))
-            frames += stages.units_of(value)
+            frames += stages.units_of(value) if self.frames.decoded > before else 0  # (not what the cache gave)
         record = None
         if self.frames.decoded > decoded:
             record = stages.call_record("decode:frames@device", started, frames, self.frames.decoded - decoded,

@@ -43,8 +43,8 @@ class RunReport:
     crashed: dict[str, Any] | None = None
     # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
     utilisation: dict[str, Any] = field(default_factory=dict)
-    # frames features: feature -> what decoded its committed items' frames -> how many ("cpu", "nvdec",
-    # "torchcodec-cpu"; pipeline/nvdec.py), in runs where the model actors decode frames
+    # frames features of videos: feature -> what decoded its committed items' frames -> how many ("cpu",
+    # "nvdec", "torchcodec-cpu"; pipeline/nvdec.py)
     frames_decoders: dict[str, dict[str, int]] = field(default_factory=dict)
     # videos whose frames the CPU path decoded although the run sent them to the actors' decoder, one per file:
     # item, file, reason (NVDEC cannot show it as the CPU path does), where (decode task, model actor)
@@ -138,7 +138,7 @@ def shorter_line(s: dict[str, Any]) -> str:
 def decoder_lines(decoders: dict[str, dict[str, int]], cpu_decoded: list[dict[str, Any]]) -> list[str]:
     """What decoded the frames (one line per feature), and each file the CPU path had to decode, with why."""
     lines = [f"  frames of {feat}: " + ", ".join(f"{n} by {d}" for d, n in sorted(counts.items()))
-             for feat, counts in sorted(decoders.items())]
+             for feat, counts in sorted(decoders.items()) if set(counts) != {"cpu"}]  # (CPU alone: as always)
     if cpu_decoded:
         lines.append(f"  {len(cpu_decoded)} video(s) decoded on the CPU: the GPU decoder cannot show them as the "
                      "CPU path does")

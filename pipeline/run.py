@@ -146,12 +146,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             if not applicable(item, kind, qs):
                 report.counts[spec.name]["n/a"] += 1
                 continue
-            source = source_identity(item, kind, qs, config)
-            # the file's name, size and mtime identify it, not the path it was reached by: moving the
-            # raw root or writing RAW relative instead of absolute recomputes nothing
-            fp = fingerprint(spec.spec_hash, source)
-            if kind == "frames" and item.image is None and config.frames_decoder != "cpu":
-                fp = _decoded_on_device(writer, spec, item.id, source, fp)
+            source, fp = planned_fingerprint(writer, spec, item, qs, config)
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
@@ -188,15 +183,22 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     return report
 
 
-def _decoded_on_device(writer: StoreWriter, spec: FeatureSpec, item: str, source: dict[str, Any], fp: str) -> str:
-    """The fingerprint a run that may decode frames on a device plans with: a stored item whose frames a device
-    decoder made (its identity names it, `Runner.commit`) is as current as one the CPU path made, where that
-    decoder is one this run may use; under `frames_decoder = "cpu"` only the CPU path's is."""
-    stored = writer.index(spec.name).entries.get(item)
-    if stored is not None and stored.fingerprint in {
-            fingerprint(spec.spec_hash, {**source, "decoder": d}) for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:
-        return stored.fingerprint
-    return fp
+def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, questions: list[QAItem],
+                        config: RunConfig) -> tuple[dict[str, Any], str]:
+    """(The source identity, the fingerprint the plan wants) of a (feature, item) pair. The file's name, size and
+    mtime identify it, not the path it was reached by: moving the raw root or writing RAW relative instead of
+    absolute recomputes nothing. Frames a device decoder made (the identity names it, `Runner.commit`) are as
+    current as the CPU path's for a run that may decode them so; under `frames_decoder = "cpu"` only the CPU
+    path's are."""
+    kind = spec.extractor.input_kind
+    source = source_identity(item, kind, questions, config)
+    fp = fingerprint(spec.spec_hash, source)
+    if kind == "frames" and item.image is None and config.frames_decoder != "cpu":
+        stored = writer.index(spec.name).entries.get(item.id)
+        if stored is not None and stored.fingerprint in {
+                fingerprint(spec.spec_hash, {**source, "decoder": d}) for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:
+            return source, stored.fingerprint
+    return source, fp
 
 
 def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:

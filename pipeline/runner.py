@@ -434,6 +434,8 @@ class Runner:
             "source": source, "duration_s": meta.get("durations", {}).get(spec.extractor.input_kind),
             "extract_seconds": round(secs, 4), "decode_seconds": round(meta["seconds"][spec.extractor.input_kind], 4),
         }
+        if decoder not in (None, nvdec.CPU):  # (the CPU path's items say nothing, as before this path)
+            attrs["decoder"] = decoder
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
         file = _str(decode.source_path(item, spec.extractor.input_kind))
