@@ -542,10 +542,10 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
     else:
         return plan
     host = frames[0]
-    actors_n = max(plan[f].actors for f in frames)
+    actors_n = max(plan[f].actors for f in frames)  # (each hosts every frames model: the most any of them asks)
     options = dict(plan[host].options)
-    if "num_gpus" in options:
-        options["num_gpus"] = sum(plan[f].options.get("num_gpus", 0) for f in frames)
+    if "num_gpus" in options:  # the GPU share the group's actors had, split over the shared ones
+        options["num_gpus"] = sum(plan[f].options["num_gpus"] * plan[f].actors for f in frames) / actors_n
     out = dict(plan)
     for f in frames:
         out[f] = dataclasses.replace(plan[f], options=options, actors=actors_n, host=host, decode_device=where)
