@@ -18,6 +18,10 @@ when the GPU path could not show it as the CPU path does:
 - non-square pixels (the CPU path's swscale bicubic scale is the reference) and mirrored display matrices
   (torchcodec applies the matrix's rotation only);
 - torchcodec missing, or frames it returns that are not the chosen ones.
+
+In a run (`frames_decoder`, docs/design.md "Frames decoded on the GPU"): the decode task calls `plan_for_device`
+and sends the `FramesPlan`, or decodes a file that needs the CPU path with its reason; the frames model actor
+calls `frames_of_plan` once per plan for every frames feature it hosts (pipeline/actors.py `DeviceFramesCache`).
 """
 
 from __future__ import annotations
