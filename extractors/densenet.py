@@ -7,7 +7,6 @@ The forward runs channels_last (faster on CPU and GPU); on CUDA under fp16/bf16 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -18,6 +17,7 @@ from pydantic import Field
 from extractors import calibrate
 from extractors.base import ExtractorConfig, Frames, Still, register
 from extractors.batched import Frame, FrameModel, Precision, frame_runs, source_attrs
+from extractors.pixels import to_device as pixels_on
 from extractors.weights import require, weights_dir
 from rows import FeatureRows
 
@@ -140,12 +140,7 @@ class DenseNet161(FrameModel[DenseNetConfig]):
         features = np.stack(outputs) if outputs else np.zeros((0, FEATURE_DIM), np.float32)
         return FeatureRows(features, x.intervals, attrs={"precision": self.precision(), **pts, **source_attrs(x)})
 
-    def prepare(self, pixels: np.ndarray) -> torch.Tensor:
-        """(N, H, W, 3) uint8 → (N, 3, 224, 224) float, normalised; on the model's device."""
-        import torch
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # read-only arrays (Ray's zero-copy): never written to here
-            x = torch.from_numpy(pixels)
-        x = x.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
-        return self.preprocess(x)
+    def prepare(self, pixels: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """(N, H, W, 3) uint8, numpy or already a device tensor (frames the actor decoded on its GPU) → (N, 3, 224,
+        224) float, normalised; on the model's device."""
+        return self.preprocess(pixels_on(pixels, self.device).permute(0, 3, 1, 2))

@@ -24,6 +24,7 @@ from pydantic import Field
 from extractors import calibrate
 from extractors.base import ExtractorConfig, Frames, Still, register
 from extractors.batched import Frame, FrameModel, source_attrs, stacked_frames
+from extractors.pixels import to_device
 from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
@@ -97,8 +98,9 @@ def detections_from_facenet(boxes: Any, probs: Any, points: Any) -> Detections:
     return Detections(_as_float32(boxes, (4,)), _as_float32(probs, ()), _as_float32(points, (5, 2)))
 
 
-def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str, vectorised: bool = False) -> list[Detections]:
-    """Detect faces once in a batch of same-size frames (B, H, W, 3) uint8; one `Detections` per frame.
+def detect_frames(mtcnn: Any, pixels: Any, device: str, vectorised: bool = False) -> list[Detections]:
+    """Detect faces once in a batch of same-size frames (B, H, W, 3) uint8 (numpy, or a tensor already on the
+    device); one `Detections` per frame.
 
     `vectorised` runs `mtcnn_stages.detect` (stages 2/3 over all boxes at once) instead of `mtcnn.detect`; the
     detections are the same (tests/test_faces.py compares them bit for bit)."""
@@ -109,7 +111,7 @@ def detect_frames(mtcnn: Any, pixels: np.ndarray, device: str, vectorised: bool 
         return [Detections.empty() for _ in range(len(pixels))]
     import torch  # here, not at the top: the driver reads this module's config without loading torch
 
-    batch = torch.from_numpy(np.ascontiguousarray(pixels)).to(device)
+    batch = to_device(pixels, device)
     with torch.inference_mode():
         if vectorised:
             from extractors import mtcnn_stages

@@ -13,7 +13,7 @@ import numpy as np
 
 from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import cut, decode, inputs, stages
+from pipeline import cut, decode, inputs, nvdec, stages
 from rows import FeatureRows
 
 log = logging.getLogger(__name__)
@@ -27,18 +27,20 @@ def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str,
 
 
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
-                segment_bytes: int | None = None) -> list[Any]:
+                segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
-    (meta["segments"]["frames"]: how many), the others come from `decode_segment`."""
+    (meta["segments"]["frames"]: how many), the others come from `decode_segment`. `on_device` (device, the
+    features reading the frames): the scheduler sent this video's frames to the model actors' decoder
+    (pipeline/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"])."""
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
         t0, started = time.perf_counter(), stages.clock()
         try:
             if kind == "frames" and item.video is not None and item.image is None:
-                value, meta["segments"][kind] = _decode_frames(item, 0, segment_bytes)
+                value, meta["segments"][kind] = _decode_frames(item, 0, segment_bytes, on_device, meta)
             else:
                 value = _decode_kind(item, kind, questions, audio_rate_hz)
             _describe(meta, kind, value)
@@ -52,13 +54,14 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     return [meta, *out]
 
 
-def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[Any]:
+def decode_segment(item: MediaItem, segment: int, segment_bytes: int,
+                   on_device: tuple[str, tuple[str, ...]] | None = None) -> list[Any]:
     """[meta, Frames] of one later segment of a long video (see `decode_item`)."""
     meta = _new_meta(item)
     t0, started = time.perf_counter(), stages.clock()
     value = None
     try:
-        value, _ = _decode_frames(item, segment, segment_bytes)
+        value, _ = _decode_frames(item, segment, segment_bytes, on_device, meta)
         _describe(meta, "frames", value)
     except Exception as e:
         meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
@@ -70,12 +73,23 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[An
 
 def _new_meta(item: MediaItem) -> dict[str, Any]:
     return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
-            "missing": {}, "shorter": {}, "segments": {}, "node": node_id(), "calls": []}
+            "missing": {}, "shorter": {}, "segments": {}, "cpu_reason": {}, "node": node_id(), "calls": []}
 
 
-def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None) -> tuple[Any, int]:
+def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None,
+                   on_device: tuple[str, tuple[str, ...]] | None = None,
+                   meta: dict[str, Any] | None = None) -> tuple[Any, int]:
     clip = cut.clip_span(item) if item.cut_from_source else None
-    return decode.decode_frames_segment(item.video, clip, segment, segment_bytes)
+    if on_device is None:
+        return decode.decode_frames_segment(item.video, clip, segment, segment_bytes)
+    device, readers = on_device
+    value, segments, reason = nvdec.plan_for_device(item.video, clip, device, item.id, readers, segment,
+                                                    segment_bytes)
+    if meta is not None:
+        meta["on_device"] = reason is None  # a plan: the model actors decode it
+        if reason is not None:  # the run report's per-file note
+            meta["cpu_reason"]["frames"] = reason
+    return value, segments
 
 
 def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
@@ -133,13 +147,18 @@ def without_missing(rows: FeatureRows, x: Any) -> FeatureRows:
 
 def _size(value: Any) -> int:
     """A batching weight: frames count one per frame, everything else one per item."""
+    if isinstance(value, nvdec.FramesPlan):
+        return value.n_frames
     pixels = getattr(value, "pixels", None)
     return len(pixels) if pixels is not None else 1
 
 
 def nbytes(value: Any) -> int:
     """The bytes of a decoded input's arrays (pixels, samples): what batches and in-flight data are bounded
-    by. Texts count as nothing: they are tiny next to any frame or second of audio."""
+    by. Texts count as nothing: they are tiny next to any frame or second of audio. A plan counts the pixels it
+    will be decoded to (on the model actor's device, where the actor's cache holds them)."""
+    if isinstance(value, nvdec.FramesPlan):
+        return value.pixel_bytes
     fields = getattr(value, "__dataclass_fields__", {})
     return sum(int(v.nbytes) for v in (getattr(value, f) for f in fields) if isinstance(v, np.ndarray))
 
@@ -170,11 +189,52 @@ def keep_heap() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_BYTES))
 
 
+class DeviceFramesCache:
+    """Frames the model actor decoded on its device (pipeline/nvdec.py), kept until every feature of this actor
+    that reads them has (`FramesPlan.readers`): DenseNet and MTCNN share one actor where frames are decoded
+    there, so a clip is decoded once for both. Only a saving, never a source of truth: an entry evicted (the
+    oldest, past `max_bytes`) or lost with a restarted actor is decoded again, the same frames."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.entries: dict[tuple[str, int], tuple[Any, str | None, set[str], int]] = {}  # insertion order: oldest first
+        self.decoded = 0  # decodes this actor ran (a clip decoded twice shows here)
+
+    def take(self, plan: nvdec.FramesPlan, feature: str) -> tuple[Any, str | None]:
+        """(The frames, the reason they came from the CPU path or None) for `feature`; a decode failure is
+        raised to every reader alike."""
+        entry = self.entries.pop(plan.key, None)
+        if entry is None:
+            try:
+                value, reason = nvdec.frames_of_plan(plan)
+            except Exception as e:  # the CPU path's error for this file, kept for its other readers
+                value, reason = e, None
+            self.decoded += 1
+            size = plan.pixel_bytes if not isinstance(value, Exception) else 0
+            entry = (value, reason, set(plan.readers), size)
+        value, reason, readers, size = entry
+        readers.discard(feature)
+        if readers:
+            self.entries[plan.key] = (value, reason, readers, size)
+            while sum(e[3] for e in self.entries.values()) > self.max_bytes and len(self.entries) > 1:
+                self.entries.pop(next(iter(self.entries)))
+        if isinstance(value, Exception):
+            raise value
+        return value, reason
+
+
+# device frames an actor keeps for its other features: the scheduler already bounds what is decoded and not yet
+# read by every feature (`max_inflight_bytes`, counted at the plans' pixel bytes); this is the backstop
+DEVICE_CACHE_BYTES = 4 << 30
+
+
 class ExtractorWorker:
-    """Holds one extractor (its model loaded once) and runs batches of items through it."""
+    """Holds one extractor (its model loaded once) and runs batches of items through it; or several, for
+    features that share the actor (`cohosted`: the frames features where the actor decodes their frames on its
+    device, so that each clip is decoded once for all of them)."""
 
     def __init__(self, feature: str, config: ExtractorConfig, device: str, threads: int | None = None,
-                 calibration: str | None = None) -> None:
+                 calibration: str | None = None, cohosted: dict[str, ExtractorConfig] | None = None) -> None:
         """`calibration`: the batch-size cache file (extractors/calibrate.py), None: fixed default batches."""
         import torch
 
@@ -186,12 +246,18 @@ class ExtractorWorker:
         from extractors.calibrate import Calibrator
 
         self.feature = feature
-        self.calibrator = Calibrator(feature, device, calibration)  # "auto" batches measured on first use
-        cls = get_extractor(config.extractor)
-        self.extractor = cls(config, device=device, calibrator=self.calibrator) if issubclass(cls, BatchedModel) \
-            else cls(config, device=device)
-        self.model_s, self.units = 0.0, 0  # this actor's model calls, for the per-unit cost in the run report
-        log.info("%s: %s ready on %s (pid %d)", feature, config.extractor, device, os.getpid())
+        self.extractors, self.calibrators = {}, {}
+        for feat, conf in {feature: config, **(cohosted or {})}.items():
+            self.calibrators[feat] = Calibrator(feat, device, calibration)  # "auto" batches measured on first use
+            cls = get_extractor(conf.extractor)
+            self.extractors[feat] = cls(conf, device=device, calibrator=self.calibrators[feat]) \
+                if issubclass(cls, BatchedModel) else cls(conf, device=device)
+            log.info("%s: %s ready on %s (pid %d)", feat, conf.extractor, device, os.getpid())
+        self.extractor, self.calibrator = self.extractors[feature], self.calibrators[feature]
+        # per feature: its model calls' seconds and units, for the per-unit cost in the run report
+        self.model_s = dict.fromkeys(self.extractors, 0.0)
+        self.units = dict.fromkeys(self.extractors, 0)
+        self.frames = DeviceFramesCache(DEVICE_CACHE_BYTES)
 
     def ready(self) -> dict[str, Any]:
         """Where it runs: its Ray node, and its GPUs (the run report's utilisation counts per GPU)."""
@@ -201,42 +267,96 @@ class ExtractorWorker:
         gpus = [str(g) for g in ray.get_gpu_ids()] if ray is not None and ray.is_initialized() else []
         return {"node": node_id(), "gpus": gpus}
 
-    def batches(self) -> dict[str, Any]:
-        """The batch sizes this actor used (per input size: pinned, calibrated, cached or default, with the
-        calibration's per-unit costs) and the per-unit cost of its model calls in this run."""
-        choices = [c.record() for c in self.calibrator.choices.values()]
-        model_s = self.model_s - self.calibrator.spent_s
-        return {"choices": choices, "model_s": round(model_s, 3), "units": self.units,
-                "run_per_unit_s": model_s / self.units if self.units else None}
+    def batches(self, feature: str | None = None) -> dict[str, Any]:
+        """The batch sizes this actor used for `feature` (per input size: pinned, calibrated, cached or default,
+        with the calibration's per-unit costs) and the per-unit cost of its model calls in this run."""
+        feature = feature or self.feature
+        calibrator = self.calibrators[feature]
+        choices = [c.record() for c in calibrator.choices.values()]
+        model_s, units = self.model_s[feature] - calibrator.spent_s, self.units[feature]
+        return {"choices": choices, "model_s": round(model_s, 3), "units": units,
+                "run_per_unit_s": model_s / units if units else None}
 
-    def __call__(self, item_ids: list[str], *inputs: Any) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]],
-                                                                    dict[str, Any]]:
-        """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`)."""
+    def __call__(self, item_ids: list[str], *inputs: Any, feature: str | None = None
+                 ) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]], dict[str, Any]]:
+        """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`). Frames sent as
+        plans are decoded here first (once for this actor's features); that decode has a record of its own under
+        the call's `device_decode`, and each item's rows say which decoder made its frames (`decoder`, and
+        `cpu_reason` where the CPU path had to)."""
+        feature = feature or self.feature
+        inputs, notes, decode_record = self._device_frames(feature, inputs)  # (a record of its own: not the model's)
         started, t0 = stages.clock(), time.perf_counter()
-        results = self._batch(item_ids, inputs)
-        kind = self.extractor.input_kind
+        results = self._batch(item_ids, inputs, feature)
+        results = [(i, _with_decoder(rows, note), fail, secs)
+                   for (i, rows, fail, secs), note in zip(results, notes, strict=True)]
+        kind = self.extractors[feature].input_kind
         units = sum(stages.units_of(x) for x in inputs)
-        self.units += units
-        self.model_s = self.model_s + time.perf_counter() - t0
-        return results, stages.call_record(f"model:{self.feature}", started, units, len(inputs),
-                                           stages.UNITS.get(kind, "items"))
+        self.units[feature] += units
+        self.model_s[feature] += time.perf_counter() - t0
+        record = stages.call_record(f"model:{feature}", started, units, len(inputs), stages.UNITS.get(kind, "items"))
+        if decode_record is not None:
+            record["device_decode"] = decode_record
+        return results, record
 
-    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
+    def _device_frames(self, feature: str, inputs: tuple[Any, ...]
+                       ) -> tuple[tuple[Any, ...], list[tuple[str, str | None] | None], dict[str, Any] | None]:
+        """Inputs with each plan replaced by its frames (an Exception where they failed to decode), each one's
+        (decoder, CPU reason) or None, and the record of the decodes this call ran (None: none)."""
+        out: list[Any] = []
+        notes: list[tuple[str, str | None] | None] = []
+        started, decoded, frames = stages.clock(), self.frames.decoded, 0.0
+        for x in inputs:
+            if not isinstance(x, nvdec.FramesPlan):
+                out.append(x)
+                notes.append(None)
+                continue
+            before = self.frames.decoded
+            try:
+                value, reason = self.frames.take(x, feature)
+            except Exception as e:  # the file's own error, for this item alone
+                out.append(e)
+                notes.append(None)
+                continue
+            out.append(value)
+            notes.append((getattr(value, "decoder", nvdec.CPU), reason))
+            frames += stages.units_of(value) if self.frames.decoded > before else 0  # (not what the cache gave)
+        record = None
+        if self.frames.decoded > decoded:
+            record = stages.call_record("decode:frames@device", started, frames, self.frames.decoded - decoded,
+                                        stages.UNITS["frames"])
+        return tuple(out), notes, record
+
+    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...], feature: str | None = None
+               ) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
         """A batch that fails is retried item by item, so one bad item cannot take its batch-mates down with it."""
+        feature = feature or self.feature
         t0 = time.perf_counter()
         try:
-            rows = self.extractor.extract_batch(list(inputs))
+            if any(isinstance(x, Exception) for x in inputs):
+                raise ValueError("an input did not decode")
+            rows = self.extractors[feature].extract_batch(list(inputs))
             per_item = (time.perf_counter() - t0) / max(1, len(inputs))
             return [(i, without_missing(r, x), None, per_item) for i, r, x in zip(item_ids, rows, inputs, strict=True)]
         except Exception:
-            if len(inputs) == 1:
-                return [self._one(item_ids[0], inputs[0])]
-            return [self._one(i, x) for i, x in zip(item_ids, inputs, strict=True)]
+            return [self._one(i, x, feature) for i, x in zip(item_ids, inputs, strict=True)]
 
-    def _one(self, item_id: str, x: Any) -> tuple[str, Any, dict[str, Any] | None, float]:
+    def _one(self, item_id: str, x: Any, feature: str | None = None) -> tuple[str, Any, dict[str, Any] | None, float]:
+        feature = feature or self.feature
         t0 = time.perf_counter()
+        if isinstance(x, Exception):  # its frames did not decode in this actor (the CPU path's error)
+            return item_id, None, failure(item_id, "decode:frames", None, x), 0.0
         try:
-            return item_id, without_missing(self.extractor.extract(x), x), None, time.perf_counter() - t0
+            return item_id, without_missing(self.extractors[feature].extract(x), x), None, time.perf_counter() - t0
         except Exception as e:
-            log.debug("%s/%s failed:\n%s", self.feature, item_id, traceback.format_exc())
-            return item_id, None, failure(item_id, f"extract:{self.feature}", None, e), time.perf_counter() - t0
+            log.debug("%s/%s failed:\n%s", feature, item_id, traceback.format_exc())
+            return item_id, None, failure(item_id, f"extract:{feature}", None, e), time.perf_counter() - t0
+
+
+def _with_decoder(rows: Any, note: tuple[str, str | None] | None) -> Any:
+    """Rows of frames the actor decoded itself, with the decoder that made them (`decoder`, stored with the item)
+    and, where the CPU path had to, why (`cpu_reason`, which the runner moves to the run report)."""
+    if rows is None or note is None:
+        return rows
+    decoder, reason = note
+    attrs = {**rows.attrs, "decoder": decoder, **({"cpu_reason": reason} if reason else {})}
+    return FeatureRows(rows.features, rows.intervals, rows.extras, attrs)

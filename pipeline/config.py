@@ -68,6 +68,16 @@ class RunConfig(BaseModel):
     actors_per_gpu: dict[str, int] = Field(default_factory=dict)
     model_threads: int | None = Field(None, ge=1)  # torch threads per GPU-feature actor without a GPU
     decode_retries: int = 2
+    # where videos' frames are decoded (pipeline/nvdec.py; docs/design.md, "Frames decoded on the GPU"): "auto": by
+    # the frames features' model actors on their GPU (NVDEC) where those run on GPUs and torchcodec is installed,
+    # routed by `gpu_decode_queue`, else by the CPU decode tasks; "cpu": always the CPU decode tasks (the
+    # reference); "gpu": every video by the model actors on their device, also without a GPU (torchcodec's CPU
+    # decoder: how the tests run this path). A file the actors' decoder cannot show as the CPU path does is
+    # decoded on the CPU whatever the setting, its reason in the run report.
+    frames_decoder: Literal["auto", "cpu", "gpu"] = "auto"
+    # "auto": videos sent to the actors' decoder and not yet taken by a model call, at most; past it the next
+    # video is decoded by a CPU task (pipeline/schedule.py `_on_device`). None: 2 per frames actor
+    gpu_decode_queue: int | None = Field(None, ge=0)
     # store commits (pipeline/committer.py): pairs and bytes per atomic batch of one feature (one packed part),
     # and the longest a finished pair waits for its batch; a kill loses at most the open batches
     commit_batch_items: int = Field(512, ge=1)

@@ -641,12 +641,14 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
 
 
 def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
-                          max_bytes: int | None = None, best_effort: bool = False) -> tuple[Frames, int]:
+                          max_bytes: int | None = None, best_effort: bool = False,
+                          plan: RowPlan | None = None) -> tuple[Frames, int]:
     """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
-    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's."""
-    plan = plan_rows(path, clip, segment, max_bytes, best_effort)
+    within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's.
+    `plan`: this segment's `plan_rows`, made already (pipeline/nvdec.py decided the CPU path decodes it)."""
+    plan = plan or plan_rows(path, clip, segment, max_bytes, best_effort)
     path, view, timing, intervals, index = plan.path, plan.view, plan.timing, plan.intervals, plan.index
     errors: list[tuple[int, str]] = []
     pictures: dict[int, np.ndarray] = {}

@@ -18,12 +18,16 @@ when the GPU path could not show it as the CPU path does:
 - non-square pixels (the CPU path's swscale bicubic scale is the reference) and mirrored display matrices
   (torchcodec applies the matrix's rotation only);
 - torchcodec missing, or frames it returns that are not the chosen ones.
+
+In a run (`frames_decoder`, docs/design.md "Frames decoded on the GPU"): the decode task calls `plan_for_device`
+and sends the `FramesPlan`, or decodes a file that needs the CPU path with its reason; the frames model actor
+calls `frames_of_plan` once per plan for every frames feature it hosts (pipeline/actors.py `DeviceFramesCache`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,7 @@ import numpy as np
 from extractors.base import Frames
 from pipeline import decode
 from pipeline.media import first_line
+from rows import check_intervals
 
 log = logging.getLogger(__name__)
 
@@ -51,19 +56,29 @@ class CpuFallback(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class DeviceFrames:
-    """`extractors.base.Frames` with the pixels a device tensor (N, H, W, 3) uint8, as displayed."""
+# what a file's frames were decoded by, as the store's items and the run report name it: the CPU path (the
+# reference; no "decoder" in an item's identity, as before this path existed), NVDEC, or torchcodec's CPU decoder
+# (this path run on a CPU: bit-exact with the CPU path, the tests' way of running it without a GPU)
+CPU, NVDEC, TORCHCODEC_CPU = "cpu", "nvdec", "torchcodec-cpu"
 
-    pixels: Any  # torch.Tensor
-    intervals: np.ndarray
-    pts_s: np.ndarray
-    source_fps: float
-    duration_s: float
-    missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
-    picture: dict[str, Any] = field(default_factory=dict)
-    decoder: str = "nvdec"  # "nvdec" on CUDA, "torchcodec-cpu" where the same code ran on the CPU
-    streams_end_s: float | None = None  # as `Frames.streams_end_s`: the other streams' end when this one is shorter
+
+def decoder_name(device: str) -> str:
+    return NVDEC if device.startswith("cuda") else TORCHCODEC_CPU
+
+
+@dataclass(frozen=True)
+class DeviceFrames(Frames):
+    """`extractors.base.Frames` with the pixels a device tensor (N, H, W, 3) uint8, as displayed: the visual
+    extractors take it as they take `Frames` (extractors/pixels.py)."""
+
+    decoder: str = NVDEC  # NVDEC on CUDA, TORCHCODEC_CPU where the same code ran on the CPU
+
+    def __post_init__(self) -> None:
+        import torch
+
+        if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != torch.uint8:
+            raise ValueError(f"pixels must be (N, H, W, 3) uint8, got {tuple(self.pixels.shape)}, {self.pixels.dtype}")
+        check_intervals(self.intervals, "Frames intervals", len(self.pixels))
 
     def on_host(self) -> Frames:
         """The CPU path's value: pixels copied to host memory."""
@@ -104,6 +119,11 @@ def decode_on_device(path: Path | str, clip: tuple[float, float | None] | None =
     reason = cpu_reason(plan, device)
     if reason is not None:
         raise CpuFallback(plan.path, reason)
+    return decode_plan(plan, clip, device)
+
+
+def decode_plan(plan: decode.RowPlan, clip: tuple[float, float | None] | None, device: str) -> DeviceFrames:
+    """`plan`'s chosen frames decoded on `device` (a plan `cpu_reason` passed: the decode task checked it)."""
     try:
         from torchcodec.decoders import VideoDecoder
     except (ImportError, RuntimeError, OSError) as e:  # (RuntimeError: no FFmpeg 4-9 shared libraries to load)
@@ -133,8 +153,8 @@ def decode_on_device(path: Path | str, clip: tuple[float, float | None] | None =
     timing = plan.timing
     return DeviceFrames(pixels.contiguous(), plan.intervals[keep], timing.starts[plan.index[keep]], plan.fps,
                         timing.duration_s, plan.intervals[~keep], plan.view.attrs(),
-                        "nvdec" if device.startswith("cuda") else "torchcodec-cpu",
-                        streams_end_s=None if clip else timing.others_end_s)  # a clip's own end is its cut's
+                        streams_end_s=None if clip else timing.others_end_s,  # a clip's own end is its cut's
+                        decoder=decoder_name(device))
 
 
 def _showing_middles(plan: decode.RowPlan, chosen: np.ndarray) -> np.ndarray:
@@ -156,6 +176,83 @@ def _upright(pixels: Any, decoder_ccw: float | None, view: Any) -> Any:
     done_cw = -round(decoder_ccw or 0) % 360
     rest = (view.rotation_deg - done_cw) % 360
     return torch.rot90(pixels, -(rest // 90), dims=(1, 2)) if rest else pixels
+
+
+@dataclass(frozen=True)
+class FramesPlan:
+    """What a decode task sends for a file whose frames the model actor decodes on its device: the rows and the
+    source frame each takes (`decode.plan_rows`, a few KiB to a few MiB of timestamps, never pixels) and which
+    features read it (the actor keeps the decoded frames on the device until the last of them has: decoded once
+    for DenseNet and MTCNN, pipeline/actors.py `DeviceFramesCache`)."""
+
+    item: str
+    segment: int
+    plan: decode.RowPlan
+    clip: tuple[float, float | None] | None
+    device: str
+    readers: tuple[str, ...]
+    max_bytes: int | None = None  # the segments' bound it was planned with (the CPU path's, if it must fall back)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.item, self.segment
+
+    @property
+    def n_frames(self) -> int:
+        return int((self.plan.index >= 0).sum())
+
+    @property
+    def pixel_bytes(self) -> int:
+        """The decoded frames' bytes: what the scheduler's books count for it (the actor's device memory)."""
+        return self.n_frames * self.plan.view.frame_bytes
+
+    @property
+    def duration_s(self) -> float:
+        return self.plan.timing.duration_s
+
+    @property
+    def missing_s(self) -> np.ndarray:
+        return self.plan.intervals[self.plan.index < 0]
+
+    @property
+    def streams_end_s(self) -> float | None:
+        return None if self.clip else self.plan.timing.others_end_s
+
+
+def plan_for_device(path: Path | str, clip: tuple[float, float | None] | None, device: str, item: str,
+                    readers: tuple[str, ...], segment: int = 0,
+                    max_bytes: int | None = None) -> tuple[FramesPlan | Frames, int, str | None]:
+    """The decode task's side of this path: (the plan, its segments, None) for a file `device` can decode as the
+    CPU path does, else (the CPU path's frames, its segments, the reason). Demuxing once either way."""
+    plan = decode.plan_rows(path, clip, segment, max_bytes)
+    reason = cpu_reason(plan, device)
+    if reason is None and not torchcodec_present():
+        reason = "torchcodec is not installed"
+    if reason is None and not (plan.index >= 0).any():
+        reason = "no row has a frame: the CPU path's error"
+    if reason is None:
+        return FramesPlan(item, segment, plan, clip, device, readers, max_bytes), plan.segments, None
+    log.info("%s: frames decoded on the CPU: %s", plan.path, reason)
+    frames, segments = decode.decode_frames_segment(path, clip, segment, max_bytes, plan=plan)
+    return frames, segments, reason
+
+
+def torchcodec_present() -> bool:
+    """Whether torchcodec is installed (without importing it: it loads torch and FFmpeg's libraries)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchcodec") is not None
+
+
+def frames_of_plan(p: FramesPlan) -> tuple[DeviceFrames | Frames, str | None]:
+    """The model actor's side: (the frames on `p.device`, None), or (the CPU path's frames, the reason) where the
+    decoder refused what the plan promised (torchcodec failing, frames at other timestamps)."""
+    try:
+        return decode_plan(p.plan, p.clip, p.device), None
+    except CpuFallback as e:
+        log.info("%s: frames decoded on the CPU: %s", p.plan.path, e.reason)
+        frames, _ = decode.decode_frames_segment(p.plan.path, p.clip, p.segment, p.max_bytes, plan=p.plan)
+        return frames, e.reason
 
 
 def frames_for_device(path: Path | str, clip: tuple[float, float | None] | None, device: str,

@@ -43,6 +43,12 @@ class RunReport:
     crashed: dict[str, Any] | None = None
     # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
     utilisation: dict[str, Any] = field(default_factory=dict)
+    # frames features of videos: feature -> what decoded its committed items' frames -> how many ("cpu",
+    # "nvdec", "torchcodec-cpu"; pipeline/nvdec.py)
+    frames_decoders: dict[str, dict[str, int]] = field(default_factory=dict)
+    # videos whose frames the CPU path decoded although the run sent them to the actors' decoder, one per file:
+    # item, file, reason (NVDEC cannot show it as the CPU path does), where (decode task, model actor)
+    cpu_decoded: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -74,6 +80,7 @@ class RunReport:
         lines += manifest_summary(self.manifest)
         lines += batch_lines(self.batches)
         lines += utilisation_lines(self.utilisation)
+        lines += decoder_lines(self.frames_decoders, self.cpu_decoded)
         partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
         lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
@@ -126,6 +133,16 @@ def shorter_line(s: dict[str, Any]) -> str:
     own = f"{s['duration_s']:.2f}" if s["duration_s"] is not None else "?"
     return (f"  shorter stream {s['feature']}/{s['item']} {s['file'] or ''}: the {s['stream']} ends at {own} s, the "
             f"file's other streams at {s['streams_end_s']:.2f} s (not damage: its rows end there)")
+
+
+def decoder_lines(decoders: dict[str, dict[str, int]], cpu_decoded: list[dict[str, Any]]) -> list[str]:
+    """What decoded the frames (one line per feature), and each file the CPU path had to decode, with why."""
+    lines = [f"  frames of {feat}: " + ", ".join(f"{n} by {d}" for d, n in sorted(counts.items()))
+             for feat, counts in sorted(decoders.items()) if set(counts) != {"cpu"}]  # (CPU alone: as always)
+    if cpu_decoded:
+        lines.append(f"  {len(cpu_decoded)} video(s) decoded on the CPU: the GPU decoder cannot show them as the "
+                     "CPU path does")
+    return lines + [f"  CPU-DECODED {c['item']} {c['file'] or ''}: {c['reason']}" for c in cpu_decoded]
 
 
 def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, raystart, stop, supervise
+from pipeline import decode, inputs, nvdec, picture, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
-from pipeline.runner import Runner
+from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
 from store import layout
 from store.integrity import part_problems
@@ -146,10 +146,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             if not applicable(item, kind, qs):
                 report.counts[spec.name]["n/a"] += 1
                 continue
-            source = source_identity(item, kind, qs, config)
-            # the file's name, size and mtime identify it, not the path it was reached by: moving the
-            # raw root or writing RAW relative instead of absolute recomputes nothing
-            fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
+            source, fp = planned_fingerprint(writer, spec, item, qs, config)
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
@@ -184,6 +181,24 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             log.error("%s", e)
             report.not_saved = str(e)
     return report
+
+
+def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, questions: list[QAItem],
+                        config: RunConfig) -> tuple[dict[str, Any], str]:
+    """(The source identity, the fingerprint the plan wants) of a (feature, item) pair. The file's name, size and
+    mtime identify it, not the path it was reached by: moving the raw root or writing RAW relative instead of
+    absolute recomputes nothing. Frames a device decoder made (the identity names it, `Runner.commit`) are as
+    current as the CPU path's for a run that may decode them so; under `frames_decoder = "cpu"` only the CPU
+    path's are."""
+    kind = spec.extractor.input_kind
+    source = source_identity(item, kind, questions, config)
+    fp = fingerprint(spec.spec_hash, source)
+    if kind == "frames" and item.image is None and config.frames_decoder != "cpu":
+        stored = writer.index(spec.name).entries.get(item.id)
+        if stored is not None and stored.fingerprint in {
+                fingerprint(spec.spec_hash, {**source, "decoder": d}) for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:
+            return source, stored.fingerprint
+    return source, fp
 
 
 def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:

@@ -4,8 +4,10 @@ background committer (pipeline/committer.py). A failing item is recorded (file, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -13,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, cluster, decode, raystart, report, stages, stop, supervise
+from pipeline import actors, cluster, decode, nvdec, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport, shorter_record
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
+from store import layout
 from store.partial import partial_record
 from store.writer import StoreWriter
 
@@ -32,6 +35,7 @@ class _Pair:
     segments: int = 1
     rows: dict[int, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    decoders: set[str] = field(default_factory=set)  # what decoded its frames (pipeline/nvdec.py), per segment
 
 
 
@@ -67,39 +71,73 @@ class Runner:
         self.readying: dict[Any, tuple[str, Worker]] = {}  # ready() ref -> (feature, worker)
         self.ready_at: dict[str, float] = {}
         self.restarts: dict[str, int] = {}  # feature -> actors started again after none of its pool could start
-        pools: dict[str, Pool] = {}
+        self.pools: dict[str, Pool] = {}
         self.slots = self.node_cpus()
         plan = actor_plan(self.specs, features, self.config, self.cpus, self.gpus)
+        # features whose actors another's host (the frames features where the actors decode the frames): guest -> host
+        self.hosted = {f: p.host for f, p in plan.items() if p.host is not None and p.host != f}
+        self.frames_device = next((p.decode_device for p in plan.values() if p.decode_device), None)
         for feat, p in plan.items():
             spec = self.specs[feat]
+            guests = {g: self.specs[g].config for g, h in self.hosted.items() if h == feat}
             self.new_actor[feat] = functools.partial(  # also used to replace an actor whose process died
-                self._start_actor, remote, p.options, feat, spec.config, p.device, p.threads, calibration)
-            pools[feat] = Pool(feat, spec.extractor.input_kind, p.device, p.per_call, p.depth, p.holds_cores)
-            for _ in range(p.actors):
-                self.add_worker(pools[feat])
-            log.info("%s: %d %s actor(s) for %s%s", feat, p.actors, p.device, spec.config.extractor,
-                     f", {p.threads} thread(s) each" if p.threads else "")
+                self._start_actor, remote, p.options, feat, spec.config, p.device, p.threads, calibration,
+                guests or None)
+            self.pools[feat] = Pool(feat, spec.extractor.input_kind, p.device, p.per_call, p.depth, p.holds_cores,
+                                    decodes_frames=p.decode_device is not None)
+            log.info("%s: %d %s actor(s) for %s%s%s", feat, p.actors, p.device, spec.config.extractor,
+                     f", {p.threads} thread(s) each" if p.threads else "",
+                     f", in {p.host}'s actors" if feat in self.hosted else "")
+        for feat, p in plan.items():
+            for _ in range(p.actors if feat not in self.hosted else 0):
+                self.add_worker(self.pools[feat])
+        if self.frames_device:
+            log.info("frames: decoded by the model actors on %s (%s), routed by a queue of %s", self.frames_device,
+                     ", ".join(sorted(f for f, p in plan.items() if p.decode_device)), self.device_queue(plan))
         policy = FixedScheduler if self.config.scheduler == "fixed" else Scheduler
         slots = self.slots
-        self.sched = policy(pools, slots, max_bytes=self.max_inflight_bytes(), batch_bytes=self.config.batch_bytes,
-                            max_items=self.config.max_inflight_items)
+        self.sched = policy(self.pools, slots, max_bytes=self.max_inflight_bytes(),
+                            batch_bytes=self.config.batch_bytes, max_items=self.config.max_inflight_items,
+                            device_queue=self.device_queue(plan))
         log.info("scheduler: %s; %s CPU slot(s) on %d node(s), decoded data at most %.1f GiB",
                  policy.name, f"{sum(slots.values()):g}", len(slots), self.sched.max_bytes / 2**30)
 
+    def device_queue(self, plan: dict[str, ActorPlan]) -> float:
+        """The routing bound of `Scheduler._on_device`: every video under "gpu", none without decoding actors,
+        else `gpu_decode_queue` or 2 per frames-decoding actor."""
+        decoding = [p.actors for p in plan.values() if p.decode_device]
+        if not decoding:
+            return 0
+        if self.config.frames_decoder == "gpu":
+            return math.inf
+        return self.config.gpu_decode_queue if self.config.gpu_decode_queue is not None else 2 * max(decoding)
+
     def add_worker(self, pool: Pool) -> Worker:
+        """A new actor for `pool`, and for the pools of the features it hosts with it (`hosted`)."""
         # a CPU feature's actors are placed by the policy's books: each on the node with the most cores per actor
         # of that feature so far (a GPU actor goes where Ray finds its GPU, known once it is ready)
+        host = self.pools[self.hosted.get(pool.feature, pool.feature)]
         node = None
-        if pool.device == CPU and pool.holds_cores and len(self.slots) > 1:
-            node = min(self.slots, key=lambda n: sum(w.node == n for w in pool.workers) / self.slots[n])
-        worker = Worker(self.new_actor[pool.feature](node=node), node=node)
-        pool.workers.append(worker)
-        if node is not None:
-            cluster.count_work(self.report.cluster, node, f"{pool.feature} actor")
-        self.readying[worker.handle.ready.remote()] = (pool.feature, worker)
-        return worker
+        if host.device == CPU and host.holds_cores and len(self.slots) > 1:
+            node = min(self.slots, key=lambda n: sum(w.node == n for w in host.workers) / self.slots[n])
+        handle = self.new_actor[host.feature](node=node)
+        pairs = []
+        for p in [host, *(self.pools[g] for g, h in self.hosted.items() if h == host.feature)]:
+            worker = Worker(handle, node=node)
+            p.workers.append(worker)
+            pairs.append((p.feature, worker))
+            if node is not None:
+                cluster.count_work(self.report.cluster, node, f"{p.feature} actor")
+        self.readying[handle.ready.remote()] = pairs
+        return next(w for f, w in pairs if f == pool.feature)
+
+    def drop_actor(self, worker: Worker) -> None:
+        """Take an actor out of every pool it serves (a host's actor serves its guests' pools too)."""
+        for p in self.pools.values():
+            p.workers[:] = [w for w in p.workers if w.handle is not worker.handle]
 
     def _start_actor(self, remote: Any, options: dict[str, Any], *args: Any, node: str | None = None) -> Any:
+        """(`args`: `actors.ExtractorWorker`'s: feature, config, device, threads, calibration, cohosted)"""
         options = {**options, "max_restarts": 1, "max_task_retries": 1}
         if node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -169,7 +207,7 @@ class Runner:
                 elif ref in self.running:
                     self.extracted(ref, self.running.pop(ref))
                 else:
-                    self.actor_ready(ref, *self.readying.pop(ref))
+                    self.actor_ready(ref, self.readying.pop(ref))
             if self.committed(self.committer.drain()):
                 supervise.note(self.report, "extraction", force=False)
             self.progress.tick()
@@ -178,7 +216,8 @@ class Runner:
     def schedule(self) -> None:
         """Send what the policy decides now: calls first (they free decoded data and cores), then decodes."""
         for call in self.sched.next_calls():
-            ref = call.worker.handle.__call__.remote([u.item for u in call.take], *[u.ref for u in call.take])
+            ref = call.worker.handle.__call__.remote([u.item for u in call.take], *[u.ref for u in call.take],
+                                                     feature=call.pool.feature)
             self.running[ref] = call
         for job in self.sched.next_decodes():
             self.submit(job)
@@ -194,23 +233,33 @@ class Runner:
             if not self.open_feats(job.item, "frames"):  # its pairs failed already
                 self.sched.decoded(job.item, job.segment, {}, {})
                 return
-            ref, frames = self.segment_task.options(num_returns=2, **opts).remote(item, job.segment,
-                                                                                 config.batch_bytes)
+            ref, frames = self.segment_task.options(num_returns=2, **opts).remote(
+                item, job.segment, config.batch_bytes, self.on_device(job))
             self.decoding[ref] = (job, [frames])
             return
         refs = self.decode_task.options(num_returns=1 + len(job.kinds), **opts).remote(
-            item, list(job.kinds), self.questions.get(job.item, []), config.audio_rate_hz, config.batch_bytes)
+            item, list(job.kinds), self.questions.get(job.item, []), config.audio_rate_hz, config.batch_bytes,
+            self.on_device(job))
         self.decoding[refs[0]] = (job, refs[1:])
         for feat in self.todo[job.item]:
             self.pairs[feat, job.item] = _Pair()
 
-    def actor_ready(self, ref: Any, feat: str, worker: Worker) -> None:
-        pool = self.sched.pools[feat]
+    def on_device(self, job: Decode) -> tuple[str, tuple[str, ...]] | None:
+        """What a decode task is told of a video routed to the actors' decoder: their device and the features
+        that read the frames (the actor keeps them until all have)."""
+        if not job.on_device or self.frames_device is None:
+            return None
+        return self.frames_device, tuple(f for f in self.todo[job.item] if self.pools[f].decodes_frames)
+
+    def actor_ready(self, ref: Any, pairs: list[tuple[str, Worker]]) -> None:
+        """One actor is ready (or failed to start): for its own feature and any it hosts."""
         try:
             where = self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
             raystart.check()  # Ctrl-C at a terminal reaches Ray's processes too: then this is the stop, not a fault
-            pool.workers.remove(worker)
+            feat, worker = pairs[0]
+            pool = self.sched.pools[feat]
+            self.drop_actor(worker)
             log.warning("%s: a model actor did not start (%s)", feat, _ray_error(e))
             if pool.workers:  # the others take its share
                 return
@@ -219,18 +268,19 @@ class Runner:
                 self.add_worker(pool)
                 return
             raise RuntimeError(f"{feat}: no model actor could start: {_ray_error(e)}") from e
-        placed, worker.node, worker.ready = worker.node, where.get("node"), True
-        self.ready_at[feat] = time.time()  # the last of a feature's actors to load: when its pool was whole
-        gpus = where.get("gpus") or []
-        worker.gpu = f"{(worker.node or 'local')[:8]}:{','.join(map(str, gpus))}" if gpus else None
-        if placed is None:  # counted where it was placed otherwise
-            cluster.count_work(self.report.cluster, worker.node, f"{feat} actor")
+        for feat, worker in pairs:
+            placed, worker.node, worker.ready = worker.node, where.get("node"), True
+            self.ready_at[feat] = time.time()  # the last of a feature's actors to load: when its pool was whole
+            gpus = where.get("gpus") or []
+            worker.gpu = f"{(worker.node or 'local')[:8]}:{','.join(map(str, gpus))}" if gpus else None
+            if placed is None:  # counted where it was placed otherwise
+                cluster.count_work(self.report.cluster, worker.node, f"{feat} actor")
 
     def batches(self) -> dict[str, list[dict[str, Any]]]:
         """Each model actor's batch sizes and per-unit cost (`ExtractorWorker.batches`); a dead actor's are lost."""
         out: dict[str, list[dict[str, Any]]] = {}
         for feat, pool in self.sched.pools.items():
-            for ref in [w.handle.batches.remote() for w in pool.workers]:
+            for ref in [w.handle.batches.remote(feat) for w in pool.workers]:
                 try:
                     out.setdefault(feat, []).append(self.ray.get(ref))
                 except self.ray.exceptions.RayError:
@@ -261,6 +311,9 @@ class Runner:
             for key in ("seconds", "missing"):
                 for kind, value in m.get(key, {}).items():
                     whole[key][kind] = whole[key].get(kind, 0 if key == "seconds" else []) + value
+        if m.get("cpu_reason", {}).get("frames") and segment == 0:  # a file the actors' decoder cannot show so
+            self.report.cpu_decoded.append({"item": item_id, "file": _str(item.video),
+                                            "reason": m["cpu_reason"]["frames"], "where": "decode task"})
         units: dict[str, Unit] = {}
         for kind, value_ref in zip(kinds, refs, strict=True):
             for feat in self.open_feats(item_id, kind):
@@ -269,7 +322,8 @@ class Runner:
                     continue
                 if segment == 0:
                     self.pairs[feat, item_id].segments = m["segments"].get(kind, 1)
-                units[feat] = Unit(item_id, value_ref, m["sizes"][kind], m["bytes"][kind], segment, kind=kind)
+                units[feat] = Unit(item_id, value_ref, m["sizes"][kind], m["bytes"][kind], segment, kind=kind,
+                                   device=kind == "frames" and bool(m.get("on_device")))
         held = {kind: m.get("bytes", {}).get(kind, 0) for kind in kinds if kind not in m["failures"]}
         self.sched.decoded(item_id, segment, units, held)
         if segment == 0 and m.get("segments", {}).get("frames", 1) > 1 and self.open_feats(item_id, "frames"):
@@ -289,9 +343,22 @@ class Runner:
                     fail["file"] = _str(decode.source_path(self.items[item_id], self.specs[feat].extractor.input_kind))
                 self.finish(feat, item_id, failed=fail)
                 continue
-            pair.rows[unit.part], pair.seconds = rows, pair.seconds + secs
+            pair.rows[unit.part], pair.seconds = self.decoder_of(feat, item_id, rows, pair), pair.seconds + secs
             if len(pair.rows) == pair.segments:
                 self.finish(feat, item_id)
+
+    def decoder_of(self, feat: str, item_id: str, rows: Any, pair: _Pair) -> Any:
+        """The rows without the actor's notes on who decoded their frames: the decoder goes to the pair (its
+        fingerprint and attributes, `commit`), a CPU fallback's reason to the run report (once per file)."""
+        if self.specs[feat].extractor.input_kind != "frames" or self.items[item_id].image is not None:
+            return rows
+        attrs = dict(rows.attrs)
+        pair.decoders.add(attrs.pop("decoder", nvdec.CPU))  # (none: a CPU decode task made the frames)
+        reason = attrs.pop("cpu_reason", None)
+        if reason and not any(c["item"] == item_id for c in self.report.cpu_decoded):
+            self.report.cpu_decoded.append({"item": item_id, "file": _str(self.items[item_id].video),
+                                            "reason": reason, "where": "model actor"})
+        return type(rows)(rows.features, rows.intervals, rows.extras, attrs)
 
     def finish(self, feat: str, item_id: str, failed: dict[str, Any] | None = None) -> None:
         """Close a (feature, item) pair: commit its rows (joined from its segments) or record its failure."""
@@ -309,7 +376,8 @@ class Runner:
                     failed = actors.failure(item_id, f"decode:{kind}", path, decode.InputError(
                         f"{path}: no frame could be decoded in any of its {pair.segments} segments"))
             if failed is None:
-                self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds)
+                self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds,
+                            "+".join(sorted(pair.decoders)) or None)
         if failed is not None:
             self.fail(feat, failed)
             self.progress.failed()
@@ -325,14 +393,17 @@ class Runner:
         feat, take = call.pool.feature, list(call.take)
         try:
             results, record = self.ray.get(ref)
-            if call.worker.gpu:
-                record["gpu"] = call.worker.gpu
+            decoding = record.pop("device_decode", None)  # the frames the actor decoded first, on its device
+            for r in (record, decoding):
+                if r is not None and call.worker.gpu:
+                    r["gpu"] = call.worker.gpu
             self.stages.add(record)
+            self.stages.add(decoding)
             return list(zip(take, results, strict=True))
         except self.ray.exceptions.RayError as e:
             raystart.check()  # a signal to the process group kills the actors too: stop, start nothing new
             if isinstance(e, self.ray.exceptions.RayActorError) and call.worker in call.pool.workers:
-                call.pool.workers.remove(call.worker)
+                self.drop_actor(call.worker)
                 self.add_worker(call.pool)
                 log.warning("%s: a model worker died (%s); started a new one", feat, _ray_error(e))
             if not take[0].solo:  # not yet run alone: the killer may be a batch-mate or another call on that actor
@@ -346,14 +417,25 @@ class Runner:
         self.report.failures.append({**record, "feature": feat})
         log.warning("%s/%s failed at %s: %s", feat, record["item"], record["stage"], record["error"])
 
-    def commit(self, feat: str, item: MediaItem, rows: Any, meta: dict[str, Any], secs: float) -> None:
-        """Hand the pair to the committer; it counts as done once its batch is in the store (`committed`)."""
+    def commit(self, feat: str, item: MediaItem, rows: Any, meta: dict[str, Any], secs: float,
+               decoder: str | None = None) -> None:
+        """Hand the pair to the committer; it counts as done once its batch is in the store (`committed`).
+        `decoder`: what decoded its frames, where not the CPU path: in its identity (fingerprint, `source`)."""
         spec = self.specs[feat]
+        source, fp = self.sources[feat, item.id], self.fingerprints[feat, item.id]
+        if decoder is not None:
+            self.report.frames_decoders.setdefault(feat, {}).setdefault(decoder, 0)
+            self.report.frames_decoders[feat][decoder] += 1
+        if decoder not in (None, nvdec.CPU):
+            source = {**source, "decoder": decoder}
+            fp = fingerprint(spec.spec_hash, source)
         attrs = {
-            "fingerprint": self.fingerprints[feat, item.id], "spec_hash": spec.spec_hash,
-            "source": self.sources[feat, item.id], "duration_s": meta.get("durations", {}).get(spec.extractor.input_kind),
+            "fingerprint": fp, "spec_hash": spec.spec_hash,
+            "source": source, "duration_s": meta.get("durations", {}).get(spec.extractor.input_kind),
             "extract_seconds": round(secs, 4), "decode_seconds": round(meta["seconds"][spec.extractor.input_kind], 4),
         }
+        if decoder not in (None, nvdec.CPU):  # (the CPU path's items say nothing, as before this path)
+            attrs["decoder"] = decoder
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
         file = _str(decode.source_path(item, spec.extractor.input_kind))
@@ -399,6 +481,8 @@ class ActorPlan:
     per_call: int  # batching count a call takes at most (frames, or items)
     depth: int  # calls in flight per actor
     holds_cores: bool  # the policy counts its calls against the node's CPU slots
+    host: str | None = None  # the feature whose actors run this one too (frames features decoding on the device)
+    decode_device: str | None = None  # its actors decode frames plans there (pipeline/nvdec.py)
 
 
 def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,
@@ -435,7 +519,43 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
         else:
             plan[feat] = ActorPlan({"num_cpus": 0, "scheduling_strategy": "SPREAD"}, config.cpu_actors or max(1, cpus),
                                    CPU, 1, 1, 1, True)
-    return plan
+    return _frames_on_device(plan, specs, config)
+
+
+def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
+                      config: RunConfig) -> dict[str, ActorPlan]:
+    """Where the frames features' actors decode the frames themselves (`frames_decoder`), those features share
+    actors: the first hosts the others (its actors load every frames model, one GPU share for each), so a
+    clip's frames are decoded once, on the device, for all of them (pipeline/actors.py `DeviceFramesCache`).
+    "auto": where the frames models run on CUDA and torchcodec is installed; "gpu": also on a CPU-only machine
+    (torchcodec's CPU decoder); never under the fixed policy (kept as it ran)."""
+    frames = sorted(f for f in plan if specs[f].extractor.input_kind == "frames")
+    if not frames or config.frames_decoder == "cpu" or config.scheduler == "fixed":
+        return plan
+    if not all(specs[f].extractor.uses_gpu for f in frames):
+        return plan  # a frames feature on CPU actors of its own: the CPU decode tasks feed them all
+    device = {plan[f].device for f in frames}
+    if device == {CUDA} and (config.frames_decoder == "gpu" or nvdec.torchcodec_present()):
+        where = "cuda"
+    elif device == {CPU} and config.frames_decoder == "gpu":
+        where = "cpu"
+    else:
+        return plan
+    host = frames[0]
+    actors_n = max(plan[f].actors for f in frames)  # (each hosts every frames model: the most any of them asks)
+    options = dict(plan[host].options)
+    if "num_gpus" in options:  # the GPU share the group's actors had, split over the shared ones
+        options["num_gpus"] = sum(plan[f].options["num_gpus"] * plan[f].actors for f in frames) / actors_n
+    out = dict(plan)
+    for f in frames:
+        out[f] = dataclasses.replace(plan[f], options=options, actors=actors_n, host=host, decode_device=where)
+    return out
+
+
+def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
+    """A (feature, item) pair's fingerprint from its source identity (`run.source_identity`, plus `decoder` where
+    the frames were not decoded by the CPU path): the file's name, size and mtime, not the path it was reached by."""
+    return layout.fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
 
 
 class WorkerLost(RuntimeError):

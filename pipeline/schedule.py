@@ -41,6 +41,7 @@ class Unit:
     part: int = 0  # segment
     solo: bool = False  # run alone: its batch crashed a worker
     kind: str = ""  # input kind: what it holds in the object store until its features are done with it
+    device: bool = False  # a frames plan: the model actor decodes it on its device (pipeline/nvdec.py)
 
 
 @dataclass(eq=False)
@@ -66,6 +67,7 @@ class Pool:
     depth: int  # calls in flight per actor
     holds_cores: bool = True  # its calls hold CPU slots (not GPU-kind models on a CPU-only machine: `model_threads`)
     workers: list[Worker] = field(default_factory=list)
+    decodes_frames: bool = False  # its actors decode frames plans on their device (`Scheduler.device_queue`)
 
     @property
     def ready(self) -> list[Worker]:
@@ -78,6 +80,7 @@ class Decode:
     segment: int
     node: str | None  # where its slot is held (None: any node, Ray places it)
     kinds: tuple[str, ...]
+    on_device: bool = False  # its frames only planned: the model actors decode them on their device
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,14 @@ class Scheduler:
     name = "balanced"
 
     def __init__(self, pools: dict[str, Pool], slots: dict[str | None, float], *, max_bytes: int,
-                 batch_bytes: int, max_items: int | None = None) -> None:
+                 batch_bytes: int, max_items: int | None = None, device_queue: float = 0) -> None:
         self.pools, self.slots = pools, dict(slots)
         self.max_bytes, self.batch_bytes, self.max_items = max_bytes, batch_bytes, max_items
+        # frames routing (`_on_device`): (item, segment)s sent to the model actors' decoder whose frames no actor has
+        # taken in a call yet, and the most of them before the next video's frames are decoded on a CPU instead
+        self.device_queue: set[tuple[str, int]] = set()
+        self.device_bound = device_queue
+        self.routes: dict[str, bool] = {}  # item -> its first segment went to the actors' decoder (the rest follow)
         self.used: dict[str | None, float] = defaultdict(float)
         self.queue: deque[str] = deque()  # items not yet decoding
         self.features: dict[str, list[str]] = {}  # item -> its features to compute
@@ -125,6 +133,10 @@ class Scheduler:
         job = self.decoding.pop((item, segment), None)
         if job is not None:
             self.used[job.node] -= 1
+        if segment == 0:
+            self.routes[item] = any(u.device for u in units.values())
+        if not any(u.device for u in units.values()):  # the CPU path decoded it (the file needs it), or it failed
+            self.device_queue.discard((item, segment))
         total = sum(nbytes.values())
         self.bytes_per_item = total if not self.bytes_per_item else 0.9 * self.bytes_per_item + 0.1 * total
         for kind, b in nbytes.items():
@@ -175,7 +187,9 @@ class Scheduler:
             if node is False:
                 break
             (self.later if segment else self.queue).popleft()
-            job = Decode(item, segment, node, kinds)
+            job = Decode(item, segment, node, kinds, self._on_device(item, segment, kinds))
+            if job.on_device:
+                self.device_queue.add((item, segment))
             self.decoding[item, segment] = job
             self.used[node] += 1
             out.append(job)
@@ -217,6 +231,22 @@ class Scheduler:
             return False
         return node
 
+    def _on_device(self, item: str, segment: int, kinds: tuple[str, ...]) -> bool:
+        """Whether this video's frames go to the model actors' decoder (NVDEC) rather than a CPU decode task: when
+        every frames feature of the item has actors that decode (`Pool.decodes_frames`) and fewer than
+        `device_bound` videos sent there wait for their first call (`device_queue`). A backlog there means the
+        actors (their decoder or their models) are behind, so the next video is decoded by a CPU core, which has
+        time to spare then; with no backlog every video goes to the actors. A long video's later segments follow
+        its first (one decoder per file)."""
+        if "frames" not in kinds:
+            return False
+        feats = [f for f in self.features.get(item, ()) if self.pools[f].kind == "frames"]
+        if not feats or not all(self.pools[f].decodes_frames for f in feats):
+            return False
+        if segment:
+            return self.routes.get(item, False)
+        return len(self.device_queue) < self.device_bound
+
     def _hungry(self, item: str) -> bool:
         """Whether one of the item's features has less decoded input coming than its actors can take: decoding
         further ahead only holds memory (and cores the actors could use)."""
@@ -251,6 +281,7 @@ class Scheduler:
             worker.busy += 1
             self._hold(pool, worker)
             calls.append(Call(pool, worker, tuple(take)))
+            self.device_queue.difference_update((u.item, u.part) for u in take if u.device)
         return calls
 
     def _worker_for(self, pool: Pool, solo: bool) -> Worker | None:

@@ -28,6 +28,8 @@ def units_of(value: Any) -> float:
     """How much work an input is, in its kind's unit (see UNITS); 0 for a failed (None) input."""
     if value is None:
         return 0.0
+    if hasattr(value, "n_frames"):  # frames still to be decoded by the model actor (pipeline/nvdec.py FramesPlan)
+        return float(value.n_frames)
     for attr in ("pixels", "words", "questions", "texts"):
         seq = getattr(value, attr, None)
         if seq is not None:

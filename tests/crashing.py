@@ -33,7 +33,8 @@ def decode_segment(item: Any, segment: int, *args: Any, **kwargs: Any) -> list[A
 
 
 class CrashingWorker(actors.ExtractorWorker):
-    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
+    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...], *feature: Any
+               ) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
         for item_id in item_ids:
             crash_point("extract", item_id)
-        return super()._batch(item_ids, inputs)
+        return super()._batch(item_ids, inputs, *feature)

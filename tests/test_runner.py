@@ -91,7 +91,7 @@ def test_a_segment_that_fails_fails_its_pairs(tiny_root: Path, tmp_path: Path, c
 def test_actor_plan_shares_gpus_and_cores() -> None:
     config = RunConfig.model_validate({"features": {
         "frames": {"extractor": "densenet161", "weights": "random"}, "faces": {"extractor": "mtcnn"},
-        "acoustic": {"extractor": "covarep"}}, "actors_per_gpu": {"faces": 3}})
+        "acoustic": {"extractor": "covarep"}}, "actors_per_gpu": {"faces": 3}, "frames_decoder": "cpu"})
     specs = {s.name: s for s in config.specs()}
     gpu = actor_plan(specs, set(specs), config, cpus=16, gpus=2)
     assert (gpu["faces"].actors, gpu["faces"].device) == (6, "cuda")  # per GPU: 3 faces, 1 frames
@@ -111,6 +111,16 @@ def test_actor_plan_shares_gpus_and_cores() -> None:
     assert actor_plan(specs, {"faces"}, config, cpus=16, gpus=0)["faces"].threads == 16
     pinned = config.model_copy(update={"model_threads": 3})
     assert actor_plan(specs, set(specs), pinned, cpus=2, gpus=0)["faces"].threads == 3
+    # frames decoded by the actors (pipeline/nvdec.py): the frames features share them, one GPU's worth as before
+    hosted = actor_plan(specs, set(specs), config.model_copy(update={"frames_decoder": "gpu"}), cpus=16, gpus=2)
+    for feat in ("faces", "frames"):
+        assert (hosted[feat].host, hosted[feat].decode_device, hosted[feat].actors) == ("faces", "cuda", 6)
+        assert hosted[feat].options["num_gpus"] == pytest.approx(1 / 3)  # 3 actors a GPU, each with both models
+    on_cpu = actor_plan(specs, set(specs), config.model_copy(update={"frames_decoder": "gpu"}), cpus=2, gpus=0)
+    assert on_cpu["frames"].decode_device == "cpu" and on_cpu["frames"].threads == 1  # torchcodec's CPU decoder
+    auto = config.model_copy(update={"frames_decoder": "auto"})
+    assert actor_plan(specs, set(specs), auto, cpus=16, gpus=2)["frames"].decode_device == "cuda"
+    assert actor_plan(specs, set(specs), auto, cpus=2, gpus=0)["frames"].decode_device is None  # no GPU: the tasks
     with pytest.raises(ValueError, match="actors_per_gpu: nope = 2"):
         RunConfig.model_validate({"features": {"faces": {"extractor": "mtcnn"}}, "actors_per_gpu": {"nope": 2}})
 
