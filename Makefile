@@ -58,7 +58,8 @@ bench: install
 bench-scale: install
 	$(PY) -m bench.scale --clips $(CLIPS) --seconds $(SECONDS) $(SCALE_ARGS)
 
-# the store alone (no models): commit, plan, open, reads, files and bytes at 35,000 and 1,000,000 items (docs/design.md)
+# the store alone (no models): commit, plan, open, reads, files and bytes at 35,000 and 1,000,000 items, and what
+# the chunk checksums cost (a twin store written without them; docs/design.md)
 STORE_ITEMS ?= 35000,1000000
 bench-store: install
 	$(PY) -m bench.store --items $(STORE_ITEMS)

@@ -15,7 +15,14 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
 - files and bytes on disk;
 - resident memory (VmRSS, MB) of a reader in a process of its own: after open + `items()` (its index), and
   after a pass of single and batched reads over the random items (its part cache then holding nearly every
-  part); and, at the end, of the benchmark's own process with every size's warmed readers.
+  part); and, at the end, of the benchmark's own process with every size's warmed readers;
+- what the chunks' content checksums cost (`--checksums both`, the default): a twin of each store is written
+  with the same items but chunks without zstd's checksum (`_chunk_checksums`: the benchmark swaps the codec it
+  writes with; the store itself has no such switch), and both are measured where a checksum acts, never on
+  warmed readers (their reads decompress nothing): the commit, a cold pass (a fresh reader in a process of
+  its own, single reads of the random items, every part it touches decompressed once) and lazy reads (a
+  reader with `whole_array_bytes=0`: one zarr call, one chunk decompressed and checked, per read), on and off
+  alternating within each repeat. Printed as a table of medians and the cost ratio on/off.
 All stores are built first and kept until the end; then plan, open + items and the reads are measured
 `--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
 machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
@@ -23,11 +30,13 @@ table and the ratio of each per-item cost at the largest N to the smallest (read
 below 1 when reads slow down; a cost ratio of 1.5 is a rate ratio of 0.67).
 
     python -m bench.store [--items 35000,1000000] [--batch 512] [--tokens-max 35000] [--repeats 3] [--dir DIR]
+                          [--checksums both|on|off]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -35,12 +44,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from zarr.codecs import ZstdCodec
 
 from rows import FeatureRows
+from store import parts
 from store.plan import Wanted, make_plan
 from store.reader import Store
 from store.writer import StoreWriter
@@ -48,6 +60,7 @@ from store.writer import StoreWriter
 DIM = 384
 READS = 20_000
 SINGLE_PASSES, BATCHED_PASSES = 3, 15  # passes over the same READS random items; medians
+LAZY_READS = 2_000  # lazy reads (one zarr call each, ~0.5 ms): the first of the random items
 
 
 def _spec(name: str) -> dict:
@@ -57,6 +70,27 @@ def _spec(name: str) -> dict:
 
 def _rows(rng: np.random.Generator, n_rows: int, dtype: str) -> FeatureRows:
     return FeatureRows(rng.standard_normal((n_rows, DIM)).astype(dtype), np.zeros((n_rows, 2)))
+
+
+@contextmanager
+def _chunk_checksums(on: bool) -> Iterator[None]:
+    """Parts written meanwhile have chunks with zstd's content checksum (as the store writes them) or without
+    (the store's format before issue 35, which its readers still read): the twin that shows what checking
+    costs. Only this benchmark swaps the codec; the store writes checksums always."""
+    real = parts.CHUNK_CODEC
+    parts.CHUNK_CODEC = real if on else ZstdCodec(level=real.level, checksum=False)
+    try:
+        yield
+    finally:
+        parts.CHUNK_CODEC = real
+
+
+def _has_checksums(path: Path, feature: str) -> bool:
+    """Whether the first part of `feature` was written with chunk checksums (its features array's codec)."""
+    meta = json.loads(next((path / feature / "parts").glob("*/features/zarr.json")).read_text())
+    codecs = meta["codecs"][0]["configuration"]["codecs"] if meta["codecs"][0]["name"] == "sharding_indexed" \
+        else meta["codecs"]
+    return any(c["name"] == "zstd" and c["configuration"]["checksum"] for c in codecs)
 
 
 def _commit(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
@@ -137,10 +171,13 @@ def with_store(base: Path | None, keep: bool, build: Callable[[Path], str], meas
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def build(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
-    """The store of `n` items, with its commit costs, files and bytes."""
+def build(path: Path, n: int, batch: int, tokens: bool, checksums: bool = True) -> dict[str, float]:
+    """The store of `n` items, with its commit costs, files and bytes; `checksums`: its chunks' (the store's
+    own are on; off: see `_chunk_checksums`)."""
     out: dict[str, float] = {"items": n}
-    out.update(_commit(path, n, batch, tokens))
+    with _chunk_checksums(checksums):
+        out.update(_commit(path, n, batch, tokens))
+    assert _has_checksums(path, "pooled") == checksums, path
     files, size = _disk(path)
     out["files"], out["MB"] = files, size / 1e6
     out["files per 1000 pairs"] = files / (n * (2 if tokens else 1)) * 1000
@@ -170,6 +207,12 @@ def _alone(what: str, path: Path, n: int) -> dict[str, float]:
     return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in got.stdout.strip().splitlines())}
 
 
+def checksum_once(paths: dict[bool, Path], n: int, first: bool) -> dict[bool, dict[str, float]]:
+    """One repeat of what the chunk checksums cost: the store with them (`paths[True]`) and its twin without,
+    `first` first, each in a process of its own (`_alone`: its cold pass and lazy reads of every feature)."""
+    return {on: _alone("checksums", paths[on], n) for on in (first, not first)}
+
+
 def _rss_mb() -> float:
     """This process's resident memory now (VmRSS), in MB."""
     status = Path("/proc/self/status").read_text()
@@ -181,7 +224,22 @@ def one(what: str, path: Path, n: int) -> dict[str, float]:
     of a fresh `Store`, its index loaded and `items()` listed, and the reader's resident memory then (MB);
     `reader`: the resident memory of such a reader after a pass of single and batched reads over the
     benchmark's random items (its part cache then holds nearly every part: a million `pooled` rows are
-    1,536 MB of float32)."""
+    1,536 MB of float32). `checksums`: per feature, the rate of a fresh reader's first pass of single reads
+    over the random items (`cold`: each part it touches loaded, so decompressed, once), then that of single
+    reads of the first `LAZY_READS` of them by a reader that loads no part whole (`lazy`: a zarr call and a
+    chunk decompressed per read)."""
+    if what == "checksums":
+        out = {}
+        for feature in sorted(Store(path).features(), key=["pooled", "tokens"].index):
+            for mode, picks in (("cold", _picks(n)), ("lazy", _picks(n)[:LAZY_READS])):
+                s = Store(path, whole_array_bytes=0) if mode == "lazy" else Store(path)
+                s.items(feature)  # the index loaded: not timed
+                t0 = time.perf_counter()
+                for item in picks:
+                    s.read(feature, item).features[...]
+                out[f"read {feature} {mode} single/s"] = len(picks) / (time.perf_counter() - t0)
+                s.close()
+        return out
     if what == "plan":
         wanted = [Wanted("pooled", f"q{k:07d}", f"fp{k}") for k in range(n)]
         t0 = time.perf_counter()
@@ -208,6 +266,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens-max", type=int, default=35_000, help="the tokens feature only up to this many items")
     p.add_argument("--repeats", type=int, default=3, help="repeats of plan, open and reads (medians)")
     p.add_argument("--dir", default=None, help="where the stores go (default: a temporary folder, removed)")
+    p.add_argument("--checksums", choices=("both", "on", "off"), default="both",
+                   help="chunks with zstd's checksum (on: as the store writes them), without (off), or both: "
+                        "the main table on, and a table of what the checksums cost (a twin store off)")
     p.add_argument("--one", nargs=3, metavar=("WHAT", "STORE", "N"), help=argparse.SUPPRESS)  # see _alone
     args = p.parse_args(argv)
     if args.one:
@@ -217,24 +278,35 @@ def main(argv: list[str] | None = None) -> None:
     base = Path(args.dir or tempfile.mkdtemp(prefix="bench-store-"))
     sizes = [int(x) for x in args.items.split(",")]
     results = []
+    twins = args.checksums == "both"
     try:
-        built, readers = {}, {}
+        built, readers, unsummed = {}, {}, {}
         for n in sizes:
             path = base / f"store-{n}.zarr"
             shutil.rmtree(path, ignore_errors=True)
-            built[n] = build(path, n, args.batch, n <= args.tokens_max)
+            built[n] = build(path, n, args.batch, n <= args.tokens_max, args.checksums != "off")
+            if twins:
+                shutil.rmtree(base / f"store-{n}-off.zarr", ignore_errors=True)
+                unsummed[n] = build(base / f"store-{n}-off.zarr", n, args.batch, n <= args.tokens_max, False)
             features = ["pooled", *(["tokens"] if n <= args.tokens_max else [])]
             readers[n] = {f: Store(path) for f in features}
             for f in features:
                 _warm(readers[n][f], f, _picks(n))
             print(f"built {n:,} items: " + "  ".join(f"{k} {v:,.1f}" for k, v in built[n].items()), flush=True)
         repeats: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
+        sums: dict[int, dict[bool, list[dict[str, float]]]] = {n: {True: [], False: []} for n in sizes}
         for rep in range(args.repeats):
             for n in sizes:
                 got = measure_once(base / f"store-{n}.zarr", n, list(readers[n]), readers[n], _picks(n))
                 repeats[n].append(got)
                 print(f"repeat {rep + 1} {n:,} items: " + "  ".join(f"{k} {v:,.1f}" for k, v in got.items()),
                       flush=True)
+                if twins:
+                    paths = {True: base / f"store-{n}.zarr", False: base / f"store-{n}-off.zarr"}
+                    for on, figures in checksum_once(paths, n, rep % 2 == 0).items():
+                        sums[n][on].append(figures)
+                        print(f"repeat {rep + 1} {n:,} items, checksums {'on' if on else 'off'}: "
+                              + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
         for n in sizes:
             r = dict(built[n])
             r.update(_alone("reader", base / f"store-{n}.zarr", n))
@@ -246,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             for n in sizes:
                 shutil.rmtree(base / f"store-{n}.zarr", ignore_errors=True)
+                shutil.rmtree(base / f"store-{n}-off.zarr", ignore_errors=True)
     print(f"benchmark process (every size's warmed readers): {_rss_mb():,.0f} MB resident")
     keys = [k for k in results[0] if k != "items"]
     print(f"\n{'measure':<30}" + "".join(f"{int(r['items']):>14,}" for r in results) + f"{'ratio last/first':>18}")
@@ -254,6 +327,30 @@ def main(argv: list[str] | None = None) -> None:
         row = "".join(f"{v:>14,.1f}" if v is not None else f"{'-':>14}" for v in vals)
         ratio = vals[-1] / vals[0] if None not in (vals[0], vals[-1]) and vals[0] else float("nan")
         print(f"{k:<30}{row}{ratio:>18.2f}")
+    if twins:
+        print_checksums(sizes, built, unsummed, sums)
+
+
+def print_checksums(sizes: list[int], built: dict[int, dict[str, float]], unsummed: dict[int, dict[str, float]],
+                    sums: dict[int, dict[bool, list[dict[str, float]]]]) -> None:
+    """The table of what the chunk checksums cost: per size, each figure with them (on) and without (off),
+    and the cost ratio on/off (a time ratio for every figure, rates inverted: above 1 is slower with them)."""
+    print(f"\nchunk checksums (zstd content checksum), on vs off (a twin store written without them; reads: "
+          f"medians of {len(next(iter(sums.values()))[True])} repeats, commits: one build each)")
+    print(f"{'measure':<30}" + "".join(f"{f'{n:,} on':>14}{f'{n:,} off':>14}{'cost on/off':>13}" for n in sizes))
+    keys = [k for k in built[sizes[0]] if k.startswith("commit ")] + list(sums[sizes[0]][True][0])
+    for k in keys:
+        row = ""
+        for n in sizes:
+            on, off = ((built[n] if w else unsummed[n]).get(k) if k.startswith("commit ")
+                       else (statistics.median(x[k] for x in sums[n][w]) if k in sums[n][w][0] else None)
+                       for w in (True, False))
+            if on is None or off is None:
+                row += f"{'-':>14}{'-':>14}{'-':>13}"
+                continue
+            cost = on / off if k.startswith("commit ") else off / on
+            row += f"{on:>14,.1f}{off:>14,.1f}{cost:>13.3f}"
+        print(f"{k:<30}{row}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,24 @@ def crash_on(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_per_test_process():
+    """Under `make test` (pytest-xdist, as many test processes as cores) torch in each process runs on one
+    thread: with two each, a process's second thread waits for a core the other process holds, and every
+    operator's parallel region waits for it. tests/test_densenet.py's three forward tests on this 2-core
+    machine under other work, alternating (session 29): 82-85 CPU-s and 292-309 s with torch's 2 threads,
+    36-45 CPU-s and 91-173 s with one. The pipeline's own processes (Ray actors, a command line run in a
+    child) set their threads themselves and are not touched; a serial run keeps torch's default."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or workers < (os.cpu_count() or 1):
+        yield
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _ray_shutdown():
     yield
     try:

@@ -59,14 +59,15 @@ def test_a_video_in_segments_gives_the_rows_of_one_piece(tiny_root: Path, tmp_pa
     report = run_extract("tiny", tiny_root, out, seg_config(), only=["frames", "faces"])
     assert report.counts["frames"]["done"] == 3 and report.counts["faces"]["done"] == 3
     store = open_store(out)
+    densenet, mtcnn = DenseNet161(DenseNetConfig(weights="random")), MTCNNFaces(FacesConfig(min_face_ratio=0.5))
     for item in ("tiny-a", "tiny-b"):  # 3 and 2 segments
         frames = decode_frames(tiny_root / f"siq2/video/{item}.mp4")
-        ref = DenseNet161(DenseNetConfig(weights="random")).extract(frames)
+        ref = densenet.extract(frames)
         got = store.read("frames", item)
         np.testing.assert_allclose(got.features[:], ref.features, rtol=1e-4, atol=2e-5)
         np.testing.assert_array_equal(got.intervals[:], frames.intervals)
         assert got.attrs["frame_pts_s"] == pytest.approx(frames.pts_s.tolist())
-        faces_ref = MTCNNFaces(FacesConfig(min_face_ratio=0.5)).extract(frames)
+        faces_ref = mtcnn.extract(frames)
         faces = store.read("faces", item)
         np.testing.assert_allclose(faces.features[:], faces_ref.features, rtol=1e-5, atol=1e-4)
         assert faces.attrs["face_ratio"] == faces_ref.attrs["face_ratio"]
