@@ -45,11 +45,12 @@ class IndexState:
         return [p for p, r in self.parts.items()
                 if any((e := self.entries.get(i)) is not None and e.part == p for i in r.items)]
 
-    def live_rows(self) -> dict[str, int]:
-        """part -> rows still current in it (for compaction)."""
-        out = dict.fromkeys(self.parts, 0)
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """part -> (its items still current, their rows): what compaction decides on."""
+        out = dict.fromkeys(self.parts, (0, 0))
         for e in self.entries.values():
-            out[e.part] = out.get(e.part, 0) + e.n_rows
+            items, rows = out.get(e.part, (0, 0))
+            out[e.part] = (items + 1, rows + e.n_rows)
         return out
 
 
@@ -96,11 +97,6 @@ def parse(data: bytes | bytearray, where: Path) -> IndexState:
     with gc_paused():  # one Entry per item
         state.length, state.torn = fold(data, where, lambda rec: apply(state, rec))
     return state
-
-
-def read_pinned(fd: int, length: int, where: Path) -> IndexState:
-    """The state of the first `length` bytes of an open log (a reader's snapshot)."""
-    return parse(pinned_bytes(fd, length), where)
 
 
 def pinned_bytes(fd: int, length: int) -> bytearray:

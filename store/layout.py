@@ -290,13 +290,6 @@ def fold(data: bytes | bytearray, where: Path, visit: Callable[[Record], None]) 
     return pos, False
 
 
-def decode_log(data: bytes | bytearray, where: Path) -> tuple[list[Record], int, bool]:
-    """Every committed record of a log's bytes, the good prefix's length and whether its tail is torn."""
-    records: list[Record] = []
-    length, torn = fold(data, where, records.append)
-    return records, length, torn
-
-
 def read_part_meta(part: Path) -> tuple[bytes, dict[str, Any]]:
     """A part's zarr.json bytes and its own record (`PART_ATTR`: feature, seq, items, files, spans)."""
     raw = (part / META).read_bytes()
