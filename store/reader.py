@@ -43,9 +43,9 @@ import numpy as np
 import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl_all
-from store import index, layout, parts
+from store import index, integrity, layout, parts
 from store.columns import Columns, attrs_of
-from store.integrity import DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
+from store.integrity import DamagedItem, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -321,20 +321,14 @@ class Store:
 
     def part_problem(self, feature: str, part: str, full: bool = False,
                      record: layout.PartRecord | None = None) -> str | None:
-        """The part's check (quick ones cached for this handle); `record`: the part's index record, when the
-        caller read the index itself (`scan_index`)."""
+        """The part's check (store/integrity.py; quick ones cached for this handle); `record`: the part's
+        index record, when the caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            record = record or self.index(feature).parts[part]
-            folder = layout.part_dir(self.path, feature, part)
-            noted = part in self._noted(feature)
-            found = check_part(folder, record, full or noted)  # a part a read found damaged: checked in full
+            found = integrity.part_problem(self.path, feature, part, record or self.index(feature).parts[part], full,
+                                           self._noted(feature))
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
-                self._gone(feature, folder)
-            if noted and found is None:  # it reads as committed now (rewritten by hand, or a false alarm)
-                with contextlib.suppress(OSError):
-                    (layout.notes_dir(self.path, feature) / part).unlink()
-                self._noted(feature).discard(part)
+                self._gone(feature, layout.part_dir(self.path, feature, part))
             if full:
                 return found
             self._part_checks[key] = found
@@ -641,10 +635,7 @@ class Store:
     def _noted(self, feature: str) -> set[str]:
         """Parts a read found damaged (`_note`): listed once per handle."""
         if feature not in self._notes:
-            try:
-                self._notes[feature] = set(os.listdir(layout.notes_dir(self.path, feature)))
-            except OSError:
-                self._notes[feature] = set()
+            self._notes[feature] = integrity.noted_parts(self.path, feature)
         return self._notes[feature]
 
     def _evict(self) -> None:
