@@ -62,6 +62,7 @@ class Columns:
 
     def __init__(self) -> None:
         self.generation, self.length, self.torn, self.last_seq = "", 0, False, 0
+        self.rebuilt = False  # from the parts' own records, not from the log
         self.parts: dict[str, PartRecord] = {}
         self.part_names: list[str] = []  # part number -> name, in log order
         self.part_id: dict[str, int] = {}

@@ -1,27 +1,13 @@
-"""`python -m pipeline compact --out STORE` and the end of every run: rewrite parts (docs/design.md, "Store").
+"""`python -m pipeline compact --out STORE` and the end of every run: rewrite parts (docs/design.md,
+"Supersession and compaction").
 
-A recomputed item's new rows go to a new part and its old rows stay where they were, unread; a run commits
-its pairs in batches (by count, bytes or age), so a slow run leaves many small parts. Compaction reads the
-current rows of the parts it rewrites (every array copied as stored: the rows read back bit-identical) and
-commits them as fresh, full parts through the writer's one commit path (a `Rewrite`, store/writer.py): a new
-index generation (one atomic rename of the whole log) that names the other parts and the new ones. The old
-log is kept first as a hard link under `<feature>/retired/`: a reader pins the log it opened with a shared
-flock (its lease, store/reader.py), so the old parts are removed only when no reader holds the old log any
-more: right after the rename when none does, else by a later writer (its next commit, compaction or verify:
-store/repair.py `release_retired`). A reader opened before the compaction therefore reads its whole
-snapshot, lazily or not, until it is closed.
-
-A kill before the rename leaves the old index and parts as they were, and the new parts unindexed: the next
-writer adopts them (they hold the same rows, bit for bit, and supersede the old ones). A kill after it
-leaves the old parts named by the retired log, removed by the next writer once no reader holds them. A
-part that differs from its record (full check, hashes) is never copied: it stays as it is, with its
-current items, so verify and `extract --verify` still find it.
-
-`python -m pipeline compact` rewrites every part. The end of a run (`force=False`) rewrites only the parts
-not worth keeping as they are (`to_rewrite`): those with superseded rows (a quarter of theirs or more) or
-none current, and the small ones (under half of `PART_ITEMS` and of `PART_BYTES`) when there are two or
-more to merge. A finished run thus leaves each feature in full parts plus at most one small one, and its
-cost is that of the rows it rewrites (and one new log), not of the whole feature.
+The current rows of the parts chosen (`to_rewrite`) are copied as stored (bit-identical) into fresh, full
+parts through the writer's one commit path (a `Rewrite`: a new index generation); the old parts go once no
+reader leases a log naming them (store/repair.py `release_retired`). A part that fails its full check is
+never copied: it stays, with its current items, for verify to report. The command rewrites every part of a
+feature where that changes something; the end of a run only the parts not worth keeping: a quarter of their
+rows superseded or none current, and the small ones (under half of `PART_ITEMS` and of `PART_BYTES`) when
+two or more can be merged.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""A feature's index: item -> part, rows, fingerprint, status and per-item attributes (docs/design.md, "Store").
-
-The index is an append-only log, `<feature>/index.log`: a header, then one line per committed part (its
-records and their encoding: store/layout.py). This module folds the records into the state a writer or a
-reader holds, and writes the log (appends, whole new generations).
-
-A line is how readers find a part: the part's folder is renamed into place first (complete and fsynced,
-its own metadata holding the same entries), then the line is appended and fsynced. An append writes its
-lines in one `pwrite`, so a kill leaves a prefix of them: at most one last line without its newline (a torn
-tail), which is no line of this log, and the next writer cuts it off. A line that ends in its newline and
-fails its checksum, last or not, is damage (a kill cannot make one): readers rebuild the state from the
-parts, and the next writer or `verify` rebuilds the log from them (store/repair.py). A part no line names
-(a torn tail's, or one whose lines were cut off) is never deleted for that: the next writer adopts it from
-its own metadata. Compaction writes a whole new log (a new `generation`) and renames it over the old one.
-
-A snapshot is a log prefix: a reader pins the log's length (and its open file) when it opens, so later
-commits never change what it sees.
+"""A feature's index, `<feature>/index.log` (docs/design.md, "Store layout"): this module folds its records
+(store/layout.py) into the state a writer holds and writes the log: appends after the good prefix (a torn
+tail cut off first), and whole new generations renamed over it (compaction, rebuilds). A line is appended
+only after its part is renamed into place, complete; a reader's snapshot is a prefix of the log.
 """
 
 from __future__ import annotations

@@ -50,7 +50,6 @@ class ItemCheck:
     path: Path  # the part folder holding the item's rows
     problem: str | None  # None: the item is as committed (as far as this check looks)
     attrs: dict[str, Any] | None = None  # the item's attributes (from the index)
-    recorded: bool = True  # kept for callers of version 1; every version-2 part has a record
 
     @property
     def ok(self) -> bool:

@@ -1,30 +1,16 @@
-"""Lazy, snapshot reads: opening the store reads the root metadata and pins each feature's index.
+"""Snapshot reads (docs/design.md, "Snapshots" and "Reads").
 
-A `Store` is a snapshot: at open it keeps each feature's index log open and notes its length, and it reads
-only that prefix (store/index.py), into columns (store/columns.py). Commits made later (a re-extraction,
-another run) are not seen by this handle: an item reads the rows it had when the store was opened, never a
-mix of two versions. Open the store again to see them. Parts are immutable, and the handle holds a lease on
-each index log it pinned (a shared flock): a compaction keeps the parts an open handle's logs name until the
-handle is closed (store/compact.py), so a snapshot reads whole, lazily or not, for as long as it is open.
-Where the filesystem refuses flock there is no lease, and a read of a part a compaction removed says so in
-one line (`SnapshotGone`), never zeros.
-
-One read path: `read`, `arrays`, `item_attrs` and `rows` all find their items' positions in the columns,
-check each part once per handle (a damaged part: DamagedItem naming it and the items asked for), and take
-rows from one part cache. That cache holds a part's array whole (one zarr call loads hundreds of items), up
-to `part_cache_bytes` in all (by default an eighth of the machine's memory, at most 4 GiB;
-`SIQ_STORE_CACHE_BYTES` sets it). Where a (feature, array) has one numeric dtype and row shape and all of it
-fits half the cache, its parts are loaded into one slab, one after another, so that a batched read of random
-items is one `take` (and the slab is never evicted part by part: every view handed out stays valid); other
-arrays are cached part by part, least recently used first out. An array larger than `whole_array_bytes`
-(16 MiB by default; a materialised view's reader uses more) is read per item through zarr, lazily, and so
-are later parts of a (feature, array) whose whole parts left the cache nearly unused (random access over
-more than the cache holds).
+A `Store` pins each feature's index log (its open file and length, leased with a shared flock so that a
+compaction keeps the parts it names until the handle closes) and reads only that prefix, into columns
+(store/columns.py): later commits are not seen, and an item never mixes two versions. Where flock is refused
+there is no lease, and a read of a part compacted away raises `SnapshotGone`, never zeros. One read path:
+`read`, `arrays`, `item_attrs` and `rows` find positions in the columns, check each part once per handle, and
+take rows from one part cache (whole part arrays; a slab per (feature, array) where it fits; larger arrays
+read per item through zarr).
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import json
@@ -285,6 +271,7 @@ class Store:
         cols = Columns()
         for rec in found:
             cols.add(rec)
+        cols.rebuilt = True
         return cols
 
     # ---- features and items ----
@@ -676,22 +663,10 @@ class Store:
                           "the next `make extract` recomputes it")
 
     def _line_of(self, feature: str, part: str) -> int | str:
-        """The number of the line of this handle's index naming `part` ('?' when the index was rebuilt from
-        the parts in memory)."""
-        pin = self._pins.get(feature)
-        found: list[int] = []
-        count = [0]
-
-        def visit(rec: layout.Record) -> None:
-            count[0] += 1
-            if isinstance(rec, layout.PartLine) and rec.part == part and not found:
-                found.append(count[0])
-
-        if pin is not None:
-            with contextlib.suppress(layout.IndexDamaged):
-                layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
-        return found[0] if found else "?"
-
+        """The number of the line of this handle's index naming `part`: one line per part, in log order,
+        after the header ('?' when the index was rebuilt from the parts in memory)."""
+        cols = self.index(feature)
+        return "?" if cols.rebuilt else cols.part_id[part] + 2
 
     # ---- manifests and runs ----
 

@@ -1,16 +1,10 @@
-"""The index's bad states and their repair (under the store's write lock).
+"""The index's bad states and their repair, under the store's write lock (docs/design.md, "Commit").
 
-- A torn last line (no newline: a killed append) is no line of the log: the next append cuts it off.
-- A part folder no index line names (a commit killed before its line was complete, or lines lost to damage:
-  a log cut at a line boundary) is adopted: its record, read from its own metadata, is appended to the log
-  (or the log is rebuilt from all parts when it is older than the log's last part, so that supersession
-  keeps the parts' order). Its rows were complete and fsynced before it was renamed into place, so nothing
-  deletes it: a part is removed only by compaction, once its rows are in newer parts and no reader pins an
-  index that names it (`release_retired`).
-- A damaged index (a complete line that fails its checksum, the last one included) or a deleted one, while
-  part folders exist: the index is rebuilt from the parts, whose own metadata (`siqfeat_part`) holds their sequence number, entries and the size and SHA-256
-  of each data file as committed; later parts supersede earlier ones, as in the log. A data file damaged
-  before the rebuild therefore still differs from the rebuilt record, and verify reports its part.
+A torn last line is cut off by the next append. A part folder no line names (a killed commit's, or one whose
+line was lost) is adopted from its own metadata: appended, or the log rebuilt from every part when it is
+older than the log's last part. A damaged or missing log is rebuilt from the parts' own records (later parts
+supersede earlier ones); their data files keep the sizes and hashes of commit, so damage since is still
+found. Parts are removed only by compaction, once no reader leases a log naming them (`release_retired`).
 """
 
 from __future__ import annotations
