@@ -148,10 +148,10 @@ class Columns:
         return len(self.ids)
 
     def attrs_json(self, k: int) -> str:
-        return self._attrs[self._attrs_at[0, k]:self._attrs_at[1, k]].decode()
+        return self._attrs[self._attrs_at.item(0, k):self._attrs_at.item(1, k)].decode()
 
     def fingerprint(self, k: int) -> str:
-        return self._fp[self._fp_at[0, k]:self._fp_at[1, k]].decode()
+        return self._fp[self._fp_at.item(0, k):self._fp_at.item(1, k)].decode()
 
     def positions(self, items: list[str] | tuple[str, ...]) -> np.ndarray:
         """Positions of `items` (KeyError naming the first one not in this snapshot)."""

@@ -491,6 +491,11 @@ class Store:
                 got[pos] = value
         return np.stack(got)
 
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of part arrays this handle holds in its part cache (slabs' loaded rows included)."""
+        return self._cache_bytes
+
     def part_array(self, feature: str, part: str, name: str) -> Any:
         """A part's array (no check: the caller checks `part_problem`): whole in memory when small enough
         (the part cache), else the lazy zarr array."""
