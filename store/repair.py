@@ -54,11 +54,6 @@ def load(store: Path, feature: str) -> tuple[index.IndexState | None, str | None
         return None, str(e).split(": ", 1)[1].split(" (")[0]
 
 
-def problem(store: Path, feature: str) -> str | None:
-    """Why the feature's index cannot be used as it is (None: it can)."""
-    return load(store, feature)[1]
-
-
 def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.IndexState]:
     """Write the feature's index anew from its parts (caller holds the write lock); the new state."""
     out = Rebuilt(feature, reason)
@@ -194,17 +189,21 @@ def adopt(store: Path, feature: str, state: index.IndexState, names: list[str]) 
     return state, adopted
 
 
-def open_index(store: Path, feature: str) -> index.IndexState:
+def open_index(store: Path, feature: str, reports: list[Rebuilt | Adopted] | None = None) -> index.IndexState:
     """The writer's view of a feature's index, its log read once: repaired first when it must be (see the
-    module docstring), and the parts compactions retired removed where no reader pins them any more."""
+    module docstring; each repair's report appended to `reports`), and the parts compactions retired removed
+    where no reader pins them any more."""
+    reports = [] if reports is None else reports
     state, why = load(store, feature)
     if why is not None:
-        _, state = rebuild(store, feature, why)
+        rebuilt, state = rebuild(store, feature, why)
+        reports.append(rebuilt)
     elif state is None:  # a new feature
         records: list[layout.Record] = [layout.new_header()]
         state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
     orphans = unindexed(store, feature, state)
     if orphans:
-        state, _ = adopt(store, feature, state, orphans)
+        state, adopted = adopt(store, feature, state, orphans)
+        reports.append(adopted)
     release_retired(store, feature, state)
     return state
