@@ -81,7 +81,6 @@ class _LazyPart:
         # lease it holds, alive until the next cyclic collection
         self._store, self._where, self._arr = weakref.ref(store), (feature, part, name), arr
         self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
-        self.oindex = _LazyIndex(self, arr.oindex)
 
     def _read(self, get: Callable[[Any], Any], key: Any) -> Any:
         store = self._store()
@@ -99,20 +98,16 @@ class _LazyPart:
     def __getitem__(self, key: Any) -> Any:
         return self._read(self._arr.__getitem__, key)
 
+    def orthogonal(self, key: Any) -> Any:
+        """Rows picked by an index array (the other axes' keys after it), in one zarr read (`oindex`)."""
+        return self._read(self._arr.oindex.__getitem__, key)
+
     def __len__(self) -> int:
         return int(self.shape[0])
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = np.asarray(self[...])
         return out.astype(dtype) if dtype is not None else out
-
-
-class _LazyIndex:
-    def __init__(self, owner: _LazyPart, oindex: Any) -> None:
-        self._owner, self._oindex = owner, oindex
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._owner._read(self._oindex.__getitem__, key)
 
 
 class SnapshotGone(RuntimeError):
@@ -487,7 +482,7 @@ class Store:
             if got[-1] is None:
                 lazy.setdefault(p, []).append(pos)
         for p, positions in lazy.items():
-            for pos, value in zip(positions, self._part(feature, p, name).oindex[at[positions]], strict=True):
+            for pos, value in zip(positions, self._part(feature, p, name).orthogonal(at[positions]), strict=True):
                 got[pos] = value
         return np.stack(got)
 
