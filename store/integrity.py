@@ -1,15 +1,9 @@
-"""What a part looked like when it was committed, and whether it still does.
+"""What a part looked like when it was committed, and whether it still does (docs/design.md, "Integrity").
 
-At commit the writer records in the feature's index (store/index.py) every file of the part folder (its
-`zarr.json`, each array's metadata and shard files) with its size and SHA-256, and each array's shape and
-dtype. Damage is found per part, and reported for exactly the items whose current rows are in it.
-
-Two depths of check:
-- quick (every plan, `Store.items()`, `Store.read()`; once per part per open store): each recorded file
-  exists with its recorded size, and each array's metadata parses with the recorded shape and dtype.
-  Catches deleted, emptied or truncated files and unreadable metadata; one `stat` per file.
-- full (`python -m pipeline verify`, `extract --verify`): also the SHA-256 of every recorded file, so a
-  flipped byte anywhere is found.
+The index records every file of a part (size, SHA-256) and each array's shape and dtype. The quick check
+(every plan, `items()`, `read()`; once per part per open store) stats each file and parses each array's
+metadata; the full check (`verify`, `extract --verify`, a part a read noted damaged) also hashes every file.
+Damage is found per part and reported for exactly the items whose current rows are in it.
 """
 
 from __future__ import annotations
