@@ -1,27 +1,12 @@
-"""PyTorch datasets for the Social-IQ tasks, read lazily from the store (docs/reading.md).
+"""PyTorch datasets for the Social-IQ tasks and Socratis, read lazily from the store (docs/reading.md).
 
-- `SocialIQA2`: binary; one sample per (question, answer) with label 1.0 when the answer is correct.
-- `SocialIQA4`: four-way; per question one correct and three incorrect answers, chosen and ordered by
-  counter-based draws that are a pure function of (seed, qid) (`a4_choices`), so every run, process, worker
-  and subset of the questions sees the same choice; label = the
-  position of the correct answer. On a store whose questions all have fewer than four answers (SocialIQA
-  has three) it raises instead of building an empty dataset: `SocialIQA3` is the three-way task there.
-- `SocialIQA3`: the same with one correct and two incorrect answers (SocialIQA's own multiple choice).
-
-An item whose qa rows hold a context (SocialIQA: row 0, role 0) gives it with every sample as `context`
-(+ `context_mask`), in the same text form as the question. `split` takes the stored names and the releases'
-own (`dev`, `valid`, `validation` -> `val`); a split without questions is an error naming those with some.
-With no modalities nothing is aligned, so no reference feature is needed (text-only stores).
-
-Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
-words, a fixed rate, or another feature) with `reading.align`. Undefined values never reach a model by
-surprise: a reference step that no row overlaps has `mask` False, a value that is NaN or +-inf after the
-collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
-
-The store is opened lazily, once per process: a DataLoader worker opens its own (no zarr handle is pickled).
-Construction reads the store's index and the QA row plan from whole parts held in memory (store/reader.py);
-a text-only dataset (`modalities=()`) never aligns. `__getitems__` is the batched path a DataLoader takes
-with automatic batching: the text rows of a whole batch in one gather per part touched.
+`SocialIQA2` (binary: one sample per (question, answer)), `SocialIQA4` (four-way: one correct and three
+incorrect answers, chosen and ordered by `a4_choices`, a pure function of (seed, qid)) and `SocialIQA3`
+(three-way, SocialIQA's own). Video modalities are aligned to a common reference with `reading.align`; a
+step no row overlaps (`mask` False) or a value that is not finite (`valid` False) reads `fill_value`, never
+by surprise. The store is opened once per process (a DataLoader worker opens its own); construction reads
+the index and the QA row plan from whole parts; samples, one or a batch, read their text rows through
+`Store.rows`.
 """
 
 from __future__ import annotations
