@@ -15,7 +15,8 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
 - files and bytes on disk;
 - resident memory (VmRSS, MB) of a reader in a process of its own: after open + `items()` (its index), and
   after a pass of single and batched reads over the random items (its part cache then holding nearly every
-  part); and, at the end, of the benchmark's own process with every size's warmed readers;
+  part), and that less the bytes of the rows it caches (its index and bookkeeping); and, at the end, of the
+  benchmark's own process with every size's warmed readers;
 - what the chunks' content checksums cost (`--checksums both`, the default): a twin of each store is written
   with the same items but chunks without zstd's checksum (`_chunk_checksums`: the benchmark swaps the codec it
   writes with; the store itself has no such switch), and both are measured where a checksum acts, never on
@@ -256,7 +257,8 @@ def one(what: str, path: Path, n: int) -> dict[str, float]:
         return {"open+items us/item": dt / n * 1e6, "reader MB after open+items": _rss_mb()}
     del listed
     _warm(s, "pooled", _picks(n))
-    return {"reader MB after reads": _rss_mb()}
+    # what the reader holds beyond the rows it caches (bounded by its part_cache_bytes): index and bookkeeping
+    return {"reader MB after reads": _rss_mb(), "reader MB less part cache": _rss_mb() - s.cached_bytes / 2**20}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -167,34 +167,14 @@ def _compact(args: argparse.Namespace) -> int:
     for feature in asked:
         if feature not in store.features():
             raise ValueError(f"{args.out}: no feature {feature!r}; present: {', '.join(store.features())}")
-    gains = {f: _compaction_gain(store, f) for f in asked}
-    todo = [f for f, gain in gains.items() if gain]
-    kept = [f"  {f}: already compact ({_parts_text(store, f)}, no superseded row), left as it is"
-            for f, gain in gains.items() if not gain]
-    store.close()
-    done = compact_store(Path(args.out), todo) if todo else []
+    n_parts = {f: len(store.index(f).parts) for f in asked}
+    store.close()  # its lease would keep the old parts until it is gone
+    done = compact_store(Path(args.out), asked)  # a feature compacting would not change is left out (to_rewrite)
+    kept = [f"  {f}: already compact ({n} part{'s' if n != 1 else ''}, no superseded row), left as it is"
+            for f, n in n_parts.items() if f not in {c.feature for c in done}]
     lines = [f"compact {args.out}: {len(done)} feature(s) rewritten", *(c.line() for c in done), *kept]
     print("\n".join(lines))
     return exitcodes.OK
-
-
-def _compaction_gain(store, feature: str) -> bool:
-    """Whether compacting the feature changes anything: superseded rows to drop, parts without a current item,
-    or more parts than its rows need (store/compact.py's PART_ITEMS / PART_BYTES)."""
-    from store.compact import PART_BYTES, PART_ITEMS
-
-    state = store.index(feature)
-    stored = sum(int((r.arrays.get("intervals") or {}).get("shape", [0])[0]) for r in state.parts.values())
-    live = sum(e.n_rows for e in state.entries.values())
-    nbytes = sum(int(v[0]) for r in state.parts.values() for v in r.files.values())
-    ideal = max(1, -(-len(state.entries) // PART_ITEMS), -(-nbytes // PART_BYTES))
-    good = len(state.parts) - len(store.part_problems(feature))  # a damaged part stays as it is (store/compact.py)
-    return bool(state.parts) and (stored > live or len(state.live_parts()) < len(state.parts) or good > ideal)
-
-
-def _parts_text(store, feature: str) -> str:
-    n = len(store.index(feature).parts)
-    return f"{n} part{'s' if n != 1 else ''}"
 
 
 def _sample(args: argparse.Namespace) -> int:

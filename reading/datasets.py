@@ -1,27 +1,12 @@
-"""PyTorch datasets for the Social-IQ tasks, read lazily from the store (docs/reading.md).
+"""PyTorch datasets for the Social-IQ tasks and Socratis, read lazily from the store (docs/reading.md).
 
-- `SocialIQA2`: binary; one sample per (question, answer) with label 1.0 when the answer is correct.
-- `SocialIQA4`: four-way; per question one correct and three incorrect answers, chosen and ordered by
-  counter-based draws that are a pure function of (seed, qid) (`a4_choices`), so every run, process, worker
-  and subset of the questions sees the same choice; label = the
-  position of the correct answer. On a store whose questions all have fewer than four answers (SocialIQA
-  has three) it raises instead of building an empty dataset: `SocialIQA3` is the three-way task there.
-- `SocialIQA3`: the same with one correct and two incorrect answers (SocialIQA's own multiple choice).
-
-An item whose qa rows hold a context (SocialIQA: row 0, role 0) gives it with every sample as `context`
-(+ `context_mask`), in the same text form as the question. `split` takes the stored names and the releases'
-own (`dev`, `valid`, `validation` -> `val`); a split without questions is an error naming those with some.
-With no modalities nothing is aligned, so no reference feature is needed (text-only stores).
-
-Video modalities (any store features, chosen by name) are aligned to a common reference (the transcript's
-words, a fixed rate, or another feature) with `reading.align`. Undefined values never reach a model by
-surprise: a reference step that no row overlaps has `mask` False, a value that is NaN or +-inf after the
-collapse has `valid` False, and both are replaced by `fill_value` (0.0 by default) in `x`.
-
-The store is opened lazily, once per process: a DataLoader worker opens its own (no zarr handle is pickled).
-Construction reads the store's index and the QA row plan from whole parts held in memory (store/reader.py);
-a text-only dataset (`modalities=()`) never aligns. `__getitems__` is the batched path a DataLoader takes
-with automatic batching: the text rows of a whole batch in one gather per part touched.
+`SocialIQA2` (binary: one sample per (question, answer)), `SocialIQA4` (four-way: one correct and three
+incorrect answers, chosen and ordered by `a4_choices`, a pure function of (seed, qid)) and `SocialIQA3`
+(three-way, SocialIQA's own). Video modalities are aligned to a common reference with `reading.align`; a
+step no row overlaps (`mask` False) or a value that is not finite (`valid` False) reads `fill_value`, never
+by surprise. The store is opened once per process (a DataLoader worker opens its own); construction reads
+the index and the QA row plan from whole parts; samples, one or a batch, read their text rows through
+`Store.rows`.
 """
 
 from __future__ import annotations
@@ -69,19 +54,13 @@ class QASample(NamedTuple):
     context_row: int = -1  # the item's context row (SocialIQA), -1 when it has none
 
 
-def _qa_rows(store: Store, feature: str, item: str, questions: list[QAItem]) -> dict[str, tuple[int, list[int], int]]:
-    """qid -> (question row, answer rows in manifest order, context row or -1), checked against the texts
-    the store embedded."""
-    ex = store.read(feature, item).extras
-    return _match_rows(store.path, feature, item, questions, {k: np.asarray(ex[k][...]).tolist() for k in _PLAN_ARRAYS})
-
-
 _PLAN_ARRAYS = ("qid", "role", "a_index", "text")
 
 
 def _qa_rows_many(store: Store, feature: str,
                   by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int], int]]]:
-    """`_qa_rows` of many items: each part's plan arrays read once, whole, as Python lists."""
+    """qid -> (question row, answer rows in manifest order, context row or -1) of each item's questions,
+    checked against the texts the store embedded: each part's plan arrays read once, whole, as Python lists."""
     entries = store.index(feature).entries
     by_part: dict[str, list[str]] = {}
     for item in by_item:  # usable items: all in the index
@@ -250,7 +229,6 @@ class _SocialIQ(Dataset):
         self._store: Store | None = None
         self._pid = -1
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()  # item -> aligned modalities
-        self._handles: OrderedDict[str, ItemFeature] = OrderedDict()  # item -> lazy QA arrays
 
     # ---- planning (main process) ----
 
@@ -344,14 +322,14 @@ class _SocialIQ(Dataset):
     def _open(self) -> Store:
         if self._store is None or self._pid != os.getpid():  # a forked worker opens its own
             self._store, self._pid = open_store(self.path, whole_array_bytes=READ_WHOLE_BYTES), os.getpid()
-            self._cache, self._handles = OrderedDict(), OrderedDict()
+            self._cache = OrderedDict()
             self._view_store = (Store(self.view, part_cache_bytes=self.view_cache_bytes,
                                       whole_array_bytes=READ_WHOLE_BYTES) if self.view else None)
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _handles=OrderedDict(), _view_store=None)
+        state.update(_store=None, _pid=-1, _cache=OrderedDict(), _view_store=None)
         return state
 
     def __len__(self) -> int:
@@ -395,37 +373,8 @@ class _SocialIQ(Dataset):
             x[~valid] = np.float32(self.fill_value)
         return {"x": torch.from_numpy(x), "mask": torch.from_numpy(mask), "valid": torch.from_numpy(valid)}
 
-    def _qa_handle(self, item: str) -> ItemFeature:
-        """The item's lazy QA arrays, kept for its next questions (samples come grouped by item)."""
-        self._open()
-        if item not in self._handles:
-            self._handles[item] = self._open().read(self.qa_feature, item)
-            while len(self._handles) > max(1, self.cache_items):
-                self._handles.popitem(last=False)
-        return self._handles[item]
-
-    def _texts(self, item: str, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(len(rows), T, D) text states and (len(rows), T) masks, reading one contiguous block of rows."""
-        r = self._qa_handle(item)
-        lo, hi = min(rows), max(rows) + 1
-        pick = [k - lo for k in rows]
-        if self.text == "pooled":
-            x = np.asarray(r.features[lo:hi], np.float32)[pick][:, None, :]
-            return torch.from_numpy(x), torch.ones(x.shape[:2], dtype=torch.bool)
-        x = np.asarray(r.extras["tokens"][lo:hi], np.float32)[pick]
-        m = np.asarray(r.extras["token_mask"][lo:hi], bool)[pick]
-        return torch.from_numpy(x), torch.from_numpy(m)
-
     def __getitem__(self, i: int) -> dict[str, Any]:
-        smp = self.samples[i]
-        context = [smp.context_row] if smp.context_row >= 0 else []
-        x, m = self._texts(smp.item, [smp.question_row, *smp.answer_rows, *context])
-        n = 1 + len(smp.answer_rows)
-        out = {"qid": smp.qid, "item": smp.item, "question": x[0], "question_mask": m[0], **self._video(smp.item)}
-        out.update(self._answers(x[1:n], m[1:n], smp.label))
-        if context:
-            out.update(context=x[n], context_mask=m[n])
-        return self.extend(out, smp)
+        return self._batch([i])[0]
 
     def extend(self, sample: dict[str, Any], smp: QASample) -> dict[str, Any]:
         """The hook for a subclass that adds to (or changes) a sample: both the single path (`__getitem__`) and
@@ -440,6 +389,11 @@ class _SocialIQ(Dataset):
         DataLoader's batches hold what its single samples hold; `extend` keeps the batched reads."""
         if type(self).__getitem__ is not _SocialIQ.__getitem__ and type(self).__getitems__ is _SocialIQ.__getitems__:
             return [self[i] for i in indices]
+        return self._batch(indices)
+
+    def _batch(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Samples `indices`, their text rows gathered in one `Store.rows` call per array (the store's one
+        read path: one `take` from a slab, or a gather per part)."""
         smps = [self.samples[i] for i in indices]
         rows = [(smp.question_row, *smp.answer_rows, *([smp.context_row] if smp.context_row >= 0 else []))
                 for smp in smps]

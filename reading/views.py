@@ -1,18 +1,12 @@
-"""Materialised aligned views: modalities aligned once to a reference, stored packed, read by epochs.
+"""Materialised aligned views: modalities aligned once to a reference, stored packed, read by epochs
+(docs/design.md, "Reads"; docs/reading.md).
 
-`materialize(store, features, to=..., how=...)` aligns every item that has all of `features` (and the
-reference feature) with `reading.align` and writes the result as a store of its own, in
-`<store>/_views/<name>.zarr`: per modality one feature whose rows are the reference steps (float32 values,
-0.0 where undefined; `valid` (M, D) bool: the value is finite; `mask` (M,) bool: the step has rows),
-intervals the reference intervals. Values are stored already filled, with their `valid` mask, so that a
-read is a slice of the part in memory (no isfinite/where over every value of every sample). `name` is a
-hash of the features, the reference, `how` and the view's `LAYOUT`. It is incremental: an item whose
-source fingerprints are unchanged is not aligned again, and an item recomputed in the store is re-aligned
-(its view entry carries a hash of the fingerprints it was made from and of `LAYOUT`, so an item written by
-an older layout is re-aligned too, never misread). Parts are kept small (`PART_BYTES`) so that a reader
-loads a part's arrays whole and serves every item of it from memory.
-
-Datasets use a view with `materialized=True` (reading/datasets.py).
+`materialize` aligns every item that has all of `features` (and the reference) with `reading.align` into a
+store of its own, `<store>/_views/aligned-<hash of features, reference, how, LAYOUT>.zarr`: per modality a
+feature whose rows are the reference steps, values filled with 0.0 where undefined plus `valid` (M, D) and
+`mask` (M,), so that a read is a slice of a part in memory. It is incremental: each item's view entry
+carries a hash of the source fingerprints and `LAYOUT`, so only new, recomputed or older-layout items are
+aligned again. Parts stay under `PART_BYTES` so that a reader loads them whole.
 """
 
 from __future__ import annotations

@@ -58,10 +58,11 @@ def _blob(texts: tuple[Any, ...]) -> tuple[bytes, np.ndarray]:
 class Columns:
     """A feature's snapshot: the index log's records folded (`add`, in log order: a later part supersedes an
     item's earlier rows), then `done`. Answers what `index.IndexState` answers (generation, parts, length,
-    torn, last_seq, entries, live_parts, live_rows) without one object per item."""
+    torn, last_seq, entries, live_parts) without one object per item."""
 
     def __init__(self) -> None:
         self.generation, self.length, self.torn, self.last_seq = "", 0, False, 0
+        self.rebuilt = False  # from the parts' own records, not from the log
         self.parts: dict[str, PartRecord] = {}
         self.part_names: list[str] = []  # part number -> name, in log order
         self.part_id: dict[str, int] = {}
@@ -147,10 +148,10 @@ class Columns:
         return len(self.ids)
 
     def attrs_json(self, k: int) -> str:
-        return self._attrs[self._attrs_at[0, k]:self._attrs_at[1, k]].decode()
+        return self._attrs[self._attrs_at.item(0, k):self._attrs_at.item(1, k)].decode()
 
     def fingerprint(self, k: int) -> str:
-        return self._fp[self._fp_at[0, k]:self._fp_at[1, k]].decode()
+        return self._fp[self._fp_at.item(0, k):self._fp_at.item(1, k)].decode()
 
     def positions(self, items: list[str] | tuple[str, ...]) -> np.ndarray:
         """Positions of `items` (KeyError naming the first one not in this snapshot)."""
@@ -188,12 +189,6 @@ class Columns:
         """Parts that hold a current row of some item (a part whose items were all superseded does not)."""
         live = set(np.unique(self.part).tolist())
         return [p for k, p in enumerate(self.part_names) if k in live]
-
-    def live_rows(self) -> dict[str, int]:
-        """part -> rows still current in it."""
-        rows = np.bincount(self.part, weights=self.n_rows, minlength=len(self.part_names))
-        return {p: int(rows[k]) for k, p in enumerate(self.part_names)}
-
 
 def _spans(lengths: array) -> np.ndarray:
     """(start, end) in a buffer of strings one after another, of each of them, from their lengths."""

@@ -1,27 +1,13 @@
-"""`python -m pipeline compact --out STORE` and the end of every run: rewrite parts (docs/design.md, "Store").
+"""`python -m pipeline compact --out STORE` and the end of every run: rewrite parts (docs/design.md,
+"Supersession and compaction").
 
-A recomputed item's new rows go to a new part and its old rows stay where they were, unread; a run commits
-its pairs in batches (by count, bytes or age), so a slow run leaves many small parts. Compaction reads the
-current rows of the parts it rewrites (every array copied as stored: the rows read back bit-identical) and
-commits them as fresh, full parts through the writer's one commit path (a `Rewrite`, store/writer.py): a new
-index generation (one atomic rename of the whole log) that names the other parts and the new ones. The old
-log is kept first as a hard link under `<feature>/retired/`: a reader pins the log it opened with a shared
-flock (its lease, store/reader.py), so the old parts are removed only when no reader holds the old log any
-more: right after the rename when none does, else by a later writer (its next commit, compaction or verify:
-store/repair.py `release_retired`). A reader opened before the compaction therefore reads its whole
-snapshot, lazily or not, until it is closed.
-
-A kill before the rename leaves the old index and parts as they were, and the new parts unindexed: the next
-writer adopts them (they hold the same rows, bit for bit, and supersede the old ones). A kill after it
-leaves the old parts named by the retired log, removed by the next writer once no reader holds them. A
-part that differs from its record (full check, hashes) is never copied: it stays as it is, with its
-current items, so verify and `extract --verify` still find it.
-
-`python -m pipeline compact` rewrites every part. The end of a run (`force=False`) rewrites only the parts
-not worth keeping as they are (`_to_rewrite`): those with superseded rows (a quarter of theirs or more) or
-none current, and the small ones (under half of `PART_ITEMS` and of `PART_BYTES`) when there are two or
-more to merge. A finished run thus leaves each feature in full parts plus at most one small one, and its
-cost is that of the rows it rewrites (and one new log), not of the whole feature.
+The current rows of the parts chosen (`to_rewrite`) are copied as stored (bit-identical) into fresh, full
+parts through the writer's one commit path (a `Rewrite`: a new index generation); the old parts go once no
+reader leases a log naming them (store/repair.py `release_retired`). A part that fails its full check is
+never copied: it stays, with its current items, for verify to report. The command rewrites every part of a
+feature where that changes something; the end of a run only the parts not worth keeping: a quarter of their
+rows superseded or none current, and the small ones (under half of `PART_ITEMS` and of `PART_BYTES`) when
+two or more can be merged.
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ import numpy as np
 
 from rows import FeatureRows
 from store import index, layout
-from store.integrity import check_part
+from store.integrity import check_part, part_problems
 from store.writer import Rewrite, StoreWriter
 
 log = logging.getLogger(__name__)
@@ -72,17 +58,19 @@ def _part_bytes(record: index.PartRecord) -> int:
     return sum(int(size) for size, _ in record.files.values())
 
 
-def _to_rewrite(state: index.IndexState, force: bool) -> set[str]:
-    """The parts a compaction rewrites (see the module docstring)."""
-    if force:
-        return set(state.parts)
-    items, rows = dict.fromkeys(state.parts, 0), dict.fromkeys(state.parts, 0)
-    for e in state.entries.values():
-        items[e.part] += 1
-        rows[e.part] += e.n_rows
+def to_rewrite(state: index.IndexState, force: bool, damaged: set[str] = frozenset()) -> set[str]:
+    """The parts a compaction rewrites (see the module docstring); none when rewriting would change nothing.
+    `force` (`python -m pipeline compact`): every part, where some row is superseded, some part holds no
+    current item, or the parts that are not `damaged` (kept as they are) are more than the rows need."""
+    usage = state.usage()
     wasteful = {p for p, r in state.parts.items()
-                if items[p] == 0 or (_rows_in(r) and (_rows_in(r) - rows[p]) / _rows_in(r) >= GARBAGE_SHARE)}
-    small = {p for p, r in state.parts.items() if items[p] < PART_ITEMS // 2 and _part_bytes(r) < PART_BYTES // 2}
+                if usage[p][0] == 0 or (_rows_in(r) and (_rows_in(r) - usage[p][1]) / _rows_in(r) >= GARBAGE_SHARE)}
+    if force:
+        items = sum(n for n, _ in usage.values())
+        ideal = max(1, -(-items // PART_ITEMS), -(-_bytes(state) // PART_BYTES))
+        superseded = any(_rows_in(r) > usage[p][1] for p, r in state.parts.items())
+        return set(state.parts) if superseded or wasteful or len(state.parts) - len(damaged) > ideal else set()
+    small = {p for p, r in state.parts.items() if usage[p][0] < PART_ITEMS // 2 and _part_bytes(r) < PART_BYTES // 2}
     if not wasteful and len(small) < 2:  # one small part alone: nothing to merge it with
         return set()
     return wasteful | small
@@ -153,11 +141,11 @@ def _batches(store: Path, feature: str, state: index.IndexState,
 
 
 def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Compacted | None:
-    """Rewrite the feature's parts (all of them when `force`, else those `_to_rewrite` picks) into fresh
+    """Rewrite the feature's parts (all of them when `force`, else those `to_rewrite` picks) into fresh
     parts through the writer's one commit path (`Rewrite`); None when there is nothing to rewrite."""
     store = writer.path
     state = writer.index(feature)
-    chosen = _to_rewrite(state, force)
+    chosen = to_rewrite(state, force, set(part_problems(store, feature, state.parts)) if force else set())
     if not chosen:
         return None
     before, rows_before = _bytes(state), sum(_rows_in(r) for r in state.parts.values())

@@ -1,20 +1,7 @@
-"""A feature's index: item -> part, rows, fingerprint, status and per-item attributes (docs/design.md, "Store").
-
-The index is an append-only log, `<feature>/index.log`: a header, then one line per committed part (its
-records and their encoding: store/layout.py). This module folds the records into the state a writer or a
-reader holds, and writes the log (appends, whole new generations).
-
-A line is how readers find a part: the part's folder is renamed into place first (complete and fsynced,
-its own metadata holding the same entries), then the line is appended and fsynced. An append writes its
-lines in one `pwrite`, so a kill leaves a prefix of them: at most one last line without its newline (a torn
-tail), which is no line of this log, and the next writer cuts it off. A line that ends in its newline and
-fails its checksum, last or not, is damage (a kill cannot make one): readers rebuild the state from the
-parts, and the next writer or `verify` rebuilds the log from them (store/repair.py). A part no line names
-(a torn tail's, or one whose lines were cut off) is never deleted for that: the next writer adopts it from
-its own metadata. Compaction writes a whole new log (a new `generation`) and renames it over the old one.
-
-A snapshot is a log prefix: a reader pins the log's length (and its open file) when it opens, so later
-commits never change what it sees.
+"""A feature's index, `<feature>/index.log` (docs/design.md, "Store layout"): this module folds its records
+(store/layout.py) into the state a writer holds and writes the log: appends after the good prefix (a torn
+tail cut off first), and whole new generations renamed over it (compaction, rebuilds). A line is appended
+only after its part is renamed into place, complete; a reader's snapshot is a prefix of the log.
 """
 
 from __future__ import annotations
@@ -45,11 +32,12 @@ class IndexState:
         return [p for p, r in self.parts.items()
                 if any((e := self.entries.get(i)) is not None and e.part == p for i in r.items)]
 
-    def live_rows(self) -> dict[str, int]:
-        """part -> rows still current in it (for compaction)."""
-        out = dict.fromkeys(self.parts, 0)
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """part -> (its items still current, their rows): what compaction decides on."""
+        out = dict.fromkeys(self.parts, (0, 0))
         for e in self.entries.values():
-            out[e.part] = out.get(e.part, 0) + e.n_rows
+            items, rows = out.get(e.part, (0, 0))
+            out[e.part] = (items + 1, rows + e.n_rows)
         return out
 
 
@@ -96,11 +84,6 @@ def parse(data: bytes | bytearray, where: Path) -> IndexState:
     with gc_paused():  # one Entry per item
         state.length, state.torn = fold(data, where, lambda rec: apply(state, rec))
     return state
-
-
-def read_pinned(fd: int, length: int, where: Path) -> IndexState:
-    """The state of the first `length` bytes of an open log (a reader's snapshot)."""
-    return parse(pinned_bytes(fd, length), where)
 
 
 def pinned_bytes(fd: int, length: int) -> bytearray:

@@ -1,15 +1,9 @@
-"""What a part looked like when it was committed, and whether it still does.
+"""What a part looked like when it was committed, and whether it still does (docs/design.md, "Integrity").
 
-At commit the writer records in the feature's index (store/index.py) every file of the part folder (its
-`zarr.json`, each array's metadata and shard files) with its size and SHA-256, and each array's shape and
-dtype. Damage is found per part, and reported for exactly the items whose current rows are in it.
-
-Two depths of check:
-- quick (every plan, `Store.items()`, `Store.read()`; once per part per open store): each recorded file
-  exists with its recorded size, and each array's metadata parses with the recorded shape and dtype.
-  Catches deleted, emptied or truncated files and unreadable metadata; one `stat` per file.
-- full (`python -m pipeline verify`, `extract --verify`): also the SHA-256 of every recorded file, so a
-  flipped byte anywhere is found.
+The index records every file of a part (size, SHA-256) and each array's shape and dtype. The quick check
+(every plan, `items()`, `read()`; once per part per open store) stats each file and parses each array's
+metadata; the full check (`verify`, `extract --verify`, a part a read noted damaged) also hashes every file.
+Damage is found per part and reported for exactly the items whose current rows are in it.
 """
 
 from __future__ import annotations
@@ -50,7 +44,6 @@ class ItemCheck:
     path: Path  # the part folder holding the item's rows
     problem: str | None  # None: the item is as committed (as far as this check looks)
     attrs: dict[str, Any] | None = None  # the item's attributes (from the index)
-    recorded: bool = True  # kept for callers of version 1; every version-2 part has a record
 
     @property
     def ok(self) -> bool:
@@ -111,22 +104,27 @@ def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | 
     return None
 
 
-def part_problems(store: Path, feature: str, records: dict[str, PartRecord], full: bool = False) -> dict[str, str]:
-    """part -> its problem, for the parts in `records` that fail their check. A part a read noted damaged
-    (`<feature>/damaged/<part>`: a chunk failed its checksum) is checked in full, and its note removed when
-    it reads as committed again. For a caller that holds the index itself (a run's writer); a `Store`
-    checks its snapshot's parts the same way, once per handle."""
-    notes = layout.notes_dir(store, feature)
+def noted_parts(store: Path, feature: str) -> set[str]:
+    """Parts a read found damaged (`<feature>/damaged/<part>`: a chunk failed its checksum)."""
     try:
-        noted = set(os.listdir(notes))
+        return set(os.listdir(layout.notes_dir(store, feature)))
     except OSError:
-        noted = set()
-    out = {}
-    for part, record in records.items():
-        problem = check_part(layout.part_dir(store, feature, part), record, full or part in noted)
-        if problem is not None:
-            out[part] = problem
-        elif part in noted:
-            with contextlib.suppress(OSError):
-                (notes / part).unlink()
-    return out
+        return set()
+
+
+def part_problem(store: Path, feature: str, part: str, record: PartRecord, full: bool, noted: set[str]) -> str | None:
+    """The part's check: in full when `full` or when a read noted it damaged (in `noted`: `noted_parts`), whose
+    note is removed (from disk and `noted`) when it reads as committed again (rewritten by hand, a false alarm)."""
+    problem = check_part(layout.part_dir(store, feature, part), record, full or part in noted)
+    if problem is None and part in noted:
+        with contextlib.suppress(OSError):
+            (layout.notes_dir(store, feature) / part).unlink()
+        noted.discard(part)
+    return problem
+
+
+def part_problems(store: Path, feature: str, records: dict[str, PartRecord], full: bool = False) -> dict[str, str]:
+    """part -> its problem, for the parts in `records` that fail their check (`part_problem`); for a caller
+    that holds the index itself (a run's writer; a `Store` checks its snapshot's parts once per handle)."""
+    noted = noted_parts(store, feature)
+    return {p: q for p, r in records.items() if (q := part_problem(store, feature, p, r, full, noted)) is not None}

@@ -1,20 +1,10 @@
-"""The store's on-disk format, in one place: every name in its tree, the schema check at open, and the
-index log's records with their encoding (docs/design.md, "Store"). Only `store/` code imports this.
-
-    <store>/zarr.json                      the root group: attributes schema, dataset, package_version
-    <store>/.lock                          flock held by the one open writer
-    <store>/.staging/<part>/               a part being written (no zarr.json: invisible to zarr listings)
-    <store>/_manifests/, _runs/, _views/   manifests, run reports, materialised views and plan caches
-    <store>/<feature>/zarr.json            the feature group: its spec (extractor, version, config, ...)
-    <store>/<feature>/index.log            the index: a header line, then one line per committed part
-    <store>/<feature>/parts/<seq>-<id>/    an immutable part (store/parts.py), its own metadata in `siqfeat_part`
-    <store>/<feature>/retired/<id>.log     a log a compaction replaced, kept while a reader leases it
-    <store>/<feature>/damaged/<part>       a part a read found damaged (the next plan checks it in full)
+"""The store's on-disk format, in one place (docs/design.md, "Store layout"): every name in its tree, the
+schema check at open, and the index log's records with their encoding. Only `store/` code imports this.
 
 An index line is `<first 16 hex digits of the SHA-256 of the JSON> <JSON>\\n`; the JSON is a `Header` or a
 `PartLine`, whose item rows are `[item, row0, n_rows, fingerprint, spec_hash, filtered, duration_s,
 attrs_json]` (`item_row`): the four middle fields are also inside the attributes, kept as columns so that
-planning and listing a million items never parse an item's attributes (see docs/design.md).
+planning and listing a million items never parse an item's attributes.
 """
 
 from __future__ import annotations
@@ -288,13 +278,6 @@ def fold(data: bytes | bytearray, where: Path, visit: Callable[[Record], None]) 
         visit(rec)
         pos = stop + 1
     return pos, False
-
-
-def decode_log(data: bytes | bytearray, where: Path) -> tuple[list[Record], int, bool]:
-    """Every committed record of a log's bytes, the good prefix's length and whether its tail is torn."""
-    records: list[Record] = []
-    length, torn = fold(data, where, records.append)
-    return records, length, torn
 
 
 def read_part_meta(part: Path) -> tuple[bytes, dict[str, Any]]:

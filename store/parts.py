@@ -1,14 +1,7 @@
-"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N.
-
-    <feature>/parts/<seq>-<id>/        group attrs "siqfeat_part": feature, seq, items (the index entries)
-        features   (sum N, D)          one shard file per array (inner chunks ~1 MiB): few files per part
-        intervals  (sum N, 2) float64
-        <extra>    (sum N, ...)        each feature-specific array, concatenated the same way
-
-Item k's rows are [row0_k, row0_k + n_k) of every row-aligned array (the index says where). An extra
-whose first axis is not the item's rows (none today) gets its own [start, length] span in the index.
-Plain zarr reads a part (`zarr.open_group(store)["frames/parts/<part>"]`), and so does xarray
-(`xr.open_zarr(store, group="frames/parts/<part>")`: arrays carry dimension names, "row" first).
+"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N
+(docs/design.md, "Store layout"): one shard file per array (inner chunks ~1 MiB, zstd with its content
+checksum), dimension names "row" first, so plain zarr and xarray read a part; the group's attribute
+`siqfeat_part` holds its own index record (seq, items, data files' sizes and SHA-256) for rebuilding the index.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
-"""Lazy, snapshot reads: opening the store reads the root metadata and pins each feature's index.
+"""Snapshot reads (docs/design.md, "Snapshots" and "Reads").
 
-A `Store` is a snapshot: at open it keeps each feature's index log open and notes its length, and it reads
-only that prefix (store/index.py), into columns (store/columns.py). Commits made later (a re-extraction,
-another run) are not seen by this handle: an item reads the rows it had when the store was opened, never a
-mix of two versions. Open the store again to see them. Parts are immutable, and the handle holds a lease on
-each index log it pinned (a shared flock): a compaction keeps the parts an open handle's logs name until the
-handle is closed (store/compact.py), so a snapshot reads whole, lazily or not, for as long as it is open.
-Where the filesystem refuses flock there is no lease, and a read of a part a compaction removed says so in
-one line (`SnapshotGone`), never zeros.
-
-One read path: `read`, `arrays`, `item_attrs` and `rows` all find their items' positions in the columns,
-check each part once per handle (a damaged part: DamagedItem naming it and the items asked for), and take
-rows from one part cache. That cache holds a part's array whole (one zarr call loads hundreds of items), up
-to `part_cache_bytes` in all (by default an eighth of the machine's memory, at most 4 GiB;
-`SIQ_STORE_CACHE_BYTES` sets it). Where a (feature, array) has one numeric dtype and row shape and all of it
-fits half the cache, its parts are loaded into one slab, one after another, so that a batched read of random
-items is one `take` (and the slab is never evicted part by part: every view handed out stays valid); other
-arrays are cached part by part, least recently used first out. An array larger than `whole_array_bytes`
-(16 MiB by default; a materialised view's reader uses more) is read per item through zarr, lazily, and so
-are later parts of a (feature, array) whose whole parts left the cache nearly unused (random access over
-more than the cache holds).
+A `Store` pins each feature's index log (its open file and length, leased with a shared flock so that a
+compaction keeps the parts it names until the handle closes) and reads only that prefix, into columns
+(store/columns.py): later commits are not seen, and an item never mixes two versions. Where flock is refused
+there is no lease, and a read of a part compacted away raises `SnapshotGone`, never zeros. One read path:
+`read`, `arrays`, `item_attrs` and `rows` find positions in the columns, check each part once per handle, and
+take rows from one part cache (whole part arrays; a slab per (feature, array) where it fits; larger arrays
+read per item through zarr).
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import json
@@ -43,9 +29,9 @@ import numpy as np
 import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl_all
-from store import index, layout, parts
+from store import index, integrity, layout, parts
 from store.columns import Columns, attrs_of
-from store.integrity import DamagedItem, DamagedPart, ItemCheck, check_part, damaged_item
+from store.integrity import DamagedItem, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -95,7 +81,6 @@ class _LazyPart:
         # lease it holds, alive until the next cyclic collection
         self._store, self._where, self._arr = weakref.ref(store), (feature, part, name), arr
         self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
-        self.oindex = _LazyIndex(self, arr.oindex)
 
     def _read(self, get: Callable[[Any], Any], key: Any) -> Any:
         store = self._store()
@@ -113,20 +98,16 @@ class _LazyPart:
     def __getitem__(self, key: Any) -> Any:
         return self._read(self._arr.__getitem__, key)
 
+    def orthogonal(self, key: Any) -> Any:
+        """Rows picked by an index array (the other axes' keys after it), in one zarr read (`oindex`)."""
+        return self._read(self._arr.oindex.__getitem__, key)
+
     def __len__(self) -> int:
         return int(self.shape[0])
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = np.asarray(self[...])
         return out.astype(dtype) if dtype is not None else out
-
-
-class _LazyIndex:
-    def __init__(self, owner: _LazyPart, oindex: Any) -> None:
-        self._owner, self._oindex = owner, oindex
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._owner._read(self._oindex.__getitem__, key)
 
 
 class SnapshotGone(RuntimeError):
@@ -285,6 +266,7 @@ class Store:
         cols = Columns()
         for rec in found:
             cols.add(rec)
+        cols.rebuilt = True
         return cols
 
     # ---- features and items ----
@@ -321,20 +303,14 @@ class Store:
 
     def part_problem(self, feature: str, part: str, full: bool = False,
                      record: layout.PartRecord | None = None) -> str | None:
-        """The part's check (quick ones cached for this handle); `record`: the part's index record, when the
-        caller read the index itself (`scan_index`)."""
+        """The part's check (store/integrity.py; quick ones cached for this handle); `record`: the part's
+        index record, when the caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            record = record or self.index(feature).parts[part]
-            folder = layout.part_dir(self.path, feature, part)
-            noted = part in self._noted(feature)
-            found = check_part(folder, record, full or noted)  # a part a read found damaged: checked in full
+            found = integrity.part_problem(self.path, feature, part, record or self.index(feature).parts[part], full,
+                                           self._noted(feature))
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
-                self._gone(feature, folder)
-            if noted and found is None:  # it reads as committed now (rewritten by hand, or a false alarm)
-                with contextlib.suppress(OSError):
-                    (layout.notes_dir(self.path, feature) / part).unlink()
-                self._noted(feature).discard(part)
+                self._gone(feature, layout.part_dir(self.path, feature, part))
             if full:
                 return found
             self._part_checks[key] = found
@@ -506,9 +482,14 @@ class Store:
             if got[-1] is None:
                 lazy.setdefault(p, []).append(pos)
         for p, positions in lazy.items():
-            for pos, value in zip(positions, self._part(feature, p, name).oindex[at[positions]], strict=True):
+            for pos, value in zip(positions, self._part(feature, p, name).orthogonal(at[positions]), strict=True):
                 got[pos] = value
         return np.stack(got)
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of part arrays this handle holds in its part cache (slabs' loaded rows included)."""
+        return self._cache_bytes
 
     def part_array(self, feature: str, part: str, name: str) -> Any:
         """A part's array (no check: the caller checks `part_problem`): whole in memory when small enough
@@ -641,10 +622,7 @@ class Store:
     def _noted(self, feature: str) -> set[str]:
         """Parts a read found damaged (`_note`): listed once per handle."""
         if feature not in self._notes:
-            try:
-                self._notes[feature] = set(os.listdir(layout.notes_dir(self.path, feature)))
-            except OSError:
-                self._notes[feature] = set()
+            self._notes[feature] = integrity.noted_parts(self.path, feature)
         return self._notes[feature]
 
     def _evict(self) -> None:
@@ -685,22 +663,10 @@ class Store:
                           "the next `make extract` recomputes it")
 
     def _line_of(self, feature: str, part: str) -> int | str:
-        """The number of the line of this handle's index naming `part` ('?' when the index was rebuilt from
-        the parts in memory)."""
-        pin = self._pins.get(feature)
-        found: list[int] = []
-        count = [0]
-
-        def visit(rec: layout.Record) -> None:
-            count[0] += 1
-            if isinstance(rec, layout.PartLine) and rec.part == part and not found:
-                found.append(count[0])
-
-        if pin is not None:
-            with contextlib.suppress(layout.IndexDamaged):
-                layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
-        return found[0] if found else "?"
-
+        """The number of the line of this handle's index naming `part`: one line per part, in log order,
+        after the header ('?' when the index was rebuilt from the parts in memory)."""
+        cols = self.index(feature)
+        return "?" if cols.rebuilt else cols.part_id[part] + 2
 
     # ---- manifests and runs ----
 

@@ -1,16 +1,10 @@
-"""The index's bad states and their repair (under the store's write lock).
+"""The index's bad states and their repair, under the store's write lock (docs/design.md, "Commit").
 
-- A torn last line (no newline: a killed append) is no line of the log: the next append cuts it off.
-- A part folder no index line names (a commit killed before its line was complete, or lines lost to damage:
-  a log cut at a line boundary) is adopted: its record, read from its own metadata, is appended to the log
-  (or the log is rebuilt from all parts when it is older than the log's last part, so that supersession
-  keeps the parts' order). Its rows were complete and fsynced before it was renamed into place, so nothing
-  deletes it: a part is removed only by compaction, once its rows are in newer parts and no reader pins an
-  index that names it (`release_retired`).
-- A damaged index (a complete line that fails its checksum, the last one included) or a deleted one, while
-  part folders exist: the index is rebuilt from the parts, whose own metadata (`siqfeat_part`) holds their sequence number, entries and the size and SHA-256
-  of each data file as committed; later parts supersede earlier ones, as in the log. A data file damaged
-  before the rebuild therefore still differs from the rebuilt record, and verify reports its part.
+A torn last line is cut off by the next append. A part folder no line names (a killed commit's, or one whose
+line was lost) is adopted from its own metadata: appended, or the log rebuilt from every part when it is
+older than the log's last part. A damaged or missing log is rebuilt from the parts' own records (later parts
+supersede earlier ones); their data files keep the sizes and hashes of commit, so damage since is still
+found. Parts are removed only by compaction, once no reader leases a log naming them (`release_retired`).
 """
 
 from __future__ import annotations
@@ -58,11 +52,6 @@ def load(store: Path, feature: str) -> tuple[index.IndexState | None, str | None
         return index.parse(data, path), None
     except layout.IndexDamaged as e:
         return None, str(e).split(": ", 1)[1].split(" (")[0]
-
-
-def problem(store: Path, feature: str) -> str | None:
-    """Why the feature's index cannot be used as it is (None: it can)."""
-    return load(store, feature)[1]
 
 
 def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.IndexState]:
@@ -200,17 +189,21 @@ def adopt(store: Path, feature: str, state: index.IndexState, names: list[str]) 
     return state, adopted
 
 
-def open_index(store: Path, feature: str) -> index.IndexState:
+def open_index(store: Path, feature: str, reports: list[Rebuilt | Adopted] | None = None) -> index.IndexState:
     """The writer's view of a feature's index, its log read once: repaired first when it must be (see the
-    module docstring), and the parts compactions retired removed where no reader pins them any more."""
+    module docstring; each repair's report appended to `reports`), and the parts compactions retired removed
+    where no reader pins them any more."""
+    reports = [] if reports is None else reports
     state, why = load(store, feature)
     if why is not None:
-        _, state = rebuild(store, feature, why)
+        rebuilt, state = rebuild(store, feature, why)
+        reports.append(rebuilt)
     elif state is None:  # a new feature
         records: list[layout.Record] = [layout.new_header()]
         state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
     orphans = unindexed(store, feature, state)
     if orphans:
-        state, _ = adopt(store, feature, state, orphans)
+        state, adopted = adopt(store, feature, state, orphans)
+        reports.append(adopted)
     release_retired(store, feature, state)
     return state

