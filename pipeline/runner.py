@@ -93,24 +93,14 @@ class Runner:
                 self.add_worker(self.pools[feat])
         if self.frames_device:
             log.info("frames: decoded by the model actors on %s (%s), routed by a queue of %s", self.frames_device,
-                     ", ".join(sorted(f for f, p in plan.items() if p.decode_device)), self.device_queue(plan))
+                     ", ".join(sorted(f for f, p in plan.items() if p.decode_device)), device_queue(plan, self.config))
         policy = FixedScheduler if self.config.scheduler == "fixed" else Scheduler
         slots = self.slots
         self.sched = policy(self.pools, slots, max_bytes=self.max_inflight_bytes(),
                             batch_bytes=self.config.batch_bytes, max_items=self.config.max_inflight_items,
-                            device_queue=self.device_queue(plan))
+                            device_queue=device_queue(plan, self.config))
         log.info("scheduler: %s; %s CPU slot(s) on %d node(s), decoded data at most %.1f GiB",
                  policy.name, f"{sum(slots.values()):g}", len(slots), self.sched.max_bytes / 2**30)
-
-    def device_queue(self, plan: dict[str, ActorPlan]) -> float:
-        """The routing bound of `Scheduler._on_device`: every video under "gpu", none without decoding actors,
-        else `gpu_decode_queue` or 2 per frames-decoding actor."""
-        decoding = [p.actors for p in plan.values() if p.decode_device]
-        if not decoding:
-            return 0
-        if self.config.frames_decoder == "gpu":
-            return math.inf
-        return self.config.gpu_decode_queue if self.config.gpu_decode_queue is not None else 2 * max(decoding)
 
     def add_worker(self, pool: Pool) -> Worker:
         """A new actor for `pool`, and for the pools of the features it hosts with it (`hosted`)."""
@@ -483,6 +473,17 @@ class ActorPlan:
     holds_cores: bool  # the policy counts its calls against the node's CPU slots
     host: str | None = None  # the feature whose actors run this one too (frames features decoding on the device)
     decode_device: str | None = None  # its actors decode frames plans there (pipeline/nvdec.py)
+
+
+def device_queue(plan: dict[str, ActorPlan], config: RunConfig) -> float:
+    """The routing bound of `Scheduler._on_device`: every video under "gpu", none without decoding actors,
+    else `gpu_decode_queue` or 2 per frames-decoding actor."""
+    decoding = [p.actors for p in plan.values() if p.decode_device]
+    if not decoding:
+        return 0
+    if config.frames_decoder == "gpu":
+        return math.inf
+    return config.gpu_decode_queue if config.gpu_decode_queue is not None else 2 * max(decoding)
 
 
 def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunConfig, cpus: int,

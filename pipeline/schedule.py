@@ -107,6 +107,8 @@ class Scheduler:
         self.device_queue: set[tuple[str, int]] = set()
         self.device_bound = device_queue
         self.routes: dict[str, bool] = {}  # item -> its first segment went to the actors' decoder (the rest follow)
+        # (item, segment) -> (the actor handle that decoded the plan, readers still to take it): `_decoded_in`
+        self.decoded_at: dict[tuple[str, int], tuple[Any, int]] = {}
         self.used: dict[str | None, float] = defaultdict(float)
         self.queue: deque[str] = deque()  # items not yet decoding
         self.features: dict[str, list[str]] = {}  # item -> its features to compute
@@ -270,18 +272,57 @@ class Scheduler:
 
     def _dispatch(self, pool: Pool) -> list[Call]:
         batch = self.waiting[pool.feature]
-        calls = []
-        while batch:
+        calls = self._dispatch_decoded(pool, batch)
+        while batch and any(not self._decoded_in(u) for u in batch):
             worker = self._worker_for(pool, solo=batch[0].solo)
             if worker is None:
                 break
-            take = self._take(pool, batch, partial=worker.busy == 0 or not self._more_coming(pool))
+            free = [u for u in batch if not self._decoded_in(u)]  # (the others wait for the actor that has them)
+            take = self._take(pool, free, partial=worker.busy == 0 or not self._more_coming(pool))
             if not take:
                 break
-            worker.busy += 1
-            self._hold(pool, worker)
-            calls.append(Call(pool, worker, tuple(take)))
-            self.device_queue.difference_update((u.item, u.part) for u in take if u.device)
+            batch[:] = [u for u in batch if self._decoded_in(u)] + free
+            calls.append(self._call(pool, worker, take))
+        return calls
+
+    def _call(self, pool: Pool, worker: Worker, take: list[Unit]) -> Call:
+        worker.busy += 1
+        self._hold(pool, worker)
+        self.device_queue.difference_update((u.item, u.part) for u in take if u.device)
+        for u in take:  # the first call to take a plan decodes it in its actor: the other readers go there too
+            if u.device and (u.item, u.part) not in self.decoded_at:
+                readers = sum(self.pools[f].kind == "frames" for f in self.features.get(u.item, ()))
+                self.decoded_at[u.item, u.part] = (worker.handle, readers)
+            if u.device:
+                handle, left = self.decoded_at[u.item, u.part]
+                if left <= 1:
+                    del self.decoded_at[u.item, u.part]
+                else:
+                    self.decoded_at[u.item, u.part] = (handle, left - 1)
+        return Call(pool, worker, tuple(take))
+
+    def _decoded_in(self, unit: Unit) -> Any:
+        """The actor (handle) holding a plan's frames decoded on its device, for the plan's other readers: the
+        frames stay in that actor's cache (pipeline/actors.py), so a call elsewhere would decode the file again."""
+        return self.decoded_at.get((unit.item, unit.part), (None,))[0] if unit.device else None
+
+    def _dispatch_decoded(self, pool: Pool, batch: list[Unit]) -> list[Call]:
+        """Calls for the units whose frames an actor already decoded: each to that actor's worker in this pool,
+        when it may take a call now (else they wait; an actor gone from the pool lets them go anywhere)."""
+        calls = []
+        for handle in {h for u in batch if (h := self._decoded_in(u)) is not None}:
+            worker = next((w for w in pool.workers if w.handle is handle), None)
+            mine = [u for u in batch if self._decoded_in(u) is handle]
+            if worker is None:  # the actor died: its cache with it
+                for u in mine:
+                    self.decoded_at.pop((u.item, u.part), None)
+                continue
+            if not worker.ready or worker.busy >= pool.depth or (
+                    pool.holds_cores and not worker.holds and self._free(worker.node) < 1):
+                continue
+            take = self._take(pool, mine, partial=True)
+            batch[:] = [u for u in batch if u not in take]
+            calls.append(self._call(pool, worker, take))
         return calls
 
     def _worker_for(self, pool: Pool, solo: bool) -> Worker | None:

@@ -73,6 +73,40 @@ def test_routing_sends_videos_to_the_actors_decoder_while_its_queue_is_short() -
     assert [j.on_device for j in cpu.next_decodes()] == [False]
 
 
+def test_a_plan_s_other_readers_go_to_the_actor_that_decoded_it() -> None:
+    """DenseNet and MTCNN share actors; the first call to take a plan decodes the file there and keeps the frames
+    for the other feature, so that feature's call for the same clip must go to the same actor (elsewhere it would
+    decode the file again), even when another actor is idler; units decoded on the CPU go anywhere."""
+    handles = ["actor-0", "actor-1"]
+    pools = {}
+    for f in ("faces", "frames"):
+        pools[f] = Pool(f, "frames", CUDA, per_call=60, depth=2, decodes_frames=True)
+        order = handles if f == "faces" else handles[::-1]  # left alone, the pools would pair them crosswise
+        pools[f].workers = [Worker(handle=h, node="n", ready=True) for h in order]
+    s = Scheduler(pools, {"n": 16}, max_bytes=10**12, batch_bytes=10**9, device_queue=8)
+    for k in range(4):
+        s.add(f"c{k}", ["faces", "frames"])
+    s.next_decodes()
+    for k in range(4):
+        _decoded(s, f"c{k}", device=k < 3)
+    first = {}
+    for call in s.next_calls():
+        for u in call.take:
+            first.setdefault(u.item, set()).add((call.pool.feature, call.worker.handle))
+    for _ in range(4):  # the calls come back one by one; later calls take what waited
+        for pool in pools.values():
+            for w in pool.workers:
+                w.busy = 0
+        for call in s.next_calls():
+            for u in call.take:
+                first.setdefault(u.item, set()).add((call.pool.feature, call.worker.handle))
+    for k in range(3):  # every plan: both features, one actor
+        got = first[f"c{k}"]
+        assert {f for f, _ in got} == {"faces", "frames"} and len({h for _, h in got}) == 1, (k, got)
+    assert {f for f, _ in first["c3"]} == {"faces", "frames"}
+    assert not s.decoded_at  # every reader took its plan: nothing kept
+
+
 def _sar_copy(src: Path) -> None:
     """`src` re-encoded with 4:3 pixels in place (same name): a file the device path leaves to the CPU."""
     tmp = src.with_name("sar-" + src.name)
