@@ -44,7 +44,7 @@ from typing import Any
 
 from pipeline import report as run_report
 from pipeline.config import RunConfig, load_config
-from pipeline.runner import actor_plan
+from pipeline.runner import actor_plan, device_queue
 from pipeline.schedule import CUDA, Call, FixedScheduler, Pool, Scheduler, Unit, Worker
 
 AUDIO_RATE_HZ = 16_000
@@ -67,6 +67,7 @@ class Costs:
     actors_start_s: float
     decodes: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (seconds, cores) per item
     gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
+    nvdec: Nvdec | None = None  # frames decoded on the GPU's video engines (`--nvdec`)
 
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> Costs:
@@ -121,6 +122,20 @@ class Costs:
             raise ValueError(f"--cost {stage}: not a stage of the report (decode:<kind> or model:<feature>)")
 
 
+@dataclass
+class Nvdec:
+    """Frames decoded by the GPU's video engines (`--nvdec`; `frames_decoder`, docs/design.md): the scheduler's
+    own routing (`Scheduler._on_device`, bound `gpu_decode_queue`) sends a clip there or to a CPU decode task. A
+    clip sent there costs `plan_s` CPU-s of demuxing in its decode task instead of the CPU decode, and `seconds`
+    of one engine in the first call of the shared frames actor that takes it (with `cores` of host CPU meanwhile:
+    torchcodec feeding packets); the engines of a GPU are shared by the calls decoding on it."""
+
+    seconds: float
+    plan_s: float = 0.06
+    cores: float = 0.25
+    engines: int = 7  # video engines per GPU (H100: 7 NVDEC)
+
+
 def _run_start(report: dict[str, Any]) -> float | None:
     """The run's start from its id (`20261127T105553Z-…`): the report keeps no start time of its own."""
     try:
@@ -140,15 +155,17 @@ class _Task:
     what: Any
     uses_cpu: bool = True
     gpu: str | None = None  # the GPU a model call runs on
-    gpu_share: float = 0.0  # the share of its time it needs that GPU
+    gpu_share: float = 0.0  # the share of its time it needs that GPU's kernels
+    nvdec_share: float = 0.0  # the share of its time it decodes on that GPU's video engines
 
 
-@dataclass
+@dataclass(eq=False)
 class _Actor:
     """A simulated Ray actor: its calls run one at a time, in the order sent."""
 
     queue: list[Call] = field(default_factory=list)
     running: _Task | None = None
+    decoded: set[str] = field(default_factory=set)  # clips whose frames it decoded on its GPU (kept for their readers)
 
 
 class Simulation:
@@ -158,23 +175,27 @@ class Simulation:
         self.frame_bytes = frame_bytes
         specs = {s.name: s for s in config.specs() if s.name in costs.model_s}
         self.specs = specs
+        if costs.nvdec is None:  # the report's costs are the CPU decoder's: route nothing to the actors
+            config = config.model_copy(update={"frames_decoder": "cpu"})
         plan = actor_plan(specs, set(specs), config, cpus, gpus)
         pools = {}
-        self.actors: dict[Worker, _Actor] = {}
         reserved = 0.0
-        for feat, p in plan.items():
-            pool = Pool(feat, specs[feat].extractor.input_kind, p.device, p.per_call, p.depth, p.holds_cores)
-            for k in range(p.actors):
+        hosts: dict[str, list[_Actor]] = {}  # a feature's actors (a hosted feature's pool shares its host's)
+        for feat, p in sorted(plan.items(), key=lambda fp: fp[1].host not in (None, fp[0])):
+            pool = Pool(feat, specs[feat].extractor.input_kind, p.device, p.per_call, p.depth, p.holds_cores,
+                        decodes_frames=p.decode_device is not None)
+            shared = p.host is not None and p.host != feat
+            hosts[feat] = hosts[p.host] if shared else [_Actor() for _ in range(p.actors)]
+            for k, actor in enumerate(hosts[feat]):
                 gpu = f"sim:{k % max(1, gpus)}" if p.device == CUDA else None
-                w = Worker(handle=None, node="sim", gpu=gpu)
-                pool.workers.append(w)
-                self.actors[w] = _Actor()
+                pool.workers.append(Worker(handle=actor, node="sim", gpu=gpu))
             pools[feat] = pool
-            reserved += p.options.get("num_cpus", 1) * p.actors
+            reserved += 0 if shared else p.options.get("num_cpus", 1) * p.actors
         self.ray_cpus = max(0.0, cpus - reserved)  # Ray CPUs left for decode tasks
         policy = FixedScheduler if config.scheduler == "fixed" else Scheduler
+        routing = {"device_queue": device_queue(plan, config)} if policy is Scheduler else {}
         self.sched = policy(pools, {"sim": float(cpus)}, max_bytes=config.max_inflight_bytes,
-                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items)
+                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items, **routing)
         self.features = sorted(specs)
         for i in range(clips):
             self.sched.add(f"clip{i:05d}", list(self.features))
@@ -187,6 +208,7 @@ class Simulation:
         self.commit_free = 0.0  # when the driver's committer is next free
         self.events: list[tuple[float, int, str]] = []  # timed events: actors ready, start of decoding
         self._seq = 0
+        self.on_nvdec: set[str] = set()  # clips whose frames the video engines decode (`Nvdec`)
 
     # -- the model of Ray and the machine ------------------------------------------------------------------------
     def _speeds(self) -> list[float]:
@@ -195,10 +217,15 @@ class Simulation:
         demand = sum(t.cores for t in self.running if t.uses_cpu)
         cpu = min(1.0, self.cpus / demand) if demand > 0 else 1.0
         on_gpu: dict[str, float] = defaultdict(float)
+        on_engines: dict[str, float] = defaultdict(float)
+        engines = self.costs.nvdec.engines if self.costs.nvdec else 1
         for t in self.running:
             if t.gpu:
                 on_gpu[t.gpu] += t.gpu_share
-        return [min(cpu if t.uses_cpu else 1.0, 1.0 / on_gpu[t.gpu] if t.gpu and on_gpu[t.gpu] > 1.0 else 1.0)
+                on_engines[t.gpu] += t.nvdec_share / engines
+        return [min(cpu if t.uses_cpu else 1.0,
+                    1.0 / on_gpu[t.gpu] if t.gpu and on_gpu[t.gpu] > 1.0 else 1.0,
+                    1.0 / on_engines[t.gpu] if t.gpu and on_engines[t.gpu] > 1.0 else 1.0)
                 for t in self.running]
 
     def _advance(self, until: float) -> None:
@@ -212,22 +239,35 @@ class Simulation:
 
     def _start_decode(self, job: Any) -> None:
         c = self.costs
-        self.running.append(_Task("decode", c.decode_s, c.decode_cores, self.now, job))
+        seconds, cores = c.decode_s, c.decode_cores
+        if job.on_device:
+            self.on_nvdec.add(job.item)
+            cpu_s = c.decode_s * c.decode_cores - c.decodes["frames"][0] * c.decodes["frames"][1] + c.nvdec.plan_s
+            seconds = c.decode_s - c.decodes["frames"][0] + c.nvdec.plan_s
+            cores = cpu_s / seconds
+        self.running.append(_Task("decode", seconds, cores, self.now, job))
 
     def _start_call(self, worker: Worker, call: Call) -> None:
         feat = call.pool.feature
         c = self.costs
         per_unit = c.model_s[feat] / max(1e-9, c.units[feat])
         seconds = sum(u.n if call.pool.kind == "frames" else c.units[feat] for u in call.take) * per_unit
-        self.actors[worker].running = _Task("call", seconds, c.model_cores.get(feat, 1.0), self.now, (worker, call),
-                                            gpu=worker.gpu, gpu_share=c.gpu_fraction.get(feat, 0.0) if worker.gpu else 0.0)
+        cores, gpu_s, nvdec_s = c.model_cores.get(feat, 1.0), 0.0, 0.0
+        if worker.gpu:
+            gpu_s = seconds * c.gpu_fraction.get(feat, 0.0)
+        if c.nvdec:  # the first call in an actor to take a clip sent there decodes it (pipeline/actors.py's cache)
+            actor = worker.handle
+            routed = {u.item for u in call.take if u.device} - actor.decoded
+            actor.decoded |= routed
+            nvdec_s = len(routed) * c.nvdec.seconds
+            cores = (seconds * cores + nvdec_s * c.nvdec.cores) / (seconds + nvdec_s) if seconds + nvdec_s else cores
+            seconds += nvdec_s
+        total = max(seconds, 1e-12)
+        worker.handle.running = _Task("call", seconds, cores, self.now, (worker, call), gpu=worker.gpu,
+                                      gpu_share=gpu_s / total, nvdec_share=nvdec_s / total)
 
     def _submit(self) -> None:
-        for call in self.sched.next_calls():
-            actor = self.actors[call.worker]
-            actor.queue.append(call)
-            if actor.running is None:
-                self._run_next(call.worker)
+        self._send(self.sched.next_calls())
         for job in self.sched.next_decodes():
             self.ray_queue.append(job)
         while self.ray_queue and sum(t.kind == "decode" for t in self.running) < self._decode_slots():
@@ -236,10 +276,18 @@ class Simulation:
     def _decode_slots(self) -> float:
         return self.ray_cpus if self.sched.name == "fixed" else self.cpus
 
-    def _run_next(self, worker: Worker) -> None:
-        actor = self.actors[worker]
+    def _send(self, calls: list[Call]) -> None:
+        for call in calls:
+            actor = call.worker.handle
+            actor.queue.append(call)
+            if actor.running is None:
+                self._run_next(actor)
+
+    def _run_next(self, actor: _Actor) -> None:
+        """The actor's next call (an actor shared by the frames features runs theirs one at a time, in order)."""
         if actor.queue:
-            self._start_call(worker, actor.queue.pop(0))
+            call = actor.queue.pop(0)
+            self._start_call(call.worker, call)
             self.running.append(actor.running)
         else:
             actor.running = None
@@ -256,7 +304,7 @@ class Simulation:
                 n = int(round(self.costs.units[feat])) if kind == "frames" else 1
                 b = int(self.costs.units[feat] * self.frame_bytes) if kind == "frames" else (
                     int(self.costs.audio_s * AUDIO_RATE_HZ * 4) if kind == "audio" else 0)
-                units[feat] = Unit(job.item, None, n, b, kind=kind)
+                units[feat] = Unit(job.item, None, n, b, kind=kind, device=job.on_device and kind == "frames")
                 nbytes[kind] = max(nbytes.get(kind, 0), b)
             self.sched.decoded(job.item, job.segment, units, nbytes)
             return
@@ -270,7 +318,7 @@ class Simulation:
         for u in call.take:
             self.sched.release(u.item, u.part, u.kind, 1)
             self._commit(feat, u.item)
-        self._run_next(worker)
+        self._run_next(worker.handle)
 
     def _commit(self, feat: str, item: str) -> None:
         start = max(self.now, self.commit_free)
@@ -312,17 +360,20 @@ class Simulation:
             if decoding_allowed:
                 self._submit()
             elif any(w.ready for p in self.sched.pools.values() for w in p.workers):
-                for call in self.sched.next_calls():
-                    self.actors[call.worker].queue.append(call)
-                    if self.actors[call.worker].running is None:
-                        self._run_next(call.worker)
+                self._send(self.sched.next_calls())
         return max(self.done_at, default=self.now)
 
     # -- what it prints ------------------------------------------------------------------------------------------
     def bound(self) -> dict[str, float]:
         c, n = self.costs, self.clips
         cpu = n * (c.decode_s * c.decode_cores + sum(c.model_s[f] * c.model_cores.get(f, 1.0) for f in self.features))
+        if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
+            routed = len(self.on_nvdec)
+            frames_cpu = c.decodes["frames"][0] * c.decodes["frames"][1]
+            cpu += routed * (c.nvdec.plan_s - frames_cpu + c.nvdec.seconds * c.nvdec.cores)
         out = {"cpu": cpu / self.cpus}
+        if c.nvdec:
+            out["nvdec"] = len(self.on_nvdec) * c.nvdec.seconds / (c.nvdec.engines * max(1, self.gpus))
         gpu_s = 0.0
         for feat, pool in self.sched.pools.items():
             if pool.device == CUDA:
@@ -369,6 +420,18 @@ def _cost(spec: str) -> tuple[str, float, float | None, float | None]:
         float(named["gpu"]) if "gpu" in named else None)
 
 
+def _nvdec(spec: str) -> Nvdec:
+    """`0.7,plan=0.06,engines=7` -> Nvdec(0.7, plan_s=0.06, engines=7)."""
+    seconds, *opts = spec.split(",")
+    named = dict(o.split("=", 1) for o in opts if "=" in o)
+    if set(named) - {"plan", "cores", "engines"} or len(named) != len(opts):
+        raise SystemExit(f"--nvdec {spec}: expected SECONDS[,plan=S][,cores=C][,engines=N]")
+    kw: dict[str, Any] = {"plan_s": float(named["plan"])} if "plan" in named else {}
+    kw.update({k: float(v) for k, v in named.items() if k == "cores"})
+    kw.update({k: int(v) for k, v in named.items() if k == "engines"})
+    return Nvdec(float(seconds), **kw)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--costs", type=Path, required=True, help="a run report (<store>/_runs/<id>.json)")
@@ -385,6 +448,11 @@ def main(argv: list[str] | None = None) -> None:
                          "1 s samples, /100): GPU calls then share each GPU (../shared/gpu-run: 14.2)")
     ap.add_argument("--cost", action="append", default=[], metavar="STAGE=SECONDS[,cores=C][,gpu=G]",
                     help="replace a stage's cost per clip, e.g. decode:frames=0.12 or model:acoustic=0.3,cores=1,gpu=0.5")
+    ap.add_argument("--nvdec", metavar="SECONDS[,plan=S][,cores=C][,engines=N]",
+                    help="frames decoded by the shared frames actors on the GPU's video engines, routed as a run "
+                         "routes them (`frames_decoder`, `gpu_decode_queue`): SECONDS of one engine per clip; plan: "
+                         "CPU-s of the demux-only decode task (0.06); cores: host CPU while an engine decodes "
+                         "(0.25); engines: per GPU (H100: 7). Without it frames are decoded on the CPU as measured")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     overrides: dict[str, Any] = {}
@@ -405,6 +473,8 @@ def main(argv: list[str] | None = None) -> None:
         costs.spread_gpu_busy(args.gpu_busy_s, items, gpu_feats)
     for spec in args.cost:
         costs.override(*_cost(spec))
+    if args.nvdec:
+        costs.nvdec = _nvdec(args.nvdec)
     out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)
     if args.json:
         print(json.dumps(out, indent=1))

@@ -75,8 +75,8 @@ class RunConfig(BaseModel):
     # decoder: how the tests run this path). A file the actors' decoder cannot show as the CPU path does is
     # decoded on the CPU whatever the setting, its reason in the run report.
     frames_decoder: Literal["auto", "cpu", "gpu"] = "auto"
-    # "auto": videos sent to the actors' decoder and not yet taken by a model call, at most; past it the next
-    # video is decoded by a CPU task (pipeline/schedule.py `_on_device`). None: 2 per frames actor
+    # "auto": videos sent to the actors' decoder and not yet decoded there (first call not back), at most; past
+    # it the next video is decoded by a CPU task (pipeline/schedule.py `_on_device`). None: 2 per frames actor
     gpu_decode_queue: int | None = Field(None, ge=0)
     # store commits (pipeline/committer.py): pairs and bytes per atomic batch of one feature (one packed part),
     # and the longest a finished pair waits for its batch; a kill loses at most the open batches

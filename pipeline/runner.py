@@ -549,7 +549,8 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
         options["num_gpus"] = sum(plan[f].options["num_gpus"] * plan[f].actors for f in frames) / actors_n
     out = dict(plan)
     for f in frames:
-        out[f] = dataclasses.replace(plan[f], options=options, actors=actors_n, host=host, decode_device=where)
+        out[f] = dataclasses.replace(plan[f], options=options, actors=actors_n, host=host, decode_device=where,
+                                     holds_cores=plan[f].holds_cores and where != "cuda")
     return out
 
 

@@ -102,8 +102,8 @@ class Scheduler:
                  batch_bytes: int, max_items: int | None = None, device_queue: float = 0) -> None:
         self.pools, self.slots = pools, dict(slots)
         self.max_bytes, self.batch_bytes, self.max_items = max_bytes, batch_bytes, max_items
-        # frames routing (`_on_device`): (item, segment)s sent to the model actors' decoder whose frames no actor has
-        # taken in a call yet, and the most of them before the next video's frames are decoded on a CPU instead
+        # frames routing (`_on_device`): (item, segment)s sent to the model actors' decoder whose first call is not
+        # back yet (not yet decoded there), and the most of them before the next video is decoded on a CPU instead
         self.device_queue: set[tuple[str, int]] = set()
         self.device_bound = device_queue
         self.routes: dict[str, bool] = {}  # item -> its first segment went to the actors' decoder (the rest follow)
@@ -162,6 +162,7 @@ class Scheduler:
         worker = call.worker
         worker.busy -= 2 if call.take[0].solo and self.name == "fixed" else 1
         self._hold(call.pool, worker)
+        self.device_queue.difference_update((u.item, u.part) for u in call.take if u.device)
 
     def requeue(self, feature: str, units: list[Unit]) -> None:
         """A call whose worker died: its inputs go back to the front, each to run alone."""
@@ -236,7 +237,7 @@ class Scheduler:
     def _on_device(self, item: str, segment: int, kinds: tuple[str, ...]) -> bool:
         """Whether this video's frames go to the model actors' decoder (NVDEC) rather than a CPU decode task: when
         every frames feature of the item has actors that decode (`Pool.decodes_frames`) and fewer than
-        `device_bound` videos sent there wait for their first call (`device_queue`). A backlog there means the
+        `device_bound` videos sent there are not decoded yet (`device_queue`: their first call not back). A backlog there means the
         actors (their decoder or their models) are behind, so the next video is decoded by a CPU core, which has
         time to spare then; with no backlog every video goes to the actors. A long video's later segments follow
         its first (one decoder per file)."""
@@ -288,7 +289,6 @@ class Scheduler:
     def _call(self, pool: Pool, worker: Worker, take: list[Unit]) -> Call:
         worker.busy += 1
         self._hold(pool, worker)
-        self.device_queue.difference_update((u.item, u.part) for u in take if u.device)
         for u in take:  # the first call to take a plan decodes it in its actor: the other readers go there too
             if u.device and (u.item, u.part) not in self.decoded_at:
                 readers = sum(self.pools[f].kind == "frames" for f in self.features.get(u.item, ()))
@@ -318,7 +318,7 @@ class Scheduler:
                     self.decoded_at.pop((u.item, u.part), None)
                 continue
             if not worker.ready or worker.busy >= pool.depth or (
-                    pool.holds_cores and not worker.holds and self._free(worker.node) < 1):
+                    pool.holds_cores and not self._holding(worker) and self._free(worker.node) < 1):
                 continue
             take = self._take(pool, mine, partial=True)
             batch[:] = [u for u in batch if u not in take]
@@ -331,7 +331,7 @@ class Scheduler:
         depth = 1 if solo else pool.depth
         candidates = [w for w in pool.ready if w.busy < depth]
         if pool.holds_cores:
-            candidates = [w for w in candidates if w.holds or self._free(w.node) >= 1]
+            candidates = [w for w in candidates if self._holding(w) or self._free(w.node) >= 1]
         return min(candidates, key=lambda w: w.busy, default=None)
 
     def _take(self, pool: Pool, batch: list[Unit], partial: bool) -> list[Unit]:
@@ -355,10 +355,24 @@ class Scheduler:
         return bool(self.decoding or self.queue or self.later)
 
     def _hold(self, pool: Pool, worker: Worker) -> None:
-        """A worker with calls in flight holds its cores; an idle one none."""
-        want = 1.0 if worker.busy > 0 and pool.holds_cores else 0.0
-        self.used[self._place(worker.node)] += want - worker.holds
-        worker.holds = want
+        """A worker with calls in flight holds its cores; an idle one none. An actor that serves several pools
+        (the frames features sharing actors that decode on the device) holds one slot, not one per pool: it is one
+        process and runs their calls one at a time."""
+        mates = self._mates(worker)
+        want = 1.0 if pool.holds_cores and any(w.busy > 0 for w in mates) else 0.0
+        self.used[self._place(worker.node)] += want - sum(w.holds for w in mates)
+        for w in mates:
+            w.holds = 0.0
+        mates[0].holds = want
+
+    def _holding(self, worker: Worker) -> bool:
+        return any(w.holds for w in self._mates(worker))
+
+    def _mates(self, worker: Worker) -> list[Worker]:
+        """The workers of `worker`'s actor in every pool (itself alone where its actor serves one pool)."""
+        if worker.handle is None:
+            return [worker]
+        return [w for p in self.pools.values() for w in p.workers if w.handle is worker.handle] or [worker]
 
 
 class FixedScheduler(Scheduler):

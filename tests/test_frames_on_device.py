@@ -51,7 +51,8 @@ def _decoded(s: Scheduler, item: str, device: bool) -> None:
 
 def test_routing_sends_videos_to_the_actors_decoder_while_its_queue_is_short() -> None:
     """The policy the simulator models: a video goes to the actors' decoder while fewer than `device_queue`
-    routed videos wait for their first model call, else to a CPU decode task; later segments follow the first."""
+    routed videos are not yet decoded there (their first call not back), else to a CPU decode task; later segments
+    follow the first."""
     s = Scheduler({f: _pool(f, True) for f in ("faces", "frames")}, {"n": 16}, max_bytes=10**12,
                   batch_bytes=10**9, device_queue=2)
     for k in range(3):  # (3: what the pools' feed lets decode ahead)
@@ -61,7 +62,10 @@ def test_routing_sends_videos_to_the_actors_decoder_while_its_queue_is_short() -
     _decoded(s, "c0", True)
     _decoded(s, "c2", False)
     assert s.device_queue == {("c0", 0), ("c1", 0)}
-    s.next_calls()  # c0 goes to a call: the actor decodes it now, the queue has room again
+    calls = s.next_calls()  # c0 goes to a call: still in the queue until the actor has decoded it
+    assert s.device_queue == {("c0", 0), ("c1", 0)}
+    for call in calls:
+        s.call_done(call)
     assert s.device_queue == {("c1", 0)}
     s.add("c3", ["faces", "frames"])
     assert [j.on_device for j in s.next_decodes()] == [True]
