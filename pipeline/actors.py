@@ -13,7 +13,8 @@ import numpy as np
 
 from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import cut, decode, inputs, stages
+from pipeline import kinds as input_kinds
+from pipeline import stages
 from rows import FeatureRows
 
 log = logging.getLogger(__name__)
@@ -37,17 +38,18 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     for kind in kinds:
         t0, started = time.perf_counter(), stages.clock()
         try:
-            if kind == "frames" and item.video is not None and item.image is None:
-                value, meta["segments"][kind] = _decode_frames(item, 0, segment_bytes)
+            k = input_kinds.of(kind, item)
+            if k.segmented:
+                value, meta["segments"][kind] = k.decode_segment(k.span(item), 0, segment_bytes)
             else:
-                value = _decode_kind(item, kind, questions, audio_rate_hz)
+                value = k.decode(item, k.span(item), questions, audio_rate_hz)
             _describe(meta, kind, value)
         except Exception as e:  # recorded per (item, kind); the run goes on
             value = None
-            meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
+            meta["failures"][kind] = failure(item.id, f"decode:{kind}", _source(item, kind), e)
         meta["seconds"][kind] = time.perf_counter() - t0
-        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1,
-                                                stages.UNITS.get(kind, "items")))
+        unit = input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items"
+        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1, unit))
         out.append(value)
     return [meta, *out]
 
@@ -58,24 +60,19 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int) -> list[An
     t0, started = time.perf_counter(), stages.clock()
     value = None
     try:
-        value, _ = _decode_frames(item, segment, segment_bytes)
+        value, _ = input_kinds.FRAMES.decode_segment(input_kinds.FRAMES.span(item), segment, segment_bytes)
         _describe(meta, "frames", value)
     except Exception as e:
         meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
     meta["seconds"]["frames"] = time.perf_counter() - t0
     meta["calls"].append(stages.call_record("decode:frames", started, stages.units_of(value), 1,
-                                            stages.UNITS["frames"]))
+                                            input_kinds.FRAMES.unit))
     return [meta, value]
 
 
 def _new_meta(item: MediaItem) -> dict[str, Any]:
     return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
             "missing": {}, "shorter": {}, "segments": {}, "node": node_id(), "calls": []}
-
-
-def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None) -> tuple[Any, int]:
-    clip = cut.clip_span(item) if item.cut_from_source else None
-    return decode.decode_frames_segment(item.video, clip, segment, segment_bytes)
 
 
 def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
@@ -96,22 +93,11 @@ def node_id() -> str | None:
     return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
 
 
-def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate_hz: int) -> Any:
-    if kind == "frames" and item.image is not None:
-        return inputs.decode_image(item.image)
-    if kind in inputs.TEXT_KINDS:
-        return inputs.item_texts(item, kind)
-    if item.cut_from_source and kind in ("frames", "audio", "transcript"):
-        return cut.decode_cut(item, kind, audio_rate_hz)
-    if kind == "frames":
-        return decode.decode_frames(item.video)
-    if kind == "audio":
-        return decode.decode_audio(decode.audio_source(item), audio_rate_hz)
-    if kind == "transcript":
-        return decode.decode_transcript(item)
-    if kind == "qa":
-        return decode.qa_text(questions)
-    raise ValueError(f"unknown input kind {kind!r}")
+def _source(item: MediaItem, kind: str) -> Any:
+    try:
+        return input_kinds.source(item, kind)
+    except ValueError:  # an unknown kind: its failure names no file
+        return None
 
 
 def without_missing(rows: FeatureRows, x: Any) -> FeatureRows:
@@ -216,7 +202,7 @@ class ExtractorWorker:
         self.units += units
         self.model_s = self.model_s + time.perf_counter() - t0
         return results, stages.call_record(f"model:{self.feature}", started, units, len(inputs),
-                                           stages.UNITS.get(kind, "items"))
+                                           input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items")
 
     def _batch(self, item_ids: list[str], inputs: tuple[Any, ...]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
         """A batch that fails is retried item by item, so one bad item cannot take its batch-mates down with it."""

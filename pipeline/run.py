@@ -11,10 +11,9 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, picture, raystart, stop, supervise
+from pipeline import kinds, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner
@@ -25,33 +24,6 @@ from store.plan import Wanted, make_plan
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
-
-
-def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
-    """The declared identity of what an input kind is decoded from: it enters the fingerprint."""
-    if kind == "qa":
-        return {"qa": layout.sha256_of([q.model_dump(mode="json", exclude={"split"}) for q in questions])}
-    if kind in inputs.TEXT_KINDS:  # the item's own texts, not the whole annotations file
-        return {"path": str(item.annotations), kind: layout.sha256_of(inputs.text_identity(item, kind))}
-    path = decode.source_path(item, kind)
-    ident: dict[str, Any] = {"path": str(path)}
-    if path is not None and path.exists():
-        ident.update(layout.file_identity(path))
-    if kind in ("frames", "audio"):
-        ident["decode"] = decode.DECODE_VERSION if item.image is None else f"image-{inputs.IMAGE_DECODE_VERSION}"
-    if kind == "frames":  # the pictures as displayed and their record (pipeline/picture.py)
-        ident["picture"] = picture.PICTURE_VERSION
-    if kind == "audio":
-        ident["rate_hz"] = config.audio_rate_hz
-    if item.cut_from_source and kind in ("frames", "audio"):
-        ident["cut"] = [item.clip_start_s, item.clip_end_s]
-    if kind == "transcript":
-        ident["clip"] = [item.clip_start_s, item.clip_end_s]
-    return ident
-
-
-def applicable(item: MediaItem, kind: str, questions: list[QAItem]) -> bool:
-    return bool(questions) if kind == "qa" else decode.source_path(item, kind) is not None
 
 
 def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
@@ -140,13 +112,13 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     wanted = []
     for spec in specs:
         writer.set_feature(spec.name, spec.store_attrs())
-        kind = spec.extractor.input_kind
         for item in items:
             qs = questions.get(item.id, [])
-            if not applicable(item, kind, qs):
+            kind = kinds.of(spec.extractor.input_kind, item)
+            if not kind.applicable(item, qs):
                 report.counts[spec.name]["n/a"] += 1
                 continue
-            source = source_identity(item, kind, qs, config)
+            source = kind.identity(item, qs, config)
             # the file's name, size and mtime identify it, not the path it was reached by: moving the
             # raw root or writing RAW relative instead of absolute recomputes nothing
             fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})

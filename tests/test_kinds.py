@@ -15,7 +15,7 @@ import pytest
 
 from manifests.records import MediaItem, QAItem, Reaction
 from pipeline.config import RunConfig
-from pipeline.run import applicable, source_identity
+from pipeline.kinds import applicable, identity
 
 MTIME_NS = 1_700_000_000_123_456_789
 
@@ -84,7 +84,7 @@ def test_source_identities_are_those_stores_were_written_with(items, tmp_path: P
         for kind in KINDS:
             if not applicable(item, kind, qs):
                 continue
-            ident = source_identity(item, kind, qs, config)
+            ident = identity(item, kind, qs, config)
             path = ident.pop("path", None)
             assert path == (str(tmp_path / PATHS[name, kind]) if (name, kind) in PATHS else None), (name, kind)
             got[name, kind] = ident
