@@ -76,8 +76,8 @@ def test_same_word_times_as_the_precut_captions(raw: Path, precut) -> None:
     assert mine.words == ref.words == ("I", "am", "not", "so", "sure", "about", "that.")
     np.testing.assert_allclose(mine.intervals, ref.intervals, atol=1e-3)
     assert mine.intervals[0, 0] == pytest.approx(0.5, abs=1e-3)
-    whole = kinds.decode(_item(raw).model_copy(update={"clip_start_s": 0.0, "clip_end_s": None, "cut_from_source": False}),
-                         "transcript")
+    uncut = _item(raw).model_copy(update={"clip_start_s": 0.0, "clip_end_s": None, "cut_from_source": False})
+    whole = kinds.decode(uncut, "transcript")
     assert len(whole.words) == 12  # uncut, both sentences: the cut dropped the first
 
 
@@ -92,7 +92,7 @@ def test_a_clip_outside_the_video_is_an_error_naming_file_and_times(raw: Path, s
 
 def test_an_end_just_past_the_video_is_clipped_to_it(raw: Path) -> None:
     item = _item(raw).model_copy(update={"clip_start_s": 5.0, "clip_end_s": 7.05})
-    frames, audio = kinds.decode(item, "frames", audio_rate_hz=RATE_HZ), kinds.decode(item, "audio", audio_rate_hz=RATE_HZ)
+    frames, audio = (kinds.decode(item, kind, audio_rate_hz=RATE_HZ) for kind in ("frames", "audio"))
     assert frames.intervals.tolist() == [[0, 1], [1, 2]] and frames.duration_s == pytest.approx(2.0, abs=1e-6)
     # the audio stops at its own track's end (an AAC track may run a few ms past the last frame)
     assert 2 * RATE_HZ - 2 <= audio.samples.size <= 2.05 * RATE_HZ

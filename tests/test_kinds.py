@@ -89,3 +89,17 @@ def test_source_identities_are_those_stores_were_written_with(items, tmp_path: P
             assert path == (str(tmp_path / PATHS[name, kind]) if (name, kind) in PATHS else None), (name, kind)
             got[name, kind] = ident
     assert got == PINNED
+
+
+def test_a_clip_cut_from_a_longer_file_is_a_span_of_it_and_an_image_is_a_still(items, tmp_path: Path) -> None:
+    from pipeline import kinds
+
+    cut, whole, image = items["cut"][0], items["whole"][0], items["image"][0]
+    assert kinds.of("frames", cut).span(cut) == kinds.Span(tmp_path / "long.mp4", (3.0, 9.5))
+    assert kinds.of("audio", cut).span(cut) == kinds.Span(tmp_path / "long.mp4", (3.0, 9.5))
+    # a Social-IQ 2.0 clip was cut before it reached us: its trim says where it came from, its span is the file
+    assert kinds.of("audio", whole).span(whole) == kinds.Span(tmp_path / "v.wav", None)
+    assert kinds.of("frames", image) is kinds.STILL and kinds.source(image, "frames") == tmp_path / "i.jpg"
+    assert [kinds.KINDS[k].unit for k in KINDS] == ["frames", "audio_s", "words", "questions", "texts", "texts"]
+    with pytest.raises(ValueError, match="unknown input kind 'video'"):
+        kinds.of("video", whole)

@@ -4,7 +4,6 @@ annotations file they come from, so an edit of another pair recomputes nothing h
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,35 @@ from store import layout
 class ItemTexts(Kind):
     unit = "texts"
 
-    def __init__(self, name: str, decode: Callable[[MediaItem], Texts], made_from: Callable[[MediaItem], object]):
-        self.name, self._decode, self._made_from = name, decode, made_from  # type: ignore[misc]
+    def made_from(self, item: MediaItem) -> object:
+        """What the texts are made from (the fingerprint hashes it)."""
+        raise NotImplementedError
 
     def source(self, item: MediaItem) -> Path | None:
         return item.annotations
 
     def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
-        return {"path": str(item.annotations), self.name: layout.sha256_of(self._made_from(item))}
+        return {"path": str(item.annotations), self.name: layout.sha256_of(self.made_from(item))}
+
+
+class Caption(ItemTexts):
+    name = "caption"
+
+    def made_from(self, item: MediaItem) -> object:
+        return item.caption
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Texts:
-        return self._decode(item)
+        return inputs.caption_texts(item)
 
 
-CAPTION = ItemTexts("caption", inputs.caption_texts, lambda item: item.caption)
-REACTIONS = ItemTexts("reactions", inputs.reaction_texts,
-                      lambda item: [r.model_dump(mode="json", include={"emotions", "reasons"}) for r in item.reactions])
+class Reactions(ItemTexts):
+    name = "reactions"
+
+    def made_from(self, item: MediaItem) -> object:
+        return [r.model_dump(mode="json", include={"emotions", "reasons"}) for r in item.reactions]
+
+    def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Texts:
+        return inputs.reaction_texts(item)
+
+
+CAPTION, REACTIONS = Caption(), Reactions()
