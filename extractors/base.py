@@ -6,10 +6,14 @@ No Ray, no Zarr, no file layout in here or in any extractor module: the pipeline
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
@@ -224,17 +228,10 @@ def _stack_padded(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-# Registry by name. Modules are imported lazily so that asking for one extractor does not import
-# every model library (transformers alone takes seconds).
-_MODULES: dict[str, str] = {
-    "densenet161": "extractors.densenet",
-    "mtcnn": "extractors.faces",
-    "bert_words": "extractors.transcript",
-    "bert_qa": "extractors.qa",
-    "covarep": "extractors.acoustic",
-    "bert_caption": "extractors.texts",
-    "bert_reactions": "extractors.texts",
-}
+# Registry by name. An extractor module registers its classes itself (`@register` on a class whose `name` is a
+# literal string); nothing else names it. Which module holds which name is read from the package's sources (their
+# syntax tree, a few milliseconds) rather than by importing them: asking for one extractor imports that module alone,
+# not every model library (transformers alone takes seconds).
 _REGISTRY: dict[str, type[Extractor]] = {}
 
 E = TypeVar("E", bound=type[Extractor])
@@ -247,11 +244,61 @@ def register(cls: E) -> E:
     return cls
 
 
+@functools.cache
+def extractor_modules() -> dict[str, str]:
+    """Extractor name -> the module of this package that registers it, found in the modules' sources."""
+    import extractors
+
+    found: dict[str, str] = {}
+    for info in pkgutil.iter_modules(extractors.__path__):
+        module = f"extractors.{info.name}"
+        path = Path(extractors.__path__[0]) / f"{info.name}.py"
+        if info.ispkg or not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "register" not in text:  # most helper modules: nothing to parse
+            continue
+        for name in _registered_names(ast.parse(text, str(path)), path):
+            if name in found:
+                raise ValueError(f"extractor {name!r} registered in {found[name]} and in {module}")
+            found[name] = module
+    return found
+
+
+def _registered_names(tree: ast.Module, path: Path) -> list[str]:
+    """The `name` of each class the module decorates with `register`."""
+    names = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or not any(
+                isinstance(d, ast.Name) and d.id == "register" or isinstance(d, ast.Attribute) and d.attr == "register"
+                for d in node.decorator_list):
+            continue
+        values = [s.value.value for s in node.body if _assigns_name(s)]
+        if len(values) != 1:
+            raise ValueError(f"{path}:{node.lineno}: @register class {node.name} needs its name as a literal "
+                             "(`name = \"...\"`) so that it is found without importing the module")
+        names.append(values[0])
+    return names
+
+
+def _assigns_name(statement: ast.stmt) -> bool:
+    """`name = "..."` or `name: ClassVar[str] = "..."`."""
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AnnAssign):
+        targets = [statement.target]
+    else:
+        return False
+    return (any(isinstance(t, ast.Name) and t.id == "name" for t in targets)
+            and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str))
+
+
 def get_extractor(name: str) -> type[Extractor]:
     if name not in _REGISTRY:
-        if name not in _MODULES:
-            raise KeyError(f"unknown extractor {name!r}; known: {sorted(_MODULES)}")
-        importlib.import_module(_MODULES[name])
+        modules = extractor_modules()
+        if name not in modules:
+            raise KeyError(f"unknown extractor {name!r}; known: {sorted(modules.keys() | _REGISTRY.keys())}")
+        importlib.import_module(modules[name])
     return _REGISTRY[name]
 
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import cut, decode, inputs, nvdec, stages
+from pipeline import kinds as input_kinds
+from pipeline import nvdec, stages
 from rows import FeatureRows
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,18 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     for kind in kinds:
         t0, started = time.perf_counter(), stages.clock()
         try:
-            if kind == "frames" and item.video is not None and item.image is None:
-                value, meta["segments"][kind] = _decode_frames(item, 0, segment_bytes, on_device, meta)
+            k = input_kinds.of(kind, item)
+            if k.segmented:
+                value, meta["segments"][kind] = _decode_frames(item, k, 0, segment_bytes, on_device, meta)
             else:
-                value = _decode_kind(item, kind, questions, audio_rate_hz)
+                value = k.decode(item, k.span(item), questions, audio_rate_hz)
             _describe(meta, kind, value)
         except Exception as e:  # recorded per (item, kind); the run goes on
             value = None
-            meta["failures"][kind] = failure(item.id, f"decode:{kind}", decode.source_path(item, kind), e)
+            meta["failures"][kind] = failure(item.id, f"decode:{kind}", _source(item, kind), e)
         meta["seconds"][kind] = time.perf_counter() - t0
-        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1,
-                                                stages.UNITS.get(kind, "items")))
+        unit = input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items"
+        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1, unit))
         out.append(value)
     return [meta, *out]
 
@@ -61,13 +63,13 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int,
     t0, started = time.perf_counter(), stages.clock()
     value = None
     try:
-        value, _ = _decode_frames(item, segment, segment_bytes, on_device, meta)
+        value, _ = _decode_frames(item, input_kinds.FRAMES, segment, segment_bytes, on_device, meta)
         _describe(meta, "frames", value)
     except Exception as e:
         meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
     meta["seconds"]["frames"] = time.perf_counter() - t0
     meta["calls"].append(stages.call_record("decode:frames", started, stages.units_of(value), 1,
-                                            stages.UNITS["frames"]))
+                                            input_kinds.FRAMES.unit))
     return [meta, value]
 
 
@@ -76,14 +78,16 @@ def _new_meta(item: MediaItem) -> dict[str, Any]:
             "missing": {}, "shorter": {}, "segments": {}, "cpu_reason": {}, "node": node_id(), "calls": []}
 
 
-def _decode_frames(item: MediaItem, segment: int, segment_bytes: int | None,
+def _decode_frames(item: MediaItem, kind: input_kinds.Kind, segment: int, segment_bytes: int | None,
                    on_device: tuple[str, tuple[str, ...]] | None = None,
                    meta: dict[str, Any] | None = None) -> tuple[Any, int]:
-    clip = cut.clip_span(item) if item.cut_from_source else None
+    """One segment of a video's frames by the CPU path, or (`on_device`: the device and the features that will
+    read them) its plan for the model actors to decode on their device, where the file allows (pipeline/nvdec.py)."""
+    span = kind.span(item)
     if on_device is None:
-        return decode.decode_frames_segment(item.video, clip, segment, segment_bytes)
+        return kind.decode_segment(span, segment, segment_bytes)
     device, readers = on_device
-    value, segments, reason = nvdec.plan_for_device(item.video, clip, device, item.id, readers, segment,
+    value, segments, reason = nvdec.plan_for_device(span.recording, span.clip, device, item.id, readers, segment,
                                                     segment_bytes)
     if meta is not None:
         meta["on_device"] = reason is None  # a plan: the model actors decode it
@@ -110,22 +114,11 @@ def node_id() -> str | None:
     return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
 
 
-def _decode_kind(item: MediaItem, kind: str, questions: list[QAItem], audio_rate_hz: int) -> Any:
-    if kind == "frames" and item.image is not None:
-        return inputs.decode_image(item.image)
-    if kind in inputs.TEXT_KINDS:
-        return inputs.item_texts(item, kind)
-    if item.cut_from_source and kind in ("frames", "audio", "transcript"):
-        return cut.decode_cut(item, kind, audio_rate_hz)
-    if kind == "frames":
-        return decode.decode_frames(item.video)
-    if kind == "audio":
-        return decode.decode_audio(decode.audio_source(item), audio_rate_hz)
-    if kind == "transcript":
-        return decode.decode_transcript(item)
-    if kind == "qa":
-        return decode.qa_text(questions)
-    raise ValueError(f"unknown input kind {kind!r}")
+def _source(item: MediaItem, kind: str) -> Any:
+    try:
+        return input_kinds.source(item, kind)
+    except ValueError:  # an unknown kind: its failure names no file
+        return None
 
 
 def without_missing(rows: FeatureRows, x: Any) -> FeatureRows:
@@ -293,7 +286,8 @@ class ExtractorWorker:
         units = sum(stages.units_of(x) for x in inputs)
         self.units[feature] += units
         self.model_s[feature] += time.perf_counter() - t0
-        record = stages.call_record(f"model:{feature}", started, units, len(inputs), stages.UNITS.get(kind, "items"))
+        record = stages.call_record(f"model:{feature}", started, units, len(inputs),
+                                    input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items")
         if decode_record is not None:
             record["device_decode"] = decode_record
         return results, record
@@ -323,7 +317,7 @@ class ExtractorWorker:
         record = None
         if self.frames.decoded > decoded:
             record = stages.call_record("decode:frames@device", started, frames, self.frames.decoded - decoded,
-                                        stages.UNITS["frames"])
+                                        input_kinds.FRAMES.unit)
         return tuple(out), notes, record
 
     def _batch(self, item_ids: list[str], inputs: tuple[Any, ...], feature: str | None = None

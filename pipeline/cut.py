@@ -1,10 +1,13 @@
-"""Clips cut out of a whole video (TinySocial): `MediaItem.cut_from_source` with [clip_start_s, clip_end_s).
+"""Clips cut out of a whole video (TinySocial): `MediaItem.cut_from_source` with [clip_start_s, clip_end_s), which
+an input kind's `span` (pipeline/kinds/) passes to its decoder like any other span.
 
 Frames, audio and captions are all cut to [start_s, end_s) of the file's timeline and re-timed so that 0 is
 the clip's start; the result is what decoding the same content pre-cut (`ffmpeg -ss start_s -i in -t
 duration`) gives: the same 1 fps grid [k, k+1) on the clip's timeline, the frame nearest each row's middle
 chosen among the frames shown in the clip (start in [start_s, end_s)), the audio samples from
-round(start_s * rate) on, the words re-timed and those wholly outside the clip dropped.
+round(start_s * rate) on (`cut_audio`, here), the words re-timed and those wholly outside the clip dropped
+(pipeline/captions.py `clip_start_s`). Frames are cut by pipeline/decode.py (`clip`), choosing among the file's
+frames only those shown in the clip.
 
 A clip that starts at or after the end of the video, or ends more than `END_TOLERANCE_S` after it, is an
 error of that item naming the file and both times; an end within the tolerance is clipped to the video's end
@@ -12,7 +15,7 @@ error of that item naming the file and both times; an end within the tolerance i
 when the file is truncated (pipeline/decode.py): a clip inside it whose frames do not all decode keeps its
 rows up to the last frame, the rest listed in `missing_s`.
 
-Imports go one way: this module uses pipeline/decode.py and pipeline/media.py, neither uses it.
+Imports go one way: this module uses pipeline/media.py; the input kinds (pipeline/kinds/audio.py) use it.
 """
 
 from __future__ import annotations
@@ -22,16 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from extractors.base import Audio, Words
-from manifests.records import MediaItem
-from pipeline import decode
-from pipeline.captions import parse_captions
+from extractors.base import Audio
 from pipeline.media import END_TOLERANCE_S, InputError, check_span, cut_frame_times
 
-__all__ = ["END_TOLERANCE_S", "InputError", "check_span", "cut_frame_times", "cut_audio", "decode_cut"]
-
-def clip_span(item: MediaItem) -> tuple[float, float | None]:
-    return item.clip_start_s, item.clip_end_s
+__all__ = ["END_TOLERANCE_S", "InputError", "check_span", "cut_frame_times", "cut_audio"]
 
 
 def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | None) -> Audio:
@@ -49,23 +46,3 @@ def cut_audio(audio: Audio, start_s: float, end_s: float | None, path: Path | No
     if getattr(audio, "streams_end_s", None) is not None:  # a clip's own end is its cut's, not the file's
         changes["streams_end_s"] = None
     return dataclasses.replace(audio, **changes)
-
-
-def cut_transcript(item: MediaItem) -> Words:
-    """The item's captions (on the video file's timeline) re-timed to the clip; words wholly outside dropped."""
-    path = decode.existing(item.transcript, "transcript")
-    duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
-    return parse_captions(path, clip_start_s=item.clip_start_s, clip_duration_s=duration)
-
-
-def decode_cut(item: MediaItem, kind: str, audio_rate_hz: int) -> object:
-    """Decode one input kind of a clip cut out of its file."""
-    span = clip_span(item)
-    if kind == "frames":
-        return decode.decode_frames(item.video, clip=span)
-    if kind == "audio":
-        source = decode.audio_source(item)
-        return cut_audio(decode.decode_audio(source, audio_rate_hz), *span, source)
-    if kind == "transcript":
-        return cut_transcript(item)
-    raise ValueError(f"input kind {kind!r} cannot be cut from a source video")

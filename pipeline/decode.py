@@ -1,4 +1,5 @@
-"""Decoding on CPU workers: 1 fps frames (PyAV; audio in pipeline/audio.py), transcripts, QA text.
+"""Decoding on CPU workers: 1 fps frames (PyAV; audio in pipeline/audio.py), QA text. Which input kind is
+decoded how, from which file and span: pipeline/kinds/.
 
 Which frame stands for a second: row k covers [k, min(k+1, D)) where D is the video's duration
 (end of its last frame); it uses the decoded frame whose display time is nearest the middle of
@@ -51,11 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import Frames, QAText, Words
-from manifests.records import MediaItem, QAItem
+from extractors.base import Frames, QAText
+from manifests.records import QAItem
 from pipeline import picture
 from pipeline.audio import AUDIO_GAP_MIN_S, decode_audio
-from pipeline.captions import parse_captions
 from pipeline.media import (
     STREAM_OFFSET_MIN_S,
     TAIL_MIN_S,
@@ -677,12 +677,6 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
     return frames, plan.segments
 
 
-def decode_transcript(item: MediaItem) -> Words:
-    path = existing(item.transcript, "transcript")
-    duration = item.clip_end_s - item.clip_start_s if item.clip_end_s is not None else None
-    return parse_captions(path, clip_duration_s=duration, trim_s=item.clip_start_s or None)
-
-
 def qa_text(questions: list[QAItem]) -> QAText:
     if not questions:
         raise InputError("no questions for this item")
@@ -694,14 +688,3 @@ def qa_text(questions: list[QAItem]) -> QAText:
         context=questions[0].context,
         ts=tuple(q.ts for q in questions),
     )
-
-
-def audio_source(item: MediaItem) -> Path | None:
-    """A separate audio file when the manifest gives one, else the video's own track."""
-    return item.audio or item.video
-
-
-def source_path(item: MediaItem, kind: str) -> Path | None:
-    """The file an input kind is decoded from (None for QA text, which lives in the manifest)."""
-    return {"frames": item.video or item.image, "audio": audio_source(item), "transcript": item.transcript,
-            "caption": item.annotations, "reactions": item.annotations}.get(kind)

@@ -22,7 +22,6 @@ EXIF_ORIENTATION_TAG = 0x0112
 # enters every still's fingerprint: bump when the same file would give different pixels
 # (the picture record has its own, pipeline.picture.PICTURE_VERSION)
 IMAGE_DECODE_VERSION = "1"
-TEXT_KINDS = ("caption", "reactions")
 
 
 def decode_image(path: Path | None) -> Still:  # None: the manifest found no image for the item
@@ -68,14 +67,3 @@ def reaction_texts(item: MediaItem) -> Texts:
         raise InputError(f"{_where(item)}: no reactions")
     texts = tuple(reaction_text(e, r) for e, r in zip(emotions, reasons, strict=True))
     return Texts(texts=texts, labels={"emotion": tuple(emotions), "reason": tuple(reasons), "worker": tuple(workers)})
-
-
-def item_texts(item: MediaItem, kind: str) -> Texts:
-    return caption_texts(item) if kind == "caption" else reaction_texts(item)
-
-
-def text_identity(item: MediaItem, kind: str) -> object:
-    """What a text kind is made from, for the fingerprint (the item's own texts, not the whole file)."""
-    if kind == "caption":
-        return item.caption
-    return [r.model_dump(mode="json", include={"emotions", "reasons"}) for r in item.reactions]

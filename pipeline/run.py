@@ -14,44 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
-from pipeline import decode, inputs, nvdec, picture, raystart, stop, supervise
+from pipeline import kinds, nvdec, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
-from store import layout
 from store.integrity import part_problems
 from store.plan import Wanted, make_plan
 from store.writer import StoreError, StoreWriter
 
 log = logging.getLogger("siqfeat")
-
-
-def source_identity(item: MediaItem, kind: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
-    """The declared identity of what an input kind is decoded from: it enters the fingerprint."""
-    if kind == "qa":
-        return {"qa": layout.sha256_of([q.model_dump(mode="json", exclude={"split"}) for q in questions])}
-    if kind in inputs.TEXT_KINDS:  # the item's own texts, not the whole annotations file
-        return {"path": str(item.annotations), kind: layout.sha256_of(inputs.text_identity(item, kind))}
-    path = decode.source_path(item, kind)
-    ident: dict[str, Any] = {"path": str(path)}
-    if path is not None and path.exists():
-        ident.update(layout.file_identity(path))
-    if kind in ("frames", "audio"):
-        ident["decode"] = decode.DECODE_VERSION if item.image is None else f"image-{inputs.IMAGE_DECODE_VERSION}"
-    if kind == "frames":  # the pictures as displayed and their record (pipeline/picture.py)
-        ident["picture"] = picture.PICTURE_VERSION
-    if kind == "audio":
-        ident["rate_hz"] = config.audio_rate_hz
-    if item.cut_from_source and kind in ("frames", "audio"):
-        ident["cut"] = [item.clip_start_s, item.clip_end_s]
-    if kind == "transcript":
-        ident["clip"] = [item.clip_start_s, item.clip_end_s]
-    return ident
-
-
-def applicable(item: MediaItem, kind: str, questions: list[QAItem]) -> bool:
-    return bool(questions) if kind == "qa" else decode.source_path(item, kind) is not None
 
 
 def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
@@ -140,13 +112,13 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     wanted = []
     for spec in specs:
         writer.set_feature(spec.name, spec.store_attrs())
-        kind = spec.extractor.input_kind
         for item in items:
             qs = questions.get(item.id, [])
-            if not applicable(item, kind, qs):
+            kind = kinds.of(spec.extractor.input_kind, item)
+            if not kind.applicable(item, qs):
                 report.counts[spec.name]["n/a"] += 1
                 continue
-            source, fp = planned_fingerprint(writer, spec, item, qs, config)
+            source, fp = planned_fingerprint(writer, spec, item, kind, qs, config)
             runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
             wanted.append(Wanted(spec.name, item.id, fp))
     stop.stage("planning")
@@ -183,17 +155,16 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     return report
 
 
-def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, questions: list[QAItem],
-                        config: RunConfig) -> tuple[dict[str, Any], str]:
+def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, kind: kinds.Kind,
+                        questions: list[QAItem], config: RunConfig) -> tuple[dict[str, Any], str]:
     """(The source identity, the fingerprint the plan wants) of a (feature, item) pair. The file's name, size and
     mtime identify it, not the path it was reached by: moving the raw root or writing RAW relative instead of
     absolute recomputes nothing. Frames a device decoder made (the identity names it, `Runner.commit`) are as
     current as the CPU path's for a run that may decode them so; under `frames_decoder = "cpu"` only the CPU
     path's are."""
-    kind = spec.extractor.input_kind
-    source = source_identity(item, kind, questions, config)
+    source = kind.identity(item, questions, config)
     fp = fingerprint(spec.spec_hash, source)
-    if kind == "frames" and item.image is None and config.frames_decoder != "cpu":
+    if kind.name == "frames" and config.frames_decoder != "cpu":  # (a still image's kind is "still")
         stored = writer.index(spec.name).entries.get(item.id)
         if stored is not None and stored.fingerprint in {
                 fingerprint(spec.spec_hash, {**source, "decoder": d}) for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:

@@ -16,6 +16,7 @@ from typing import Any
 
 from manifests.records import MediaItem, QAItem
 from pipeline import actors, cluster, decode, nvdec, raystart, report, stages, stop, supervise
+from pipeline import kinds as input_kinds
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -292,7 +293,7 @@ class Runner:
             for call in m.get("calls", ()):
                 self.stages.add(call)
         except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
-            m = {"failures": {kind: actors.failure(item_id, f"decode:{kind}", decode.source_path(item, kind),
+            m = {"failures": {kind: actors.failure(item_id, f"decode:{kind}", input_kinds.source(item, kind),
                                                    _ray_error(e)) for kind in kinds}}
         if segment == 0:
             self.meta[item_id] = m
@@ -330,7 +331,7 @@ class Runner:
                 continue
             if fail:
                 if not fail.get("file"):
-                    fail["file"] = _str(decode.source_path(self.items[item_id], self.specs[feat].extractor.input_kind))
+                    fail["file"] = _str(input_kinds.source(self.items[item_id], self.specs[feat].extractor.input_kind))
                 self.finish(feat, item_id, failed=fail)
                 continue
             pair.rows[unit.part], pair.seconds = self.decoder_of(feat, item_id, rows, pair), pair.seconds + secs
@@ -355,7 +356,7 @@ class Runner:
         pair = self.pairs.pop((feat, item_id))
         if failed is None:
             kind = self.specs[feat].extractor.input_kind
-            path = decode.source_path(self.items[item_id], kind)
+            path = input_kinds.source(self.items[item_id], kind)
             try:
                 rows = self.specs[feat].extractor.join([pair.rows[k] for k in sorted(pair.rows)],
                                                        self.specs[feat].config)
@@ -428,7 +429,7 @@ class Runner:
             attrs["decoder"] = decoder
         if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
-        file = _str(decode.source_path(item, spec.extractor.input_kind))
+        file = _str(input_kinds.source(item, spec.extractor.input_kind))
         partial = partial_record(feat, item.id, {**attrs, "source": {"path": file}}, attrs["duration_s"])
         shorter = None
         if spec.extractor.input_kind in meta.get("shorter", {}):  # by design, not damage: a note, not PARTIAL
@@ -509,7 +510,8 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
     fixed = config.scheduler == "fixed"
     plan = {}
     for feat in sorted(features):
-        per_call = config.frames_per_batch if specs[feat].extractor.input_kind == "frames" else config.items_per_batch
+        batching = input_kinds.KINDS[specs[feat].extractor.input_kind].batch_unit
+        per_call = config.frames_per_batch if batching == "frames" else config.items_per_batch
         if feat in gpu_feats and gpus:
             opts = {"num_gpus": 1 / sum(per_gpu.values()), "num_cpus": 1 if fixed else 0}
             plan[feat] = ActorPlan(opts, gpus * per_gpu[feat], CUDA, None, per_call, 2, True)
@@ -555,7 +557,7 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
 
 
 def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
-    """A (feature, item) pair's fingerprint from its source identity (`run.source_identity`, plus `decoder` where
+    """A (feature, item) pair's fingerprint from its source identity (`Kind.identity`, plus `decoder` where
     the frames were not decoded by the CPU path): the file's name, size and mtime, not the path it was reached by."""
     return layout.fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
 

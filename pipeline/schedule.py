@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.kinds import KINDS
+
 CPU, CUDA = "cpu", "cuda"
 
 
@@ -268,7 +270,7 @@ class Scheduler:
     def _feed(self, pool: Pool) -> int:
         """Decoded items a feature needs ahead of its actors: one call's worth for each call it can have in flight
         on each of its actors, plus one (the call after). Frames count in items of the typical size."""
-        per_call = pool.per_call if pool.kind != "frames" else max(1, pool.per_call // 60)
+        per_call = max(1, pool.per_call // KINDS[pool.kind].item_units)
         return len(pool.workers) * pool.depth * per_call + 1
 
     def _dispatch(self, pool: Pool) -> list[Call]:

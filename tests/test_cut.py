@@ -12,8 +12,8 @@ import pytest
 
 from manifests.sample import read_barcode
 from manifests.tinysocial import read_tinysocial, write_sample_tinysocial
-from pipeline import cut
-from pipeline.decode import InputError, decode_audio, decode_frames, decode_transcript
+from pipeline import kinds
+from pipeline.decode import InputError, decode_audio, decode_frames
 
 START_S, END_S = 2.5, 5.5
 RATE_HZ = 16000
@@ -47,7 +47,7 @@ def _item(raw: Path):
 
 def test_same_frames_as_the_precut_clip(raw: Path, precut) -> None:
     item = _item(raw)
-    mine = cut.decode_cut(item, "frames", RATE_HZ)
+    mine = kinds.decode(item, "frames", audio_rate_hz=RATE_HZ)
     ref = decode_frames(precut[0])
     assert mine.intervals.tolist() == ref.intervals.tolist() == [[0, 1], [1, 2], [2, 3]]
     barcodes = [read_barcode(p) for p in mine.pixels]
@@ -58,7 +58,7 @@ def test_same_frames_as_the_precut_clip(raw: Path, precut) -> None:
 
 
 def test_same_audio_samples_within_the_resampler_edge(raw: Path, precut) -> None:
-    mine = cut.decode_cut(_item(raw), "audio", RATE_HZ)
+    mine = kinds.decode(_item(raw), "audio", audio_rate_hz=RATE_HZ)
     ref = decode_audio(precut[0], RATE_HZ)
     assert abs(mine.samples.size - ref.samples.size) <= 1 and mine.samples.size == pytest.approx(3 * RATE_HZ, abs=1)
     edge = round(EDGE_S * RATE_HZ)
@@ -71,13 +71,13 @@ def test_same_audio_samples_within_the_resampler_edge(raw: Path, precut) -> None
 def test_same_word_times_as_the_precut_captions(raw: Path, precut) -> None:
     from pipeline.captions import parse_captions
 
-    mine = cut.decode_cut(_item(raw), "transcript", RATE_HZ)
+    mine = kinds.decode(_item(raw), "transcript", audio_rate_hz=RATE_HZ)
     ref = parse_captions(precut[1])
     assert mine.words == ref.words == ("I", "am", "not", "so", "sure", "about", "that.")
     np.testing.assert_allclose(mine.intervals, ref.intervals, atol=1e-3)
     assert mine.intervals[0, 0] == pytest.approx(0.5, abs=1e-3)
-    whole = decode_transcript(_item(raw).model_copy(update={"clip_start_s": 0.0, "clip_end_s": None,
-                                                            "cut_from_source": False}))
+    uncut = _item(raw).model_copy(update={"clip_start_s": 0.0, "clip_end_s": None, "cut_from_source": False})
+    whole = kinds.decode(uncut, "transcript")
     assert len(whole.words) == 12  # uncut, both sentences: the cut dropped the first
 
 
@@ -87,14 +87,14 @@ def test_a_clip_outside_the_video_is_an_error_naming_file_and_times(raw: Path, s
     for kind, what in (("frames", "video"), ("audio", "audio")):
         with pytest.raises(InputError, match=rf"ts-source-a\.mp4: clip \[{span[0]:g}, {span[1]:g}\) s lies outside "
                                              rf"the {what} \(duration 7\.0"):
-            cut.decode_cut(item, kind, RATE_HZ)
+            kinds.decode(item, kind, audio_rate_hz=RATE_HZ)
 
 
 def test_an_end_just_past_the_video_is_clipped_to_it(raw: Path) -> None:
     item = _item(raw).model_copy(update={"clip_start_s": 5.0, "clip_end_s": 7.05})
-    frames, audio = cut.decode_cut(item, "frames", RATE_HZ), cut.decode_cut(item, "audio", RATE_HZ)
+    frames, audio = (kinds.decode(item, kind, audio_rate_hz=RATE_HZ) for kind in ("frames", "audio"))
     assert frames.intervals.tolist() == [[0, 1], [1, 2]] and frames.duration_s == pytest.approx(2.0, abs=1e-6)
     # the audio stops at its own track's end (an AAC track may run a few ms past the last frame)
     assert 2 * RATE_HZ - 2 <= audio.samples.size <= 2.05 * RATE_HZ
     with pytest.raises(InputError):
-        cut.decode_cut(item.model_copy(update={"clip_end_s": 7.2}), "frames", RATE_HZ)
+        kinds.decode(item.model_copy(update={"clip_end_s": 7.2}), "frames", audio_rate_hz=RATE_HZ)

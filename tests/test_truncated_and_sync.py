@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import cut
+from pipeline import kinds
 from pipeline.decode import decode_audio, decode_frames
 
 RATE_HZ = 16000
@@ -137,7 +137,7 @@ def test_a_cut_clip_inside_a_truncated_file_keeps_its_span(pairs, ext: str) -> N
         path.write_bytes(data[:int(len(data) * fraction)])
         item = MediaItem(id="clip", dataset="t", split="train", video=path, clip_start_s=2.0, clip_end_s=8.0,
                          cut_from_source=True)
-        frames = cut.decode_cut(item, "frames", RATE_HZ)
+        frames = kinds.decode(item, "frames", audio_rate_hz=RATE_HZ)
         n = len(frames.pixels)
         rows_seen.add(n)
         assert frames.duration_s == pytest.approx(6.0) and n < 6, fraction
@@ -148,7 +148,7 @@ def test_a_cut_clip_inside_a_truncated_file_keeps_its_span(pairs, ext: str) -> N
             shown = [t - 2.0 for t, p in intact if np.array_equal(p, pixels)]
             assert shown, f"{path.name}: row {k} is no picture of the intact file"
             assert any(k - 1e-6 <= t < k + 1 for t in shown), f"{path.name}: row {k} shows the picture at {shown} s"
-        audio = cut.decode_cut(item, "audio", RATE_HZ)
+        audio = kinds.decode(item, "audio", audio_rate_hz=RATE_HZ)
         assert audio.duration_s == pytest.approx(6.0, abs=1 / RATE_HZ)
         assert audio.missing_s[-1, 1] == pytest.approx(6.0, abs=1 / RATE_HZ)
     assert len(rows_seen) >= 3  # the cuts fall in different seconds of the clip
