@@ -181,6 +181,7 @@ def _planned(store: Path, raw: Path, config: RunConfig) -> list[str]:
     items, _, _ = run.load_items("tiny", raw, config)
     spec = config.specs(["frames"])[0]
     with StoreWriter(store, "tiny") as writer:
-        wanted = [Wanted("frames", item.id, run.planned_fingerprint(writer, spec, item, [], config)[1])
+        wanted = [Wanted("frames", item.id,
+                         run.planned_fingerprint(writer, spec, item, run.kinds.of("frames", item), [], config)[1])
                   for item in items]
         return sorted(w.item for w in make_plan(store, wanted, indexes=writer.index).todo)
