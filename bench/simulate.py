@@ -209,6 +209,7 @@ class Simulation:
         self.events: list[tuple[float, int, str]] = []  # timed events: actors ready, start of decoding
         self._seq = 0
         self.on_nvdec: set[str] = set()  # clips whose frames the video engines decode (`Nvdec`)
+        self.engine_s = 0.0  # the video engines' seconds the calls asked for
 
     # -- the model of Ray and the machine ------------------------------------------------------------------------
     def _speeds(self) -> list[float]:
@@ -260,6 +261,7 @@ class Simulation:
             routed = {u.item for u in call.take if u.device} - actor.decoded
             actor.decoded |= routed
             nvdec_s = len(routed) * c.nvdec.seconds
+            self.engine_s += nvdec_s
             cores = (seconds * cores + nvdec_s * c.nvdec.cores) / (seconds + nvdec_s) if seconds + nvdec_s else cores
             seconds += nvdec_s
         total = max(seconds, 1e-12)
@@ -370,10 +372,10 @@ class Simulation:
         if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
             routed = len(self.on_nvdec)
             frames_cpu = c.decodes["frames"][0] * c.decodes["frames"][1]
-            cpu += routed * (c.nvdec.plan_s - frames_cpu + c.nvdec.seconds * c.nvdec.cores)
+            cpu += routed * (c.nvdec.plan_s - frames_cpu) + self.engine_s * c.nvdec.cores
         out = {"cpu": cpu / self.cpus}
         if c.nvdec:
-            out["nvdec"] = len(self.on_nvdec) * c.nvdec.seconds / (c.nvdec.engines * max(1, self.gpus))
+            out["nvdec"] = self.engine_s / (c.nvdec.engines * max(1, self.gpus))
         gpu_s = 0.0
         for feat, pool in self.sched.pools.items():
             if pool.device == CUDA:

@@ -96,3 +96,24 @@ def test_acoustic_on_the_gpu_is_a_gpu_actor_at_the_cost_given(costs: Costs) -> N
     assert "actors acoustic" not in cpu["bound"]
     moved = 200 * (costs.model_s["acoustic"] * costs.model_cores["acoustic"] - 0.8 * 0.95) / 16
     assert cpu["bound"]["cpu"] - out["bound"]["cpu"] == pytest.approx(moved, abs=0.1)
+
+
+def test_frames_decoded_on_the_gpu_follow_the_run_s_routing(costs: Costs) -> None:
+    """`--nvdec`: the scheduler's own routing sends a clip to the shared frames actors' video engines while few
+    routed clips wait to be decoded there, else to a CPU decode task; a routed clip costs the CPU only its plan."""
+    from bench.simulate import Nvdec
+
+    nv = Costs.from_report(json.loads(REPORT.read_text()))
+    nv.nvdec = Nvdec(0.7, engines=7)
+    every = simulate(nv, load_config("socialiq", {"actors_per_gpu": {"faces": 7}, "gpu_decode_queue": 10**6}),
+                     cpus=16, gpus=1, clips=200)
+    assert every["bound"]["nvdec"] == pytest.approx(200 * 0.7 / 7)  # every clip on the engines, once each
+    frames_cpu = costs.decodes["frames"][0] * costs.decodes["frames"][1]
+    plain = simulate(costs, load_config("socialiq", {"actors_per_gpu": {"faces": 7}}), cpus=16, gpus=1, clips=200)
+    assert "nvdec" not in plain["bound"]  # without --nvdec the report's CPU decoder, as measured
+    moved = 200 * (frames_cpu - 0.06 - 0.7 * 0.25) / 16
+    assert plain["bound"]["cpu"] - every["bound"]["cpu"] == pytest.approx(moved, rel=0.05)
+    few = simulate(nv, load_config("socialiq", {"actors_per_gpu": {"faces": 7}, "gpu_decode_queue": 2}),
+                   cpus=16, gpus=1, clips=200)
+    assert 0 < few["bound"]["nvdec"] < every["bound"]["nvdec"]  # the overflow went to the CPU
+    assert few["bound"]["cpu"] > every["bound"]["cpu"]
