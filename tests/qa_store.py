@@ -108,3 +108,8 @@ class MemoryQAStore:
 
     def read(self, feature: str, item: str) -> _Read:
         return _Read(self._rows[item])
+
+    def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
+        """`Store.rows`: the rows `picks` (item, row) of array `name`, stacked in order."""
+        arrays = {item: (r.features if name == "features" else r.extras[name]) for item, r in self._rows.items()}
+        return np.stack([np.asarray(arrays[item][row]) for item, row in picks]) if picks else np.zeros((0,), np.float32)

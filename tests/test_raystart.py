@@ -63,13 +63,13 @@ DRIVER = textwrap.dedent('''
     HOLD, MARK, TIMES = os.environ.get("HOLD_ITEM"), os.environ.get("HOLD_MARK"), int(os.environ.get("HOLD_TIMES", 1))
 
     class HoldingWorker(A.ExtractorWorker):
-        def __call__(self, item_ids, *inputs):
+        def __call__(self, item_ids, *inputs, **kw):
             held = open(MARK).read() if os.path.exists(MARK) else ""
             if HOLD in item_ids and len(held) < TIMES:
                 open(MARK, "a").write("x")
                 print(f"HOLDING{len(held) + 1} pid={os.getpid()}", flush=True)
                 time.sleep(120)
-            return super().__call__(item_ids, *inputs)
+            return super().__call__(item_ids, *inputs, **kw)
 
     decode_item = A.decode_item
 

@@ -55,10 +55,10 @@ DRIVER = textwrap.dedent('''
         return out
 
     class SlowWorker(Worker):
-        def __call__(self, item_ids, *inputs):
+        def __call__(self, item_ids, *inputs, **kw):
             if SLOW == "model" and "tiny-c" in item_ids:
                 slowly("model")
-            return super().__call__(item_ids, *inputs)
+            return super().__call__(item_ids, *inputs, **kw)
 
     def slow(name, real):
         def wrapped(*a, **k):
