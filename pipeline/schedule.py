@@ -239,10 +239,10 @@ class Scheduler:
     def _on_device(self, item: str, segment: int, kinds: tuple[str, ...]) -> bool:
         """Whether this video's frames go to the model actors' decoder (NVDEC) rather than a CPU decode task: when
         every frames feature of the item has actors that decode (`Pool.decodes_frames`) and fewer than
-        `device_bound` videos sent there are not decoded yet (`device_queue`: their first call not back). A backlog there means the
-        actors (their decoder or their models) are behind, so the next video is decoded by a CPU core, which has
-        time to spare then; with no backlog every video goes to the actors. A long video's later segments follow
-        its first (one decoder per file)."""
+        `device_bound` videos sent there are not decoded yet (`device_queue`: their first call not back). A
+        backlog there means the actors (their decoder or their models) are behind, so the next video is decoded
+        by a CPU core, which has time to spare then; with no backlog every video goes to the actors. A long
+        video's later segments follow its first (one decoder per file)."""
         if "frames" not in kinds:
             return False
         feats = [f for f in self.features.get(item, ()) if self.pools[f].kind == "frames"]
