@@ -71,43 +71,23 @@ class _Array:
     loaded: np.ndarray | None = None  # part number -> its rows are in `data`
 
 
-class _LazyPart:
-    """A part's array read through zarr item by item (too big to hold whole), with what zarr does not check:
-    a chunk that fails its checksum raises DamagedPart (zarr's own error names no part), and a chunk file
-    missing after the read (zarr reads one as zeros) raises SnapshotGone or DamagedPart (`_check_present`)."""
-
-    def __init__(self, store: Store, feature: str, part: str, name: str, arr: Any) -> None:
-        # a weak reference: the store caches this object, and a cycle would keep a dropped store, and the
-        # lease it holds, alive until the next cyclic collection
-        self._store, self._where, self._arr = weakref.ref(store), (feature, part, name), arr
-        self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
-
-    def _read(self, get: Callable[[Any], Any], key: Any) -> Any:
-        store = self._store()
-        if store is None or store._closed:  # its lease is gone: the part may be too
-            raise RuntimeError("this store handle is closed: open the store again")
-        try:
-            value = get(key)
-        except (IndexError, TypeError, MemoryError):  # the caller's key, or the machine: not the part
-            raise
-        except Exception as e:
-            raise store._unreadable(*self._where, e) from None
-        store._check_present(*self._where)
-        return value
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._read(self._arr.__getitem__, key)
-
-    def orthogonal(self, key: Any) -> Any:
-        """Rows picked by an index array (the other axes' keys after it), in one zarr read (`oindex`)."""
-        return self._read(self._arr.oindex.__getitem__, key)
-
-    def __len__(self) -> int:
-        return int(self.shape[0])
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = np.asarray(self[...])
-        return out.astype(dtype) if dtype is not None else out
+def _guarded(ref: weakref.ref, where: tuple[str, str, str], get: Callable[[Any], Any], key: Any) -> Any:
+    """A read of a part's array through zarr (`RowView`'s guard), with what zarr does not check: a chunk that
+    fails its checksum raises DamagedPart (zarr's own error names no part), and a chunk file missing after
+    the read (zarr reads one as zeros) SnapshotGone or DamagedPart (`_check_present`). `ref`: the store,
+    weakly (it caches the view: a cycle would keep a dropped store, and its lease, alive until the next
+    cyclic collection)."""
+    store = ref()
+    if store is None or store._closed:  # its lease is gone: the part may be too
+        raise RuntimeError("this store handle is closed: open the store again")
+    try:
+        value = get(key)
+    except (IndexError, TypeError, MemoryError):  # the caller's key, or the machine: not the part
+        raise
+    except Exception as e:
+        raise store._unreadable(*where, e) from None
+    store._check_present(*where)
+    return value
 
 
 class SnapshotGone(RuntimeError):
@@ -482,7 +462,7 @@ class Store:
             if got[-1] is None:
                 lazy.setdefault(p, []).append(pos)
         for p, positions in lazy.items():
-            for pos, value in zip(positions, self._part(feature, p, name).orthogonal(at[positions]), strict=True):
+            for pos, value in zip(positions, self._part(feature, p, name)[at[positions]], strict=True):
                 got[pos] = value
         return np.stack(got)
 
@@ -570,7 +550,8 @@ class Store:
                 nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
                 whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
             if not whole:
-                return _LazyPart(self, feature, part, name, arr)
+                return RowView(arr, 0, arr.shape[0], arr.shape[1:],
+                               guard=functools.partial(_guarded, weakref.ref(self), (feature, part, name)))
             value = arr[...]
         except FileNotFoundError:
             self._gone(feature, folder)

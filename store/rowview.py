@@ -1,4 +1,5 @@
-"""A lazy view of one item's rows in a part's array (what `Store.read` returns as features and extras)."""
+"""The one lazy-row class: an item's rows in a part's array (what `Store.read` returns as features and extras),
+and a part's array read through zarr item by item (too big to hold whole)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ from store.integrity import DamagedItem, DamagedPart, damaged_item
 
 
 class RowView:
-    """Rows [row0, row0 + n) of a part's array, sliced lazily like an array: `v[...]`, `v[a:b]`, `v[i, j]`,
-    `np.asarray(v)`, `.shape`, `.dtype`. The part's array itself is opened on first use (`load`)."""
+    """Rows [row0, row0 + n) of an array, sliced lazily like an array: `v[...]`, `v[a:b]`, `v[i, j]`,
+    `np.asarray(v)`, `.shape`, `.dtype`. The array is opened on first use (`load`): a part's array in the part
+    cache, or the view of a part read through zarr. For the latter (`guard` given: the store's `_guarded`),
+    each read goes through `guard(get, key)`, which adds what zarr does not check (a chunk failing its
+    checksum, a chunk file gone after the read: zarr reads it as zeros); rows picked by an index array are one
+    zarr read (`oindex`)."""
 
     def __init__(self, load: Any, row0: int, n: int, tail: tuple[int, ...] | None = None,
-                 item: str | None = None) -> None:
+                 item: str | None = None, guard: Any = None) -> None:
         self._load, self._base, self.row0, self.n = load, None, row0, n
         self._tail = tail  # the array's shape after the row axis, when the index knows it
         self.item = item  # named in the error when the part's array does not read back
+        self._guard = guard
 
     @property
     def base(self) -> Any:
@@ -74,11 +80,12 @@ class RowView:
             if key is Ellipsis and rest:  # v[..., j]: Ellipsis over the row axis and the ones before j
                 return np.asarray(self[...])[(Ellipsis, *rest)]
         rows = self._rows(key)
-        base = self.base
+        at = (rows, *rest) if rest else rows
         try:
-            if isinstance(rows, np.ndarray) and not isinstance(base, np.ndarray):
-                return base.orthogonal((rows, *rest) if rest else rows)
-            return base[(rows, *rest)] if rest else base[rows]
+            base = self.base
+            if self._guard is None:
+                return base[at]
+            return self._guard(base.oindex.__getitem__ if isinstance(rows, np.ndarray) else base.__getitem__, at)
         except DamagedPart as e:  # a lazy part's chunk that fails its checksum, or a file gone
             raise self._named(e) from None
 

@@ -236,7 +236,7 @@ def test_rows_gathers_what_reads_give_from_whole_lazy_and_mixed_parts(tmp_path: 
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
     if whole_bytes == 200:
         kinds = {type(s.part_array("f", p, "tok")).__name__ for p in s.index("f").parts}
-        assert kinds == {"ndarray", "_LazyPart"}, kinds  # really mixed
+        assert kinds == {"ndarray", "RowView"}, kinds  # really mixed
     with pytest.raises(IndexError, match="row 9 out of range"):
         s.rows("f", "features", [(items[0], 9)])
     assert s.rows("f", "features", []).shape == (0,)
