@@ -50,7 +50,7 @@ def _rows_in(record: index.PartRecord) -> int:
     return int(shape[0])
 
 
-def _bytes(state: index.IndexState) -> int:
+def _bytes(state: index.Index) -> int:
     return sum(int(size) for rec in state.parts.values() for size, _ in rec.files.values())
 
 
@@ -58,7 +58,7 @@ def _part_bytes(record: index.PartRecord) -> int:
     return sum(int(size) for size, _ in record.files.values())
 
 
-def to_rewrite(state: index.IndexState, force: bool, damaged: set[str] = frozenset()) -> set[str]:
+def to_rewrite(state: index.Index, force: bool, damaged: set[str] = frozenset()) -> set[str]:
     """The parts a compaction rewrites (see the module docstring); none when rewriting would change nothing.
     `force` (`python -m pipeline compact`): every part, where some row is superseded, some part holds no
     current item, or the parts that are not `damaged` (kept as they are) are more than the rows need."""
@@ -96,7 +96,7 @@ def _rows_of(e: index.Entry, arrays: dict[str, np.ndarray]) -> FeatureRows:
     return FeatureRows(take(layout.FEATURES), take(layout.INTERVALS), extras, {})
 
 
-def _damaged(store: Path, feature: str, state: index.IndexState, names: set[str]) -> set[str]:
+def _damaged(store: Path, feature: str, state: index.Index, names: set[str]) -> set[str]:
     """Those of `names` that differ from their record (full check: hashes). They are never copied: rewriting
     them would give damaged rows fresh hashes. They stay as they are, so verify and `extract --verify` still
     find them."""
@@ -111,19 +111,17 @@ def _damaged(store: Path, feature: str, state: index.IndexState, names: set[str]
     return bad
 
 
-def _batches(store: Path, feature: str, state: index.IndexState,
+def _batches(store: Path, feature: str, state: index.Index,
              old: frozenset[str]) -> list[list[tuple[str, FeatureRows, dict[str, Any]]]]:
     """The current rows of the `old` parts, grouped by array signature, in commit order, cut into parts of
     PART_ITEMS / PART_BYTES."""
-    by_part: dict[str, list[index.Entry]] = {}
-    for e in state.entries.values():
-        if e.part in old:
-            by_part.setdefault(e.part, []).append(e)
     groups: dict[tuple, list[tuple[str, FeatureRows, dict[str, Any]]]] = {}
-    for part in sorted(by_part, key=lambda p: state.parts[p].seq):
+    for part, entries in state.entries_of(old).items():
+        if not entries:  # every item superseded: nothing to copy
+            continue
         record = state.parts[part]
         arrays = _load(store, feature, part, list(record.arrays))
-        for e in sorted(by_part[part], key=lambda e: e.row0):
+        for e in sorted(entries, key=lambda e: e.row0):
             groups.setdefault(_signature(record), []).append((e.item, _rows_of(e, arrays), e.attrs()))
     out = []
     for members in groups.values():

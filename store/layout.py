@@ -140,7 +140,6 @@ class PartRecord:
     seq: int
     files: dict[str, list[Any]]
     arrays: dict[str, dict[str, Any]]
-    items: tuple[str, ...]
 
 
 class Header(NamedTuple):
@@ -168,7 +167,7 @@ def row_of(e: Entry) -> list[Any]:
 
 class RowColumns(NamedTuple):
     """A part line's rows field by field, each a tuple in row order (`PartLine.columns`): for a reader that
-    keeps an index in columns (store/columns.py), not an `Entry` per item."""
+    keeps an index in columns (store/index.py), not an `Entry` per item."""
 
     items: tuple[str, ...]
     row0: tuple[int, ...]
@@ -183,7 +182,7 @@ class RowColumns(NamedTuple):
 @dataclass(frozen=True)
 class PartLine:
     """One committed part as its index line (and its own metadata) holds it. `rows`: `item_row`s, read
-    through `entries()` or `fingerprints()`, never by position elsewhere."""
+    through `columns()` or `fingerprints()`, never by position elsewhere."""
 
     part: str
     seq: int
@@ -191,14 +190,6 @@ class PartLine:
     files: dict[str, list[Any]] = field(default_factory=dict)
     arrays: dict[str, dict[str, Any]] = field(default_factory=dict)
     spans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-
-    def entries(self) -> list[Entry]:
-        part, seq, spans = self.part, self.seq, self.spans
-        return [Entry(item, part, int(row0), int(n), fp, spec, bool(filt), dur, attrs, seq, spans.get(item) if spans else None)
-                for item, row0, n, fp, spec, filt, dur, attrs in self.rows]
-
-    def items(self) -> tuple[str, ...]:
-        return tuple(row[0] for row in self.rows)
 
     def columns(self) -> RowColumns:
         """The rows as columns (`item_row`'s fields, one tuple each)."""
@@ -209,9 +200,6 @@ class PartLine:
     def fingerprints(self) -> list[tuple[str, str]]:
         """(item, fingerprint) of each row: all that planning keeps."""
         return [(row[0], row[3]) for row in self.rows]
-
-    def record(self) -> PartRecord:
-        return PartRecord(self.part, self.seq, self.files, self.arrays, self.items())
 
     def to_json(self) -> dict[str, Any]:
         rec = {"kind": "part", "part": self.part, "seq": self.seq, "items": self.rows, "files": self.files,

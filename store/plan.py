@@ -8,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from store import layout
-from store.index import IndexState, gc_paused
+from store.index import Index, gc_paused
 from store.integrity import ItemCheck, part_problems
 from store.layout import Header, PartRecord, Record
 from store.reader import Store
@@ -38,7 +40,7 @@ class Plan:
 
 
 def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False,
-              indexes: Callable[[str], IndexState] | None = None) -> Plan:
+              indexes: Callable[[str], Index] | None = None) -> Plan:
     """From the features' indexes: `indexes` (feature -> its index) where the caller holds them already (a
     run's writer, which read each log once), else a snapshot of the store. A damaged item (its part has a missing or truncated file or unreadable
     metadata; with `verify` also changed bytes) counts as missing, so it is recomputed; each is logged with
@@ -52,7 +54,7 @@ def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verif
     return Plan(todo=todo, skipped=skipped, damaged=damaged)
 
 
-def _decide(store_path: Path, wanted: list[Wanted], verify: bool, indexes: Callable[[str], IndexState] | None,
+def _decide(store_path: Path, wanted: list[Wanted], verify: bool, indexes: Callable[[str], Index] | None,
             ) -> tuple[list[Wanted], list[Wanted], list[ItemCheck]]:
     """(todo, skipped, damaged). Called with the collector paused: what it keeps of the indexes (a million
     items for a million) is freed by reference counts when it returns, so no collection ever walks it, nor
@@ -133,7 +135,7 @@ class _Current:
         part = rec.part
         k, other = len(self.parts), -1 - len(self.parts)
         self.parts.append(part)
-        self.records[part] = PartRecord(part, rec.seq, rec.files, rec.arrays, ())
+        self.records[part] = PartRecord(part, rec.seq, rec.files, rec.arrays)
         at, wanted, part_of = self.at, self.wanted, self.part_of
         for item, fp in rec.fingerprints():
             j = at.get(item)
@@ -151,16 +153,17 @@ class _Current:
         return [k is not None and k >= 0 and k not in bad for k in self.part_of]
 
 
-def _from_entries(store_path: Path, feature: str, state: IndexState, problems: dict[str, str], wanted: list[Wanted],
+def _from_entries(store_path: Path, feature: str, state: Index, problems: dict[str, str], wanted: list[Wanted],
                   damaged: list[ItemCheck]) -> list[bool]:
     """`_Current.up_to_date` from a whole index (a writer's, or `Store.index`: rebuilt from the parts when
     the log is missing or damaged) and its parts' problems."""
-    entries = state.entries
-    if problems:
-        _report(store_path, feature, sorted((e.item, e.part) for e in entries.values() if e.part in problems),
-                problems, damaged)
-    return [(e := entries.get(w.item)) is not None and e.fingerprint == w.fingerprint and e.part not in problems
-            for w in wanted]
+    bad = {state.part_id[p] for p in problems if p in state.part_id}
+    if bad:
+        hit = np.flatnonzero(np.isin(state.part, list(bad))).tolist()
+        _report(store_path, feature, sorted((state.ids[k], state.part_names[state.part[k]]) for k in hit), problems,
+                damaged)
+    return [(k := state.pos.get(w.item)) is not None and state.part.item(k) not in bad
+            and state.fingerprint(k) == w.fingerprint for w in wanted]
 
 
 def _report(store_path: Path, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],

@@ -2,7 +2,7 @@
 
 A `Store` pins each feature's index log (its open file and length, leased with a shared flock so that a
 compaction keeps the parts it names until the handle closes) and reads only that prefix, into columns
-(store/columns.py): later commits are not seen, and an item never mixes two versions. Where flock is refused
+(store/index.py): later commits are not seen, and an item never mixes two versions. Where flock is refused
 there is no lease, and a read of a part compacted away raises `SnapshotGone`, never zeros. One read path:
 `read`, `arrays`, `item_attrs` and `rows` find positions in the columns, check each part once per handle, and
 take rows from one part cache (whole part arrays; a slab per (feature, array) where it fits; larger arrays
@@ -30,7 +30,7 @@ import zarr
 
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, integrity, layout, parts
-from store.columns import Columns, attrs_of
+from store.index import Index, attrs_of
 from store.integrity import DamagedItem, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
 
@@ -161,7 +161,7 @@ class Store:
                 raise
         self._reported: set[tuple[str, str]] = set()
         self._feature_attrs: dict[str, dict[str, Any]] = {}
-        self._states: dict[str, Columns] = {}
+        self._states: dict[str, Index] = {}
         self._part_checks: dict[tuple[str, str], str | None] = {}
         self._ok: dict[str, np.ndarray] = {}  # feature -> part number -> passed its quick check (cached)
         self._notes: dict[str, set[str]] = {}  # feature -> parts a read found damaged (`_note`)
@@ -204,7 +204,7 @@ class Store:
         return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
                       and e.name not in layout.RESERVED)
 
-    def index(self, feature: str) -> Columns:
+    def index(self, feature: str) -> Index:
         """The feature's index as of this handle's snapshot, in columns (parsed once). A damaged index (a
         bad line before the end) or a missing one is rebuilt in memory from the parts, with a warning:
         `python -m pipeline verify` rebuilds it on disk."""
@@ -212,16 +212,13 @@ class Store:
             if feature.startswith(".") or "/" in feature or not (self.path / feature).is_dir():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             pin = self._pins.get(feature)
-            cols = Columns()
             try:
                 if pin is None:
                     raise layout.IndexDamaged(f"{self.path / feature / layout.INDEX}: missing")
-                with index.gc_paused():  # a million items' strings, none in a cycle
-                    cols.length, cols.torn = layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX,
-                                                         cols.add)
+                cols = index.parse(index.pinned_bytes(*pin), self.path / feature / layout.INDEX)
             except layout.IndexDamaged as e:
                 cols = self._from_parts(feature, str(e))
-            self._states[feature] = cols.done()
+            self._states[feature] = cols
             self._ok[feature] = np.zeros(len(cols.part_names), bool)
         return self._states[feature]
 
@@ -238,14 +235,12 @@ class Store:
             return False
         return True
 
-    def _from_parts(self, feature: str, why: str) -> Columns:
+    def _from_parts(self, feature: str, why: str) -> Index:
         found, unreadable = parts.records_on_disk(self.path, feature)
         if found or unreadable:
             log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
                         "rebuilds the index)", why, self.path)
-        cols = Columns()
-        for rec in found:
-            cols.add(rec)
+        cols = index.of_records(found)
         cols.rebuilt = True
         return cols
 
@@ -349,7 +344,7 @@ class Store:
 
     # ---- reading rows: positions, part checks, one part cache ----
 
-    def _where(self, feature: str, items: list[str] | tuple[str, ...]) -> tuple[Columns, np.ndarray, np.ndarray]:
+    def _where(self, feature: str, items: list[str] | tuple[str, ...]) -> tuple[Index, np.ndarray, np.ndarray]:
         """(the columns, the items' positions, their parts' numbers), after each part's quick check: an
         unknown item raises KeyError, an item of a damaged part DamagedItem naming its part."""
         cols = self.index(feature)
@@ -364,7 +359,7 @@ class Store:
                 self._check(feature, p, [items[i] for i in np.flatnonzero(pid == p).tolist()])
         return cols, k, pid
 
-    def _one(self, feature: str, item: str) -> tuple[Columns, int, int]:
+    def _one(self, feature: str, item: str) -> tuple[Index, int, int]:
         """`_where` of one item, in plain Python (a single read's numpy calls on one-element arrays would
         cost more than the rest of the read)."""
         cols = self.index(feature)
@@ -403,7 +398,7 @@ class Store:
                            attrs=self._attrs(feature, item, cols.attrs_json(k), cols.part_names[pid]),
                            columns=list(self._feature_group(feature).get("columns", [])))
 
-    def _view(self, feature: str, cols: Columns, item: str, k: int, pid: int, name: str) -> RowView | np.ndarray:
+    def _view(self, feature: str, cols: Index, item: str, k: int, pid: int, name: str) -> RowView | np.ndarray:
         """The item's rows of array `name`: a slice of the slab when its part is there, else a view of the
         part's array in the part cache, loaded on first use."""
         a = self._arrays.get((feature, name)) or self._array(feature, name)

@@ -38,7 +38,7 @@ class Rebuilt:
                 f"{self.items} item(s){lost}")
 
 
-def load(store: Path, feature: str) -> tuple[index.IndexState | None, str | None]:
+def load(store: Path, feature: str) -> tuple[index.Index | None, str | None]:
     """The feature's index read once: (its state, None), or (None, why it cannot be used as it is), or
     (None, None) when there is neither a log nor a part (a new feature)."""
     path = layout.index_path(store, feature)
@@ -54,7 +54,7 @@ def load(store: Path, feature: str) -> tuple[index.IndexState | None, str | None
         return None, str(e).split(": ", 1)[1].split(" (")[0]
 
 
-def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.IndexState]:
+def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.Index]:
     """Write the feature's index anew from its parts (caller holds the write lock); the new state."""
     out = Rebuilt(feature, reason)
     found, unreadable = parts.records_on_disk(store, feature)
@@ -99,7 +99,7 @@ def retired_parts(store: Path, feature: str) -> set[str]:
     return out
 
 
-def release_retired(store: Path, feature: str, state: index.IndexState) -> list[str]:
+def release_retired(store: Path, feature: str, state: index.Index) -> list[str]:
     """Remove the parts of retired logs that no reader pins any more (no shared flock held on them) and that
     neither the current index (`state`) nor a still pinned log names; then those logs. The caller holds the
     write lock. Returns the removed parts."""
@@ -145,7 +145,7 @@ def release_retired(store: Path, feature: str, state: index.IndexState) -> list[
     return removed
 
 
-def unindexed(store: Path, feature: str, state: index.IndexState) -> list[str]:
+def unindexed(store: Path, feature: str, state: index.Index) -> list[str]:
     """Part folders on disk that the index does not name (nor a retired log kept for readers)."""
     names = [n for n in parts.part_names(store, feature) if n not in state.parts]
     if names:
@@ -169,7 +169,7 @@ class Adopted:
                 f"{lost}")
 
 
-def adopt(store: Path, feature: str, state: index.IndexState, names: list[str]) -> tuple[index.IndexState, Adopted]:
+def adopt(store: Path, feature: str, state: index.Index, names: list[str]) -> tuple[index.Index, Adopted]:
     """Put unindexed parts back into the index (caller holds the write lock): appended after the log when
     each is newer than its last part, else the log is rebuilt from every part in sequence order."""
     found, unreadable = parts.records_on_disk(store, feature, names)
@@ -182,14 +182,14 @@ def adopt(store: Path, feature: str, state: index.IndexState, names: list[str]) 
     elif found:
         length = index.append(layout.index_path(store, feature), found, state.length)
         for rec in found:
-            index.apply(state, rec)
+            state.add(rec)
         state.length, state.torn = length, False
     if found:
         log.warning("%s", adopted.line().strip())
     return state, adopted
 
 
-def open_index(store: Path, feature: str, reports: list[Rebuilt | Adopted] | None = None) -> index.IndexState:
+def open_index(store: Path, feature: str, reports: list[Rebuilt | Adopted] | None = None) -> index.Index:
     """The writer's view of a feature's index, its log read once: repaired first when it must be (see the
     module docstring; each repair's report appended to `reports`), and the parts compactions retired removed
     where no reader pins them any more."""

@@ -116,7 +116,7 @@ class StoreWriter:
 
     def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = Path(path)
-        self._index: dict[str, index.IndexState] = {}
+        self._index: dict[str, index.Index] = {}
         if self.path.exists() and not self.path.is_dir():
             raise StoreError(f"{self.path}: is a file, not a store folder; give --out a folder (new or a store)")
         try:
@@ -209,7 +209,7 @@ class StoreWriter:
         except OSError as e:
             raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}") from e
 
-    def index(self, feature: str) -> index.IndexState:
+    def index(self, feature: str) -> index.Index:
         """The feature's index as this writer keeps it, loaded once: repaired if damaged (rebuilt from the
         parts), parts that no index line names (a killed commit's, or lines lost to damage) adopted, and the
         parts of compacted logs that no reader leases any more removed (store/repair.py)."""
@@ -235,7 +235,7 @@ class StoreWriter:
             groups.setdefault(parts.signature(entry[1]), []).append(entry)
         self.commit_op(feature, Append(list(groups.values())))
 
-    def commit_op(self, feature: str, op: Append | Rewrite) -> index.IndexState:
+    def commit_op(self, feature: str, op: Append | Rewrite) -> index.Index:
         """The one commit path: the operation's parts written and renamed into place, then published (an
         appended index line per part, or a new generation). A failure removes the parts it placed: the
         store is as before. Returns the feature's index as it is now."""
@@ -263,14 +263,14 @@ class StoreWriter:
             repair.release_retired(self.path, feature, self._index[feature])
         return self._index[feature]
 
-    def _publish(self, feature: str, state: index.IndexState, op: Append | Rewrite, lines: list[layout.PartLine],
+    def _publish(self, feature: str, state: index.Index, op: Append | Rewrite, lines: list[layout.PartLine],
                  ) -> bool:
         """Make the written parts visible; True when a log was retired (a rewrite)."""
         path = layout.index_path(self.path, feature)
         if isinstance(op, Append):
             length = index.append(path, lines, state.length)
             for line in lines:
-                index.apply(state, line)
+                state.add(line)
             state.length, state.torn = length, False
             return False
         kept = _current_lines(state, set(state.parts) - op.old)
@@ -336,13 +336,9 @@ def _generation_is(path: Path, generation: str) -> bool:
         return False
 
 
-def _current_lines(state: index.IndexState, keep: set[str]) -> list[layout.PartLine]:
+def _current_lines(state: index.Index, keep: set[str]) -> list[layout.PartLine]:
     """The kept parts' lines in a new generation, in commit order: each with its entries that are still
     current (the others are superseded by later parts, which the new log names too)."""
-    mine: dict[str, list[layout.Entry]] = {p: [] for p in keep}
-    for e in state.entries.values():
-        if e.part in mine:
-            mine[e.part].append(e)
     return [layout.PartLine(p, state.parts[p].seq, [layout.row_of(e) for e in es], state.parts[p].files,
                             state.parts[p].arrays, {e.item: e.spans for e in es if e.spans})
-            for p, es in sorted(mine.items(), key=lambda kv: state.parts[kv[0]].seq)]
+            for p, es in state.entries_of(keep).items()]

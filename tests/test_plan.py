@@ -92,17 +92,17 @@ def test_loading_an_index_runs_no_garbage_collection(monkeypatch: pytest.MonkeyP
     after (also when the log is damaged); a caller that paused it keeps it paused."""
     data = _log_bytes(4, 1000)
     applied, during = [0], []
-    real_apply = index.apply
+    real_add = index.Index.add
 
-    def apply(state: index.IndexState, rec: layout.Record) -> None:
-        real_apply(state, rec)
+    def add(state: index.Index, rec: layout.Record) -> None:
+        real_add(state, rec)
         applied[0] += 1
 
     def count(phase: str, info: dict) -> None:
         if phase == "start" and 0 < applied[0] < 5:  # the header and 4 parts: mid-load
             during.append(info["generation"])
 
-    monkeypatch.setattr(index, "apply", apply)
+    monkeypatch.setattr(index.Index, "add", add)
     gc.collect()
     gc.callbacks.append(count)
     try:
@@ -163,11 +163,11 @@ def test_planning_keeps_no_index_entries_and_equals_planning_from_the_whole_inde
             Wanted("feat", "e", "fp-e"), Wanted("other", "x", "1"), Wanted("feat", "e", "fp-e2"),
             Wanted("feat", "b", "fp-b"), Wanted("feat", "f", "fp-f")]
 
-    def no_entries(state: index.IndexState, rec: dict) -> None:
+    def no_entries(state: index.Index, rec: dict) -> None:
         raise AssertionError("planning made index entries")
 
     with monkeypatch.context() as m, caplog.at_level(logging.WARNING):
-        m.setattr(index, "apply", no_entries)
+        m.setattr(index.Index, "add", no_entries)
         slim = make_plan(store, want)
     warned = sorted(r.getMessage() for r in caplog.records)
     caplog.clear()

@@ -1,4 +1,4 @@
-"""A reader's index in columns (store/columns.py) and the one read path through it (`Store.read`, `rows`)."""
+"""A feature's index in columns (store/index.py) and the one read path through it (`Store.read`, `rows`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _rows(rng: np.random.Generator, n: int, own: int | None = None) -> FeatureRo
 
 def _commit(path: Path, batches: list[list[str]], seed: int, own: bool = False) -> None:
     rng = np.random.default_rng(seed)
-    with StoreWriter(path, "t") as w:
+    with StoreWriter(path, "t") as w:  # the writer's index, grown commit by commit, checked after
         w.set_feature("f", SPEC)
         for items in batches:
             w.commit_batch("f", [(it, _rows(rng, 1 + k % 3, (k % 4) if own else None),
@@ -34,14 +34,41 @@ def _commit(path: Path, batches: list[list[str]], seed: int, own: bool = False) 
                                    "filtered": k % 3 == 1, "duration_s": None if k % 2 else k + 0.25,
                                    "note": "é" * k})
                                  for k, it in enumerate(items)])
+        _same_as_entries(w.index("f"), path)
 
 
-def _same_as_entries(s: Store, path: Path) -> None:
-    """The columns say for every item what the log folded into `Entry` objects (index.load, the writer's
-    form) says: part, rows, fingerprint, spec, filtered, duration, attributes, sequence and own spans, in the
-    same order; and the snapshot's parts, generation and length."""
-    want = index.load(path / "f" / layout.INDEX)
-    cols = s.index("f")
+class _Folded:
+    """The log folded the plain way, independently of the columns: an `Entry` per item in a dict (a later
+    part's entry replaces an earlier one at its first position), the parts' records, and what the log says."""
+
+    def __init__(self, log: Path) -> None:
+        self.entries: dict[str, layout.Entry] = {}
+        self.parts: dict[str, layout.PartLine] = {}
+        self.generation, self.last_seq = "", 0
+        self.length, self.torn = layout.fold(log.read_bytes(), log, self._add)
+
+    def _add(self, rec: layout.Record) -> None:
+        if isinstance(rec, layout.Header):
+            self.generation = rec.generation
+            return
+        self.entries.update((item, layout.Entry(item, rec.part, row0, n, fp, spec, filt, dur, attrs, rec.seq,
+                                                rec.spans.get(item)))
+                            for item, row0, n, fp, spec, filt, dur, attrs in rec.rows)
+        self.parts[rec.part], self.last_seq = rec, max(self.last_seq, rec.seq)
+
+    def live_parts(self) -> list[str]:
+        return [p for p in self.parts if any(e.part == p for e in self.entries.values())]
+
+
+def _same_as_entries(s: Store | index.Index, path: Path) -> None:
+    """The columns (a reader's, or a writer's after its commits: `Index._append`) say for every item what the
+    log folded into `Entry` objects says: part, rows, fingerprint, spec, filtered, duration, attributes,
+    sequence and own spans, in the same order; and the snapshot's parts, generation and length."""
+    want = _Folded(path / "f" / layout.INDEX)
+    if isinstance(s, index.Index):  # a writer's: what compaction decides on, and what its reader sees besides
+        assert s.usage() == {p: (sum(e.part == p for e in want.entries.values()),
+                                 sum(e.n_rows for e in want.entries.values() if e.part == p)) for p in want.parts}
+    cols, s = (s, Store(path)) if isinstance(s, index.Index) else (s.index("f"), s)
     assert list(cols.entries) == list(want.entries) and len(cols.entries) == len(want.entries)
     assert list(cols.entries.values()) == list(want.entries.values())
     assert {it: cols.entries[it] for it in want.entries} == want.entries and "nope" not in cols.entries
@@ -65,7 +92,7 @@ def test_columns_equal_the_entries_after_supersedes_compaction_and_in_a_held_sna
     held = Store(path)
     _same_as_entries(held, path)
     before = {it: held.arrays("f", it, ["features", "tok"]) for it in held.items("f")}
-    _commit(path, [["i0-0", "i2-1", "new"], ["i3-4"]], seed=2, own=True)  # supersedes, in parts of their own
+    _commit(path, [["i0-0", "i2-1", "new"], ["i3-4"]], seed=2)  # supersedes (rows now row-aligned), in parts of their own
     now = Store(path)
     _same_as_entries(now, path)
     assert now.index("f").part_names != held.index("f").part_names
