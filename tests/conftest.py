@@ -16,6 +16,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # tests (tests/test_calibrate.py) turn it on with a cache file of their own.
 os.environ.setdefault("SIQ_CALIBRATE", "0")
 
+# The files that take longest under `make test` (session 30 on 2 cores: test_pipeline and test_signals ~360 s
+# each, the rest 70-175 s), longest first. A file runs whole in one test process (--dist loadfile), so one
+# that starts last is the run's tail: these start first, the many short files fill in behind them. Only the
+# order changes; a file missing here (or gone) runs after them in its usual place.
+LONGEST_FIRST = ("test_pipeline.py", "test_signals.py", "test_calibrate.py", "test_cluster.py", "test_raystart.py",
+                 "test_end_to_end.py", "test_tinysocial_e2e.py", "test_scheduler_ray.py", "test_segments.py",
+                 "test_socratis_e2e.py", "test_bench_scale.py", "test_decode.py", "test_runner.py",
+                 "test_picture.py", "test_truncated_and_sync.py", "test_frames_on_device.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's own order (files with the most tests first) would undo LONGEST_FIRST
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 # Short clips for end-to-end pipeline runs: DenseNet on CPU costs ~0.2 s a frame, so seconds matter.
 TINY_CLIPS = (
     ClipSpec("tiny-a", "30", 320, 240, 3, (0, 1, 2), ((0.3, "Hello there, my friend."),), "train"),

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.slow
 ROOT = str(Path(__file__).parents[1])  # the workers import bench.waiting from here
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray4():
+    """One Ray of 4 CPUs for the module (each run's actors end with the run; a start costs ~10-15 s on the test machine)."""
     import ray
 
     ray.shutdown()
