@@ -21,8 +21,9 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
 - `--cost STAGE=SECONDS[,cores=C][,gpu=G]` replaces one stage's measured cost per clip (e.g. a decoder or an
   extractor moved onto the GPU, measured elsewhere): `decode:frames`, `decode:audio`, `model:<feature>`;
 - start-up: Ray comes up after `--ray-start-s`, models are loaded after `--actors-start-s` (both read from the
-  report's log times by default); the fixed runner decoded nothing before its actors were ready, the balanced one
-  decodes while they load;
+  report's first decode and first model call by default; bench/actor_start.py measures what an actor's start is
+  made of); the fixed runner decoded nothing before its actors were ready, the balanced one decodes while they
+  load (as far as `max_inflight_bytes` lets it: about 20 clips of frames, docs/scale.md);
 - the driver's commits are one server (the committer thread), `commit:*` seconds per pair.
 
 It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
@@ -455,6 +456,11 @@ def main(argv: list[str] | None = None) -> None:
                          "routes them (`frames_decoder`, `gpu_decode_queue`): SECONDS of one engine per clip; plan: "
                          "CPU-s of the demux-only decode task (0.06); cores: host CPU while an engine decodes "
                          "(0.25); engines: per GPU (H100: 7). Without it frames are decoded on the CPU as measured")
+    ap.add_argument("--ray-start-s", type=float, metavar="SECONDS",
+                    help="seconds from the run's start until Ray is up (default: the report's, at most 7)")
+    ap.add_argument("--actors-start-s", type=float, metavar="SECONDS",
+                    help="seconds from the run's start until the model actors are ready (default: the report's, its "
+                         "first model call; bench/actor_start.py measures what an actor's start is made of)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     overrides: dict[str, Any] = {}
@@ -477,6 +483,12 @@ def main(argv: list[str] | None = None) -> None:
         costs.override(*_cost(spec))
     if args.nvdec:
         costs.nvdec = _nvdec(args.nvdec)
+    if args.ray_start_s is not None:
+        costs.ray_start_s = args.ray_start_s
+    if args.actors_start_s is not None:
+        costs.actors_start_s = args.actors_start_s
+    if costs.actors_start_s < costs.ray_start_s:
+        raise SystemExit(f"--actors-start-s {costs.actors_start_s:g}: before Ray is up ({costs.ray_start_s:g} s)")
     out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)
     if args.json:
         print(json.dumps(out, indent=1))

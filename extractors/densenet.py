@@ -64,8 +64,14 @@ def load_densenet(config: DenseNetConfig) -> torch.nn.Module:
             return densenet161(weights=None).eval()
     path = require(weights_file(config), f"DenseNet161 {config.weights} weights", weights_dir(config.weights_dir))
     state = torch.load(path, map_location="cpu", weights_only=True)
-    model = densenet161(weights=None)
-    model.load_state_dict(_rename_legacy_keys(state))
+    # built on the meta device (shapes, no memory, no initialisation) and given the file's tensors themselves: the
+    # random initialisation that loading overwrote cost more than reading the file (bench/actor_start.py)
+    with torch.device("meta"):
+        model = densenet161(weights=None)
+    model.load_state_dict(_rename_legacy_keys(state), assign=True)  # strict: every parameter and buffer from the file
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:  # a tensor no state dict holds (none in DenseNet161 today) would stay without values
+        raise ValueError(f"{path}: no values for {left[:3]} after loading")
     return model.eval()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import traceback
 from typing import Any
@@ -108,8 +109,6 @@ def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
 
 def node_id() -> str | None:
     """The Ray node this code runs on, as Ray placed it (None without Ray): the run report counts it."""
-    import sys
-
     ray = sys.modules.get("ray")  # never imports Ray: plain calls (tests, no cluster) stay Ray-free
     return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
 
@@ -229,10 +228,6 @@ class ExtractorWorker:
     def __init__(self, feature: str, config: ExtractorConfig, device: str, threads: int | None = None,
                  calibration: str | None = None, cohosted: dict[str, ExtractorConfig] | None = None) -> None:
         """`calibration`: the batch-size cache file (extractors/calibrate.py), None: fixed default batches."""
-        import torch
-
-        if threads:
-            torch.set_num_threads(threads)
         if not keep_heap():
             log.info("%s: malloc thresholds left as they are (not glibc)", feature)
         from extractors.batched import BatchedModel
@@ -246,16 +241,25 @@ class ExtractorWorker:
             self.extractors[feat] = cls(conf, device=device, calibrator=self.calibrators[feat]) \
                 if issubclass(cls, BatchedModel) else cls(conf, device=device)
             log.info("%s: %s ready on %s (pid %d)", feat, conf.extractor, device, os.getpid())
+        self.threads = threads
+        self._torch_threads()
         self.extractor, self.calibrator = self.extractors[feature], self.calibrators[feature]
         # per feature: its model calls' seconds and units, for the per-unit cost in the run report
         self.model_s = dict.fromkeys(self.extractors, 0.0)
         self.units = dict.fromkeys(self.extractors, 0)
         self.frames = DeviceFramesCache(DEVICE_CACHE_BYTES)
 
+    def _torch_threads(self) -> None:
+        """torch's threads, once torch is in this process (the extractors bring it in: DenseNet, MTCNN and BERT
+        when built); an actor whose extractor never uses it (covarep's numpy reference) does not import it for this
+        alone: 2-3 CPU-s of a process's start (bench/actor_start.py)."""
+        torch = sys.modules.get("torch")
+        if self.threads and torch is not None:
+            torch.set_num_threads(self.threads)
+            self.threads = None  # set: nothing to do on the next call
+
     def ready(self) -> dict[str, Any]:
         """Where it runs: its Ray node, and its GPUs (the run report's utilisation counts per GPU)."""
-        import sys
-
         ray = sys.modules.get("ray")
         gpus = [str(g) for g in ray.get_gpu_ids()] if ray is not None and ray.is_initialized() else []
         return {"node": node_id(), "gpus": gpus}
@@ -277,6 +281,7 @@ class ExtractorWorker:
         the call's `device_decode`, and each item's rows say which decoder made its frames (`decoder`, and
         `cpu_reason` where the CPU path had to)."""
         feature = feature or self.feature
+        self._torch_threads()  # (torch first imported by a call: set before it computes anything more)
         inputs, notes, decode_record = self._device_frames(feature, inputs)  # (a record of its own: not the model's)
         started, t0 = stages.clock(), time.perf_counter()
         results = self._batch(item_ids, inputs, feature)

@@ -99,18 +99,34 @@ def test_missing_pretrained_weights_say_how_to_fix(tmp_path: Path) -> None:
 
 
 def test_pretrained_file_with_legacy_keys_loads(tmp_path: Path) -> None:
-    """The published file uses 'norm.1'-style keys; loading must map them onto the current module."""
+    """The published file uses 'norm.1'-style keys; loading must map them onto the current module, every tensor the
+    file's (the model is built without initialisation and given them): the extractor's features are bit for bit
+    those of the network built the plain way (random init, then the weights copied in)."""
     model = load_densenet(DenseNetConfig(weights="random", random_seed=3))
+    with torch.no_grad():  # BatchNorm's initial values (ones, zeros) would pass unloaded: give every tensor its own
+        for t in model.state_dict().values():
+            if t.is_floating_point():
+                t.uniform_(0.5, 1.5)
     legacy = {k.replace("norm1", "norm.1").replace("conv2", "conv.2"): v for k, v in model.state_dict().items()
               if "num_batches_tracked" not in k}  # as in the published 2017 file
     assert any("norm.1" in k for k in legacy)
     path = tmp_path / "torchvision" / "densenet161-8d451a50.pth"
     path.parent.mkdir()
     torch.save(legacy, path)
-    loaded = load_densenet(DenseNetConfig(weights="imagenet1k_v1", weights_dir=tmp_path))
-    assert torch.equal(loaded.features.denseblock1.denselayer1.norm1.weight,
-                       model.features.denseblock1.denselayer1.norm1.weight)
+    config = DenseNetConfig(weights="imagenet1k_v1", weights_dir=tmp_path, batch_size=2)
+    loaded = load_densenet(config).state_dict()
+    assert loaded.keys() == model.state_dict().keys()
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
     assert _rename_legacy_keys({"classifier.weight": 1}) == {"classifier.weight": 1}
+    plain = densenet161(weights=None).eval()  # the way it was built before: initialised, then overwritten
+    plain.load_state_dict(_rename_legacy_keys(torch.load(path, weights_only=True)))
+    extractor = DenseNet161(config)
+    extractor.model.classifier = plain.classifier = torch.nn.Identity()
+    x = extractor.prepare(np.random.default_rng(0).integers(0, 255, (2, 240, 320, 3), dtype=np.uint8))
+    with torch.inference_mode():
+        ours = extractor.model(x.contiguous(memory_format=torch.channels_last))
+        theirs = plain.to(memory_format=torch.channels_last)(x.contiguous(memory_format=torch.channels_last))
+    assert torch.equal(ours, theirs)
 
 
 @pytest.mark.gpu

@@ -117,3 +117,19 @@ def test_frames_decoded_on_the_gpu_follow_the_run_s_routing(costs: Costs) -> Non
                    cpus=16, gpus=1, clips=200)
     assert 0 < few["bound"]["nvdec"] < every["bound"]["nvdec"]  # the overflow went to the CPU
     assert few["bound"]["cpu"] > every["bound"]["cpu"]
+
+
+def test_the_start_given_on_the_command_line_moves_the_run(capsys) -> None:
+    """`--actors-start-s`: the model actors' start as measured elsewhere (bench/actor_start.py); the steady part of
+    the run stays as it was, so the wall moves with it (a small run: the start is most of it)."""
+    from bench.simulate import main
+
+    def wall(*extra: str) -> float:
+        main(["--costs", str(REPORT), "--cpus", "16", "--gpus", "1", "--clips", "40", "--json", *extra])
+        return json.loads(capsys.readouterr().out)["wall_s"]
+
+    measured = wall()
+    assert wall("--actors-start-s", "22") == pytest.approx(measured - 10, abs=1.5)
+    assert wall("--ray-start-s", "3", "--actors-start-s", "22") == pytest.approx(measured - 10, abs=1.5)
+    with pytest.raises(SystemExit, match="before Ray is up"):
+        main(["--costs", str(REPORT), "--clips", "4", "--ray-start-s", "8", "--actors-start-s", "5"])
