@@ -191,7 +191,7 @@ def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[s
     result = {}
     for spec in specs:
         state = writer.index(spec.name)
-        hidden = [e for e in state.entries.values() if e.filtered and e.spec_hash == spec.spec_hash]
+        hidden = state.filtered_entries(spec.spec_hash)
         bad = part_problems(writer.path, spec.name, {e.part: state.parts[e.part] for e in hidden})
         got = {e.item: spec.extractor.filter_reason(e.attrs()) for e in hidden if e.part not in bad}
         if got:

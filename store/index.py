@@ -261,6 +261,15 @@ class Index:
         rows = np.bincount(self.part, self.n_rows, minlength=len(self.part_names)).astype(np.int64).tolist()
         return {p: (items[k], rows[k]) for k, p in enumerate(self.part_names) if p in self.parts}
 
+    def filtered_entries(self, spec_hash: str) -> list[Entry]:
+        """The entries of the current items that spec `spec_hash`'s extractor filtered, found in the columns: an
+        `Entry` made for those alone, not for every item (a run's report asks this of every feature)."""
+        code = self._spec_id.get(spec_hash)
+        if code is None:
+            return []
+        return [self.entry(k) for k in np.flatnonzero(self.filtered & (self.spec == code)).tolist()]
+
+
 def _spans(lengths: array) -> np.ndarray:
     """(start, end) in a buffer of strings one after another, of each of them, from their lengths."""
     end = np.cumsum(np.array(lengths, np.int64))

@@ -83,6 +83,8 @@ def _same_as_entries(s: Store | index.Index, path: Path) -> None:
     current = [e for e in want.entries.values() if e.spec_hash == "x"]
     assert s.items("f") == sorted(e.item for e in current if not e.filtered)
     assert s.filtered("f") == sorted(e.item for e in current if e.filtered)
+    for spec in ("x", "old", "y"):  # each spec's own filtered items only ("y": none committed)
+        assert cols.filtered_entries(spec) == [e for e in want.entries.values() if e.spec_hash == spec and e.filtered]
     assert s.items("f", include_filtered=True, include_stale=True) == sorted(want.entries)
 
 
