@@ -142,7 +142,8 @@ def record_from_part(part_dir: Path) -> layout.PartLine:
     if not isinstance(own, dict):  # written before parts kept their files: hashed as they are now
         files, arrays = record_files(part_dir)
     else:
-        files = {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}
+        files = dict(sorted({**{rel: list(v) for rel, v in own.items()},
+                             META: [len(raw), hashlib.sha256(raw).hexdigest()]}.items()))  # as record_files orders
         arrays = _arrays(part_dir, own)
     return layout.PartLine(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans") or {})
 

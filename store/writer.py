@@ -298,7 +298,7 @@ class StoreWriter:
                 parts.write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
             group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
                                                 "files": parts.data_files(staging)}})
-            files, shapes = parts.record_files(staging)
+            record = parts.record_from_part(staging)  # the data files hashed once, for the part's own metadata
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             target = layout.part_dir(self.path, feature, name)
             target.parent.mkdir(exist_ok=True)
@@ -307,7 +307,7 @@ class StoreWriter:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return layout.PartLine(name, seq, rows, files, shapes, spans)
+        return record
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         folder = layout.manifest_dir(self.path)
