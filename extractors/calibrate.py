@@ -439,7 +439,8 @@ class Calibrator:
         old.check = check.record()
         if not check.drifted():
             return
-        log.warning("%s: cached batch %d for %s cost %.2f ms per %s in this run against %.2f ms cached (%.2fx, "
+        # info, not a warning: the run's summary says "re-measured" with both figures (a loaded machine drifts)
+        log.info("%s: cached batch %d for %s cost %.2f ms per %s in this run against %.2f ms cached (%.2fx, "
                     "more than %.1fx either way): measuring again", self.feature, check.batch, input_key,
                     check.best * 1e3, unit, check.expected * 1e3, check.best / check.expected, DRIFT)
         choice = self._calibrate(check.key, check.dev, input_key, unit, trials, max_batch, default)
