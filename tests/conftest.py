@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,25 +17,49 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # tests (tests/test_calibrate.py) turn it on with a cache file of their own.
 os.environ.setdefault("SIQ_CALIBRATE", "0")
 
-# The files that take longest under `make test` (session 30 on 2 cores: test_pipeline and test_signals ~360 s
-# each, the rest 70-175 s), longest first. A file runs whole in one test process (--dist loadfile), so one
-# that starts last is the run's tail: these start first, the many short files fill in behind them. Only the
-# order changes; a file missing here (or gone) runs after them in its usual place.
-LONGEST_FIRST = ("test_pipeline.py", "test_signals.py", "test_calibrate.py", "test_cluster.py", "test_raystart.py",
-                 "test_end_to_end.py", "test_tinysocial_e2e.py", "test_scheduler_ray.py", "test_segments.py",
-                 "test_socratis_e2e.py", "test_bench_scale.py", "test_decode.py", "test_runner.py",
-                 "test_picture.py", "test_truncated_and_sync.py", "test_frames_on_device.py")
+# The files that take longest start first. A file runs whole in one test process (--dist loadfile), so one that
+# starts last is the run's tail: the long files start first, the many short ones fill in behind them. The order
+# comes from tests/durations.json (seconds per file, setup to teardown, summed over its tests, from a measured
+# full run of `make test`), not from a list kept by hand: `SIQ_WRITE_DURATIONS=1 make test` writes it again.
+# Only the order changes; a file the record lacks (a new one) runs after the recorded ones in its usual place.
+DURATIONS = Path(__file__).with_name("durations.json")
+WRITE_DURATIONS = "SIQ_WRITE_DURATIONS"
+
+
+def _recorded_durations() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):  # absent or unreadable: the usual order, nothing worse
+        return {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # xdist's own order (files with the most tests first) would undo LONGEST_FIRST
+    # xdist's own order (files with the most tests first) would undo the longest-first order
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+    seconds = _recorded_durations()
+    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))  # stable: a file's tests keep their order
+
+
+_timed: dict[str, float] = {}  # this run's seconds per file
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's phases, summed per file (under xdist the controller sees every worker's reports)."""
+    name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    _timed[name] = _timed.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """`SIQ_WRITE_DURATIONS=1`: the files this run timed replace their entries in tests/durations.json (written
+    by the controller, or by a run without xdist; never by an xdist worker)."""
+    if os.environ.get(WRITE_DURATIONS) != "1" or hasattr(session.config, "workerinput") or not _timed:
+        return
+    merged = {**_recorded_durations(), **{k: round(v, 1) for k, v in _timed.items()}}
+    DURATIONS.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: -kv[1])), indent=0) + "\n")
 
 
 # Short clips for end-to-end pipeline runs: DenseNet on CPU costs ~0.2 s a frame, so seconds matter.
