@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,15 +72,34 @@ TINY_CLIPS = (
 )
 
 
+def _once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)` once per run of the suite, not once per test process: under `make test` the xdist workers
+    share the parent of their base temp folders, and the first to get the lock generates, the others wait and
+    use what it made (read-only for tests, like every session fixture here). Generating the sample costs
+    ~12 CPU-s (ffmpeg, espeak-ng), paid once instead of by every worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent
+    folder, done = shared / name, shared / f"{name}.done"
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when a worker dies
+        if not done.exists():  # a worker that died while making it left no mark: made again
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The full embedded sample dataset (Social-IQ 2.0 layout)."""
-    return make_sample(tmp_path_factory.mktemp("sample"))
+    return _once_per_run(tmp_path_factory, "sample", make_sample)
 
 
 @pytest.fixture(scope="session")
 def tiny_root_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_sample(tmp_path_factory.mktemp("tiny"), TINY_CLIPS)
+    return _once_per_run(tmp_path_factory, "tiny", lambda folder: make_sample(folder, TINY_CLIPS))
 
 
 @pytest.fixture
