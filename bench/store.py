@@ -23,7 +23,11 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
   warmed readers (their reads decompress nothing): the commit, a cold pass (a fresh reader in a process of
   its own, single reads of the random items, every part it touches decompressed once) and lazy reads (a
   reader with `whole_array_bytes=0`: one zarr call, one chunk decompressed and checked, per read), on and off
-  alternating within each repeat. Printed as a table of medians and the cost ratio on/off.
+  alternating within each repeat. Printed as a table of medians and the cost ratio on/off. Those whole-store
+  figures move 10-30 % from run to run on a shared VM, more than the cost itself, so a second table gives
+  the figure that holds still: alternating pairs (`decode_pairs`: the same real chunks of the store and its
+  twin decompressed by zarr's zstd codec, with and without the checksum; `commit_pairs`: the same batch
+  committed with and without), the median of the per-pair ratios.
 All stores are built first and kept until the end; then plan, open + items and the reads are measured
 `--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
 machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
@@ -31,7 +35,7 @@ table and the ratio of each per-item cost at the largest N to the smallest (read
 below 1 when reads slow down; a cost ratio of 1.5 is a rate ratio of 0.67).
 
     python -m bench.store [--items 35000,1000000] [--batch 512] [--tokens-max 35000] [--repeats 3] [--dir DIR]
-                          [--checksums both|on|off]
+                          [--checksums both|on|off] [--pairs K]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from zarr.codecs import ZstdCodec
@@ -103,14 +108,19 @@ def _commit(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
             w.set_feature(f, _spec(f))
             t0 = time.perf_counter()
             for start in range(0, n, batch):
-                items = []
-                for k in range(start, min(n, start + batch)):
-                    rows = _rows(rng, 1, "float32") if f == "pooled" else _rows(rng, int(rng.integers(20, 61)), "float16")
-                    items.append((f"q{k:07d}", rows, {"fingerprint": f"fp{k}", "spec_hash": f"bench-{f}",
-                                                      "source": {"qa": f"{k:064x}"}, "duration_s": None}))
-                w.commit_batch(f, items)
+                w.commit_batch(f, _items(rng, f, start, min(n, start + batch)))
             out[f"commit {f} us/item"] = (time.perf_counter() - t0) / n * 1e6
     return out
+
+
+def _items(rng: np.random.Generator, feature: str, start: int, stop: int) -> list[tuple[str, FeatureRows, dict]]:
+    """The synthetic items `start`..`stop` of `feature`, as `commit_batch` takes them."""
+    items = []
+    for k in range(start, stop):
+        rows = _rows(rng, 1, "float32") if feature == "pooled" else _rows(rng, int(rng.integers(20, 61)), "float16")
+        items.append((f"q{k:07d}", rows, {"fingerprint": f"fp{k}", "spec_hash": f"bench-{feature}",
+                                          "source": {"qa": f"{k:064x}"}, "duration_s": None}))
+    return items
 
 
 def _picks(n: int) -> list[str]:
@@ -214,6 +224,114 @@ def checksum_once(paths: dict[bool, Path], n: int, first: bool) -> dict[bool, di
     return {on: _alone("checksums", paths[on], n) for on in (first, not first)}
 
 
+# What the checksums cost, as alternating pairs (`paired_checksums`): on this VM a single whole-store figure
+# moves 10-30 % from run to run, more than the checksum's cost, so the table of whole-store figures once showed
+# commits faster with checksums than without. Here each pair times the same work with and without the checksum,
+# one right after the other (the order alternating from pair to pair), and the figure is the median of the
+# per-pair ratios: a change in the machine's load hits both halves of a pair alike.
+DECODE_PAIRS = 101  # pairs of passes over DECODE_CHUNKS real chunks (~5-15 ms a half)
+DECODE_CHUNKS = 16
+COMMIT_PAIRS = 21  # pairs of commits (pooled: `--batch` items, ~70 ms; tokens: TOKENS_PAIR_BATCH, ~120 ms)
+TOKENS_PAIR_BATCH = 128
+
+
+def _stored_chunks(path: Path, feature: str, limit: int = DECODE_CHUNKS) -> list[bytes]:
+    """The first `limit` compressed inner chunks of `feature`'s features arrays, as they are on disk (parts in
+    the order they were committed): a chunk file whole, or a shard's inner chunks cut out by its index (zarr's
+    sharding codec: at the end, per inner chunk an offset and a length as little-endian uint64, then crc32c)."""
+    out: list[bytes] = []
+    for part in sorted((path / feature / "parts").iterdir()):  # names start with the part's seq
+        meta = json.loads((part / "features/zarr.json").read_text())
+        codec = meta["codecs"][0]
+        for f in sorted(x for x in (part / "features/c").rglob("*") if x.is_file()):
+            data = f.read_bytes()
+            if codec["name"] != "sharding_indexed":
+                out.append(data)
+            else:
+                outer = meta["chunk_grid"]["configuration"]["chunk_shape"]
+                inner = codec["configuration"]["chunk_shape"]
+                n = int(np.prod([-(-o // i) for o, i in zip(outer, inner, strict=True)]))
+                index = np.frombuffer(data[-(16 * n + 4):-4], "<u8").reshape(n, 2)
+                out += [data[int(o):int(o + k)] for o, k in index if o != np.iinfo(np.uint64).max]
+            if len(out) >= limit:
+                return out[:limit]
+    return out
+
+
+def _pair_ratios(run: Callable[[bool, Any], float], pairs: int,
+                 work: Callable[[int], Any] = lambda k: None) -> tuple[list[float], list[float], list[float]]:
+    """`pairs` pairs of `run(True, work(k))` and `run(False, work(k))` (each returns the seconds it took),
+    the order alternating from pair to pair: the times on, off, and the per-pair ratios on/off."""
+    on_t, off_t, ratios = [], [], []
+    for k in range(pairs):
+        job = work(k)
+        t = {w: run(w, job) for w in ((True, False) if k % 2 == 0 else (False, True))}
+        on_t.append(t[True])
+        off_t.append(t[False])
+        ratios.append(t[True] / t[False])
+    return on_t, off_t, ratios
+
+
+def _pair_figure(on_t: list[float], off_t: list[float], ratios: list[float], per: int) -> dict[str, float]:
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return {"on": statistics.median(on_t) / per * 1e6, "off": statistics.median(off_t) / per * 1e6,
+            "cost": statistics.median(ratios), "q1": q1, "q3": q3, "pairs": len(ratios)}
+
+
+def decode_pairs(paths: dict[bool, Path], feature: str, pairs: int = DECODE_PAIRS) -> dict[str, float]:
+    """The decoder's cost of the checksum on real chunks: the same items' chunks of the store (with the
+    checksum) and of its twin (without), decompressed by zarr's zstd codec (numcodecs' Zstd: the frame says
+    whether it carries a checksum, and the decoder checks it when it does) in alternating pairs. Every read
+    that decompresses a chunk pays this; a read also does more (index, zarr's calls), so a read's cost is at
+    most this ratio. µs per chunk."""
+    import numcodecs
+
+    chunks = {on: _stored_chunks(paths[on], feature) for on in (True, False)}
+    zstd = numcodecs.Zstd()
+    assert chunks[True] and len(chunks[True]) == len(chunks[False]), (feature, paths)
+    for a, b in zip(chunks[True], chunks[False], strict=True):  # the same data, the checksum's 4 bytes apart
+        assert len(a) == len(b) + 4 and zstd.decode(a) == zstd.decode(b), feature
+
+    def run(on: bool, _: Any) -> float:
+        t0 = time.perf_counter()
+        for c in chunks[on]:
+            zstd.decode(c)
+        return time.perf_counter() - t0
+
+    return _pair_figure(*_pair_ratios(run, pairs), per=len(chunks[True]))
+
+
+def commit_pairs(base: Path, feature: str, batch: int, pairs: int = COMMIT_PAIRS) -> dict[str, float]:
+    """`commit_batch` of the same `batch` items into a store with chunk checksums and into its twin without,
+    in alternating pairs (two fresh scratch stores, growing alike). µs per item."""
+    paths = {on: base / f"pairs-{feature}-{'on' if on else 'off'}.zarr" for on in (True, False)}
+    for p in paths.values():
+        shutil.rmtree(p, ignore_errors=True)
+    rng = np.random.default_rng(2)
+    try:
+        with StoreWriter(paths[True], "bench") as w_on, StoreWriter(paths[False], "bench") as w_off:
+            writers = {True: w_on, False: w_off}
+            for w in writers.values():
+                w.set_feature(feature, _spec(feature))
+
+            def run(on: bool, items: list) -> float:
+                with _chunk_checksums(on):
+                    t0 = time.perf_counter()
+                    writers[on].commit_batch(feature, items)
+                    return time.perf_counter() - t0
+
+            def items(k: int) -> list:
+                return _items(rng, feature, k * batch, (k + 1) * batch)
+
+            figure = _pair_figure(*_pair_ratios(run, pairs, items), per=batch)
+        for on, p in paths.items():
+            assert _has_checksums(p, feature) == on, p
+        return figure
+    finally:
+        for p in paths.values():
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def _rss_mb() -> float:
     """This process's resident memory now (VmRSS), in MB."""
     status = Path("/proc/self/status").read_text()
@@ -271,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--checksums", choices=("both", "on", "off"), default="both",
                    help="chunks with zstd's checksum (on: as the store writes them), without (off), or both: "
                         "the main table on, and a table of what the checksums cost (a twin store off)")
+    p.add_argument("--pairs", type=int, default=None,
+                   help=f"alternating pairs per paired figure (default: {DECODE_PAIRS} decoding, {COMMIT_PAIRS} "
+                        "committing)")
     p.add_argument("--one", nargs=3, metavar=("WHAT", "STORE", "N"), help=argparse.SUPPRESS)  # see _alone
     args = p.parse_args(argv)
     if args.one:
@@ -282,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     twins = args.checksums == "both"
     try:
-        built, readers, unsummed = {}, {}, {}
+        built, readers, unsummed, paired = {}, {}, {}, {}
         for n in sizes:
             path = base / f"store-{n}.zarr"
             shutil.rmtree(path, ignore_errors=True)
@@ -309,6 +430,14 @@ def main(argv: list[str] | None = None) -> None:
                         sums[n][on].append(figures)
                         print(f"repeat {rep + 1} {n:,} items, checksums {'on' if on else 'off'}: "
                               + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
+        if twins:  # the trustworthy figure: alternating pairs (DECODE_PAIRS says why)
+            for n in sizes:
+                paths = {True: base / f"store-{n}.zarr", False: base / f"store-{n}-off.zarr"}
+                for f in readers[n]:
+                    paired[f"decode {f} chunk us, {n:,} items"] = decode_pairs(paths, f, args.pairs or DECODE_PAIRS)
+            paired["commit pooled us/item"] = commit_pairs(base, "pooled", args.batch, args.pairs or COMMIT_PAIRS)
+            if sizes[0] <= args.tokens_max:
+                paired["commit tokens us/item"] = commit_pairs(base, "tokens", TOKENS_PAIR_BATCH, args.pairs or COMMIT_PAIRS)
         for n in sizes:
             r = dict(built[n])
             r.update(_alone("reader", base / f"store-{n}.zarr", n))
@@ -331,6 +460,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{k:<30}{row}{ratio:>18.2f}")
     if twins:
         print_checksums(sizes, built, unsummed, sums)
+        print_paired(paired)
 
 
 def print_checksums(sizes: list[int], built: dict[int, dict[str, float]], unsummed: dict[int, dict[str, float]],
@@ -353,6 +483,19 @@ def print_checksums(sizes: list[int], built: dict[int, dict[str, float]], unsumm
             cost = on / off if k.startswith("commit ") else off / on
             row += f"{on:>14,.1f}{off:>14,.1f}{cost:>13.3f}"
         print(f"{k:<30}{row}")
+
+
+
+def print_paired(paired: dict[str, dict[str, float]]) -> None:
+    """The table of the paired figures: medians of each half's time, and the median of the per-pair ratios
+    on/off with their quartiles (how far single pairs spread)."""
+    print("\nchunk checksums, alternating pairs (the figure to trust: each pair times the same work on and off "
+          "back to back; cost = median of the per-pair ratios on/off; the whole-store table above is not paired "
+          "and moves 10-30 % run to run on a shared VM)")
+    print(f"{'measure':<38}{'on':>12}{'off':>12}{'cost on/off':>13}{'pairs q1-q3':>16}{'pairs':>7}")
+    for k, v in paired.items():
+        spread = f"{v['q1']:.3f}-{v['q3']:.3f}"
+        print(f"{k:<38}{v['on']:>12,.1f}{v['off']:>12,.1f}{v['cost']:>13.3f}{spread:>16}{v['pairs']:>7.0f}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,25 +19,49 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # tests (tests/test_calibrate.py) turn it on with a cache file of their own.
 os.environ.setdefault("SIQ_CALIBRATE", "0")
 
-# The files that take longest under `make test` (session 30 on 2 cores: test_pipeline and test_signals ~360 s
-# each, the rest 70-175 s), longest first. A file runs whole in one test process (--dist loadfile), so one
-# that starts last is the run's tail: these start first, the many short files fill in behind them. Only the
-# order changes; a file missing here (or gone) runs after them in its usual place.
-LONGEST_FIRST = ("test_pipeline.py", "test_signals.py", "test_calibrate.py", "test_cluster.py", "test_raystart.py",
-                 "test_end_to_end.py", "test_tinysocial_e2e.py", "test_scheduler_ray.py", "test_segments.py",
-                 "test_socratis_e2e.py", "test_bench_scale.py", "test_decode.py", "test_runner.py",
-                 "test_picture.py", "test_truncated_and_sync.py", "test_frames_on_device.py")
+# The files that take longest start first. A file runs whole in one test process (--dist loadfile), so one that
+# starts last is the run's tail: the long files start first, the many short ones fill in behind them. The order
+# comes from tests/durations.json (seconds per file, setup to teardown, summed over its tests, from a measured
+# full run of `make test`), not from a list kept by hand: `SIQ_WRITE_DURATIONS=1 make test` writes it again.
+# Only the order changes; a file the record lacks (a new one) runs after the recorded ones in its usual place.
+DURATIONS = Path(__file__).with_name("durations.json")
+WRITE_DURATIONS = "SIQ_WRITE_DURATIONS"
+
+
+def _recorded_durations() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):  # absent or unreadable: the usual order, nothing worse
+        return {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # xdist's own order (files with the most tests first) would undo LONGEST_FIRST
+    # xdist's own order (files with the most tests first) would undo the longest-first order
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+    seconds = _recorded_durations()
+    items.sort(key=lambda item: -seconds.get(item.path.name, 0.0))  # stable: a file's tests keep their order
+
+
+_timed: dict[str, float] = {}  # this run's seconds per file
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's phases, summed per file (under xdist the controller sees every worker's reports)."""
+    name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    _timed[name] = _timed.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """`SIQ_WRITE_DURATIONS=1`: the files this run timed replace their entries in tests/durations.json (written
+    by the controller, or by a run without xdist; never by an xdist worker)."""
+    if os.environ.get(WRITE_DURATIONS) != "1" or hasattr(session.config, "workerinput") or not _timed:
+        return
+    merged = {**_recorded_durations(), **{k: round(v, 1) for k, v in _timed.items()}}
+    DURATIONS.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: -kv[1])), indent=0) + "\n")
 
 
 # Short clips for end-to-end pipeline runs: DenseNet on CPU costs ~0.2 s a frame, so seconds matter.
@@ -45,15 +72,34 @@ TINY_CLIPS = (
 )
 
 
+def _once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)` once per run of the suite, not once per test process: under `make test` the xdist workers
+    share the parent of their base temp folders, and the first to get the lock generates, the others wait and
+    use what it made (read-only for tests, like every session fixture here). Generating the sample costs
+    ~12 CPU-s (ffmpeg, espeak-ng), paid once instead of by every worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent
+    folder, done = shared / name, shared / f"{name}.done"
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when a worker dies
+        if not done.exists():  # a worker that died while making it left no mark: made again
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The full embedded sample dataset (Social-IQ 2.0 layout)."""
-    return make_sample(tmp_path_factory.mktemp("sample"))
+    return _once_per_run(tmp_path_factory, "sample", make_sample)
 
 
 @pytest.fixture(scope="session")
 def tiny_root_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_sample(tmp_path_factory.mktemp("tiny"), TINY_CLIPS)
+    return _once_per_run(tmp_path_factory, "tiny", lambda folder: make_sample(folder, TINY_CLIPS))
 
 
 @pytest.fixture
