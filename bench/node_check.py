@@ -390,40 +390,41 @@ def _gpu_busy(path: Path) -> dict[str, Any] | None:
             "over_50pct": round(sum(u > 50 for u in util) / len(util), 3), "max_mem_mib": max(mem)}
 
 
+# The two runs' stores, item by item: the same rows (intervals) for every feature; the acoustic set judged per
+# column as tests/test_acoustic_torch.py judges the torch backend against the numpy one (its `differences`,
+# TOLERANCE and NAN_MISMATCH: one table of tolerances, not two); the model features' largest difference beside
+# the size of their values (DenseNet and MTCNN see NVDEC's pixels, within colour-conversion rounding of swscale's).
 COMPARE = r"""
 import json, sys
 import numpy as np
 from store.reader import open_store
+from tests.test_acoustic_torch import NAN_MISMATCH, TOLERANCE, differences
 gpu, cpu = open_store(sys.argv[1]), open_store(sys.argv[2])
-items = json.loads(sys.argv[3])
 out = {}
 for feat in ("frames", "faces", "transcript", "qa", "acoustic"):
-    rows_equal, columns = True, {}
-    for item in items:
+    got = out[feat] = {"rows_equal": True}
+    for item in json.loads(sys.argv[3]):
         try:
             g, c = gpu.read(feat, item), cpu.read(feat, item)
         except Exception as e:
-            out[feat] = {"error": f"{item}: {type(e).__name__}: {e}"[:300]}
+            got.update(rows_equal=False, error=f"{item}: {type(e).__name__}: {e}"[:300])
             break
-        gi, ci = np.asarray(g.intervals[:]), np.asarray(c.intervals[:])
-        rows_equal &= gi.shape == ci.shape and bool(np.array_equal(gi, ci))
         gf, cf = np.asarray(g.features[:], float), np.asarray(c.features[:], float)
-        if gf.shape != cf.shape:
-            rows_equal = False
-            continue
-        names = list(g.columns or range(gf.shape[1]))
-        for k, name in enumerate(names if feat == "acoustic" else ["all"]):
-            a, b = (gf[:, k], cf[:, k]) if feat == "acoustic" else (gf.ravel(), cf.ravel())
-            both = np.isfinite(a) & np.isfinite(b)
-            d = np.abs(a[both] - b[both])
-            col = columns.setdefault(str(name), {"nan_mismatch": [], "median": [], "p99": [], "scale": []})
-            col["nan_mismatch"].append(float(np.mean(np.isfinite(a) != np.isfinite(b))) if a.size else 0.0)
-            col["median"].append(float(np.median(d)) if d.size else 0.0)
-            col["p99"].append(float(np.percentile(d, 99)) if d.size else 0.0)
-            col["scale"].append(float(np.percentile(np.abs(b[both]), 99)) if d.size else 0.0)
-    else:
-        out[feat] = {"rows_equal": rows_equal,
-                     "columns": {n: {k: max(v) for k, v in c.items()} for n, c in columns.items()}}
+        if gf.shape != cf.shape or not np.array_equal(np.asarray(g.intervals[:]), np.asarray(c.intervals[:])):
+            got.update(rows_equal=False, error=f"{item}: rows {gf.shape} on the GPU paths, {cf.shape} on the CPU's")
+            break
+        if feat == "acoustic":
+            diff = differences(cf, gf)
+            bad = {n: d for n, d in diff.items() if d[0] > NAN_MISMATCH or (n in TOLERANCE and (
+                d[1] > TOLERANCE[n][0] or d[2] > TOLERANCE[n][1]))}
+            got.setdefault("outside_tolerance", {}).update({f"{item}:{n}": d for n, d in bad.items()})
+            got["within_tolerance"] = not got["outside_tolerance"]
+        else:
+            both = np.isfinite(gf) & np.isfinite(cf)
+            d = np.abs(gf[both] - cf[both])
+            got["max_abs"] = max(got.get("max_abs", 0.0), float(d.max()) if d.size else 0.0)
+            got["p99_abs"] = max(got.get("p99_abs", 0.0), float(np.percentile(d, 99)) if d.size else 0.0)
+            got["p99_value"] = max(got.get("p99_value", 0.0), float(np.percentile(np.abs(cf[both]), 99)) if d.size else 0.0)
 print(json.dumps(out))
 """
 
@@ -438,8 +439,9 @@ def compare_step(check: Check) -> Callable[[float], dict[str, Any]]:
                       limit=COMPARED)
         if got["stopped"]:
             raise StepTimeout(f"the CPU paths' run: {got['stopped']}")
-        return check.python(COMPARE.replace("sys.argv[1]", repr(str(gpu))).replace("sys.argv[2]", repr(
-            str(check.work / "cpu.zarr"))).replace("sys.argv[3]", repr(json.dumps(items))), 30)
+        out = check.sh([sys.executable, "-c", COMPARE, str(gpu), str(check.work / "cpu.zarr"), json.dumps(items)],
+                       min(60, check.left()))
+        return json.loads(out.strip().splitlines()[-1])
     return run
 
 
@@ -551,6 +553,7 @@ def acceptance(summary: dict[str, Any]) -> dict[str, Any]:
         "clips_per_s_met": None if ex.get("clips_per_s") is None else ex["clips_per_s"] >= CLIPS_PER_S_MIN,
         "nothing_failed": None if not ex else ex.get("failed_pairs") == 0 and not ex.get("stopped"),
         "rows_equal": None if not cmp_ else all(f.get("rows_equal") for f in cmp_.values()),
+        "acoustic_within_tolerance": (cmp_.get("acoustic") or {}).get("within_tolerance"),
     }
 
 

