@@ -17,13 +17,13 @@ a step is recorded as not run. Steps:
 - weights: a BERT-base-shaped model (bert-base-uncased's config and vocabulary, random weights) under
   $SIQ_WEIGHTS_DIR, as ../shared/gpu-run's run had it;
 - tests_gpu (CUDA): `FAIL_WITHOUT_CUDA=1 pytest -m gpu tests/test_nvdec.py tests/test_acoustic_torch.py`;
-- profile_decode (CUDA): `python -m bench.profile_decode --device cuda` on the two clips;
-- actor_start (CUDA): `python -m bench.actor_start --device cuda`, each model actor's start with its CUDA context;
 - extract: `--clips` clips (hard links to the two) through `pipeline extract` with bench/node_check.toml
   (frames_decoder "auto", the acoustic set in torch), nvidia-smi sampled every 0.5 s; stopped by SIGINT at its
   timeout, as ../shared/gpu-run's run was, its committed clips counted;
 - compare: the first two clips again with bench/node_check_cpu.toml (the CPU paths, the reference), and the two
-  stores compared item by item: the same rows, and per feature and column the difference.
+  stores compared item by item: the same rows, and per feature and column the difference;
+- profile_decode (CUDA): `python -m bench.profile_decode --device cuda` on the two clips;
+- actor_start (CUDA): `python -m bench.actor_start --device cuda`, each model actor's start with its CUDA context.
 
 Where no CUDA is (this machine), the CUDA steps are recorded as skipped with the reason and the rest runs on the
 CPU: `--clips 2` makes it an end-to-end run of the script. Written into --out: summary.json (the figures and each
@@ -51,10 +51,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 KIT = "siqfeat-kit-py3.12.tar.xz"
 CLIPS_PER_S_MIN = 8.0  # issue 37's acceptance: 500 clips at >= 8 clips/s on one node
-# step -> (timeout in s, needs CUDA); each step gets the smaller of its timeout and what is left of the budget
+# step -> (timeout in s, needs CUDA), in the order they run: the acceptance bars' steps first, then the two
+# profiles (figures for docs/scale.md, no bar). Each gets the smaller of its timeout and what the budget has left.
 STEPS: dict[str, tuple[float, bool]] = {
     "kit": (60, False), "facts": (60, False), "weights": (90, False), "tests_gpu": (110, True),
-    "profile_decode": (60, True), "actor_start": (80, True), "extract": (240, False), "compare": (120, False)}
+    "extract": (240, False), "compare": (120, False), "profile_decode": (60, True), "actor_start": (80, True)}
 MIN_STEP_S = 5  # a step is not started with less of the budget left
 GRACE_S = 20  # after SIGINT, for a stopped run to commit what it has and write its report
 COMPARED = 2  # clips of the compare step: the two distinct clips (the others are links to them)
