@@ -238,7 +238,8 @@ def facts_step(check: Check) -> Callable[[float], dict[str, Any]]:
         check.cuda = bool(facts["cuda"])
         check.summary["facts"] = facts
         try:
-            freeze = check.sh([sys.executable, "-m", "pip", "list", "--format=freeze"], min(timeout, 30))
+            image = {k: v for k, v in check.env.items() if k != "PYTHONPATH"}  # the node's own, not the kit's
+            freeze = check.sh([sys.executable, "-m", "pip", "list", "--format=freeze"], min(timeout, 30), env=image)
             (check.out / "pip-freeze.txt").write_text(freeze)
         except Exception as e:  # facts without the list are still facts
             facts["pip_list"] = f"failed: {e}"[:300]
