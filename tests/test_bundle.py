@@ -231,8 +231,8 @@ def test_the_kits_elf_files_are_stripped_but_auditwheels_grafted_ones_are_not(tm
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(lib if dest.suffix != ".bin" else src, dest)
     sizes = {p: p.stat().st_size for p in site.rglob("*") if p.is_file()}
-    saved = bundle.strip_elf(site)
+    saved, stripped = bundle.strip_elf(site)
     ext, grafted, data = site / "pkg" / "ext.so", site / "pkg.libs" / "libx-0123abcd.so.1", site / "pkg" / "data.bin"
-    assert saved == sizes[ext] - ext.stat().st_size > 0
+    assert saved == sizes[ext] - ext.stat().st_size > 0 and stripped == [ext]
     assert b".debug_info" in lib.read_bytes() and b".debug_info" not in ext.read_bytes()
     assert grafted.read_bytes() == lib.read_bytes() and data.read_bytes() == src.read_bytes()
