@@ -317,12 +317,11 @@ def actor_start_step(check: Check) -> Callable[[float], dict[str, Any]]:
     return run
 
 
-def extract(check: Check, raw: Path, store: Path, config: str, timeout: float, limit: int | None = None
-            ) -> dict[str, Any]:
+def extract(check: Check, raw: Path, store: Path, config: str, timeout: float) -> dict[str, Any]:
     """One `pipeline extract`, SIGINT at `timeout` (a stopped run commits what it has and reports it)."""
     shutil.rmtree(store, ignore_errors=True)
     argv = [sys.executable, "-m", "pipeline", "extract", "--dataset", "socialiq", "--raw", str(raw),
-            "--out", str(store), "--config", str(REPO / "bench" / config), *(["--limit", str(limit)] if limit else [])]
+            "--out", str(store), "--config", str(REPO / "bench" / config)]
     t0 = time.monotonic()
     stopped = exit_note = None
     try:
@@ -431,14 +430,19 @@ print(json.dumps(out))
 """
 
 
-def compare_step(check: Check) -> Callable[[float], dict[str, Any]]:
+def compare_step(check: Check, raw: Callable[[], Path]) -> Callable[[float], dict[str, Any]]:
     def run(timeout: float) -> dict[str, Any]:
+        from bench.scale_raw import expand_set
+
         gpu = check.work / "gpu.zarr"
         if not gpu.is_dir():
             raise FileNotFoundError(f"{gpu}: the extract step left no store to compare")
-        items = [f"gpu{i:04d}" for i in range(COMPARED)]
-        got = extract(check, check.work / "raw-set", check.work / "cpu.zarr", "node_check_cpu.toml", timeout - 30,
-                      limit=COMPARED)
+        # a set of its own with the big set's first clips under the same names (one of each base clip: --limit
+        # would take the manifest's first, which may be two of one base clip)
+        small = check.work / "raw-compare"
+        shutil.rmtree(small, ignore_errors=True)
+        items = expand_set(raw(), small, COMPARED)
+        got = extract(check, small, check.work / "cpu.zarr", "node_check_cpu.toml", timeout - 30)
         if got["stopped"]:
             raise StepTimeout(f"the CPU paths' run: {got['stopped']}")
         out = check.sh([sys.executable, "-c", COMPARE, str(gpu), str(check.work / "cpu.zarr"), json.dumps(items)],
@@ -533,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     runners = {"kit": lambda: kit_step(check, args.kit), "facts": lambda: facts_step(check),
                "weights": lambda: weights_step(check), "tests_gpu": lambda: tests_step(check, args.kit),
                "profile_decode": lambda: profile_step(check, raw()), "actor_start": lambda: actor_start_step(check),
-               "extract": lambda: extract_step(check, raw(), args.clips), "compare": lambda: compare_step(check)}
+               "extract": lambda: extract_step(check, raw(), args.clips), "compare": lambda: compare_step(check, raw)}
     for name in STEPS:
         if name in steps:
             check.step(name, runners[name]())
