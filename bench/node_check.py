@@ -4,10 +4,12 @@
     python -m bench.node_check --prepare build/node                             # here, before: what it carries
 
 The node (the device image 'cuda': Python 3.12, its own torch, torchvision, transformers; no ffmpeg, no
-espeak-ng, no network) gets the repository's working tree and one carried folder, build/node: the kit
-(`siqfeat-kit-py3.12.tar.xz`, pipeline/bundle.py `--kit`: what the image lacks, installed for PYTHONPATH), two
-60 s bench.scale_raw clips as a Social-IQ 2.0 set (raw/), the test videos of tests/test_nvdec.py's CUDA cases
-(media/, made with ffmpeg here) and ../shared/realdata/speech (realdata/). Each step runs in a child process with
+espeak-ng, no network) gets the repository's working tree and the carried folder build/node: kit/ (the kit,
+`siqfeat-kit-py3.12.tar.xz`, pipeline/bundle.py `--kit`: what the image lacks, installed for PYTHONPATH), raw/
+(two 60 s bench.scale_raw clips as a Social-IQ 2.0 set), media/ (the test videos of tests/test_nvdec.py's CUDA
+cases, made with ffmpeg here) and realdata/ (../shared/realdata/speech). Where kit and clips together pass one
+call's 64 MiB, a first call carries kit/, media/ and realdata/ and a second, right after it on the same machine,
+raw/: the kit the first unpacked is found there (docs/scale.md, "The node check"). Each step runs in a child process with
 its own timeout, inside the total budget, and the next one runs whatever the last gave; where the budget is spent
 a step is recorded as not run. Steps:
 
@@ -34,6 +36,7 @@ step's run report). Nothing but the standard library is imported before the kit 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -161,25 +164,66 @@ class StepTimeout(Exception):
 
 def kit_step(check: Check, kit_dir: Path | None) -> Callable[[float], dict[str, Any]]:
     def run(timeout: float) -> dict[str, Any]:
+        dest = check.work / "kit"
         if kit_dir is None:
             return {"kit": None, "note": "no --kit: this machine's own environment"}
-        archive = kit_dir / KIT
-        if not archive.is_file():
-            raise FileNotFoundError(f"{archive}: no kit there (python -m bench.node_check --prepare {kit_dir})")
-        dest = check.work / "kit"
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(dest, filter="data")
+        if list((kit_dir / "kit").glob(f"{KIT}*")):
+            note = _unpack(kit_dir / "kit", dest)
+        elif (dest / "MANIFEST.json").is_file():  # the first of two calls left it (docs/scale.md)
+            note = f"the kit an earlier call unpacked on this machine ({dest})"
+        else:
+            raise FileNotFoundError(f"no kit in {kit_dir / 'kit'} and none unpacked in {dest}: a fresh machine, "
+                                    "not the one the first call left it on (run the calls one right after the other)")
         site = dest / "site"
         ffmpeg = ffmpeg_links(site, dest / "ffmpeg")
         check.env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(site)])
         check.env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(ffmpeg), os.environ.get("LD_LIBRARY_PATH")]))
         sys.path[1:1] = [str(site)]  # this process too: the set's expansion and the comparison import from it
         manifest = json.loads((dest / "MANIFEST.json").read_text())
-        return {"kit_mib": round(archive.stat().st_size / 2**20, 1), "python": manifest["python"],
-                "packages": len(manifest["files"]), "ffmpeg_links": sorted(p.name for p in ffmpeg.iterdir())}
+        return {"kit": note, "python": manifest["python"], "packages": len(manifest["files"]),
+                "ffmpeg_links": sorted(p.name for p in ffmpeg.iterdir())}
     return run
+
+
+def _unpack(kit_dir: Path, dest: Path) -> str:
+    """The kit in `kit_dir` (one KIT file, or its pieces KIT.000, .001, …) unpacked into `dest`, complete or not
+    at all."""
+    pieces = sorted(kit_dir.glob(f"{KIT}.[0-9][0-9][0-9]")) or [kit_dir / KIT]
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with _Joined(pieces) as joined, tarfile.open(fileobj=joined, mode="r|xz") as tar:
+        tar.extractall(partial, filter="data")
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    return f"{len(pieces)} piece(s), {sum(p.stat().st_size for p in pieces) / 2**20:.1f} MiB"
+
+
+class _Joined(io.RawIOBase):
+    """The pieces read one after the other as one stream."""
+
+    def __init__(self, pieces: list[Path]) -> None:
+        self.pieces, self.current = list(pieces), None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while True:
+            if self.current is None:
+                if not self.pieces:
+                    return 0
+                self.current = open(self.pieces.pop(0), "rb")  # noqa: SIM115 (closed below, at its end)
+            n = self.current.readinto(buffer)
+            if n:
+                return n
+            self.current.close()
+            self.current = None
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+        super().close()
 
 
 def ffmpeg_links(site: Path, dest: Path) -> Path:
@@ -470,8 +514,8 @@ print(sorted(os.listdir(sys.argv[1])))
 
 
 def prepare(dest: Path, python: str, build_kit: bool) -> None:
-    """What the node check carries, in `dest`: the kit, the two clips, tests/test_nvdec.py's CUDA videos and the
-    real speech recordings."""
+    """What the node check carries, in `dest`: kit/ (the kit), raw/ (the two clips), media/ (tests/test_nvdec.py's
+    CUDA videos) and realdata/speech."""
     import tempfile
 
     from bench.scale_raw import make_raw
@@ -491,20 +535,20 @@ def prepare(dest: Path, python: str, build_kit: bool) -> None:
     if build_kit:
         from pipeline import bundle
 
-        bundle.build(python, dest, present=bundle.read_present(REPO / "bench" / "node_image.txt"),
+        bundle.build(python, dest / "kit", present=bundle.read_present(REPO / "bench" / "node_image.txt"),
                      presets=["socialiq"], kit=True)
-    sizes = {p.name: sum(f.stat().st_size for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
-             for p in sorted(dest.iterdir())}
+    sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in sorted(dest.iterdir())}
     for name, size in sizes.items():
         print(f"{name:32s} {size / 2**20:7.1f} MiB")
-    print(f"{'in all':32s} {sum(sizes.values()) / 2**20:7.1f} MiB (with the working tree, at most 64 MiB a call)")
+    print(f"{'in all':32s} {sum(sizes.values()) / 2**20:7.1f} MiB (with the working tree, at most 64 MiB a call: "
+          "docs/scale.md, 'The node check', says which calls carry what)")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.node_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="where summary.json and the logs go ($OUT on the node)")
-    ap.add_argument("--kit", type=Path, help="the carried folder (build/node): kit, raw/, media/, realdata/; "
-                    "without it, this machine's environment and --raw")
+    ap.add_argument("--kit", type=Path, help="the carried folder (build/node): kit/, raw/, media/, realdata/, each "
+                    "where carried; without it, this machine's environment and --raw")
     ap.add_argument("--raw", type=Path, help="the two-clip set (default: KIT/raw, else a bench.scale_raw one here)")
     ap.add_argument("--budget-s", type=float, default=480, help="all steps together, seconds")
     ap.add_argument("--clips", type=int, default=500, help="clips of the extract step (issue 37: 500)")

@@ -433,13 +433,15 @@ def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
           "--disable-pip-version-check", "--target", str(site), *map(str, wheels)], "install the wheels into the kit")
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
     shutil.rmtree(folder / "wheels")
-    saved, stripped = strip_elf(site)
+    # every library that loaded before stripping loads after it (dlopen in the target Python's process, every
+    # dependency resolved at once; importing them would need the node's numpy, which the kit leaves out, and
+    # some load only beside the node's torch)
+    before = _loadable(exe, site)
+    saved, _ = strip_elf(site)
+    broken = sorted(set(before) - set(_loadable(exe, site)))
+    if broken:
+        raise SystemExit(f"bundle: stripping broke {broken}")
     manifest = {**manifest, "kit_left_out": list(KIT_UNUSED), "stripped_bytes": saved}
-    # the stripped libraries still load (dlopen, every dependency resolved now), in the target Python's process;
-    # importing them needs the node's numpy, which the kit leaves out
-    libraries = [str(f) for f in stripped if ".so" in f.name]
-    _run([str(exe), "-c", "import ctypes, json, sys; [ctypes.CDLL(p) for p in json.loads(sys.argv[1])]",
-          json.dumps(libraries)], "load the kit's stripped libraries")
     sizes: dict[str, int] = {}
     for f in site.rglob("*"):
         if f.is_file():
@@ -456,6 +458,27 @@ def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
     partial.rename(dest)
     log.info("bundle: kit %s: %.1f MiB (%.0f MB installed)", dest, dest.stat().st_size / 2**20, sum(sizes.values()) / 1e6)
     return dest
+
+
+LOADABLE = r"""
+import ctypes, json, sys
+ok = []
+for path in json.loads(sys.argv[1]):
+    try:
+        ctypes.CDLL(path)
+        ok.append(path)
+    except OSError:
+        pass
+print(json.dumps(ok))
+"""
+
+
+def _loadable(exe: Path, site: Path) -> list[str]:
+    """The shared libraries under `site` (auditwheel's grafted ones aside) that `exe`'s process can dlopen."""
+    paths = sorted(str(f) for f in site.rglob("*.so*") if f.is_file() and not any(
+        part.endswith(".libs") for part in f.relative_to(site).parts))
+    out = subprocess.run([str(exe), "-c", LOADABLE, json.dumps(paths)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def strip_elf(site: Path) -> tuple[int, list[Path]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -27,8 +28,8 @@ def _kit(folder: Path) -> Path:
     (stage / "tokenizers" / "bert-base-uncased").mkdir(parents=True)
     (stage / "MANIFEST.json").write_text(json.dumps({"python": "3.12", "files": {"av-18.1.0.whl": {}}}))
     kit = folder / "carried"
-    kit.mkdir()
-    with tarfile.open(kit / node_check.KIT, "w:xz") as tar:
+    (kit / "kit").mkdir(parents=True)
+    with tarfile.open(kit / "kit" / node_check.KIT, "w:xz") as tar:
         for item in stage.iterdir():
             tar.add(item, arcname=item.name)
     return kit
@@ -92,3 +93,29 @@ def test_nothing_the_node_lacks_is_imported_before_the_kit() -> None:
     top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
     top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
     assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)
+
+
+def test_a_kit_in_pieces_is_joined_and_a_second_call_finds_it_unpacked(tmp_path: Path) -> None:
+    """Where kit and clips do not fit one device call, the first call carries the kit (in pieces, as
+    pipeline/bundle.py cuts them) and unpacks it; the second carries the clips and finds the kit unpacked on the
+    same machine. A fresh machine (nothing unpacked, no kit carried) is a failed step that says so."""
+    from pipeline.bundle import _split
+
+    kit = _kit(tmp_path)
+    whole = kit / "kit" / node_check.KIT
+    pieces = _split(whole, whole, whole.stat().st_size // 2 + 1)
+    assert [p.name for p in pieces] == [f"{node_check.KIT}.000", f"{node_check.KIT}.001"]
+    work = tmp_path / "work"
+
+    def kit_step(carried: Path, out: str) -> dict:
+        node_check.main(["--out", str(tmp_path / out), "--kit", str(carried), "--work", str(work), "--steps", "kit"])
+        return json.loads((tmp_path / out / "summary.json").read_text())["steps"]["kit"]
+
+    first = kit_step(kit, "first")
+    assert first["status"] == "ok" and first["figures"]["kit"].startswith("2 piece(s)"), first
+    assert first["figures"]["ffmpeg_links"] == ["libavcodec.so.62", "libswscale.so.9"]
+    second = kit_step(tmp_path / "clips-only", "second")
+    assert second["status"] == "ok" and "an earlier call unpacked" in second["figures"]["kit"], second
+    shutil.rmtree(work / "kit")
+    fresh = kit_step(tmp_path / "clips-only", "fresh")
+    assert fresh["status"] == "failed" and "a fresh machine" in fresh["reason"], fresh
