@@ -299,12 +299,14 @@ dest, tokenizer = Path(sys.argv[1]), sys.argv[2]
 if tokenizer == "-":
     from extractors.text_model import BUNDLED_MINILM, resolve_model_dir
     tokenizer = resolve_model_dir(BUNDLED_MINILM)
-if not (dest / "config.json").exists():
-    torch.manual_seed(0)
-    BertModel(BertConfig()).save_pretrained(dest)  # BertConfig's defaults are bert-base's shape
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (Path(tokenizer) / name).exists():
-            shutil.copy(Path(tokenizer) / name, dest / name)
+partial = dest.with_name(dest.name + ".partial")  # complete or absent: a later call reuses it
+shutil.rmtree(partial, ignore_errors=True)
+torch.manual_seed(0)
+BertModel(BertConfig()).save_pretrained(partial)  # BertConfig's defaults are bert-base's shape
+for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    if (Path(tokenizer) / name).exists():
+        shutil.copy(Path(tokenizer) / name, partial / name)
+partial.rename(dest)
 print(json.dumps({"bert_base": str(dest), "files": sorted(p.name for p in dest.iterdir())}))
 """
 
@@ -315,6 +317,8 @@ def weights_step(check: Check) -> Callable[[float], dict[str, Any]]:
         kit_tokenizer = check.work / "kit" / "tokenizers" / "bert-base-uncased"
         tokenizer = str(kit_tokenizer) if kit_tokenizer.is_dir() else "-"
         check.env["SIQ_WEIGHTS_DIR"] = str(weights)
+        if (weights / "bert-base-uncased" / "config.json").is_file():  # an earlier call's, on this machine
+            return {"bert_base": str(weights / "bert-base-uncased"), "reused": True}
         out = check.sh([sys.executable, "-c", WEIGHTS, str(weights / "bert-base-uncased"), tokenizer], timeout)
         return json.loads(out.strip().splitlines()[-1])
     return run
