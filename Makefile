@@ -12,7 +12,7 @@ CLIPS ?= 20
 SECONDS ?= 60
 SCALE_ARGS ?=
 
-.PHONY: install extract verify info report test bench bench-scale bench-store lint clean weights inspect sample bundle
+.PHONY: install extract verify info report test bench bench-scale bench-store lint clean weights inspect sample bundle node-kit
 
 install: $(VENV)/.installed
 
@@ -72,6 +72,11 @@ BUNDLE_ARGS ?=
 BUNDLE_OUT := $(if $(filter command line environment,$(origin OUT)),$(OUT),build/bundle)
 bundle:
 	$(if $(wildcard $(PY)),$(PY),python3) -m pipeline.bundle --python $(PYTHON) --out $(BUNDLE_OUT) $(BUNDLE_ARGS)
+
+# what the GPU node check carries in its one device call (bench/node_check.py; docs/scale.md, "The node check"):
+# build/node with the kit for the device image's Python 3.12, two 60 s clips, tests/test_nvdec.py's videos
+node-kit: install
+	$(PY) -m bench.node_check --prepare build/node
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,7 @@
 """What a model actor's start costs, step by step, in a fresh process each (as Ray starts one): the process itself,
 each import in the order the actor meets it, each model's construction and weights load, and its first call.
 
-    python -m bench.actor_start [--actor frames|text|acoustic|all] [--rounds 2] [--threads 1]
+    python -m bench.actor_start [--actor frames|text|acoustic|all] [--rounds 2] [--threads 1] [--device cuda]
 
 Per step: wall and CPU seconds (the process's, all threads: on a shared machine the CPU seconds move less). Imports
 are counted once, where first met (torchvision's share includes the `torch._dynamo` its ops module imports; that
@@ -13,7 +13,9 @@ step is shown on its own). The actors are the GPU node's (pipeline/runner.py `ac
   vocabulary, as the H100 run's) through `bert_words`' own loading;
 - acoustic: the `covarep` extractor with the torch backend.
 The first call runs one small input (8 frames of 640x360; one 28-word transcript; 5 s of a synthetic vowel).
-The weights files are made once under --workdir.
+The weights files are made once under --workdir. `--device cuda` builds the models there, as a GPU node's actors
+do, with the CUDA context's creation a step of its own; `--tokenizer DIR` takes the WordPiece files from DIR where
+the MiniLM package is not installed (a GPU node's kit: docs/scale.md, "The node check").
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class _Steps:
         return out
 
 
-def _child(actor: str, workdir: str, threads: int, spawned_at: float) -> None:
+def _child(actor: str, workdir: str, threads: int, spawned_at: float, device: str = "cpu") -> None:
     """One actor's start in this (fresh) process; prints its steps as JSON."""
     import importlib
 
@@ -65,16 +67,18 @@ def _child(actor: str, workdir: str, threads: int, spawned_at: float) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    if device.startswith("cuda"):
+        steps("CUDA context (first tensor on the device)", lambda: torch.zeros(1, device=device).cpu())
     if actor == "frames":
-        _frames(steps, Path(workdir))
+        _frames(steps, Path(workdir), device)
     elif actor == "text":
-        _text(steps, Path(workdir))
+        _text(steps, Path(workdir), device)
     else:
-        _acoustic(steps)
+        _acoustic(steps, device)
     print(json.dumps(steps.rows))
 
 
-def _frames(steps: _Steps, workdir: Path) -> None:
+def _frames(steps: _Steps, workdir: Path, device: str) -> None:
     import numpy as np
     import torch
     from torchvision.models import densenet161
@@ -100,8 +104,8 @@ def _frames(steps: _Steps, workdir: Path) -> None:
 
     steps("densenet161: built on the meta device alone", meta)
     steps("densenet161: load_densenet (meta, weights assigned)", lambda: densenet.load_densenet(config))
-    dn = steps("densenet161: DenseNet161(...) in all", lambda: densenet.DenseNet161(config))
-    mt = steps("mtcnn: MTCNNFaces(...)", lambda: MTCNNFaces(FacesConfig(batch_size=8)))
+    dn = steps("densenet161: DenseNet161(...) in all", lambda: densenet.DenseNet161(config, device))
+    mt = steps("mtcnn: MTCNNFaces(...)", lambda: MTCNNFaces(FacesConfig(batch_size=8), device))
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 255, (8, 360, 640, 3), dtype=np.uint8)
     frames = Frames(pixels=pixels, intervals=np.stack([np.arange(8.0), np.arange(8.0) + 1], 1),
@@ -112,7 +116,7 @@ def _frames(steps: _Steps, workdir: Path) -> None:
     steps("mtcnn: second call", lambda: mt.extract(frames))
 
 
-def _text(steps: _Steps, workdir: Path) -> None:
+def _text(steps: _Steps, workdir: Path, device: str) -> None:
     from transformers import BertModel
 
     from extractors.base import Words
@@ -122,7 +126,7 @@ def _text(steps: _Steps, workdir: Path) -> None:
     from transformers import BertConfig
 
     steps("bert-base: BertModel(config) (random init, for comparison)", lambda: BertModel(BertConfig()))
-    ex = steps("bert-base: TranscriptExtractor(...) (from_pretrained)", lambda: TranscriptExtractor(config))
+    ex = steps("bert-base: TranscriptExtractor(...) (from_pretrained)", lambda: TranscriptExtractor(config, device))
     words = _words(Words)
     steps("bert-base: first call (28 words)", lambda: ex.extract(words))
     steps("bert-base: second call", lambda: ex.extract(words))
@@ -136,12 +140,12 @@ def _words(words_type: Any) -> Any:
     return words_type(words=tuple(text), intervals=np.stack([starts, starts + 0.35], 1))
 
 
-def _acoustic(steps: _Steps) -> None:
+def _acoustic(steps: _Steps, device: str) -> None:
     import numpy as np
 
     from extractors.base import Audio, parse_config
 
-    ex = steps("covarep (torch): extractor(...)", lambda: _covarep(parse_config))
+    ex = steps("covarep (torch): extractor(...)", lambda: _covarep(parse_config, device))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from synth_voice import FS_HZ, synth_vowel
 
@@ -151,15 +155,15 @@ def _acoustic(steps: _Steps) -> None:
     steps("covarep (torch): second call", lambda: ex.extract(audio))
 
 
-def _covarep(parse_config: Any) -> Any:
+def _covarep(parse_config: Any, device: str) -> Any:
     from extractors.base import get_extractor
 
-    return get_extractor("covarep")(parse_config({"extractor": "covarep", "backend": "torch"}), device="cpu")
+    return get_extractor("covarep")(parse_config({"extractor": "covarep", "backend": "torch"}), device=device)
 
 
-def make_weights(workdir: Path) -> None:
+def make_weights(workdir: Path, tokenizer: Path | None = None) -> None:
     """DenseNet161's weights file (its published name, random values of its shapes) and a BERT-base-shaped model
-    directory (random weights, the bundled model's tokenizer files): made once."""
+    directory (random weights, the tokenizer files of `tokenizer`, else of the bundled model): made once."""
     import shutil
 
     import torch
@@ -176,18 +180,19 @@ def make_weights(workdir: Path) -> None:
         from transformers import BertConfig, BertModel
 
         BertModel(BertConfig()).save_pretrained(bert)  # BertConfig's defaults are bert-base's shape
-        src = resolve_model_dir(BUNDLED_MINILM)
+        src = tokenizer or resolve_model_dir(BUNDLED_MINILM)
         for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
             if (src / name).exists():
                 shutil.copy(src / name, bert / name)
 
 
-def run(actor: str, workdir: Path, threads: int) -> list[tuple[str, float, float]]:
+def run(actor: str, workdir: Path, threads: int, device: str = "cpu") -> list[tuple[str, float, float]]:
     """One fresh process's steps for `actor`."""
     root = Path(__file__).resolve().parents[1]
     code = (f"from bench.actor_start import _child; _child({actor!r}, {str(workdir)!r}, {threads}, "
-            f"{{spawned}})")
-    env = {**os.environ, "PYTHONPATH": str(root), "SIQ_CALIBRATE": "0", "TRANSFORMERS_VERBOSITY": "error"}
+            f"{{spawned}}, {device!r})")
+    path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])  # a kit's packages too
+    env = {**os.environ, "PYTHONPATH": path, "SIQ_CALIBRATE": "0", "TRANSFORMERS_VERBOSITY": "error"}
     spawned = time.time()
     out = subprocess.run([sys.executable, "-c", code.format(spawned=repr(spawned))], cwd=root, env=env,
                          capture_output=True, text=True, check=False)
@@ -202,12 +207,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2, help="fresh processes per actor (the median is printed)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a GPU actor's host thread: 1)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "siq-actor-start")
+    ap.add_argument("--device", default="cpu", help="where the models are built and called: cpu, cuda")
+    ap.add_argument("--tokenizer", type=Path, help="the BERT WordPiece files (default: the bundled MiniLM's)")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    make_weights(args.workdir)
-    print(f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; median of {args.rounds} fresh processes")
+    make_weights(args.workdir, args.tokenizer)
+    print(f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f}; median of {args.rounds} fresh processes"
+          f" on {args.device}")
     for actor in ACTORS if args.actor == "all" else (args.actor,):
-        rounds = [run(actor, args.workdir, args.threads) for _ in range(args.rounds)]
+        rounds = [run(actor, args.workdir, args.threads, args.device) for _ in range(args.rounds)]
         print(f"\n{actor} actor{'':34s}  wall s   CPU s")
         for k, (name, *_rest) in enumerate(rounds[0]):
             wall = sorted(r[k][1] for r in rounds)[len(rounds) // 2]

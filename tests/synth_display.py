@@ -10,12 +10,17 @@ raw RGB to
 
 and a display matrix is set by remuxing with PyAV (`VideoStream.set_display_matrix`, ffmpeg's layout). At 15 fps
 k + 0.5 s lies exactly between two frames, so the rule's tie (the earlier frame) is exercised every second.
+
+A machine without ffmpeg (a GPU node: bench/node_check.py) takes the files from $SIQ_SYNTH_MEDIA, a folder they
+were written to where ffmpeg is: with it set, each file made is also copied there, each file found there is used.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,11 +113,33 @@ def upright(picture: np.ndarray) -> bool:
         and not red(picture[4:20, 4:20])
 
 
+MEDIA_CACHE = "SIQ_SYNTH_MEDIA"
+
+
+def cached_media(path: Path, key: str, make: Callable[[], None]) -> Path:
+    """`path`, made by `make()`, or copied from $SIQ_SYNTH_MEDIA/`key` where that file is (made ahead elsewhere);
+    with $SIQ_SYNTH_MEDIA set, a file made here is copied there under `key`. `key` names everything the file
+    depends on."""
+    cache = Path(os.environ[MEDIA_CACHE]) if os.environ.get(MEDIA_CACHE) else None
+    if cache and (cache / key).is_file():
+        shutil.copyfile(cache / key, path)
+        return path
+    make()
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, cache / key)
+    return path
+
+
 def make_case(case: Case, folder: Path, seconds: int = 3) -> Path:
     """Encode `case` (seconds * FPS pictures) into `folder`; returns the file."""
+    path = folder / case.name
+    return cached_media(path, f"{seconds}s-{case.name}", lambda: _encode_case(case, path, seconds))
+
+
+def _encode_case(case: Case, path: Path, seconds: int) -> None:
     stored = case.stored(display_frames(seconds * FPS))
     h, w = stored.shape[1:3]
-    path = folder / case.name
     encoded = path.with_name(f"enc-{path.name}") if case.matrix else path
     sar = ["-vf", f"setsar={case.sar[0]}/{case.sar[1]}"] if case.sar else []
     tag = ["-tag:v", "hvc1"] if case.codec == "hevc" and case.container in ("mp4", "mov") else []
@@ -123,7 +150,6 @@ def make_case(case: Case, folder: Path, seconds: int = 3) -> Path:
     if case.matrix:
         _remux_with_matrix(encoded, path, case.matrix)
         encoded.unlink()
-    return path
 
 
 def _remux_with_matrix(src: Path, dst: Path, matrix: list[int]) -> None:

@@ -16,6 +16,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -167,3 +169,70 @@ def test_a_lock_pin_the_target_python_has_not_is_dropped_and_named(tmp_path: Pat
     monkeypatch.setattr(bundle.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 1, "", "ResolutionImpossible: x"))
     with pytest.raises(SystemExit, match="ResolutionImpossible"):
         bundle.resolve(Path("python3.12"), ["librosa>=0.11"], pins, tmp_path)
+
+
+def test_what_the_node_has_stays_out_unless_it_would_not_do(tmp_path: Path) -> None:
+    """--present (issue 37): a freeze list or bare names; a present name is left out unless the node's version is
+    known and outside pyproject.toml's range, or it is setuptools (pyworld's pkg_resources: a node's is newer)."""
+    listing = tmp_path / "present.txt"
+    listing.write_text("# the node\nnumpy==2.5.2\nScipy==1.9.0\nsetuptools\nPyYAML\naiohttp==3.9\n\n")
+    present = bundle.read_present(listing)
+    assert present == {"numpy": "2.5.2", "scipy": "1.9.0", "setuptools": None, "pyyaml": None, "aiohttp": "3.9"}
+    out, kept = bundle.left_out_as_present(["numpy", "scipy", "setuptools", "pyyaml", "aiohttp", "ray"], present)
+    assert out == ["numpy", "pyyaml", "aiohttp"]  # aiohttp: no range of ours to check (ray's dependency)
+    assert [k.split(":")[0] for k in kept] == ["scipy", "setuptools"] and ">=1.14" in kept[0]
+    # the device image's list in the repository reads, and leaves out what a kit must not carry twice
+    image = bundle.read_present(REPO / "bench" / "node_image.txt")
+    assert image["torch"] == "2.11.0" and {"numpy", "scipy", "numba", "pillow", "h5py", "xarray"} <= set(image)
+    assert not {"ray", "av", "zarr", "numcodecs", "pydantic", "librosa", "pyworld", "torchcodec"} & set(image)
+
+
+def test_the_minilm_package_goes_only_where_a_preset_uses_it() -> None:
+    assert not bundle.presets_use_minilm(["socialiq"])  # BERT-base, made on the node (bench/node_check.py)
+    assert bundle.presets_use_minilm(["socialiq", "sample"])
+    assert all((bundle.minilm_model_dir() / f).is_file() for f in bundle.TOKENIZER_FILES)
+
+
+def test_a_kit_is_the_wheels_installed_for_pythonpath_in_one_xz(tmp_path: Path) -> None:
+    """_pack_kit: every wheel installed with --no-deps into site/ (no console scripts naming this machine's
+    Python), the wheels themselves gone, MANIFEST.json with the installed sizes, one .tar.xz."""
+    folder = tmp_path / "siqfeat-kit-py3.x"
+    (folder / "wheels").mkdir(parents=True)
+    wheel = folder / "wheels" / "tinypkg-1.0-py3-none-any.whl"
+    dist = "tinypkg-1.0.dist-info"
+    files = {"tinypkg/__init__.py": "X = 1\n", f"{dist}/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n"
+             "Requires-Dist: something-absent\n", f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\n"
+             "Root-Is-Purelib: true\nTag: py3-none-any\n", f"{dist}/entry_points.txt": "[console_scripts]\ntiny = tinypkg:X\n"}
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+        z.writestr(f"{dist}/RECORD", "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n")
+    (folder / "tokenizers").mkdir()
+    kit = bundle._pack_kit(Path(sys.executable), folder, tmp_path / "out" / "kit.tar.xz", {"python": "3.x"})
+    with tarfile.open(kit) as tar:
+        names = set(tar.getnames())
+        manifest = json.loads(tar.extractfile("MANIFEST.json").read())
+    assert "site/tinypkg/__init__.py" in names and "tokenizers" in names
+    assert not [n for n in names if n.startswith(("wheels", "site/bin"))]
+    assert manifest["python"] == "3.x" and manifest["installed_bytes"]["tinypkg"] == 6
+
+
+def test_the_kits_elf_files_are_stripped_but_auditwheels_grafted_ones_are_not(tmp_path: Path) -> None:
+    """strip_elf: debug sections and symbols go from the packages' own ELF files (numcodecs' blosc 14 → 1.3 MB);
+    auditwheel's grafted libraries (`*.libs/`: patchelf rewrote them) and files that are not ELF stay as they are."""
+    if not (shutil.which("cc") and shutil.which("strip")):
+        pytest.skip("no C compiler or strip here")
+    src = tmp_path / "x.c"
+    src.write_text("int twice(int x) { return 2 * x; }\n")
+    lib = tmp_path / "x.so"
+    subprocess.run(["cc", "-g", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    site = tmp_path / "site"
+    for dest in (site / "pkg" / "ext.so", site / "pkg.libs" / "libx-0123abcd.so.1", site / "pkg" / "data.bin"):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(lib if dest.suffix != ".bin" else src, dest)
+    sizes = {p: p.stat().st_size for p in site.rglob("*") if p.is_file()}
+    saved, stripped = bundle.strip_elf(site)
+    ext, grafted, data = site / "pkg" / "ext.so", site / "pkg.libs" / "libx-0123abcd.so.1", site / "pkg" / "data.bin"
+    assert saved == sizes[ext] - ext.stat().st_size > 0 and stripped == [ext]
+    assert b".debug_info" in lib.read_bytes() and b".debug_info" not in ext.read_bytes()
+    assert grafted.read_bytes() == lib.read_bytes() and data.read_bytes() == src.read_bytes()

@@ -26,39 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.scale_raw import expand_set as expand
+
 REPO = Path(__file__).resolve().parents[1]
 BUSY_MIN = 0.80
 STEADY_MIN_S = 10.0  # a shorter steady part says little about utilisation: more clips (SIQ_GPU_E2E_CLIPS)
-
-
-def expand(src: Path, dst: Path, n: int) -> list[str]:
-    """A Social-IQ 2.0 set of `n` clips in `dst`, clip i a hard link to the i-th (mod their number) clip of
-    `src` (a bench.scale_raw set) with its captions, audio, trim and questions under a name of its own."""
-    root, out = src / "siq2", dst / "siq2"
-    base = sorted(p.stem for p in (root / "video").glob("*.mp4"))
-    trims = json.loads((root / "trims.json").read_text())
-    qa = {split: [json.loads(line) for line in path.read_text().splitlines() if line]
-          for split in ("train", "val", "test") if (path := root / "qa" / f"qa_{split}.json").is_file()}
-    split_of = {q["vid_name"]: s for s, lines in qa.items() for q in lines}
-    for sub in ("video", "audio/wav", "transcript", "qa"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    vids, lines, new_trims = [], {s: [] for s in qa}, {}
-    for i in range(n):
-        b, v = base[i % len(base)], f"gpu{i:04d}"
-        for sub, ext in (("video", "mp4"), ("audio/wav", "wav"), ("transcript", "vtt")):
-            os.link(root / sub / f"{b}.{ext}", out / sub / f"{v}.{ext}")
-        new_trims[v] = trims[b]
-        vids.append(v)
-        split = split_of.get(b, "train")
-        lines[split] += [json.dumps({**q, "vid_name": v, "qid": q["qid"].replace(b, v)}) for q in qa[split]
-                         if q["vid_name"] == b]
-    for split, got in lines.items():
-        (out / "qa" / f"qa_{split}.json").write_text("".join(line + "\n" for line in got))
-    (out / "trims.json").write_text(json.dumps(new_trims))
-    subsets = {s: [v for v, b in zip(vids, (base[i % len(base)] for i in range(n)), strict=True)
-                   if split_of.get(b, "train") == s] for s in qa}
-    (out / "current_split.json").write_text(json.dumps({"subsets": {"youtubeclips": subsets}}))
-    return vids
 
 
 @pytest.mark.gpu

@@ -154,11 +154,11 @@ def test_nvdec_takes_the_cpu_paths_frames_within_rounding(case: Case, media: Pat
 
 
 def _encode_scaled(src: Path, dst: Path, case: Case) -> Path:
-    from tests.synth_display import CODECS
+    from tests.synth_display import CODECS, cached_media
 
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(src), "-vf", "scale=iw*2:ih*2:flags=neighbor",
-                    *CODECS[case.codec], str(dst)], check=True)
-    return dst
+    return cached_media(dst, f"3s-big-{case.name}", lambda: subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-y", "-i", str(src), "-vf", "scale=iw*2:ih*2:flags=neighbor",
+         *CODECS[case.codec], str(dst)], check=True))
 
 
 def test_frames_the_decoder_gives_for_other_times_are_refused(media: Path, monkeypatch: pytest.MonkeyPatch) -> None:
