@@ -268,7 +268,6 @@ def fold(data: bytes | bytearray, where: Path, visit: Callable[[Record], None]) 
     return pos, False
 
 
-def read_part_meta(part: Path) -> tuple[bytes, dict[str, Any]]:
-    """A part's zarr.json bytes and its own record (`PART_ATTR`: feature, seq, items, files, spans)."""
-    raw = (part / META).read_bytes()
-    return raw, json.loads(raw)["attributes"][PART_ATTR]
+def read_part_meta(part: Path) -> dict[str, Any]:
+    """A part's own record (`PART_ATTR` in its zarr.json: feature, seq, items, files, spans)."""
+    return json.loads((part / META).read_bytes())["attributes"][PART_ATTR]

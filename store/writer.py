@@ -296,9 +296,10 @@ class StoreWriter:
             n_rows = len(arrays[layout.FEATURES])
             for arr_name, data in arrays.items():
                 parts.write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
+            own = parts.data_files(staging)  # hashed once: kept in the part's attributes and in its line
             group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
-                                                "files": parts.data_files(staging)}})
-            files, shapes = parts.record_files(staging)
+                                                "files": own}})
+            files, shapes = parts.record_files(staging, own)
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             target = layout.part_dir(self.path, feature, name)
             target.parent.mkdir(exist_ok=True)
