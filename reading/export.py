@@ -1,13 +1,7 @@
-"""Exports: CMU Multimodal SDK computational sequences (.csd), the SDK's Social-IQ QA layout, xarray views.
-
-A .csd file is HDF5: `/<root name>/data/<item>/features` (N, ...) and `/intervals` (N, 2) float64, and
-`/<root name>/metadata/<key>`, each a (1,) variable-length string holding the JSON of the value (what the
-SDK's `write_CSD` writes and `metadata_to_dict` reads back). The SDK prompts on stdin for every key of its
-`featuresetMetadataTemplate` that is missing, so every one is filled, including "dimension
-namescomputational sequence version": a missing comma in the SDK's metadataconfigs.py joins those two
-names into one key, and released SDK versions check for that joined key (forks that fixed the comma check
-the two separate keys, which are written as well).
-"""
+"""Exports: CMU Multimodal SDK computational sequences (.csd), the SDK's Social-IQ QA layout, xarray views
+(docs/reading.md, "Exports"). Every key of the SDK's metadata template is filled, or the SDK prompts on stdin;
+that includes the key a missing comma in its metadataconfigs.py makes of two ("dimension namescomputational
+sequence version"), which released SDK versions check (the two separate keys are written as well)."""
 
 from __future__ import annotations
 
@@ -34,7 +28,6 @@ SDK_TEMPLATE_KEYS = (
     "dataset bib citation",
 )
 SDK_JOINED_KEY = "dimension namescomputational sequence version"  # see the module doc
-CSD_METADATA_KEYS = (*SDK_TEMPLATE_KEYS, SDK_JOINED_KEY, "uuid", "md5")
 
 SOCIAL_IQ_BIB = (
     "@inproceedings{zadeh2019social, title={Social-IQ: A Question Answering Benchmark for Artificial Social "
@@ -235,12 +228,9 @@ def export_csd(
     store: Path | str | Store, feature: str, out: Path | str, root_name: str | None = None,
     items: list[str] | None = None, include_filtered: bool = True, **metadata: Any,
 ) -> Path:
-    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect).
-
-    Every complete item by default, the ones a policy filtered (faces) included: the SDK's `unify()` keeps only
-    the items every loaded sequence holds, so leaving them out of one file would drop them from all. Their ids
-    are listed under the metadata key "siqfeat filtered"; pass include_filtered=False to every export (or
-    `items`) to apply the filter. root_name: default_root_name()."""
+    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect). Filtered items
+    are included and listed under "siqfeat filtered": the SDK's `unify()` keeps only the items every loaded
+    sequence holds, so leaving them out of one file would drop them from all. root_name: default_root_name()."""
     s = store if isinstance(store, Store) else open_store(store)
     every, filtered = s.items(feature, include_filtered=True), s.filtered(feature)
     if items is None:

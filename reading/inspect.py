@@ -2,13 +2,9 @@
 
     python -m reading.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
 
-What a data engineer looks at to trust the alignment: every panel is drawn at the intervals the store
-records, so a frame, a face box, a voiced stretch and a word that belong together line up vertically.
-The frames are not in the store: they are re-decoded from the item's video (the manifest's path) by the
-`thumbnails` function the caller passes, which the store does not own: `pipeline/inspect.py` passes the
-pipeline's own frame decoder (`python -m pipeline.inspect`, `make inspect`), so each picture is the very frame
-the pipeline chose. Without a decoder or without the video that panel says so and the others are still drawn.
-"""
+Every panel is drawn at the intervals the store records, so what belongs together lines up vertically. The
+frames are re-decoded from the item's video by the `thumbnails` function the caller passes (the store owns no
+decoder: pipeline/inspect.py passes the pipeline's own, so each picture is the very frame it chose)."""
 
 from __future__ import annotations
 

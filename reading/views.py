@@ -1,13 +1,7 @@
-"""Materialised aligned views: modalities aligned once to a reference, stored packed, read by epochs
-(docs/design.md, "Reads"; docs/reading.md).
-
-`materialize` aligns every item that has all of `features` (and the reference) with `reading.align` into a
-store of its own, `<store>/_views/aligned-<hash of features, reference, how, LAYOUT>.zarr`: per modality a
-feature whose rows are the reference steps, values filled with 0.0 where undefined plus `valid` (M, D) and
-`mask` (M,), so that a read is a slice of a part in memory. It is incremental: each item's view entry
-carries a hash of the source fingerprints and `LAYOUT`, so only new, recomputed or older-layout items are
-aligned again. Parts stay under `PART_BYTES` so that a reader loads them whole.
-"""
+"""Materialised aligned views (docs/reading.md, "Materialised views"): modalities aligned once to a reference into
+a store of their own, `<store>/_views/aligned-<hash>.zarr`, values filled with 0.0 plus `valid` and `mask`, so
+a read is a slice of a part in memory. Incremental: each view item's fingerprint hashes its sources' and
+`LAYOUT`, so only new, recomputed or older-layout items are aligned again."""
 
 from __future__ import annotations
 

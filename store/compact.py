@@ -1,14 +1,6 @@
-"""`python -m pipeline compact --out STORE` and the end of every run: rewrite parts (docs/design.md,
-"Supersession and compaction").
-
-The current rows of the parts chosen (`to_rewrite`) are copied as stored (bit-identical) into fresh, full
-parts through the writer's one commit path (a `Rewrite`: a new index generation); the old parts go once no
-reader leases a log naming them (store/repair.py `release_retired`). A part that fails its full check is
-never copied: it stays, with its current items, for verify to report. The command rewrites every part of a
-feature where that changes something; the end of a run only the parts not worth keeping: a quarter of their
-rows superseded or none current, and the small ones (under half of `PART_ITEMS` and of `PART_BYTES`) when
-two or more can be merged.
-"""
+"""`python -m pipeline compact --out STORE` and the end of every run: the current rows of the parts chosen
+(`to_rewrite`) copied as stored into full parts through the writer's one commit path (a `Rewrite`); a part
+that fails its full check is never copied (docs/design.md, "Supersession and compaction")."""
 
 from __future__ import annotations
 
@@ -59,9 +51,11 @@ def _part_bytes(record: index.PartRecord) -> int:
 
 
 def to_rewrite(state: index.Index, force: bool, damaged: set[str] = frozenset()) -> set[str]:
-    """The parts a compaction rewrites (see the module docstring); none when rewriting would change nothing.
-    `force` (`python -m pipeline compact`): every part, where some row is superseded, some part holds no
-    current item, or the parts that are not `damaged` (kept as they are) are more than the rows need."""
+    """The parts a compaction rewrites; none when rewriting would change nothing. At the end of a run, the parts
+    not worth keeping: a quarter of their rows superseded or none current, and the small ones (under half of
+    `PART_ITEMS` and of `PART_BYTES`) when two or more can be merged. `force` (`python -m pipeline compact`):
+    every part, where some row is superseded, some part holds no current item, or the parts that are not
+    `damaged` (kept as they are) are more than the rows need."""
     usage = state.usage()
     wasteful = {p for p, r in state.parts.items()
                 if usage[p][0] == 0 or (_rows_in(r) and (_rows_in(r) - usage[p][1]) / _rows_in(r) >= GARBAGE_SHARE)}

@@ -1,11 +1,5 @@
 """The store's on-disk format, in one place (docs/design.md, "Store layout"): every name in its tree, the
-schema check at open, and the index log's records with their encoding. Only `store/` code imports this.
-
-An index line is `<first 16 hex digits of the SHA-256 of the JSON> <JSON>\\n`; the JSON is a `Header` or a
-`PartLine`, whose item rows are `[item, row0, n_rows, fingerprint, spec_hash, filtered, duration_s,
-attrs_json]` (`item_row`): the four middle fields are also inside the attributes, kept as columns so that
-planning and listing a million items never parse an item's attributes.
-"""
+schema check at open, and the index log's records with their encoding. Only `store/` code imports this."""
 
 from __future__ import annotations
 

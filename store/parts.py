@@ -1,8 +1,5 @@
-"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N
-(docs/design.md, "Store layout"): one shard file per array (inner chunks ~1 MiB, zstd with its content
-checksum), dimension names "row" first, so plain zarr and xarray read a part; the group's attribute
-`siqfeat_part` holds its own index record (seq, items, data files' sizes and SHA-256) for rebuilding the index.
-"""
+"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N, that
+plain zarr and xarray read (docs/design.md, "Store layout"); `siqfeat_part` holds a part's own index record."""
 
 from __future__ import annotations
 

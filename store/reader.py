@@ -1,13 +1,6 @@
-"""Snapshot reads (docs/design.md, "Snapshots" and "Reads").
-
-A `Store` pins each feature's index log (its open file and length, leased with a shared flock so that a
-compaction keeps the parts it names until the handle closes) and reads only that prefix, into columns
-(store/index.py): later commits are not seen, and an item never mixes two versions. Where flock is refused
-there is no lease, and a read of a part compacted away raises `SnapshotGone`, never zeros. One read path:
-`read`, `arrays`, `item_attrs` and `rows` find positions in the columns, check each part once per handle, and
-take rows from one part cache (whole part arrays; a slab per (feature, array) where it fits; larger arrays
-read per item through zarr).
-"""
+"""Snapshot reads (docs/design.md, "Snapshots" and "Reads"): a `Store` pins each feature's index log, leased so
+that a compaction keeps the parts it names, and reads only that prefix, so an item never mixes two versions.
+One read path: positions in the index's columns, each part checked once per handle, rows from one part cache."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The store's only writer: every change a typed operation through one commit path (docs/design.md, "Commit").
-
-`Append` (a run's batches, migrate) writes new parts and appends their lines to the index; `Rewrite`
-(compaction, store/compact.py) writes the current rows of some parts as new parts, published as a new index
-generation without the old ones. A part is written whole under `.staging/`, fsynced and renamed into
-`<feature>/parts/`; one fsynced append of its line (store/index.py) makes it visible. A kill leaves at most
-a staging folder (swept by the next writer) or a complete part no line names (adopted: store/repair.py); a
-failed commit (disk full) removes what it wrote. One writer per store: an exclusive flock on `<store>/.lock`.
-"""
+"""The store's only writer: every change a typed operation (`Append`, `Rewrite`) through one commit path, parts
+renamed into place whole and then published by one fsynced index append or a new generation, so a kill
+leaves nothing a reader takes for data (docs/design.md, "Commit"). One writer per store: a flock on `.lock`."""
 
 from __future__ import annotations
 
