@@ -121,6 +121,12 @@ class Index:
         self.parts[part] = PartRecord(part, seq, rec.files, rec.arrays)
         self.last_seq = max(self.last_seq, seq)
 
+    def publish(self, path: Path, records: list[PartLine]) -> None:
+        """Append records to the log after this index's good prefix (a torn tail cut off first), then fold them in."""
+        self.length, self.torn = append(path, records, self.length), False
+        for rec in records:
+            self.add(rec)
+
     def _spec(self, spec: str) -> int:
         found = self._spec_id.get(spec)
         if found is None:

@@ -38,7 +38,6 @@ class ItemCheck:
     item: str
     path: Path  # the part folder holding the item's rows
     problem: str | None  # None: the item is as committed (as far as this check looks)
-    attrs: dict[str, Any] | None = None  # the item's attributes (from the index)
 
     @property
     def ok(self) -> bool:

@@ -169,7 +169,7 @@ def _from_entries(store_path: Path, feature: str, state: Index, problems: dict[s
 def _report(store_path: Path, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
             damaged: list[ItemCheck]) -> None:
     """The current items of damaged parts go to `damaged` (sorted by item), their parts logged."""
-    damaged.extend(ItemCheck(feature, item, layout.part_dir(store_path, feature, part), problems[part], None)
+    damaged.extend(ItemCheck(feature, item, layout.part_dir(store_path, feature, part), problems[part])
                    for item, part in hit)
     for part in sorted({part for _, part in hit}):
         log.warning("%s: damaged part, recomputing its items (%s)", layout.part_dir(store_path, feature, part),

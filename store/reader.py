@@ -302,7 +302,7 @@ class Store:
             problem = problems.get(part)
             if problem is None and full and (bad := attrs_of(cols.attrs_json(k))[1]) is not None:
                 problem = f"index line {self._line_of(feature, part)}: its attributes do not parse ({bad})"
-            out.append(ItemCheck(feature, cols.ids[k], folders[cols.part[k]], problem, None))
+            out.append(ItemCheck(feature, cols.ids[k], folders[cols.part[k]], problem))
         return out
 
     def _current(self, feature: str, include_stale: bool) -> np.ndarray:

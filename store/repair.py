@@ -175,10 +175,7 @@ def adopt(store: Path, feature: str, state: index.Index, names: list[str]) -> tu
     if found and found[0].seq <= state.last_seq:
         _, state = rebuild(store, feature, f"{len(found)} part(s) no index line names, older than its last line")
     elif found:
-        length = index.append(layout.index_path(store, feature), found, state.length)
-        for rec in found:
-            state.add(rec)
-        state.length, state.torn = length, False
+        state.publish(layout.index_path(store, feature), found)
     if found:
         log.warning("%s", adopted.line().strip())
     return state, adopted

@@ -262,10 +262,7 @@ class StoreWriter:
         """Make the written parts visible; True when a log was retired (a rewrite)."""
         path = layout.index_path(self.path, feature)
         if isinstance(op, Append):
-            length = index.append(path, lines, state.length)
-            for line in lines:
-                state.add(line)
-            state.length, state.torn = length, False
+            state.publish(path, lines)
             return False
         kept = _current_lines(state, set(state.parts) - op.old)
         records: list[layout.Record] = [layout.new_header(), *kept, *lines]
