@@ -314,15 +314,6 @@ def parse(data: bytes | bytearray, where: Path) -> Index:
     return state.done()
 
 
-def load(path: Path) -> Index:
-    """The current index of a log file; an empty one when there is none."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Index().done()
-    return parse(data, path)
-
-
 def pinned_bytes(fd: int, length: int) -> bytearray:
     """The first `length` bytes of an open log, read into one buffer (no second copy of a large index)."""
     buf = bytearray(length)
