@@ -164,12 +164,9 @@ def _draws(qids: Sequence[str], seed: int, n_draws: int) -> list[list[int]]:
 
 def a4_choices(qids: Sequence[str], corrects: Sequence[Sequence[bool]], seed: int,
                n_answers: int = 4) -> list[tuple[tuple[int, ...], int] | None]:
-    """`a4_choice` of many questions at once (one vectorised hash for all of them; the same results).
-
-    Per question, from its draws u: the correct answer is right[u0 mod len(right)], the incorrect ones are
-    the n_answers - 1 with the smallest u(2 + answer index) (a uniform subset in a uniform order), and the
-    correct one is put at position u1 mod n_answers (uniform). Draw k depends only on (seed, qid, k), so a
-    question's choice does not depend on the other questions, their order or their answer counts."""
+    """`a4_choice` of many questions at once (one vectorised hash for all of them; the same results). From a
+    question's draws u: the correct answer right[u0 mod len(right)] at position u1 mod n_answers, among the
+    n_answers - 1 incorrect ones with the smallest u(2 + answer index) (docs/design.md, "Dataset plans")."""
     draws = _draws(qids, seed, 2 + max((len(c) for c in corrects), default=0))
     out: list[tuple[tuple[int, ...], int] | None] = []
     for correct, u in zip(corrects, draws, strict=True):

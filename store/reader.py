@@ -102,12 +102,9 @@ class ItemFeature:
 
 
 def _lease(path: Path) -> int | None:
-    """The index log at `path`, opened and leased: a shared flock on the file, held until the handle closes,
-    so that a compaction that renames a new log over it keeps the parts this log names (store/compact.py).
-    The lock is taken on the file opened, then the path is checked to still name that file: a compaction
-    that renamed a new one in between may already have found the old one unleased, so the new one is
-    opened instead. Where flock is refused (a filesystem without it) the log is read without a lease, and a
-    read of a part a compaction removed raises SnapshotGone."""
+    """The index log at `path`, opened and leased (a shared flock until the handle closes: docs/design.md,
+    "Snapshots"). The path is checked to still name the file locked: a compaction that renamed a new log in
+    between may already have found the old one unleased. Where flock is refused: the log, without a lease."""
     for attempt in range(50):
         try:
             fd = os.open(path, os.O_RDONLY)
