@@ -1,25 +1,6 @@
-"""Alignment on read: collapse the rows of a feature onto reference intervals (docs/reading.md).
-
-Times closer than OVERLAP_TOL_S (10 us, the CMU SDK's epsilon) are the same instant: interval ends computed in
-floating point carry rounding noise of ~1e-15 s, which must not decide whether two intervals overlap. An
-interval no longer than the tolerance is a point at its start. Overlap rule, for a row [s, e) and a reference
-interval [rs, re), with tol = OVERLAP_TOL_S:
-- both longer than tol: they overlap when s < re - tol and e > rs + tol (their intersection is longer than tol;
-  touching, within tol, is not overlapping);
-- a point row t overlaps a reference when rs - tol <= t < re - tol;
-- a point reference u collects the rows with s <= u + tol and e > u + tol;
-- a point row t and a point reference u overlap when |t - u| <= tol.
-
-Each reference interval gets one output row: the rows that overlap it collapsed by `how`. A reference
-interval that no row overlaps is False in the returned mask and NaN in the output, never zero.
-
-The pairs (reference, row) that overlap are found with sorted-interval arithmetic: rows are grouped by
-length class (powers of two), each group sorted by start, and for each reference interval the candidate
-rows of a group are one `searchsorted` range [rs - longest row of the group, re]. Rows may be unsorted and
-may overlap each other (words do). When a feature's rows are sorted by start and by end (fixed-rate rows),
-the overlapping rows of each reference are exactly one range found by two `searchsorted` calls, and sums
-are sparse-matrix products over blocks of rows converted to float64 in cache-sized pieces:
-O((N + M) log N + pairs x D).
+"""Alignment on read: collapse the rows of a feature onto reference intervals. The overlap rule (times
+closer than OVERLAP_TOL_S are one instant, so float noise never decides an overlap; an interval no longer than
+it is a point) and how pairs are found and summed are in docs/reading.md, "Alignment".
 """
 
 from __future__ import annotations
@@ -88,7 +69,7 @@ class RowIndex:
         tol = OVERLAP_TOL_S
         for g in self.groups:
             if g.exact:
-                # Rows longer than tol, starts and ends sorted. Overlap (see the module doc) is s < re - tol and
+                # Rows longer than tol, starts and ends sorted. Overlap (docs/reading.md) is s < re - tol and
                 # e > rs + tol for a reference longer than tol, s <= u + tol and e > u + tol for a point u.
                 point = ref[:, 1] - ref[:, 0] <= tol
                 hi = np.where(point, np.searchsorted(g.starts, ref[:, 0] + tol, "right"),
@@ -139,18 +120,18 @@ class RowIndex:
         per_ref = sum((hi - lo for lo, hi in ranges), np.zeros(len(ref), np.int64))
         ends = np.cumsum(per_ref)
         start = 0
-        while start < len(ref) or (start == 0 and len(ref) == 0):
+        while True:  # one (empty) block when there is no reference
             base = ends[start - 1] if start else 0
             # the largest stop whose pairs fit the budget, at least one reference further
             stop = max(start + 1, int(np.searchsorted(ends, base + _PAIR_BUDGET, "right")))
             yield slice(start, min(stop, len(ref)))
-            if len(ref) == 0:
+            if stop >= len(ref):
                 return
             start = stop
 
 
 def overlaps(ref: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Element-wise overlap test of reference intervals `ref` (K, 2) and rows (K, 2), by the module's rule."""
+    """Element-wise overlap test of reference intervals `ref` (K, 2) and rows (K, 2), by the rule of docs/reading.md."""
     tol = OVERLAP_TOL_S
     rs, re_, s, e = ref[:, 0], ref[:, 1], rows[:, 0], rows[:, 1]
     ref_ext, row_ext = re_ - rs > tol, e - s > tol
@@ -161,26 +142,13 @@ def overlaps(ref: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.where(ref_ext, np.where(row_ext, both, point_row), np.where(row_ext, point_ref, points))
 
 
-def overlap_pairs(ref_intervals: np.ndarray, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(reference index, row index) of every overlapping pair, by reference then row start."""
-    return RowIndex(intervals).pairs(check_intervals(ref_intervals, "reference intervals"))
-
-
 def collapse(
     ref_intervals: np.ndarray, intervals: np.ndarray, values: np.ndarray, how: How = "mean",
     index: RowIndex | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Collapse rows `values` (N, D) with `intervals` (N, 2) onto `ref_intervals` (M, 2).
-
-    Returns `out` (M, D) and `mask` (M,): mask[j] is True when at least one row overlaps reference j.
-    Non-finite values (NaN, +-inf: undefined parameters) are ignored per column by every `how`:
-    - "mean": the plain mean of the overlapping rows (the CMU SDK's `align` with an average collapse);
-    - "weighted": the mean weighted by each row's overlap duration with the reference; in a column whose
-      finite values have zero total overlap (a point reference, or only point rows) their plain mean;
-    - "max": the column-wise maximum;
-    - "first": the overlapping row that starts first (ties: the lower row index), non-finite -> NaN.
-    `out` is NaN where mask is False and where a column has no finite value to collapse. Sums are float64.
-    """
+    """Collapse rows `values` (N, D) with `intervals` (N, 2) onto `ref_intervals` (M, 2): `out` (M, D) and
+    `mask` (M,), True where some row overlaps. Non-finite values are ignored per column; `out` is NaN where
+    nothing is collapsed, never zero (each `how`: docs/reading.md, "How rows are collapsed")."""
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     ref = check_intervals(ref_intervals, "reference intervals")
@@ -215,13 +183,9 @@ def _segment_sums(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per segment k (pairs bounds[k]:bounds[k+1] of `c`, none empty): the float64 sum of w * values[c] over
     finite values (S, D), and the sum of w over those finite values: (S, D), or (S, 1) when all are finite.
-    w None: every weight 1.
-
-    The rows are converted to float64 a cache-sized piece of pairs at a time (neighbouring rows as one slice,
-    scattered ones gathered); each piece is summed as a sparse (segments x rows) matrix times the piece, in pair
-    order, so a segment inside one piece gets exactly the sequential sum. Pieces end at segment bounds unless
-    one segment alone is larger than a piece.
-    """
+    w None: every weight 1. Summed a cache-sized piece at a time as a sparse (segments x rows) matrix times the
+    piece, in pair order, so a segment inside one piece gets exactly the sequential sum; pieces end at segment
+    bounds unless one segment alone is larger than a piece."""
     n_seg, dim = len(bounds) - 1, values.shape[1]
     num = np.zeros((n_seg, dim))
     den_vec, den_full = np.zeros(n_seg), None  # den_full: per column, once some value is not finite

@@ -1,13 +1,6 @@
-"""PyTorch datasets for the Social-IQ tasks and Socratis, read lazily from the store (docs/reading.md).
-
-`SocialIQA2` (binary: one sample per (question, answer)), `SocialIQA4` (four-way: one correct and three
-incorrect answers, chosen and ordered by `a4_choices`, a pure function of (seed, qid)) and `SocialIQA3`
-(three-way, SocialIQA's own). Video modalities are aligned to a common reference with `reading.align`; a
-step no row overlaps (`mask` False) or a value that is not finite (`valid` False) reads `fill_value`, never
-by surprise. The store is opened once per process (a DataLoader worker opens its own); construction reads
-the index and the QA row plan from whole parts; samples, one or a batch, read their text rows through
-`Store.rows`.
-"""
+"""PyTorch datasets for the Social-IQ tasks (A2, A4, A3) and Socratis, read lazily from the store (docs/reading.md,
+"Datasets for the Social-IQ tasks"). Video modalities are aligned with `reading.align`; an undefined step or
+value reads `fill_value`, flagged by `mask` and `valid`, never by surprise."""
 
 from __future__ import annotations
 
@@ -171,12 +164,9 @@ def _draws(qids: Sequence[str], seed: int, n_draws: int) -> list[list[int]]:
 
 def a4_choices(qids: Sequence[str], corrects: Sequence[Sequence[bool]], seed: int,
                n_answers: int = 4) -> list[tuple[tuple[int, ...], int] | None]:
-    """`a4_choice` of many questions at once (one vectorised hash for all of them; the same results).
-
-    Per question, from its draws u: the correct answer is right[u0 mod len(right)], the incorrect ones are
-    the n_answers - 1 with the smallest u(2 + answer index) (a uniform subset in a uniform order), and the
-    correct one is put at position u1 mod n_answers (uniform). Draw k depends only on (seed, qid, k), so a
-    question's choice does not depend on the other questions, their order or their answer counts."""
+    """`a4_choice` of many questions at once (one vectorised hash for all of them; the same results). From a
+    question's draws u: the correct answer right[u0 mod len(right)] at position u1 mod n_answers, among the
+    n_answers - 1 incorrect ones with the smallest u(2 + answer index) (docs/design.md, "Dataset plans")."""
     draws = _draws(qids, seed, 2 + max((len(c) for c in corrects), default=0))
     out: list[tuple[tuple[int, ...], int] | None] = []
     for correct, u in zip(corrects, draws, strict=True):
@@ -495,15 +485,9 @@ def _pad(seqs: list[torch.Tensor], value: float | bool) -> torch.Tensor:
 
 
 def collate_qa(batch: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack a batch; reference steps padded to the longest item with mask/valid False in the padding.
-
-    Out: qid, item (lists); label (B,); question (B, Tq, D) + question_mask; answer (B, Ta, D) + answer_mask
-    (A2) or answers (B, n, Ta, D) + answers_mask (A4: n = 4, A3: n = 3); context (B, Tc, D) + context_mask
-    when the items have one (SocialIQA); lengths (B,) reference steps; ref_intervals (B, T, 2);
-    modalities[name] = {x (B, T, D) float32, mask (B, T) bool, valid (B, T, D) bool}.
-    Every other key is kept too: tensors stacked, anything else as a list. A key that only some samples
-    have is an error (never dropped in silence).
-    """
+    """Stack a batch (its keys: docs/reading.md, "Batches"); reference steps padded to the longest item with
+    mask/valid False in the padding. Every other key is kept too: tensors stacked, anything else as a list; a
+    key that only some samples have is an error (never dropped in silence)."""
     keys = list(dict.fromkeys(k for b in batch for k in b))
     for key in keys:
         lacking = [b.get("qid", "?") for b in batch if key not in b]
@@ -534,13 +518,9 @@ class ReactionSample:
 
 
 class SocratisReactions(Dataset):
-    """Socratis: one sample per reaction, (image, caption, emotion, reason).
-
-    Out: item; image[name] = {x (D,) float32, valid (D,) bool} for each still-image feature (its one row; a
-    value that is NaN, e.g. faces' columns when no face was found, has valid False and reads `fill_value`);
-    caption (T, D) + caption_mask (T,) as tokens, or (1, D) pooled; reaction the same for "<emotion>: <reason>";
-    emotion, reason (str) and worker (int). Items missing any of the features are left out (`dropped`).
-    """
+    """Socratis: one sample per reaction (docs/datasets.md): item; image[name] = {x (D,), valid (D,)} per
+    still-image feature (a NaN value, e.g. faces' with no face, reads `fill_value`, valid False); caption and
+    reaction (T, D) + masks, or (1, D) pooled; emotion, reason, worker. Items missing a feature are `dropped`."""
 
     def __init__(self, store: str | Path, image_features: Sequence[str] = ("frames", "faces"),
                  caption_feature: str = "caption", reactions_feature: str = "reactions", text: Text = "tokens",

@@ -1,13 +1,7 @@
-"""Exports: CMU Multimodal SDK computational sequences (.csd), the SDK's Social-IQ QA layout, xarray views.
-
-A .csd file is HDF5: `/<root name>/data/<item>/features` (N, ...) and `/intervals` (N, 2) float64, and
-`/<root name>/metadata/<key>`, each a (1,) variable-length string holding the JSON of the value (what the
-SDK's `write_CSD` writes and `metadata_to_dict` reads back). The SDK prompts on stdin for every key of its
-`featuresetMetadataTemplate` that is missing, so every one is filled, including "dimension
-namescomputational sequence version": a missing comma in the SDK's metadataconfigs.py joins those two
-names into one key, and released SDK versions check for that joined key (forks that fixed the comma check
-the two separate keys, which are written as well).
-"""
+"""Exports: CMU Multimodal SDK computational sequences (.csd), the SDK's Social-IQ QA layout, xarray views
+(docs/reading.md, "Exports"). Every key of the SDK's metadata template is filled, or the SDK prompts on stdin;
+that includes the key a missing comma in its metadataconfigs.py makes of two ("dimension namescomputational
+sequence version"), which released SDK versions check (the two separate keys are written as well)."""
 
 from __future__ import annotations
 
@@ -34,7 +28,6 @@ SDK_TEMPLATE_KEYS = (
     "dataset bib citation",
 )
 SDK_JOINED_KEY = "dimension namescomputational sequence version"  # see the module doc
-CSD_METADATA_KEYS = (*SDK_TEMPLATE_KEYS, SDK_JOINED_KEY, "uuid", "md5")
 
 SOCIAL_IQ_BIB = (
     "@inproceedings{zadeh2019social, title={Social-IQ: A Question Answering Benchmark for Artificial Social "
@@ -235,12 +228,9 @@ def export_csd(
     store: Path | str | Store, feature: str, out: Path | str, root_name: str | None = None,
     items: list[str] | None = None, include_filtered: bool = True, **metadata: Any,
 ) -> Path:
-    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect).
-
-    Every complete item by default, the ones a policy filtered (faces) included: the SDK's `unify()` keeps only
-    the items every loaded sequence holds, so leaving them out of one file would drop them from all. Their ids
-    are listed under the metadata key "siqfeat filtered"; pass include_filtered=False to every export (or
-    `items`) to apply the filter. root_name: default_root_name()."""
+    """One store feature as a .csd file; features as float32 (what the SDK's baselines expect). Filtered items
+    are included and listed under "siqfeat filtered": the SDK's `unify()` keeps only the items every loaded
+    sequence holds, so leaving them out of one file would drop them from all. root_name: default_root_name()."""
     s = store if isinstance(store, Store) else open_store(store)
     every, filtered = s.items(feature, include_filtered=True), s.filtered(feature)
     if items is None:
@@ -258,11 +248,9 @@ def export_sdk_folder(
     store: Path | str | Store, out_dir: Path | str, features: list[str] | None = None, qa_feature: str = "qa",
     qa_dir: Path | str | None = None, include_filtered: bool = True, items: list[str] | None = None,
 ) -> dict[str, Path]:
-    """Every feature but the QA one as `<root name>.csd` in `out_dir`: the folder `mmdatasdk.mmdataset(out_dir)`
-    reads (each sequence keyed by its root name) and aligns. The QA feature, when the store has it, goes to
-    `qa_dir` (default `out_dir/qa`) in the binary-choice layout: the SDK's `align` cannot collapse its
-    multi-dimensional rows (its `__collapse` reshapes only 1-D results), so, as in the Social-IQ baselines, it is
-    read on its own. `items`: only these (each feature exports those of them it holds). Returns root name -> path."""
+    """Every feature but the QA one as `<root name>.csd` in `out_dir`, the folder `mmdatasdk.mmdataset` reads; the
+    QA feature in the binary-choice layout in `qa_dir` (default `out_dir/qa`), since the SDK's `align` cannot
+    collapse its rows (docs/reading.md). `items`: only these (each feature those it holds). Root name -> path."""
     s = store if isinstance(store, Store) else open_store(store)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -318,10 +306,8 @@ def export_qa_binary_csd(
     store: Path | str | Store, out: Path | str, feature: str = "qa", root_name: str | None = None,
     n_questions: int = 6, n_pairs: int = 12, items: list[str] | None = None, **metadata: Any,
 ) -> Path:
-    """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout: per item one row,
-    features (1, n_questions, n_pairs, 3, T, D) float32 and intervals (1, 2) = [0, the video's duration], the
-    longest `duration_s` the item's other features record, else their latest row end (`align.item_duration_s`;
-    0 for a text-only item)."""
+    """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout (docs/reading.md): per item
+    one row, features (1, n_questions, n_pairs, 3, T, D) and intervals [0, `align.item_duration_s`]."""
     s = store if isinstance(store, Store) else open_store(store)
     entries, fills, skipped = {}, {}, {}
     media = {f: set(s.items(f, include_filtered=True)) for f in s.features() if f != feature}
@@ -367,10 +353,8 @@ def to_xarray(store: Path | str | Store, feature: str, item: str, extras: bool =
 
 
 def feature_to_xarray(store: Path | str | Store, feature: str, items: list[str] | None = None):  # -> xarray.Dataset
-    """A whole feature as one xarray Dataset, its items' rows one after another along `row`: `features`
-    (row, column), `item`, `start_s` and `end_s` per row, and the row-aligned extras whose shape after the row
-    is the same for every item (faces boxes, words, ...). `items`: these (default every complete item, filtered
-    ones included, as the .csd export). The per-item attributes are in `item_attrs` (JSON per item, `item_id`)."""
+    """A whole feature as one xarray Dataset, its items' rows one after another along `row` (its variables:
+    docs/reading.md, "xarray"). `items`: these (default every complete item, filtered ones included)."""
     import xarray as xr
 
     s = store if isinstance(store, Store) else open_store(store)

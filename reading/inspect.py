@@ -2,13 +2,9 @@
 
     python -m reading.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
 
-What a data engineer looks at to trust the alignment: every panel is drawn at the intervals the store
-records, so a frame, a face box, a voiced stretch and a word that belong together line up vertically.
-The frames are not in the store: they are re-decoded from the item's video (the manifest's path) by the
-`thumbnails` function the caller passes, which the store does not own: `pipeline/inspect.py` passes the
-pipeline's own frame decoder (`python -m pipeline.inspect`, `make inspect`), so each picture is the very frame
-the pipeline chose. Without a decoder or without the video that panel says so and the others are still drawn.
-"""
+Every panel is drawn at the intervals the store records, so what belongs together lines up vertically. The
+frames are re-decoded from the item's video by the `thumbnails` function the caller passes (the store owns no
+decoder: pipeline/inspect.py passes the pipeline's own, so each picture is the very frame it chose)."""
 
 from __future__ import annotations
 
@@ -28,11 +24,10 @@ THUMB_HEIGHT_PX = 96
 HEATMAP_MAX_COLUMNS = 256
 
 
-def _find(store: Store, item: str, names: tuple[str, ...]) -> ItemFeature | None:
-    """The first of `names` that the store holds for the item (filtered items too: this is for looking)."""
-    for f in names:
-        if f in store.features() and item in store.items(f, include_filtered=True):
-            return store.read(f, item)
+def _find(store: Store, item: str, feature: str) -> ItemFeature | None:
+    """The item's rows of `feature` where the store holds them (filtered items too: this is for looking)."""
+    if feature in store.features() and item in store.items(feature, include_filtered=True):
+        return store.read(feature, item)
     return None
 
 
@@ -147,8 +142,7 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str, thumb
     import matplotlib.pyplot as plt
 
     s = open_store(store_path)
-    frames, faces = _find(s, item_id, ("frames",)), _find(s, item_id, ("faces",))
-    acoustic, transcript = _find(s, item_id, ("acoustic",)), _find(s, item_id, ("transcript",))
+    frames, faces, acoustic, transcript = (_find(s, item_id, f) for f in ("frames", "faces", "acoustic", "transcript"))
     present = [r for r in (frames, faces, acoustic, transcript) if r is not None]
     if not present:
         raise KeyError(f"{store_path}: no frames, faces, acoustic or transcript rows for item {item_id!r}")

@@ -1,13 +1,7 @@
-"""Materialised aligned views: modalities aligned once to a reference, stored packed, read by epochs
-(docs/design.md, "Reads"; docs/reading.md).
-
-`materialize` aligns every item that has all of `features` (and the reference) with `reading.align` into a
-store of its own, `<store>/_views/aligned-<hash of features, reference, how, LAYOUT>.zarr`: per modality a
-feature whose rows are the reference steps, values filled with 0.0 where undefined plus `valid` (M, D) and
-`mask` (M,), so that a read is a slice of a part in memory. It is incremental: each item's view entry
-carries a hash of the source fingerprints and `LAYOUT`, so only new, recomputed or older-layout items are
-aligned again. Parts stay under `PART_BYTES` so that a reader loads them whole.
-"""
+"""Materialised aligned views (docs/reading.md, "Materialised views"): modalities aligned once to a reference into
+a store of their own, `<store>/_views/aligned-<hash>.zarr`, values filled with 0.0 plus `valid` and `mask`, so
+a read is a slice of a part in memory. Incremental: each view item's fingerprint hashes its sources' and
+`LAYOUT`, so only new, recomputed or older-layout items are aligned again."""
 
 from __future__ import annotations
 
@@ -29,30 +23,21 @@ PART_BYTES = 48 << 20  # a view's part arrays stay under the reader's whole-arra
 LAYOUT = 2  # 2: values filled with 0.0 + `valid`; 1 (before): NaN where undefined, validity computed per read
 
 
-def view_spec(features: Sequence[str], to: Reference, how: How | Mapping[str, How], specs: dict[str, Any]) -> str:
-    if not isinstance(to, str | int | float) or isinstance(to, bool):
-        raise ValueError(f"a view needs a reference feature name or a rate in Hz, got {type(to).__name__}")
-    hows = {f: how[f] if isinstance(how, Mapping) else how for f in features}
-    return layout.sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs, "layout": LAYOUT})[:16]
-
-
-def view_path(store: Path | str, features: Sequence[str], to: Reference, how: How | Mapping[str, How] = "mean") -> Path:
-    s = Store(store)
-    specs = {f: s.feature_attrs(f).get("spec_hash") for f in [*features, *([to] if isinstance(to, str) else [])]}
-    return layout.views_dir(Path(store)) / f"aligned-{view_spec(features, to, how, specs)}.zarr"
-
-
 def materialize(store: Path | str, features: Sequence[str], to: Reference = "transcript",
                 how: How | Mapping[str, How] = "mean", items: Sequence[str] | None = None) -> Path:
     """Align `features` of every usable item (or of `items`) to `to` once, into a view store; returns its
     path. Already materialised items with unchanged sources are kept."""
     s = Store(store)
+    if not isinstance(to, str | int | float) or isinstance(to, bool):
+        raise ValueError(f"a view needs a reference feature name or a rate in Hz, got {type(to).__name__}")
     needed = [*features, *([to] if isinstance(to, str) else [])]
-    out = view_path(store, features, to, how)
+    hows = {f: how[f] if isinstance(how, Mapping) else how for f in features}
+    specs = {f: s.feature_attrs(f).get("spec_hash") for f in needed}
+    spec = layout.sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs, "layout": LAYOUT})[:16]
+    out = layout.views_dir(Path(store)) / f"aligned-{spec}.zarr"
     usable = set.intersection(*(set(s.items(f, include_filtered=True)) for f in dict.fromkeys(needed)))
     wanted = sorted(usable if items is None else usable & set(items))
     fps = {i: layout.sha256_of([LAYOUT, *(s.index(f).entries[i].fingerprint for f in needed)])[:32] for i in wanted}
-    spec = out.stem.split("-", 1)[1]
     with StoreWriter(out, f"view-{spec}") as w:
         for f in features:
             w.set_feature(f, {"source": f, "to": to, "how": how if isinstance(how, str) else dict(how),

@@ -1,18 +1,11 @@
-"""`python -m pipeline compact --out STORE` and the end of every run: rewrite parts (docs/design.md,
-"Supersession and compaction").
-
-The current rows of the parts chosen (`to_rewrite`) are copied as stored (bit-identical) into fresh, full
-parts through the writer's one commit path (a `Rewrite`: a new index generation); the old parts go once no
-reader leases a log naming them (store/repair.py `release_retired`). A part that fails its full check is
-never copied: it stays, with its current items, for verify to report. The command rewrites every part of a
-feature where that changes something; the end of a run only the parts not worth keeping: a quarter of their
-rows superseded or none current, and the small ones (under half of `PART_ITEMS` and of `PART_BYTES`) when
-two or more can be merged.
-"""
+"""`python -m pipeline compact --out STORE` and the end of every run: the current rows of the parts chosen
+(`to_rewrite`) copied as stored into full parts through the writer's one commit path (a `Rewrite`); a part
+that fails its full check is never copied (docs/design.md, "Supersession and compaction")."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,27 +43,25 @@ def _rows_in(record: index.PartRecord) -> int:
     return int(shape[0])
 
 
-def _bytes(state: index.Index) -> int:
-    return sum(int(size) for rec in state.parts.values() for size, _ in rec.files.values())
-
-
-def _part_bytes(record: index.PartRecord) -> int:
-    return sum(int(size) for size, _ in record.files.values())
+def _bytes(records: Iterable[index.PartRecord]) -> int:
+    return sum(int(size) for rec in records for size, _ in rec.files.values())
 
 
 def to_rewrite(state: index.Index, force: bool, damaged: set[str] = frozenset()) -> set[str]:
-    """The parts a compaction rewrites (see the module docstring); none when rewriting would change nothing.
-    `force` (`python -m pipeline compact`): every part, where some row is superseded, some part holds no
-    current item, or the parts that are not `damaged` (kept as they are) are more than the rows need."""
+    """The parts a compaction rewrites; none when rewriting would change nothing. At the end of a run, the parts
+    not worth keeping: a quarter of their rows superseded or none current, and the small ones (under half of
+    `PART_ITEMS` and of `PART_BYTES`) when two or more can be merged. `force` (`python -m pipeline compact`):
+    every part, where some row is superseded, some part holds no current item, or the parts that are not
+    `damaged` (kept as they are) are more than the rows need."""
     usage = state.usage()
     wasteful = {p for p, r in state.parts.items()
                 if usage[p][0] == 0 or (_rows_in(r) and (_rows_in(r) - usage[p][1]) / _rows_in(r) >= GARBAGE_SHARE)}
     if force:
         items = sum(n for n, _ in usage.values())
-        ideal = max(1, -(-items // PART_ITEMS), -(-_bytes(state) // PART_BYTES))
+        ideal = max(1, -(-items // PART_ITEMS), -(-_bytes(state.parts.values()) // PART_BYTES))
         superseded = any(_rows_in(r) > usage[p][1] for p, r in state.parts.items())
         return set(state.parts) if superseded or wasteful or len(state.parts) - len(damaged) > ideal else set()
-    small = {p for p, r in state.parts.items() if usage[p][0] < PART_ITEMS // 2 and _part_bytes(r) < PART_BYTES // 2}
+    small = {p for p, r in state.parts.items() if usage[p][0] < PART_ITEMS // 2 and _bytes([r]) < PART_BYTES // 2}
     if not wasteful and len(small) < 2:  # one small part alone: nothing to merge it with
         return set()
     return wasteful | small
@@ -146,11 +137,11 @@ def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Co
     chosen = to_rewrite(state, force, set(part_problems(store, feature, state.parts)) if force else set())
     if not chosen:
         return None
-    before, rows_before = _bytes(state), sum(_rows_in(r) for r in state.parts.values())
+    before, rows_before = _bytes(state.parts.values()), sum(_rows_in(r) for r in state.parts.values())
     old = frozenset(chosen - _damaged(store, feature, state, chosen))
     new = writer.commit_op(feature, Rewrite(old, _batches(store, feature, state, old)))
     dropped = rows_before - sum(_rows_in(r) for r in new.parts.values())
-    result = Compacted(feature, len(state.parts), len(new.parts), dropped, before, _bytes(new))
+    result = Compacted(feature, len(state.parts), len(new.parts), dropped, before, _bytes(new.parts.values()))
     log.debug("%s", result.line().strip())  # the caller prints the lines (CLI) or puts them in the run summary
     return result
 

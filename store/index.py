@@ -1,15 +1,6 @@
 """A feature's index (docs/design.md, "Store layout" and "Reads"): the log `<feature>/index.log` folded into
-columns, the one form a writer and a reader hold, and the log's writes: appends after the good prefix (a torn
-tail cut off first), and whole new generations renamed over it (compaction, rebuilds). A line is appended only
-after its part is renamed into place, complete; a reader's snapshot is a prefix of the log.
-
-One `Entry` object per item (its strings, ints and dict slot) cost ~900 B resident each, 0.9 GB for a million
-items, and every read chased several of them spread over the heap. Here the index is a handful of arrays: per
-item its part number, first row, row count, spec, filtered flag and duration; its fingerprint and attributes
-as bytes, decoded when asked for; and the item names with a dict from name to position (Python's own hash
-index: at a million items 1.1 µs a lookup, against 2.3 µs for a hand-written numpy table and 4.4 µs for
-pandas' `Index.get_loc`). `entries` still answers as the item -> `Entry` mapping, each made on access.
-"""
+columns, the one form a writer and a reader hold, and the log's writes (appends after the good prefix, whole
+new generations renamed over it). Columns, not an `Entry` object per item: those cost ~900 B resident each."""
 
 from __future__ import annotations
 
@@ -129,6 +120,12 @@ class Index:
         # no names per part: they would keep every decoded name alive (the columns answer `live_parts`)
         self.parts[part] = PartRecord(part, seq, rec.files, rec.arrays)
         self.last_seq = max(self.last_seq, seq)
+
+    def publish(self, path: Path, records: list[PartLine]) -> None:
+        """Append records to the log after this index's good prefix (a torn tail cut off first), then fold them in."""
+        self.length, self.torn = append(path, records, self.length), False
+        for rec in records:
+            self.add(rec)
 
     def _spec(self, spec: str) -> int:
         found = self._spec_id.get(spec)
@@ -315,15 +312,6 @@ def parse(data: bytes | bytearray, where: Path) -> Index:
     with gc_paused():  # a million items' strings, none in a cycle
         state.length, state.torn = fold(data, where, state.add)
     return state.done()
-
-
-def load(path: Path) -> Index:
-    """The current index of a log file; an empty one when there is none."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Index().done()
-    return parse(data, path)
 
 
 def pinned_bytes(fd: int, length: int) -> bytearray:

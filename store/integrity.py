@@ -1,10 +1,5 @@
-"""What a part looked like when it was committed, and whether it still does (docs/design.md, "Integrity").
-
-The index records every file of a part (size, SHA-256) and each array's shape and dtype. The quick check
-(every plan, `items()`, `read()`; once per part per open store) stats each file and parses each array's
-metadata; the full check (`verify`, `extract --verify`, a part a read noted damaged) also hashes every file.
-Damage is found per part and reported for exactly the items whose current rows are in it.
-"""
+"""What a part looked like when it was committed, and whether it still does (docs/design.md, "Integrity"): the
+quick check stats each recorded file and parses each array's metadata, the full one also hashes every file."""
 
 from __future__ import annotations
 
@@ -43,7 +38,6 @@ class ItemCheck:
     item: str
     path: Path  # the part folder holding the item's rows
     problem: str | None  # None: the item is as committed (as far as this check looks)
-    attrs: dict[str, Any] | None = None  # the item's attributes (from the index)
 
     @property
     def ok(self) -> bool:

@@ -1,11 +1,5 @@
 """The store's on-disk format, in one place (docs/design.md, "Store layout"): every name in its tree, the
-schema check at open, and the index log's records with their encoding. Only `store/` code imports this.
-
-An index line is `<first 16 hex digits of the SHA-256 of the JSON> <JSON>\\n`; the JSON is a `Header` or a
-`PartLine`, whose item rows are `[item, row0, n_rows, fingerprint, spec_hash, filtered, duration_s,
-attrs_json]` (`item_row`): the four middle fields are also inside the attributes, kept as columns so that
-planning and listing a million items never parse an item's attributes.
-"""
+schema check at open, and the index log's records with their encoding. Only `store/` code imports this."""
 
 from __future__ import annotations
 
@@ -268,7 +262,6 @@ def fold(data: bytes | bytearray, where: Path, visit: Callable[[Record], None]) 
     return pos, False
 
 
-def read_part_meta(part: Path) -> tuple[bytes, dict[str, Any]]:
-    """A part's zarr.json bytes and its own record (`PART_ATTR`: feature, seq, items, files, spans)."""
-    raw = (part / META).read_bytes()
-    return raw, json.loads(raw)["attributes"][PART_ATTR]
+def read_part_meta(part: Path) -> dict[str, Any]:
+    """A part's own record (`PART_ATTR` in its zarr.json: feature, seq, items, files, spans)."""
+    return json.loads((part / META).read_bytes())["attributes"][PART_ATTR]

@@ -56,10 +56,6 @@ class _MigrationWriter(StoreWriter):
             raise ValueError(f"{self.path}: schema {attrs.get('schema')!r} is not a version-1 store")
 
 
-def _root_meta(path: Path) -> dict:
-    return json.loads((path / layout.META).read_bytes())
-
-
 def _v1_items(feature_dir: Path) -> list[Path]:
     return sorted(p for p in feature_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
                   and p.name not in layout.RESERVED)
@@ -78,7 +74,7 @@ def _read_v1(item_dir: Path) -> tuple[FeatureRows, dict]:
 
 def migrate_store(path: Path | str) -> Migration:
     path = Path(path)
-    meta = _root_meta(path)
+    meta = json.loads((path / layout.META).read_bytes())
     schema = meta.get("attributes", {}).get("schema")
     if schema == layout.SCHEMA:
         _remove_v1_folders(path)  # what a migration killed after its rename left

@@ -1,8 +1,5 @@
-"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N
-(docs/design.md, "Store layout"): one shard file per array (inner chunks ~1 MiB, zstd with its content
-checksum), dimension names "row" first, so plain zarr and xarray read a part; the group's attribute
-`siqfeat_part` holds its own index record (seq, items, data files' sizes and SHA-256) for rebuilding the index.
-"""
+"""Parts: immutable Zarr v3 groups holding the rows of many items of one feature, concatenated along N, that
+plain zarr and xarray read (docs/design.md, "Store layout"); `siqfeat_part` holds a part's own index record."""
 
 from __future__ import annotations
 
@@ -107,25 +104,6 @@ def files_of(part_dir: Path) -> list[str]:
     return sorted(out)
 
 
-def record_files(part_dir: Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
-    """Every file of the part with its size and SHA-256, and each array's shape and dtype."""
-    files = {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)] for rel in files_of(part_dir)}
-    return files, _arrays(part_dir, files)
-
-
-def _arrays(part_dir: Path, files: Any) -> dict[str, dict[str, Any]]:
-    """Each array's shape and dtype, from the zarr.json of each array among `files`."""
-    import json
-
-    arrays = {}
-    for rel in files:
-        name, _, last = rel.rpartition("/")
-        if last == META and name and "/" not in name:
-            meta = json.loads((part_dir / rel).read_bytes())
-            arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
-    return arrays
-
-
 def data_files(part_dir: Path) -> dict[str, list[Any]]:
     """Size and SHA-256 of every file of the part but its own zarr.json: what the part's attributes keep, so
     that an index rebuilt from the parts still knows what the data files held when they were committed."""
@@ -133,18 +111,29 @@ def data_files(part_dir: Path) -> dict[str, list[Any]]:
             for rel in files_of(part_dir) if rel != META}
 
 
+def record_files(part_dir: Path, own: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """The part's files (the data files' `own` sizes and hashes, as recorded at commit, and its zarr.json's
+    hashed now) and each array's shape and dtype, from the arrays' zarr.json."""
+    import json
+
+    raw = (part_dir / META).read_bytes()
+    arrays = {}
+    for rel in own:
+        name, _, last = rel.rpartition("/")
+        if last == META and name and "/" not in name:
+            meta = json.loads((part_dir / rel).read_bytes())
+            arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
+    return {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}, arrays
+
+
 def record_from_part(part_dir: Path) -> layout.PartLine:
     """An index record made from a part's own metadata (rebuilding a lost index, adopting a part no index
     line names): its data files keep the sizes and hashes recorded at commit (so damage since then is still
-    found, and they are not read here), its zarr.json is hashed now."""
-    raw, meta = layout.read_part_meta(part_dir)
+    found, and they are not read here)."""
+    meta = layout.read_part_meta(part_dir)
     own = meta.get("files")
-    if not isinstance(own, dict):  # written before parts kept their files: hashed as they are now
-        files, arrays = record_files(part_dir)
-    else:
-        files = dict(sorted({**{rel: list(v) for rel, v in own.items()},
-                             META: [len(raw), hashlib.sha256(raw).hexdigest()]}.items()))  # as record_files orders
-        arrays = _arrays(part_dir, own)
+    # written before parts kept their files: hashed as they are now
+    files, arrays = record_files(part_dir, own if isinstance(own, dict) else data_files(part_dir))
     return layout.PartLine(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans") or {})
 
 

@@ -42,11 +42,9 @@ class Plan:
 def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False,
               indexes: Callable[[str], Index] | None = None) -> Plan:
     """From the features' indexes: `indexes` (feature -> its index) where the caller holds them already (a
-    run's writer, which read each log once), else a snapshot of the store. A damaged item (its part has a missing or truncated file or unreadable
-    metadata; with `verify` also changed bytes) counts as missing, so it is recomputed; each is logged with
-    its part folder and listed in `Plan.damaged`. Integrity is checked per part, not per item, and of the
-    index only each item's part and whether its fingerprint is the wanted one are kept (`_Current`): a re-run
-    over a million up-to-date items decides in microseconds each and holds a fraction of the index."""
+    run's writer, which read each log once), else a snapshot of the store, of which only each item's part and
+    whether its fingerprint is the wanted one are kept (`_Current`). A damaged item (its part checked once;
+    with `verify` in full) counts as missing, so it is recomputed; each is listed in `Plan.damaged`."""
     if force or not (store_path / layout.META).exists():
         return Plan(todo=list(wanted), skipped=[])
     with gc_paused():  # see _decide
@@ -169,7 +167,7 @@ def _from_entries(store_path: Path, feature: str, state: Index, problems: dict[s
 def _report(store_path: Path, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
             damaged: list[ItemCheck]) -> None:
     """The current items of damaged parts go to `damaged` (sorted by item), their parts logged."""
-    damaged.extend(ItemCheck(feature, item, layout.part_dir(store_path, feature, part), problems[part], None)
+    damaged.extend(ItemCheck(feature, item, layout.part_dir(store_path, feature, part), problems[part])
                    for item, part in hit)
     for part in sorted({part for _, part in hit}):
         log.warning("%s: damaged part, recomputing its items (%s)", layout.part_dir(store_path, feature, part),

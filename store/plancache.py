@@ -1,11 +1,7 @@
-"""Dataset plans kept beside the store, so that building a dataset again costs a file read.
-
-A plan (the samples of a task over a split, and what was dropped) depends only on the task's options, the
-manifest, the index snapshots of the features it reads and which of their parts are damaged. It is saved
-as JSON under `<store>/_views/plans/<key>.json`, where the key hashes all of those (each feature's index
-generation and length, its parts that fail the quick check, the manifest files' size and mtime): any
-commit, compaction, damage or new manifest gives a new key, so a stale plan is never used. A store that cannot be written (read-only) just builds the plan each time.
-"""
+"""Dataset plans kept beside the store (`<store>/_views/plans/<key>.json`), so that building a dataset again
+costs a file read. The key hashes the task's options, each feature's index generation, length and damaged
+parts, and the manifests' size and mtime: any change gives a new key, so a stale plan is never used. A store
+that cannot be written (read-only) just builds the plan each time."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Snapshot reads (docs/design.md, "Snapshots" and "Reads").
-
-A `Store` pins each feature's index log (its open file and length, leased with a shared flock so that a
-compaction keeps the parts it names until the handle closes) and reads only that prefix, into columns
-(store/index.py): later commits are not seen, and an item never mixes two versions. Where flock is refused
-there is no lease, and a read of a part compacted away raises `SnapshotGone`, never zeros. One read path:
-`read`, `arrays`, `item_attrs` and `rows` find positions in the columns, check each part once per handle, and
-take rows from one part cache (whole part arrays; a slab per (feature, array) where it fits; larger arrays
-read per item through zarr).
-"""
+"""Snapshot reads (docs/design.md, "Snapshots" and "Reads"): a `Store` pins each feature's index log, leased so
+that a compaction keeps the parts it names, and reads only that prefix, so an item never mixes two versions.
+One read path: positions in the index's columns, each part checked once per handle, rows from one part cache."""
 
 from __future__ import annotations
 
@@ -109,12 +102,9 @@ class ItemFeature:
 
 
 def _lease(path: Path) -> int | None:
-    """The index log at `path`, opened and leased: a shared flock on the file, held until the handle closes,
-    so that a compaction that renames a new log over it keeps the parts this log names (store/compact.py).
-    The lock is taken on the file opened, then the path is checked to still name that file: a compaction
-    that renamed a new one in between may already have found the old one unleased, so the new one is
-    opened instead. Where flock is refused (a filesystem without it) the log is read without a lease, and a
-    read of a part a compaction removed raises SnapshotGone."""
+    """The index log at `path`, opened and leased (a shared flock until the handle closes: docs/design.md,
+    "Snapshots"). The path is checked to still name the file locked: a compaction that renamed a new log in
+    between may already have found the old one unleased. Where flock is refused: the log, without a lease."""
     for attempt in range(50):
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -309,7 +299,7 @@ class Store:
             problem = problems.get(part)
             if problem is None and full and (bad := attrs_of(cols.attrs_json(k))[1]) is not None:
                 problem = f"index line {self._line_of(feature, part)}: its attributes do not parse ({bad})"
-            out.append(ItemCheck(feature, cols.ids[k], folders[cols.part[k]], problem, None))
+            out.append(ItemCheck(feature, cols.ids[k], folders[cols.part[k]], problem))
         return out
 
     def _current(self, feature: str, include_stale: bool) -> np.ndarray:

@@ -1,11 +1,6 @@
-"""The index's bad states and their repair, under the store's write lock (docs/design.md, "Commit").
-
-A torn last line is cut off by the next append. A part folder no line names (a killed commit's, or one whose
-line was lost) is adopted from its own metadata: appended, or the log rebuilt from every part when it is
-older than the log's last part. A damaged or missing log is rebuilt from the parts' own records (later parts
-supersede earlier ones); their data files keep the sizes and hashes of commit, so damage since is still
-found. Parts are removed only by compaction, once no reader leases a log naming them (`release_retired`).
-"""
+"""The index's bad states and their repair, under the store's write lock (docs/design.md, "Commit"): a damaged
+or missing log rebuilt from the parts' own records, parts no line names adopted, parts of retired logs no
+reader leases any more removed (`release_retired`)."""
 
 from __future__ import annotations
 
@@ -180,10 +175,7 @@ def adopt(store: Path, feature: str, state: index.Index, names: list[str]) -> tu
     if found and found[0].seq <= state.last_seq:
         _, state = rebuild(store, feature, f"{len(found)} part(s) no index line names, older than its last line")
     elif found:
-        length = index.append(layout.index_path(store, feature), found, state.length)
-        for rec in found:
-            state.add(rec)
-        state.length, state.torn = length, False
+        state.publish(layout.index_path(store, feature), found)
     if found:
         log.warning("%s", adopted.line().strip())
     return state, adopted

@@ -1,11 +1,6 @@
-"""`python -m pipeline verify` / `make verify`: every part of a store checked against what the writer
-recorded when it committed it (store/integrity.py, full check: content hashes included), every feature's
-index checked (a damaged or deleted one is rebuilt from the parts, under the write lock), and every metadata
-file of the store: its own `zarr.json`, each feature's `zarr.json` and the manifests.
-
-The store is walked on disk: a feature folder whose `zarr.json` is missing or damaged is still a feature,
-reported as damaged metadata, and its items are checked through its index like any other; a damaged root
-does not stop the items from being checked either."""
+"""`python -m pipeline verify` / `make verify`: every part checked in full, every index (a damaged or deleted one
+rebuilt from the parts), and every metadata file of the store. The store is walked on disk, so a feature or
+root with damaged metadata is reported and its items are still checked through the index."""
 
 from __future__ import annotations
 

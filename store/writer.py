@@ -1,12 +1,6 @@
-"""The store's only writer: every change a typed operation through one commit path (docs/design.md, "Commit").
-
-`Append` (a run's batches, migrate) writes new parts and appends their lines to the index; `Rewrite`
-(compaction, store/compact.py) writes the current rows of some parts as new parts, published as a new index
-generation without the old ones. A part is written whole under `.staging/`, fsynced and renamed into
-`<feature>/parts/`; one fsynced append of its line (store/index.py) makes it visible. A kill leaves at most
-a staging folder (swept by the next writer) or a complete part no line names (adopted: store/repair.py); a
-failed commit (disk full) removes what it wrote. One writer per store: an exclusive flock on `<store>/.lock`.
-"""
+"""The store's only writer: every change a typed operation (`Append`, `Rewrite`) through one commit path, parts
+renamed into place whole and then published by one fsynced index append or a new generation, so a kill
+leaves nothing a reader takes for data (docs/design.md, "Commit"). One writer per store: a flock on `.lock`."""
 
 from __future__ import annotations
 
@@ -268,10 +262,7 @@ class StoreWriter:
         """Make the written parts visible; True when a log was retired (a rewrite)."""
         path = layout.index_path(self.path, feature)
         if isinstance(op, Append):
-            length = index.append(path, lines, state.length)
-            for line in lines:
-                state.add(line)
-            state.length, state.torn = length, False
+            state.publish(path, lines)
             return False
         kept = _current_lines(state, set(state.parts) - op.old)
         records: list[layout.Record] = [layout.new_header(), *kept, *lines]
@@ -296,9 +287,10 @@ class StoreWriter:
             n_rows = len(arrays[layout.FEATURES])
             for arr_name, data in arrays.items():
                 parts.write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
+            own = parts.data_files(staging)  # hashed once: kept in the part's attributes and in its line
             group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
-                                                "files": parts.data_files(staging)}})
-            record = parts.record_from_part(staging)  # the data files hashed once, for the part's own metadata
+                                                "files": own}})
+            files, shapes = parts.record_files(staging, own)
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             target = layout.part_dir(self.path, feature, name)
             target.parent.mkdir(exist_ok=True)
@@ -307,7 +299,7 @@ class StoreWriter:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return record
+        return layout.PartLine(name, seq, rows, files, shapes, spans)
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         folder = layout.manifest_dir(self.path)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reading.align import HOWS, OVERLAP_TOL_S, align, collapse, overlap_pairs
+from reading.align import HOWS, OVERLAP_TOL_S, RowIndex, align, collapse
 from rows import FeatureRows, fixed_rate_intervals
 from store.writer import StoreWriter
 
@@ -129,12 +129,12 @@ def test_mean_matches_the_cmu_sdk_align_on_positive_length_intervals(seed: int) 
         np.testing.assert_allclose(out[j], v, **TOL)
 
 
-def test_overlap_pairs_match_brute_force_on_a_long_row_among_short_ones() -> None:
+def test_row_index_pairs_match_brute_force_on_a_long_row_among_short_ones() -> None:
     # One row spanning everything beside many short ones: the length classes keep the candidates right.
     rng = np.random.default_rng(3)
     rows = np.concatenate([[[0.0, 100.0]], random_intervals(rng, 200, False)])
     ref = fixed_rate_intervals(12.0, 1.0)
-    r, c = overlap_pairs(ref, rows)
+    r, c = RowIndex(rows).pairs(ref)
     want = {(j, i) for j in range(len(ref)) for i in range(len(rows)) if brute_overlaps(*ref[j], *rows[i])}
     assert set(zip(r.tolist(), c.tolist(), strict=True)) == want
     assert len(r) == len(want)
@@ -163,9 +163,10 @@ def test_overlaps_shorter_than_the_tolerance_do_not_count() -> None:
     ref = np.array([[1.0, 2.0]])
     rows = np.array([[0.5, 1.0 + 0.9 * OVERLAP_TOL_S], [2.0 - 0.9 * OVERLAP_TOL_S, 3.0], [1.5, 1.5 + OVERLAP_TOL_S / 2],
                      [0.5, 1.0 + 2 * OVERLAP_TOL_S]])
-    r, c = overlap_pairs(ref, rows)
+    r, c = RowIndex(rows).pairs(ref)
     assert c.tolist() == [3, 2]  # by start: the long row reaching 2 tol in, then the short row (a point at 1.5)
-    assert overlap_pairs(np.array([[2.0 - OVERLAP_TOL_S / 2] * 2]), rows)[1].tolist() == [1]  # the point 2.0 - tol/2 is 2.0
+    point = np.array([[2.0 - OVERLAP_TOL_S / 2] * 2])  # the point 2.0 - tol/2 is 2.0
+    assert RowIndex(rows).pairs(point)[1].tolist() == [1]
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -78,13 +78,18 @@ def _cut_at_line(log: Path) -> None:
     log.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 1])
 
 
+
+def _index(store: Path) -> index.Index:
+    path = store / "feat" / layout.INDEX
+    return index.parse(path.read_bytes(), path)
+
 @pytest.mark.parametrize("damage", [_flip_last_line, _cut_mid_line, _cut_at_line])
 def test_a_damaged_or_cut_last_index_line_loses_no_committed_part(store: Path, damage, caplog) -> None:
     log = store / "feat" / layout.INDEX
     damage(log)
     if damage is _flip_last_line:  # a complete line that fails its checksum: readers rebuild from the parts
         with pytest.raises(index.IndexDamaged, match="line 4 fails its checksum"):
-            index.load(log)
+            index.parse(log.read_bytes(), log)
         all_read(store)
     parts_before = n_parts(store)
     report = verify_store(store)  # repairs the index under the write lock and says so
@@ -116,7 +121,7 @@ def test_verify_reports_parts_that_no_index_line_names(store: Path) -> None:
     _cut_at_line(store / "feat" / layout.INDEX)
     text = verify_store(store).summary()
     assert "UNINDEXED feat" in text and "adopted into the index" in text
-    assert not repair.unindexed(store, "feat", index.load(store / "feat" / layout.INDEX))
+    assert not repair.unindexed(store, "feat", _index(store))
     assert "UNINDEXED" not in verify_store(store).summary()
     all_read(store)
 
@@ -317,7 +322,7 @@ def test_a_killed_compaction_loses_nothing_and_its_leftovers_go(store: Path, whe
         w.set_feature("feat", ATTRS)
     all_read(store)
     names = {p.name for p in (store / "feat" / "parts").iterdir()}
-    state = index.load(store / "feat" / layout.INDEX)
+    state = _index(store)
     assert names == set(state.parts) and not list((store / "feat" / "retired").iterdir())
     assert len(names) == (5 if when == "before its rename" else 1)  # 4 old + 1 adopted; the compacted one
     compact_store(store)
