@@ -295,6 +295,7 @@ WEIGHTS = r"""
 import json, shutil, sys, torch
 from pathlib import Path
 from transformers import BertConfig, BertModel
+from pipeline.bundle import TOKENIZER_FILES
 dest, tokenizer = Path(sys.argv[1]), sys.argv[2]
 if tokenizer == "-":
     from extractors.text_model import BUNDLED_MINILM, resolve_model_dir
@@ -303,7 +304,7 @@ partial = dest.with_name(dest.name + ".partial")  # complete or absent: a later 
 shutil.rmtree(partial, ignore_errors=True)
 torch.manual_seed(0)
 BertModel(BertConfig()).save_pretrained(partial)  # BertConfig's defaults are bert-base's shape
-for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+for name in TOKENIZER_FILES:
     if (Path(tokenizer) / name).exists():
         shutil.copy(Path(tokenizer) / name, partial / name)
 partial.rename(dest)

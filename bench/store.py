@@ -224,7 +224,7 @@ def checksum_once(paths: dict[bool, Path], n: int, first: bool) -> dict[bool, di
     return {on: _alone("checksums", paths[on], n) for on in (first, not first)}
 
 
-# What the checksums cost, as alternating pairs (`paired_checksums`): on this VM a single whole-store figure
+# What the checksums cost, as alternating pairs (`decode_pairs`, `commit_pairs`): on this VM a single whole-store figure
 # moves 10-30 % from run to run, more than the checksum's cost, so the table of whole-store figures once showed
 # commits faster with checksums than without. Here each pair times the same work with and without the checksum,
 # one right after the other (the order alternating from pair to pair), and the figure is the median of the
@@ -483,7 +483,6 @@ def print_checksums(sizes: list[int], built: dict[int, dict[str, float]], unsumm
             cost = on / off if k.startswith("commit ") else off / on
             row += f"{on:>14,.1f}{off:>14,.1f}{cost:>13.3f}"
         print(f"{k:<30}{row}")
-
 
 
 def print_paired(paired: dict[str, dict[str, float]]) -> None:

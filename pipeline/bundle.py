@@ -475,10 +475,14 @@ print(json.dumps(ok))
 
 def _loadable(exe: Path, site: Path) -> list[str]:
     """The shared libraries under `site` (auditwheel's grafted ones aside) that `exe`'s process can dlopen."""
-    paths = sorted(str(f) for f in site.rglob("*.so*") if f.is_file() and not any(
-        part.endswith(".libs") for part in f.relative_to(site).parts))
+    paths = sorted(str(f) for f in site.rglob("*.so*") if f.is_file() and not _grafted(f, site))
     out = subprocess.run([str(exe), "-c", LOADABLE, json.dumps(paths)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _grafted(f: Path, site: Path) -> bool:
+    """Whether `f` is one of auditwheel's grafted libraries (under a `*.libs/` folder of `site`)."""
+    return any(part.endswith(".libs") for part in f.relative_to(site).parts)
 
 
 def strip_elf(site: Path) -> tuple[int, list[Path]]:
@@ -487,7 +491,7 @@ def strip_elf(site: Path) -> tuple[int, list[Path]]:
     and which are left as published. Returns the bytes saved and the files stripped."""
     saved, stripped = 0, []
     for f in sorted(site.rglob("*")):
-        if not f.is_file() or f.is_symlink() or any(part.endswith(".libs") for part in f.relative_to(site).parts):
+        if not f.is_file() or f.is_symlink() or _grafted(f, site):
             continue
         with open(f, "rb") as fh:
             if fh.read(4) != b"\x7fELF":

@@ -86,9 +86,8 @@ def _once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Cal
         if not done.exists():  # a worker that died while making it left no mark: made again
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
-            make(folder)
-            done.touch()
-    return folder
+            done.write_text(str(make(folder)))  # what `make` returns, as the run without xdist gets it
+    return Path(done.read_text())
 
 
 @pytest.fixture(scope="session")
