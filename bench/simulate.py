@@ -96,6 +96,13 @@ class Costs:
                    audio["units"] / audio["items"] if audio else 0.0,
                    ray_start_s=min(7.0, first_decode), actors_start_s=max(first_decode, first_model), decodes=kinds)
 
+    def routed_decode(self) -> tuple[float, float]:
+        """(seconds, CPU-s) of the decode task of a clip routed to the video engines: its frames' CPU decode
+        replaced by the demuxing plan (`Nvdec.plan_s`); the other kinds decode as before."""
+        frames_s, frames_cores = self.decodes["frames"]
+        return (self.decode_s - frames_s + self.nvdec.plan_s,
+                self.decode_s * self.decode_cores - frames_s * frames_cores + self.nvdec.plan_s)
+
     def spread_gpu_busy(self, busy_s: float, items: float, gpu_features: list[str]) -> None:
         """`busy_s` GPU-busy seconds measured over `items` clips, spread over the GPU features' calls in
         proportion to their actor seconds: each call then needs the GPU for that share of its time."""
@@ -244,8 +251,7 @@ class Simulation:
         seconds, cores = c.decode_s, c.decode_cores
         if job.on_device:
             self.on_nvdec.add(job.item)
-            cpu_s = c.decode_s * c.decode_cores - c.decodes["frames"][0] * c.decodes["frames"][1] + c.nvdec.plan_s
-            seconds = c.decode_s - c.decodes["frames"][0] + c.nvdec.plan_s
+            seconds, cpu_s = c.routed_decode()
             cores = cpu_s / seconds
         self.running.append(_Task("decode", seconds, cores, self.now, job))
 
@@ -371,9 +377,8 @@ class Simulation:
         c, n = self.costs, self.clips
         cpu = n * (c.decode_s * c.decode_cores + sum(c.model_s[f] * c.model_cores.get(f, 1.0) for f in self.features))
         if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
-            routed = len(self.on_nvdec)
-            frames_cpu = c.decodes["frames"][0] * c.decodes["frames"][1]
-            cpu += routed * (c.nvdec.plan_s - frames_cpu) + self.engine_s * c.nvdec.cores
+            routed_cpu_s = c.routed_decode()[1] - c.decode_s * c.decode_cores  # what a routed clip saves (< 0)
+            cpu += len(self.on_nvdec) * routed_cpu_s + self.engine_s * c.nvdec.cores
         out = {"cpu": cpu / self.cpus}
         if c.nvdec:
             out["nvdec"] = self.engine_s / (c.nvdec.engines * max(1, self.gpus))

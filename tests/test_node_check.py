@@ -26,7 +26,9 @@ def _kit(folder: Path) -> Path:
     for name in ("libavcodec-5e6b81c2.so.62.28.102", "libswscale-88e9f973.so.9.5.102", "libx264-d6533a8d.so.165"):
         (libs / name).write_bytes(b"")
     (stage / "tokenizers" / "bert-base-uncased").mkdir(parents=True)
-    (stage / "MANIFEST.json").write_text(json.dumps({"python": "3.12", "files": {"av-18.1.0.whl": {}}}))
+    (stage / "MANIFEST.json").write_text(json.dumps({"python": "3.12", "kit_left_out": ["python-discovery"],
+                                                     "files": {"av-18.1.0.whl": {},
+                                                               "python_discovery-1.9.5-py3-none-any.whl": {}}}))
     kit = folder / "carried"
     (kit / "kit").mkdir(parents=True)
     with tarfile.open(kit / "kit" / node_check.KIT, "w:xz") as tar:
@@ -47,6 +49,7 @@ def test_every_step_is_recorded_and_a_failure_does_not_stop_the_rest(tmp_path: P
     assert steps["kit"]["status"] == "ok", steps["kit"]
     # torchcodec's core8 needs libavcodec.so.62 and libswscale.so.9: linked to PyAV's copies, nothing else
     assert steps["kit"]["figures"]["ffmpeg_links"] == ["libavcodec.so.62", "libswscale.so.9"]
+    assert steps["kit"]["figures"]["packages"] == 1  # the closure's wheels less those the kit leaves out
     link = work / "kit" / "ffmpeg" / "libavcodec.so.62"
     assert link.resolve() == (work / "kit" / "site" / "av.libs" / "libavcodec-5e6b81c2.so.62.28.102").resolve()
     assert steps["facts"] | {"seconds": 0} == {"status": "timeout", "seconds": 0,
