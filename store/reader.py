@@ -657,6 +657,7 @@ class Store:
         return json.loads(runs[-1].read_text()) if runs else None
 
 
-def open_store(path: Path | str, **options: Any) -> Store:
-    """A snapshot reader of the store (`options`: `Store`'s cache sizes)."""
-    return Store(path, **options)
+def open_store(path: Path | str | Store, **options: Any) -> Store:
+    """A snapshot reader of the store (`options`: `Store`'s cache sizes); a `Store` given is returned as it is,
+    so that every reading function takes a path or an open store."""
+    return path if isinstance(path, Store) else Store(path, **options)
