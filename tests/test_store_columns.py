@@ -111,17 +111,6 @@ def test_columns_equal_the_entries_after_supersedes_compaction_and_in_a_held_sna
         assert np.array_equal(held.rows("f", "features", [(it, r) for r in range(len(feats))]), feats)
 
 
-def test_an_item_twice_in_one_record_keeps_its_last_rows_and_its_own_spans() -> None:
-    """A line whose rows name an item twice (the writer never writes one, a hand-made or foreign line may): its
-    last rows count, at the position of its first, and the line's spans (by item) stay with it."""
-    rows = [layout.item_row(item, row0, 1, {"fingerprint": f"{item}@{row0}", "spec_hash": "x"})
-            for item, row0 in (("a", 0), ("b", 1), ("a", 2))]
-    line = layout.PartLine("p", 1, rows, {}, {}, {"a": {"tok": [5, 2]}})
-    cols = index.parse(layout.encode(layout.new_header()) + layout.encode(line), Path("index.log"))
-    assert cols.ids == ["a", "b"] and cols.row0.tolist() == [2, 1] and cols.fingerprint(0) == "a@2"
-    assert [r.tolist() for r in cols.rows_of("tok")] == [[5, 1], [2, 1]]  # (first rows, row counts)
-
-
 def test_rows_through_the_slab_equal_per_item_reads_and_raise_as_they_do(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     _commit(path, [[f"i{b}-{k}" for k in range(b + 2)] for b in range(5)], seed=3)
