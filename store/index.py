@@ -8,6 +8,7 @@ import contextlib
 import gc
 import json
 import os
+from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from atomicio import atomic_write
-from store.layout import Entry, Header, IndexDamaged, PartLine, PartRecord, Record, RowColumns, decode, encode, fold
+from store.layout import Entry, Header, IndexDamaged, PartLine, PartRecord, Record, decode, encode, fold
 
 
 @contextlib.contextmanager
@@ -33,6 +34,30 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Growing:
+    """The columns of the records folded so far, each one growing buffer: a million items' values in a few
+    allocations, where a list of per-record arrays, interleaved with the decoding's own short-lived objects,
+    kept that memory from going back to the system (the names too are copied out once, at the end)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ids, self.fp, self.attrs = bytearray(), bytearray(), bytearray()  # UTF-8; names each NUL-ended
+        # lengths: the names' in characters, the others' in bytes
+        self.ids_len, self.fp_len, self.attrs_len = array("q"), array("q"), array("q")
+        self.part, self.spec, self.filtered = array("i"), array("i"), array("b")
+        self.row0, self.n_rows, self.duration = array("q"), array("q"), array("d")
+        self.spans: dict[int, dict[str, list[int]]] = {}  # position -> its arrays' own spans
+
+    def names(self) -> list[str]:
+        text = self.ids.decode()
+        names = text.split("\x00")
+        if len(names) == self.count + 1:  # no name holds a NUL itself
+            names.pop()
+            return names
+        at = np.concatenate([[0], np.cumsum(np.array(self.ids_len, np.int64) + 1)]).tolist()
+        return [text[a:b - 1] for a, b in zip(at, at[1:], strict=False)]
+
+
 def _blob(texts: tuple[Any, ...]) -> tuple[bytes, np.ndarray]:
     """Strings as one UTF-8 blob and their byte lengths."""
     texts = tuple(map(str, texts)) if not all(isinstance(t, str) for t in texts) else texts
@@ -44,12 +69,8 @@ def _blob(texts: tuple[Any, ...]) -> tuple[bytes, np.ndarray]:
 
 
 class Index:
-    """A feature's index: the log's records added in log order (`add`: a later part supersedes an item's
-    earlier rows), by its reader or by a writer as it commits."""
-
-    # the columns: item position -> its part number, spec number, rows, flags, and its strings' (start, end)
-    _COLUMNS = {"part": np.int32, "spec": np.int32, "row0": np.int64, "n_rows": np.int64, "filtered": bool,
-                "duration": np.float64, "_fp_at": np.int64, "_attrs_at": np.int64}
+    """A feature's index: the log's records folded (`add`, in log order: a later part supersedes an item's
+    earlier rows), then `done`; a writer goes on adding the records it commits (`_append`)."""
 
     def __init__(self) -> None:
         self.generation, self.length, self.torn, self.last_seq = "", 0, False, 0
@@ -59,74 +80,49 @@ class Index:
         self.part_id: dict[str, int] = {}
         self.specs: list[str] = []  # spec number -> spec_hash
         self._spec_id: dict[str, int] = {}
-        self.ids: list[str] = []  # item position -> name
-        self.pos: dict[str, int] = {}
-        self.spans: dict[int, dict[str, list[int]]] = {}  # position -> its arrays' own spans
-        self._fp, self._attrs = bytearray(), bytearray()  # fingerprints, attributes: UTF-8, one after another
-        # each column's buffer, grown by doubling; the column is its first len(ids) rows
-        self._room = {k: np.empty((0, 2) if k.endswith("_at") else 0, t) for k, t in self._COLUMNS.items()}
-        for name, buf in self._room.items():
-            setattr(self, name, buf)
-        self._by_name: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._tails: dict[int, dict[str, tuple[int, ...] | None]] = {}
-        self.entries = _Entries(self)
+        self._chunks: _Growing | None = _Growing()  # None after `done`
+        self._room: dict[str, np.ndarray] = {}  # after `done`: each column's buffer, grown by `_append`
+
+    # ---- folding the log ----
 
     def add(self, rec: Record) -> None:
-        """One log record: its items' rows replace their earlier ones in place and new items go at the end,
-        in columns grown by doubling, so that a log's (or a run's) thousands of records cost what their items
-        do, not a copy of the index each. Names and strings are copied out of the decoded record, which goes."""
+        """Fold one log record into the columns."""
         if isinstance(rec, Header):
             self.generation = rec.generation
             return
-        if rec.part not in self.part_id:
-            self.part_id[rec.part] = len(self.part_names)
-            self.part_names.append(rec.part)
+        part, seq, spans = rec.part, rec.seq, rec.spans
+        c = self._chunks
+        if part not in self.part_id:
+            self.part_id[part] = len(self.part_names)
+            self.part_names.append(part)
+        if c is None:
+            self._append(rec)
+        elif rec.rows:
+            rows = rec.columns()
+            items = rows.items
+            for item in spans.keys() & set(items):
+                c.spans[c.count + items.index(item)] = spans[item]
+            one = set(rows.spec_hash)  # nearly always one spec per record
+            codes = np.full(len(items), self._spec(one.pop()), np.int32) if len(one) == 1 else \
+                np.fromiter(map(self._spec, rows.spec_hash), np.int32, len(items))
+            for column, values in ((c.part, np.full(len(items), self.part_id[part], np.int32)), (c.spec, codes),
+                                   (c.row0, np.array(rows.row0, np.int64)), (c.n_rows, np.array(rows.n_rows, np.int64)),
+                                   (c.filtered, np.array(rows.filtered, np.int8)),
+                                   (c.duration, np.array(rows.duration_s, np.float64))):  # a None duration: NaN
+                column.frombytes(values.tobytes())
+            for texts, blob, lengths in ((rows.fingerprint, c.fp, c.fp_len), (rows.attrs_json, c.attrs, c.attrs_len)):
+                data, length = _blob(texts)
+                blob += data
+                lengths.frombytes(length.tobytes())
+            c.ids += ("\x00".join(items) + "\x00").encode()
+            c.ids_len.extend(map(len, items))
+            c.count += len(items)
         # no names per part: they would keep every decoded name alive (the columns answer `live_parts`)
-        self.parts[rec.part] = PartRecord(rec.part, rec.seq, rec.files, rec.arrays)
-        self.last_seq = max(self.last_seq, rec.seq)
-        if rec.rows:
-            self._add_rows(self.part_id[rec.part], rec.columns(), rec.spans)
-
-    def _add_rows(self, pid: int, rows: RowColumns, spans: dict[str, dict[str, list[int]]]) -> None:
-        last = dict(zip(rows.items, range(len(rows.items)), strict=True))  # an item twice: its last rows count
-        pick = list(last.values()) if len(last) < len(rows.items) else None
-        items, m, n = list(last), len(last), len(self.ids)
-        at = np.fromiter((self.pos.get(i, -1) for i in items), np.int64, m)
-        fresh = np.flatnonzero(at < 0)
-        at[fresh] = np.arange(n, n + len(fresh))
-        total = n + len(fresh)
-        one = set(rows.spec_hash)  # nearly always one spec per record
-        spec = np.full(len(rows.items), self._spec(one.pop()), np.int32) if len(one) == 1 else \
-            np.fromiter(map(self._spec, rows.spec_hash), np.int32, len(rows.items))
-        fp, fp_len = _blob(rows.fingerprint)
-        attrs, attrs_len = _blob(rows.attrs_json)
-        new = {"part": np.full(len(rows.items), pid, np.int32), "spec": spec, "row0": np.array(rows.row0, np.int64),
-               "n_rows": np.array(rows.n_rows, np.int64), "filtered": np.array(rows.filtered, bool),
-               "duration": np.array(rows.duration_s, np.float64),  # a None duration: NaN
-               "_fp_at": _spans(fp_len) + len(self._fp), "_attrs_at": _spans(attrs_len) + len(self._attrs)}
-        for name, values in new.items():
-            buf = self._room[name]
-            if len(buf) < total:  # the room beyond `total` is never written, so never resident
-                grown = np.empty((max(total, 2 * n), *buf.shape[1:]), buf.dtype)
-                grown[:n] = buf[:n]
-                buf = self._room[name] = grown
-            buf[at] = values if pick is None else values[pick]
-            setattr(self, name, buf[:total])
-        self._fp += fp
-        self._attrs += attrs
-        for k in at.tolist() if self.spans else ():
-            self.spans.pop(k, None)
-        for item in spans.keys() & last.keys():
-            self.spans[int(at[items.index(item)])] = spans[item]
-        names = [items[k] for k in fresh.tolist()]
-        copied = "\x00".join(names).split("\x00")  # one after another, not between the record's short-lived objects
-        names = copied if len(copied) == len(names) else names  # (a name holding a NUL: kept as decoded)
-        self.ids.extend(names)
-        self.pos.update(zip(names, range(n, total), strict=True))
-        self._by_name.clear()
+        self.parts[part] = PartRecord(part, seq, rec.files, rec.arrays)
+        self.last_seq = max(self.last_seq, seq)
 
     def publish(self, path: Path, records: list[PartLine]) -> None:
-        """Append records to the log after this index's good prefix (a torn tail cut off first), then add them."""
+        """Append records to the log after this index's good prefix (a torn tail cut off first), then fold them in."""
         self.length, self.torn = append(path, records, self.length), False
         for rec in records:
             self.add(rec)
@@ -137,6 +133,67 @@ class Index:
             found = self._spec_id[spec] = len(self.specs)
             self.specs.append(str(spec))
         return found
+
+    def done(self) -> Index:
+        """Join the records' columns, keeping each item's latest rows at the position of its first."""
+        c, self._chunks = self._chunks, None
+        assert c is not None, "done once"
+        ids = c.names()
+        with gc_paused():  # a million strings at once, none in a cycle
+            pos = dict(zip(ids, range(len(ids)), strict=True))  # the last occurrence wins
+        self.part, self.spec = np.array(c.part, np.int32), np.array(c.spec, np.int32)
+        self.row0, self.n_rows = np.array(c.row0, np.int64), np.array(c.n_rows, np.int64)
+        self.filtered, self.duration = np.array(c.filtered, bool), np.array(c.duration, np.float64)
+        self._fp, self._fp_at = c.fp, _spans(c.fp_len)
+        self._attrs, self._attrs_at = c.attrs, _spans(c.attrs_len)
+        self.ids, self.pos, self.spans = ids, pos, c.spans
+        if len(pos) < len(ids):  # items committed again: their superseded rows dropped
+            keep = np.fromiter(pos.values(), np.int64, len(pos))
+            self.ids = list(pos)
+            with gc_paused():
+                self.pos = dict(zip(self.ids, range(len(self.ids)), strict=True))
+            for name in ("part", "row0", "n_rows", "spec", "filtered", "duration"):
+                setattr(self, name, getattr(self, name)[keep])
+            self._fp_at, self._attrs_at = self._fp_at[keep], self._attrs_at[keep]  # the old ones stay unused
+            where = {int(old): k for k, old in enumerate(keep.tolist()) if old in c.spans}
+            self.spans = {k: c.spans[old] for old, k in where.items()}
+        self._by_name: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._tails: dict[int, dict[str, tuple[int, ...] | None]] = {}
+        self.entries = _Entries(self)
+        return self
+
+    _COLUMNS = ("part", "spec", "row0", "n_rows", "filtered", "duration", "_fp_at", "_attrs_at")
+
+    def _append(self, rec: PartLine) -> None:
+        """A record added after `done` (a writer's commit, an adopted part): its items' rows replace their
+        earlier ones in place and new items go at the end, in columns grown by doubling, so that a run's
+        thousands of commits to a large index cost what their items do, not a copy of the index each."""
+        one = of_records([rec])
+        n, m = len(self.ids), len(one)
+        at = np.fromiter((self.pos.get(i, -1) for i in one.ids), np.int64, m)
+        fresh = np.flatnonzero(at < 0)
+        at[fresh] = np.arange(n, n + len(fresh))
+        total = n + len(fresh)
+        new = {"part": np.full(m, self.part_id[rec.part], np.int32),
+               "spec": np.array([self._spec(s) for s in one.specs] or [0], np.int32)[one.spec],
+               "row0": one.row0, "n_rows": one.n_rows, "filtered": one.filtered, "duration": one.duration,
+               "_fp_at": one._fp_at + len(self._fp), "_attrs_at": one._attrs_at + len(self._attrs)}
+        for name, values in new.items():
+            buf = self._room.get(name, getattr(self, name))
+            if len(buf) < total:
+                buf = np.concatenate([buf[:n], np.empty((max(total, 2 * n) - n, *buf.shape[1:]), buf.dtype)])
+            buf[at] = values
+            self._room[name] = buf
+            setattr(self, name, buf[:total])
+        self._fp += one._fp
+        self._attrs += one._attrs
+        for k in at.tolist():
+            self.spans.pop(k, None)
+        self.spans.update({int(at[k]): s for k, s in one.spans.items()})
+        names = [one.ids[k] for k in fresh.tolist()]
+        self.ids.extend(names)
+        self.pos.update(zip(names, range(n, total), strict=True))
+        self._by_name.clear()
 
     # ---- what a reader asks ----
 
@@ -210,10 +267,10 @@ class Index:
         return [self.entry(k) for k in np.flatnonzero(self.filtered & (self.spec == code)).tolist()]
 
 
-def _spans(lengths: np.ndarray) -> np.ndarray:
+def _spans(lengths: array) -> np.ndarray:
     """(start, end) in a buffer of strings one after another, of each of them, from their lengths."""
-    end = np.cumsum(lengths)
-    return np.stack([end - lengths, end], axis=1)
+    end = np.cumsum(np.array(lengths, np.int64))
+    return np.stack([end - np.array(lengths, np.int64), end], axis=1)
 
 
 class _Entries(Mapping[str, Entry]):
@@ -245,7 +302,7 @@ def of_records(records: list[Record], length: int = 0) -> Index:
         for rec in records:
             state.add(rec)
     state.length = length
-    return state
+    return state.done()
 
 
 def parse(data: bytes | bytearray, where: Path) -> Index:
@@ -254,7 +311,7 @@ def parse(data: bytes | bytearray, where: Path) -> Index:
     state = Index()
     with gc_paused():  # a million items' strings, none in a cycle
         state.length, state.torn = fold(data, where, state.add)
-    return state
+    return state.done()
 
 
 def pinned_bytes(fd: int, length: int) -> bytearray:

@@ -61,7 +61,7 @@ class _Folded:
 
 
 def _same_as_entries(s: Store | index.Index, path: Path) -> None:
-    """The columns (a reader's, or a writer's after its commits: `Index.add`) say for every item what the
+    """The columns (a reader's, or a writer's after its commits: `Index._append`) say for every item what the
     log folded into `Entry` objects says: part, rows, fingerprint, spec, filtered, duration, attributes,
     sequence and own spans, in the same order; and the snapshot's parts, generation and length."""
     want = _Folded(path / "f" / layout.INDEX)
