@@ -283,13 +283,9 @@ class Aligned:
     ref_words: np.ndarray | None = None  # the words, when the reference is a transcript feature
 
 
-def _open(store: object) -> Store:
-    return store if isinstance(store, Store) else open_store(Path(store))
-
-
-def item_duration_s(store: object, item: str, features: Sequence[str]) -> float:
+def item_duration_s(store: Path | str | Store, item: str, features: Sequence[str]) -> float:
     """The item's duration: the largest `duration_s` the features record, else the latest row end."""
-    s = _open(store)
+    s = open_store(store)
     found = [s.item_attrs(f, item).get("duration_s") for f in features]
     found = [float(d) for d in found if d is not None]
     if found:
@@ -298,9 +294,9 @@ def item_duration_s(store: object, item: str, features: Sequence[str]) -> float:
     return max(ends, default=0.0)
 
 
-def reference_for(store: object, item: str, to: Reference, features: Sequence[str] = ()) -> np.ndarray:
+def reference_for(store: Path | str | Store, item: str, to: Reference, features: Sequence[str] = ()) -> np.ndarray:
     """Reference intervals: another feature's intervals (a name), a fixed rate (Hz), or given (M, 2) seconds."""
-    s = _open(store)
+    s = open_store(store)
     if isinstance(to, str):
         return s.read(to, item).intervals
     if isinstance(to, int | float) and not isinstance(to, bool):
@@ -318,11 +314,11 @@ def _row_window(intervals: np.ndarray, ref: np.ndarray) -> slice:
 
 
 def align(
-    store: object, item: str, features: Sequence[str], to: Reference = "transcript",
+    store: Path | str | Store, item: str, features: Sequence[str], to: Reference = "transcript",
     how: How | Mapping[str, How] = "mean",
 ) -> Aligned:
     """Align `features` of one item to `to`; only the rows that can overlap the reference are read."""
-    s = _open(store)
+    s = open_store(store)
     reads = {f: s.read(f, item) for f in dict.fromkeys([*features, *([to] if isinstance(to, str) else [])])}
     if isinstance(to, str):
         ref, extras = reads[to].intervals, reads[to].extras

@@ -231,7 +231,7 @@ def export_csd(
     """One store feature as a .csd file; features as float32 (what the SDK's baselines expect). Filtered items
     are included and listed under "siqfeat filtered": the SDK's `unify()` keeps only the items every loaded
     sequence holds, so leaving them out of one file would drop them from all. root_name: default_root_name()."""
-    s = store if isinstance(store, Store) else open_store(store)
+    s = open_store(store)
     every, filtered = s.items(feature, include_filtered=True), s.filtered(feature)
     if items is None:
         items = every if include_filtered else sorted(set(every) - set(filtered))
@@ -251,7 +251,7 @@ def export_sdk_folder(
     """Every feature but the QA one as `<root name>.csd` in `out_dir`, the folder `mmdatasdk.mmdataset` reads; the
     QA feature in the binary-choice layout in `qa_dir` (default `out_dir/qa`), since the SDK's `align` cannot
     collapse its rows (docs/reading.md). `items`: only these (each feature those it holds). Root name -> path."""
-    s = store if isinstance(store, Store) else open_store(store)
+    s = open_store(store)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -308,7 +308,7 @@ def export_qa_binary_csd(
 ) -> Path:
     """The QA feature as the SDK's SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE layout (docs/reading.md): per item
     one row, features (1, n_questions, n_pairs, 3, T, D) and intervals [0, `align.item_duration_s`]."""
-    s = store if isinstance(store, Store) else open_store(store)
+    s = open_store(store)
     entries, fills, skipped = {}, {}, {}
     media = {f: set(s.items(f, include_filtered=True)) for f in s.features() if f != feature}
     for item in s.items(feature) if items is None else [i for i in s.items(feature) if i in set(items)]:
@@ -339,7 +339,7 @@ def to_xarray(store: Path | str | Store, feature: str, item: str, extras: bool =
     start_s / end_s coordinates; row-aligned extras (faces boxes, words, ...) as further variables."""
     import xarray as xr
 
-    s = store if isinstance(store, Store) else open_store(store)
+    s = open_store(store)
     r = s.read(feature, item)
     iv = r.intervals
     coords = {"time": iv.mean(axis=1) if len(iv) else np.zeros(0), "start_s": ("time", iv[:, 0]),
@@ -357,7 +357,7 @@ def feature_to_xarray(store: Path | str | Store, feature: str, items: list[str] 
     docs/reading.md, "xarray"). `items`: these (default every complete item, filtered ones included)."""
     import xarray as xr
 
-    s = store if isinstance(store, Store) else open_store(store)
+    s = open_store(store)
     every = s.items(feature, include_filtered=True)
     if items is not None:
         unknown = sorted(set(items) - set(every))

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from reading.align import item_duration_s
 from store.reader import ItemFeature, Store, open_store
 
 FIG_SIZE_IN = (16.0, 10.0)
@@ -146,8 +147,7 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str, thumb
     present = [r for r in (frames, faces, acoustic, transcript) if r is not None]
     if not present:
         raise KeyError(f"{store_path}: no frames, faces, acoustic or transcript rows for item {item_id!r}")
-    durations = [r.attrs.get("duration_s") for r in present if r.attrs.get("duration_s")]
-    duration = max(durations) if durations else max(float(r.intervals[:, 1].max(initial=0)) for r in present)
+    duration = item_duration_s(s, item_id, [r.feature for r in present])
     fig, axes = plt.subplots(4, 1, figsize=FIG_SIZE_IN, dpi=DPI, sharex=True,
                              gridspec_kw={"height_ratios": [1.3, 1, 0.8, 1.4]})
     _panel_frames(axes[0], s, item_id, frames, faces, thumbnails)

@@ -56,12 +56,18 @@ def _read_json(path: Path, where: str) -> dict[str, Any]:
     return meta
 
 
+def zarr_meta(path: Path, where: str, node_type: str) -> dict[str, Any]:
+    """A zarr.json that describes a Zarr v3 `node_type` ("group" or "array"); else DamagedItem naming `where`."""
+    meta = _read_json(path, where)
+    if meta.get("zarr_format") != 3 or meta.get("node_type") != node_type:
+        raise DamagedItem(f"{where} does not describe {'an' if node_type == 'array' else 'a'} {node_type}")
+    return meta
+
+
 def _check_arrays(part_dir: Path, arrays: dict[str, dict[str, Any]]) -> None:
     for name, want in arrays.items():
         where = f"{name}/{META}"
-        meta = _read_json(part_dir / where, where)
-        if meta.get("zarr_format") != 3 or meta.get("node_type") != "array":
-            raise DamagedItem(f"{where} does not describe an array")
+        meta = zarr_meta(part_dir / where, where, "array")
         if want.get("shape") is not None and meta.get("shape") != want["shape"]:
             raise DamagedItem(f"{where}: shape {meta.get('shape')}, committed as {want['shape']}")
         if want.get("dtype") is not None and str(meta.get("data_type")) != want["dtype"]:

@@ -14,7 +14,6 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +161,7 @@ class Store:
         self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
         self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
         self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
+        self._manifests: dict[str, list[Any]] = {}  # file name -> its records (`_manifest`)
         self._closed = False
         self._pins = self._pin()
 
@@ -636,27 +636,25 @@ class Store:
 
     # ---- manifests and runs ----
 
-    @cached_property
-    def _media(self) -> list[MediaItem]:
-        path = layout.manifest_dir(self.path) / "items.jsonl"
-        return read_jsonl_all(path, MediaItem) if path.exists() else []
-
-    @cached_property
-    def _qa(self) -> list[QAItem]:
-        path = layout.manifest_dir(self.path) / "qa.jsonl"
-        return read_jsonl_all(path, QAItem) if path.exists() else []
+    def _manifest(self, name: str, kind: type) -> list[Any]:
+        """A manifest's records, read once per handle (a copy of the list each time)."""
+        if name not in self._manifests:
+            path = layout.manifest_dir(self.path) / name
+            self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+        return list(self._manifests[name])
 
     def media_items(self) -> list[MediaItem]:
-        return list(self._media)
+        return self._manifest("items.jsonl", MediaItem)
 
     def qa_items(self) -> list[QAItem]:
-        return list(self._qa)
+        return self._manifest("qa.jsonl", QAItem)
 
     def last_run(self) -> dict[str, Any] | None:
         runs = sorted(layout.runs_dir(self.path).glob("*.json"))
         return json.loads(runs[-1].read_text()) if runs else None
 
 
-def open_store(path: Path | str, **options: Any) -> Store:
-    """A snapshot reader of the store (`options`: `Store`'s cache sizes)."""
-    return Store(path, **options)
+def open_store(path: Path | str | Store, **options: Any) -> Store:
+    """A snapshot reader of the store (`options`: `Store`'s cache sizes); a `Store` given is returned as it is,
+    so that every reading function takes a path or an open store."""
+    return path if isinstance(path, Store) else Store(path, **options)

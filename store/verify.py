@@ -4,15 +4,14 @@ root with damaged metadata is reported and its items are still checked through t
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from manifests.records import MediaItem, QAItem, read_jsonl
+from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import layout, repair
-from store.integrity import ItemCheck
+from store.integrity import DamagedItem, ItemCheck, zarr_meta
 from store.partial import partial_line, partial_record
 from store.reader import Store
 
@@ -60,34 +59,20 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _group_problem(meta_path: Path) -> str | None:
-    try:
-        meta = json.loads(meta_path.read_bytes())
-    except FileNotFoundError:
-        return "zarr.json is missing"
-    except (OSError, ValueError) as e:
-        return f"zarr.json is unreadable ({type(e).__name__}: {e})"
-    if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
-        return "zarr.json does not describe a group"
-    return None
-
-
 def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
     problems = []
-    why = _group_problem(path / layout.META)
-    if why is None and json.loads((path / layout.META).read_bytes()).get("attributes", {}).get("schema") is None:
-        why = "zarr.json has no schema attribute"
-    if why:
-        problems.append((path / layout.META, f"{why}; {_REPAIR['root']}"))
-    for feature in features:
-        if why := _group_problem(path / feature / layout.META):
-            problems.append((path / feature / layout.META, f"{why}; {_REPAIR['feature']}"))
+    for meta_path, which in [(path / layout.META, "root"), *((path / f / layout.META, "feature") for f in features)]:
+        try:
+            meta = zarr_meta(meta_path, layout.META, "group")
+            if which == "root" and meta.get("attributes", {}).get("schema") is None:
+                raise DamagedItem(f"{layout.META} has no schema attribute")
+        except DamagedItem as e:
+            problems.append((meta_path, f"{e}; {_REPAIR[which]}"))
     for name, kind in (("items.jsonl", MediaItem), ("qa.jsonl", QAItem)):
         file = layout.manifest_dir(path) / name
         try:
             if file.exists():
-                for _ in read_jsonl(file, kind):
-                    pass
+                read_jsonl_all(file, kind)  # a file that does not validate: the error names its line
         except (OSError, ValueError) as e:
             problems.append((file, f"unreadable ({' '.join(str(e).split())[:300]}); {_REPAIR['manifest']}"))
     return problems
