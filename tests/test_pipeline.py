@@ -28,8 +28,8 @@ def config(seed2: int = 1, commit_batch_items: int = 512) -> RunConfig:
 
 def loudness_config(commit_batch_items: int = 512) -> RunConfig:
     """One cheap feature (RMS loudness: numpy in its actor) for the tests about the store and the run around it
-    (kills, damage, fingerprints, Ray's address), which need a decode, an actor call and a commit per item, not
-    a model: a DenseNet actor costs ~11 CPU-s to start and run on the tiny clips (the suite's CPU, issue 35)."""
+    (kills, dead workers, damage, fingerprints, Ray's address), which need a decode, an actor call and a commit
+    per item, not a model: a DenseNet actor costs ~11 CPU-s to start and run on the tiny clips (issue 35)."""
     return RunConfig.model_validate({"layout": "siq2", "commit_batch_items": commit_batch_items,
                                      "features": {"loudness": {"extractor": "rms_loudness"}}})
 
@@ -154,20 +154,20 @@ def test_a_worker_process_that_dies_fails_only_its_item(tiny_root: Path, tmp_pat
     crash_on("decode:tiny-a,extract:tiny-b")
     out = tmp_path / "tiny.zarr"
     try:
-        report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
+        report = run_extract("tiny", tiny_root, out, loudness_config())
     finally:
         ray.shutdown()
-    assert report.counts["frames"] == {"done": 1, "skipped": 0, "failed": 2, "n/a": 0}
+    assert report.counts["loudness"] == {"done": 1, "skipped": 0, "failed": 2, "n/a": 0}
     errors = {f["item"]: f for f in report.failures}
-    assert errors["tiny-a"]["stage"] == "decode:frames" and errors["tiny-a"]["file"].endswith("tiny-a.mp4")
-    assert errors["tiny-b"]["stage"] == "extract:frames" and errors["tiny-b"]["file"].endswith("tiny-b.mp4")
+    assert errors["tiny-a"]["stage"] == "decode:audio" and errors["tiny-a"]["file"].endswith("tiny-a.wav")
+    assert errors["tiny-b"]["stage"] == "extract:loudness" and errors["tiny-b"]["file"].endswith("tiny-b.wav")
     assert all(e["error"].startswith("WorkerLost: ") for e in errors.values())
-    assert open_store(out).items("frames") == ["tiny-c"]
-    assert open_store(out).last_run()["counts"]["frames"]["failed"] == 2
+    assert open_store(out).items("loudness") == ["tiny-c"]
+    assert open_store(out).last_run()["counts"]["loudness"]["failed"] == 2
 
     monkeypatch.delenv("SIQ_CRASH_ON")
-    again = run_extract("tiny", tiny_root, out, config(), only=["frames"])
-    assert again.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+    again = run_extract("tiny", tiny_root, out, loudness_config())
+    assert again.counts["loudness"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
 
 
 def test_fingerprints_do_not_depend_on_how_the_raw_root_is_spelled(tiny_root: Path, tmp_path: Path,
