@@ -26,6 +26,14 @@ def config(seed2: int = 1, commit_batch_items: int = 512) -> RunConfig:
     })
 
 
+def loudness_config(commit_batch_items: int = 512) -> RunConfig:
+    """One cheap feature (RMS loudness: numpy in its actor) for the tests about the store and the run around it
+    (kills, dead workers, damage, fingerprints, Ray's address), which need a decode, an actor call and a commit
+    per item, not a model: a DenseNet actor costs ~11 CPU-s to start and run on the tiny clips (issue 35)."""
+    return RunConfig.model_validate({"layout": "siq2", "commit_batch_items": commit_batch_items,
+                                     "features": {"loudness": {"extractor": "rms_loudness"}}})
+
+
 def add_bad_items(raw: Path) -> None:
     """A corrupt video, and a question about a video that is not there."""
     (raw / "siq2/video/tiny-bad.mp4").write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\x13" * 4000)
@@ -83,7 +91,7 @@ def _killed_run(tiny_root: Path, out: Path, batch_items: int, die_at_write: int)
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import store.parts as parts
-        from test_pipeline import config
+        from test_pipeline import loudness_config
         from pipeline.run import run_extract
         real, commits = parts.write_array, []
         def dying(group, name, data, *rest):
@@ -93,8 +101,8 @@ def _killed_run(tiny_root: Path, out: Path, batch_items: int, die_at_write: int)
                 if len(commits) == {die_at_write}:
                     os._exit(9)
         parts.write_array = dying
-        run_extract("tiny", Path({str(tiny_root)!r}), Path({str(out)!r}), config(commit_batch_items={batch_items}),
-                    only=["frames"])
+        run_extract("tiny", Path({str(tiny_root)!r}), Path({str(out)!r}),
+                    loudness_config(commit_batch_items={batch_items}))
     """)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
 
@@ -104,14 +112,14 @@ def test_a_run_killed_mid_write_is_finished_by_the_next(tiny_root: Path, tmp_pat
     proc = _killed_run(tiny_root, out, batch_items=1, die_at_write=2)
     assert proc.returncode == 9, proc.stderr[-2000:]
     store = open_store(out)
-    done = store.items("frames", include_filtered=True, include_stale=True)
+    done = store.items("loudness", include_filtered=True, include_stale=True)
     assert len(done) == 1  # the first commit; the second is half-written in staging and invisible
     for item in done:
-        assert store.read("frames", item).features.shape[1] == 2208
+        assert store.read("loudness", item).features.shape[1] == 2  # rms, rms_dbfs: whole rows
 
-    report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
-    assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
-    assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+    report = run_extract("tiny", tiny_root, out, loudness_config())
+    assert report.counts["loudness"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+    assert open_store(out).items("loudness") == ["tiny-a", "tiny-b", "tiny-c"]
 
 
 def test_a_kill_during_a_batch_loses_only_that_batch_and_the_rerun_equals_a_clean_store(
@@ -121,15 +129,15 @@ def test_a_kill_during_a_batch_loses_only_that_batch_and_the_rerun_equals_a_clea
     out, clean = tmp_path / "tiny.zarr", tmp_path / "clean.zarr"
     proc = _killed_run(tiny_root, out, batch_items=2, die_at_write=2)
     assert proc.returncode == 9, proc.stderr[-2000:]
-    assert len(open_store(out).items("frames")) == 2
-    again = run_extract("tiny", tiny_root, out, config(commit_batch_items=2), only=["frames"])
-    assert again.counts["frames"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
-    assert run_extract("tiny", tiny_root, clean, config(), only=["frames"]).counts["frames"]["done"] == 3
+    assert len(open_store(out).items("loudness")) == 2
+    again = run_extract("tiny", tiny_root, out, loudness_config(commit_batch_items=2))
+    assert again.counts["loudness"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
+    assert run_extract("tiny", tiny_root, clean, loudness_config()).counts["loudness"]["done"] == 3
     a, b = open_store(out), open_store(clean)
-    assert a.items("frames") == b.items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+    assert a.items("loudness") == b.items("loudness") == ["tiny-a", "tiny-b", "tiny-c"]
     volatile = {"extract_seconds", "decode_seconds"}
-    for item in a.items("frames"):
-        ra, rb = a.read("frames", item), b.read("frames", item)
+    for item in a.items("loudness"):
+        ra, rb = a.read("loudness", item), b.read("loudness", item)
         np.testing.assert_allclose(ra.features[:], rb.features[:], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(ra.intervals, rb.intervals)
         assert {k: v for k, v in ra.attrs.items() if k not in volatile} == \
@@ -146,31 +154,31 @@ def test_a_worker_process_that_dies_fails_only_its_item(tiny_root: Path, tmp_pat
     crash_on("decode:tiny-a,extract:tiny-b")
     out = tmp_path / "tiny.zarr"
     try:
-        report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
+        report = run_extract("tiny", tiny_root, out, loudness_config())
     finally:
         ray.shutdown()
-    assert report.counts["frames"] == {"done": 1, "skipped": 0, "failed": 2, "n/a": 0}
+    assert report.counts["loudness"] == {"done": 1, "skipped": 0, "failed": 2, "n/a": 0}
     errors = {f["item"]: f for f in report.failures}
-    assert errors["tiny-a"]["stage"] == "decode:frames" and errors["tiny-a"]["file"].endswith("tiny-a.mp4")
-    assert errors["tiny-b"]["stage"] == "extract:frames" and errors["tiny-b"]["file"].endswith("tiny-b.mp4")
+    assert errors["tiny-a"]["stage"] == "decode:audio" and errors["tiny-a"]["file"].endswith("tiny-a.wav")
+    assert errors["tiny-b"]["stage"] == "extract:loudness" and errors["tiny-b"]["file"].endswith("tiny-b.wav")
     assert all(e["error"].startswith("WorkerLost: ") for e in errors.values())
-    assert open_store(out).items("frames") == ["tiny-c"]
-    assert open_store(out).last_run()["counts"]["frames"]["failed"] == 2
+    assert open_store(out).items("loudness") == ["tiny-c"]
+    assert open_store(out).last_run()["counts"]["loudness"]["failed"] == 2
 
     monkeypatch.delenv("SIQ_CRASH_ON")
-    again = run_extract("tiny", tiny_root, out, config(), only=["frames"])
-    assert again.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+    again = run_extract("tiny", tiny_root, out, loudness_config())
+    assert again.counts["loudness"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
 
 
 def test_fingerprints_do_not_depend_on_how_the_raw_root_is_spelled(tiny_root: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "tiny.zarr"
-    assert run_extract("tiny", tiny_root, out, config(), only=["frames"]).counts["frames"]["done"] == 3
+    assert run_extract("tiny", tiny_root, out, loudness_config()).counts["loudness"]["done"] == 3
     monkeypatch.chdir(tiny_root.parent)
     moved = Path(tiny_root.name) / ".." / tiny_root.name  # relative, with a detour
-    assert run_extract("tiny", moved, out, config(), only=["frames"]).counts["frames"]["skipped"] == 3
-    (tiny_root / "siq2/video/tiny-c.mp4").touch()  # a changed file (new mtime) is recomputed
-    assert run_extract("tiny", moved, out, config(), only=["frames"]).counts["frames"]["done"] == 1
+    assert run_extract("tiny", moved, out, loudness_config()).counts["loudness"]["skipped"] == 3
+    (tiny_root / "siq2/audio/wav/tiny-c.wav").touch()  # a changed file (new mtime) is recomputed
+    assert run_extract("tiny", moved, out, loudness_config()).counts["loudness"]["done"] == 1
 
 
 def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_path: Path,
@@ -181,9 +189,9 @@ def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_p
     out = tmp_path / "tiny.zarr"
     with monkeypatch.context() as m:
         m.setattr("pipeline.run._compact_if_worthwhile", lambda *a: None)
-        assert run_extract("tiny", tiny_root, out, config(commit_batch_items=1), only=["frames"]).exit_code == 0
-    reference = open_store(out).read("frames", "tiny-a").features[:]
-    parts = {i: out / "frames/parts" / e.part for i, e in open_store(out).index("frames").entries.items()}
+        assert run_extract("tiny", tiny_root, out, loudness_config(commit_batch_items=1)).exit_code == 0
+    reference = open_store(out).read("loudness", "tiny-a").features[:]
+    parts = {i: out / "loudness/parts" / e.part for i, e in open_store(out).index("loudness").entries.items()}
     meta = parts["tiny-a"] / "zarr.json"
     meta.write_bytes(meta.read_bytes()[:100])
     (parts["tiny-b"] / "features/c/0/0").unlink()
@@ -191,19 +199,19 @@ def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_p
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0xFF
     chunk.write_bytes(bytes(data))
-    assert open_store(out).items("frames") == ["tiny-c"]  # the store still reads; damaged items left out
+    assert open_store(out).items("loudness") == ["tiny-c"]  # the store still reads; damaged items left out
 
-    report = run_extract("tiny", tiny_root, out, config(), only=["frames"])
-    assert report.counts["frames"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
+    report = run_extract("tiny", tiny_root, out, loudness_config())
+    assert report.counts["loudness"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}
     assert {(d["item"], d["path"], d["recomputed"]) for d in report.damaged} == {
         ("tiny-a", str(parts["tiny-a"]), True), ("tiny-b", str(parts["tiny-b"]), True)}
-    assert f"DAMAGED frames/tiny-a ({parts['tiny-a']})" in report.summary() and report.exit_code == 0
-    np.testing.assert_array_equal(open_store(out).read("frames", "tiny-a").features[:], reference)
+    assert f"DAMAGED loudness/tiny-a ({parts['tiny-a']})" in report.summary() and report.exit_code == 0
+    np.testing.assert_array_equal(open_store(out).read("loudness", "tiny-a").features[:], reference)
 
-    verified = run_extract("tiny", tiny_root, out, config(), only=["frames"], verify=True)
+    verified = run_extract("tiny", tiny_root, out, loudness_config(), verify=True)
     assert [d["item"] for d in verified.damaged] == ["tiny-c"] and "SHA-256" in verified.damaged[0]["problem"]
-    assert verified.counts["frames"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
-    assert open_store(out).items("frames") == ["tiny-a", "tiny-b", "tiny-c"]
+    assert verified.counts["loudness"] == {"done": 1, "skipped": 2, "failed": 0, "n/a": 0}
+    assert open_store(out).items("loudness") == ["tiny-a", "tiny-b", "tiny-c"]
 
 
 @pytest.mark.slow
@@ -219,7 +227,7 @@ def test_local_run_ignores_a_cluster_recorded_by_ray_start(tiny_root: Path, tmp_
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(services, "get_ray_address_from_environment", lambda addr, temp_dir: "192.0.2.1:6379")
     try:
-        report = run_extract("sample", tiny_root, tmp_path / "s.zarr", config(), only=["frames"], limit=1)
+        report = run_extract("sample", tiny_root, tmp_path / "s.zarr", loudness_config(), limit=1)
     finally:
         ray.shutdown()
-    assert report.counts["frames"]["done"] == 1 and report.cluster["address"] == "local"
+    assert report.counts["loudness"]["done"] == 1 and report.cluster["address"] == "local"

