@@ -377,7 +377,7 @@ class Simulation:
         c, n = self.costs, self.clips
         cpu = n * (c.decode_s * c.decode_cores + sum(c.model_s[f] * c.model_cores.get(f, 1.0) for f in self.features))
         if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
-            routed_cpu_s = c.routed_decode()[1] - c.decode_s * c.decode_cores  # what a routed clip saves (< 0)
+            routed_cpu_s = c.routed_decode()[1] - c.decode_s * c.decode_cores  # a routed clip's CPU-s less its CPU decode: negative, a saving
             cpu += len(self.on_nvdec) * routed_cpu_s + self.engine_s * c.nvdec.cores
         out = {"cpu": cpu / self.cpus}
         if c.nvdec:
