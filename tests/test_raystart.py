@@ -27,6 +27,7 @@ from pipeline import exitcodes, raystart
 from pipeline.cli import main
 from store.reader import open_store
 from store.verify import verify_store
+from tests.test_signals import committed
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = ("The current node timed out during startup. This could happen because some of the raylet failed "
@@ -138,12 +139,6 @@ class Launched:
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-def committed(out: Path, feature: str) -> list[str]:
-    if not (out / feature / "index.log").exists():
-        return []
-    return open_store(out).items(feature, include_filtered=True, include_stale=True)
 
 
 def wait_committed(out: Path, feature: str, items: list[str], timeout_s: float) -> None:
