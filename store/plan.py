@@ -6,6 +6,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,7 @@ class _Current:
 
     def __init__(self, wanted: list[Wanted]) -> None:
         self.wanted = wanted
-        self.at = {w.item: j for j, w in enumerate(wanted)}
+        self.at = dict(zip(map(attrgetter("item"), wanted), range(len(wanted)), strict=True))  # the last pair of an item wins
         self.twice: dict[str, list[int]] = {}  # an item wanted more than once: each pair's position
         if len(self.at) < len(wanted):
             for j, w in enumerate(wanted):

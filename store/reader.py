@@ -377,12 +377,15 @@ class Store:
         """One item of this handle's snapshot, after its part's quick check: a damaged part raises
         DamagedItem naming its folder instead of reading back zeros for a missing chunk."""
         cols, k, pid = self._one(feature, item)
+        tails = cols.tails(pid)
         try:
-            intervals = np.asarray(self._view(feature, cols, item, k, pid, layout.INTERVALS)[...], dtype=np.float64)
+            intervals = self._view(feature, cols, item, k, pid, layout.INTERVALS)
+            if type(intervals) is not np.ndarray or intervals.dtype != np.float64:  # a slice of the slab as it is
+                intervals = np.asarray(intervals[...], dtype=np.float64)
         except DamagedPart as e:
             raise damaged_item(e.folder, item, e.problem) from None
-        extras = {name: self._view(feature, cols, item, k, pid, name) for name in cols.tails(pid)
-                  if name not in (layout.FEATURES, layout.INTERVALS)}
+        extras = {name: self._view(feature, cols, item, k, pid, name) for name in tails
+                  if name not in (layout.FEATURES, layout.INTERVALS)} if len(tails) > 2 else {}
         return ItemFeature(feature=feature, item=item, features=self._view(feature, cols, item, k, pid, layout.FEATURES),
                            intervals=intervals, extras=extras,
                            attrs=self._attrs(feature, item, cols.attrs_json(k), cols.part_names[pid]),
