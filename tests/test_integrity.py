@@ -217,6 +217,23 @@ def test_the_problem_names_the_damaged_file_within_the_part(store: Path, target:
     assert c.problem.startswith(f"{target} "), c.problem
 
 
+def test_the_parts_own_metadata_is_checked_by_size_quickly_and_by_hash_in_full(store: Path) -> None:
+    """The quick check does not parse a part's own zarr.json (it holds every item's row) where the record has its
+    size: a same-size change is the full check's (SHA-256); a record without that size still has it parsed."""
+    from dataclasses import replace
+
+    from store.integrity import check_part
+
+    part = part_of(store, "b")
+    meta = part / layout.META
+    meta.write_bytes(b"x" * meta.stat().st_size)  # the same size, no longer JSON
+    record = open_store(store).index("feat").parts[part.name]
+    assert check_part(part, record) is None
+    assert check_part(part, record, full=True).startswith(f"{layout.META}: content differs")
+    unsized = replace(record, files={k: v for k, v in record.files.items() if k != layout.META})
+    assert check_part(part, unsized).startswith(f"{layout.META} is unreadable")
+
+
 FEATURE_META_DAMAGE = {
     "truncate": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
     "delete": lambda p: p.unlink(),
