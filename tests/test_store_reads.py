@@ -240,3 +240,48 @@ def test_rows_gathers_what_reads_give_from_whole_lazy_and_mixed_parts(tmp_path: 
     with pytest.raises(IndexError, match="row 9 out of range"):
         s.rows("f", "features", [(items[0], 9)])
     assert s.rows("f", "features", []).shape == (0,)
+
+
+def test_a_read_from_the_slabs_is_the_read_of_its_part_and_a_noted_part_is_checked_again(tmp_path: Path) -> None:
+    """A part that passed its check and holds only `features` and `intervals`, both in their slabs, is read
+    without the per-array lookups (`Store._ready`): the same rows, dtypes, attributes and columns as a reader
+    that reads every part lazily (no slab); a part with an extra array never takes that branch; a part that a
+    read noted damaged (a chunk failing its checksum) is checked again, in full, on its next read."""
+    from store import layout
+    from store.integrity import DamagedItem
+    from store.reader import Store
+    from store.writer import StoreWriter
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "s.zarr"
+    with StoreWriter(path, "t") as w:
+        w.set_feature("f", {"spec_hash": "x", "columns": ["a", "b", "c"], "rate_hz": None})
+        for batch in range(4):  # parts 0-2 plain, part 3 with an extra array
+            w.commit_batch("f", [(f"i{batch}-{k}", FeatureRows(rng.standard_normal((1 + k, 3)).astype(np.float32),
+                                                                np.sort(rng.random((1 + k, 2)), axis=1),
+                                                                {"tok": rng.standard_normal((1 + k, 2))} if batch == 3 else {}),
+                                  {"spec_hash": "x", "fingerprint": "-", "k": k}) for k in range(3)])
+    s, lazy = Store(path), Store(path, whole_array_bytes=0)
+    items = s.items("f")
+    for rep in range(2):  # the first pass loads the slabs, the second reads from them
+        for item in items:
+            got, want = s.read("f", item), lazy.read("f", item)
+            assert got.intervals.dtype == np.float64 and (type(got.features) is np.ndarray or not rep)
+            np.testing.assert_array_equal(got.features, np.asarray(want.features))
+            np.testing.assert_array_equal(got.intervals, want.intervals)
+            assert (got.attrs, got.columns, got.extras.keys()) == (want.attrs, want.columns, want.extras.keys())
+            for name, rows in got.extras.items():
+                np.testing.assert_array_equal(np.asarray(rows), np.asarray(want.extras[name]))
+    cols = s.index("f")
+    ready = {cols.part_names[p] for p, got in enumerate(s._ready["f"]) if got is not None}
+    assert ready == {cols.part_names[cols.part[cols.pos[f"i{b}-0"]]] for b in range(3)}
+    part = cols.part_names[cols.part[cols.pos["i0-1"]]]
+    chunk = next(p for p in (layout.part_dir(path, "f", part) / "features").rglob("*") if p.is_file() and p.name != "zarr.json")
+    before = np.asarray(lazy.read("f", "i0-1").features)
+    data = bytearray(chunk.read_bytes())
+    data[-1] ^= 0xFF  # the same size: only the full check (SHA-256) finds it
+    chunk.write_bytes(bytes(data))
+    np.testing.assert_array_equal(s.read("f", "i0-1").features, before)  # its rows are in memory already
+    s._note("f", part, "features: a chunk failed its checksum")  # what a read that meets such a chunk does
+    with pytest.raises(DamagedItem, match=f"{part}: damaged item i0-1"):
+        s.read("f", "i0-1")
