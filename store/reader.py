@@ -158,7 +158,7 @@ class Store:
         self._cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
         self._arrays: dict[tuple[str, str], _Array] = {}
         # feature -> part number -> (features slab, the part's offset in it, intervals slab, its offset), once the
-        # part passed its check and holds no other array with both in their slabs (`read`'s first branch)
+        # part has passed its check, holds no array but these two, and both are in their slabs (`read`'s first branch)
         self._ready: dict[str, list[tuple[np.ndarray, int, np.ndarray, int] | None]] = {}
         self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
         self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
@@ -383,8 +383,8 @@ class Store:
         k = cols.pos.get(item)
         ready = self._ready.get(feature) if k is not None else None
         if ready is not None and (got := ready[cols.part.item(k)]) is not None:
-            # the same rows as below, without its per-array lookups: at a million items they made single reads
-            # 0.78x f8c0ce5's, whose own path for this case the one read path had replaced
+            # the same rows as below, without its per-array lookups, which at a million items had made single
+            # reads 0.78x those of f8c0ce5 (its own table for this case; docs/design.md, "Reads")
             features, f0, intervals, i0 = got
             row0, n = cols.row0.item(k), cols.n_rows.item(k)
             return ItemFeature(feature=feature, item=item, features=features[f0 + row0:f0 + row0 + n],
