@@ -382,14 +382,14 @@ class Store:
         cols = self._states.get(feature) or self.index(feature)
         k = cols.pos.get(item)
         ready = self._ready.get(feature) if k is not None else None
-        if ready is not None and (got := ready[cols.part.item(k)]) is not None:
+        if ready is not None and (got := ready[pid := cols.part.item(k)]) is not None:
             # the same rows as below, without its per-array lookups, which at a million items had made single
             # reads 0.78x those of f8c0ce5 (its own table for this case; docs/design.md, "Reads")
             features, f0, intervals, i0 = got
             row0, n = cols.row0.item(k), cols.n_rows.item(k)
             return ItemFeature(feature=feature, item=item, features=features[f0 + row0:f0 + row0 + n],
                                intervals=intervals[i0 + row0:i0 + row0 + n], extras={},
-                               attrs=self._attrs(feature, item, cols.attrs_json(k), cols.part_names[cols.part.item(k)]),
+                               attrs=self._attrs(feature, item, cols.attrs_json(k), cols.part_names[pid]),
                                columns=list(self._feature_group(feature).get("columns", [])))
         cols, k, pid = self._one(feature, item)
         tails = cols.tails(pid)
@@ -402,11 +402,12 @@ class Store:
         extras = {name: self._view(feature, cols, item, k, pid, name) for name in tails
                   if name not in (layout.FEATURES, layout.INTERVALS)} if len(tails) > 2 else {}
         features = self._view(feature, cols, item, k, pid, layout.FEATURES)
-        f, i = self._arrays[feature, layout.FEATURES], self._arrays[feature, layout.INTERVALS]
-        if (not extras and f.loaded is not None and i.loaded is not None and f.loaded[pid] and i.loaded[pid]
-                and i.data.dtype == np.float64):
-            self._ready.setdefault(feature, [None] * len(cols.part_names))[pid] = (
-                f.data, f.offsets.item(pid), i.data, i.offsets.item(pid))
+        if not extras:  # a part with extras never takes the first branch: no lookups for it here either
+            f, i = self._arrays[feature, layout.FEATURES], self._arrays[feature, layout.INTERVALS]
+            if (f.loaded is not None and i.loaded is not None and f.loaded[pid] and i.loaded[pid]
+                    and i.data.dtype == np.float64):
+                self._ready.setdefault(feature, [None] * len(cols.part_names))[pid] = (
+                    f.data, f.offsets.item(pid), i.data, i.offsets.item(pid))
         return ItemFeature(feature=feature, item=item, features=features, intervals=intervals, extras=extras,
                            attrs=self._attrs(feature, item, cols.attrs_json(k), cols.part_names[pid]),
                            columns=list(self._feature_group(feature).get("columns", [])))
