@@ -54,17 +54,17 @@ def _qa_rows_many(store: Store, feature: str,
                   by_item: dict[str, list[QAItem]]) -> dict[str, dict[str, tuple[int, list[int], int]]]:
     """qid -> (question row, answer rows in manifest order, context row or -1) of each item's questions,
     checked against the texts the store embedded: each part's plan arrays read once, whole, as Python lists."""
-    entries = store.index(feature).entries
+    cols = store.index(feature)  # its columns: an `Entry` per item would cost a third of the planning
     by_part: dict[str, list[str]] = {}
     for item in by_item:  # usable items: all in the index
-        by_part.setdefault(entries[item].part, []).append(item)
+        by_part.setdefault(cols.part_names[cols.part.item(cols.pos[item])], []).append(item)
     out = {}
     for part, items in by_part.items():
         if store.part_problem(feature, part) is not None:
             for item in items:
                 store.read(feature, item)  # DamagedItem naming the part
         arrays = {k: np.asarray(store.part_array(feature, part, k)).tolist() for k in _PLAN_ARRAYS}
-        spans = {item: (entries[item].row0, entries[item].n_rows) for item in items}
+        spans = {item: (cols.row0.item(k), cols.n_rows.item(k)) for item in items for k in [cols.pos[item]]}
         found = _match_part(store.path, feature, arrays, spans, by_item)
         for item in items if found is None else ():  # a row key twice in the part: item by item, precise errors
             row0, n = spans[item]

@@ -11,7 +11,6 @@ import logging
 import os
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def _default_cache_bytes() -> int:
     """An eighth of the machine's memory, at most 4 GiB (SIQ_STORE_CACHE_BYTES overrides): a feature whose
-    parts fit is read at memory speed after its first epoch; one that does not is read part by part."""
+    slab fits is read at memory speed after its first epoch; one that does not is read item by item."""
     if os.environ.get("SIQ_STORE_CACHE_BYTES"):
         return int(os.environ["SIQ_STORE_CACHE_BYTES"])
     try:
@@ -42,25 +41,26 @@ def _default_cache_bytes() -> int:
 
 
 PART_CACHE_BYTES = _default_cache_bytes()
-# A part array up to this size is read whole and cached: for random access, a larger one would cost a big
-# read per item while the cache holds only a few of them (a part's tokens, ~64 MiB: 0.5 s a read)
+# A (feature, array) whose parts are all up to this size gets a slab (parts read whole): for random access, a
+# larger part would cost a big read for one item (a part's tokens, ~64 MiB: 0.5 s a read)
 WHOLE_ARRAY_BYTES = 16 << 20
-_FEW_HITS = 8  # a whole array evicted after fewer reads than this was not worth loading whole
-_THRASH_LIMIT = 4  # after this many such evictions, a (feature, array) is read lazily
+_STRING_BYTES = 64  # what a string costs in a slab, for its bound (numpy's StringDType: 16 B + the text)
 
 
 @dataclass
 class _Array:
     """What reads of one (feature, array) of a snapshot need, made once per handle: each item's first row and
-    row count in it, and its slab where it has one: its parts' arrays one after another in one allocation,
-    filled part by part as they are read, so that a batched read of random items is one `take` from it, over
-    memory the kernel can back with huge pages (numpy asks for them on large allocations)."""
+    row count in it, and its slab where it has one (the part cache): its parts' arrays one after another in
+    one allocation, filled part by part as they are read and never evicted, so that a batched read of random
+    items is one `take` from it, over memory the kernel can back with huge pages (numpy asks for them on large
+    allocations), and views handed out stay valid."""
 
     row0: np.ndarray  # item position -> first row in its part's array
     n: np.ndarray  # item position -> rows
     data: np.ndarray | None = None  # the slab
     offsets: np.ndarray | None = None  # part number -> its first row in `data`; one more at the end
     loaded: np.ndarray | None = None  # part number -> its rows are in `data`
+    nbytes: int = 0  # what the whole slab takes of the cache's bytes; taken (then 0) as its first part loads
 
 
 def _guarded(ref: weakref.ref, where: tuple[str, str, str], get: Callable[[Any], Any], key: Any) -> Any:
@@ -89,7 +89,7 @@ class SnapshotGone(RuntimeError):
 @dataclass(frozen=True)
 class ItemFeature:
     """One feature of one item. `features` and `extras` are the item's rows in the part cache where its
-    part's array is there, else lazy row views: slicing loads only what is asked."""
+    part is there, else lazy row views: slicing loads only what is asked."""
 
     feature: str
     item: str
@@ -154,16 +154,13 @@ class Store:
         self._part_checks: dict[tuple[str, str], str | None] = {}
         self._ok: dict[str, np.ndarray] = {}  # feature -> part number -> passed its quick check (cached)
         self._notes: dict[str, set[str]] = {}  # feature -> parts a read found damaged (`_note`)
-        # the part cache: whole arrays, least recently used first, and the slabs (`_Array`); their bytes
-        self._cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
-        self._arrays: dict[tuple[str, str], _Array] = {}
+        self._arrays: dict[tuple[str, str], _Array] = {}  # the part cache: slabs (`_array`), their loaded bytes
         # feature -> part number -> (features slab, the part's offset in it, intervals slab, its offset), once the
         # part has passed its check, holds no array but these two, and both are in their slabs (`read`'s first branch)
         self._ready: dict[str, list[tuple[np.ndarray, int, np.ndarray, int] | None]] = {}
-        self._cache_bytes, self.part_cache_bytes, self.whole_array_bytes = 0, part_cache_bytes, whole_array_bytes
-        self._lazy: dict[tuple[str, str, str], Any] = {}  # opened zarr arrays too big to hold whole
-        self._hits: dict[tuple[str, str, str], int] = {}  # reads served by each cached whole array
-        self._thrash: dict[tuple[str, str], int] = {}  # (feature, array) -> whole arrays evicted nearly unused
+        self._cache_bytes, self._reserved = 0, 0  # the slabs' loaded bytes, and all they may hold
+        self.part_cache_bytes, self.whole_array_bytes = part_cache_bytes, whole_array_bytes
+        self._lazy: dict[tuple[str, str, str], Any] = {}  # part arrays of (feature, array)s without a slab, opened
         self._manifests: dict[str, list[Any]] = {}  # file name -> its records (`_manifest`)
         self._closed = False
         self._pins = self._pin()
@@ -413,8 +410,8 @@ class Store:
                            columns=list(self._feature_group(feature).get("columns", [])))
 
     def _view(self, feature: str, cols: Index, item: str, k: int, pid: int, name: str) -> RowView | np.ndarray:
-        """The item's rows of array `name`: a slice of the slab when its part is there, else a view of the
-        part's array in the part cache, loaded on first use."""
+        """The item's rows of array `name`: a slice of the slab when its part is there, else a lazy view of
+        them (the part loaded into its slab, or read through zarr, on first use)."""
         a = self._arrays.get((feature, name)) or self._array(feature, name)
         if a.loaded is not None and a.loaded[pid]:
             start = a.offsets.item(pid) + a.row0.item(k)
@@ -424,7 +421,7 @@ class Store:
 
     def arrays(self, feature: str, item: str, names: list[str]) -> list[Any]:
         """The item's rows of the named arrays (`features`, `intervals` or extras), after its part's quick
-        check: slices of the part's arrays in memory (not copies) when they are loaded whole. The cheap
+        check: slices of the slabs (not copies) where the arrays have one. The cheap
         path of `read` for a reader that knows what it wants (no attributes parsed)."""
         cols, k, pid = self._one(feature, item)
         return [self._view(feature, cols, item, k, pid, name)[...] for name in names]
@@ -436,9 +433,8 @@ class Store:
     def rows(self, feature: str, name: str, picks: list[tuple[str, int]]) -> np.ndarray:
         """Rows of many items at once: `picks` = (item, row within the item), stacked in the order of
         `picks` (the batched read path of the datasets): one `take` from the array's slab where it has one,
-        else a row per pick from the parts in memory and one zarr gather per part read lazily. An unknown
-        item, a damaged part or a row out of range raises as a read of that item would (KeyError,
-        DamagedItem, IndexError)."""
+        else one zarr gather per part. An unknown item, a damaged part or a row out of range raises as a
+        read of that item would (KeyError, DamagedItem, IndexError)."""
         if not picks:
             return np.zeros((0,), np.float32)
         items, rows = zip(*picks, strict=True)
@@ -451,69 +447,51 @@ class Store:
             raise IndexError(f"{feature}/{items[i]}: row {rows[i]} out of range for {a.n[k[i]]} rows")
         at = a.row0[k] + r
         try:
+            for p in np.unique(pid[~a.loaded[pid]]).tolist() if a.loaded is not None else ():
+                if not self._slab_load(feature, name, a, p):
+                    break
             if a.loaded is None:
                 return self._gather(feature, name, pid, at)
-            for p in np.unique(pid[~a.loaded[pid]]).tolist():
-                self._slab_load(feature, name, a, p)
             return a.data.take(a.offsets[pid] + at, axis=0)
         except DamagedPart as e:
             bad = cols.part_id[e.folder.name]
             raise self._damaged(feature, bad, sorted({items[i] for i in np.flatnonzero(pid == bad)}), e.problem) from None
 
     def _gather(self, feature: str, name: str, pid: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """Rows `at` of parts `pid` of an array without a slab: a row per pick from the parts held whole, one
-        zarr gather per part read lazily."""
-        got: list[Any] = []
-        lazy: dict[int, list[int]] = {}  # part number -> positions in the picks
-        for pos, (p, row) in enumerate(zip(pid.tolist(), at.tolist(), strict=True)):
-            base = self._part(feature, p, name)
-            got.append(base[row] if isinstance(base, np.ndarray) else None)
-            if got[-1] is None:
-                lazy.setdefault(p, []).append(pos)
-        for p, positions in lazy.items():
-            for pos, value in zip(positions, self._part(feature, p, name)[at[positions]], strict=True):
-                got[pos] = value
-        return np.stack(got)
+        """Rows `at` of parts `pid` of an array without a slab: one zarr gather per part."""
+        out = None
+        for p in np.unique(pid).tolist():
+            mine = np.flatnonzero(pid == p)
+            got = np.asarray(self._part(feature, p, name)[at[mine]])
+            if out is None:
+                out = np.empty((len(pid), *got.shape[1:]), got.dtype)
+            out[mine] = got
+        return out
 
     @property
     def cached_bytes(self) -> int:
-        """Bytes of part arrays this handle holds in its part cache (slabs' loaded rows included)."""
+        """Bytes of part arrays this handle holds in its part cache (the slabs' loaded rows)."""
         return self._cache_bytes
 
     def part_array(self, feature: str, part: str, name: str) -> Any:
-        """A part's array (no check: the caller checks `part_problem`): whole in memory when small enough
-        (the part cache), else the lazy zarr array."""
+        """A part's array (no check: the caller checks `part_problem`): its rows in the slab, else the lazy
+        zarr array."""
         return self._part(feature, self.index(feature).part_id[part], name)
 
     def _part(self, feature: str, pid: int, name: str) -> Any:
-        """Part number `pid`'s array `name` from the part cache: its rows in the slab, a whole array, or a
-        lazy one. Whole arrays of a (feature, array) that leave the cache having served few reads (random
-        access over more than the cache holds) make its later parts read lazily: one small zarr read per
-        item, not a whole part."""
+        """Part number `pid`'s array `name`: its rows in the slab, loaded on first use, else read through zarr
+        item by item (one small read per item, not a whole part)."""
         a = self._array(feature, name)
-        if a.loaded is not None:
-            if not a.loaded[pid]:
-                self._slab_load(feature, name, a, pid)
+        if a.loaded is not None and (a.loaded[pid] or self._slab_load(feature, name, a, pid)):
             return a.data[a.offsets[pid]:a.offsets[pid + 1]]
         key = (feature, self._states[feature].part_names[pid], name)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            self._hits[key] = self._hits.get(key, 0) + 1
-            return self._cache[key]
-        if key in self._lazy:
-            return self._lazy[key]
-        value = self._load(feature, key[1], name, whole=None)
-        if not isinstance(value, np.ndarray):
-            self._lazy[key] = value
-            return value
-        self._cache[key] = value
-        self._cache_bytes += value.nbytes
-        self._evict()
-        return value
+        if key not in self._lazy:
+            self._lazy[key] = self._load(feature, key[1], name, whole=False)
+        return self._lazy[key]
 
     def _array(self, feature: str, name: str) -> _Array:
         """The (feature, array)'s `_Array`, made on first use; with a slab when every part holds the array
-        whole-sized with one numeric dtype and row shape, and all of it fits in half the cache."""
+        with one numeric or string dtype and row shape and none is larger than `whole_array_bytes`."""
         key = (feature, name)
         if key not in self._arrays:
             cols = self.index(feature)
@@ -521,22 +499,28 @@ class Store:
             recs = [cols.parts[p].arrays.get(name) or {} for p in cols.part_names]
             shapes = [r.get("shape") for r in recs]
             kinds = {(r.get("dtype"), tuple(sh[1:])) for r, sh in zip(recs, shapes, strict=True) if sh}
-            if recs and all(shapes) and len(kinds) == 1 and self._thrash.get(key, 0) < _THRASH_LIMIT:
+            if recs and all(shapes) and len(kinds) == 1:
                 dtype_name, tail = kinds.pop()
-                try:
-                    dtype = np.dtype(dtype_name) if dtype_name else np.dtype(object)
-                except (TypeError, ValueError):  # a string dtype numpy does not name
+                try:  # zarr's "string" is what it reads strings back as: numpy's StringDType
+                    dtype = np.dtypes.StringDType() if dtype_name == "string" else np.dtype(dtype_name)
+                except (TypeError, ValueError):  # a dtype numpy does not name: read through zarr
                     dtype = np.dtype(object)
                 sizes = np.array([sh[0] for sh in shapes], np.int64)
-                row_bytes = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
-                if (dtype.kind in "biuf" and int(sizes.max()) * row_bytes <= self.whole_array_bytes
-                        and int(sizes.sum()) * row_bytes <= self.part_cache_bytes // 2):
+                row_bytes = int(np.prod(tail, dtype=np.int64)) * (_STRING_BYTES if dtype.kind == "T" else dtype.itemsize)
+                if dtype.kind in "biufT" and int(sizes.max()) * row_bytes <= self.whole_array_bytes:
+                    a.nbytes = int(sizes.sum()) * row_bytes
                     a.offsets = np.concatenate([[0], np.cumsum(sizes)])
                     a.data, a.loaded = np.empty((int(a.offsets[-1]), *tail), dtype), np.zeros(len(sizes), bool)
         return self._arrays[key]
 
-    def _slab_load(self, feature: str, name: str, slab: _Array, pid: int) -> None:
-        """Copy a part's array into the slab."""
+    def _slab_load(self, feature: str, name: str, slab: _Array, pid: int) -> bool:
+        """Copy a part's array into the slab. The slab's first part takes its bytes from what the cache has
+        left (the slabs together never hold more than `part_cache_bytes`); where they are not there, the
+        slab is dropped (False): the array is read through zarr item by item from then on."""
+        if self._reserved + slab.nbytes > self.part_cache_bytes:
+            slab.data = slab.offsets = slab.loaded = None
+            return False
+        self._reserved, slab.nbytes = self._reserved + slab.nbytes, 0
         part = self._states[feature].part_names[pid]
         value = self._load(feature, part, name, whole=True)
         a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
@@ -546,18 +530,14 @@ class Store:
         slab.data[a:b] = value
         slab.loaded[pid] = True
         self._cache_bytes += slab.data[a:b].nbytes
-        self._evict()
+        return True
 
-    def _load(self, feature: str, part: str, name: str, whole: bool | None) -> Any:
-        """A part's array through zarr: whole (a numpy array) or lazy; `whole=None`: whole when small enough
-        and its (feature, array) does not thrash. A missing or unusable array raises DamagedItem (or
-        SnapshotGone when a compaction removed its part)."""
+    def _load(self, feature: str, part: str, name: str, whole: bool) -> Any:
+        """A part's array through zarr: whole (a numpy array) or lazy. A missing or unusable array raises
+        DamagedItem (or SnapshotGone when a compaction removed its part)."""
         folder = layout.part_dir(self.path, feature, part)
         try:
             arr = zarr.open_array(folder / name, mode="r")
-            if whole is None:
-                nbytes = int(np.prod(arr.shape, dtype=np.int64)) * (64 if arr.dtype.kind in "OUT" else arr.dtype.itemsize)
-                whole = nbytes <= self.whole_array_bytes and self._thrash.get((feature, name), 0) < _THRASH_LIMIT
             if not whole:
                 return RowView(arr, 0, arr.shape[0], arr.shape[1:],
                                guard=functools.partial(_guarded, weakref.ref(self), (feature, part, name)))
@@ -616,14 +596,6 @@ class Store:
         if feature not in self._notes:
             self._notes[feature] = integrity.noted_parts(self.path, feature)
         return self._notes[feature]
-
-    def _evict(self) -> None:
-        """Drop the least recently used whole arrays until the cache (slabs' loaded rows included) fits."""
-        while self._cache_bytes > self.part_cache_bytes and len(self._cache) > 1:
-            old_key, old = self._cache.popitem(last=False)
-            self._cache_bytes -= getattr(old, "nbytes", 0)
-            if self._hits.pop(old_key, 0) < _FEW_HITS:
-                self._thrash[old_key[0], old_key[2]] = self._thrash.get((old_key[0], old_key[2]), 0) + 1
 
     def _gone(self, feature: str, folder: Path) -> None:
         """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted

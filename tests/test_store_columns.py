@@ -144,7 +144,7 @@ def test_a_damaged_part_raises_in_batched_reads(tmp_path: Path) -> None:
         s.rows("f", "features", [("a", 0), ("c", 0)])
 
 
-def test_a_slab_is_made_only_where_the_feature_fits_half_the_cache(tmp_path: Path) -> None:
+def test_a_slab_is_made_only_where_the_array_fits_what_the_cache_has_left(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     _commit(path, [[f"i{k}" for k in range(10)]], seed=7)
     small = Store(path, part_cache_bytes=100)

@@ -210,10 +210,10 @@ def test_a_cached_plan_is_not_used_once_a_part_is_damaged(store: Path, tmp_path:
 
 
 @pytest.mark.parametrize("whole_bytes", [16 << 20, 0, 200])
-def test_rows_gathers_what_reads_give_from_whole_lazy_and_mixed_parts(tmp_path: Path, whole_bytes: int) -> None:
+def test_rows_gathers_what_reads_give_from_slabs_lazy_parts_and_both(tmp_path: Path, whole_bytes: int) -> None:
     """`Store.rows` over items of several parts, repeated items, rows past the first, 2-d rows: the same as
-    each item's own read, whether its part is in memory (whole), read lazily (0), or some of each (200
-    bytes: the small parts whole, the larger ones lazily)."""
+    each item's own read, whether the arrays are in slabs, read lazily (0), or one of each (200 bytes:
+    `features`' parts are small enough for a slab, `tok`'s are not)."""
     from store.reader import Store
     from store.writer import StoreWriter
 
@@ -224,19 +224,25 @@ def test_rows_gathers_what_reads_give_from_whole_lazy_and_mixed_parts(tmp_path: 
         for batch in range(5):  # parts of 1..5 items, 1..4 rows each
             w.commit_batch("f", [(f"i{batch}-{k}", FeatureRows(rng.standard_normal((1 + k % 4, 3)).astype(np.float32),
                                                                 np.zeros((1 + k % 4, 2)),
-                                                                {"tok": rng.standard_normal((1 + k % 4, 2, 3))}),
+                                                                {"tok": rng.standard_normal((1 + k % 4, 2, 3)),
+                                                                 "word": np.array([f"w{batch}{k}{r}" for r in range(1 + k % 4)])}),
                                   {"spec_hash": "x", "fingerprint": "-"}) for k in range(batch + 1)])
     s = Store(path, whole_array_bytes=whole_bytes)
     items = s.items("f")
     picks = [(it, int(r)) for it in rng.choice(items, 40) for r in [rng.integers(0, s.read("f", it).features.shape[0])]]
-    for name in ("features", "tok"):
+    for name in ("features", "tok", "word"):  # strings too: a StringDType slab, or zarr's own strings
         want = np.stack([np.asarray((s.read("f", it).features if name == "features" else s.read("f", it).extras[name])[r])
                          for it, r in picks])
         got = s.rows("f", name, picks)
+        if name == "word":  # a string row reads as a Python str, which numpy stacks as fixed-width
+            assert got.dtype == np.dtypes.StringDType() and got.tolist() == want.tolist()
+            continue
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
-    if whole_bytes == 200:
-        kinds = {type(s.part_array("f", p, "tok")).__name__ for p in s.index("f").parts}
-        assert kinds == {"ndarray", "RowView"}, kinds  # really mixed
+    kinds = {name: {type(s.part_array("f", p, name)).__name__ for p in s.index("f").parts}
+             for name in ("features", "tok", "word")}
+    assert kinds == {16 << 20: {"features": {"ndarray"}, "tok": {"ndarray"}, "word": {"ndarray"}},
+                     0: {"features": {"RowView"}, "tok": {"RowView"}, "word": {"RowView"}},
+                     200: {"features": {"ndarray"}, "tok": {"RowView"}, "word": {"RowView"}}}[whole_bytes], kinds
     with pytest.raises(IndexError, match="row 9 out of range"):
         s.rows("f", "features", [(items[0], 9)])
     assert s.rows("f", "features", []).shape == (0,)

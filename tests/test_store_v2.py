@@ -234,24 +234,30 @@ def test_a_version_1_store_is_refused_naming_the_command_then_migrated(tmp_path:
     assert migrate_store(path).items == {}  # already version 2: nothing to do
 
 
-def test_random_reads_over_more_than_the_cache_switch_to_lazy_reads(tmp_path: Path) -> None:
-    """Whole part arrays that leave the cache nearly unused (random access over more parts than fit) stop
-    being loaded whole: later reads of that array go through zarr per item, with the same values."""
+def test_the_part_cache_holds_slabs_up_to_its_bytes_and_reads_the_rest_lazily(tmp_path: Path) -> None:
+    """The slabs of one handle together never hold more than `part_cache_bytes`: a feature whose slab would
+    not fit in what is left is read through zarr item by item (random access over more than the cache
+    holds), with the same values, and nothing of it is cached."""
     from store.reader import Store
 
     path = tmp_path / "s.zarr"
     with StoreWriter(path, "demo") as w:
-        w.set_feature("feat", ATTRS)
-        for p in range(12):
-            w.commit_batch("feat", [(f"i{p}-{k}", rows(20, float(p * 10 + k)), {"spec_hash": "s1"}) for k in range(10)])
-    one_part = 10 * 20 * 2 * 4  # bytes of one part's features
-    s = Store(path, part_cache_bytes=2 * one_part)
+        for feature in ("feat", "more"):
+            w.set_feature(feature, ATTRS)
+            for p in range(12):
+                w.commit_batch(feature, [(f"i{p}-{k}", rows(20, float(p * 10 + k)), {"spec_hash": "s1"})
+                                         for k in range(10)])
+    one_part = 10 * 20 * 2 * 4  # bytes of one part's features (float32, 2 columns)
+    # room for feat's features and intervals (float64, twice the bytes), 12 parts each; then none for more's
+    s = Store(path, part_cache_bytes=37 * one_part)
     order = [f"i{p}-{k}" for k in range(10) for p in range(12)]  # every read in another part
-    for item in order:
-        p, k = map(int, item[1:].split("-"))
-        np.testing.assert_array_equal(s.read("feat", item).features[...], rows(20, float(p * 10 + k)).features)
-    assert s._thrash[("feat", "features")] >= 4 and s._lazy  # switched to lazy reads
-
+    for feature in ("feat", "more"):
+        for item in order:
+            p, k = map(int, item[1:].split("-"))
+            np.testing.assert_array_equal(s.read(feature, item).features[...], rows(20, float(p * 10 + k)).features)
+    assert s._arrays["feat", "features"].data is not None and s._arrays["more", "features"].data is None
+    assert s.cached_bytes == 36 * one_part and s._arrays["more", "intervals"].data is None
+    assert s._lazy and all(key[0] == "more" for key in s._lazy)
 
 
 def test_compaction_never_launders_a_damaged_part(store: Path) -> None:
