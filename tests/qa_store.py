@@ -80,7 +80,11 @@ class MemoryQAStore:
         self._rows = {item: zero_qa_rows(qs, vectors) for item, qs in by_item(qa).items()}
         entries = {item: SimpleNamespace(item=item, part=item, row0=0, n_rows=len(r.features))
                    for item, r in self._rows.items()}
-        self._index = SimpleNamespace(entries=entries, generation="memory", length=len(entries))
+        names = list(self._rows)  # the index's columns too, as `Index` has them (the plan reads those)
+        self._index = SimpleNamespace(entries=entries, generation="memory", length=len(entries), part_names=names,
+                                      pos={item: k for k, item in enumerate(names)},
+                                      part=np.arange(len(names)), row0=np.zeros(len(names), np.int64),
+                                      n_rows=np.array([len(self._rows[i].features) for i in names], np.int64))
 
     def features(self) -> list[str]:
         return ["qa"]
