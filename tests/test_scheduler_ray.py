@@ -52,8 +52,12 @@ def test_cpu_work_goes_to_every_idle_actor(ray4, tmp_path: Path) -> None:
     assert report.counts["wait"]["done"] == 16
     calls = report.stages["model:wait"]
     assert calls["calls"] == 16  # one item a call
-    bound = 16 * 0.5 / 4
-    assert _extraction_seconds(report) <= 1.5 * bound, report.stages
+    # every actor got work (each actor's own count: load on the machine does not change it), and they ran side by
+    # side: well under one actor's 8 s (a bound of 1.5x the ideal 2 s failed once, at 3.85 s, with the suite's
+    # four processes on the two cores)
+    per_actor = sorted(w["units"] for w in report.batches["wait"])
+    assert len(per_actor) == 4 and min(per_actor) >= 1 and sum(per_actor) == 16, per_actor
+    assert _extraction_seconds(report) <= 0.6 * 16 * 0.5, report.stages
     assert report.utilisation["policy"] == "balanced"
 
 
