@@ -502,7 +502,8 @@ class Store:
             if recs and all(shapes) and len(kinds) == 1:
                 dtype_name, tail = kinds.pop()
                 try:  # zarr's "string" is what it reads strings back as: numpy's StringDType
-                    dtype = np.dtypes.StringDType() if dtype_name == "string" else np.dtype(dtype_name)
+                    dtype = (np.dtypes.StringDType() if dtype_name == "string" else np.dtype(dtype_name) if dtype_name
+                             else np.dtype(object))  # none recorded (np.dtype(None) would be float64)
                 except (TypeError, ValueError):  # a dtype numpy does not name: read through zarr
                     dtype = np.dtype(object)
                 sizes = np.array([sh[0] for sh in shapes], np.int64)

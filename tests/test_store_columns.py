@@ -154,6 +154,19 @@ def test_a_slab_is_made_only_where_the_array_fits_what_the_cache_has_left(tmp_pa
     assert big._arrays["f", "features"].data is not None
 
 
+
+def test_an_array_whose_dtype_was_not_recorded_is_read_through_zarr_as_stored(tmp_path: Path) -> None:
+    """A part record without an array's dtype (a hand-made or old record) gives that array no slab: its rows read
+    through zarr in their stored dtype, never cast into a slab of a guessed one (numpy's dtype of None is float64)."""
+    path = tmp_path / "s.zarr"
+    _commit(path, [[f"i{k}" for k in range(4)]], seed=3)
+    s, plain = Store(path), Store(path)
+    for rec in s.index("f").parts.values():
+        rec.arrays["features"]["dtype"] = None
+    got, want = s.rows("f", "features", [("i1", 0), ("i3", 0)]), plain.rows("f", "features", [("i1", 0), ("i3", 0)])
+    assert got.dtype == want.dtype == np.float32 and np.array_equal(got, want)
+    assert s._arrays["f", "features"].data is None and plain._arrays["f", "features"].data is not None
+
 def _commit_plain(path: Path, batches: list[list[str]], seed: int) -> None:
     """Items of `features` and `intervals` only (what single reads through the slabs take)."""
     rng = np.random.default_rng(seed)
