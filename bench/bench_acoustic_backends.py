@@ -5,7 +5,7 @@ a GPU would be asked to do, and the reference's own noise that sets the torch ba
     .venv/bin/python -m bench.bench_acoustic_backends --noise      # docs/acoustic.md, "Torch backend"
 
 (on a shared machine under `flock /tmp/siq-heavy.lock`). `espeak`: the speech track of bench.scale_raw's clip 0
-(espeak-ng words filling 60 s, the clips of ../shared/gpu-run), resampled to 16 kHz as pipeline/audio.py decodes
+(espeak-ng words filling 60 s, the clips of ../shared/gpu-run), resampled to 16 kHz as media/audio.py decodes
 it; `real`: ../shared/realdata/speech concatenated and repeated (bench.bench_acoustic's input). Times are process
 CPU seconds on one core (numpy, BLAS and torch on one thread), so a loaded machine inflates them less than wall
 time. It prints per backend: CPU-s per clip (best and median of `--repeats` after a warm-up call), the seconds

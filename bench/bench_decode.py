@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.decode import decode_frames
+from media.decode import decode_frames
 
 
 def _decord_rows(path: Path, index: np.ndarray) -> int | None:

@@ -16,7 +16,7 @@
    `--fresh-calibration` gives our default run a new cache every round, so that each is a first run. Medians over
    the rounds and the default's wall against the best fixed batch's close the table.
 2. Frame choice: on index-coded clips (every frame shows its number: tests/synth_video.py) at 30 and 29.97 fps,
-   which source frame each method uses for second k. Ours: the frame nearest k + 0.5 s (pipeline/decode.py);
+   which source frame each method uses for second k. Ours: the frame nearest k + 0.5 s (media/decode.py);
    the peer's: what ffmpeg's fps filter keeps (round=near: the last frame before k + 0.5 s). docs/design.md.
 """
 
@@ -141,7 +141,7 @@ def peer_frames(path: Path, tmp: Path) -> list[int]:
 
 
 def frame_choice(seconds: int = 10) -> None:
-    from pipeline.decode import decode_frames
+    from media.decode import decode_frames
     from tests.synth_video import make_index_video, read_index
 
     print("frame used for second k (source frame index, its time - k in ms), ours | peer's:")

@@ -90,7 +90,7 @@ def build_synthetic_store(raw: Path, out: Path, frames_dim: int = 2208, words_di
     from extractors.qa import QAConfig, QAExtractor
     from extractors.text_model import BUNDLED_MINILM
     from manifests.socialiq import read_siq2
-    from pipeline.decode import qa_text
+    from media.kinds.qa import qa_text
 
     items, qa = read_siq2(raw)
     truths = json.loads(next(raw.glob("**/sample_truth.json")).read_text())

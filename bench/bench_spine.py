@@ -20,7 +20,7 @@ from bench.memory import run_measured
 from extractors.batched import frame_units
 from extractors.densenet import DenseNet161, DenseNetConfig
 from manifests.sample import make_sample
-from pipeline.decode import decode_audio, decode_frames
+from media.decode import decode_audio, decode_frames
 from store.reader import Store
 
 

@@ -21,7 +21,7 @@ from extractors.base import QAText, Words
 from extractors.qa import QAConfig, QAExtractor
 from extractors.text_model import BUNDLED_MINILM
 from extractors.transcript import TranscriptConfig, TranscriptExtractor
-from pipeline.captions import parse_captions
+from media.captions import parse_captions
 
 VOCAB = ("I", "don't", "know", "what", "you", "mean", "it's", "3.5", "well-known", "really", "okay", "so",
          "we", "were", "talking", "about", "the", "interview", "yesterday", "and", "she", "laughed", "café")

@@ -11,7 +11,7 @@
   keyframe saves: `decode._GopTails`); `non-ref`: the share of frames no other frame refers to (B-frames
   outside a B-pyramid's middle; the scale set's libx264 `ultrafast` clips have none: a B-frame encode shows it,
   `ffmpeg -i clip.mp4 -c:v libx264 -preset veryfast clip-b.mp4`);
-- the GPU path's CPU part (pipeline/nvdec.py): `plan_rows` (demux + first frame, on the CPU) and torchcodec's
+- the GPU path's CPU part (media/nvdec.py): `plan_rows` (demux + first frame, on the CPU) and torchcodec's
   exact-mode scan (demuxing again, on the CPU; NVDEC then decodes on the GPU).
 
     flock /tmp/siq-heavy.lock python -m bench.profile_decode            # makes (or reuses) the two clips
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from bench import timed
-from pipeline import decode, picture
-from pipeline.media import open_media
+from media import decode, picture
+from media.container import open_media
 
 
 def _cpu(fn, repeat: int) -> float:
@@ -90,7 +90,7 @@ def profile_device(path: Path, device: str, repeat: int) -> dict[str, float]:
     (demuxing twice, torchcodec's NVDEC parser and submissions, the checks)."""
     import torch
 
-    from pipeline import nvdec
+    from media import nvdec
 
     nvdec.decode_on_device(path, device=device)  # warm: CUDA context, decoder cache
     wall, cpu = float("inf"), float("inf")
@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("videos", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cache", type=Path, default=Path("build/scale"))
-    ap.add_argument("--device", help="also run the GPU path (pipeline/nvdec.py) on this device: cuda, cpu")
+    ap.add_argument("--device", help="also run the GPU path (media/nvdec.py) on this device: cuda, cpu")
     args = ap.parse_args()
     videos = args.videos
     if not videos:

@@ -29,7 +29,7 @@ from bench.bench_read import (
 from bench.store import with_store
 from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
-from pipeline.decode import qa_text
+from media.kinds.qa import qa_text
 from rows import FeatureRows
 from store.writer import StoreWriter
 

@@ -21,7 +21,7 @@ import numpy as np
 from bench.store import with_store
 from extractors.qa import qa_rows
 from manifests.socialiqa import read_socialiqa
-from pipeline.decode import qa_text
+from media.kinds.qa import qa_text
 from rows import FeatureRows
 from store.writer import StoreWriter
 

@@ -48,7 +48,7 @@ class Frames:
     duration_s: float
     # (M, 2) seconds with no decodable frame (damaged data): those rows are left out of `intervals`
     missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
-    # how the stored pictures became the displayed ones (pipeline/picture.py `View.attrs`): stored size, SAR,
+    # how the stored pictures became the displayed ones (media/picture.py `View.attrs`): stored size, SAR,
     # displayed size, rotation; recorded per item by the visual extractors
     picture: dict[str, Any] = field(default_factory=dict)
     # where the file's other streams end, when the video ends well before them (shorter by design, not damage:

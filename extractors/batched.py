@@ -201,7 +201,7 @@ class FrameModel(BatchedModel[C, Frame]):
 
 def source_attrs(x: Frames | Still) -> dict[str, Any]:
     """What frame rows say of their source: a still image's "input", and how the stored picture became the one the
-    model saw (`picture`: pipeline/picture.py)."""
+    model saw (`picture`: media/picture.py)."""
     return {**({"input": "image"} if isinstance(x, Still) else {}), **({"picture": x.picture} if x.picture else {})}
 
 

@@ -1,6 +1,6 @@
 """Frame features: torchvision DenseNet161, the 2,208-d output of the final ReLU + global average pool.
 
-As in Social-IQ's Q+A+V baseline: one frame per second (see pipeline/decode.py for which frame),
+As in Social-IQ's Q+A+V baseline: one frame per second (see media/decode.py for which frame),
 ImageNet preprocessing taken from the weights' own transforms (resize 256, centre crop 224, normalise).
 The forward runs channels_last (faster on CPU and GPU); on CUDA under fp16/bf16 autocast, on CPU in fp32.
 """

@@ -1,6 +1,6 @@
 """Decoded pixels as the visual extractors take them: a numpy array from the CPU decode path, or a torch tensor
 (N, H, W, 3) uint8 already on the model's device where the model actor decoded the frames there itself
-(pipeline/nvdec.py: NVDEC, so the pictures never cross host memory or Ray's object store)."""
+(media/nvdec.py: NVDEC, so the pictures never cross host memory or Ray's object store)."""
 
 from __future__ import annotations
 

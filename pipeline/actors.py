@@ -14,8 +14,9 @@ import numpy as np
 
 from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
-from pipeline import kinds as input_kinds
-from pipeline import nvdec, stages
+from media import kinds as input_kinds
+from media import nvdec
+from pipeline import stages
 from rows import FeatureRows
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
     (meta["segments"]["frames"]: how many), the others come from `decode_segment`. `on_device` (device, the
     features reading the frames): the scheduler sent this video's frames to the model actors' decoder
-    (pipeline/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"])."""
+    (media/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"])."""
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
@@ -83,7 +84,7 @@ def _decode_frames(item: MediaItem, kind: input_kinds.Kind, segment: int, segmen
                    on_device: tuple[str, tuple[str, ...]] | None = None,
                    meta: dict[str, Any] | None = None) -> tuple[Any, int]:
     """One segment of a video's frames by the CPU path, or (`on_device`: the device and the features that will
-    read them) its plan for the model actors to decode on their device, where the file allows (pipeline/nvdec.py)."""
+    read them) its plan for the model actors to decode on their device, where the file allows (media/nvdec.py)."""
     span = kind.span(item)
     if on_device is None:
         return kind.decode_segment(span, segment, segment_bytes)
@@ -182,7 +183,7 @@ def keep_heap() -> bool:
 
 
 class DeviceFramesCache:
-    """Frames the model actor decoded on its device (pipeline/nvdec.py), kept until every feature of this actor
+    """Frames the model actor decoded on its device (media/nvdec.py), kept until every feature of this actor
     that reads them has (`FramesPlan.readers`): DenseNet and MTCNN share one actor where frames are decoded
     there, so a clip is decoded once for both. Only a saving, never a source of truth: an entry evicted (the
     oldest, past `max_bytes`) or lost with a restarted actor is decoded again, the same frames."""

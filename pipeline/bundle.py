@@ -27,7 +27,7 @@ The ray wheel is 79 MB, most of it parts the pipeline never imports (`--slim-ray
 RAY_UNUSED); ../shared/gpu-run ran the pipeline without them. pyworld imports pkg_resources, gone from
 setuptools 81: pyproject.toml's `setuptools<81` travels as a dependency like any other.
 
-torchcodec (GPU frames, pipeline/nvdec.py) travels as its wheel (the PyPI build for CUDA 13, torch >= 2.11: the
+torchcodec (GPU frames, media/nvdec.py) travels as its wheel (the PyPI build for CUDA 13, torch >= 2.11: the
 node's 2.11.0+cu130 loads it, as this machine's 2.14.1+cu130 does); it loads the FFmpeg 4-9 shared libraries of the
 system (libavcodec.so.58-63), which the bundle does not carry: PyAV's own copies are renamed by auditwheel. On a node
 without them every file's frames are decoded on the CPU path, the reason said per file.

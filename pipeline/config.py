@@ -68,7 +68,7 @@ class RunConfig(BaseModel):
     actors_per_gpu: dict[str, int] = Field(default_factory=dict)
     model_threads: int | None = Field(None, ge=1)  # torch threads per GPU-feature actor without a GPU
     decode_retries: int = 2
-    # where videos' frames are decoded (pipeline/nvdec.py; docs/design.md, "Frames decoded on the GPU"): "auto": by
+    # where videos' frames are decoded (media/nvdec.py; docs/design.md, "Frames decoded on the GPU"): "auto": by
     # the frames features' model actors on their GPU (NVDEC) where those run on GPUs and torchcodec is installed,
     # routed by `gpu_decode_queue`, else by the CPU decode tasks; "cpu": always the CPU decode tasks (the
     # reference); "gpu": every video by the model actors on their device, also without a GPU (torchcodec's CPU

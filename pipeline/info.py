@@ -5,7 +5,7 @@ index (items, rows, parts, the per-item attributes: `missing_s` makes an item pa
 a policy such as the faces one filtered it), the quick part check every read makes (damaged items), and the run reports in
 `_runs/` (failed pairs: a failure is not in the index, so the latest run that asked for the feature says which
 of its pairs failed and why). `--config` also recomputes each item's fingerprint as `make extract` with that
-config would (pipeline/kinds/: each input kind's `identity`, the raw file's name, size and mtime), so an item whose source
+config would (media/kinds/: each input kind's `identity`, the raw file's name, size and mtime), so an item whose source
 changed or whose feature's config changed is listed as stale.
 
 Exit codes (pipeline/exitcodes.py): 0 nothing wrong (partial, filtered and stale items are facts, not
@@ -202,7 +202,7 @@ def _failed(runs: list[dict[str, Any]], feature: str, current: set[str]) -> list
 
 def _wanted_fingerprints(store: Store, config_ref: str) -> dict[str, tuple[str, dict[str, str]]]:
     """feature -> (the spec hash, item -> fingerprint) that `make extract --config config_ref` would want."""
-    from pipeline import kinds
+    from media import kinds
     from pipeline.config import load_config
 
     config = load_config(config_ref)
@@ -217,7 +217,7 @@ def _wanted_fingerprints(store: Store, config_ref: str) -> dict[str, tuple[str, 
         for item in media:
             qs = questions.get(item.id, [])
             if kinds.applicable(item, kind, qs):
-                source = kinds.identity(item, kind, qs, config)
+                source = kinds.identity(item, kind, qs, config.audio_rate_hz)
                 fps[item.id] = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
         out[spec.name] = (spec.spec_hash, fps)
     return out

@@ -119,6 +119,7 @@ def runtime_env(address: str | None) -> dict[str, Any]:
         import atomicio
         import extractors
         import manifests
+        import media
         import pipeline
         import reading
         import rows
@@ -127,7 +128,7 @@ def runtime_env(address: str | None) -> dict[str, Any]:
         # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env; every package of
         # the project's own goes (a worker on another node has none of them: tests/test_cluster.py)
         env["py_modules"] = [str(Path(m.__file__).parent)
-                             for m in (atomicio, extractors, manifests, pipeline, reading, rows, store)]
+                             for m in (atomicio, extractors, manifests, media, pipeline, reading, rows, store)]
     return env
 
 

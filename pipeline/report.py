@@ -44,7 +44,7 @@ class RunReport:
     # each resource's busy fraction over the extraction, the binding one, the policy (`utilisation` below)
     utilisation: dict[str, Any] = field(default_factory=dict)
     # frames features of videos: feature -> what decoded its committed items' frames -> how many ("cpu",
-    # "nvdec", "torchcodec-cpu"; pipeline/nvdec.py)
+    # "nvdec", "torchcodec-cpu"; media/nvdec.py)
     frames_decoders: dict[str, dict[str, int]] = field(default_factory=dict)
     # videos whose frames the CPU path decoded although the run sent them to the actors' decoder, one per file:
     # item, file, reason (NVDEC cannot show it as the CPU path does), where (decode task, model actor)

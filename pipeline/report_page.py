@@ -132,7 +132,7 @@ def _problem_items(info: StoreInfo) -> list[str]:
 
 def _picture(store_path: Path, item: str) -> tuple[str | None, str | None]:
     """(The inspect PNG of the item as a data: URI, None) or (None, why it could not be drawn)."""
-    from pipeline.inspect import render_item
+    from reading.inspect import render_item
 
     with tempfile.TemporaryDirectory() as tmp:
         try:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, cluster, decode, nvdec, raystart, report, stages, stop, supervise
-from pipeline import kinds as input_kinds
+from media import decode, nvdec
+from media import kinds as input_kinds
+from pipeline import actors, cluster, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -36,7 +37,7 @@ class _Pair:
     segments: int = 1
     rows: dict[int, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    decoders: set[str] = field(default_factory=set)  # what decoded its frames (pipeline/nvdec.py), per segment
+    decoders: set[str] = field(default_factory=set)  # what decoded its frames (media/nvdec.py), per segment
 
 
 
@@ -473,7 +474,7 @@ class ActorPlan:
     depth: int  # calls in flight per actor
     holds_cores: bool  # the policy counts its calls against the node's CPU slots
     host: str | None = None  # the feature whose actors run this one too (frames features decoding on the device)
-    decode_device: str | None = None  # its actors decode frames plans there (pipeline/nvdec.py)
+    decode_device: str | None = None  # its actors decode frames plans there (media/nvdec.py)
 
 
 def device_queue(plan: dict[str, ActorPlan], config: RunConfig) -> float:

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.kinds import KINDS
+from media.kinds import KINDS
 
 CPU, CUDA = "cpu", "cuda"
 
@@ -43,7 +43,7 @@ class Unit:
     part: int = 0  # segment
     solo: bool = False  # run alone: its batch crashed a worker
     kind: str = ""  # input kind: what it holds in the object store until its features are done with it
-    device: bool = False  # a frames plan: the model actor decodes it on its device (pipeline/nvdec.py)
+    device: bool = False  # a frames plan: the model actor decodes it on its device (media/nvdec.py)
 
 
 @dataclass(eq=False)

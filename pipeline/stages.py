@@ -3,7 +3,7 @@ it processed; the run report's `stages` sums them per stage.
 
 Stages are `decode:<input kind>` (one record per item and kind, from the decode task), `model:<feature>` (one
 record per actor call, a batch of items) and `commit:<feature>` (the driver's store write). Units are the input
-kind's (pipeline/kinds/ `unit`): frames (1 fps rows), audio_s (seconds of audio), words, questions, texts.
+kind's (media/kinds/ `unit`): frames (1 fps rows), audio_s (seconds of audio), words, questions, texts.
 
 Per stage: `calls`, `items`, `units`, `worker_s` (the sum of the calls' durations: worker-seconds, what the
 stage costs), `busy_s` (the union of the calls' intervals: how long at least one call of the stage ran, what
@@ -22,10 +22,10 @@ from typing import Any
 
 
 def units_of(value: Any) -> float:
-    """How much work an input is, in its kind's unit (each kind's `unit`, pipeline/kinds/); 0 for a failed (None) input."""
+    """How much work an input is, in its kind's unit (each kind's `unit`, media/kinds/); 0 for a failed (None) input."""
     if value is None:
         return 0.0
-    if hasattr(value, "n_frames"):  # frames still to be decoded by the model actor (pipeline/nvdec.py FramesPlan)
+    if hasattr(value, "n_frames"):  # frames still to be decoded by the model actor (media/nvdec.py FramesPlan)
         return float(value.n_frames)
     for attr in ("pixels", "words", "questions", "texts"):
         seq = getattr(value, attr, None)

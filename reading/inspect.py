@@ -3,19 +3,19 @@
     python -m reading.inspect STORE ITEM OUT.png        (make inspect ITEM=<id>)
 
 Every panel is drawn at the intervals the store records, so what belongs together lines up vertically. The
-frames are re-decoded from the item's video by the `thumbnails` function the caller passes (the store owns no
-decoder: pipeline/inspect.py passes the pipeline's own, so each picture is the very frame it chose)."""
+frames are re-decoded from the item's video by media/decode.py, the decoder the pipeline extracts with, so each
+picture is the very frame it chose for that row."""
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from media.decode import decode_frames
 from reading.align import item_duration_s
 from store.reader import ItemFeature, Store, open_store
 
@@ -32,10 +32,6 @@ def _find(store: Store, item: str, feature: str) -> ItemFeature | None:
     return None
 
 
-# (video, row intervals) -> (one RGB thumbnail per interval, the full frame's (width, height))
-Thumbnails = Callable[[Path, np.ndarray], tuple[list[np.ndarray], tuple[int, int]]]
-
-
 def scaled(frames: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX) -> tuple[list[np.ndarray], tuple[int, int]]:
     """RGB frames (N, H, W, 3) scaled to `height_px` (None: as they are), and their full size (width, height)."""
     from PIL import Image
@@ -47,8 +43,20 @@ def scaled(frames: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX) -> tuple
     return [np.asarray(Image.fromarray(f).resize(size, Image.BILINEAR)) for f in frames], (w, h)
 
 
-def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, faces: ItemFeature | None,
-                  thumbnails: Thumbnails | None) -> None:
+def decode_thumbnails(video: Path, intervals: np.ndarray, height_px: int | None = THUMB_HEIGHT_PX,
+                      ) -> tuple[list[np.ndarray], tuple[int, int]]:
+    """One RGB image per interval, the frame the pipeline chose for that row (`decode_frames`), scaled to
+    `height_px` (None: full size), and the full frame size (width, height) that face boxes refer to. A row whose
+    second had no decodable frame is black."""
+    decoded = decode_frames(video)
+    row = {float(s): i for i, s in enumerate(decoded.intervals[:, 0])}
+    blank = np.zeros((*decoded.pixels.shape[1:3], 3), np.uint8)
+    frames = np.stack([decoded.pixels[row[float(s)]] if float(s) in row else blank
+                       for s in np.asarray(intervals, np.float64)[:, 0]])
+    return scaled(frames, height_px)
+
+
+def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, faces: ItemFeature | None) -> None:
     ax.set_ylabel("frames\n+ faces")
     ax.set_yticks([])
     ax.set_ylim(1, 0)
@@ -56,12 +64,11 @@ def _panel_frames(ax: Any, store: Store, item: str, frames: ItemFeature | None, 
     media = {m.id: m for m in store.media_items()}.get(item)
     video = Path(media.video) if media is not None and media.video is not None else None
     why = ("no frames feature" if ref is None
-           else f"video not found ({video or 'no manifest entry'})" if video is None or not video.exists()
-           else "no video decoder given (python -m pipeline.inspect draws them)" if thumbnails is None else None)
+           else f"video not found ({video or 'no manifest entry'})" if video is None or not video.exists() else None)
     if why:
         ax.text(0.5, 0.5, f"frames not shown: {why}", transform=ax.transAxes, ha="center", va="center")
         return
-    thumbs, (w, h) = thumbnails(video, ref.intervals)
+    thumbs, (w, h) = decode_thumbnails(video, ref.intervals)
     for (s, e), img in zip(ref.intervals, thumbs, strict=True):
         ax.imshow(img, extent=(s, e, 1, 0), aspect="auto", interpolation="bilinear")
     if faces is None:
@@ -135,8 +142,8 @@ def _panel_heatmap(ax: Any, fig: Any, frames: ItemFeature | None) -> None:
     fig.colorbar(mesh, cax=ax.inset_axes((1.005, 0.0, 0.008, 1.0)))
 
 
-def render_item(store_path: Path | str, item_id: str, out_png: Path | str, thumbnails: Thumbnails | None = None) -> Path:
-    """Write the PNG (1600 x 1000 px) for one item and return its path; `thumbnails` draws the frames panel."""
+def render_item(store_path: Path | str, item_id: str, out_png: Path | str) -> Path:
+    """Write the PNG (1600 x 1000 px) for one item and return its path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,7 +157,7 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str, thumb
     duration = item_duration_s(s, item_id, [r.feature for r in present])
     fig, axes = plt.subplots(4, 1, figsize=FIG_SIZE_IN, dpi=DPI, sharex=True,
                              gridspec_kw={"height_ratios": [1.3, 1, 0.8, 1.4]})
-    _panel_frames(axes[0], s, item_id, frames, faces, thumbnails)
+    _panel_frames(axes[0], s, item_id, frames, faces)
     _panel_f0(axes[1], acoustic)
     _panel_words(axes[2], transcript)
     _panel_heatmap(axes[3], fig, frames)
@@ -167,13 +174,13 @@ def render_item(store_path: Path | str, item_id: str, out_png: Path | str, thumb
     return out
 
 
-def main(argv: list[str] | None = None, thumbnails: Thumbnails | None = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Render one item of a feature store as a PNG.")
     p.add_argument("store", type=Path)
     p.add_argument("item")
     p.add_argument("out", type=Path)
     args = p.parse_args(argv)
-    print(render_item(args.store, args.item, args.out, thumbnails))
+    print(render_item(args.store, args.item, args.out))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def rate_intervals(n_rows: int, rate_hz: float, duration_s: float | None = None)
 def fixed_rate_intervals(duration_s: float, rate_hz: float, slack_rows: float = 1e-9) -> np.ndarray:
     """[k / rate, (k + 1) / rate) for k = 0 .. ceil(duration * rate - slack_rows) - 1, the last one clipped to the
     duration. `slack_rows`: a duration this little (in rows) past a whole step adds no row; the 1 fps frame grid
-    (pipeline/decode.py) takes 1e-6, so a container duration's microsecond noise adds no empty frame row."""
+    (media/decode.py) takes 1e-6, so a container duration's microsecond noise adds no empty frame row."""
     if rate_hz <= 0 or not np.isfinite(rate_hz):
         raise ValueError(f"rate_hz must be positive, got {rate_hz}")
     if duration_s < 0 or not np.isfinite(duration_s):

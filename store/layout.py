@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rows.identity import canonical_json as canonical_json
+from rows.identity import sha256_of as sha256_of
+
 SCHEMA = "siqfeat.store/2"  # packed parts + an index per feature
 SCHEMA_V1 = "siqfeat.store/1"  # one folder per (feature, item): only store/migrate.py reads it
 META = "zarr.json"  # a zarr group's or array's metadata (the root, a feature, a part, an array)
@@ -73,14 +76,8 @@ def check_schema(root: Path, attrs: dict[str, Any]) -> None:
         raise ValueError(f"{root}: store schema {schema!r}, this code knows {SCHEMA!r}")
 
 
-# ---- identity: what the index's fingerprints and spec hashes are made of ----
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def sha256_of(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+# ---- identity: what the index's fingerprints and spec hashes are made of (canonical_json and sha256_of from
+# rows/identity.py, re-exported here for the engine's callers) ----
 
 
 def spec_hash(extractor: str, version: str, config: dict[str, Any], weights: str) -> str:
@@ -91,11 +88,6 @@ def spec_hash(extractor: str, version: str, config: dict[str, Any], weights: str
 def fingerprint(spec: str, source: dict[str, Any]) -> str:
     """Declared inputs only: the feature spec and the identity of the files read (never pickled code)."""
     return sha256_of({"spec": spec, "source": source})[:32]
-
-
-def file_identity(path: Path) -> dict[str, Any]:
-    st = path.stat()
-    return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 # ---- index records ----

@@ -19,7 +19,7 @@ import numpy as np
 
 from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
-from pipeline.decode import qa_text
+from media.kinds.qa import qa_text
 from rows import FeatureRows
 from store.writer import StoreWriter
 

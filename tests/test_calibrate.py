@@ -451,8 +451,8 @@ def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path,
     again (issue 33); the run report lists each choice with its source, the check's figures and the run's cost
     per frame, the summary says it re-measured, the cache holds the new figure, and the features equal a direct
     batch-of-one extraction; a pinned batch is reported and used as it is."""
+    from media.decode import decode_frames
     from pipeline.config import RunConfig
-    from pipeline.decode import decode_frames
     from pipeline.run import run_extract
     from store.reader import open_store
 

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 from conftest import realdata_dir
 
-from pipeline.captions import parse_captions
+from media.captions import parse_captions
 
 DATA = Path(__file__).parent / "data" / "captions"
 ROLL_GAP_S = 0.01

@@ -1,7 +1,7 @@
 """Caption parsing: WebVTT / SRT -> words with clip-timeline intervals.
 
 Every fixture is written inline by the test that uses it; expected times are worked out by hand from the
-rules in pipeline/captions.py (inline tags, else len(word) + 1 characters per word).
+rules in media/captions.py (inline tags, else len(word) + 1 characters per word).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.captions import parse_captions, siq2_misparsed_trim
+from media.captions import parse_captions, siq2_misparsed_trim
 
 YOUTUBE_VTT = """WEBVTT
 Kind: captions

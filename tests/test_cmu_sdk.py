@@ -45,7 +45,7 @@ def real_acoustic_store(realdata: Path, tmp_path_factory: pytest.TempPathFactory
     import soundfile
 
     from extractors.acoustic import Covarep, CovarepConfig
-    from pipeline.captions import parse_captions
+    from media.captions import parse_captions
 
     parts = []
     for name in SPEECH:

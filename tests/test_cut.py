@@ -12,8 +12,8 @@ import pytest
 
 from manifests.sample import read_barcode
 from manifests.tinysocial import read_tinysocial, write_sample_tinysocial
-from pipeline import kinds
-from pipeline.decode import InputError, decode_audio, decode_frames
+from media import kinds
+from media.decode import InputError, decode_audio, decode_frames
 
 START_S, END_S = 2.5, 5.5
 RATE_HZ = 16000
@@ -69,7 +69,7 @@ def test_same_audio_samples_within_the_resampler_edge(raw: Path, precut) -> None
 
 
 def test_same_word_times_as_the_precut_captions(raw: Path, precut) -> None:
-    from pipeline.captions import parse_captions
+    from media.captions import parse_captions
 
     mine = kinds.decode(_item(raw), "transcript", audio_rate_hz=RATE_HZ)
     ref = parse_captions(precut[1])

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.decode import decode_frames, decode_frames_segment
+from media.decode import decode_frames, decode_frames_segment
 from tests.test_truncated_and_sync import _pictures_by_time
 
 CODECS = {

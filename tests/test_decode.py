@@ -10,7 +10,7 @@ import pytest
 
 from extractors.base import Audio
 from manifests.sample import read_barcode
-from pipeline.decode import InputError, decode_audio, decode_frames, pick_frames
+from media.decode import InputError, decode_audio, decode_frames, pick_frames
 from rows import fixed_rate_intervals
 from tests.synth_video import damage_packets, make_index_video, make_timed_video, read_index
 

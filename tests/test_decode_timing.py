@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.decode import decode_frames, decode_frames_segment
+from media.decode import decode_frames, decode_frames_segment
 from tests.synth_video import H, W, index_frames, read_index
 
 FRAME_BYTES = H * W * 3

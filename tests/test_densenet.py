@@ -8,7 +8,7 @@ from torchvision.models import densenet161
 
 from extractors.densenet import DenseNet161, DenseNetConfig, _rename_legacy_keys, load_densenet
 from extractors.weights import WeightsMissingError
-from pipeline.decode import decode_frames
+from media.decode import decode_frames
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 

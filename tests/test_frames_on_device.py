@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import actors, decode, nvdec
+from media import decode, nvdec
+from pipeline import actors
 from pipeline.config import RunConfig
 from pipeline.schedule import CUDA, Pool, Scheduler, Unit, Worker
 from tests.synth_display import Case, make_case

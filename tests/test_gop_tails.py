@@ -1,4 +1,4 @@
-"""The CPU fast pass's skips (pipeline/decode.py, issue 37): the GOP tail (`_GopTails`: after the last chosen
+"""The CPU fast pass's skips (media/decode.py, issue 37): the GOP tail (`_GopTails`: after the last chosen
 frame before the next IDR keyframe, packets up to that keyframe go undecoded) and the unwanted non-reference
 pictures (`SKIP_NONREF`). The pictures must be bit for bit those of a full decode, and each the frame the 1 fps
 rule chose (the index-coded clips show their own frame number)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import decode
+from media import decode
 from tests.synth_video import make_index_video, read_index
 
 

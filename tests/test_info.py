@@ -86,8 +86,8 @@ def test_one_item_across_features(info_store: Path) -> None:
 def test_config_finds_items_whose_source_changed(tiny_root: Path, tmp_path: Path) -> None:
     """An item is stale when `make extract --config` would recompute it: here the video of tiny-b is touched."""
     from manifests.socialiq import read_siq2
+    from media.kinds import identity
     from pipeline.config import load_config
-    from pipeline.kinds import identity
     from store import layout
     from store.writer import StoreWriter
     from tests.info_store import FeatureRows
@@ -99,7 +99,7 @@ def test_config_finds_items_whose_source_changed(tiny_root: Path, tmp_path: Path
         w.write_manifests(items, qa)
         w.set_feature("frames", spec.store_attrs())
         for item in items:
-            source = identity(item, "frames", [], load_config("sample"))
+            source = identity(item, "frames", [], load_config("sample").audio_rate_hz)
             fp = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
             w.commit("frames", item.id, FeatureRows(np.zeros((1, 4), np.float32), np.array([[0.0, 1.0]])),
                      {"fingerprint": fp, "spec_hash": spec.spec_hash, "duration_s": 1.0})

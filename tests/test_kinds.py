@@ -1,4 +1,4 @@
-"""Input kinds (pipeline/kinds/): the fingerprint identities stay what stores were written with.
+"""Input kinds (media/kinds/): the fingerprint identities stay what stores were written with.
 
 A store computed before must not be recomputed: every (item, kind) source identity below was computed by the code
 before input kinds became modules (pipeline/run.py `source_identity` at 240bf7f) and is pinned here literally, for
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from manifests.records import MediaItem, QAItem, Reaction
+from media.kinds import applicable, identity
 from pipeline.config import RunConfig
-from pipeline.kinds import applicable, identity
 
 MTIME_NS = 1_700_000_000_123_456_789
 
@@ -84,7 +84,7 @@ def test_source_identities_are_those_stores_were_written_with(items, tmp_path: P
         for kind in KINDS:
             if not applicable(item, kind, qs):
                 continue
-            ident = identity(item, kind, qs, config)
+            ident = identity(item, kind, qs, config.audio_rate_hz)
             path = ident.pop("path", None)
             assert path == (str(tmp_path / PATHS[name, kind]) if (name, kind) in PATHS else None), (name, kind)
             got[name, kind] = ident
@@ -92,7 +92,7 @@ def test_source_identities_are_those_stores_were_written_with(items, tmp_path: P
 
 
 def test_a_clip_cut_from_a_longer_file_is_a_span_of_it_and_an_image_is_a_still(items, tmp_path: Path) -> None:
-    from pipeline import kinds
+    from media import kinds
 
     cut, whole, image = items["cut"][0], items["whole"][0], items["image"][0]
     assert kinds.of("frames", cut).span(cut) == kinds.Span(tmp_path / "long.mp4", (3.0, 9.5))

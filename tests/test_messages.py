@@ -64,7 +64,7 @@ def test_compact_rewrites_only_what_gains_and_says_each_thing_once(info_store: P
 
 
 def test_decoders_take_a_str_path(tiny_root_template: Path) -> None:
-    from pipeline.decode import decode_audio, decode_frames
+    from media.decode import decode_audio, decode_frames
 
     video = tiny_root_template / "siq2/video/tiny-a.mp4"
     frames = decode_frames(str(video))

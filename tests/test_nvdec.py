@@ -1,4 +1,4 @@
-"""The GPU decode path (pipeline/nvdec.py) against the CPU path (pipeline/decode.py), the reference.
+"""The GPU decode path (media/nvdec.py) against the CPU path (media/decode.py), the reference.
 
 On CPU the same code runs with torchcodec's CPU decoder (device="cpu"): the same rows, the same source frames
 (PTS equal, tick for tick) and, since both convert with swscale's rgb24, the same pixels exactly. On CUDA
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import decode, nvdec
-from pipeline.picture import View
+from media import decode, nvdec
+from media.picture import View
 from tests.synth_display import Case, make_case, read_index, upright
 
 # NVDEC's output is NV12; torchcodec converts it on the device with its own BT.601/709 kernel, swscale with

@@ -1,4 +1,4 @@
-"""Pictures as displayed (pipeline/picture.py): the issue's phone and anamorphic files against ffmpeg's own
+"""Pictures as displayed (media/picture.py): the issue's phone and anamorphic files against ffmpeg's own
 decode, stills' EXIF orientations against PIL, and the per-item record on its way to the store. The matrix of
 containers and codecs is tests/test_video_conformance.py."""
 
@@ -13,9 +13,9 @@ from PIL import Image, ImageOps
 
 from extractors.base import Frames
 from extractors.faces import FacesConfig, MTCNNFaces
-from pipeline.decode import decode_frames
-from pipeline.inputs import decode_image
-from pipeline.picture import orient
+from media.decode import decode_frames
+from media.inputs import decode_image
+from media.picture import orient
 from rows import FeatureRows
 
 
@@ -145,7 +145,7 @@ def test_the_record_reaches_the_store_and_its_version_the_fingerprint(tiny_root:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Through Ray (decode tasks and actors import this checkout): a phone video's frames and faces items
     record its turn, every other item its plain picture; a new PICTURE_VERSION recomputes every frames pair."""
-    from pipeline import picture
+    from media import picture
     from pipeline.config import RunConfig
     from pipeline.run import run_extract
     from store.reader import open_store

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from extractors.densenet import DenseNet161, DenseNetConfig
+from media.decode import decode_frames
 from pipeline.config import RunConfig
-from pipeline.decode import decode_frames
 from pipeline.run import run_extract
 from store.reader import open_store
 

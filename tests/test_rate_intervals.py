@@ -24,7 +24,7 @@ def test_rate_intervals_are_integer_divisions() -> None:
 def test_every_rate_based_grid_uses_them() -> None:
     np.testing.assert_array_equal(fixed_rate_intervals(2.5, 1.0), [[0, 1], [1, 2], [2, 2.5]])
     np.testing.assert_array_equal(fixed_rate_intervals(90.0, 30.0), rate_intervals(2700, 30.0, 90.0))
-    # the 1 fps frame grid (pipeline/decode.py) lets a container duration's microsecond noise add no row; an
+    # the 1 fps frame grid (media/decode.py) lets a container duration's microsecond noise add no row; an
     # alignment to a rate keeps every row down to 1e-9 of a step (both callers' grids before they were one)
     assert len(fixed_rate_intervals(2.0000005, 1.0, slack_rows=1e-6)) == 2
     assert len(fixed_rate_intervals(2.0000005, 1.0)) == 3

@@ -13,8 +13,8 @@ import pytest
 from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import FacesConfig, MTCNNFaces
 from manifests.records import MediaItem
+from media.decode import decode_frames
 from pipeline.config import RunConfig
-from pipeline.decode import decode_frames
 from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.run import run_extract
@@ -112,7 +112,7 @@ def test_actor_plan_shares_gpus_and_cores() -> None:
     assert actor_plan(specs, {"faces"}, config, cpus=16, gpus=0)["faces"].threads == 16
     pinned = config.model_copy(update={"model_threads": 3})
     assert actor_plan(specs, set(specs), pinned, cpus=2, gpus=0)["faces"].threads == 3
-    # frames decoded by the actors (pipeline/nvdec.py): the frames features share them, one GPU's worth as before
+    # frames decoded by the actors (media/nvdec.py): the frames features share them, one GPU's worth as before
     hosted = actor_plan(specs, set(specs), config.model_copy(update={"frames_decoder": "gpu"}), cpus=16, gpus=2)
     for feat in ("faces", "frames"):
         assert (hosted[feat].host, hosted[feat].decode_device, hosted[feat].actors) == ("faces", "cuda", 6)

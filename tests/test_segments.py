@@ -12,7 +12,7 @@ import pytest
 from extractors.base import Frames
 from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import Detections, FacesConfig, MTCNNFaces, pack_video
-from pipeline.decode import decode_frames, decode_frames_segment, segment_rows
+from media.decode import decode_frames, decode_frames_segment, segment_rows
 from rows import FeatureRows
 from tests.synth_video import H, W, damage_packets, make_index_video, read_index
 

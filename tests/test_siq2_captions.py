@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.captions import parse_captions, siq2_misparsed_trim
+from media.captions import parse_captions, siq2_misparsed_trim
 
 SOURCE = Path(__file__).parent / "data" / "captions" / "lattifai__lattifai-python__DoesFastChargingHurttheBatteryRaw.vtt"
 _TIMING_046 = re.compile(r"\s*((?:\d+:)?\d{2}:\d{2}.\d{3})\s*-->\s*((?:\d+:)?\d{2}:\d{2}.\d{3})")

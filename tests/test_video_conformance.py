@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.decode import decode_frames, decode_frames_segment
+from media.decode import decode_frames, decode_frames_segment
 from tests.synth_display import FPS, Case, ffmpeg_display, make_case, read_index, upright
 
 pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg and ffprobe")

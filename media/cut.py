@@ -1,21 +1,21 @@
 """Clips cut out of a whole video (TinySocial): `MediaItem.cut_from_source` with [clip_start_s, clip_end_s), which
-an input kind's `span` (pipeline/kinds/) passes to its decoder like any other span.
+an input kind's `span` (media/kinds/) passes to its decoder like any other span.
 
 Frames, audio and captions are all cut to [start_s, end_s) of the file's timeline and re-timed so that 0 is
 the clip's start; the result is what decoding the same content pre-cut (`ffmpeg -ss start_s -i in -t
 duration`) gives: the same 1 fps grid [k, k+1) on the clip's timeline, the frame nearest each row's middle
 chosen among the frames shown in the clip (start in [start_s, end_s)), the audio samples from
 round(start_s * rate) on (`cut_audio`, here), the words re-timed and those wholly outside the clip dropped
-(pipeline/captions.py `clip_start_s`). Frames are cut by pipeline/decode.py (`clip`), choosing among the file's
+(media/captions.py `clip_start_s`). Frames are cut by media/decode.py (`clip`), choosing among the file's
 frames only those shown in the clip.
 
 A clip that starts at or after the end of the video, or ends more than `END_TOLERANCE_S` after it, is an
 error of that item naming the file and both times; an end within the tolerance is clipped to the video's end
 (a clip list's end rounded up to the second must not fail a whole clip). The video's end is the container's
-when the file is truncated (pipeline/decode.py): a clip inside it whose frames do not all decode keeps its
+when the file is truncated (media/decode.py): a clip inside it whose frames do not all decode keeps its
 rows up to the last frame, the rest listed in `missing_s`.
 
-Imports go one way: this module uses pipeline/media.py; the input kinds (pipeline/kinds/audio.py) use it.
+Imports go one way: this module uses media/container.py; the input kinds (media/kinds/audio.py) use it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from extractors.base import Audio
-from pipeline.media import END_TOLERANCE_S, InputError, check_span, cut_frame_times
+from media.container import END_TOLERANCE_S, InputError, check_span, cut_frame_times
 
 __all__ = ["END_TOLERANCE_S", "InputError", "check_span", "cut_frame_times", "cut_audio"]
 

@@ -1,5 +1,5 @@
 """Texts an item carries itself (Socratis): its caption, and its reactions (one text per emotion and reason),
-decoded to `Texts` (pipeline/inputs.py); counted in texts. Their identity is the item's own texts, not the whole
+decoded to `Texts` (media/inputs.py); counted in texts. Their identity is the item's own texts, not the whole
 annotations file they come from, so an edit of another pair recomputes nothing here."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from typing import Any
 
 from extractors.base import Texts
 from manifests.records import MediaItem, QAItem
-from pipeline import inputs
-from pipeline.config import RunConfig
-from pipeline.kinds.base import Kind, Span
-from store import layout
+from media import inputs
+from media.kinds.base import Kind, Span
+from rows.identity import sha256_of
 
 
 class ItemTexts(Kind):
@@ -25,8 +24,8 @@ class ItemTexts(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.annotations
 
-    def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
-        return {"path": str(item.annotations), self.name: layout.sha256_of(self.made_from(item))}
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+        return {"path": str(item.annotations), self.name: sha256_of(self.made_from(item))}
 
 
 class Caption(ItemTexts):

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline.config import RunConfig
-from pipeline.kinds.audio import AUDIO
-from pipeline.kinds.base import Kind, Span
-from pipeline.kinds.frames import FRAMES
-from pipeline.kinds.qa import QA
-from pipeline.kinds.still import STILL
-from pipeline.kinds.texts import CAPTION, REACTIONS
-from pipeline.kinds.transcript import TRANSCRIPT
+from media.kinds.audio import AUDIO
+from media.kinds.base import Kind, Span
+from media.kinds.frames import FRAMES
+from media.kinds.qa import QA
+from media.kinds.still import STILL
+from media.kinds.texts import CAPTION, REACTIONS
+from media.kinds.transcript import TRANSCRIPT
 
 __all__ = ["KINDS", "STILL", "Kind", "Span", "applicable", "decode", "identity", "of", "source"]
 
@@ -49,9 +48,9 @@ def applicable(item: MediaItem, name: str, questions: list[QAItem]) -> bool:
     return of(name, item).applicable(item, questions)
 
 
-def identity(item: MediaItem, name: str, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+def identity(item: MediaItem, name: str, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
     """The declared identity of what the input is decoded from: it enters the fingerprint."""
-    return of(name, item).identity(item, questions, config)
+    return of(name, item).identity(item, questions, audio_rate_hz)
 
 
 def decode(item: MediaItem, name: str, questions: list[QAItem] | None = None, audio_rate_hz: int = 16000) -> Any:

@@ -1,5 +1,5 @@
 """A still image (Socratis) as the "frames" kind of its item: one picture, one row at the instant 0
-(pipeline/inputs.py `decode_image`), turned upright by its EXIF orientation; counted as one frame."""
+(media/inputs.py `decode_image`), turned upright by its EXIF orientation; counted as one frame."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 
 from extractors.base import Still
 from manifests.records import MediaItem, QAItem
-from pipeline import inputs, picture
-from pipeline.config import RunConfig
-from pipeline.kinds.base import Kind, Span, recording_identity
+from media import inputs, picture
+from media.kinds.base import Kind, Span, recording_identity
 
 
 class StillImage(Kind):
@@ -21,7 +20,7 @@ class StillImage(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.image
 
-    def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
         return {**recording_identity(self.span(item)), "decode": f"image-{inputs.IMAGE_DECODE_VERSION}",
                 "picture": picture.PICTURE_VERSION}
 

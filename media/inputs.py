@@ -14,13 +14,13 @@ import numpy as np
 
 from extractors.base import Still, Texts
 from manifests.records import MediaItem
-from pipeline.media import InputError, existing, first_line
-from pipeline.picture import exif_view
+from media.container import InputError, existing, first_line
+from media.picture import exif_view
 
 EXIF_ORIENTATION_TAG = 0x0112
 
 # enters every still's fingerprint: bump when the same file would give different pixels
-# (the picture record has its own, pipeline.picture.PICTURE_VERSION)
+# (the picture record has its own, media.picture.PICTURE_VERSION)
 IMAGE_DECODE_VERSION = "1"
 
 

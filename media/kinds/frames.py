@@ -1,6 +1,6 @@
-"""Frames: one picture per second of an item's video (pipeline/decode.py; on the clip's own timeline when the item
+"""Frames: one picture per second of an item's video (media/decode.py; on the clip's own timeline when the item
 is cut from a longer video), counted in frames and decoded in segments when a video's pixels pass `batch_bytes`.
-An item with a still image instead of a video has its one picture (pipeline/kinds/still.py)."""
+An item with a still image instead of a video has its one picture (media/kinds/still.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from typing import Any
 
 from extractors.base import Frames
 from manifests.records import MediaItem, QAItem
-from pipeline import decode, picture
-from pipeline.config import RunConfig
-from pipeline.kinds.base import Kind, Span, cut_identity, recording_identity
-from pipeline.kinds.still import STILL
+from media import decode, picture
+from media.kinds.base import Kind, Span, cut_identity, recording_identity
+from media.kinds.still import STILL
 
 
 class VideoFrames(Kind):
@@ -28,9 +27,9 @@ class VideoFrames(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.video
 
-    def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
         span = self.span(item)
-        # the pictures as displayed and their record (pipeline/picture.py)
+        # the pictures as displayed and their record (media/picture.py)
         return {**recording_identity(span), "decode": decode.DECODE_VERSION, "picture": picture.PICTURE_VERSION,
                 **cut_identity(span)}
 

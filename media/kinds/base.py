@@ -1,6 +1,6 @@
 """What every input kind is: where an item's input comes from, its identity in the fingerprint, its decoding given a
 span, and the unit its work is counted in. The kinds themselves are the other modules of this package, found
-through the table in `pipeline/kinds/__init__.py`."""
+through the table in `media/kinds/__init__.py`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from manifests.records import MediaItem, QAItem
-from pipeline.config import RunConfig
-from store import layout
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,7 @@ class Kind:
     segmented: ClassVar[bool] = False
 
     def of(self, item: MediaItem) -> Kind:
-        """The kind as this item has it (a still image's frames are its one picture: pipeline/kinds/still.py)."""
+        """The kind as this item has it (a still image's frames are its one picture: media/kinds/still.py)."""
         return self
 
     def source(self, item: MediaItem) -> Path | None:
@@ -54,7 +52,7 @@ class Kind:
         """Whether the item has an input of this kind (else its features are n/a for it)."""
         return self.source(item) is not None
 
-    def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
         """The declared identity of what the input is decoded from: it enters the fingerprint, so a store computed
         before recomputes nothing as long as it stays the same (tests/test_kinds.py pins it for every kind)."""
         return recording_identity(self.span(item))
@@ -72,7 +70,8 @@ def recording_identity(span: Span) -> dict[str, Any]:
     """The file's path, and its name, size and mtime where it exists (a missing file fails when it is decoded)."""
     ident: dict[str, Any] = {"path": str(span.recording)}
     if span.recording is not None and span.recording.exists():
-        ident.update(layout.file_identity(span.recording))
+        st = span.recording.stat()
+        ident.update(name=span.recording.name, size=st.st_size, mtime_ns=st.st_mtime_ns)
     return ident
 
 

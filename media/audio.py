@@ -1,6 +1,6 @@
 """Audio decoding (PyAV): the first audio stream resampled once to 16 kHz mono float32, on the clip's timeline.
 
-Decoded audio is placed by its frames' timestamps on the clip's timeline (pipeline/media.py): time 0 is the
+Decoded audio is placed by its frames' timestamps on the clip's timeline (media/container.py): time 0 is the
 container's start, or the picture's start just after it, so what the container says plays with the first
 frame plays at 0. The decoder applies what the container signals about the encoder's delay: the skip-samples
 side data that mp4 edit lists, Matroska's codec delay (Opus pre-skip) and MP3's LAME header give. Where the
@@ -15,7 +15,7 @@ forward of more than AUDIO_GAP_MIN_S (packets that did not decode, a hole in the
 hole is left silent and listed in `missing_s`. A track that ends more than TAIL_MIN_S before the container says
 the media ends, in a file whose video stops short of that too (a truncated file), gets its missing tail as silence,
 listed in `missing_s`; a track that ends while the video goes on is shorter by design and keeps its own end
-(pipeline/media.py `truncated_end_s`).
+(media/container.py `truncated_end_s`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from extractors.base import Audio
-from pipeline.media import (
+from media.container import (
     TAIL_MIN_S,
     InputError,
     container_end_s,

@@ -1,6 +1,6 @@
 """Frames decoded on the GPU (NVDEC, through torchcodec) for the models that run there (issue 37).
 
-The CPU path (pipeline/decode.py) stays the reference and the fallback. This path takes the same rows and the
+The CPU path (media/decode.py) stays the reference and the fallback. This path takes the same rows and the
 same source frames: `decode.plan_rows` (demuxing alone, on the CPU) chooses them by the 1 fps rule from the
 packets' timestamps, and torchcodec is asked for exactly those frames, each at the middle of its own showing;
 the PTS it returns are checked against the chosen ones, tick for tick, before any picture is used. Colour
@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from extractors.base import Frames
-from pipeline import decode
-from pipeline.media import first_line
+from media import decode
+from media.container import first_line
 from rows import check_intervals
 
 log = logging.getLogger(__name__)

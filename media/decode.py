@@ -1,10 +1,10 @@
-"""Decoding on CPU workers: 1 fps frames (PyAV; audio in pipeline/audio.py), QA text. Which input kind is
-decoded how, from which file and span: pipeline/kinds/.
+"""Decoding on CPU workers: 1 fps frames (PyAV; audio in media/audio.py), QA text. Which input kind is
+decoded how, from which file and span: media/kinds/.
 
 Which frame stands for a second: row k covers [k, min(k+1, D)) where D is the video's duration
 (end of its last frame); it uses the decoded frame whose display time is nearest the middle of
 that interval (k + 0.5 s for every full second), ties going to the earlier frame. Comparisons are made in
-whole microseconds, so float rounding never breaks a tie. Times are on the clip's timeline (pipeline/media.py).
+whole microseconds, so float rounding never breaks a tie. Times are on the clip's timeline (media/container.py).
 
 Display times: the container's integer PTS times its time base, in float64, read by demuxing alone (no pixels
 decoded), so variable and odd frame rates, B-frames and hour-long clips need no special case; a decoded frame
@@ -17,7 +17,7 @@ picture, so in a clip cut from such a file the n-th picture out is still the fil
 
 Decoding only what the choice needs (bit-exact with decoding everything): unwanted non-reference pictures are
 skipped, decoding stops at the last chosen picture, and in H.264 the packets after a GOP's last chosen picture up
-to the next IDR keyframe go undecoded (`_GopTails`). `plan_rows` is the choice alone (demuxing): pipeline/nvdec.py
+to the next IDR keyframe go undecoded (`_GopTails`). `plan_rows` is the choice alone (demuxing): media/nvdec.py
 decodes the same frames on the GPU.
 
 Segments (long videos): each segment decodes from the last keyframe at or before its first frame (found in the
@@ -32,10 +32,10 @@ so the pictures after a damage up to the next keyframe, which may refer to what 
 a row's frame must be shown during its own second (bytes the demuxer skipped end the showing of the frame before).
 A truncated file (the container says the media lasts more than TAIL_MIN_S longer than the last frame, and its
 audio stops short of that too) keeps D from the container: the rows after the last frame are missing, listed in
-`missing_s`, with a warning. A video that ends while the file's audio goes on (pipeline/media.py
+`missing_s`, with a warning. A video that ends while the file's audio goes on (media/container.py
 `truncated_end_s`) is shorter by design: D is its own.
 
-Pictures are as displayed: turned upright and given square pixels (pipeline/picture.py, one call where a decoded
+Pictures are as displayed: turned upright and given square pixels (media/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
 """
 
@@ -52,11 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from extractors.base import Frames, QAText
-from manifests.records import QAItem
-from pipeline import picture
-from pipeline.audio import AUDIO_GAP_MIN_S, decode_audio
-from pipeline.media import (
+from extractors.base import Frames
+from media import picture
+from media.audio import AUDIO_GAP_MIN_S, decode_audio
+from media.container import (
     STREAM_OFFSET_MIN_S,
     TAIL_MIN_S,
     InputError,
@@ -145,7 +144,7 @@ class _Timing:
     # file (a cut clip's `ticks` are a part of it, but the decoder still starts at the file's first picture)
     shown: np.ndarray | None = None
     # where the demuxer skipped damaged bytes: the PTS of the first video packet after each skip (damage from there
-    # on in decode order, pipeline/decode.py `_tainted`), and for the last frame before it, in display order, the end
+    # on in decode order, media/decode.py `_tainted`), and for the last frame before it, in display order, the end
     # of its own showing (its PTS + duration: the frames lost in the skip, not it, were shown after that)
     after_skip: frozenset[int] = frozenset()
     before_skip: frozenset[int] = frozenset()  # the video packet read last before a skip: damaged itself
@@ -543,7 +542,7 @@ def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, sta
 
 def decode_frames(path: Path | str, clip: tuple[float, float | None] | None = None) -> Frames:
     """One RGB picture per second of the video (see the module docstring for which); of the clip
-    [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (pipeline/cut.py)."""
+    [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (media/cut.py)."""
     return decode_frames_segment(path, clip)[0]
 
 
@@ -555,7 +554,7 @@ def segment_rows(n_rows: int, frame_bytes: int, max_bytes: int | None) -> list[t
 
 
 def _timing_in_clip(timing: _Timing, clip: tuple[float, float | None], path: Path) -> _Timing:
-    """The frames of the clip [start_s, end_s) of the file, on the clip's own timeline (pipeline/cut.py)."""
+    """The frames of the clip [start_s, end_s) of the file, on the clip's own timeline (media/cut.py)."""
     keep, starts, duration = cut_frame_times(timing.starts, timing.duration_s, *clip, path)
     return dataclasses.replace(timing, ticks=timing.ticks[keep], starts=starts,
                                end_s=min(timing.end_s - clip[0], duration), duration_s=duration)
@@ -582,7 +581,7 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
 @dataclass(frozen=True)
 class RowPlan:
     """The rows of one segment of a video and the source frame each takes, before any pixel is decoded: what
-    the CPU path decodes next, and what a GPU decoder (pipeline/nvdec.py) is asked for, so both take the same
+    the CPU path decodes next, and what a GPU decoder (media/nvdec.py) is asked for, so both take the same
     frames. `index[r]`: the frame (into `timing.ticks`) for row r, -1 for a row during which no frame shows."""
 
     path: Path
@@ -647,7 +646,7 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
     within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's.
-    `plan`: this segment's `plan_rows`, made already (pipeline/nvdec.py decided the CPU path decodes it)."""
+    `plan`: this segment's `plan_rows`, made already (media/nvdec.py decided the CPU path decodes it)."""
     plan = plan or plan_rows(path, clip, segment, max_bytes, best_effort)
     path, view, timing, intervals, index = plan.path, plan.view, plan.timing, plan.intervals, plan.index
     errors: list[tuple[int, str]] = []
@@ -675,16 +674,3 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
                     picture=view.attrs(),
                     streams_end_s=None if clip else timing.others_end_s)  # a clip's own end is its cut's
     return frames, plan.segments
-
-
-def qa_text(questions: list[QAItem]) -> QAText:
-    if not questions:
-        raise InputError("no questions for this item")
-    return QAText(
-        qids=tuple(q.qid for q in questions),
-        questions=tuple(q.question for q in questions),
-        answers=tuple(q.answers for q in questions),
-        correct=tuple(q.correct for q in questions),
-        context=questions[0].context,
-        ts=tuple(q.ts for q in questions),
-    )

@@ -11,7 +11,7 @@ Rules (docs/design.md, "Pictures as displayed"):
   when the matrix says so, as ffmpeg's autorotate and players do. A file with no matrix but a `rotate` tag
   (written by old muxers) is turned clockwise by the tag's degrees, as older ffmpeg versions did. A matrix that is
   not a multiple of 90 degrees is left as stored, with a warning.
-- Stills are turned upright by their EXIF orientation (pipeline/inputs.py); their record says how, in the
+- Stills are turned upright by their EXIF orientation (media/inputs.py); their record says how, in the
   same terms.
 
 Each item records what was done (`View.attrs`): the stored size, the SAR, the displayed size and the rotation.

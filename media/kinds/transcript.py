@@ -1,4 +1,4 @@
-"""Transcript: the item's WebVTT or SRT captions as words with their own times (pipeline/captions.py), on the
+"""Transcript: the item's WebVTT or SRT captions as words with their own times (media/captions.py), on the
 clip's timeline; counted in words.
 
 A clip cut from a longer video takes the words of its span, re-timed to its start. An item that is its whole
@@ -12,10 +12,9 @@ from typing import Any
 
 from extractors.base import Words
 from manifests.records import MediaItem, QAItem
-from pipeline.captions import parse_captions
-from pipeline.config import RunConfig
-from pipeline.kinds.base import Kind, Span, recording_identity
-from pipeline.media import existing
+from media.captions import parse_captions
+from media.container import existing
+from media.kinds.base import Kind, Span, recording_identity
 
 
 class Transcript(Kind):
@@ -25,7 +24,7 @@ class Transcript(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.transcript
 
-    def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
         return {**recording_identity(self.span(item)), "clip": [item.clip_start_s, item.clip_end_s]}
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Words:

@@ -1,6 +1,6 @@
 """Audio: the item's audio file when the manifest gives one, else its video's first audio track, resampled once
-to the run's rate, mono (pipeline/audio.py); a clip cut from a longer file gets its samples of the span
-(pipeline/cut.py `cut_audio`). Counted in seconds of audio."""
+to the run's rate, mono (media/audio.py); a clip cut from a longer file gets its samples of the span
+(media/cut.py `cut_audio`). Counted in seconds of audio."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from typing import Any
 
 from extractors.base import Audio
 from manifests.records import MediaItem, QAItem
-from pipeline import decode
-from pipeline.config import RunConfig
-from pipeline.cut import cut_audio
-from pipeline.kinds.base import Kind, Span, cut_identity, recording_identity
+from media import decode
+from media.cut import cut_audio
+from media.kinds.base import Kind, Span, cut_identity, recording_identity
 
 
 class AudioTrack(Kind):
@@ -22,9 +21,9 @@ class AudioTrack(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.audio or item.video
 
-    def identity(self, item: MediaItem, questions: list[QAItem], config: RunConfig) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
         span = self.span(item)
-        return {**recording_identity(span), "decode": decode.DECODE_VERSION, "rate_hz": config.audio_rate_hz,
+        return {**recording_identity(span), "decode": decode.DECODE_VERSION, "rate_hz": audio_rate_hz,
                 **cut_identity(span)}
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Audio:

@@ -7,7 +7,7 @@ at the same clip time: AAC priming or MP3 encoder delay that Matroska, MPEG-TS a
 picture's start (where mp4 cuts it with an edit list) falls before 0 and is cut; a stream that starts later
 than that keeps its place (frames stamped later, silence in front of audio).
 
-A clip cut out of a whole file (pipeline/cut.py) has its own timeline on top of this one: `check_span` and
+A clip cut out of a whole file (media/cut.py) has its own timeline on top of this one: `check_span` and
 `cut_frame_times` live here because the frame decoder applies them before choosing frames.
 """
 
