@@ -64,14 +64,14 @@ STORE_ITEMS ?= 35000,1000000
 bench-store: install
 	$(PY) -m bench.store --items $(STORE_ITEMS)
 
-# an offline bundle for a GPU node with its own Python, torch, torchvision and transformers (pipeline/bundle.py):
+# an offline bundle for a GPU node with its own Python, torch, torchvision and transformers (deploy/bundle.py):
 # `make bundle PYTHON=3.12 OUT=DIR` writes 60 MB pieces, SHA256SUMS and INSTALL.txt (the one command to run there).
 # PYTHON names the node's Python here (pyenv's 3.12.*, or a path), not the one for .venv; the tool itself needs
 # only a Python >= 3.11 and the network. BUNDLE_ARGS: --with-torch, --glibc 2.28, --no-slim-ray
 BUNDLE_ARGS ?=
 BUNDLE_OUT := $(if $(filter command line environment,$(origin OUT)),$(OUT),build/bundle)
 bundle:
-	$(if $(wildcard $(PY)),$(PY),python3) -m pipeline.bundle --python $(PYTHON) --out $(BUNDLE_OUT) $(BUNDLE_ARGS)
+	$(if $(wildcard $(PY)),$(PY),python3) -m deploy.bundle --python $(PYTHON) --out $(BUNDLE_OUT) $(BUNDLE_ARGS)
 
 # what the GPU node check carries in its one device call (bench/node_check.py; docs/scale.md, "The node check"):
 # build/node with the kit for the device image's Python 3.12, two 60 s clips, tests/test_nvdec.py's videos

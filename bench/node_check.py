@@ -5,7 +5,7 @@
 
 The node (the device image 'cuda': Python 3.12, its own torch, torchvision, transformers; no ffmpeg, no
 espeak-ng, no network) gets the repository's working tree and the carried folder build/node: kit/ (the kit,
-`siqfeat-kit-py3.12.tar.xz`, pipeline/bundle.py `--kit`: what the image lacks, installed for PYTHONPATH), raw/
+`siqfeat-kit-py3.12.tar.xz`, deploy/bundle.py `--kit`: what the image lacks, installed for PYTHONPATH), raw/
 (two 60 s bench.scale_raw clips as a Social-IQ 2.0 set), media/ (the test videos of tests/test_nvdec.py's CUDA
 cases, made with ffmpeg here) and realdata/ (../shared/realdata/speech). Where kit and clips together pass one
 call's 64 MiB, a first call carries kit/, media/ and realdata/ and a second, right after it on the same machine,
@@ -297,7 +297,7 @@ WEIGHTS = r"""
 import json, shutil, sys, torch
 from pathlib import Path
 from transformers import BertConfig, BertModel
-from pipeline.bundle import TOKENIZER_FILES
+from deploy.bundle import TOKENIZER_FILES
 dest, tokenizer = Path(sys.argv[1]), sys.argv[2]
 if tokenizer == "-":
     from extractors.text_model import BUNDLED_MINILM, resolve_model_dir
@@ -544,7 +544,7 @@ def prepare(dest: Path, python: str, build_kit: bool) -> None:
     if speech.is_dir():
         shutil.copytree(speech, dest / "realdata" / "speech")
     if build_kit:
-        from pipeline import bundle
+        from deploy import bundle
 
         bundle.build(python, dest / "kit", present=bundle.read_present(REPO / "bench" / "node_image.txt"),
                      presets=["socialiq"], kit=True)

@@ -1,4 +1,4 @@
-"""The offline bundle for a GPU node (pipeline/bundle.py, issue 33): what goes in it, and, for real, a bundle for
+"""The offline bundle for a GPU node (deploy/bundle.py, issue 33): what goes in it, and, for real, a bundle for
 Python 3.12 put together from its pieces and installed into a fresh 3.12 venv with `pip --no-index` and the
 network cut off (its own network namespace), whose pipeline then runs its command line, imports what a run
 imports and runs a Ray task on the slimmed ray. No torch: the node brings its own, and nothing the driver runs
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import bundle
+from deploy import bundle
 
 REPO = Path(__file__).resolve().parents[1]
 

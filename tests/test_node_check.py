@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _kit(folder: Path) -> Path:
-    """A kit as pipeline/bundle.py --kit packs one: site/ (here PyAV's auditwheel-named FFmpeg libraries, empty
+    """A kit as deploy/bundle.py --kit packs one: site/ (here PyAV's auditwheel-named FFmpeg libraries, empty
     files, and one library torchcodec does not load), MANIFEST.json and the BERT tokenizer's files."""
     stage = folder / "stage"
     libs = stage / "site" / "av.libs"
@@ -100,9 +100,9 @@ def test_nothing_the_node_lacks_is_imported_before_the_kit() -> None:
 
 def test_a_kit_in_pieces_is_joined_and_a_second_call_finds_it_unpacked(tmp_path: Path) -> None:
     """Where kit and clips do not fit one device call, the first call carries the kit (in pieces, as
-    pipeline/bundle.py cuts them) and unpacks it; the second carries the clips and finds the kit unpacked on the
+    deploy/bundle.py cuts them) and unpacks it; the second carries the clips and finds the kit unpacked on the
     same machine. A fresh machine (nothing unpacked, no kit carried) is a failed step that says so."""
-    from pipeline.bundle import _split
+    from deploy.bundle import _split
 
     kit = _kit(tmp_path)
     whole = kit / "kit" / node_check.KIT

@@ -1,5 +1,5 @@
 """An offline bundle for a GPU node without internet (issue 33): `make bundle PYTHON=3.12 OUT=DIR`, i.e.
-`python -m pipeline.bundle --python 3.12 --out DIR`.
+`python -m deploy.bundle --python 3.12 --out DIR`.
 
 The node has its own Python (3.12 on the H100 node of ../shared/gpu-run) and its own torch, torchvision and
 transformers, built for its CUDA; those stay out unless `--with-torch`. Everything else the project needs at run
@@ -523,7 +523,7 @@ def _sha256(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipeline.bundle", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m deploy.bundle", description=__doc__.split("\n\n")[0])
     p.add_argument("--python", required=True, help="the node's Python: 3.12 (pyenv's, or python3.12) or a path")
     p.add_argument("--out", required=True, type=Path, help="where the pieces, SHA256SUMS and INSTALL.txt go")
     p.add_argument("--with-torch", action="store_true", help="include torch, torchvision, transformers (CUDA wheels: GBs)")
