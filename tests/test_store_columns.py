@@ -111,28 +111,6 @@ def test_columns_equal_the_entries_after_supersedes_compaction_and_in_a_held_sna
         assert np.array_equal(held.rows("f", "features", [(it, r) for r in range(len(feats))]), feats)
 
 
-def test_rows_through_the_slab_equal_per_item_reads_and_raise_as_they_do(tmp_path: Path) -> None:
-    path = tmp_path / "s.zarr"
-    _commit(path, [[f"i{b}-{k}" for k in range(b + 2)] for b in range(5)], seed=3)
-    _commit(path, [["i1-0", "i4-2"]], seed=4)
-    s = Store(path)
-    rng = np.random.default_rng(5)
-    items = s.items("f")
-    picks = [(it, int(rng.integers(0, s.read("f", it).features.shape[0]))) for it in rng.choice(items, 50)]
-    for name in ("features", "tok", "intervals"):
-        want = np.stack([np.asarray(s.arrays("f", it, [name])[0][r]) for it, r in picks])
-        got = s.rows("f", name, picks)
-        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
-        assert s._arrays["f", name].data is not None  # one take from the slab
-    assert np.array_equal(s.read("f", "i4-2").features[...], Store(path).read("f", "i4-2").features[...])
-    with pytest.raises(KeyError, match="no item 'nope'"):
-        s.rows("f", "features", [(items[0], 0), ("nope", 0)])
-    with pytest.raises(IndexError, match="row 7 out of range"):
-        s.rows("f", "features", [(items[0], 0), (items[1], 7)])
-    with pytest.raises(IndexError, match="row -1 out of range"):
-        s.rows("f", "features", [(items[0], -1)])
-
-
 def test_a_damaged_part_raises_in_batched_reads(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
     _commit(path, [["a", "b"], ["c", "d"]], seed=6)
