@@ -141,7 +141,7 @@ def table(ps: list[Pair]) -> str:
     short = [p.name.removeprefix("covarep_") for p in ps]
     lines = ["| column | what | " + " | ".join(short) + " | pooled |", "|---" * (len(ps) + 3) + "|"]
     for col in compared_columns(ps[0]):
-        what = ("F1, COVAREP as truth" if col == "vuv" else "median |error|, gross > 20 %" if col == "f0"
+        what = ("F1, COVAREP as truth" if col == "vuv" else "median abs. difference, gross > 20 %" if col == "f0"
                 else "Spearman (median rel. diff.), both voiced" if col in VOICED_MEASURES
                 else "Spearman / Pearson, rows we define")  # fmt: skip
         cells = [cell(col, stats([p], col)) for p in ps] + [f"**{cell(col, stats(ps, col))}**"]
