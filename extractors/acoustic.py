@@ -95,6 +95,13 @@ class CovarepConfig(ExtractorConfig):
     # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
     # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5)
     harmonic_filter: Literal["gfm", "same"] = "gfm"
+    # the glottal cycles NAQ, QOQ, PSP, Rd and MDQ are measured on: "sedreams" = COVAREP's (SEDREAMS GCIs on the LP
+    # residual, pitch-synchronous IAIF flow, get_vq_params' cycle measures; version 8); "f0" = version 7's (the
+    # F0-guided GCIs on the row-wise IAIF flow, which the EGG tests hold)
+    glottal_cycles: Literal["sedreams", "f0"] = "sedreams"
+    # Rd: "msp" = the LF model's Rd fitted to each row's harmonic phases by mean squared phase (COVAREP's rd_msp;
+    # version 8); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7)
+    rd_method: Literal["msp", "naq"] = "msp"
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -567,6 +574,20 @@ def glottal_flow(
     return dg, gcis, polarity
 
 
+def covarep_cycles(
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, cfg: CovarepConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(flow, flow derivative, GCIs in voiced rows, LP residual) the way COVAREP's features measure glottal cycles:
+    SEDREAMS on the block's LP residual with the block's median F0, GCIs in unvoiced rows dropped, and the flow by
+    pitch-synchronous IAIF on those GCIs (docs/acoustic.md, "Agreement with COVAREP")."""
+    x = polarity * x_hp
+    residual = glottal.lp_residual(x, FS_HZ)
+    gcis = glottal.sedreams(x, residual, FS_HZ, float(np.median(f0[voiced])))
+    gcis = gcis[voiced[np.minimum(gcis // HOP, voiced.size - 1)]]
+    g, dg = glottal.iaif_gci(x, gcis, FS_HZ, cfg.iaif_leak, 1.2 * FS_HZ / cfg.f0_floor_hz)
+    return g, dg, gcis, residual
+
+
 def glottal_rows(
     x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
@@ -579,7 +600,17 @@ def glottal_rows(
     g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
-    if gcis.size >= 3:
+    if cfg.glottal_cycles == "sedreams":
+        g, dg_cycles, gcis, residual = covarep_cycles(x_hp, f0, voiced, polarity, cfg)
+    if gcis.size >= 3 and cfg.glottal_cycles == "sedreams":
+        f0_range = (cfg.f0_floor_hz, cfg.f0_ceil_hz)
+        cyc = glottal.covarep_cycle_params(g, dg_cycles, gcis, FS_HZ, f0_range, kernels.rfft_mag)
+        for name in ("naq", "qoq", "psp"):
+            out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
+        out["rd"] = glottal.to_rows(cyc["centre"], glottal.rd_from_naq(cyc["naq"]), n_rows, HOP, max_dist)
+        mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
+        out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
+    elif gcis.size >= 3:
         cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz), rfft_mag=kernels.rfft_mag)
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
@@ -590,6 +621,9 @@ def glottal_rows(
         residual = polarity * kernels.inverse_filter(x_hp, a_lp, HOP)
         mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
         out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
+    if cfg.rd_method == "msp":
+        rows = np.flatnonzero(voiced)
+        out["rd"][rows] = glottal.rd_msp(polarity * x_hp, rows * HOP + HOP // 2, f0[rows], FS_HZ)[0]
     if cfg.harmonic_filter == "gfm":
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]
@@ -611,6 +645,9 @@ def glottal_rows(
     harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
     for name, values in harm.items():
         out[name][voiced] = values
+    if cfg.glottal_cycles == "sedreams" and gcis.size >= 3:
+        h1h2 = glottal.covarep_h1h2(dg_cycles, gcis, FS_HZ, 1.2 * FS_HZ / cfg.f0_floor_hz, kernels.rfft_mag)
+        out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
     for name in GLOTTAL_COLUMNS:
         out[name][~voiced] = np.nan
     return out
@@ -667,7 +704,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "7"
+    version = "8"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

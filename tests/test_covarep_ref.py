@@ -5,16 +5,17 @@ COVAREP" (`.venv/bin/python -m bench.covarep_ref` prints the table).
 
 Bars (issue 51), on all five files' rows pooled, COVAREP as the reference:
 - VUV F1 >= 0.95. COVAREP's SRH voicing is itself an estimate (against Praat ours is at 0.975 pooled), so the bar
-  is agreement between two trackers, not an error rate; per file it is not asserted (the 0.26 s creaky file has 17
-  voiced rows, so one row moves its F1 by ~0.06).
+  is agreement between two trackers, not an error rate; per file it is not asserted (COVAREP calls 10 rows of the
+  0.26 s creaky file voiced, so one row moves its F1 by ~0.06).
 - F0 median |difference| <= 10 cents on rows both call voiced, gross errors (> 20 %) <= 2 %. SRH picks F0 on a 1 Hz
   grid (up to 10 cents at 90 Hz) from 100 ms frames, so a few cents is the floor of any agreement with it.
 - peak slope Spearman >= 0.95 on every row we define: the same wavelet method (Kane & Gobl 2011) on the same row
   grid, differing only in the high-pass and edge handling.
-- NAQ, QOQ, H1H2, PSP, MDQ, Rd: Spearman >= 0.8 on rows both call voiced (rank correlation, because the scales
-  differ by construction: COVAREP's Rd comes from a phase fit, ours from NAQ). Not met yet: each is a strict xfail
-  at 0.8 (it flips to a failure once met, so the marker cannot outlive the gap) plus a floor just under today's
-  figure so that the agreement cannot silently get worse.
+- NAQ, H1H2, PSP, MDQ: Spearman >= 0.8 on rows both call voiced (rank correlation: a monotone agreement is what a
+  model trained on the published features needs; the scales agree too, median relative differences <= 0.1).
+  Version 7 measured 0.66-0.76 and fails each; version 8 measures its cycles as COVAREP does (0.88-0.96).
+- QOQ (0.79) and Rd (0.34): below 0.8, each a strict xfail at 0.8 (it turns into a failure once met, so the marker
+  cannot outlive the gap) plus a floor 0.05 under today's figure, so the agreement cannot silently get worse.
 - Any column COVAREP writes that the extractor adds under COVAREP's name (MCEP_*, HMPD*, creak, Rd_conf) is
   compared too; MCEP columns are held to the issue's Pearson >= 0.95 per column once they exist.
 """
@@ -29,8 +30,9 @@ import pytest
 from bench import covarep_ref
 
 GLOTTAL_BAR = 0.8
-# today's pooled Spearman minus 0.05 (measured: naq 0.76, qoq 0.38, h1h2 0.68, psp 0.66, mdq 0.71, rd 0.38)
-GLOTTAL_FLOOR = {"naq": 0.71, "qoq": 0.33, "h1h2": 0.63, "psp": 0.61, "mdq": 0.66, "rd": 0.33}
+MET = ("naq", "h1h2", "psp", "mdq")
+# not met yet: today's pooled Spearman minus 0.05 (measured: qoq 0.79, rd 0.34)
+FLOOR = {"qoq": 0.74, "rd": 0.29}
 
 
 @pytest.fixture(scope="module")
@@ -61,15 +63,21 @@ def test_peak_slope_agrees(pairs: list[covarep_ref.Pair]) -> None:
     assert covarep_ref.stats(pairs, "peakslope")["spearman"] >= 0.95
 
 
-@pytest.mark.parametrize("col", sorted(GLOTTAL_FLOOR))
-def test_glottal_measure_no_worse(pairs: list[covarep_ref.Pair], col: str) -> None:
-    assert covarep_ref.stats(pairs, col)["spearman"] >= GLOTTAL_FLOOR[col]
-
-
-@pytest.mark.parametrize(
-    "col", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="issue 51: below 0.8 today")) for c in sorted(GLOTTAL_FLOOR)]
-)  # fmt: skip
+@pytest.mark.parametrize("col", MET)
 def test_glottal_measure_agrees(pairs: list[covarep_ref.Pair], col: str) -> None:
+    s = covarep_ref.stats(pairs, col)
+    assert s["spearman"] >= GLOTTAL_BAR, s
+    assert abs(s["reldiff"]) <= 0.15, s  # the same scale: 0.01-0.08 today
+
+
+@pytest.mark.parametrize("col", sorted(FLOOR))
+def test_glottal_measure_no_worse(pairs: list[covarep_ref.Pair], col: str) -> None:
+    assert covarep_ref.stats(pairs, col)["spearman"] >= FLOOR[col]
+
+
+@pytest.mark.parametrize("col", sorted(FLOOR))
+@pytest.mark.xfail(strict=True, reason="issue 51: QOQ and Rd below 0.8 Spearman against COVAREP (docs/acoustic.md)")
+def test_glottal_measure_reaches_the_bar(pairs: list[covarep_ref.Pair], col: str) -> None:
     assert covarep_ref.stats(pairs, col)["spearman"] >= GLOTTAL_BAR
 
 
