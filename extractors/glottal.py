@@ -372,6 +372,13 @@ def lp_residual(x: np.ndarray, fs: int) -> np.ndarray:
     return res / peak if peak > 0 else res
 
 
+def skewness(x: np.ndarray) -> float:
+    """Sample skewness of x (0 for a constant)."""
+    d = x - x.mean()
+    sd = np.sqrt(np.mean(d**2))
+    return float(np.mean(d**3) / sd**3) if sd > 0 else 0.0
+
+
 def sedreams(x: np.ndarray, residual: np.ndarray, fs: int, f0_mean: float) -> np.ndarray:
     """GCIs (sample positions) by SEDREAMS (Drugman, Thomas, Gudnason, Naylor & Dutoit 2012), the detector
     COVAREP's features use: the mean-based signal (a Blackman window of 1.7 mean periods, high-passed at 50 Hz)
@@ -435,6 +442,8 @@ def iaif_gci(
     start = np.maximum(0, centre - t0)
     stop = np.minimum(x.size - 1, centre + t0)
     length = stop - start + 1
+    order = np.argsort(length, kind="stable")  # chunks of similar lengths: little zero padding to compute
+    start, length = start[order], length[order]
 
     def fir(a: np.ndarray, sig: np.ndarray) -> np.ndarray:  # zero initial state, output the frame's samples
         return _fir_rows(a, np.pad(sig, ((0, 0), (a.shape[1] - 1, 0))))
@@ -589,10 +598,10 @@ def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: 
 
 def harmonics_at(
     dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, f0: np.ndarray, fs: int, rfft_mag=None,
-    search: float = 0.25, nfft: int = SPEC_NFFT,
+    search: float = 0.25, nfft: int = SPEC_NFFT, max_hz: float = HRF_MAX_HZ,
 ) -> dict:  # fmt: skip
     """H1-H2 and HRF (dB) of Hamming-windowed segments dg[start : start + length]: harmonic k's amplitude is the
-    spectrum's maximum within +-search*F0 of k*F0 (nfft points)."""
+    spectrum's maximum within +-search*F0 of k*F0 (nfft points), harmonics up to max_hz (HRF's sum)."""
     width = int(lengths.max(initial=1))
     n = np.arange(width)
     seg = windows(dg, starts, width)
@@ -600,14 +609,14 @@ def harmonics_at(
     ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)[inv]
     half = np.maximum(1, np.round(search * f0 * nfft / fs)).astype(int)
     # bins above HRF_MAX_HZ plus the widest search half-width are never read: don't take their magnitude
-    n_bins = min(nfft // 2 + 1, round(HRF_MAX_HZ * nfft / fs) + int(half.max(initial=1)) + 2)
+    n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
     mag = (rfft_mag or _rfft_mag)(seg * ham, nfft, n_bins)
     for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-search*F0 of k*F0
         sel = half == w
         mag[sel] = maximum_filter1d(mag[sel], 2 * w + 1, axis=1, mode="nearest")
-    k = np.arange(1, int(HRF_MAX_HZ / f0.min(initial=HRF_MAX_HZ)) + 1)
+    k = np.arange(1, max(2, int(max_hz / f0.min(initial=max_hz))) + 1)
     bins = np.minimum(np.round(k[None] * f0[:, None] * nfft / fs).astype(int), mag.shape[1] - 1)
-    amp = np.where(k[None] * f0[:, None] <= HRF_MAX_HZ, np.take_along_axis(mag, bins, axis=1), 0.0)
+    amp = np.where(k[None] * f0[:, None] <= max(max_hz, 2 * f0.max(initial=0)), np.take_along_axis(mag, bins, axis=1), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return {
             "h1h2": 20 * np.log10(amp[:, 0] / amp[:, 1]),
@@ -619,8 +628,8 @@ def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, r
     """H1-H2 per GCI as COVAREP's `get_vq_params` measures it: 3 periods (T0 = the gap to the previous GCI, or to
     the next where that is no period) of the pitch-synchronous IAIF derivative centred on the GCI, Hamming; each
     harmonic's amplitude is the spectral peak nearest k*F0 among peaks at least F0/2 apart, here the maximum
-    within +-F0/2 of k*F0 on a 4096-point spectrum (3.9 Hz bins, against COVAREP's 1 Hz; the window's main lobe is
-    4F0/3 wide, so the maximum is the harmonic's peak)."""
+    within +-F0/2 of k*F0 on a 2048-point spectrum (7.8 Hz bins, against COVAREP's 1 Hz; the window's main lobe is
+    4F0/3 wide, so the maximum is the harmonic's peak, sampled within ~0.1 dB)."""
     out = np.full(gcis.size, np.nan)
     gaps = np.diff(gcis).astype(float)
     prev = np.concatenate([[np.inf], gaps])
@@ -629,7 +638,8 @@ def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, r
     if not ok.any():
         return out
     half = np.round(1.5 * t0[ok]).astype(int)
-    harm = harmonics_at(dg, gcis[ok] - half, 2 * half + 1, fs / t0[ok], fs, rfft_mag, search=0.5, nfft=4096)
+    f0 = fs / t0[ok]
+    harm = harmonics_at(dg, gcis[ok] - half, 2 * half + 1, f0, fs, rfft_mag, search=0.5, max_hz=2 * float(f0.max()))
     out[ok] = harm["h1h2"]
     return out
 
@@ -768,26 +778,20 @@ def rd_from_naq(naq: np.ndarray) -> np.ndarray:
 # 19(5), 2011), COVAREP's `rd_msp`: the LF derivative spectrum of the right Rd, divided out of a frame's harmonic
 # spectrum, leaves a minimum-phase remainder (the vocal tract), so the remainder's phase minus that of its
 # minimum-phase version has no curvature over the first harmonics.
-MSP_RD = np.round(np.arange(0.3, 2.5001, 0.05), 2)  # COVAREP's search range [0.3, 2.5]
+MSP_RD = np.round(np.arange(0.3, 2.5001, 0.01), 2)  # COVAREP's search range [0.3, 2.5], its tolerance 0.01
 MSP_HARMONICS = 8  # harmonics whose phase the error reads (COVAREP's o)
+MSP_COARSE = 5  # the first pass tries every 5th Rd of MSP_RD
 MSP_MAX_HZ = 8000.0  # harmonics up to this frequency make the amplitude spectrum (COVAREP's sin2shm)
 
 
 @functools.cache
-def lf_spectrum(n_harm: int) -> np.ndarray:
-    """lf_spectrum_at(MSP_RD, n_harm), computed once per process."""
-    return lf_spectrum_at(MSP_RD, n_harm)
-
-
-def lf_spectrum_at(rds: np.ndarray, n_harm: int) -> np.ndarray:
-    """(len(rds), n_harm) LF flow-derivative spectrum (Fant, Liljencrants & Lin 1985; closed form of Doval,
-    d'Alessandro & Henrich 2003, as COVAREP's `gfm_spec_lf`) at harmonics 1..n_harm of a unit period, Ee = 1,
-    shape from Rd by Fant's (1995) regressions. Only its phase and relative amplitudes matter to the MSP error."""
+def _lf_params() -> tuple[np.ndarray, ...]:
+    """(te, ta, wg, e, a) of the LF model (unit period, Ee = 1) for each Rd of MSP_RD, by Fant's (1995) regressions;
+    e and a solve the model's two implicit equations (return-phase continuity, zero net flow)."""
     from scipy.optimize import brentq
 
-    out = np.empty((len(rds), n_harm), dtype=complex)
-    f = np.arange(1, n_harm + 1, dtype=float)
-    for i, rd in enumerate(rds):
+    params = []
+    for rd in MSP_RD:
         ra, rk = (-1 + 4.8 * rd) / 100, (22.4 + 11.8 * rd) / 100
         rg = 1 / (4 * ((0.11 * rd / (0.5 + 1.2 * rk)) - ra) / rk)
         tp = 1 / (2 * rg)
@@ -803,69 +807,104 @@ def lf_spectrum_at(rds: np.ndarray, n_harm: int) -> np.ndarray:
         grid = np.concatenate([-np.logspace(2, -3, 12), [0.0], np.logspace(-3, 3, 25)])
         vals = np.array([fa(a) for a in grid])
         j = int(np.flatnonzero(np.diff(np.sign(vals)))[0])
-        a = brentq(fa, grid[j], grid[j + 1])
-        e0 = -1 / (np.exp(a * te) * np.sin(wg * te))
-        s = a - 2j * np.pi * f
-        p1 = e0 / (s**2 + wg**2)
-        p2 = wg + np.exp(s * te) * (s * np.sin(wg * te) - wg * np.cos(wg * te))
-        p3 = np.exp(-2j * np.pi * f * te) / ((e * ta * 2j * np.pi * f) * (e + 2j * np.pi * f))
-        p4 = e * (1 - e * ta) * (1 - np.exp(-2j * np.pi * f * (1 - te))) - e * ta * 2j * np.pi * f
-        out[i] = p1 * p2 + p3 * p4
-    return out
+        params.append((te, ta, wg, e, brentq(fa, grid[j], grid[j + 1])))
+    return tuple(np.array(v)[:, None] for v in zip(*params, strict=True))
+
+
+@functools.cache
+def lf_spectrum(n_harm: int) -> np.ndarray:
+    """(len(MSP_RD), n_harm) LF flow-derivative spectrum (Fant, Liljencrants & Lin 1985; closed form of Doval,
+    d'Alessandro & Henrich 2003, as COVAREP's `gfm_spec_lf`) at harmonics 1..n_harm of a unit period. Only its
+    phase and relative amplitudes matter to the MSP error."""
+    te, ta, wg, e, a = _lf_params()
+    f = np.arange(1, n_harm + 1, dtype=float)[None]
+    e0 = -1 / (np.exp(a * te) * np.sin(wg * te))
+    s = a - 2j * np.pi * f
+    p1 = e0 / (s**2 + wg**2)
+    p2 = wg + np.exp(s * te) * (s * np.sin(wg * te) - wg * np.cos(wg * te))
+    p3 = np.exp(-2j * np.pi * f * te) / ((e * ta * 2j * np.pi * f) * (e + 2j * np.pi * f))
+    p4 = e * (1 - e * ta) * (1 - np.exp(-2j * np.pi * f * (1 - te))) - e * ta * 2j * np.pi * f
+    return p1 * p2 + p3 * p4
+
+
+def _min_phase(mag: np.ndarray, n_out: int) -> np.ndarray:
+    """Phase of the minimum-phase spectrum with magnitudes `mag` at harmonics 0..h (last axis; the full spectrum
+    is their mirror, 2h bins, as COVAREP's `hspec2spec`), by the folded real cepstrum; bins 0..n_out-1."""
+    h = mag.shape[-1] - 1
+    with np.errstate(divide="ignore"):
+        log_full = np.log(np.concatenate([mag, mag[..., -2:0:-1]], axis=-1))
+    rcc = np.fft.irfft(log_full[..., : h + 1], 2 * h, axis=-1)  # a real, even spectrum's cepstrum
+    fold = np.concatenate([rcc[..., :1], 2 * rcc[..., 1:h], rcc[..., h : h + 1]], axis=-1)
+    return np.fft.fft(fold, 2 * h, axis=-1).imag[..., :n_out]
 
 
 def harmonic_spectrum(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int, n_harm: int) -> np.ndarray:
-    """(len(centres), n_harm) complex amplitudes of harmonics 1..n_harm, phase relative to the centre: the DTFT at
-    k*F0 of a 3-period Blackman window centred on each centre (COVAREP's `sin_analysis` window; it picks the
-    spectral peak nearest each harmonic, which on a window this long is the harmonic's own frequency)."""
+    """(len(centres), n_harm) complex amplitudes of harmonics 1..n_harm, phase relative to the centre, from a
+    3-period Blackman window centred on each centre (COVAREP's `sin_analysis` window; it picks the spectral peak
+    nearest each harmonic, which on a window this long lies at the harmonic's own frequency): the windowed
+    frame's spectrum zero-padded to at least twice its length, read at k*F0 by linear interpolation (within ~3 %
+    and 0.05 rad of the exact DTFT on white noise, closer on a harmonic spectrum)."""
     half = np.round(1.5 * fs / f0).astype(int)
     width = 2 * int(half.max(initial=1)) + 1
+    nfft = 1 << int(2 * width - 1).bit_length()
     n = np.arange(width)[None] - half[:, None]  # sample offsets from each centre
     frames = windows(x, centres - half, width)
     win = np.where(np.abs(n) <= half[:, None], 0.42 + 0.5 * np.cos(np.pi * n / half[:, None])
                    + 0.08 * np.cos(2 * np.pi * n / half[:, None]), 0.0)  # MATLAB's blackman(2 half + 1)  # fmt: skip
     win /= win.sum(axis=1, keepdims=True)
-    k = np.arange(1, n_harm + 1)
-    out = np.empty((len(centres), n_harm), dtype=complex)
-    for c in range(0, len(centres), 32):  # (rows, samples, harmonics) at once would not fit in cache
-        part = slice(c, c + 32)
-        phase = np.exp(-2j * np.pi * (f0[part, None, None] / fs) * n[part, :, None] * k[None, None])
-        out[part] = np.einsum("rn,rnk->rk", frames[part] * win[part], phase)
-    return out
+    buf = np.roll(np.pad(frames * win, ((0, 0), (0, nfft - width))), -int(half.max(initial=1)), axis=1)
+    shift = half.max(initial=1) - half  # each row's centre sits this many samples after index 0: undo its delay
+    spec = rfft(buf, axis=1)
+    pos = np.arange(1, n_harm + 1)[None] * f0[:, None] * nfft / fs
+    lo = np.minimum(np.floor(pos).astype(int), spec.shape[1] - 2)
+    frac = pos - lo
+    r = np.arange(len(centres))[:, None]
+    val = (1 - frac) * spec[r, lo] + frac * spec[r, lo + 1]
+    return val * np.exp(-2j * np.pi * pos * shift[:, None] / nfft)
 
 
 def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple[np.ndarray, np.ndarray]:
     """(Rd, confidence 1 - sqrt(error)/pi) per centre by MSP (above): the harmonic spectrum up to MSP_MAX_HZ
-    divided by each candidate's LF spectrum, its phase compared with its minimum-phase version (real cepstrum) over
-    harmonics 0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase; the Rd of
-    the grid's smallest error, refined by a parabola through it and its neighbours."""
+    divided by each candidate's LF spectrum, its phase compared with its minimum-phase version over harmonics
+    0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase (COVAREP's `rd_msp`,
+    which finds the minimum by Brent's method; here the smallest error over MSP_RD's 0.01 grid).
+
+    Log magnitudes divide into differences and the minimum phase is linear in them, so the remainder's minimum
+    phase is the frame's minus the model's: each computed once, not once per candidate. COVAREP sets the remainder's
+    DC and last harmonic to the magnitude of their neighbours; so is each factor here."""
     rd, conf = np.full(centres.size, np.nan), np.full(centres.size, np.nan)
-    for h in np.unique(np.floor(MSP_MAX_HZ / f0).astype(int)):
-        sel = np.flatnonzero(np.floor(MSP_MAX_HZ / f0).astype(int) == h)
-        if h < MSP_HARMONICS + 1:
+    n_h = np.floor(MSP_MAX_HZ / f0).astype(int)
+    k = MSP_HARMONICS + 1
+    for h in np.unique(n_h):
+        if h < k:
             continue  # too few harmonics for the phase error (F0 above ~890 Hz)
-        m = harmonic_spectrum(x, centres[sel], f0[sel], fs, h)
-        for c in range(0, sel.size, 64):
-            part = sel[c : c + 64]
-            nn = m[c : c + 64, None, :] / lf_spectrum(h)[None]  # (rows, Rd, harmonics 1..h)
-            nn[..., -1] = np.abs(nn[..., -2])  # COVAREP's Nyquist bin: real, the magnitude of its neighbour
-            full = np.concatenate([np.abs(nn[..., :1]), nn, np.conj(nn[..., -2::-1])], axis=-1)  # DC .. -1, 2h bins
-            with np.errstate(divide="ignore"):
-                rcc = np.fft.ifft(np.log(np.abs(full)), axis=-1).real
-            fold = np.concatenate([rcc[..., :1], 2 * rcc[..., 1:h], rcc[..., h : h + 1],
-                                   np.zeros_like(rcc[..., h + 1 :])], axis=-1)  # fmt: skip
-            min_phase = np.fft.fft(fold, axis=-1).imag[..., : MSP_HARMONICS + 1]
-            p = np.angle(full[..., : MSP_HARMONICS + 1]) - min_phase
-            d2 = np.angle(np.exp(1j * (np.diff(p, axis=-1) - p[..., 1:2])))[..., 1:]
-            err = np.mean(d2**2, axis=-1)  # (rows, Rd)
-            best = np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)
-            i = np.clip(best, 1, MSP_RD.size - 2)
-            r = np.arange(len(part))
-            y0, y1, y2 = err[r, i - 1], err[r, i], err[r, i + 1]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                shift = np.where(best == i, 0.5 * (y0 - y2) / (y0 - 2 * y1 + y2), 0.0)
-            shift = np.where(np.isfinite(shift) & (np.abs(shift) <= 1), shift, 0.0)
-            step = MSP_RD[1] - MSP_RD[0]
-            rd[part] = MSP_RD[best] + shift * step
-            conf[part] = 1 - np.sqrt(err[r, best]) / np.pi
+        sel = np.flatnonzero(n_h == h)
+        g = lf_spectrum(int(h))  # (Rd, h)
+        m = harmonic_spectrum(x, centres[sel], f0[sel], fs, int(h))  # (rows, h)
+
+        def mags(z: np.ndarray) -> np.ndarray:  # |DC| = |h1|, |h_last| = |h_last-1|
+            a = np.abs(z)
+            return np.concatenate([a[..., :1], a[..., :-1], a[..., -2:-1]], axis=-1)
+
+        # each factor's phase minus its minimum phase at harmonics 0..k-1 (DC: 0)
+        frame = np.angle(m[:, : k - 1]) - _min_phase(mags(m), k)[:, 1:]  # (rows, k-1)
+        model = np.angle(g[:, : k - 1]) - _min_phase(mags(g), k)[:, 1:]  # (Rd, k-1)
+
+        def error(idx: np.ndarray, frame: np.ndarray = frame, model: np.ndarray = model) -> np.ndarray:
+            """(rows, candidates) errors for the Rd indices idx (rows, candidates)."""
+            p = frame[:, None] - model[idx]
+            p = np.concatenate([np.zeros(p.shape[:2] + (1,)), p], axis=-1)
+            d2 = np.diff(p, axis=-1)[..., 1:] - p[..., 1:2]
+            return np.mean((np.mod(d2 + np.pi, 2 * np.pi) - np.pi) ** 2, axis=-1)
+
+        # coarse (0.05) then fine (0.01) around the best coarse Rd: a quarter of the full grid's work
+        coarse = np.tile(np.arange(0, MSP_RD.size, MSP_COARSE), (sel.size, 1))
+        err = error(coarse)
+        centre = coarse[0, np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)]
+        fine = np.clip(centre[:, None] + np.arange(-MSP_COARSE + 1, MSP_COARSE), 0, MSP_RD.size - 1)
+        err = error(fine)
+        j = np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)
+        rows = np.arange(sel.size)
+        rd[sel] = MSP_RD[fine[rows, j]]
+        conf[sel] = 1 - np.sqrt(err[rows, j]) / np.pi
     return rd, conf
