@@ -354,9 +354,16 @@ def test_blocks_match_one_pass() -> None:
     voice = synth_vowel(4.0, lambda t: 110 + 40 * np.sin(2 * t), lambda t: 0.8 + 0.4 * t, voiced_spans_s=spans)
     whole = run(voice.speech, CovarepConfig(f0_method="harvest"))
     blocks = run(voice.speech, CovarepConfig(f0_method="harvest", block_s=1.0, block_margin_s=0.5))
-    for name, ref in whole.items():  # everything but Harvest's F0 is bit-identical; Harvest differs by < 0.1 %
+    # everything but Harvest's F0 and the cycle measures is bit-identical; Harvest differs by < 0.1 %. The cycle
+    # measures (version 8) read SEDREAMS GCIs, whose mean F0, orientation and relative GCI position are estimated
+    # per block, as COVAREP estimates them per file: a few rows may differ (3 of 400 here, at a voiced run's end)
+    for name, ref in whole.items():
         if name == "f0":
             np.testing.assert_allclose(blocks[name], ref, rtol=1e-3)
+        elif name in ("naq", "qoq", "psp", "mdq"):
+            same = (blocks[name] == ref) | (np.isnan(blocks[name]) & np.isnan(ref))
+            assert same.mean() >= 0.98, (name, np.flatnonzero(~same))
+            np.testing.assert_array_equal(np.isnan(blocks[name]), np.isnan(ref), err_msg=name)
         else:
             np.testing.assert_array_equal(blocks[name], ref, err_msg=name)
 
