@@ -90,7 +90,7 @@ class CovarepConfig(ExtractorConfig):
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     # vocal-tract inverse filter for the glottal columns: IAIF, or quasi-closed-phase weighted LP (QCP) whose weights
-    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "QCP")
+    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "QCP"); version 7's cycles only
     inverse_filter: Literal["iaif", "qcp"] = "iaif"
     # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
     # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5);
@@ -121,6 +121,8 @@ class CovarepConfig(ExtractorConfig):
     def _check(self) -> CovarepConfig:
         if self.f0_floor_hz >= self.f0_ceil_hz:
             raise ValueError(f"f0_floor_hz ({self.f0_floor_hz}) must be below f0_ceil_hz ({self.f0_ceil_hz})")
+        if self.inverse_filter == "qcp" and self.glottal_cycles != "f0":
+            raise ValueError('inverse_filter "qcp" needs glottal_cycles "f0" (its weights come from version 7\'s GCIs)')
         if self.harmonic_filter == "covarep" and self.glottal_cycles != "sedreams":
             raise ValueError('harmonic_filter "covarep" reads the cycles of glottal_cycles "sedreams"')
         if self.n_mfcc > self.n_mels:
@@ -580,21 +582,23 @@ def glottal_flow(
 
 
 def covarep_cycles(
-    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, cfg: CovarepConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(flow, flow derivative, GCIs in voiced rows, LP residual) the way COVAREP's features measure glottal cycles:
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(flow, flow derivative, GCIs in voiced rows, LP residual, the signal so oriented) the way COVAREP's features
+    measure glottal cycles:
     SEDREAMS on the block's LP residual with the block's median F0, GCIs in unvoiced rows dropped, and the flow by
     pitch-synchronous IAIF on those GCIs (docs/acoustic.md, "Agreement with COVAREP")."""
-    x = polarity * x_hp
+    x = x_hp
     residual = glottal.lp_residual(x, FS_HZ)
     if glottal.skewness(residual) < 0:
         # SEDREAMS takes the residual's positive peaks for closures: COVAREP orients the signal by the residual's
-        # skewness (RESKEW, Drugman 2013), which disagrees with the flow-derivative vote on some voices (CMU jmk)
+        # skewness (RESKEW, Drugman 2013); the flow-derivative vote of version 7 (`glottal.polarity`) disagrees
+        # with it on some voices (CMU jmk, whose NAQ then read 0.03)
         x, residual = -x, -residual
     gcis = glottal.sedreams(x, residual, FS_HZ, float(np.median(f0[voiced])))
     gcis = gcis[voiced[np.minimum(gcis // HOP, voiced.size - 1)]]
     g, dg = glottal.iaif_gci(x, gcis, FS_HZ, cfg.iaif_leak, 1.2 * FS_HZ / cfg.f0_floor_hz)
-    return g, dg, gcis, residual
+    return g, dg, gcis, residual, x
 
 
 def glottal_rows(
@@ -605,15 +609,18 @@ def glottal_rows(
     out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
     if not voiced.any():
         return out
-    dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
-    g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
-    if cfg.glottal_cycles == "sedreams":
-        g, dg_cycles, gcis, residual = covarep_cycles(x_hp, f0, voiced, polarity, cfg)
+    if cfg.glottal_cycles == "sedreams":  # oriented by its own residual: version 7's row-wise flow is not needed
+        g, dg, gcis, residual, oriented = covarep_cycles(x_hp, f0, voiced, cfg)
+    else:
+        dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
+        g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
+        oriented = polarity * x_hp
+    dg_cycles = dg
     if gcis.size >= 3 and cfg.glottal_cycles == "sedreams":
         f0_range = (cfg.f0_floor_hz, cfg.f0_ceil_hz)
-        cyc = glottal.covarep_cycle_params(g, dg_cycles, gcis, FS_HZ, f0_range, kernels.rfft_mag)
+        cyc = glottal.covarep_cycle_params(g, dg, gcis, FS_HZ, f0_range, kernels.rfft_mag)
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
         out["rd"] = glottal.to_rows(cyc["centre"], glottal.rd_from_naq(cyc["naq"]), n_rows, HOP, max_dist)
@@ -632,7 +639,12 @@ def glottal_rows(
         out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
     if cfg.rd_method == "msp":
         rows = np.flatnonzero(voiced)
-        out["rd"][rows] = glottal.rd_msp(polarity * x_hp, rows * HOP + HOP // 2, f0[rows], FS_HZ)[0]
+        # MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness, which the
+        # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the flow derivative's
+        # vote (`glottal.polarity`, on the cycles' pitch-synchronous derivative) has the last word
+        centres = rows * HOP + HOP // 2
+        upright = glottal.polarity(dg, centres, FS_HZ) * oriented
+        out["rd"][rows] = glottal.rd_msp(upright, centres, f0[rows], FS_HZ)[0]
     if cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]

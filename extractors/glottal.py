@@ -863,6 +863,39 @@ def harmonic_spectrum(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: in
     return val * np.exp(-2j * np.pi * pos * shift[:, None] / nfft)
 
 
+@functools.cache
+def _lf_phase(n_harm: int) -> np.ndarray:
+    """(len(MSP_RD), MSP_HARMONICS) the LF spectrum's phase minus its minimum phase at harmonics 1..MSP_HARMONICS."""
+    g = lf_spectrum(n_harm)
+    return np.angle(g[:, :MSP_HARMONICS]) - _min_phase(_edge_mags(g), MSP_HARMONICS + 1)[:, 1:]
+
+
+def _edge_mags(z: np.ndarray) -> np.ndarray:
+    """|z| at harmonics 0..h from harmonics 1..h: |DC| = |h1| and |h_last| = |h_last-1|, as COVAREP's `rd_msp`."""
+    a = np.abs(z)
+    return np.concatenate([a[..., :1], a[..., :-1], a[..., -2:-1]], axis=-1)
+
+
+def _msp_fit(frame: np.ndarray, model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index into MSP_RD, error) per row of the smallest MSP error: every MSP_COARSE-th Rd first, then the 0.01
+    grid around the best of them (a quarter of the full grid's work)."""
+
+    def error(idx: np.ndarray) -> np.ndarray:  # (rows, candidates) for the Rd indices idx (rows, candidates)
+        p = frame[:, None] - model[idx]
+        p = np.concatenate([np.zeros(p.shape[:2] + (1,)), p], axis=-1)  # DC: phase 0
+        d2 = np.diff(p, axis=-1)[..., 1:] - p[..., 1:2]
+        return np.mean((np.mod(d2 + np.pi, 2 * np.pi) - np.pi) ** 2, axis=-1)
+
+    coarse = np.tile(np.arange(0, MSP_RD.size, MSP_COARSE), (len(frame), 1))
+    err = error(coarse)
+    centre = coarse[0, np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)]
+    fine = np.clip(centre[:, None] + np.arange(-MSP_COARSE + 1, MSP_COARSE), 0, MSP_RD.size - 1)
+    err = np.where(np.isfinite(e := error(fine)), e, np.inf)
+    j = np.argmin(err, axis=1)
+    rows = np.arange(len(frame))
+    return fine[rows, j], err[rows, j]
+
+
 def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple[np.ndarray, np.ndarray]:
     """(Rd, confidence 1 - sqrt(error)/pi) per centre by MSP (above): the harmonic spectrum up to MSP_MAX_HZ
     divided by each candidate's LF spectrum, its phase compared with its minimum-phase version over harmonics
@@ -871,7 +904,8 @@ def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple
 
     Log magnitudes divide into differences and the minimum phase is linear in them, so the remainder's minimum
     phase is the frame's minus the model's: each computed once, not once per candidate. COVAREP sets the remainder's
-    DC and last harmonic to the magnitude of their neighbours; so is each factor here."""
+    DC and last harmonic to the magnitude of their neighbours; so is each factor here. The error depends on the
+    signal's polarity (an inverted signal adds pi to every harmonic but DC): x must be upright (`polarity`)."""
     rd, conf = np.full(centres.size, np.nan), np.full(centres.size, np.nan)
     n_h = np.floor(MSP_MAX_HZ / f0).astype(int)
     k = MSP_HARMONICS + 1
@@ -879,32 +913,8 @@ def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple
         if h < k:
             continue  # too few harmonics for the phase error (F0 above ~890 Hz)
         sel = np.flatnonzero(n_h == h)
-        g = lf_spectrum(int(h))  # (Rd, h)
         m = harmonic_spectrum(x, centres[sel], f0[sel], fs, int(h))  # (rows, h)
-
-        def mags(z: np.ndarray) -> np.ndarray:  # |DC| = |h1|, |h_last| = |h_last-1|
-            a = np.abs(z)
-            return np.concatenate([a[..., :1], a[..., :-1], a[..., -2:-1]], axis=-1)
-
-        # each factor's phase minus its minimum phase at harmonics 0..k-1 (DC: 0)
-        frame = np.angle(m[:, : k - 1]) - _min_phase(mags(m), k)[:, 1:]  # (rows, k-1)
-        model = np.angle(g[:, : k - 1]) - _min_phase(mags(g), k)[:, 1:]  # (Rd, k-1)
-
-        def error(idx: np.ndarray, frame: np.ndarray = frame, model: np.ndarray = model) -> np.ndarray:
-            """(rows, candidates) errors for the Rd indices idx (rows, candidates)."""
-            p = frame[:, None] - model[idx]
-            p = np.concatenate([np.zeros(p.shape[:2] + (1,)), p], axis=-1)
-            d2 = np.diff(p, axis=-1)[..., 1:] - p[..., 1:2]
-            return np.mean((np.mod(d2 + np.pi, 2 * np.pi) - np.pi) ** 2, axis=-1)
-
-        # coarse (0.05) then fine (0.01) around the best coarse Rd: a quarter of the full grid's work
-        coarse = np.tile(np.arange(0, MSP_RD.size, MSP_COARSE), (sel.size, 1))
-        err = error(coarse)
-        centre = coarse[0, np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)]
-        fine = np.clip(centre[:, None] + np.arange(-MSP_COARSE + 1, MSP_COARSE), 0, MSP_RD.size - 1)
-        err = error(fine)
-        j = np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)
-        rows = np.arange(sel.size)
-        rd[sel] = MSP_RD[fine[rows, j]]
-        conf[sel] = 1 - np.sqrt(err[rows, j]) / np.pi
+        frame = np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:]  # (rows, k-1)
+        idx, err = _msp_fit(frame, _lf_phase(int(h)))
+        rd[sel], conf[sel] = MSP_RD[idx], 1 - np.sqrt(err) / np.pi
     return rd, conf
