@@ -640,10 +640,13 @@ def glottal_rows(
     if cfg.rd_method == "msp":
         rows = np.flatnonzero(voiced)
         # MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness, which the
-        # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the flow derivative's
-        # vote (`glottal.polarity`, on the cycles' pitch-synchronous derivative) has the last word
+        # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow
+        # derivative's vote (version 7's) has the last word
         centres = rows * HOP + HOP // 2
-        upright = glottal.polarity(dg, centres, FS_HZ) * oriented
+        if cfg.glottal_cycles == "f0":
+            upright = oriented  # glottal_flow's vote already
+        else:
+            upright = glottal.iaif_polarity(x_hp, centres, FS_HZ, cfg.iaif_leak) * x_hp
         out["rd"][rows] = glottal.rd_msp(upright, centres, f0[rows], FS_HZ)[0]
     if cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow

@@ -255,6 +255,19 @@ def polarity(dg: np.ndarray, voiced_centres: np.ndarray, fs: int) -> float:
     return 1.0 if np.mean(w.max(axis=1) + w.min(axis=1) < 0) >= 0.5 else -1.0
 
 
+def iaif_polarity(x_hp: np.ndarray, centres: np.ndarray, fs: int, leak: float, every: int = 3) -> float:
+    """`polarity`'s vote on a row-wise IAIF flow derivative (each 30 ms window through the IAIF filter of its own
+    32 ms frame), from every `every`-th of the voiced row centres given: a majority needs no more, at a third of the
+    filters' cost. The pitch-synchronous derivative is no substitute: its vote inverts a breathy 220 Hz LF vowel."""
+    sample = centres[::every]
+    if sample.size == 0:
+        return 1.0
+    a = iaif_filters(x_hp, sample, fs, leak)
+    half, p = round(0.015 * fs), a.shape[1] - 1
+    dg = _fir_rows(a, windows(x_hp, sample - half - p, 2 * half + p))
+    return 1.0 if np.mean(dg.max(axis=1) + dg.min(axis=1) < 0) >= 0.5 else -1.0
+
+
 # The minima are taken on the flow derivative low-passed at this cutoff (4th-order Butterworth, zero phase): above
 # it the IAIF output is mostly what the vocal-tract inverse filter amplifies (noise, aspiration, missed formants),
 # which moves a sample-level minimum by samples. Chosen on noisy LF vowels (docs/acoustic.md, "GCIs"): the lowest
@@ -778,7 +791,7 @@ def rd_from_naq(naq: np.ndarray) -> np.ndarray:
 # 19(5), 2011), COVAREP's `rd_msp`: the LF derivative spectrum of the right Rd, divided out of a frame's harmonic
 # spectrum, leaves a minimum-phase remainder (the vocal tract), so the remainder's phase minus that of its
 # minimum-phase version has no curvature over the first harmonics.
-MSP_RD = np.round(np.arange(0.3, 2.5001, 0.01), 2)  # COVAREP's search range [0.3, 2.5], its tolerance 0.01
+MSP_RD = np.round(np.arange(0.3, 2.7001, 0.01), 2)  # Fant's range as RD_GRID (COVAREP: [0.3, 2.5]), its tolerance 0.01
 MSP_HARMONICS = 8  # harmonics whose phase the error reads (COVAREP's o)
 MSP_COARSE = 5  # the first pass tries every 5th Rd of MSP_RD
 MSP_MAX_HZ = 8000.0  # harmonics up to this frequency make the amplitude spectrum (COVAREP's sin2shm)
@@ -852,15 +865,14 @@ def harmonic_spectrum(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: in
     win = np.where(np.abs(n) <= half[:, None], 0.42 + 0.5 * np.cos(np.pi * n / half[:, None])
                    + 0.08 * np.cos(2 * np.pi * n / half[:, None]), 0.0)  # MATLAB's blackman(2 half + 1)  # fmt: skip
     win /= win.sum(axis=1, keepdims=True)
-    buf = np.roll(np.pad(frames * win, ((0, 0), (0, nfft - width))), -int(half.max(initial=1)), axis=1)
-    shift = half.max(initial=1) - half  # each row's centre sits this many samples after index 0: undo its delay
+    buf = np.zeros((len(centres), nfft))  # each row's centre at index 0 (its phases relative to it), wrapped
+    np.put_along_axis(buf, (np.arange(width)[None] - half[:, None]) % nfft, frames * win, axis=1)
     spec = rfft(buf, axis=1)
     pos = np.arange(1, n_harm + 1)[None] * f0[:, None] * nfft / fs
     lo = np.minimum(np.floor(pos).astype(int), spec.shape[1] - 2)
     frac = pos - lo
     r = np.arange(len(centres))[:, None]
-    val = (1 - frac) * spec[r, lo] + frac * spec[r, lo + 1]
-    return val * np.exp(-2j * np.pi * pos * shift[:, None] / nfft)
+    return (1 - frac) * spec[r, lo] + frac * spec[r, lo + 1]
 
 
 @functools.cache
@@ -876,15 +888,22 @@ def _edge_mags(z: np.ndarray) -> np.ndarray:
     return np.concatenate([a[..., :1], a[..., :-1], a[..., -2:-1]], axis=-1)
 
 
+def _msp_error(frame: np.ndarray, model: np.ndarray) -> np.ndarray:
+    """MSP errors (rows, candidates) from the frame's (rows, MSP_HARMONICS) and the candidates' (rows, candidates,
+    MSP_HARMONICS) phases minus their minimum phases: the mean squared wrapped second difference of the remainder's
+    phase over harmonics 0..MSP_HARMONICS (DC: phase 0), less its linear part (harmonic 1's phase)."""
+    p = frame[:, None] - model
+    p = np.concatenate([np.zeros(p.shape[:2] + (1,)), p], axis=-1)
+    d2 = np.diff(p, axis=-1)[..., 1:] - p[..., 1:2]
+    return np.mean((np.mod(d2 + np.pi, 2 * np.pi) - np.pi) ** 2, axis=-1)
+
+
 def _msp_fit(frame: np.ndarray, model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(index into MSP_RD, error) per row of the smallest MSP error: every MSP_COARSE-th Rd first, then the 0.01
     grid around the best of them (a quarter of the full grid's work)."""
 
     def error(idx: np.ndarray) -> np.ndarray:  # (rows, candidates) for the Rd indices idx (rows, candidates)
-        p = frame[:, None] - model[idx]
-        p = np.concatenate([np.zeros(p.shape[:2] + (1,)), p], axis=-1)  # DC: phase 0
-        d2 = np.diff(p, axis=-1)[..., 1:] - p[..., 1:2]
-        return np.mean((np.mod(d2 + np.pi, 2 * np.pi) - np.pi) ** 2, axis=-1)
+        return _msp_error(frame, model[idx])
 
     coarse = np.tile(np.arange(0, MSP_RD.size, MSP_COARSE), (len(frame), 1))
     err = error(coarse)
