@@ -95,8 +95,8 @@ class CovarepConfig(ExtractorConfig):
     # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
     # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5);
     # "covarep" = H1-H2 as COVAREP measures it (per GCI, on the pitch-synchronous IAIF derivative of glottal_cycles
-    # "sedreams"; HRF stays GFM's): agrees with COVAREP's column (Spearman 0.96) but reads breathy voice 1-2.5 dB
-    # low against the LF model's truth, so it is not the default (docs/acoustic.md, "Agreement with COVAREP")
+    # "sedreams"; HRF stays GFM's): agrees with COVAREP's column (Spearman 0.96) but misses the LF model's truth by
+    # up to 0.5-1.9 dB where GFM's holds 0.5 dB, so it is not the default (docs/acoustic.md, "Agreement with COVAREP")
     harmonic_filter: Literal["gfm", "same", "covarep"] = "gfm"
     # the glottal cycles NAQ, QOQ, PSP, Rd and MDQ are measured on: "sedreams" = COVAREP's (SEDREAMS GCIs on the LP
     # residual, pitch-synchronous IAIF flow, get_vq_params' cycle measures; version 8); "f0" = version 7's (the

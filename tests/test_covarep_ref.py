@@ -16,7 +16,8 @@ Bars (issue 51), on all five files' rows pooled, COVAREP as the reference:
   0.01-0.08 measured). Version 7 measured 0.38-0.76 and fails each; version 8 measures its cycles as COVAREP
   does (0.81-0.94).
 - H1H2: `harmonic_filter="covarep"` (COVAREP's measure) >= 0.8 (0.96). The default stays GFM's H1-H2 (0.68),
-  which the LF-model truth holds within 0.5 dB and COVAREP's measure misses by 1-2.5 dB in breathy voice.
+  which the LF-model truth holds within 0.5 dB at 110 Hz; COVAREP's measure fails all six LF-vowel cases (the
+  first Rd beyond each bound reads 0.5-1.9 dB off).
 - Rd (0.33, by COVAREP's own MSP method) and the default's H1H2: below 0.8, each a strict xfail at 0.8 (it turns
   into a failure once met, so the marker cannot outlive the gap) plus a floor 0.05 under today's figure.
 - Any column COVAREP writes that the extractor adds under COVAREP's name (MCEP_*, HMPD*, creak, Rd_conf) is
