@@ -90,11 +90,21 @@ class CovarepConfig(ExtractorConfig):
     iaif_leak: float = Field(0.99, gt=0.9, lt=1.0)  # leaky integrator pole (COVAREP: 0.99)
     lpc_method: Literal["autocorrelation", "burg"] = "autocorrelation"  # burg = librosa.lpc, ~15x slower
     # vocal-tract inverse filter for the glottal columns: IAIF, or quasi-closed-phase weighted LP (QCP) whose weights
-    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "QCP")
+    # come from the GCIs found on IAIF's flow derivative (docs/acoustic.md, "QCP"); version 7's cycles only
     inverse_filter: Literal["iaif", "qcp"] = "iaif"
     # inverse filter whose flow derivative H1-H2 and HRF are read from: GFM-IAIF (3rd-order glottis model) keeps the
-    # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5)
-    harmonic_filter: Literal["gfm", "same"] = "gfm"
+    # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5);
+    # "covarep" = H1-H2 as COVAREP measures it (per GCI, on the pitch-synchronous IAIF derivative of glottal_cycles
+    # "sedreams"; HRF stays GFM's): agrees with COVAREP's column (Spearman 0.96) but misses the LF model's truth by
+    # up to 0.5-1.9 dB where GFM's holds 0.5 dB, so it is not the default (docs/acoustic.md, "Agreement with COVAREP")
+    harmonic_filter: Literal["gfm", "same", "covarep"] = "gfm"
+    # the glottal cycles NAQ, QOQ, PSP, Rd and MDQ are measured on: "sedreams" = COVAREP's (SEDREAMS GCIs on the LP
+    # residual, pitch-synchronous IAIF flow, get_vq_params' cycle measures; version 8); "f0" = version 7's (the
+    # F0-guided GCIs on the row-wise IAIF flow, which the EGG tests hold)
+    glottal_cycles: Literal["sedreams", "f0"] = "sedreams"
+    # Rd: "msp" = the LF model's Rd fitted to each row's harmonic phases by mean squared phase (COVAREP's rd_msp;
+    # version 8); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7)
+    rd_method: Literal["msp", "naq"] = "msp"
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -111,6 +121,10 @@ class CovarepConfig(ExtractorConfig):
     def _check(self) -> CovarepConfig:
         if self.f0_floor_hz >= self.f0_ceil_hz:
             raise ValueError(f"f0_floor_hz ({self.f0_floor_hz}) must be below f0_ceil_hz ({self.f0_ceil_hz})")
+        if self.inverse_filter == "qcp" and self.glottal_cycles != "f0":
+            raise ValueError('inverse_filter "qcp" needs glottal_cycles "f0" (its weights come from version 7\'s GCIs)')
+        if self.harmonic_filter == "covarep" and self.glottal_cycles != "sedreams":
+            raise ValueError('harmonic_filter "covarep" reads the cycles of glottal_cycles "sedreams"')
         if self.n_mfcc > self.n_mels:
             raise ValueError(f"n_mfcc ({self.n_mfcc}) cannot exceed n_mels ({self.n_mels})")
         return self
@@ -567,6 +581,26 @@ def glottal_flow(
     return dg, gcis, polarity
 
 
+def covarep_cycles(
+    x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(flow, flow derivative, GCIs in voiced rows, LP residual, the signal so oriented) the way COVAREP's features
+    measure glottal cycles:
+    SEDREAMS on the block's LP residual with the block's median F0, GCIs in unvoiced rows dropped, and the flow by
+    pitch-synchronous IAIF on those GCIs (docs/acoustic.md, "Agreement with COVAREP")."""
+    x = x_hp
+    residual = glottal.lp_residual(x, FS_HZ)
+    if glottal.skewness(residual) < 0:
+        # SEDREAMS takes the residual's positive peaks for closures: COVAREP orients the signal by the residual's
+        # skewness (RESKEW, Drugman 2013); the flow-derivative vote of version 7 (`glottal.polarity`) disagrees
+        # with it on some voices (CMU jmk, whose NAQ then read 0.03)
+        x, residual = -x, -residual
+    gcis = glottal.sedreams(x, residual, FS_HZ, float(np.median(f0[voiced])))
+    gcis = gcis[voiced[np.minimum(gcis // HOP, voiced.size - 1)]]
+    g, dg = glottal.iaif_gci(x, gcis, FS_HZ, cfg.iaif_leak, 1.2 * FS_HZ / cfg.f0_floor_hz)
+    return g, dg, gcis, residual, x
+
+
 def glottal_rows(
     x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
@@ -575,11 +609,24 @@ def glottal_rows(
     out = {name: np.full(n_rows, np.nan) for name in GLOTTAL_COLUMNS}
     if not voiced.any():
         return out
-    dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
-    g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
-    if gcis.size >= 3:
+    if cfg.glottal_cycles == "sedreams":  # oriented by its own residual: version 7's row-wise flow is not needed
+        g, dg, gcis, residual, oriented = covarep_cycles(x_hp, f0, voiced, cfg)
+    else:
+        dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
+        g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
+        oriented = polarity * x_hp
+    dg_cycles = dg
+    if gcis.size >= 3 and cfg.glottal_cycles == "sedreams":
+        f0_range = (cfg.f0_floor_hz, cfg.f0_ceil_hz)
+        cyc = glottal.covarep_cycle_params(g, dg, gcis, FS_HZ, f0_range, kernels.rfft_mag)
+        for name in ("naq", "qoq", "psp"):
+            out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
+        out["rd"] = glottal.to_rows(cyc["centre"], glottal.rd_from_naq(cyc["naq"]), n_rows, HOP, max_dist)
+        mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
+        out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
+    elif gcis.size >= 3:
         cyc = glottal.cycle_params(g, dg, gcis, FS_HZ, (cfg.f0_floor_hz, cfg.f0_ceil_hz), rfft_mag=kernels.rfft_mag)
         for name in ("naq", "qoq", "psp"):
             out[name] = glottal.to_rows(cyc["centre"], cyc[name], n_rows, HOP, max_dist)
@@ -590,7 +637,18 @@ def glottal_rows(
         residual = polarity * kernels.inverse_filter(x_hp, a_lp, HOP)
         mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
         out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
-    if cfg.harmonic_filter == "gfm":
+    if cfg.rd_method == "msp":
+        rows = np.flatnonzero(voiced)
+        # MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness, which the
+        # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow
+        # derivative's vote (version 7's) has the last word
+        centres = rows * HOP + HOP // 2
+        if cfg.glottal_cycles == "f0":
+            upright = oriented  # glottal_flow's vote already
+        else:
+            upright = glottal.iaif_polarity(x_hp, centres, FS_HZ, cfg.iaif_leak) * x_hp
+        out["rd"][rows] = glottal.rd_msp(upright, centres, f0[rows], FS_HZ)[0]
+    if cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]
         near_voiced[:-1] |= voiced[1:]
@@ -611,6 +669,9 @@ def glottal_rows(
     harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
     for name, values in harm.items():
         out[name][voiced] = values
+    if cfg.harmonic_filter == "covarep" and gcis.size >= 3:
+        h1h2 = glottal.covarep_h1h2(dg_cycles, gcis, FS_HZ, 1.2 * FS_HZ / cfg.f0_floor_hz, kernels.rfft_mag)
+        out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
     for name in GLOTTAL_COLUMNS:
         out[name][~voiced] = np.nan
     return out
@@ -667,7 +728,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "7"
+    version = "8"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

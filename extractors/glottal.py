@@ -33,7 +33,7 @@ import librosa
 import numpy as np
 from scipy.fft import irfft, rfft
 from scipy.ndimage import maximum_filter1d
-from scipy.signal import butter, lfilter, sosfiltfilt
+from scipy.signal import butter, ellip, ellipord, find_peaks, lfilter, sosfiltfilt
 
 IAIF_FRAME_S = 0.032
 PSP_NFFT = 2048  # as in Alku et al. (1997)
@@ -65,13 +65,14 @@ def windows(x: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     return out
 
 
-def lpc_rows(frames: np.ndarray, order: int, method: str = "autocorrelation") -> np.ndarray:
+def lpc_rows(frames: np.ndarray, order: int, method: str = "autocorrelation", window: bool = True) -> np.ndarray:
     """LPC polynomials (F, order+1) of Hann-windowed rows; rows without signal get the identity filter.
 
     "autocorrelation": Levinson-Durbin on the rows' autocorrelation (what MATLAB's `lpc`, and so COVAREP's IAIF,
-    uses), vectorised over rows. "burg": `librosa.lpc`, about 15x slower here.
+    uses), vectorised over rows. "burg": `librosa.lpc`, about 15x slower here. `window=False`: the rows as given
+    (already windowed, or zero-padded frames of different lengths, which a common window would distort).
     """
-    win = frames * np.hanning(frames.shape[1])
+    win = frames * np.hanning(frames.shape[1]) if window else frames
     if method == "burg":
         a = librosa.lpc(win, order=order, axis=-1)
     else:
@@ -254,6 +255,19 @@ def polarity(dg: np.ndarray, voiced_centres: np.ndarray, fs: int) -> float:
     return 1.0 if np.mean(w.max(axis=1) + w.min(axis=1) < 0) >= 0.5 else -1.0
 
 
+def iaif_polarity(x_hp: np.ndarray, centres: np.ndarray, fs: int, leak: float, every: int = 3) -> float:
+    """`polarity`'s vote on a row-wise IAIF flow derivative (each 30 ms window through the IAIF filter of its own
+    32 ms frame), from every `every`-th of the voiced row centres given: a majority needs no more, at a third of the
+    filters' cost. The pitch-synchronous derivative is no substitute: its vote inverts a breathy 220 Hz LF vowel."""
+    sample = centres[::every]
+    if sample.size == 0:
+        return 1.0
+    a = iaif_filters(x_hp, sample, fs, leak)
+    half, p = round(0.015 * fs), a.shape[1] - 1
+    dg = _fir_rows(a, windows(x_hp, sample - half - p, 2 * half + p))
+    return 1.0 if np.mean(dg.max(axis=1) + dg.min(axis=1) < 0) >= 0.5 else -1.0
+
+
 # The minima are taken on the flow derivative low-passed at this cutoff (4th-order Butterworth, zero phase): above
 # it the IAIF output is mostly what the vocal-tract inverse filter amplifies (noise, aspiration, missed formants),
 # which moves a sample-level minimum by samples. Chosen on noisy LF vowels (docs/acoustic.md, "GCIs"): the lowest
@@ -341,6 +355,180 @@ def _psp_fit(spec_db: np.ndarray, ne_min: float) -> tuple[np.ndarray, np.ndarray
     return a[np.arange(len(a)), first], stopped
 
 
+def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
+    """(len(n), width): for each length n, the Hann window without zero end points (MATLAB's `hanning(n)`, which
+    COVAREP's frames use), zero from n on."""
+    k = np.arange(1, width + 1)[None]
+    n = np.asarray(n)[:, None]
+    return np.where(k <= n, 0.5 * (1 - np.cos(2 * np.pi * k / (n + 1))), 0.0)
+
+
+def lp_residual(x: np.ndarray, fs: int) -> np.ndarray:
+    """LP residual by overlap-add (as COVAREP's `lpcresidual`, which its SEDREAMS and MDQ read): 25 ms Hann frames
+    every 5 ms, order fs/1000 + 2, each frame's residual scaled to the frame's energy (so the sum keeps the signal's
+    level wherever the fit is good), the whole normalised to a peak of 1. Closures are its positive peaks when the
+    flow derivative's closing peak is negative (`polarity`)."""
+    length, shift, order = round(0.025 * fs) + 1, round(0.005 * fs), round(fs / 1000) + 2
+    starts = np.arange(0, max(0, x.size - length), shift)
+    res = np.zeros(x.size)
+    if starts.size == 0:
+        return res
+    frames = windows(x, starts, length) * hann_sym(np.array([length]), length)
+    a = lpc_rows(frames, order, window=False)
+    inv = _fir_rows(a, np.pad(frames, ((0, 0), (order, 0))))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = np.sqrt(np.einsum("fn,fn->f", frames, frames) / np.einsum("fn,fn->f", inv, inv))
+    inv *= np.nan_to_num(gain, posinf=0.0)[:, None]
+    idx = starts[:, None] + np.arange(length)[None]
+    res = np.bincount(idx.ravel(), inv.ravel(), minlength=x.size)[: x.size]
+    peak = np.abs(res).max()
+    return res / peak if peak > 0 else res
+
+
+def skewness(x: np.ndarray) -> float:
+    """Sample skewness of x (0 for a constant)."""
+    d = x - x.mean()
+    sd = np.sqrt(np.mean(d**2))
+    return float(np.mean(d**3) / sd**3) if sd > 0 else 0.0
+
+
+def sedreams(x: np.ndarray, residual: np.ndarray, fs: int, f0_mean: float) -> np.ndarray:
+    """GCIs (sample positions) by SEDREAMS (Drugman, Thomas, Gudnason, Naylor & Dutoit 2012), the detector
+    COVAREP's features use: the mean-based signal (a Blackman window of 1.7 mean periods, high-passed at 50 Hz)
+    gives one interval per period, from each minimum towards the next maximum, placed at the median relative
+    position of the residual's strong peaks (> 0.4) +-0.35; the GCI is the residual's maximum inside it."""
+    t0 = round(fs / f0_mean)
+    half = round(1.7 * t0 / 2)
+    if x.size <= 2 * half + 1 or x.size < 64:
+        return np.zeros(0, dtype=np.int64)
+    black = np.blackman(2 * half + 1)
+    mbs = np.convolve(x, black / black.size, "same")
+    mbs[:half] = 0.0
+    mbs[-half:] = 0.0
+    order, wn = ellipord(50, 30, 3, 60, fs=fs)
+    mbs = sosfiltfilt(ellip(order, 3, 60, wn, "highpass", fs=fs, output="sos"), mbs)
+    maxima, minima = find_peaks(mbs)[0], find_peaks(-mbs)[0]
+    # each period runs from a minimum to the next maximum: drop a leading maximum and a trailing minimum
+    maxima = maxima[maxima > (minima[0] if minima.size else x.size)]
+    minima = minima[minima < (maxima[-1] if maxima.size else -1)]
+    # pair each minimum with the first maximum after it (the two alternate on a smooth signal)
+    nxt = np.searchsorted(maxima, minima)
+    ok = nxt < maxima.size
+    minima, maxima = minima[ok], maxima[nxt[ok]]
+    if minima.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    strong = np.flatnonzero(residual > 0.4)
+    ratio = 0.0
+    if strong.size:
+        j = np.clip(np.searchsorted(minima, strong), 1, minima.size - 1)
+        j = np.where(np.abs(strong - minima[j - 1]) <= np.abs(minima[j] - strong), j - 1, j)
+        ratio = float(np.median((strong - minima[j]) / (maxima[j] - minima[j])))
+    span = maxima - minima
+    lo = np.clip(minima + np.round((ratio - 0.35) * span).astype(int), 0, x.size - 1)
+    hi = np.clip(minima + np.round((ratio + 0.35) * span).astype(int), 0, x.size - 1)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    width = int((hi - lo).max(initial=0)) + 1
+    seg = np.where(np.arange(width)[None] <= (hi - lo)[:, None], windows(residual, lo, width), -np.inf)
+    return np.unique(lo + seg.argmax(axis=1)).astype(np.int64)
+
+
+def iaif_gci(
+    x: np.ndarray, gcis: np.ndarray, fs: int, leak: float, max_period: float, chunk: int = 128
+) -> tuple[np.ndarray, np.ndarray]:
+    """(flow, flow derivative) by pitch-synchronous IAIF as COVAREP's `iaif_gci` computes it: per GCI a 2-period
+    frame (GCI +- T0, T0 the gap to the previous GCI, or to the next one where that is no period), Hann-windowed,
+    IAIF (Alku 1992) inside the frame, the frames' outputs overlap-added. The frame's start-up is a ramp from -x[0]
+    to x[0] of p_vt + 1 samples before it, as COVAREP's. The high-pass COVAREP runs inside each frame is done once
+    on the whole signal by the caller."""
+    p_vt, p_gl = 2 * round(fs / 2000) + 4, 2 * round(fs / 4000)
+    pre = p_vt + 1
+    g, dg = np.zeros(x.size), np.zeros(x.size)
+    if gcis.size < 2:
+        return g, dg
+    gaps = np.diff(gcis).astype(float)
+    prev = np.concatenate([[np.inf], gaps])
+    nxt = np.concatenate([gaps, [np.inf]])
+    t0 = np.where(prev <= max_period, prev, nxt)
+    ok = t0 <= max_period  # an isolated GCI has no period to frame
+    centre, t0 = gcis[ok], t0[ok].astype(int)
+    start = np.maximum(0, centre - t0)
+    stop = np.minimum(x.size - 1, centre + t0)
+    length = stop - start + 1
+    order = np.argsort(length, kind="stable")  # chunks of similar lengths: little zero padding to compute
+    start, length = start[order], length[order]
+
+    def fir(a: np.ndarray, sig: np.ndarray) -> np.ndarray:  # zero initial state, output the frame's samples
+        return _fir_rows(a, np.pad(sig, ((0, 0), (a.shape[1] - 1, 0))))
+
+    def leaky(y: np.ndarray) -> np.ndarray:
+        return lfilter([1.0], [1.0, -leak], y, axis=1)
+
+    for c in range(0, centre.size, chunk):
+        part = slice(c, c + chunk)
+        n, s0 = length[part], start[part]
+        width = int(n.max())
+        win = hann_sym(n, width)
+        frame = windows(x, s0, width) * win  # COVAREP windows the frame, then IAIF windows each fit again
+        ramp = frame[:, :1] * np.linspace(-1.0, 1.0, pre)[None]
+        sig = np.concatenate([ramp, frame], axis=1)
+        y = fir(lpc_rows(frame * win, 1, window=False), sig)[:, pre:]
+        g1 = leaky(fir(lpc_rows(y * win, p_vt, window=False), sig))[:, pre:]
+        y = leaky(fir(lpc_rows(g1 * win, p_gl, window=False), sig))[:, pre:]
+        d = fir(lpc_rows(y * win, p_vt, window=False), sig)
+        gf, d = leaky(d)[:, pre:], d[:, pre:]
+        inside = win > 0
+        idx = (s0[:, None] + np.arange(width)[None])[inside]
+        g += np.bincount(idx, gf[inside], minlength=x.size)[: x.size]
+        dg += np.bincount(idx, d[inside], minlength=x.size)[: x.size]
+    return g, dg
+
+
+def covarep_cycle_params(
+    g: np.ndarray, dg: np.ndarray, gcis: np.ndarray, fs: int, f0_range_hz: tuple[float, float], rfft_mag=None
+) -> dict:
+    """NAQ, QOQ, PSP per cycle [gci_k-1, gci_k] as COVAREP's `get_vq_params` measures them, written at gci_k
+    ('centre'): f_ac = maximum of the flow minus the straight line through its values at the two GCIs, d_peak =
+    max |flow derivative| up to 0.5 ms after the closing GCI, NAQ = f_ac / (d_peak T0); QOQ = time above 50 % of
+    f_ac around that maximum / T0; PSP from the cycle's flow (no line removed) scaled to [0, 1]."""
+    start, length = gcis[:-1], np.diff(gcis)
+    keep = (length >= fs / f0_range_hz[1] * 0.8) & (length <= fs / f0_range_hz[0] * 1.2)
+    start, length = start[keep], length[keep]
+    shift = round(0.0005 * fs)
+    n_bins = PSP_NFFT // 8
+    naq, qoq, a = (np.empty(start.size) for _ in range(3))
+    for c in range(0, start.size, 128):
+        part = slice(c, c + 128)
+        s0, n0 = start[part], length[part]
+        width = int(n0.max(initial=1)) + shift + 1
+        n = np.arange(width)[None]
+        inside = n <= n0[:, None]
+        seg, d_seg = windows(g, s0, width), windows(dg, s0, width)
+        line = seg[:, :1] + (seg[np.arange(len(s0)), n0] - seg[:, 0])[:, None] * n / n0[:, None]
+        comp = np.where(inside, seg - line, -np.inf)
+        f_ac, i_max = comp.max(axis=1), comp.argmax(axis=1)
+        d_peak = np.where(n <= (n0 + shift)[:, None], np.abs(d_seg), -np.inf).max(axis=1)
+        # COVAREP walks from the maximum to the first sample at or below half of f_ac on each side, stopping two
+        # samples short of the cycle's ends
+        below = ~(comp > 0.5 * f_ac[:, None])
+        t1 = np.maximum(np.where(below & (n < i_max[:, None]), n, 2).max(axis=1), 2)
+        t1 = np.minimum(t1, i_max)
+        t2 = np.where(below & (n > i_max[:, None]), n, width).min(axis=1)
+        t2 = np.maximum(np.minimum(t2, n0 - 2), i_max)
+        raw = np.where(inside, seg, np.nan)
+        raw = raw - np.nanmin(raw, axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            naq[part] = f_ac / (d_peak * n0)
+            qoq[part] = (t2 - t1) / n0
+            pulse = np.nan_to_num(raw / np.nanmax(raw, axis=1, keepdims=True))
+        a[part] = psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins, rfft_mag))
+    uniq, inv = np.unique(length, return_inverse=True)
+    boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
+    psp = a / psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins, rfft_mag))[inv]
+    psp[psp > 1] = np.nan  # as cycle_params: no glottal pulse
+    return {"centre": (start + length).astype(float), "naq": naq, "qoq": qoq, "psp": psp}
+
+
 def _rfft_mag(rows: np.ndarray, nfft: int, n_bins: int, chunk: int = 128) -> np.ndarray:
     """|rfft(rows, nfft)| up to bin n_bins, in chunks of rows: each chunk's spectra stay in cache and the full
     spectra, far larger than the bins kept, are never held at once (about 2x faster than one call here)."""
@@ -418,26 +606,55 @@ def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: 
     `rfft_mag` as in cycle_params."""
     f0 = f0_rows[rows]
     lengths = np.round(3 * fs / f0).astype(int)
+    return harmonics_at(dg, rows * hop + hop // 2 - lengths // 2, lengths, f0, fs, rfft_mag)
+
+
+def harmonics_at(
+    dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, f0: np.ndarray, fs: int, rfft_mag=None,
+    search: float = 0.25, nfft: int = SPEC_NFFT, max_hz: float = HRF_MAX_HZ,
+) -> dict:  # fmt: skip
+    """H1-H2 and HRF (dB) of Hamming-windowed segments dg[start : start + length]: harmonic k's amplitude is the
+    spectrum's maximum within +-search*F0 of k*F0 (nfft points), harmonics up to max_hz (HRF's sum)."""
     width = int(lengths.max(initial=1))
     n = np.arange(width)
-    seg = windows(dg, rows * hop + hop // 2 - lengths // 2, width)
+    seg = windows(dg, starts, width)
     uniq, inv = np.unique(lengths, return_inverse=True)  # one Hamming window per distinct length
     ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)[inv]
-    half = np.maximum(1, np.round(0.25 * f0 * SPEC_NFFT / fs)).astype(int)
+    half = np.maximum(1, np.round(search * f0 * nfft / fs)).astype(int)
     # bins above HRF_MAX_HZ plus the widest search half-width are never read: don't take their magnitude
-    n_bins = min(SPEC_NFFT // 2 + 1, round(HRF_MAX_HZ * SPEC_NFFT / fs) + int(half.max(initial=1)) + 2)
-    mag = (rfft_mag or _rfft_mag)(seg * ham, SPEC_NFFT, n_bins)
-    for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-F0/4 of k*F0
+    n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
+    mag = (rfft_mag or _rfft_mag)(seg * ham, nfft, n_bins)
+    for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-search*F0 of k*F0
         sel = half == w
         mag[sel] = maximum_filter1d(mag[sel], 2 * w + 1, axis=1, mode="nearest")
-    k = np.arange(1, int(HRF_MAX_HZ / f0.min(initial=HRF_MAX_HZ)) + 1)
-    bins = np.minimum(np.round(k[None] * f0[:, None] * SPEC_NFFT / fs).astype(int), mag.shape[1] - 1)
-    amp = np.where(k[None] * f0[:, None] <= HRF_MAX_HZ, np.take_along_axis(mag, bins, axis=1), 0.0)
+    k = np.arange(1, max(2, int(max_hz / f0.min(initial=max_hz))) + 1)
+    bins = np.minimum(np.round(k[None] * f0[:, None] * nfft / fs).astype(int), mag.shape[1] - 1)
+    amp = np.where(k[None] * f0[:, None] <= max(max_hz, 2 * f0.max(initial=0)), np.take_along_axis(mag, bins, axis=1), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return {
             "h1h2": 20 * np.log10(amp[:, 0] / amp[:, 1]),
             "hrf": 20 * np.log10(amp[:, 1:].sum(axis=1) / amp[:, 0]),
         }
+
+
+def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, rfft_mag=None) -> np.ndarray:
+    """H1-H2 per GCI as COVAREP's `get_vq_params` measures it: 3 periods (T0 = the gap to the previous GCI, or to
+    the next where that is no period) of the pitch-synchronous IAIF derivative centred on the GCI, Hamming; each
+    harmonic's amplitude is the spectral peak nearest k*F0 among peaks at least F0/2 apart, here the maximum
+    within +-F0/2 of k*F0 on a 2048-point spectrum (7.8 Hz bins, against COVAREP's 1 Hz; the window's main lobe is
+    4F0/3 wide, so the maximum is the harmonic's peak, sampled within ~0.1 dB)."""
+    out = np.full(gcis.size, np.nan)
+    gaps = np.diff(gcis).astype(float)
+    prev = np.concatenate([[np.inf], gaps])
+    t0 = np.where(prev <= max_period, prev, np.concatenate([gaps, [np.inf]]))
+    ok = t0 <= max_period
+    if not ok.any():
+        return out
+    half = np.round(1.5 * t0[ok]).astype(int)
+    f0 = fs / t0[ok]
+    harm = harmonics_at(dg, gcis[ok] - half, 2 * half + 1, f0, fs, rfft_mag, search=0.5, max_hz=2 * float(f0.max()))
+    out[ok] = harm["h1h2"]
+    return out
 
 
 def wavelet_bands(x: np.ndarray, scales: list[int], nfft: int = 8192) -> np.ndarray:
@@ -568,3 +785,155 @@ def rd_from_naq(naq: np.ndarray) -> np.ndarray:
     """Rd of the LF cycle whose NAQ equals the measured one (Fant's definition of Rd, U0 F0 / (110 Ee) with U0/Ee
     in ms, made exact for the model), clipped to RD_GRID's range; NaN stays NaN."""
     return np.interp(naq, lf_naq(), RD_GRID)
+
+
+# Rd by mean squared phase (Degottex, Roebel & Rodet, "Phase minimization for glottal model estimation", IEEE TASL
+# 19(5), 2011), COVAREP's `rd_msp`: the LF derivative spectrum of the right Rd, divided out of a frame's harmonic
+# spectrum, leaves a minimum-phase remainder (the vocal tract), so the remainder's phase minus that of its
+# minimum-phase version has no curvature over the first harmonics.
+MSP_RD = np.round(np.arange(0.3, 2.7001, 0.01), 2)  # Fant's range as RD_GRID (COVAREP: [0.3, 2.5]), its tolerance 0.01
+MSP_HARMONICS = 8  # harmonics whose phase the error reads (COVAREP's o)
+MSP_COARSE = 5  # the first pass tries every 5th Rd of MSP_RD
+MSP_MAX_HZ = 8000.0  # harmonics up to this frequency make the amplitude spectrum (COVAREP's sin2shm)
+
+
+@functools.cache
+def _lf_params() -> tuple[np.ndarray, ...]:
+    """(te, ta, wg, e, a) of the LF model (unit period, Ee = 1) for each Rd of MSP_RD, by Fant's (1995) regressions;
+    e and a solve the model's two implicit equations (return-phase continuity, zero net flow)."""
+    from scipy.optimize import brentq
+
+    params = []
+    for rd in MSP_RD:
+        ra, rk = (-1 + 4.8 * rd) / 100, (22.4 + 11.8 * rd) / 100
+        rg = 1 / (4 * ((0.11 * rd / (0.5 + 1.2 * rk)) - ra) / rk)
+        tp = 1 / (2 * rg)
+        te, ta = tp * (rk + 1), ra
+        wg = np.pi / tp
+        e = brentq(lambda e: 1 - np.exp(-e * (1 - te)) - e * ta, 1e-9, 10 / ta + 10)  # noqa: B023
+        big_a = (1 - np.exp(-e * (1 - te))) / (e**2 * ta) - (1 - te) * np.exp(-e * (1 - te)) / (e * ta)
+
+        def fa(a: float) -> float:
+            return ((a**2 + wg**2) * np.sin(wg * te) * big_a + wg * np.exp(-a * te) + a * np.sin(wg * te)  # noqa: B023
+                    - wg * np.cos(wg * te))  # noqa: B023  # fmt: skip
+
+        grid = np.concatenate([-np.logspace(2, -3, 12), [0.0], np.logspace(-3, 3, 25)])
+        vals = np.array([fa(a) for a in grid])
+        j = int(np.flatnonzero(np.diff(np.sign(vals)))[0])
+        params.append((te, ta, wg, e, brentq(fa, grid[j], grid[j + 1])))
+    return tuple(np.array(v)[:, None] for v in zip(*params, strict=True))
+
+
+@functools.cache
+def lf_spectrum(n_harm: int) -> np.ndarray:
+    """(len(MSP_RD), n_harm) LF flow-derivative spectrum (Fant, Liljencrants & Lin 1985; closed form of Doval,
+    d'Alessandro & Henrich 2003, as COVAREP's `gfm_spec_lf`) at harmonics 1..n_harm of a unit period. Only its
+    phase and relative amplitudes matter to the MSP error."""
+    te, ta, wg, e, a = _lf_params()
+    f = np.arange(1, n_harm + 1, dtype=float)[None]
+    e0 = -1 / (np.exp(a * te) * np.sin(wg * te))
+    s = a - 2j * np.pi * f
+    p1 = e0 / (s**2 + wg**2)
+    p2 = wg + np.exp(s * te) * (s * np.sin(wg * te) - wg * np.cos(wg * te))
+    p3 = np.exp(-2j * np.pi * f * te) / ((e * ta * 2j * np.pi * f) * (e + 2j * np.pi * f))
+    p4 = e * (1 - e * ta) * (1 - np.exp(-2j * np.pi * f * (1 - te))) - e * ta * 2j * np.pi * f
+    return p1 * p2 + p3 * p4
+
+
+def _min_phase(mag: np.ndarray, n_out: int) -> np.ndarray:
+    """Phase of the minimum-phase spectrum with magnitudes `mag` at harmonics 0..h (last axis; the full spectrum
+    is their mirror, 2h bins, as COVAREP's `hspec2spec`), by the folded real cepstrum; bins 0..n_out-1."""
+    h = mag.shape[-1] - 1
+    with np.errstate(divide="ignore"):
+        log_full = np.log(np.concatenate([mag, mag[..., -2:0:-1]], axis=-1))
+    rcc = np.fft.irfft(log_full[..., : h + 1], 2 * h, axis=-1)  # a real, even spectrum's cepstrum
+    fold = np.concatenate([rcc[..., :1], 2 * rcc[..., 1:h], rcc[..., h : h + 1]], axis=-1)
+    return np.fft.fft(fold, 2 * h, axis=-1).imag[..., :n_out]
+
+
+def harmonic_spectrum(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int, n_harm: int) -> np.ndarray:
+    """(len(centres), n_harm) complex amplitudes of harmonics 1..n_harm, phase relative to the centre, from a
+    3-period Blackman window centred on each centre (COVAREP's `sin_analysis` window; it picks the spectral peak
+    nearest each harmonic, which on a window this long lies at the harmonic's own frequency): the windowed
+    frame's spectrum zero-padded to at least twice its length, read at k*F0 by linear interpolation (within ~3 %
+    and 0.05 rad of the exact DTFT on white noise, closer on a harmonic spectrum)."""
+    half = np.round(1.5 * fs / f0).astype(int)
+    width = 2 * int(half.max(initial=1)) + 1
+    nfft = 1 << int(2 * width - 1).bit_length()
+    n = np.arange(width)[None] - half[:, None]  # sample offsets from each centre
+    frames = windows(x, centres - half, width)
+    win = np.where(np.abs(n) <= half[:, None], 0.42 + 0.5 * np.cos(np.pi * n / half[:, None])
+                   + 0.08 * np.cos(2 * np.pi * n / half[:, None]), 0.0)  # MATLAB's blackman(2 half + 1)  # fmt: skip
+    win /= win.sum(axis=1, keepdims=True)
+    buf = np.zeros((len(centres), nfft))  # each row's centre at index 0 (its phases relative to it), wrapped
+    np.put_along_axis(buf, (np.arange(width)[None] - half[:, None]) % nfft, frames * win, axis=1)
+    spec = rfft(buf, axis=1)
+    pos = np.arange(1, n_harm + 1)[None] * f0[:, None] * nfft / fs
+    lo = np.minimum(np.floor(pos).astype(int), spec.shape[1] - 2)
+    frac = pos - lo
+    r = np.arange(len(centres))[:, None]
+    return (1 - frac) * spec[r, lo] + frac * spec[r, lo + 1]
+
+
+@functools.cache
+def _lf_phase(n_harm: int) -> np.ndarray:
+    """(len(MSP_RD), MSP_HARMONICS) the LF spectrum's phase minus its minimum phase at harmonics 1..MSP_HARMONICS."""
+    g = lf_spectrum(n_harm)
+    return np.angle(g[:, :MSP_HARMONICS]) - _min_phase(_edge_mags(g), MSP_HARMONICS + 1)[:, 1:]
+
+
+def _edge_mags(z: np.ndarray) -> np.ndarray:
+    """|z| at harmonics 0..h from harmonics 1..h: |DC| = |h1| and |h_last| = |h_last-1|, as COVAREP's `rd_msp`."""
+    a = np.abs(z)
+    return np.concatenate([a[..., :1], a[..., :-1], a[..., -2:-1]], axis=-1)
+
+
+def _msp_error(frame: np.ndarray, model: np.ndarray) -> np.ndarray:
+    """MSP errors (rows, candidates) from the frame's (rows, MSP_HARMONICS) and the candidates' (rows, candidates,
+    MSP_HARMONICS) phases minus their minimum phases: the mean squared wrapped second difference of the remainder's
+    phase over harmonics 0..MSP_HARMONICS (DC: phase 0), less its linear part (harmonic 1's phase)."""
+    p = frame[:, None] - model
+    p = np.concatenate([np.zeros(p.shape[:2] + (1,)), p], axis=-1)
+    d2 = np.diff(p, axis=-1)[..., 1:] - p[..., 1:2]
+    return np.mean((np.mod(d2 + np.pi, 2 * np.pi) - np.pi) ** 2, axis=-1)
+
+
+def _msp_fit(frame: np.ndarray, model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index into MSP_RD, error) per row of the smallest MSP error: every MSP_COARSE-th Rd first, then the 0.01
+    grid around the best of them (a quarter of the full grid's work)."""
+
+    def error(idx: np.ndarray) -> np.ndarray:  # (rows, candidates) for the Rd indices idx (rows, candidates)
+        return _msp_error(frame, model[idx])
+
+    coarse = np.tile(np.arange(0, MSP_RD.size, MSP_COARSE), (len(frame), 1))
+    err = error(coarse)
+    centre = coarse[0, np.argmin(np.where(np.isfinite(err), err, np.inf), axis=1)]
+    fine = np.clip(centre[:, None] + np.arange(-MSP_COARSE + 1, MSP_COARSE), 0, MSP_RD.size - 1)
+    err = np.where(np.isfinite(e := error(fine)), e, np.inf)
+    j = np.argmin(err, axis=1)
+    rows = np.arange(len(frame))
+    return fine[rows, j], err[rows, j]
+
+
+def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(Rd, confidence 1 - sqrt(error)/pi) per centre by MSP (above): the harmonic spectrum up to MSP_MAX_HZ
+    divided by each candidate's LF spectrum, its phase compared with its minimum-phase version over harmonics
+    0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase (COVAREP's `rd_msp`,
+    which finds the minimum by Brent's method; here the smallest error over MSP_RD's 0.01 grid).
+
+    Log magnitudes divide into differences and the minimum phase is linear in them, so the remainder's minimum
+    phase is the frame's minus the model's: each computed once, not once per candidate. COVAREP sets the remainder's
+    DC and last harmonic to the magnitude of their neighbours; so is each factor here. The error depends on the
+    signal's polarity (an inverted signal adds pi to every harmonic but DC): x must be upright (`polarity`)."""
+    rd, conf = np.full(centres.size, np.nan), np.full(centres.size, np.nan)
+    n_h = np.floor(MSP_MAX_HZ / f0).astype(int)
+    k = MSP_HARMONICS + 1
+    for h in np.unique(n_h):
+        if h < k:
+            continue  # too few harmonics for the phase error (F0 above ~890 Hz)
+        sel = np.flatnonzero(n_h == h)
+        m = harmonic_spectrum(x, centres[sel], f0[sel], fs, int(h))  # (rows, h)
+        frame = np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:]  # (rows, k-1)
+        idx, err = _msp_fit(frame, _lf_phase(int(h)))
+        rd[sel], conf[sel] = MSP_RD[idx], 1 - np.sqrt(err) / np.pi
+    return rd, conf

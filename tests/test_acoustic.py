@@ -278,8 +278,14 @@ def test_naq_matches_lf_truth(rd_sweep: dict) -> None:
     ("name", "sign"), [("mdq", 1), ("peak_slope", -1), ("h1h2", 1), ("hrf", -1), ("qoq", 1), ("psp", 1)]
 )
 def test_voice_quality_direction(rd_sweep: dict, name: str, sign: int) -> None:
-    """Pressed (Rd 0.5) to breathy (Rd 2.5): MDQ, H1-H2, QOQ, PSP rise; peak slope, HRF fall (docs/acoustic.md)."""
+    """Pressed (Rd 0.5) to breathy (Rd 2.5): MDQ, H1-H2, QOQ, PSP rise; peak slope, HRF fall (docs/acoustic.md).
+    MDQ measured as COVAREP does (version 8: its LP residual and SEDREAMS GCIs) rises up to Rd 2.0 and levels off
+    above it on these vowels (0.113 -> 0.103 at 2.5); the breathiest vowel must still read above the pressed and
+    modal ones."""
     medians = np.array([np.nanmedian(rd_sweep[rd][0][name][10:90]) for rd in RDS])
+    if name == "mdq":
+        assert np.all(np.diff(medians[:-1]) > 0) and medians[-1] > medians[:2].max(), (name, medians)
+        return
     assert np.all(sign * np.diff(medians) > 0), (name, medians)
 
 
@@ -348,9 +354,16 @@ def test_blocks_match_one_pass() -> None:
     voice = synth_vowel(4.0, lambda t: 110 + 40 * np.sin(2 * t), lambda t: 0.8 + 0.4 * t, voiced_spans_s=spans)
     whole = run(voice.speech, CovarepConfig(f0_method="harvest"))
     blocks = run(voice.speech, CovarepConfig(f0_method="harvest", block_s=1.0, block_margin_s=0.5))
-    for name, ref in whole.items():  # everything but Harvest's F0 is bit-identical; Harvest differs by < 0.1 %
+    # everything but Harvest's F0 and the cycle measures is bit-identical; Harvest differs by < 0.1 %. The cycle
+    # measures (version 8) read SEDREAMS GCIs, whose mean F0, orientation and relative GCI position are estimated
+    # per block, as COVAREP estimates them per file: a few rows may differ (3 of 400 here, at a voiced run's end)
+    for name, ref in whole.items():
         if name == "f0":
             np.testing.assert_allclose(blocks[name], ref, rtol=1e-3)
+        elif name in ("naq", "qoq", "psp", "mdq"):
+            same = (blocks[name] == ref) | (np.isnan(blocks[name]) & np.isnan(ref))
+            assert same.mean() >= 0.98, (name, np.flatnonzero(~same))
+            np.testing.assert_array_equal(np.isnan(blocks[name]), np.isnan(ref), err_msg=name)
         else:
             np.testing.assert_array_equal(blocks[name], ref, err_msg=name)
 
@@ -478,7 +491,7 @@ def test_ame_weight_attenuates_each_closure() -> None:
 def test_qcp_recovers_naq_of_close_vowel(rd: float) -> None:
     """/u/ (F1 300 Hz) at 220 Hz: IAIF's tract fit takes F1 for the source (NAQ +229 %, +45 %); QCP is within 20 %."""
     voice = synth_vowel(1.0, lambda t: 220 * (1 + 0.05 * t), rd, formants=VOWEL_U)
-    est = np.nanmedian(run(voice.speech, CovarepConfig(inverse_filter="qcp"))["naq"][10:90])
+    est = np.nanmedian(run(voice.speech, CovarepConfig(inverse_filter="qcp", glottal_cycles="f0"))["naq"][10:90])
     true_naq = float(np.median(naq_per_period(voice)))
     assert abs(est / true_naq - 1) <= 0.2, (est, true_naq)
 
