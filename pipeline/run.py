@@ -16,6 +16,7 @@ from typing import Any
 from manifests.records import ManifestNote, MediaItem, QAItem
 from pipeline import kinds, nvdec, raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
+from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
@@ -140,9 +141,14 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
     supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
-        with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
-            runner.start_ray()
-            runner.run(dict(todo), {i.id: i for i in items}, questions)
+        # up before Ray starts: on a terminal the bar says "starting Ray", then "loading models"
+        runner.progress = Progress(len(plan.todo), phase="starting Ray")
+        try:
+            with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
+                runner.start_ray()
+                runner.run(dict(todo), {i.id: i for i in items}, questions)
+        finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
+            runner.progress.close()
     _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
