@@ -49,6 +49,9 @@ class RunReport:
     # videos whose frames the CPU path decoded although the run sent them to the actors' decoder, one per file:
     # item, file, reason (NVDEC cannot show it as the CPU path does), where (decode task, model actor)
     cpu_decoded: list[dict[str, Any]] = field(default_factory=list)
+    # Ray workers Ray itself ended during the run, from the raylet's count (pipeline/supervise.py): `oom` by its
+    # memory monitor, `crashed` for any other reason (a segfault, an abort); their tasks were retried or failed
+    worker_kills: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -81,6 +84,7 @@ class RunReport:
         lines += batch_lines(self.batches)
         lines += utilisation_lines(self.utilisation)
         lines += decoder_lines(self.frames_decoders, self.cpu_decoded)
+        lines += kills_lines(self.worker_kills, self.run_id)
         partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
         lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
@@ -133,6 +137,18 @@ def shorter_line(s: dict[str, Any]) -> str:
     own = f"{s['duration_s']:.2f}" if s["duration_s"] is not None else "?"
     return (f"  shorter stream {s['feature']}/{s['item']} {s['file'] or ''}: the {s['stream']} ends at {own} s, the "
             f"file's other streams at {s['streams_end_s']:.2f} s (not damage: its rows end there)")
+
+
+def kills_lines(kills: dict[str, int], run_id: str) -> list[str]:
+    """One line when Ray ended workers under the run: how many, why, what became of their work, where Ray's
+    own words are (its paragraphs stay off the terminal)."""
+    oom, crashed = kills.get("oom", 0), kills.get("crashed", 0)
+    if not oom and not crashed:
+        return []
+    why = [f"{oom} for lack of memory" if oom else "", f"{crashed} that crashed (a segfault, an abort)" if crashed else ""]
+    hint = "; less at once (`max_inflight_bytes`, fewer actors) or more memory" if oom else ""
+    return [f"  WORKERS KILLED by Ray: {' and '.join(w for w in why if w)}; their tasks were retried (a pair whose "
+            f"retries ran out is FAILED below){hint}; Ray's messages: _runs/{run_id}.ray.log"]
 
 
 def decoder_lines(decoders: dict[str, dict[str, int]], cpu_decoded: list[dict[str, Any]]) -> list[str]:

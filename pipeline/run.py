@@ -78,6 +78,7 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: sto
         else:
             report.stopped = {"signal": e.name, "signum": e.signum, **record}
         report.seconds = time.perf_counter() - t0
+        report.worker_kills = supervise.worker_kills()
         try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down
             writer = writer or StoreWriter(out, report.dataset)
             writer.write_run_report(report.run_id, report.as_dict())
@@ -152,6 +153,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
+    report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
             writer.write_run_report(run_id, report.as_dict())
