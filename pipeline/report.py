@@ -219,6 +219,40 @@ def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: di
     return out
 
 
+OVER_TIME_BINS = 40  # the run's window in this many equal bins: a curve on the report page, a few KB of report
+
+
+def utilisation_over_time(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int],
+                          bins: int = OVER_TIME_BINS) -> dict[str, Any]:
+    """Each resource's busy fraction per time bin of the extraction (first decode start to last commit end), as
+    `utilisation` counts it over the whole window: `start_s` (bins' starts from the window's start), `bin_s`,
+    `busy` (resource -> one fraction per bin). {} without calls."""
+    every = [c for group in calls.values() for c in group]
+    if not every:
+        return {}
+    t0, t1 = min(c["start_s"] for c in every), max(c["end_s"] for c in every)
+    width = (t1 - t0) / bins
+    if width <= 0:
+        return {}
+    edges = [t0 + k * width for k in range(bins + 1)]
+    work = [c for c in every if not c["stage"].startswith("commit:")]
+    model = [c for c in every if c["stage"].startswith("model:")]
+    commits = [c for c in every if c["stage"].startswith("commit:")]
+    series: dict[str, list[float]] = {"cpu": [sum(_inside(c, a, b) * c.get("cpu_s", 0.0) for c in work) / (cpus * width)
+                                              if cpus else 0.0 for a, b in zip(edges, edges[1:], strict=False)]}
+    for gpu in sorted({c["gpu"] for c in model if c.get("gpu")}):
+        mine = [c for c in model if c.get("gpu") == gpu]
+        series[f"gpu {gpu}"] = [_union(mine, a, b) / width for a, b in zip(edges, edges[1:], strict=False)]
+    for feat, n in sorted(workers.items()):
+        mine = calls.get(f"model:{feat}", [])
+        if mine and n:
+            series[f"actors {feat}"] = [sum(_inside(c, a, b) * (c["end_s"] - c["start_s"]) for c in mine) / (n * width)
+                                        for a, b in zip(edges, edges[1:], strict=False)]
+    series["driver"] = [_union(commits, a, b) / width for a, b in zip(edges, edges[1:], strict=False)]
+    return {"start_s": [round(e - t0, 3) for e in edges[:-1]], "bin_s": round(width, 4),
+            "busy": {k: [round(min(v, 1.0), 3) for v in vs] for k, vs in series.items()}}
+
+
 def _inside(call: dict[str, Any], t0: float, t1: float) -> float:
     """The share of a call's duration inside [t0, t1]."""
     a, b = call["start_s"], call["end_s"]

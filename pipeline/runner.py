@@ -188,6 +188,9 @@ class Runner:
             self.report.stages = self.stages.summary()
             workers = {f: len(p.workers) for f, p in self.sched.pools.items()}
             self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name)
+            if self.report.utilisation:
+                self.report.utilisation["over_time"] = report.utilisation_over_time(self.stages.calls, self.cpus,
+                                                                                   workers)
             self.report.utilisation["actors_ready_s"] = self.ready_at
 
     def loop(self, total: int) -> None:
