@@ -64,7 +64,9 @@ class RunInfo:
     failed: int
     partial: int
     pairs_per_s: float | None  # pairs computed per second of the whole run
-    binding_stage: str | None  # the stage that was busy longest (pipeline/stages.py): what bounded the run
+    # what bounded the run, as its summary says: the resource busiest in its steady part (the report's
+    # `utilisation`); in a report without one, the stage busy longest (pipeline/stages.py)
+    binding_stage: str | None
     stopped: str | None
 
 
@@ -172,7 +174,8 @@ def run_info(rep: dict[str, Any]) -> RunInfo:
     total = {k: sum(int(c.get(k, 0)) for c in counts.values()) for k in ("done", "skipped", "failed")}
     seconds = float(rep.get("seconds") or 0.0)
     stages = rep.get("stages") or {}
-    binding = max(stages, key=lambda s: stages[s].get("busy_s") or 0.0) if stages else None
+    binding = (rep.get("utilisation") or {}).get("binding") or (
+        max(stages, key=lambda s: stages[s].get("busy_s") or 0.0) if stages else None)
     stopped = rep.get("stopped")
     return RunInfo(str(rep.get("run_id", "?")), run_started(str(rep.get("run_id", ""))), seconds, total["done"],
                    total["skipped"], total["failed"], len(rep.get("partial") or []),

@@ -49,6 +49,9 @@ class RunReport:
     # videos whose frames the CPU path decoded although the run sent them to the actors' decoder, one per file:
     # item, file, reason (NVDEC cannot show it as the CPU path does), where (decode task, model actor)
     cpu_decoded: list[dict[str, Any]] = field(default_factory=list)
+    # Ray workers Ray itself ended during the run, from the raylet's count (pipeline/supervise.py): `oom` by its
+    # memory monitor, `crashed` for any other reason (a segfault, an abort); their tasks were retried or failed
+    worker_kills: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -81,6 +84,7 @@ class RunReport:
         lines += batch_lines(self.batches)
         lines += utilisation_lines(self.utilisation)
         lines += decoder_lines(self.frames_decoders, self.cpu_decoded)
+        lines += kills_lines(self.worker_kills, self.run_id)
         partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
         lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
@@ -133,6 +137,18 @@ def shorter_line(s: dict[str, Any]) -> str:
     own = f"{s['duration_s']:.2f}" if s["duration_s"] is not None else "?"
     return (f"  shorter stream {s['feature']}/{s['item']} {s['file'] or ''}: the {s['stream']} ends at {own} s, the "
             f"file's other streams at {s['streams_end_s']:.2f} s (not damage: its rows end there)")
+
+
+def kills_lines(kills: dict[str, int], run_id: str) -> list[str]:
+    """One line when Ray ended workers under the run: how many, why, what became of their work, where Ray's
+    own words are (its paragraphs stay off the terminal)."""
+    oom, crashed = kills.get("oom", 0), kills.get("crashed", 0)
+    if not oom and not crashed:
+        return []
+    why = [f"{oom} for lack of memory" if oom else "", f"{crashed} that crashed (a segfault, an abort)" if crashed else ""]
+    hint = "; less at once (`max_inflight_bytes`, fewer actors) or more memory" if oom else ""
+    return [f"  WORKERS KILLED by Ray: {' and '.join(w for w in why if w)}; their tasks were retried (a pair whose "
+            f"retries ran out is FAILED below){hint}; Ray's messages: _runs/{run_id}.ray.log"]
 
 
 def decoder_lines(decoders: dict[str, dict[str, int]], cpu_decoded: list[dict[str, Any]]) -> list[str]:
@@ -201,6 +217,40 @@ def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: di
         # calls in flight on it, not its cores saturated)
         out["binding"] = max(steady["busy"], key=lambda k: (round(steady["busy"][k], 2), k.startswith("actors ")))
     return out
+
+
+OVER_TIME_BINS = 40  # the run's window in this many equal bins: a curve on the report page, a few KB of report
+
+
+def utilisation_over_time(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int],
+                          bins: int = OVER_TIME_BINS) -> dict[str, Any]:
+    """Each resource's busy fraction per time bin of the extraction (first decode start to last commit end), as
+    `utilisation` counts it over the whole window: `start_s` (bins' starts from the window's start), `bin_s`,
+    `busy` (resource -> one fraction per bin). {} without calls."""
+    every = [c for group in calls.values() for c in group]
+    if not every:
+        return {}
+    t0, t1 = min(c["start_s"] for c in every), max(c["end_s"] for c in every)
+    width = (t1 - t0) / bins
+    if width <= 0:
+        return {}
+    edges = [t0 + k * width for k in range(bins + 1)]
+    work = [c for c in every if not c["stage"].startswith("commit:")]
+    model = [c for c in every if c["stage"].startswith("model:")]
+    commits = [c for c in every if c["stage"].startswith("commit:")]
+    series: dict[str, list[float]] = {"cpu": [sum(_inside(c, a, b) * c.get("cpu_s", 0.0) for c in work) / (cpus * width)
+                                              if cpus else 0.0 for a, b in zip(edges, edges[1:], strict=False)]}
+    for gpu in sorted({c["gpu"] for c in model if c.get("gpu")}):
+        mine = [c for c in model if c.get("gpu") == gpu]
+        series[f"gpu {gpu}"] = [_union(mine, a, b) / width for a, b in zip(edges, edges[1:], strict=False)]
+    for feat, n in sorted(workers.items()):
+        mine = calls.get(f"model:{feat}", [])
+        if mine and n:
+            series[f"actors {feat}"] = [sum(_inside(c, a, b) * (c["end_s"] - c["start_s"]) for c in mine) / (n * width)
+                                        for a, b in zip(edges, edges[1:], strict=False)]
+    series["driver"] = [_union(commits, a, b) / width for a, b in zip(edges, edges[1:], strict=False)]
+    return {"start_s": [round(e - t0, 3) for e in edges[:-1]], "bin_s": round(width, 4),
+            "busy": {k: [round(min(v, 1.0), 3) for v in vs] for k, vs in series.items()}}
 
 
 def _inside(call: dict[str, Any], t0: float, t1: float) -> float:

@@ -17,6 +17,7 @@ from manifests.records import ManifestNote, MediaItem, QAItem
 from media import kinds, nvdec
 from pipeline import raystart, stop, supervise
 from pipeline.config import FeatureSpec, RunConfig
+from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
@@ -78,6 +79,7 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: sto
         else:
             report.stopped = {"signal": e.name, "signum": e.signum, **record}
         report.seconds = time.perf_counter() - t0
+        report.worker_kills = supervise.worker_kills()
         try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down
             writer = writer or StoreWriter(out, report.dataset)
             writer.write_run_report(report.run_id, report.as_dict())
@@ -141,12 +143,18 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
     supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
-        with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
-            runner.start_ray()
-            runner.run(dict(todo), {i.id: i for i in items}, questions)
+        # up before Ray starts: on a terminal the bar says "starting Ray", then "loading models"
+        runner.progress = Progress(len(plan.todo), phase="starting Ray")
+        try:
+            with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
+                runner.start_ray()
+                runner.run(dict(todo), {i.id: i for i in items}, questions)
+        finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
+            runner.progress.close()
     _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
+    report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
             writer.write_run_report(run_id, report.as_dict())

@@ -51,9 +51,12 @@ class Runner:
         self.stages = stages.StageStats()
         self.committer: Committer | None = None
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
+        self.progress: Progress | None = None  # up before Ray starts: the bar says so meanwhile
 
     def start_ray(self) -> None:
         stop.stage("starting Ray")
+        if self.progress is not None:
+            self.progress.phase("starting Ray")
         address = os.environ.get("RAY_ADDRESS")
         self.ray = ray = raystart.start(address)  # retried once; RayFailed when it does not come up
         raystart.check()
@@ -75,6 +78,8 @@ class Runner:
         self.restarts: dict[str, int] = {}  # feature -> actors started again after none of its pool could start
         self.pools: dict[str, Pool] = {}
         self.slots = self.node_cpus()
+        if self.progress is not None:
+            self.progress.phase("loading models")
         plan = actor_plan(self.specs, features, self.config, self.cpus, self.gpus)
         # features whose actors another's host (the frames features where the actors decode the frames): guest -> host
         self.hosted = {f: p.host for f, p in plan.items() if p.host is not None and p.host != f}
@@ -157,7 +162,8 @@ class Runner:
         return self.ray.get(refs)
 
     def run(self, todo: dict[str, list[str]], items: dict[str, MediaItem], questions: dict[str, list[QAItem]]) -> None:
-        self.progress = Progress(sum(len(f) for f in todo.values()))  # its first line before the models load
+        if self.progress is None:  # its first line before the models load
+            self.progress = Progress(sum(len(f) for f in todo.values()))
         self.start_actors({f for feats in todo.values() for f in feats})
         self.todo, self.items, self.questions = todo, items, questions
         # made once: each ray.remote() is a new function for Ray to export
@@ -183,6 +189,9 @@ class Runner:
             self.report.stages = self.stages.summary()
             workers = {f: len(p.workers) for f, p in self.sched.pools.items()}
             self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name)
+            if self.report.utilisation:
+                self.report.utilisation["over_time"] = report.utilisation_over_time(self.stages.calls, self.cpus,
+                                                                                   workers)
             self.report.utilisation["actors_ready_s"] = self.ready_at
 
     def loop(self, total: int) -> None:
@@ -267,6 +276,8 @@ class Runner:
             worker.gpu = f"{(worker.node or 'local')[:8]}:{','.join(map(str, gpus))}" if gpus else None
             if placed is None:  # counted where it was placed otherwise
                 cluster.count_work(self.report.cluster, worker.node, f"{feat} actor")
+        if not self.readying:
+            self.progress.phase("extracting")
 
     def batches(self) -> dict[str, list[dict[str, Any]]]:
         """Each model actor's batch sizes and per-unit cost (`ExtractorWorker.batches`); a dead actor's are lost."""

@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,6 +72,16 @@ _QUOTED = re.compile(r'"(?:\\.|[^"\\])*"')  # a quoted string of a protobuf mess
 
 _FATAL = re.compile(r"\] RAW: Check .* failed|\[\d{4}-\d\d-\d\d [\d:,]+ [FC] \d+ \d+\]")
 _PREFIX = re.compile(_COLOUR + r"(\([^()\n]*pid=\d+[^()\n]*\))")
+# the prefix of a line Ray forwards from one of its own processes (the raylet, the GCS: `(raylet)`, `(raylet,
+# ip=10.0.0.2)`): a record of theirs spans several such lines (the out-of-memory note is a 900-character paragraph)
+_SYSTEM = re.compile(_COLOUR + r"(\((?:raylet|gcs_server|dashboard\w*|autoscaler|monitor)(?:, ip=[^()\n]*)?\))")
+# a worker's own crash (a segfault, abort): abseil's failure handler, Python's faulthandler; the rest from that
+# worker is its dump
+_CRASH = re.compile(r"\*\*\* SIG[A-Z]+ received at time=|Fatal Python error: ")
+# the raylet's count of the workers it lost over its last period (one record per node and period)
+KILLS = re.compile(r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\), (\d+) Workers crashed "
+                   r"due to other reasons")
+KILLS_FILE = "worker_kills.json"  # in the journal: what the parent counted, for the driver's report
 
 
 def _prefix(line: str) -> str | None:
@@ -89,9 +100,13 @@ class NativeFilter:
     message printed with `{ … }`) go to `kept`, everything else to `shown`, as it comes (a progress bar's `\\r`
     redraws are not held back waiting for a newline)."""
 
-    def __init__(self, shown: IO[bytes], keep_native: bool) -> None:
-        self.shown, self.keep_native = shown, keep_native
+    def __init__(self, shown: IO[bytes], keep_native: bool,
+                 on_kills: Callable[[dict[str, int]], Any] | None = None) -> None:
+        """`on_kills`: called with the workers Ray ended so far (`oom`, `crashed`) each time the count grows."""
+        self.shown, self.keep_native, self.on_kills = shown, keep_native, on_kills
         self.kept: list[str] = []
+        self.kills = {"oom": 0, "crashed": 0}
+        self._system: str | None = None  # the Ray process whose kept record the next lines of it continue
         self._tail = b""
         self._depth = 0  # open braces of the record being kept
         # the `(name pid=…)` prefixes of Ray's workers that failed a fatal check (abseil's `RAW: Check … failed`,
@@ -120,14 +135,29 @@ class NativeFilter:
         text = raw.decode(errors="replace")
         plain = text.replace("\r\n", "\n").rsplit("\r", 1)[-1]  # what a terminal shows of it
         prefix = _prefix(plain)
-        if self._depth or (not self.keep_native and (is_native(plain) or prefix in self._dying)):
+        system = _SYSTEM.match(plain)
+        self._count(plain)
+        if prefix and _CRASH.search(plain):
+            self._dying.add(prefix)
+        continued = system is not None and system.group(1) == self._system
+        if self._depth or (not self.keep_native and (is_native(plain) or prefix in self._dying or continued)):
             self.kept.append(plain.rstrip("\n"))
             unquoted = _QUOTED.sub("", plain)
             self._depth = max(0, self._depth + unquoted.count("{") - unquoted.count("}"))
             if prefix and _FATAL.search(plain):  # the rest of that worker's lines are its crash dump
                 self._dying.add(prefix)
+            self._system = system.group(1) if system else None
             return
+        self._system = None
         self._write(raw)
+
+    def _count(self, line: str) -> None:
+        m = KILLS.search(line)
+        if m is None:
+            return
+        self.kills = {"oom": self.kills["oom"] + int(m.group(1)), "crashed": self.kills["crashed"] + int(m.group(2))}
+        if self.on_kills is not None and (int(m.group(1)) or int(m.group(2))):
+            self.on_kills(dict(self.kills))
 
     def _write(self, raw: bytes) -> None:
         try:
@@ -164,6 +194,17 @@ def note_commit(feature: str, items: list[str]) -> None:
     if folder is not None:
         with open(folder / "commits.jsonl", "a") as f:
             f.write(json.dumps({"feature": feature, "items": items}) + "\n")
+
+
+def worker_kills() -> dict[str, int]:
+    """The Ray workers the parent saw Ray end so far (`oom`: its memory monitor, `crashed`: a segfault, an abort),
+    from the raylet's own count; {} when none (or not supervised)."""
+    folder = _journal()
+    try:
+        kills = json.loads((folder / KILLS_FILE).read_text()) if folder else {}
+    except (OSError, ValueError):
+        return {}
+    return kills if any(kills.values()) else {}
 
 
 def note_ray(pids: dict[str, int]) -> None:
@@ -229,7 +270,8 @@ def supervise(out: Path, verbose: bool) -> int | None:
         return None
     os.close(write_fd)
     previous = {s: signal.signal(s, lambda signum, frame: _forward(pid, signum)) for s in SIGNALS}
-    sink = NativeFilter(sys.stderr.buffer, keep_native=verbose)
+    sink = NativeFilter(sys.stderr.buffer, keep_native=verbose,
+                        on_kills=lambda kills: _write_json(journal / KILLS_FILE, kills))
     reader = threading.Thread(target=_pump, args=(read_fd, sink), name="driver-stderr", daemon=True)
     reader.start()
     try:
@@ -334,6 +376,8 @@ def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: thr
     from pipeline.report import RunReport
 
     report = RunReport(**snapshot["report"])
+    if any(sink.kills.values()):
+        report.worker_kills = dict(sink.kills)
     _count_commits(report, journal)
     during = snapshot.get("stage") or "starting"
     record = {"during": during, "not_computed": not_computed(report)}

@@ -123,3 +123,68 @@ def test_ray_is_quiet_unless_verbose(monkeypatch: pytest.MonkeyPatch) -> None:
     assert token_log.isEnabledFor(logging.WARNING)
     assert cli.main(["extract", "--dataset", "sample", "--raw", "r", "--out", "o"]) == 0
     assert not token_log.isEnabledFor(logging.WARNING) and token_log.isEnabledFor(logging.ERROR)
+
+
+def screen(written: str) -> list[str]:
+    """The lines a terminal shows after `written`: `\\r` goes back to the start of the line and what follows
+    overwrites it (as tqdm redraws its bar and clears it for `tqdm.write`); control sequences are dropped."""
+    rows, row, col = [], [], 0
+    for ch in re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", written):
+        if ch == "\n":
+            rows.append("".join(row).rstrip())
+            row, col = [], 0
+        elif ch == "\r":
+            col = 0
+        else:
+            row[col:col + 1] = [ch]
+            col += 1
+    return [r for r in [*rows, "".join(row).rstrip()] if r]
+
+
+def test_the_bar_shows_the_phase_prints_log_lines_above_itself_and_keeps_its_estimate_moving(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user sees on a terminal: "starting Ray", "loading models", then "extracting"; a log line on its own
+    line above the bar; the time left from the rate since the first pair (the 155 s of model loading are not in
+    it: tqdm's own estimate counts them), redrawn with no pair finishing."""
+    import logging
+    import sys
+    import time
+
+    err, clock = io.StringIO(), Clock()
+    monkeypatch.setattr(sys, "stderr", err)
+    handler = logging.StreamHandler(sys.stderr)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    p = Progress(101, bar=True, clock=clock, phase="starting Ray", redraw_s=0.05)
+    assert screen(err.getvalue())[-1].startswith("starting Ray:")
+    assert "0/101" in screen(err.getvalue())[-1] and "time left: after the first pairs" in screen(err.getvalue())[-1]
+    p.phase("loading models")
+    logging.getLogger("siqfeat").info("scheduler: fixed")
+    shown = screen(err.getvalue())
+    assert shown[-2:-1] == ["scheduler: fixed"]  # a line of its own, above the bar
+    assert shown[-1].startswith("loading models:") and "0/101" in shown[-1]
+    clock.t += 155
+    p.handed()
+    clock.t += 10
+    p.handed(10)  # 10 pairs in the 10 s since the first: 90 left at 1 pair/s
+    bar = screen(err.getvalue())[-1]
+    assert bar.startswith("extracting:") and "11/101" in bar and "1 min 30 s left" in bar, bar
+    clock.t += 30  # no pair for 30 s: 10 pairs in 40 s, 90 left at 0.25 pair/s; nothing calls the bar meanwhile
+    deadline = time.monotonic() + 5
+    while "6 min 00 s left" not in screen(err.getvalue())[-1] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "6 min 00 s left" in screen(err.getvalue())[-1]
+    p.close()
+    assert root.handlers == [handler]  # logging as it was once the bar is gone
+    logging.getLogger("siqfeat").info("after the bar")
+    assert screen(err.getvalue())[-1] == "after the bar"
+
+
+def test_close_twice_prints_the_last_line_once() -> None:
+    lines: list[str] = []
+    p = Progress(2, bar=False, emit=lines.append)
+    p.handed(2)
+    p.close()
+    p.close()
+    assert len(lines) == 2

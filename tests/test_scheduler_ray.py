@@ -59,6 +59,11 @@ def test_cpu_work_goes_to_every_idle_actor(ray4, tmp_path: Path) -> None:
     assert len(per_actor) == 4 and min(per_actor) >= 1 and sum(per_actor) == 16, per_actor
     assert _extraction_seconds(report) <= 0.6 * 16 * 0.5, report.stages
     assert report.utilisation["policy"] == "balanced"
+    # the report page's curves: each resource's busy share over the run's bins averages to its share of the run
+    over_time, whole = report.utilisation["over_time"], report.utilisation["run"]["busy"]
+    assert set(over_time["busy"]) == set(whole) and len(over_time["start_s"]) == 40
+    for resource, share in whole.items():
+        assert sum(over_time["busy"][resource]) / 40 == pytest.approx(share, abs=0.01), resource
 
 
 def test_a_gpu_kind_feature_beside_a_cpu_feature(ray4, tmp_path: Path) -> None:

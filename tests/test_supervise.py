@@ -47,6 +47,27 @@ RECORD = [  # one record over several lines: a protobuf message in braces, a bra
     "  }",
     "}",
 ]
+# Ray's out-of-memory note, as its log monitor forwards the raylet's record (a Ray 2.x run's terminal, quoted in
+# ray-project/ray#29800 and users' reports): one record, three lines, the last a paragraph
+OOM = [
+    "\x1b[36m(raylet)\x1b[0m [2026-11-27 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: 12 Workers "
+    "(tasks / actors) killed due to memory pressure (OOM), 1 Workers crashed due to other reasons at node (ID: "
+    "351e406b196f66bb45eaad02a3b8b4725babfa8cc12949432f7ad7d8, IP: 10.95.143.76) over the last time period. To see "
+    "more information about the Workers killed on this node, use `ray logs raylet.out -ip 10.95.143.76`",
+    "\x1b[36m(raylet)\x1b[0m ",
+    "\x1b[36m(raylet)\x1b[0m Refer to the documentation on how to address the out of memory issue: "
+    "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on "
+    "this node or reducing task parallelism by requesting more CPUs per task. To adjust the kill threshold, set the "
+    "environment variable `RAY_memory_usage_threshold` when starting Ray.",
+]
+# a worker that segfaulted: abseil's failure handler, then Python's faulthandler dump
+SEGV = [
+    "(decode_item pid=30001) *** SIGSEGV received at time=1795797405 on cpu 1 ***",
+    "(decode_item pid=30001) PC: @     0x7f3b9b8a8eec  (unknown)  (unknown)",
+    "(decode_item pid=30001) Fatal Python error: Segmentation fault",
+    "(decode_item pid=30001) ",
+    "(decode_item pid=30001) Current thread 0x00007f3b9b85a050 (most recent call first):",
+]
 # a Ray worker that aborted while starting (tests/test_signals.py, 16:36 on this machine: abseil's check in the
 # worker's .err file, forwarded with its prefix), then its crash dump, which is Ray's noise too (Ray replaces it)
 ABORT = [
@@ -146,6 +167,17 @@ SCRIPT = textwrap.dedent('''
         if end == "ray":
             raylet.kill()
             time.sleep(0.2)
+        if end == "oom":  # Ray's out-of-memory paragraph on the driver's stderr, as its log monitor prints it
+            os.write(2, ("\\n".join(OOM) + "\\n").encode())
+            deadline = time.monotonic() + 10
+            while not supervise.worker_kills() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            report.worker_kills = supervise.worker_kills()
+            os.makedirs(os.path.join(args.out, "_runs"))
+            print(report.summary(), flush=True)
+            for p in (raylet, gcs, worker):
+                p.kill()
+            os._exit(0)
         os._exit(1)
 
     cli._extract = fake_extract
@@ -154,7 +186,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def launch(tmp_path: Path, end: str) -> subprocess.Popen:
-    (tmp_path / "cmd.py").write_text(SCRIPT)
+    (tmp_path / "cmd.py").write_text(SCRIPT.replace("import os,", f"OOM = {OOM!r}\nimport os,", 1))
     return subprocess.Popen([sys.executable, str(tmp_path / "cmd.py"), "extract", "--dataset", "sample", "--raw",
                              str(tmp_path / "raw"), "--out", str(tmp_path / "s.zarr")], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO), "DRIVER_END": end}, stdout=subprocess.PIPE,
@@ -205,3 +237,43 @@ def test_signals_reach_the_driver_through_the_parent(tmp_path: Path) -> None:
     assert proc.wait(timeout=30) == exitcodes.TERMINATED
     assert "RAY FAILED" not in proc.stdout.read() and not list((tmp_path / "s.zarr").glob("_runs/*.json"))
     assert all(gone(driver[p]) for p in ("worker", "raylet", "gcs"))
+
+
+def test_ray_s_out_of_memory_paragraph_and_a_worker_s_crash_dump_stay_off_the_terminal_and_are_counted() -> None:
+    other_node = OOM[0].replace("(raylet)\x1b[0m", "(raylet, ip=10.0.0.2)\x1b[0m", 1).replace(
+        "12 Workers", "3 Workers").replace("1 Workers crashed", "0 Workers crashed")
+    ours = "(decode_item pid=30002) a print of its own"  # another worker's line, and the driver's, still show
+    lines = [OURS[0], *OOM, OURS[1], *SEGV[:2], ours, *SEGV[2:], other_node, OURS[5]]
+    shown, kept = filtered("\n".join(lines) + "\n")
+    assert shown.splitlines() == [OURS[0], OURS[1], ours, OURS[5]]
+    assert kept == [*OOM, *SEGV, other_node]
+    counted: list[dict[str, int]] = []
+    sink = supervise.NativeFilter(io.BytesIO(), keep_native=False, on_kills=counted.append)
+    sink.feed(("\n".join(lines) + "\n").encode())
+    assert counted == [{"oom": 12, "crashed": 1}, {"oom": 15, "crashed": 1}]  # each node's period adds
+    assert filtered("\n".join(lines) + "\n", verbose=True)[1] == []  # -v: all shown
+
+
+def test_worker_kills_are_one_summary_line() -> None:
+    report = RunReport("20261127T120000Z-abcdef", "sample", "/s.zarr", {"qa": {"done": 1, "skipped": 0, "failed": 0,
+                                                                               "n/a": 0}})
+    assert "KILLED" not in report.summary()
+    report.worker_kills = {"oom": 5, "crashed": 0}
+    [line] = [x for x in report.summary().splitlines() if "KILLED" in x]
+    assert line.startswith("  WORKERS KILLED by Ray: 5 for lack of memory; ") and "crashed" not in line
+    assert line.endswith("_runs/20261127T120000Z-abcdef.ray.log") and report.exit_code == 0
+    report.worker_kills = {"oom": 0, "crashed": 2}
+    assert "2 that crashed (a segfault, an abort)" in report.summary()
+
+
+def test_a_run_whose_workers_ray_killed_says_so_in_its_summary_and_not_in_ray_s_words(tmp_path: Path) -> None:
+    """The parent counts the raylet's note in the driver's stderr and hands the count to the driver through the
+    journal: the summary has one line; Ray's paragraph goes to the run's ray log, none of it to the terminal."""
+    proc = launch(tmp_path, "oom")
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, text
+    assert "(raylet)" not in text and "Refer to the documentation" not in text and "memory pressure" not in text
+    [line] = [x for x in text.splitlines() if "KILLED" in x]
+    assert line.startswith("  WORKERS KILLED by Ray: 12 for lack of memory and 1 that crashed"), text
+    log = (tmp_path / "s.zarr" / "_runs" / "20261127T120000Z-abcdef.ray.log").read_text()
+    assert "12 Workers (tasks / actors) killed due to memory pressure" in log and "Refer to the documentation" in log
