@@ -1,4 +1,4 @@
-"""Audio decoding (PyAV): the first audio stream resampled once to 16 kHz mono float32, on the clip's timeline.
+"""Audio decoding (PyAV): the audio stream ffmpeg plays (media/container.py `choose_stream`) resampled once to 16 kHz mono float32, on the clip's timeline.
 
 Decoded audio is placed by its frames' timestamps on the clip's timeline (media/container.py): time 0 is the
 container's start, or the picture's start just after it, so what the container says plays with the first
@@ -32,6 +32,8 @@ from extractors.base import Audio
 from media.container import (
     TAIL_MIN_S,
     InputError,
+    Track,
+    choose_stream,
     container_end_s,
     declared_end_s,
     existing,
@@ -39,6 +41,7 @@ from media.container import (
     open_media,
     origin_s,
     packet_end_s,
+    stream_note,
     truncated_end_s,
     video_streams,
 )
@@ -143,13 +146,14 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     return track, end_ticks, errors, data_end
 
 
-def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
-    """The first audio stream, resampled once to `rate_hz` mono float32, on the clip's timeline."""
+def decode_audio(path: Path | str, rate_hz: int = 16000, track: Track = None) -> Audio:
+    """The audio stream ffmpeg plays (or the one `track` names: media/container.py `choose_stream`), resampled
+    once to `rate_hz` mono float32, on the clip's timeline."""
     path = existing(path, "audio")
     with open_media(path) as container:
-        if not container.streams.audio:
-            raise InputError(f"{path}: no audio track")
-        track, end_ticks, errors, data_end = _decode_track(container, container.streams.audio[0], rate_hz, path)
+        stream = choose_stream(container, "audio", path, track)
+        streams = stream_note(container, stream)
+        track, end_ticks, errors, data_end = _decode_track(container, stream, rate_hz, path)
         decoded_end = track.decoded_end_s()
         end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end
         container_end, declared_end = container_end_s(container), declared_end_s(container)
@@ -182,4 +186,4 @@ def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
         raise InputError(f"{path}: audio track is empty")
     missing = np.array(track.missing_s, np.float64).reshape(-1, 2)
     return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing,
-                 streams_end_s=others_end)
+                 streams_end_s=others_end, streams=streams)

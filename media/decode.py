@@ -59,6 +59,8 @@ from media.container import (
     STREAM_OFFSET_MIN_S,
     TAIL_MIN_S,
     InputError,
+    Track,
+    choose_stream,
     cut_frame_times,
     declared_end_s,
     existing,
@@ -67,8 +69,8 @@ from media.container import (
     open_media,
     origin_s,
     packet_end_s,
+    stream_note,
     truncated_end_s,
-    video_streams,
 )
 from rows import fixed_rate_intervals
 
@@ -110,11 +112,8 @@ def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray
     return np.where(take_left, left, right)
 
 
-def _video_stream(container: Any, path: Path) -> Any:
-    streams = video_streams(container)
-    if not streams:
-        raise InputError(f"{path}: no video stream")
-    stream = streams[0]
+def _video_stream(container: Any, path: Path, track: Track = None) -> Any:
+    stream = choose_stream(container, "video", path, track)
     if not stream.codec_context.width or not stream.codec_context.height:
         raise InputError(f"{path}: the video stream has no picture size")
     stream.thread_count = 1  # one decode task per CPU that Ray gives it
@@ -151,6 +150,8 @@ class _Timing:
     cut_short: dict[int, int] = dataclasses.field(default_factory=dict)
     others_end_s: float | None = None  # the file's other streams' end (clip seconds) when this stream is shorter
     idr: frozenset[int] = frozenset()  # H.264: the PTS of the keyframes that are IDR pictures (`_GopTails`)
+    stream_index: int | None = None  # the stream decoded (`choose_stream`): every later open takes the same
+    streams: dict[str, Any] | None = None  # a file with other video streams: `stream_note`
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
@@ -228,7 +229,7 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
                    origin_s(container), declared_end_s(container), data_end,
                    after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short,
-                   idr=frozenset(idr))
+                   idr=frozenset(idr), stream_index=stream.index, streams=stream_note(container, stream))
     if after_skip:
         log.warning("%s: damaged data: the demuxer skipped %d stretch(es) of bytes (first before the frame at PTS "
                     "%d): the pictures that depend on them are missing", path, len(after_skip), min(after_skip))
@@ -251,7 +252,7 @@ def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
     step = int(np.median(np.diff(timing.ticks))) if len(timing.ticks) > 1 else 1
     times: list[int] = []
     with open_media(path) as container:
-        stream = _video_stream(container, path)
+        stream = _video_stream(container, path, timing.stream_index)
         try:
             for packet in container.demux(stream):
                 try:
@@ -317,7 +318,7 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
     errors: list[tuple[int, str]] = []
     in_order = timing.in_order
     with open_media(path) as container:
-        stream = _video_stream(container, path)
+        stream = _video_stream(container, path, timing.stream_index)
         packets = None
         key = _keyframe_before(timing.keys, span[0]) if in_order and span and span[0] > timing.ticks[0] else None
         if key is not None:
@@ -327,7 +328,7 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                 log.info("%s: no seek reached the keyframe at PTS %d; decoding from the start", path, key[0])
                 container.close()
                 container = open_media(path)
-                stream = _video_stream(container, path)
+                stream = _video_stream(container, path, timing.stream_index)
             packets = container.demux(stream)
         fast = fast and in_order  # display order counts every picture out: none may be skipped
         context, shown, last, corrupt = stream.codec_context, 0, None, set()
@@ -540,10 +541,11 @@ def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, sta
     return out
 
 
-def decode_frames(path: Path | str, clip: tuple[float, float | None] | None = None) -> Frames:
+def decode_frames(path: Path | str, clip: tuple[float, float | None] | None = None, track: Track = None) -> Frames:
     """One RGB picture per second of the video (see the module docstring for which); of the clip
-    [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (media/cut.py)."""
-    return decode_frames_segment(path, clip)[0]
+    [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (media/cut.py); of the video
+    stream `track` names (media/container.py `choose_stream`: by default the one ffmpeg shows)."""
+    return decode_frames_segment(path, clip, track=track)[0]
 
 
 def segment_rows(n_rows: int, frame_bytes: int, max_bytes: int | None) -> list[tuple[int, int]]:
@@ -596,17 +598,33 @@ class RowPlan:
     played: np.ndarray
     segments: int
     span: tuple[int, int] | None  # (first PTS, last PTS) a segment of several decodes, None: the whole video
+    clip: tuple[float, float | None] | None = None
+
+    def unstarted(self) -> np.ndarray:
+        """Rows that end before the video's first frame starts (a stream that starts late: an empty edit,
+        `-itsoffset`): no picture is due there, so they are not missing data."""
+        return np.round(self.intervals[:, 1] * 1e6) <= round(float(self.timing.starts[0]) * 1e6)
+
+    def notes(self, index: np.ndarray) -> dict[str, Any]:
+        """What `Frames` says besides its rows, given the frame each row took (-1: none): the seconds missing
+        (rows whose frame did not decode, a truncated tail), the late start, the shorter stream, the other
+        streams. A clip's own start and end are its cut's, not the file's."""
+        unstarted = self.unstarted()
+        late = self.clip is None and bool(unstarted.any())
+        return {"missing_s": self.intervals[(index < 0) & ~unstarted],
+                "stream_start_s": round(float(self.timing.starts[0]), 6) if late else None,
+                "streams_end_s": None if self.clip else self.timing.others_end_s, "streams": self.timing.streams}
 
 
 def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
-              max_bytes: int | None = None, best_effort: bool = False) -> RowPlan:
+              max_bytes: int | None = None, best_effort: bool = False, track: Track = None) -> RowPlan:
     """Demuxing alone (and the first frame, for the orientation): the rows of segment `segment` and the frame
     each takes (the module docstring's rule); see `decode_frames_segment`."""
     path = existing(path, "video")
     with open_media(path) as container:  # its own pass: the orientation comes on the first decoded frame
-        view = picture.probe_view(container, _video_stream(container, path), path)
+        view = picture.probe_view(container, _video_stream(container, path, track), path)
     with open_media(path) as container:
-        stream = _video_stream(container, path)
+        stream = _video_stream(container, path, track)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         timing = _frame_times(container, stream, path)
         stream_index, codec = stream.index, stream.codec_context.codec.canonical_name
@@ -636,18 +654,18 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
             last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
             span = (int(ticks[first]), int(ticks[last]))
     return RowPlan(path, view, timing, fps, stream_index, codec, pixel_format, intervals, index, played,
-                   len(segments), span)
+                   len(segments), span, clip)
 
 
 def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
                           max_bytes: int | None = None, best_effort: bool = False,
-                          plan: RowPlan | None = None) -> tuple[Frames, int]:
+                          plan: RowPlan | None = None, track: Track = None) -> tuple[Frames, int]:
     """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
     within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's.
     `plan`: this segment's `plan_rows`, made already (media/nvdec.py decided the CPU path decodes it)."""
-    plan = plan or plan_rows(path, clip, segment, max_bytes, best_effort)
+    plan = plan or plan_rows(path, clip, segment, max_bytes, best_effort, track)
     path, view, timing, intervals, index = plan.path, plan.view, plan.timing, plan.intervals, plan.index
     errors: list[tuple[int, str]] = []
     pictures: dict[int, np.ndarray] = {}
@@ -656,21 +674,23 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
             index, pictures, errors = _pictures(path, index, intervals, view, timing, plan.span)
         except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
             log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
-            return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
+            return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True, track=plan.stream_index)
     keep = index >= 0
     if not keep.any() and plan.segments == 1:
         why = f": {errors[0][1]}" if errors else ""
         raise InputError(f"{path}: no frame could be decoded{why}")
-    damaged = intervals[~keep & plan.played]
+    damaged = intervals[~keep & plan.played & ~plan.unstarted()]
     if len(damaged):
         where = ", ".join(f"{a:g}-{b:g} s" for a, b in damaged[:5]) + (" …" if len(damaged) > 5 else "")
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(damaged), len(intervals), where)
+    notes = plan.notes(index)
+    if segment == 0 and notes["stream_start_s"] is not None:
+        log.info("%s: the video starts at %.2f s, after the file's other streams: a late start, not damage; the "
+                 "seconds before it have no rows", path, notes["stream_start_s"])
     ticks = timing.ticks
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
               else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
     frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=timing.starts[index[keep]],
-                    source_fps=plan.fps, duration_s=timing.duration_s, missing_s=intervals[~keep],
-                    picture=view.attrs(),
-                    streams_end_s=None if clip else timing.others_end_s)  # a clip's own end is its cut's
+                    source_fps=plan.fps, duration_s=timing.duration_s, picture=view.attrs(), **notes)
     return frames, plan.segments

@@ -83,7 +83,8 @@ class DeviceFrames(Frames):
     def on_host(self) -> Frames:
         """The CPU path's value: pixels copied to host memory."""
         return Frames(self.pixels.cpu().numpy(), self.intervals, self.pts_s, self.source_fps, self.duration_s,
-                      self.missing_s, self.picture, streams_end_s=self.streams_end_s)
+                      self.missing_s, self.picture, streams_end_s=self.streams_end_s, streams=self.streams,
+                      stream_start_s=self.stream_start_s)
 
 
 def cpu_reason(plan: decode.RowPlan, device: str) -> str | None:
@@ -152,8 +153,7 @@ def decode_plan(plan: decode.RowPlan, clip: tuple[float, float | None] | None, d
                                      f"is {plan.view.display_wh[::-1]} (height, width)")
     timing = plan.timing
     return DeviceFrames(pixels.contiguous(), plan.intervals[keep], timing.starts[plan.index[keep]], plan.fps,
-                        timing.duration_s, plan.intervals[~keep], plan.view.attrs(),
-                        streams_end_s=None if clip else timing.others_end_s,  # a clip's own end is its cut's
+                        timing.duration_s, picture=plan.view.attrs(), **plan.notes(plan.index),
                         decoder=decoder_name(device))
 
 
@@ -212,11 +212,19 @@ class FramesPlan:
 
     @property
     def missing_s(self) -> np.ndarray:
-        return self.plan.intervals[self.plan.index < 0]
+        return self.plan.notes(self.plan.index)["missing_s"]
 
     @property
     def streams_end_s(self) -> float | None:
-        return None if self.clip else self.plan.timing.others_end_s
+        return self.plan.notes(self.plan.index)["streams_end_s"]
+
+    @property
+    def stream_start_s(self) -> float | None:
+        return self.plan.notes(self.plan.index)["stream_start_s"]
+
+    @property
+    def streams(self) -> dict[str, Any] | None:
+        return self.plan.timing.streams
 
 
 def plan_for_device(path: Path | str, clip: tuple[float, float | None] | None, device: str, item: str,
