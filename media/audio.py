@@ -11,8 +11,10 @@ container, measured: docs/design.md.
 Audio ends where its track says it ends (the last packet's timestamp plus its duration: in mp4 the edit list's
 end), never after the container's duration (Matroska, MPEG-TS), so the encoder's padding of the last AAC frame
 is not audio. A run of frames whose timestamps follow on from each other is resampled as one piece; a jump
-forward of more than AUDIO_GAP_MIN_S (packets that did not decode, a hole in the track) ends the piece, the
-hole is left silent and listed in `missing_s`. A track that ends more than TAIL_MIN_S before the container says
+forward of more than AUDIO_GAP_MIN_S ends the piece and is left silent. It is a hole, listed in `missing_s`, when
+audio was lost there (a packet before it did not decode or came flagged corrupt, the format drops damaged bytes
+silently, or the jump is STEP_MAX_S or more); else it is a step in the timestamps (a fragmented MP4 after its
+first AAC packet), placed as its timestamps say and not missing. A track that ends more than TAIL_MIN_S before the container says
 the media ends, in a file whose video stops short of that too (a truncated file), gets its missing tail as silence,
 listed in `missing_s`; a track that ends while the video goes on is shorter by design and keeps its own end
 (media/container.py `truncated_end_s`).
@@ -49,6 +51,12 @@ from media.container import (
 log = logging.getLogger(__name__)
 
 AUDIO_GAP_MIN_S = 0.02  # timestamp jumps in an audio track shorter than this are jitter, not missing audio
+# a jump shorter than this with every packet before it decoded is a step in the timestamps, not lost audio: what
+# libswresample's `min_hard_comp` (0.1 s) lets ffmpeg's own resampler absorb without padding or trimming; a
+# fragmented MP4 (`frag_keyframe+empty_moov`, recorders, DASH) steps after its first AAC packet, having no edit list
+STEP_MAX_S = 0.1
+# demuxers that drop damaged bytes silently (media/decode.py RESYNCING_FORMATS): any jump may be lost packets
+SILENT_LOSS_FORMATS = {"matroska", "flv"}
 
 
 class _AudioTrack:
@@ -62,6 +70,9 @@ class _AudioTrack:
         self._start_s: float | None = None
         self._next_ticks: float | None = None
         self._resampler: Any = None
+        self.lost = False  # a packet did not decode (or came flagged corrupt) since the last frame
+        self.strict = False  # every jump is a hole (SILENT_LOSS_FORMATS)
+        self.steps_s: list[tuple[float, float]] = []  # timestamp steps: silent, placed by timestamps, not missing
 
     def seconds(self, ticks: float) -> float:
         return float(ticks * self.tb) - self.origin_s
@@ -70,9 +81,12 @@ class _AudioTrack:
         import av
 
         if frame.pts is not None:
-            if self._next_ticks is not None and self.seconds(frame.pts) - self.seconds(self._next_ticks) > AUDIO_GAP_MIN_S:
-                self.missing_s.append((self.seconds(self._next_ticks), self.seconds(frame.pts)))
+            jump = (self.seconds(self._next_ticks), self.seconds(frame.pts)) if self._next_ticks is not None else None
+            if jump is not None and jump[1] - jump[0] > AUDIO_GAP_MIN_S:
+                hole = self.lost or self.strict or jump[1] - jump[0] >= STEP_MAX_S
+                (self.missing_s if hole else self.steps_s).append(jump)
                 self.finish()
+            self.lost = False
             if self._start_s is None:
                 self._start_s = self.seconds(frame.pts)
             self._next_ticks = frame.pts + frame.samples / frame.sample_rate / self.tb
@@ -121,6 +135,7 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     data_end: float | None = None
     errors: list[tuple[float, str]] = []
     decoded = False
+    track.strict = bool(SILENT_LOSS_FORMATS & set(container.format.name.split(",")))
     try:
         for packet in container.demux(stream, *video_streams(container)):
             if packet.size and (end := packet_end_s(packet)) is not None:
@@ -129,10 +144,12 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
                 continue
             if packet.pts is not None and not packet.is_discard and packet.duration:
                 end_ticks = max(end_ticks or packet.pts, packet.pts + packet.duration)
+            track.lost |= bool(packet.is_corrupt)
             try:
                 frames = packet.decode()
             except av.FFmpegError as e:  # e.g. InvalidDataError (or EPERM from the AAC decoder) on damaged data
                 errors.append((float(packet.pts * tb) if packet.pts is not None else math.nan, first_line(e)))
+                track.lost = True
                 continue
             for frame in frames:
                 decoded = True
@@ -163,6 +180,10 @@ def decode_audio(path: Path | str, rate_hz: int = 16000, track: Track = None) ->
             end_s = container_end - track.origin_s
     if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
         track.missing_s.append((decoded_end, end_s))
+    if track.steps_s:
+        log.info("%s: the audio timestamps step forward %d time(s) (first %.3f s at %.2f s) with nothing lost "
+                 "(ffmpeg's resampler absorbs steps under %g s): placed by their timestamps, not damage", path,
+                 len(track.steps_s), track.steps_s[0][1] - track.steps_s[0][0], track.steps_s[0][0], STEP_MAX_S)
     if track.missing_s:
         log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
                     sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else

@@ -3,8 +3,9 @@ decoded how, from which file and span: media/kinds/.
 
 Which frame stands for a second: row k covers [k, min(k+1, D)) where D is the video's duration
 (end of its last frame); it uses the decoded frame whose display time is nearest the middle of
-that interval (k + 0.5 s for every full second), ties going to the earlier frame. Comparisons are made in
-whole microseconds, so float rounding never breaks a tie. Times are on the clip's timeline (media/container.py).
+that interval (k + 0.5 s for every full second), ties going to the earlier frame. Comparisons are made in whole
+ticks of a base in which every time compared is an integer (the stream's time base and microseconds, doubled for
+a middle: `exact_hz`), so float rounding never breaks a tie. Times are on the clip's timeline (media/container.py).
 
 Display times: the container's integer PTS times its time base, in float64, read by demuxing alone (no pixels
 decoded), so variable and odd frame rates, B-frames and hour-long clips need no special case; a decoded frame
@@ -44,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -102,13 +104,30 @@ SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; t
 # keyframe and frames not shown during a row's second are left out)
 DECODE_VERSION = "5"
 
-def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray:
-    """Index of the frame nearest each interval's middle (ties → earlier frame)."""
-    starts_us = np.round(np.asarray(frame_starts_s, np.float64) * 1e6).astype(np.int64)
-    target_us = np.round(intervals.mean(axis=1) * 1e6).astype(np.int64)
-    right = np.clip(np.searchsorted(starts_us, target_us, side="left"), 0, len(starts_us) - 1)
-    left = np.clip(right - 1, 0, len(starts_us) - 1)
-    take_left = np.abs(target_us - starts_us[left]) <= np.abs(starts_us[right] - target_us)
+MICROSECOND_HZ = 1_000_000
+
+
+def exact_hz(time_base: Fraction | None, *times_s: np.ndarray) -> int:
+    """Ticks per second of a common base in which every time a frame choice compares is a whole number: the stream's
+    time base (frame times), microseconds (the container's start, manifests' clip edges), both doubled (an
+    interval's middle). The seconds, float64, come back exact by rounding while they stay under 2^50 ticks (at
+    96 MHz, over 100 days); past that, or for an odd time base, whole microseconds."""
+    if time_base is None:
+        return 2 * MICROSECOND_HZ
+    hz = math.lcm(2 * time_base.denominator, 2 * MICROSECOND_HZ)
+    top = max((float(np.abs(t).max()) for t in times_s if np.size(t)), default=0.0)
+    return hz if top * hz < 2 ** 50 else 2 * MICROSECOND_HZ
+
+
+def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray, hz: int = 2 * MICROSECOND_HZ) -> np.ndarray:
+    """Index of the frame nearest each interval's middle (ties → earlier frame), compared in whole ticks of `hz`
+    (`exact_hz`): twice a start against the sum of the interval's ends, so a middle is never rounded."""
+    starts = np.round(np.asarray(frame_starts_s, np.float64) * hz).astype(np.int64)
+    ends = np.round(np.asarray(intervals, np.float64) * hz).astype(np.int64)
+    target2 = ends[:, 0] + ends[:, 1]  # twice the middle
+    right = np.clip(np.searchsorted(2 * starts, target2, side="left"), 0, len(starts) - 1)
+    left = np.clip(right - 1, 0, len(starts) - 1)
+    take_left = np.abs(target2 - 2 * starts[left]) <= np.abs(2 * starts[right] - target2)
     return np.where(take_left, left, right)
 
 
@@ -520,11 +539,13 @@ def _within_rows(index: np.ndarray, intervals: np.ndarray, timing: _Timing) -> n
     outside = (index >= 0) & ~((starts[i] < intervals[:, 1]) & (until[i] > intervals[:, 0]))
     if not outside.any():
         return index
-    return _fallback_frames(index, outside, timing.ticks, starts, until, intervals, set(timing.ticks.tolist()))
+    return _fallback_frames(index, outside, timing.ticks, starts, until, intervals, set(timing.ticks.tolist()),
+                            exact_hz(timing.time_base, starts, intervals))
 
 
 def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, starts: np.ndarray,
-                     shown_until: np.ndarray, intervals: np.ndarray, intact: set[int]) -> np.ndarray:
+                     shown_until: np.ndarray, intervals: np.ndarray, intact: set[int],
+                     hz: int = 2 * MICROSECOND_HZ) -> np.ndarray:
     """For rows whose chosen frame is lost: the intact frame nearest the middle among those shown during the
     row's interval (frame i is shown over [start_i, shown_until_i): `_shown_until`), or -1 when none is."""
     ok = np.fromiter((t in intact for t in ticks.tolist()), bool, len(ticks))
@@ -535,9 +556,7 @@ def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, sta
         if candidates.size == 0:
             out[row] = -1
             continue
-        mid = (lo + hi) / 2
-        distance_us = np.round(np.abs(starts[candidates] - mid) * 1e6)
-        out[row] = candidates[np.argmin(distance_us)]  # argmin takes the first: ties → earlier frame
+        out[row] = candidates[pick_frames(starts[candidates], intervals[row:row + 1], hz)[0]]
     return out
 
 
@@ -572,7 +591,8 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
     if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
         pictures, intact, errors = _decode_pictures(path, wanted, view, False, timing, span)
         lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
-        index = _fallback_frames(index, lost, ticks, timing.starts, _shown_until(timing), intervals, intact)
+        index = _fallback_frames(index, lost, ticks, timing.starts, _shown_until(timing), intervals, intact,
+                                 exact_hz(timing.time_base, timing.starts, intervals))
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
             pictures.update(_decode_pictures(path, extra, view, True, timing, span)[0])
@@ -647,7 +667,7 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
     index = np.full(len(intervals), -1)
     span = None
     if played.any():
-        index[played] = pick_frames(starts, intervals[played])
+        index[played] = pick_frames(starts, intervals[played], exact_hz(timing.time_base, starts, intervals))
         index = _within_rows(index, intervals, timing)
         if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
             first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
