@@ -12,9 +12,9 @@ Audio ends where its track says it ends (the last packet's timestamp plus its du
 end), never after the container's duration (Matroska, MPEG-TS), so the encoder's padding of the last AAC frame
 is not audio. A run of frames whose timestamps follow on from each other is resampled as one piece; a jump
 forward of more than AUDIO_GAP_MIN_S ends the piece and is left silent. It is a hole, listed in `missing_s`, when
-audio was lost there (a packet before it did not decode or came flagged corrupt, the format drops damaged bytes
-silently, or the jump is STEP_MAX_S or more); else it is a step in the timestamps (a fragmented MP4 after its
-first AAC packet), placed as its timestamps say and not missing. A track that ends more than TAIL_MIN_S before the container says
+audio was lost there (a packet before it did not decode or came flagged corrupt, or the format may drop damaged
+bytes silently: all but STEP_FORMATS); else it is a step the file declares (a fragmented MP4 after its first AAC
+packet), placed as its timestamps say and not missing. A track that ends more than TAIL_MIN_S before the container says
 the media ends, in a file whose video stops short of that too (a truncated file), gets its missing tail as silence,
 listed in `missing_s`; a track that ends while the video goes on is shorter by design and keeps its own end
 (media/container.py `truncated_end_s`).
@@ -51,12 +51,13 @@ from media.container import (
 log = logging.getLogger(__name__)
 
 AUDIO_GAP_MIN_S = 0.02  # timestamp jumps in an audio track shorter than this are jitter, not missing audio
-# a jump shorter than this with every packet before it decoded is a step in the timestamps, not lost audio: what
-# libswresample's `min_hard_comp` (0.1 s) lets ffmpeg's own resampler absorb without padding or trimming; a
-# fragmented MP4 (`frag_keyframe+empty_moov`, recorders, DASH) steps after its first AAC packet, having no edit list
-STEP_MAX_S = 0.1
-# demuxers that drop damaged bytes silently (media/decode.py RESYNCING_FORMATS): any jump may be lost packets
-SILENT_LOSS_FORMATS = {"matroska", "flv"}
+# formats that cannot lose a packet silently: MP4/MOV list every sample in their tables, MPEG-TS flags the packet
+# after a gap in its continuity counters as corrupt. A jump in their timestamps with every packet before it decoded
+# is a step the file declares, not lost audio (a fragmented MP4, `frag_keyframe+empty_moov` as recorders and DASH
+# write it, steps after its first AAC packet, having no edit list); ffmpeg places the samples after it by their
+# timestamps as its resampler does, and so do we. Elsewhere (Matroska and FLV resync over damaged bytes silently)
+# a jump is lost audio.
+STEP_FORMATS = {"mov", "mp4", "mpegts"}
 
 
 class _AudioTrack:
@@ -71,7 +72,7 @@ class _AudioTrack:
         self._next_ticks: float | None = None
         self._resampler: Any = None
         self.lost = False  # a packet did not decode (or came flagged corrupt) since the last frame
-        self.strict = False  # every jump is a hole (SILENT_LOSS_FORMATS)
+        self.strict = True  # every jump is a hole (formats not in STEP_FORMATS)
         self.steps_s: list[tuple[float, float]] = []  # timestamp steps: silent, placed by timestamps, not missing
 
     def seconds(self, ticks: float) -> float:
@@ -83,7 +84,7 @@ class _AudioTrack:
         if frame.pts is not None:
             jump = (self.seconds(self._next_ticks), self.seconds(frame.pts)) if self._next_ticks is not None else None
             if jump is not None and jump[1] - jump[0] > AUDIO_GAP_MIN_S:
-                hole = self.lost or self.strict or jump[1] - jump[0] >= STEP_MAX_S
+                hole = self.lost or self.strict
                 (self.missing_s if hole else self.steps_s).append(jump)
                 self.finish()
             self.lost = False
@@ -135,7 +136,7 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     data_end: float | None = None
     errors: list[tuple[float, str]] = []
     decoded = False
-    track.strict = bool(SILENT_LOSS_FORMATS & set(container.format.name.split(",")))
+    track.strict = not STEP_FORMATS & set(container.format.name.split(","))
     try:
         for packet in container.demux(stream, *video_streams(container)):
             if packet.size and (end := packet_end_s(packet)) is not None:
@@ -181,9 +182,9 @@ def decode_audio(path: Path | str, rate_hz: int = 16000, track: Track = None) ->
     if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
         track.missing_s.append((decoded_end, end_s))
     if track.steps_s:
-        log.info("%s: the audio timestamps step forward %d time(s) (first %.3f s at %.2f s) with nothing lost "
-                 "(ffmpeg's resampler absorbs steps under %g s): placed by their timestamps, not damage", path,
-                 len(track.steps_s), track.steps_s[0][1] - track.steps_s[0][0], track.steps_s[0][0], STEP_MAX_S)
+        log.info("%s: the audio timestamps step forward %d time(s) (first %.3f s at %.2f s) with no packet lost: "
+                 "placed by their timestamps, not damage", path, len(track.steps_s),
+                 track.steps_s[0][1] - track.steps_s[0][0], track.steps_s[0][0])
     if track.missing_s:
         log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
                     sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
