@@ -13,6 +13,7 @@ A clip cut out of a whole file (media/cut.py) has its own timeline on top of thi
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,28 @@ def choose_stream(container: Any, kind: str, path: Path, track: Track = None) ->
         wanted = "a decodable one" if track is None else f"#{track}" if isinstance(track, int) else f"language {track!r}"
         raise InputError(f"{path}: no {kind} stream {wanted}; the file has {have}")
     return chosen
+
+
+@functools.lru_cache(maxsize=4096)
+def _chosen_of_several(path: str, size: int, mtime_ns: int, kind: str, track: Track) -> int | None:
+    import av
+
+    try:
+        with av.open(path) as container:
+            streams = video_streams(container) if kind == "video" else container.streams.audio
+            return choose_stream(container, kind, Path(path), track).index if len(streams) > 1 else None
+    except (av.FFmpegError, OSError, ValueError):  # (InputError too) decoding it reports the problem
+        return None
+
+
+def chosen_of_several(path: Path | None, kind: str, track: Track = None) -> int | None:
+    """The index of the `kind` stream decoded from `path` when the file has more than one stream of that kind (the
+    decode identity names it: which stream a file's rows are of is part of what they are), else None; None also
+    for a file that cannot be read, whose decode fails on its own. One open per file version and choice."""
+    if path is None or not path.is_file():
+        return None
+    st = path.stat()
+    return _chosen_of_several(str(path), st.st_size, st.st_mtime_ns, kind, track)
 
 
 def stream_note(container: Any, chosen: Any) -> dict[str, Any] | None:

@@ -217,7 +217,7 @@ def _wanted_fingerprints(store: Store, config_ref: str) -> dict[str, tuple[str, 
         for item in media:
             qs = questions.get(item.id, [])
             if kinds.applicable(item, kind, qs):
-                source = kinds.identity(item, kind, qs, config.audio_rate_hz)
+                source = kinds.identity(item, kind, qs, config.audio_rate_hz, config.tracks)
                 fps[item.id] = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
         out[spec.name] = (spec.spec_hash, fps)
     return out
