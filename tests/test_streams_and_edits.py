@@ -296,3 +296,57 @@ def test_ties_go_to_the_earlier_frame_for_every_frame_count(tmp_path: Path, n_fr
     frames = decode_frames(path)
     assert frames.duration_s == pytest.approx(float(end), abs=1e-9)
     _check_rows(path, frames, times, end, shows)
+
+
+def test_late_starts_and_other_streams_are_notes_in_the_item_and_the_run_report(tmp_path: Path) -> None:
+    """The runner's books without Ray (as tests/test_stream_timelines.py's shorter stream): the item's attributes
+    say the late start and the streams; the run report lists the late start per pair and the other streams once per
+    (item, stream), with nothing PARTIAL."""
+    from manifests.records import MediaItem
+    from pipeline import actors
+    from pipeline.committer import Outcome
+    from pipeline.config import RunConfig
+    from pipeline.progress import Progress
+    from pipeline.report import RunReport
+    from pipeline.runner import Runner
+    from rows import FeatureRows
+    from store.writer import StoreWriter
+
+    video = _barcode_video(tmp_path / "v.mp4", 4, 1, "-an")
+    path = tmp_path / "late.mkv"
+    _run("ffmpeg", "-loglevel", "error", "-y", "-itsoffset", "1.5", "-i", str(video), *_tone(440, 6), *_tone(880, 6),
+         "-map", "0:v", "-map", "1", "-map", "2", "-c:v", "copy", "-c:a", "aac", "-disposition:a:0", "0",
+         "-disposition:a:1", "default", str(path))
+    item = MediaItem(id="late", dataset="tiny", video=path, audio=path)
+    meta, frames, audio = actors.decode_item(item, ["frames", "audio"], [], 16000)
+    assert meta["late"] == {"frames": pytest.approx(1.5, abs=0.05)} and not meta["missing"]
+    assert meta["streams"] == {"audio": {"index": 2, "others": [{"index": 1, "codec": "aac", "channels": 1}]}}
+    config = RunConfig.model_validate({"features": {
+        "frames": {"extractor": "densenet161", "weights": "random"},
+        "acoustic": {"extractor": "covarep"}, "acoustic2": {"extractor": "covarep", "f0_method": "harvest"}}})
+    specs = config.specs()
+    report = RunReport("run", "tiny", str(tmp_path / "s.zarr"),
+                       {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0) for s in specs})
+    put: list[tuple] = []
+    with StoreWriter(tmp_path / "s.zarr", "tiny") as writer:
+        r = Runner(config, specs, writer, report)
+        r.progress = Progress(2, bar=False, emit=lambda line: None)
+        r.committer = type("Committer", (), {"put": lambda self, *a: put.append(a), "store_error": None})()
+        for spec in specs:
+            writer.set_feature(spec.name, spec.store_attrs())
+            r.fingerprints[spec.name, item.id], r.sources[spec.name, item.id] = "fp", {"path": str(path)}
+            rows = FeatureRows(np.zeros((2, len(spec.extractor.columns(spec.config))), np.float32),
+                               np.array([[2.0, 3.0], [3.0, 4.0]]))
+            r.commit(spec.name, item, rows, meta, 0.1)
+        r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
+    attrs = {feature: a for feature, _, _, a in put}
+    assert attrs["frames"]["stream_start_s"] == meta["late"]["frames"] and "streams" not in attrs["frames"]
+    assert attrs["acoustic"]["streams"] == meta["streams"]["audio"] and "stream_start_s" not in attrs["acoustic"]
+    assert not report.partial and [n["feature"] for n in report.late] == ["frames"]
+    assert report.streams == [{"item": "late", "file": str(path), "stream": "audio", "index": 2,
+                               "others": [{"index": 1, "codec": "aac", "channels": 1}]}]
+    summary = report.summary()
+    start = meta["late"]["frames"]
+    assert f"  late start frames/late {path}: the video starts at {start:.2f} s (not damage: no rows before it)" \
+        in summary
+    assert summary.count("  streams late") == 1 and "audio stream #2 decoded; also in the file: #1 aac 1 ch" in summary
