@@ -1,8 +1,8 @@
 """What frame and audio decoding share: opening a media file, errors that name it, and the clip's timeline.
 
 The timeline (docs/design.md, "Time conventions"): clip time 0 is the container's start, moved up to the
-first video stream's start when that lies within `STREAM_OFFSET_MIN_S` after it. Every stream is then placed
-by its own timestamps on that one timeline, so audio and pictures that the container says play together land
+video stream's start (`main_video`: the one ffmpeg shows) when that lies within `STREAM_OFFSET_MIN_S` after it.
+Every stream is then placed by its own timestamps on that one timeline, so audio and pictures that the container says play together land
 at the same clip time: AAC priming or MP3 encoder delay that Matroska, MPEG-TS and FLV keep before the
 picture's start (where mp4 cuts it with an edit list) falls before 0 and is cut; a stream that starts later
 than that keeps its place (frames stamped later, silence in front of audio).

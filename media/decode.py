@@ -34,7 +34,8 @@ a row's frame must be shown during its own second (bytes the demuxer skipped end
 A truncated file (the container says the media lasts more than TAIL_MIN_S longer than the last frame, and its
 audio stops short of that too) keeps D from the container: the rows after the last frame are missing, listed in
 `missing_s`, with a warning. A video that ends while the file's audio goes on (media/container.py
-`truncated_end_s`) is shorter by design: D is its own.
+`truncated_end_s`) is shorter by design: D is its own. A video that starts late (an empty edit, `-itsoffset`)
+has no rows before its first frame, and they are not missing either (`Frames.stream_start_s`).
 
 Pictures are as displayed: turned upright and given square pixels (media/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
