@@ -338,8 +338,13 @@ def test_late_starts_and_other_streams_are_notes_in_the_item_and_the_run_report(
             rows = FeatureRows(np.zeros((2, len(spec.extractor.columns(spec.config))), np.float32),
                                np.array([[2.0, 3.0], [3.0, 4.0]]))
             r.commit(spec.name, item, rows, meta, 0.1)
+        for feature, item_id, rows, attrs in put:
+            writer.commit(feature, item_id, rows, attrs)
         r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
-    attrs = {feature: a for feature, _, _, a in put}
+    from store.reader import Store
+
+    store = Store(tmp_path / "s.zarr")
+    attrs = {feature: store.item_attrs(feature, "late") for feature, _, _, _ in put}
     assert attrs["frames"]["stream_start_s"] == meta["late"]["frames"] and "streams" not in attrs["frames"]
     assert attrs["acoustic"]["streams"] == meta["streams"]["audio"] and "stream_start_s" not in attrs["acoustic"]
     assert not report.partial and [n["feature"] for n in report.late] == ["frames"]
