@@ -108,25 +108,34 @@ def choose_stream(container: Any, kind: str, path: Path, track: Track = None) ->
 
 
 @functools.lru_cache(maxsize=4096)
-def _chosen_of_several(path: str, size: int, mtime_ns: int, kind: str, track: Track) -> int | None:
+def _chosen_of_several(path: str, size: int, mtime_ns: int, tracks: tuple[Track, Track]) -> tuple[int | None, ...]:
     import av
 
+    out: list[int | None] = []
     try:
         with av.open(path) as container:
-            streams = video_streams(container) if kind == "video" else container.streams.audio
-            return choose_stream(container, kind, Path(path), track).index if len(streams) > 1 else None
-    except (av.FFmpegError, OSError, ValueError):  # (InputError too) decoding it reports the problem
-        return None
+            for kind, track in zip(("video", "audio"), tracks, strict=True):
+                streams = video_streams(container) if kind == "video" else container.streams.audio
+                try:
+                    several = len(streams) > 1
+                    out.append(choose_stream(container, kind, Path(path), track).index if several else None)
+                except InputError:  # decoding it reports the problem
+                    out.append(None)
+    except (av.FFmpegError, OSError, ValueError):
+        return None, None
+    return tuple(out)
 
 
 def chosen_of_several(path: Path | None, kind: str, track: Track = None) -> int | None:
     """The index of the `kind` stream decoded from `path` when the file has more than one stream of that kind (the
     decode identity names it: which stream a file's rows are of is part of what they are), else None; None also
-    for a file that cannot be read, whose decode fails on its own. One open per file version and choice."""
+    for a file that cannot be read, whose decode fails on its own. One open per file version and choice, for both
+    kinds (planning asks for every feature of every item)."""
     if path is None or not path.is_file():
         return None
     st = path.stat()
-    return _chosen_of_several(str(path), st.st_size, st.st_mtime_ns, kind, track)
+    tracks = (track, None) if kind == "video" else (None, track)
+    return _chosen_of_several(str(path), st.st_size, st.st_mtime_ns, tracks)[0 if kind == "video" else 1]
 
 
 def stream_note(container: Any, chosen: Any) -> dict[str, Any] | None:
