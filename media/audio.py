@@ -1,4 +1,5 @@
-"""Audio decoding (PyAV): the audio stream ffmpeg plays (media/container.py `choose_stream`) resampled once to 16 kHz mono float32, on the clip's timeline.
+"""Audio decoding (PyAV): the audio stream ffmpeg plays (media/container.py `choose_stream`) resampled once to
+16 kHz mono float32, on the clip's timeline.
 
 Decoded audio is placed by its frames' timestamps on the clip's timeline (media/container.py): time 0 is the
 container's start, or the picture's start just after it, so what the container says plays with the first

@@ -2,10 +2,10 @@
 
 The timeline (docs/design.md, "Time conventions"): clip time 0 is the container's start, moved up to the
 video stream's start (`main_video`: the one ffmpeg shows) when that lies within `STREAM_OFFSET_MIN_S` after it.
-Every stream is then placed by its own timestamps on that one timeline, so audio and pictures that the container says play together land
-at the same clip time: AAC priming or MP3 encoder delay that Matroska, MPEG-TS and FLV keep before the
-picture's start (where mp4 cuts it with an edit list) falls before 0 and is cut; a stream that starts later
-than that keeps its place (frames stamped later, silence in front of audio).
+Every stream is then placed by its own timestamps on that one timeline, so audio and pictures that the container
+says play together land at the same clip time: AAC priming or MP3 encoder delay that Matroska, MPEG-TS and FLV
+keep before the picture's start (where mp4 cuts it with an edit list) falls before 0 and is cut; a stream that
+starts later than that keeps its place (frames stamped later, silence in front of audio).
 
 A clip cut out of a whole file (media/cut.py) has its own timeline on top of this one: `check_span` and
 `cut_frame_times` live here because the frame decoder applies them before choosing frames.
@@ -102,7 +102,8 @@ def choose_stream(container: Any, kind: str, path: Path, track: Track = None) ->
     if chosen is None:
         have = ", ".join(f"#{s.index}" + (f" ({s.metadata['language']})" if s.metadata.get("language") else "")
                          for s in streams)
-        wanted = "a decodable one" if track is None else f"#{track}" if isinstance(track, int) else f"language {track!r}"
+        wanted = ("a decodable one" if track is None else f"#{track}" if isinstance(track, int)
+                  else f"language {track!r}")
         raise InputError(f"{path}: no {kind} stream {wanted}; the file has {have}")
     return chosen
 

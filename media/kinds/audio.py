@@ -1,6 +1,6 @@
 """Audio: the item's audio file when the manifest gives one, else its video's audio track (the one ffmpeg plays,
-or the one RunConfig.tracks names), resampled once to the run's rate, mono (media/audio.py); a clip cut from a longer file gets its samples of the span
-(media/cut.py `cut_audio`). Counted in seconds of audio."""
+or the one RunConfig.tracks names), resampled once to the run's rate, mono (media/audio.py); a clip cut from a longer
+file gets its samples of the span (media/cut.py `cut_audio`). Counted in seconds of audio."""
 
 from __future__ import annotations
 
