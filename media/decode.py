@@ -620,18 +620,23 @@ class RowPlan:
     segments: int
     span: tuple[int, int] | None  # (first PTS, last PTS) a segment of several decodes, None: the whole video
     clip: tuple[float, float | None] | None = None
+    own_start: bool = True  # the first frame on this timeline is the stream's first (a clip may begin after it)
 
     def unstarted(self) -> np.ndarray:
         """Rows that end before the video's first frame starts (a stream that starts late: an empty edit,
-        `-itsoffset`): no picture is due there, so they are not missing data."""
+        `-itsoffset`): no picture is due there, so they are not missing data. In a clip that begins after the
+        stream's first frame, a row before the clip's first frame is no late start: it is missing as before."""
+        if not self.own_start:
+            return np.zeros(len(self.intervals), bool)
         return np.round(self.intervals[:, 1] * 1e6) <= round(float(self.timing.starts[0]) * 1e6)
 
     def notes(self, index: np.ndarray) -> dict[str, Any]:
         """What `Frames` says besides its rows, given the frame each row took (-1: none): the seconds missing
         (rows whose frame did not decode, a truncated tail), the late start, the shorter stream, the other
-        streams. A clip's own start and end are its cut's, not the file's."""
+        streams. A clip's own end is its cut's, not the file's; its late start (the clip's time of the stream's
+        first frame) is the file's."""
         unstarted = self.unstarted()
-        late = self.clip is None and bool(unstarted.any())
+        late = bool(unstarted.any())
         return {"missing_s": self.intervals[(index < 0) & ~unstarted],
                 "stream_start_s": round(float(self.timing.starts[0]), 6) if late else None,
                 "streams_end_s": None if self.clip else self.timing.others_end_s, "streams": self.timing.streams}
@@ -652,6 +657,7 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
         pixel_format = stream.codec_context.format.name if stream.codec_context.format else None
     if best_effort or not timing.in_order:
         timing = _best_effort_timing(path, timing)
+    first_tick = int(timing.ticks[0])
     if clip is not None:
         timing = _timing_in_clip(timing, clip, path)
     all_intervals = fixed_rate_intervals(timing.duration_s, 1.0, slack_rows=1e-6)  # [k, min(k+1, D))
@@ -675,7 +681,7 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
             last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
             span = (int(ticks[first]), int(ticks[last]))
     return RowPlan(path, view, timing, fps, stream_index, codec, pixel_format, intervals, index, played,
-                   len(segments), span, clip)
+                   len(segments), span, clip, int(timing.ticks[0]) == first_tick)
 
 
 def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,

@@ -245,6 +245,9 @@ def test_a_video_that_starts_late_is_a_note_not_damage(tmp_path: Path, ext: str,
     _check_rows(path, frames, times, end, shows)
     assert not any("damaged" in r.getMessage() or "truncated" in r.getMessage() for r in caplog.records)
     assert any(str(path) in r.getMessage() and "late start" in r.getMessage() for r in caplog.records)
+    # a clip cut from it (media/cut.py) starting before the video: the same note on the clip's timeline
+    clip = decode_frames(path, clip=(0.5, None))
+    assert not len(clip.missing_s) and clip.stream_start_s == pytest.approx(float(times[0]) - 0.5, abs=1e-6)
 
 
 # 5. fragmented MP4
