@@ -358,3 +358,9 @@ def test_late_starts_and_other_streams_are_notes_in_the_item_and_the_run_report(
     assert f"  late start frames/late {path}: the video starts at {start:.2f} s (not damage: no rows before it)" \
         in summary
     assert summary.count("  streams late") == 1 and "audio stream #2 decoded; also in the file: #1 aac 1 ch" in summary
+    from pipeline.info import store_info
+
+    info = store_info(tmp_path / "s.zarr")
+    assert {f.name: [x["item"] for x in f.late] for f in info.features} == {"frames": ["late"], "acoustic": [],
+                                                                            "acoustic2": []}
+    assert f"late start frames/late: starts at {start:g} s (not damage)" in info.summary()
