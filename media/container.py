@@ -199,22 +199,27 @@ def container_end_s(container: Any) -> float | None:
     return (container.start_time + container.duration) / av.time_base
 
 
+# formats with edit lists: a stream's sample table may hold samples no one plays (a stream-copied cut's pre-roll
+# from the keyframe before the cut), and its duration is the edit list's presentation end
+_EDIT_LISTS = {"mov", "mp4"}
+
+
 def declared_end_s(container: Any) -> float | None:
     """Where the container says the media ends, in container seconds: the later of its duration (its header's,
     or for formats without one (MPEG-TS) lavf's estimate from the last timestamps of every stream) and the
-    video stream's own end (what a truncated file still declares: AVI's header, mp4's track header). The video's
-    end is its presentation end, its start plus its duration, where the container gives one: in mp4 and MOV that
-    is the edit list's, so a stream-copied cut whose samples begin at the keyframe before the cut (pre-roll,
-    played by no one) declares what ffprobe says, not the samples' count at the frame rate; the count only where
-    the stream has no duration. None when it says nothing, or has no start (raw ADTS: a duration guessed from
-    the bit rate)."""
+    video stream's own end, what a truncated file still declares: its header's frame count at its frame rate (AVI;
+    lavf's duration of a truncated AVI counts what is left), but in MP4 and MOV its presentation end after the edit
+    list (its start plus its duration, what ffprobe reports): a stream-copied cut keeps the samples from the
+    keyframe before the cut, hidden by its edit list, and their count declared the pre-roll more (issue 50).
+    None when it says nothing, or has no start (raw ADTS: a duration guessed from the bit rate)."""
     if container.start_time is None:
         return None
     ends = [e for e in (container_end_s(container),) if e is not None]
     v = main_video(container)
     if v is not None and v.start_time is not None:
-        if v.duration and v.duration > 0:
-            ends.append(float((v.start_time + v.duration) * v.time_base))
+        if _EDIT_LISTS & set(container.format.name.split(",")):
+            if v.duration and v.duration > 0:
+                ends.append(float((v.start_time + v.duration) * v.time_base))
         elif v.frames and v.average_rate:
             ends.append(float(v.start_time * v.time_base) + v.frames / float(v.average_rate))
     return max(ends) if ends else None
