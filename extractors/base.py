@@ -54,6 +54,12 @@ class Frames:
     # where the file's other streams end, when the video ends well before them (shorter by design, not damage:
     # the rows end at `duration_s`, nothing is missing); None otherwise
     streams_end_s: float | None = None
+    # a file with more than one video stream: the one decoded (its index) and the others (media/container.py
+    # `stream_note`); None for a file with one
+    streams: dict[str, Any] | None = None
+    # where the video's first frame starts, when it starts late (an empty edit, `-itsoffset`) and the rows before
+    # it have no picture: not damage, those rows are simply not there (not in `missing_s`); None otherwise
+    stream_start_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.pixels.ndim != 4 or self.pixels.shape[-1] != 3 or self.pixels.dtype != np.uint8:
@@ -103,6 +109,7 @@ class Audio:
     # (M, 2) seconds that could not be decoded (damaged data), silent in `samples`; rows there are dropped
     missing_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     streams_end_s: float | None = None  # as `Frames.streams_end_s`: the audio track is the shorter stream
+    streams: dict[str, Any] | None = None  # as `Frames.streams`: the file's audio tracks
 
     def __post_init__(self) -> None:
         if self.samples.ndim != 1 or self.samples.dtype != np.float32:

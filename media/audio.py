@@ -1,4 +1,5 @@
-"""Audio decoding (PyAV): the first audio stream resampled once to 16 kHz mono float32, on the clip's timeline.
+"""Audio decoding (PyAV): the audio stream ffmpeg plays (media/container.py `choose_stream`) resampled once to
+16 kHz mono float32, on the clip's timeline.
 
 Decoded audio is placed by its frames' timestamps on the clip's timeline (media/container.py): time 0 is the
 container's start, or the picture's start just after it, so what the container says plays with the first
@@ -11,8 +12,10 @@ container, measured: docs/design.md.
 Audio ends where its track says it ends (the last packet's timestamp plus its duration: in mp4 the edit list's
 end), never after the container's duration (Matroska, MPEG-TS), so the encoder's padding of the last AAC frame
 is not audio. A run of frames whose timestamps follow on from each other is resampled as one piece; a jump
-forward of more than AUDIO_GAP_MIN_S (packets that did not decode, a hole in the track) ends the piece, the
-hole is left silent and listed in `missing_s`. A track that ends more than TAIL_MIN_S before the container says
+forward of more than AUDIO_GAP_MIN_S ends the piece and is left silent. It is a hole, listed in `missing_s`, when
+audio was lost there (a packet before it did not decode or came flagged corrupt, or the format may drop damaged
+bytes silently: all but STEP_FORMATS); else it is a step the file declares (a fragmented MP4 after its first AAC
+packet), placed as its timestamps say and not missing. A track that ends more than TAIL_MIN_S before the container says
 the media ends, in a file whose video stops short of that too (a truncated file), gets its missing tail as silence,
 listed in `missing_s`; a track that ends while the video goes on is shorter by design and keeps its own end
 (media/container.py `truncated_end_s`).
@@ -32,6 +35,8 @@ from extractors.base import Audio
 from media.container import (
     TAIL_MIN_S,
     InputError,
+    Track,
+    choose_stream,
     container_end_s,
     declared_end_s,
     existing,
@@ -39,6 +44,7 @@ from media.container import (
     open_media,
     origin_s,
     packet_end_s,
+    stream_note,
     truncated_end_s,
     video_streams,
 )
@@ -46,6 +52,13 @@ from media.container import (
 log = logging.getLogger(__name__)
 
 AUDIO_GAP_MIN_S = 0.02  # timestamp jumps in an audio track shorter than this are jitter, not missing audio
+# formats that cannot lose a packet silently: MP4/MOV list every sample in their tables, MPEG-TS flags the packet
+# after a gap in its continuity counters as corrupt. A jump in their timestamps with every packet before it decoded
+# is a step the file declares, not lost audio (a fragmented MP4, `frag_keyframe+empty_moov` as recorders and DASH
+# write it, steps after its first AAC packet, having no edit list); ffmpeg places the samples after it by their
+# timestamps as its resampler does, and so do we. Elsewhere (Matroska and FLV resync over damaged bytes silently)
+# a jump is lost audio.
+STEP_FORMATS = {"mov", "mp4", "mpegts"}
 
 
 class _AudioTrack:
@@ -59,6 +72,9 @@ class _AudioTrack:
         self._start_s: float | None = None
         self._next_ticks: float | None = None
         self._resampler: Any = None
+        self.lost = False  # a packet did not decode (or came flagged corrupt) since the last frame
+        self.strict = True  # every jump is a hole (formats not in STEP_FORMATS)
+        self.steps_s: list[tuple[float, float]] = []  # timestamp steps: silent, placed by timestamps, not missing
 
     def seconds(self, ticks: float) -> float:
         return float(ticks * self.tb) - self.origin_s
@@ -67,9 +83,12 @@ class _AudioTrack:
         import av
 
         if frame.pts is not None:
-            if self._next_ticks is not None and self.seconds(frame.pts) - self.seconds(self._next_ticks) > AUDIO_GAP_MIN_S:
-                self.missing_s.append((self.seconds(self._next_ticks), self.seconds(frame.pts)))
+            jump = (self.seconds(self._next_ticks), self.seconds(frame.pts)) if self._next_ticks is not None else None
+            if jump is not None and jump[1] - jump[0] > AUDIO_GAP_MIN_S:
+                hole = self.lost or self.strict
+                (self.missing_s if hole else self.steps_s).append(jump)
                 self.finish()
+            self.lost = False
             if self._start_s is None:
                 self._start_s = self.seconds(frame.pts)
             self._next_ticks = frame.pts + frame.samples / frame.sample_rate / self.tb
@@ -118,6 +137,7 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     data_end: float | None = None
     errors: list[tuple[float, str]] = []
     decoded = False
+    track.strict = not STEP_FORMATS & set(container.format.name.split(","))
     try:
         for packet in container.demux(stream, *video_streams(container)):
             if packet.size and (end := packet_end_s(packet)) is not None:
@@ -126,10 +146,12 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
                 continue
             if packet.pts is not None and not packet.is_discard and packet.duration:
                 end_ticks = max(end_ticks or packet.pts, packet.pts + packet.duration)
+            track.lost |= bool(packet.is_corrupt)
             try:
                 frames = packet.decode()
             except av.FFmpegError as e:  # e.g. InvalidDataError (or EPERM from the AAC decoder) on damaged data
                 errors.append((float(packet.pts * tb) if packet.pts is not None else math.nan, first_line(e)))
+                track.lost = True
                 continue
             for frame in frames:
                 decoded = True
@@ -143,13 +165,14 @@ def _decode_track(container: Any, stream: Any, rate_hz: int, path: Path
     return track, end_ticks, errors, data_end
 
 
-def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
-    """The first audio stream, resampled once to `rate_hz` mono float32, on the clip's timeline."""
+def decode_audio(path: Path | str, rate_hz: int = 16000, track: Track = None) -> Audio:
+    """The audio stream ffmpeg plays (or the one `track` names: media/container.py `choose_stream`), resampled
+    once to `rate_hz` mono float32, on the clip's timeline."""
     path = existing(path, "audio")
     with open_media(path) as container:
-        if not container.streams.audio:
-            raise InputError(f"{path}: no audio track")
-        track, end_ticks, errors, data_end = _decode_track(container, container.streams.audio[0], rate_hz, path)
+        stream = choose_stream(container, "audio", path, track)
+        streams = stream_note(container, stream)
+        track, end_ticks, errors, data_end = _decode_track(container, stream, rate_hz, path)
         decoded_end = track.decoded_end_s()
         end_s = track.seconds(end_ticks) if end_ticks is not None else decoded_end
         container_end, declared_end = container_end_s(container), declared_end_s(container)
@@ -159,6 +182,10 @@ def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
             end_s = container_end - track.origin_s
     if end_s - decoded_end > AUDIO_GAP_MIN_S:  # the track's last packets did not decode
         track.missing_s.append((decoded_end, end_s))
+    if track.steps_s:
+        log.info("%s: the audio timestamps step forward %d time(s) (first %.3f s at %.2f s) with no packet lost: "
+                 "placed by their timestamps, not damage", path, len(track.steps_s),
+                 track.steps_s[0][1] - track.steps_s[0][0], track.steps_s[0][0])
     if track.missing_s:
         log.warning("%s: damaged audio data, %.2f s of %.2f s could not be decoded (first at %.2f s: %s)", path,
                     sum(b - a for a, b in track.missing_s), end_s, track.missing_s[0][0], errors[0][1] if errors else
@@ -182,4 +209,4 @@ def decode_audio(path: Path | str, rate_hz: int = 16000) -> Audio:
         raise InputError(f"{path}: audio track is empty")
     missing = np.array(track.missing_s, np.float64).reshape(-1, 2)
     return Audio(samples=samples, sample_rate_hz=rate_hz, duration_s=samples.size / rate_hz, missing_s=missing,
-                 streams_end_s=others_end)
+                 streams_end_s=others_end, streams=streams)

@@ -3,8 +3,9 @@ decoded how, from which file and span: media/kinds/.
 
 Which frame stands for a second: row k covers [k, min(k+1, D)) where D is the video's duration
 (end of its last frame); it uses the decoded frame whose display time is nearest the middle of
-that interval (k + 0.5 s for every full second), ties going to the earlier frame. Comparisons are made in
-whole microseconds, so float rounding never breaks a tie. Times are on the clip's timeline (media/container.py).
+that interval (k + 0.5 s for every full second), ties going to the earlier frame. Comparisons are made in whole
+ticks of a base in which every time compared is an integer (the stream's time base and microseconds, doubled for
+a middle: `exact_hz`), so float rounding never breaks a tie. Times are on the clip's timeline (media/container.py).
 
 Display times: the container's integer PTS times its time base, in float64, read by demuxing alone (no pixels
 decoded), so variable and odd frame rates, B-frames and hour-long clips need no special case; a decoded frame
@@ -33,7 +34,8 @@ a row's frame must be shown during its own second (bytes the demuxer skipped end
 A truncated file (the container says the media lasts more than TAIL_MIN_S longer than the last frame, and its
 audio stops short of that too) keeps D from the container: the rows after the last frame are missing, listed in
 `missing_s`, with a warning. A video that ends while the file's audio goes on (media/container.py
-`truncated_end_s`) is shorter by design: D is its own.
+`truncated_end_s`) is shorter by design: D is its own. A video that starts late (an empty edit, `-itsoffset`)
+has no rows before its first frame, and they are not missing either (`Frames.stream_start_s`).
 
 Pictures are as displayed: turned upright and given square pixels (media/picture.py, one call where a decoded
 frame becomes RGB), and `Frames.picture` records how.
@@ -44,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -59,6 +62,8 @@ from media.container import (
     STREAM_OFFSET_MIN_S,
     TAIL_MIN_S,
     InputError,
+    Track,
+    choose_stream,
     cut_frame_times,
     declared_end_s,
     existing,
@@ -67,8 +72,8 @@ from media.container import (
     open_media,
     origin_s,
     packet_end_s,
+    stream_note,
     truncated_end_s,
-    video_streams,
 )
 from rows import fixed_rate_intervals
 
@@ -100,21 +105,35 @@ SEEK_TRIES = 6  # seeks that land after the keyframe go back 1, 2, 4, 8, 16 s; t
 # keyframe and frames not shown during a row's second are left out)
 DECODE_VERSION = "5"
 
-def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray) -> np.ndarray:
-    """Index of the frame nearest each interval's middle (ties → earlier frame)."""
-    starts_us = np.round(np.asarray(frame_starts_s, np.float64) * 1e6).astype(np.int64)
-    target_us = np.round(intervals.mean(axis=1) * 1e6).astype(np.int64)
-    right = np.clip(np.searchsorted(starts_us, target_us, side="left"), 0, len(starts_us) - 1)
-    left = np.clip(right - 1, 0, len(starts_us) - 1)
-    take_left = np.abs(target_us - starts_us[left]) <= np.abs(starts_us[right] - target_us)
+MICROSECOND_HZ = 1_000_000
+
+
+def exact_hz(time_base: Fraction | None, *times_s: np.ndarray) -> int:
+    """Ticks per second of a common base in which every time a frame choice compares is a whole number: the stream's
+    time base (frame times), microseconds (the container's start, manifests' clip edges), both doubled (an
+    interval's middle). The seconds, float64, come back exact by rounding while they stay under 2^50 ticks (at
+    96 MHz, over 100 days); past that, or for an odd time base, whole microseconds."""
+    if time_base is None:
+        return 2 * MICROSECOND_HZ
+    hz = math.lcm(2 * time_base.denominator, 2 * MICROSECOND_HZ)
+    top = max((float(np.abs(t).max()) for t in times_s if np.size(t)), default=0.0)
+    return hz if top * hz < 2 ** 50 else 2 * MICROSECOND_HZ
+
+
+def pick_frames(frame_starts_s: np.ndarray, intervals: np.ndarray, hz: int = 2 * MICROSECOND_HZ) -> np.ndarray:
+    """Index of the frame nearest each interval's middle (ties → earlier frame), compared in whole ticks of `hz`
+    (`exact_hz`): twice a start against the sum of the interval's ends, so a middle is never rounded."""
+    starts = np.round(np.asarray(frame_starts_s, np.float64) * hz).astype(np.int64)
+    ends = np.round(np.asarray(intervals, np.float64) * hz).astype(np.int64)
+    target2 = ends[:, 0] + ends[:, 1]  # twice the middle
+    right = np.clip(np.searchsorted(2 * starts, target2, side="left"), 0, len(starts) - 1)
+    left = np.clip(right - 1, 0, len(starts) - 1)
+    take_left = np.abs(target2 - 2 * starts[left]) <= np.abs(2 * starts[right] - target2)
     return np.where(take_left, left, right)
 
 
-def _video_stream(container: Any, path: Path) -> Any:
-    streams = video_streams(container)
-    if not streams:
-        raise InputError(f"{path}: no video stream")
-    stream = streams[0]
+def _video_stream(container: Any, path: Path, track: Track = None) -> Any:
+    stream = choose_stream(container, "video", path, track)
     if not stream.codec_context.width or not stream.codec_context.height:
         raise InputError(f"{path}: the video stream has no picture size")
     stream.thread_count = 1  # one decode task per CPU that Ray gives it
@@ -151,6 +170,8 @@ class _Timing:
     cut_short: dict[int, int] = dataclasses.field(default_factory=dict)
     others_end_s: float | None = None  # the file's other streams' end (clip seconds) when this stream is shorter
     idr: frozenset[int] = frozenset()  # H.264: the PTS of the keyframes that are IDR pictures (`_GopTails`)
+    stream_index: int | None = None  # the stream decoded (`choose_stream`): every later open takes the same
+    streams: dict[str, Any] | None = None  # a file with other video streams: `stream_note`
 
 
 def _timing(ticks: np.ndarray, end_ticks: int | None, base: _Timing) -> _Timing:
@@ -228,7 +249,7 @@ def _frame_times(container: Any, stream: Any, path: Path) -> _Timing:
                    np.asarray(keys, np.int64).reshape(-1, 2), in_order, Fraction(stream.time_base),
                    origin_s(container), declared_end_s(container), data_end,
                    after_skip=frozenset(after_skip), before_skip=frozenset(before_skip), cut_short=cut_short,
-                   idr=frozenset(idr))
+                   idr=frozenset(idr), stream_index=stream.index, streams=stream_note(container, stream))
     if after_skip:
         log.warning("%s: damaged data: the demuxer skipped %d stretch(es) of bytes (first before the frame at PTS "
                     "%d): the pictures that depend on them are missing", path, len(after_skip), min(after_skip))
@@ -251,7 +272,7 @@ def _best_effort_timing(path: Path, timing: _Timing) -> _Timing:
     step = int(np.median(np.diff(timing.ticks))) if len(timing.ticks) > 1 else 1
     times: list[int] = []
     with open_media(path) as container:
-        stream = _video_stream(container, path)
+        stream = _video_stream(container, path, timing.stream_index)
         try:
             for packet in container.demux(stream):
                 try:
@@ -317,7 +338,7 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
     errors: list[tuple[int, str]] = []
     in_order = timing.in_order
     with open_media(path) as container:
-        stream = _video_stream(container, path)
+        stream = _video_stream(container, path, timing.stream_index)
         packets = None
         key = _keyframe_before(timing.keys, span[0]) if in_order and span and span[0] > timing.ticks[0] else None
         if key is not None:
@@ -327,7 +348,7 @@ def _decode_pictures(path: Path, wanted: set[int], view: picture.View, fast: boo
                 log.info("%s: no seek reached the keyframe at PTS %d; decoding from the start", path, key[0])
                 container.close()
                 container = open_media(path)
-                stream = _video_stream(container, path)
+                stream = _video_stream(container, path, timing.stream_index)
             packets = container.demux(stream)
         fast = fast and in_order  # display order counts every picture out: none may be skipped
         context, shown, last, corrupt = stream.codec_context, 0, None, set()
@@ -519,11 +540,13 @@ def _within_rows(index: np.ndarray, intervals: np.ndarray, timing: _Timing) -> n
     outside = (index >= 0) & ~((starts[i] < intervals[:, 1]) & (until[i] > intervals[:, 0]))
     if not outside.any():
         return index
-    return _fallback_frames(index, outside, timing.ticks, starts, until, intervals, set(timing.ticks.tolist()))
+    return _fallback_frames(index, outside, timing.ticks, starts, until, intervals, set(timing.ticks.tolist()),
+                            exact_hz(timing.time_base, starts, intervals))
 
 
 def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, starts: np.ndarray,
-                     shown_until: np.ndarray, intervals: np.ndarray, intact: set[int]) -> np.ndarray:
+                     shown_until: np.ndarray, intervals: np.ndarray, intact: set[int],
+                     hz: int = 2 * MICROSECOND_HZ) -> np.ndarray:
     """For rows whose chosen frame is lost: the intact frame nearest the middle among those shown during the
     row's interval (frame i is shown over [start_i, shown_until_i): `_shown_until`), or -1 when none is."""
     ok = np.fromiter((t in intact for t in ticks.tolist()), bool, len(ticks))
@@ -534,16 +557,15 @@ def _fallback_frames(index: np.ndarray, lost: np.ndarray, ticks: np.ndarray, sta
         if candidates.size == 0:
             out[row] = -1
             continue
-        mid = (lo + hi) / 2
-        distance_us = np.round(np.abs(starts[candidates] - mid) * 1e6)
-        out[row] = candidates[np.argmin(distance_us)]  # argmin takes the first: ties → earlier frame
+        out[row] = candidates[pick_frames(starts[candidates], intervals[row:row + 1], hz)[0]]
     return out
 
 
-def decode_frames(path: Path | str, clip: tuple[float, float | None] | None = None) -> Frames:
+def decode_frames(path: Path | str, clip: tuple[float, float | None] | None = None, track: Track = None) -> Frames:
     """One RGB picture per second of the video (see the module docstring for which); of the clip
-    [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (media/cut.py)."""
-    return decode_frames_segment(path, clip)[0]
+    [start_s, end_s) of the file, on the clip's own timeline, when `clip` is given (media/cut.py); of the video
+    stream `track` names (media/container.py `choose_stream`: by default the one ffmpeg shows)."""
+    return decode_frames_segment(path, clip, track=track)[0]
 
 
 def segment_rows(n_rows: int, frame_bytes: int, max_bytes: int | None) -> list[tuple[int, int]]:
@@ -570,7 +592,8 @@ def _pictures(path: Path, index: np.ndarray, intervals: np.ndarray, view: pictur
     if lost.any():  # damaged data: decode every frame to know which are intact, choose again among those
         pictures, intact, errors = _decode_pictures(path, wanted, view, False, timing, span)
         lost = chosen & np.array([i >= 0 and int(ticks[i]) not in pictures for i in index], bool)
-        index = _fallback_frames(index, lost, ticks, timing.starts, _shown_until(timing), intervals, intact)
+        index = _fallback_frames(index, lost, ticks, timing.starts, _shown_until(timing), intervals, intact,
+                                 exact_hz(timing.time_base, timing.starts, intervals))
         extra = set(ticks[index[index >= 0]].tolist()) - set(pictures)
         if extra:
             pictures.update(_decode_pictures(path, extra, view, True, timing, span)[0])
@@ -596,23 +619,45 @@ class RowPlan:
     played: np.ndarray
     segments: int
     span: tuple[int, int] | None  # (first PTS, last PTS) a segment of several decodes, None: the whole video
+    clip: tuple[float, float | None] | None = None
+    own_start: bool = True  # the first frame on this timeline is the stream's first (a clip may begin after it)
+
+    def unstarted(self) -> np.ndarray:
+        """Rows that end before the video's first frame starts (a stream that starts late: an empty edit,
+        `-itsoffset`): no picture is due there, so they are not missing data. In a clip that begins after the
+        stream's first frame, a row before the clip's first frame is no late start: it is missing as before."""
+        if not self.own_start:
+            return np.zeros(len(self.intervals), bool)
+        return np.round(self.intervals[:, 1] * 1e6) <= round(float(self.timing.starts[0]) * 1e6)
+
+    def notes(self, index: np.ndarray) -> dict[str, Any]:
+        """What `Frames` says besides its rows, given the frame each row took (-1: none): the seconds missing
+        (rows whose frame did not decode, a truncated tail), the late start, the shorter stream, the other
+        streams. A clip's own end is its cut's, not the file's; its late start (the clip's time of the stream's
+        first frame) is the file's."""
+        unstarted = self.unstarted()
+        late = bool(unstarted.any())
+        return {"missing_s": self.intervals[(index < 0) & ~unstarted],
+                "stream_start_s": round(float(self.timing.starts[0]), 6) if late else None,
+                "streams_end_s": None if self.clip else self.timing.others_end_s, "streams": self.timing.streams}
 
 
 def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
-              max_bytes: int | None = None, best_effort: bool = False) -> RowPlan:
+              max_bytes: int | None = None, best_effort: bool = False, track: Track = None) -> RowPlan:
     """Demuxing alone (and the first frame, for the orientation): the rows of segment `segment` and the frame
     each takes (the module docstring's rule); see `decode_frames_segment`."""
     path = existing(path, "video")
     with open_media(path) as container:  # its own pass: the orientation comes on the first decoded frame
-        view = picture.probe_view(container, _video_stream(container, path), path)
+        view = picture.probe_view(container, _video_stream(container, path, track), path)
     with open_media(path) as container:
-        stream = _video_stream(container, path)
+        stream = _video_stream(container, path, track)
         fps = float(stream.average_rate or stream.guessed_rate or 0)
         timing = _frame_times(container, stream, path)
         stream_index, codec = stream.index, stream.codec_context.codec.canonical_name
         pixel_format = stream.codec_context.format.name if stream.codec_context.format else None
     if best_effort or not timing.in_order:
         timing = _best_effort_timing(path, timing)
+    first_tick = int(timing.ticks[0])
     if clip is not None:
         timing = _timing_in_clip(timing, clip, path)
     all_intervals = fixed_rate_intervals(timing.duration_s, 1.0, slack_rows=1e-6)  # [k, min(k+1, D))
@@ -629,25 +674,25 @@ def plan_rows(path: Path | str, clip: tuple[float, float | None] | None = None, 
     index = np.full(len(intervals), -1)
     span = None
     if played.any():
-        index[played] = pick_frames(starts, intervals[played])
+        index[played] = pick_frames(starts, intervals[played], exact_hz(timing.time_base, starts, intervals))
         index = _within_rows(index, intervals, timing)
         if len(segments) > 1:  # from the frame shown at the segment's start (a fallback may use it) to its end
             first = max(0, int(np.searchsorted(starts, intervals[0, 0], side="right")) - 1)
             last = min(len(ticks) - 1, int(np.searchsorted(starts, intervals[-1, 1], side="left")))
             span = (int(ticks[first]), int(ticks[last]))
     return RowPlan(path, view, timing, fps, stream_index, codec, pixel_format, intervals, index, played,
-                   len(segments), span)
+                   len(segments), span, clip, int(timing.ticks[0]) == first_tick)
 
 
 def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | None = None, segment: int = 0,
                           max_bytes: int | None = None, best_effort: bool = False,
-                          plan: RowPlan | None = None) -> tuple[Frames, int]:
+                          plan: RowPlan | None = None, track: Track = None) -> tuple[Frames, int]:
     """(The rows of one segment of the video, the number of segments): rows are cut into segments of at most
     `max_bytes` of RGB pixels (`segment_rows`), so a long video never has all its frames in memory at once.
     Each segment's rows are those the whole video would give (same frame choice, same damaged-data rule
     within the segment); `intervals`, `pts_s` and `missing_s` are the segment's, `duration_s` the video's.
     `plan`: this segment's `plan_rows`, made already (media/nvdec.py decided the CPU path decodes it)."""
-    plan = plan or plan_rows(path, clip, segment, max_bytes, best_effort)
+    plan = plan or plan_rows(path, clip, segment, max_bytes, best_effort, track)
     path, view, timing, intervals, index = plan.path, plan.view, plan.timing, plan.intervals, plan.index
     errors: list[tuple[int, str]] = []
     pictures: dict[int, np.ndarray] = {}
@@ -656,21 +701,23 @@ def decode_frames_segment(path: Path | str, clip: tuple[float, float | None] | N
             index, pictures, errors = _pictures(path, index, intervals, view, timing, plan.span)
         except _NotInDisplayOrder as e:  # (a whole video always meets it; a segment may miss it: docs/design.md)
             log.info("%s: decoded timestamps are not display times (%s): ffmpeg's best-effort times instead", path, e)
-            return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True)
+            return decode_frames_segment(path, clip, segment, max_bytes, best_effort=True, track=plan.stream_index)
     keep = index >= 0
     if not keep.any() and plan.segments == 1:
         why = f": {errors[0][1]}" if errors else ""
         raise InputError(f"{path}: no frame could be decoded{why}")
-    damaged = intervals[~keep & plan.played]
+    damaged = intervals[~keep & plan.played & ~plan.unstarted()]
     if len(damaged):
         where = ", ".join(f"{a:g}-{b:g} s" for a, b in damaged[:5]) + (" …" if len(damaged) > 5 else "")
         log.warning("%s: damaged video data, %d of %d seconds have no decodable frame (%s)",
                     path, len(damaged), len(intervals), where)
+    notes = plan.notes(index)
+    if segment == 0 and notes["stream_start_s"] is not None:
+        log.info("%s: the video starts at %.2f s, after the file's other streams: a late start, not damage; the "
+                 "seconds before it have no rows", path, notes["stream_start_s"])
     ticks = timing.ticks
     pixels = (np.stack([pictures[int(ticks[i])] for i in index[keep]]) if keep.any()
               else np.zeros((0, *view.display_wh[::-1], 3), np.uint8))
     frames = Frames(pixels=pixels, intervals=intervals[keep], pts_s=timing.starts[index[keep]],
-                    source_fps=plan.fps, duration_s=timing.duration_s, missing_s=intervals[~keep],
-                    picture=view.attrs(),
-                    streams_end_s=None if clip else timing.others_end_s)  # a clip's own end is its cut's
+                    source_fps=plan.fps, duration_s=timing.duration_s, picture=view.attrs(), **notes)
     return frames, plan.segments

@@ -35,7 +35,7 @@ import numpy as np
 
 from extractors.base import Frames
 from media import decode
-from media.container import first_line
+from media.container import Track, first_line
 from rows import check_intervals
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ class DeviceFrames(Frames):
     def on_host(self) -> Frames:
         """The CPU path's value: pixels copied to host memory."""
         return Frames(self.pixels.cpu().numpy(), self.intervals, self.pts_s, self.source_fps, self.duration_s,
-                      self.missing_s, self.picture, streams_end_s=self.streams_end_s)
+                      self.missing_s, self.picture, streams_end_s=self.streams_end_s, streams=self.streams,
+                      stream_start_s=self.stream_start_s)
 
 
 def cpu_reason(plan: decode.RowPlan, device: str) -> str | None:
@@ -112,10 +113,10 @@ def cpu_reason(plan: decode.RowPlan, device: str) -> str | None:
 
 
 def decode_on_device(path: Path | str, clip: tuple[float, float | None] | None = None, device: str = "cuda",
-                     segment: int = 0, max_bytes: int | None = None) -> DeviceFrames:
+                     segment: int = 0, max_bytes: int | None = None, track: Track = None) -> DeviceFrames:
     """The rows `decode.decode_frames_segment` gives, their pictures decoded on `device` by torchcodec (NVDEC on
     CUDA). Raises CpuFallback when the CPU path must decode this file (see the module docstring)."""
-    plan = decode.plan_rows(path, clip, segment, max_bytes)
+    plan = decode.plan_rows(path, clip, segment, max_bytes, track=track)
     reason = cpu_reason(plan, device)
     if reason is not None:
         raise CpuFallback(plan.path, reason)
@@ -152,8 +153,7 @@ def decode_plan(plan: decode.RowPlan, clip: tuple[float, float | None] | None, d
                                      f"is {plan.view.display_wh[::-1]} (height, width)")
     timing = plan.timing
     return DeviceFrames(pixels.contiguous(), plan.intervals[keep], timing.starts[plan.index[keep]], plan.fps,
-                        timing.duration_s, plan.intervals[~keep], plan.view.attrs(),
-                        streams_end_s=None if clip else timing.others_end_s,  # a clip's own end is its cut's
+                        timing.duration_s, picture=plan.view.attrs(), **plan.notes(plan.index),
                         decoder=decoder_name(device))
 
 
@@ -212,19 +212,27 @@ class FramesPlan:
 
     @property
     def missing_s(self) -> np.ndarray:
-        return self.plan.intervals[self.plan.index < 0]
+        return self.plan.notes(self.plan.index)["missing_s"]
 
     @property
     def streams_end_s(self) -> float | None:
-        return None if self.clip else self.plan.timing.others_end_s
+        return self.plan.notes(self.plan.index)["streams_end_s"]
+
+    @property
+    def stream_start_s(self) -> float | None:
+        return self.plan.notes(self.plan.index)["stream_start_s"]
+
+    @property
+    def streams(self) -> dict[str, Any] | None:
+        return self.plan.timing.streams
 
 
 def plan_for_device(path: Path | str, clip: tuple[float, float | None] | None, device: str, item: str,
-                    readers: tuple[str, ...], segment: int = 0,
-                    max_bytes: int | None = None) -> tuple[FramesPlan | Frames, int, str | None]:
+                    readers: tuple[str, ...], segment: int = 0, max_bytes: int | None = None,
+                    track: Track = None) -> tuple[FramesPlan | Frames, int, str | None]:
     """The decode task's side of this path: (the plan, its segments, None) for a file `device` can decode as the
     CPU path does, else (the CPU path's frames, its segments, the reason). Demuxing once either way."""
-    plan = decode.plan_rows(path, clip, segment, max_bytes)
+    plan = decode.plan_rows(path, clip, segment, max_bytes, track=track)
     reason = cpu_reason(plan, device)
     if reason is None and not torchcodec_present():
         reason = "torchcodec is not installed"
@@ -256,11 +264,12 @@ def frames_of_plan(p: FramesPlan) -> tuple[DeviceFrames | Frames, str | None]:
 
 
 def frames_for_device(path: Path | str, clip: tuple[float, float | None] | None, device: str,
-                      segment: int = 0, max_bytes: int | None = None) -> tuple[DeviceFrames | Frames, str | None]:
+                      segment: int = 0, max_bytes: int | None = None,
+                      track: Track = None) -> tuple[DeviceFrames | Frames, str | None]:
     """(The frames, None) decoded on `device`, or (the CPU path's frames, the reason) where this path cannot
     show the file as the CPU path does: what a GPU actor that decodes its own input calls per file."""
     try:
-        return decode_on_device(path, clip, device, segment, max_bytes), None
+        return decode_on_device(path, clip, device, segment, max_bytes, track), None
     except CpuFallback as e:
         log.info("%s: frames decoded on the CPU: %s", path, e.reason)
-        return decode.decode_frames_segment(path, clip, segment, max_bytes)[0], e.reason
+        return decode.decode_frames_segment(path, clip, segment, max_bytes, track=track)[0], e.reason

@@ -16,6 +16,7 @@ from extractors.base import ExtractorConfig, get_extractor
 from manifests.records import MediaItem, QAItem
 from media import kinds as input_kinds
 from media import nvdec
+from media.kinds.base import Tracks
 from pipeline import stages
 from rows import FeatureRows
 
@@ -30,13 +31,15 @@ def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str,
 
 
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
-                segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None) -> list[Any]:
+                segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None,
+                tracks: Tracks | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
     (meta["segments"]["frames"]: how many), the others come from `decode_segment`. `on_device` (device, the
     features reading the frames): the scheduler sent this video's frames to the model actors' decoder
-    (media/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"])."""
+    (media/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"]). `tracks`: the
+    run's choice of streams (RunConfig.tracks)."""
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
@@ -44,9 +47,9 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
         try:
             k = input_kinds.of(kind, item)
             if k.segmented:
-                value, meta["segments"][kind] = _decode_frames(item, k, 0, segment_bytes, on_device, meta)
+                value, meta["segments"][kind] = _decode_frames(item, k, 0, segment_bytes, on_device, meta, tracks)
             else:
-                value = k.decode(item, k.span(item), questions, audio_rate_hz)
+                value = k.decode(item, k.span(item, tracks), questions, audio_rate_hz)
             _describe(meta, kind, value)
         except Exception as e:  # recorded per (item, kind); the run goes on
             value = None
@@ -59,13 +62,13 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
 
 
 def decode_segment(item: MediaItem, segment: int, segment_bytes: int,
-                   on_device: tuple[str, tuple[str, ...]] | None = None) -> list[Any]:
+                   on_device: tuple[str, tuple[str, ...]] | None = None, tracks: Tracks | None = None) -> list[Any]:
     """[meta, Frames] of one later segment of a long video (see `decode_item`)."""
     meta = _new_meta(item)
     t0, started = time.perf_counter(), stages.clock()
     value = None
     try:
-        value, _ = _decode_frames(item, input_kinds.FRAMES, segment, segment_bytes, on_device, meta)
+        value, _ = _decode_frames(item, input_kinds.FRAMES, segment, segment_bytes, on_device, meta, tracks)
         _describe(meta, "frames", value)
     except Exception as e:
         meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
@@ -77,20 +80,20 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int,
 
 def _new_meta(item: MediaItem) -> dict[str, Any]:
     return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
-            "missing": {}, "shorter": {}, "segments": {}, "cpu_reason": {}, "node": node_id(), "calls": []}
+            "missing": {}, "shorter": {}, "late": {}, "streams": {}, "segments": {}, "cpu_reason": {}, "node": node_id(), "calls": []}
 
 
 def _decode_frames(item: MediaItem, kind: input_kinds.Kind, segment: int, segment_bytes: int | None,
                    on_device: tuple[str, tuple[str, ...]] | None = None,
-                   meta: dict[str, Any] | None = None) -> tuple[Any, int]:
+                   meta: dict[str, Any] | None = None, tracks: Tracks | None = None) -> tuple[Any, int]:
     """One segment of a video's frames by the CPU path, or (`on_device`: the device and the features that will
     read them) its plan for the model actors to decode on their device, where the file allows (media/nvdec.py)."""
-    span = kind.span(item)
+    span = kind.span(item, tracks)
     if on_device is None:
         return kind.decode_segment(span, segment, segment_bytes)
     device, readers = on_device
     value, segments, reason = nvdec.plan_for_device(span.recording, span.clip, device, item.id, readers, segment,
-                                                    segment_bytes)
+                                                    segment_bytes, span.track)
     if meta is not None:
         meta["on_device"] = reason is None  # a plan: the model actors decode it
         if reason is not None:  # the run report's per-file note
@@ -106,6 +109,10 @@ def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
         meta["missing"][kind] = np.round(value.missing_s, 6).tolist()
     if getattr(value, "streams_end_s", None) is not None:  # a shorter stream: its own end, and the file's
         meta["shorter"][kind] = round(float(value.streams_end_s), 6)
+    if getattr(value, "stream_start_s", None) is not None:  # a late start: its own start, not damage
+        meta["late"][kind] = round(float(value.stream_start_s), 6)
+    if getattr(value, "streams", None) is not None:  # one of several streams of its kind: which, and the others
+        meta["streams"][kind] = value.streams
 
 
 def node_id() -> str | None:

@@ -52,6 +52,10 @@ class RunConfig(BaseModel):
     folds: Path | None = None  # Social-IQ 1.0: the SDK's std-folds file
     features: dict[str, ExtractorConfig]
     audio_rate_hz: int = 16000
+    # which stream of a file with several of a kind is decoded: "video" or "audio" -> the stream's index in the
+    # file, or a language code as the container tags it ("eng"); unset: the one ffmpeg plays (the default-flagged,
+    # then the best: media/container.py `choose_stream`). A file without the named stream fails with its streams
+    tracks: dict[Literal["video", "audio"], int | str] = Field(default_factory=dict)
     frames_per_batch: int = Field(256, ge=1)  # frames gathered across videos before one model call
     items_per_batch: int = Field(8, ge=1)  # items gathered for non-frame features
     # decoded items (or segments) alive at once; None: no count, the scheduler decodes ahead of the models only as

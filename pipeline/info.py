@@ -52,6 +52,7 @@ class FeatureInfo:
     # items whose stream ends before the file's other streams (by design, not damage): item, duration_s,
     # streams_end_s
     shorter: list[dict[str, Any]] = field(default_factory=list)
+    late: list[dict[str, Any]] = field(default_factory=list)  # items whose video starts late: item, stream_start_s
 
 
 @dataclass
@@ -133,6 +134,8 @@ class StoreInfo:
                 own = f"{x['duration_s']:g}" if x["duration_s"] is not None else "?"
                 lines.append(f"  shorter stream {f.name}/{x['item']}: ends at {own} s, the file's other streams at "
                              f"{x['streams_end_s']:g} s (not damage)")
+            for x in f.late:
+                lines.append(f"  late start {f.name}/{x['item']}: starts at {x['stream_start_s']:g} s (not damage)")
             for x in f.filtered:
                 lines.append(f"  FILTERED {f.name}/{x['item']}: {x['reason']}")
             for x in f.stale:
@@ -220,7 +223,7 @@ def _wanted_fingerprints(store: Store, config_ref: str) -> dict[str, tuple[str, 
         for item in media:
             qs = questions.get(item.id, [])
             if kinds.applicable(item, kind, qs):
-                source = kinds.identity(item, kind, qs, config.audio_rate_hz)
+                source = kinds.identity(item, kind, qs, config.audio_rate_hz, config.tracks)
                 fps[item.id] = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
         out[spec.name] = (spec.spec_hash, fps)
     return out
@@ -262,6 +265,8 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
             info.partial.append({k: v for k, v in partial.items() if k != "feature"})
         if attrs.get("streams_end_s") is not None:
             info.shorter.append({"item": e.item, "duration_s": e.duration_s, "streams_end_s": attrs["streams_end_s"]})
+        if attrs.get("stream_start_s") is not None:
+            info.late.append({"item": e.item, "stream_start_s": attrs["stream_start_s"]})
     info.failed = _failed(runs, name, set(state.entries) - {d["item"] for d in info.damaged})
     return info
 

@@ -33,6 +33,12 @@ class RunReport:
     # pairs committed from a stream that ends before the file's other streams (video 8 s over 11 s of audio): by
     # design, not damage; feature, item, file, stream, duration_s (the stream's own end), streams_end_s
     shorter: list[dict[str, Any]] = field(default_factory=list)
+    # pairs committed from a video that starts after the file's other streams (an empty edit, -itsoffset): not
+    # damage, its rows start with it; feature, item, file, stream, stream_start_s
+    late: list[dict[str, Any]] = field(default_factory=list)
+    # files with more than one stream of a kind, once per (item, stream): item, file, stream, index (the one
+    # decoded: ffmpeg's choice or the config's `tracks`), others (index, codec, size or channels, language, default)
+    streams: list[dict[str, Any]] = field(default_factory=list)
     not_saved: str | None = None  # why <store>/_runs/<run id>.json could not be written (disk full, …)
     store_error: str | None = None  # the store could not be written (disk full): the run stopped there
     stopped: dict[str, Any] | None = None  # a signal stopped the run: signal, signum, during, not_computed
@@ -96,6 +102,8 @@ class RunReport:
             lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
         lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
         lines += [shorter_line(s) for s in self.shorter]
+        lines += [late_line(s) for s in self.late]
+        lines += [streams_line(s) for s in self.streams]
         for feat, items in self.filtered.items():
             for item, why in sorted(items.items()):
                 lines.append(f"  FILTERED {feat}/{item}: {why}")
@@ -149,6 +157,32 @@ def kills_lines(kills: dict[str, int], run_id: str) -> list[str]:
     hint = "; less at once (`max_inflight_bytes`, fewer actors) or more memory" if oom else ""
     return [f"  WORKERS KILLED by Ray: {' and '.join(w for w in why if w)}; their tasks were retried (a pair whose "
             f"retries ran out is FAILED below){hint}; Ray's messages: _runs/{run_id}.ray.log"]
+
+
+def late_record(feature: str, item: str, file: str | None, kind: str, stream_start_s: float) -> dict[str, Any]:
+    return {"feature": feature, "item": item, "file": file, "stream": STREAMS.get(kind, kind),
+            "stream_start_s": stream_start_s}
+
+
+def late_line(s: dict[str, Any]) -> str:
+    """A note: the pair's stream starts after the file's origin; the seconds before it have no rows, not damage."""
+    return (f"  late start {s['feature']}/{s['item']} {s['file'] or ''}: the {s['stream']} starts at "
+            f"{s['stream_start_s']:.2f} s (not damage: no rows before it)")
+
+
+def streams_record(item: str, file: str | None, kind: str, note: dict[str, Any]) -> dict[str, Any]:
+    return {"item": item, "file": file, "stream": STREAMS.get(kind, kind), "index": note["index"],
+            "others": note["others"]}
+
+
+def streams_line(s: dict[str, Any]) -> str:
+    """Which of a file's several streams of a kind the rows are of, and the others it has."""
+    def other(o: dict[str, Any]) -> str:
+        what = "x".join(map(str, o["size"])) if "size" in o else f"{o.get('channels')} ch"
+        return f"#{o['index']} {o['codec']} {what}" + (f" {o['language']}" if "language" in o else "") \
+            + (" default" if o.get("default") else "")
+    return (f"  streams {s['item']} {s['file'] or ''}: {s['stream']} stream #{s['index']} decoded; also in the file: "
+            + ", ".join(other(o) for o in s["others"]) + " (RunConfig.tracks chooses another)")
 
 
 def decoder_lines(decoders: dict[str, dict[str, int]], cpu_decoded: list[dict[str, Any]]) -> list[str]:

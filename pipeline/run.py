@@ -171,7 +171,7 @@ def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem,
     absolute recomputes nothing. Frames a device decoder made (the identity names it, `Runner.commit`) are as
     current as the CPU path's for a run that may decode them so; under `frames_decoder = "cpu"` only the CPU
     path's are."""
-    source = kind.identity(item, questions, config.audio_rate_hz)
+    source = kind.identity(item, questions, config.audio_rate_hz, config.tracks)
     fp = fingerprint(spec.spec_hash, source)
     if kind.name == "frames" and config.frames_decoder != "cpu":  # (a still image's kind is "still")
         stored = writer.index(spec.name).entries.get(item.id)

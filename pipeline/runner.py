@@ -21,7 +21,7 @@ from pipeline import actors, cluster, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
-from pipeline.report import RunReport, shorter_record
+from pipeline.report import RunReport, late_record, shorter_record, streams_record
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
 from store import layout
 from store.partial import partial_record
@@ -235,12 +235,12 @@ class Runner:
                 self.sched.decoded(job.item, job.segment, {}, {})
                 return
             ref, frames = self.segment_task.options(num_returns=2, **opts).remote(
-                item, job.segment, config.batch_bytes, self.on_device(job))
+                item, job.segment, config.batch_bytes, self.on_device(job), config.tracks)
             self.decoding[ref] = (job, [frames])
             return
         refs = self.decode_task.options(num_returns=1 + len(job.kinds), **opts).remote(
             item, list(job.kinds), self.questions.get(job.item, []), config.audio_rate_hz, config.batch_bytes,
-            self.on_device(job))
+            self.on_device(job), config.tracks)
         self.decoding[refs[0]] = (job, refs[1:])
         for feat in self.todo[job.item]:
             self.pairs[feat, job.item] = _Pair()
@@ -443,18 +443,25 @@ class Runner:
             attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
         file = _str(input_kinds.source(item, spec.extractor.input_kind))
         partial = partial_record(feat, item.id, {**attrs, "source": {"path": file}}, attrs["duration_s"])
-        shorter = None
-        if spec.extractor.input_kind in meta.get("shorter", {}):  # by design, not damage: a note, not PARTIAL
-            attrs["streams_end_s"] = meta["shorter"][spec.extractor.input_kind]
-            shorter = shorter_record(feat, item.id, file, spec.extractor.input_kind, attrs["duration_s"],
-                                     attrs["streams_end_s"])
-        self.pending[feat, item.id] = (secs, partial, shorter)
+        kind = spec.extractor.input_kind
+        notes = []
+        if kind in meta.get("shorter", {}):  # by design, not damage: a note, not PARTIAL
+            attrs["streams_end_s"] = meta["shorter"][kind]
+            notes.append(("shorter", shorter_record(feat, item.id, file, kind, attrs["duration_s"],
+                                                    attrs["streams_end_s"])))
+        if kind in meta.get("late", {}):  # a late start: a note, not PARTIAL
+            attrs["stream_start_s"] = meta["late"][kind]
+            notes.append(("late", late_record(feat, item.id, file, kind, attrs["stream_start_s"])))
+        if kind in meta.get("streams", {}):  # one of several streams: said once per (item, stream) in the report
+            attrs["streams"] = meta["streams"][kind]
+            notes.append(("streams", streams_record(item.id, file, kind, attrs["streams"])))
+        self.pending[feat, item.id] = (secs, partial, notes)
         self.committer.put(feat, item.id, rows, attrs)
 
     def committed(self, outcomes: list[Any]) -> int:
         """Count the pairs whose batch is in the store (done, partial) or failed to get there; how many."""
         for o in outcomes:
-            secs, partial, shorter = self.pending.pop((o.feature, o.item), (0.0, None, None))
+            secs, partial, notes = self.pending.pop((o.feature, o.item), (0.0, None, []))
             self.stages.add(o.record)
             if o.error is not None:
                 self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
@@ -464,8 +471,10 @@ class Runner:
             self.progress.stored()
             if partial is not None:
                 self.report.partial.append(partial)
-            if shorter is not None:
-                self.report.shorter.append(shorter)
+            for what, note in notes:
+                listed = getattr(self.report, what)
+                if what != "streams" or note not in listed:  # (several features read one stream)
+                    listed.append(note)
             self.report.model_seconds[o.feature] = self.report.model_seconds.get(o.feature, 0.0) + secs
         if self.committer.store_error is not None and self.report.store_error is None:
             self.report.store_error = str(self.committer.store_error)

@@ -103,3 +103,27 @@ def test_a_clip_cut_from_a_longer_file_is_a_span_of_it_and_an_image_is_a_still(i
     assert [kinds.KINDS[k].unit for k in KINDS] == ["frames", "audio_s", "words", "questions", "texts", "texts"]
     with pytest.raises(ValueError, match="unknown input kind 'video'"):
         kinds.of("video", whole)
+
+
+def test_the_decode_identity_names_the_stream_only_for_files_with_several(tmp_path: Path) -> None:
+    """A file with one stream of a kind keeps the identity stores were written with; one with several names the
+    stream decoded (ffmpeg's choice, or the run's `tracks`), so choosing another recomputes its rows."""
+    import subprocess
+
+    def make(name: str, *args: str) -> Path:
+        path = tmp_path / name
+        subprocess.run(["ffmpeg", "-loglevel", "error", "-y", *args, "-c:v", "libx264", "-c:a", "aac", str(path)],
+                       check=True)
+        return path
+
+    src = ["-f", "lavfi", "-i", "testsrc2=s=64x48:r=5:d=1", "-f", "lavfi", "-i", "sine=d=1"]
+    one = make("one.mp4", *src)
+    two = make("two.mp4", *src, "-f", "lavfi", "-i", "sine=f=880:d=1", "-map", "0", "-map", "1", "-map", "2",
+               "-disposition:a:0", "0", "-disposition:a:1", "default")
+    for path, audio in ((one, {}), (two, {"stream": 2})):
+        item = MediaItem(id=path.stem, dataset="d", video=path)
+        assert "stream" not in identity(item, "frames", [], 16000)
+        assert {k: v for k, v in identity(item, "audio", [], 16000).items() if k == "stream"} == audio
+    item = MediaItem(id="two", dataset="d", video=two)
+    assert identity(item, "audio", [], 16000, {"audio": 1})["stream"] == 1
+    assert "stream" not in identity(item, "frames", [], 16000, {"audio": 1})

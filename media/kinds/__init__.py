@@ -20,7 +20,7 @@ from typing import Any
 
 from manifests.records import MediaItem, QAItem
 from media.kinds.audio import AUDIO
-from media.kinds.base import Kind, Span
+from media.kinds.base import Kind, Span, Tracks
 from media.kinds.frames import FRAMES
 from media.kinds.qa import QA
 from media.kinds.still import STILL
@@ -48,12 +48,14 @@ def applicable(item: MediaItem, name: str, questions: list[QAItem]) -> bool:
     return of(name, item).applicable(item, questions)
 
 
-def identity(item: MediaItem, name: str, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+def identity(item: MediaItem, name: str, questions: list[QAItem], audio_rate_hz: int,
+             tracks: Tracks | None = None) -> dict[str, Any]:
     """The declared identity of what the input is decoded from: it enters the fingerprint."""
-    return of(name, item).identity(item, questions, audio_rate_hz)
+    return of(name, item).identity(item, questions, audio_rate_hz, tracks)
 
 
-def decode(item: MediaItem, name: str, questions: list[QAItem] | None = None, audio_rate_hz: int = 16000) -> Any:
-    """The item's whole input of kind `name`, decoded from its span."""
+def decode(item: MediaItem, name: str, questions: list[QAItem] | None = None, audio_rate_hz: int = 16000,
+           tracks: Tracks | None = None) -> Any:
+    """The item's whole input of kind `name`, decoded from its span (of the streams `tracks` chooses)."""
     kind = of(name, item)
-    return kind.decode(item, kind.span(item), questions or [], audio_rate_hz)
+    return kind.decode(item, kind.span(item, tracks), questions or [], audio_rate_hz)

@@ -4,11 +4,13 @@ through the table in `media/kinds/__init__.py`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from manifests.records import MediaItem, QAItem
+from media.container import Track, chosen_of_several
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,10 @@ class Span:
 
     recording: Path | None
     clip: tuple[float, float | None] | None = None
+    track: Track = None  # which stream of its kind (media/container.py `choose_stream`): None, the one ffmpeg plays
+
+
+Tracks = Mapping[str, int | str]  # the run's track choices (RunConfig.tracks): "video"/"audio" -> index or language
 
 
 class Kind:
@@ -35,6 +41,7 @@ class Kind:
     item_units: ClassVar[int] = 1
     # a long input is decoded in segments of at most `batch_bytes` (`decode_segment`), each its own model call
     segmented: ClassVar[bool] = False
+    stream: ClassVar[str | None] = None  # the kind of media stream it is decoded from ("video", "audio"), if any
 
     def of(self, item: MediaItem) -> Kind:
         """The kind as this item has it (a still image's frames are its one picture: media/kinds/still.py)."""
@@ -44,18 +51,21 @@ class Kind:
         """The file the item's input of this kind is read from; None: the item has none (or it is in the manifest)."""
         raise NotImplementedError
 
-    def span(self, item: MediaItem) -> Span:
-        """The recording and the part of it the item is: the one place a clip cut from a longer file is told apart."""
-        return Span(self.source(item), (item.clip_start_s, item.clip_end_s) if item.cut_from_source else None)
+    def span(self, item: MediaItem, tracks: Tracks | None = None) -> Span:
+        """The recording and the part of it the item is: the one place a clip cut from a longer file is told apart;
+        with the stream of it the run chose (`tracks`), for kinds read from a media stream."""
+        track = (tracks or {}).get(self.stream) if self.stream else None
+        return Span(self.source(item), (item.clip_start_s, item.clip_end_s) if item.cut_from_source else None, track)
 
     def applicable(self, item: MediaItem, questions: list[QAItem]) -> bool:
         """Whether the item has an input of this kind (else its features are n/a for it)."""
         return self.source(item) is not None
 
-    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
+                 tracks: Tracks | None = None) -> dict[str, Any]:
         """The declared identity of what the input is decoded from: it enters the fingerprint, so a store computed
         before recomputes nothing as long as it stays the same (tests/test_kinds.py pins it for every kind)."""
-        return recording_identity(self.span(item))
+        return recording_identity(self.span(item, tracks))
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Any:
         """The item's whole decoded input (extractors/base.py's input types) from `span`."""
@@ -73,6 +83,13 @@ def recording_identity(span: Span) -> dict[str, Any]:
         st = span.recording.stat()
         ident.update(name=span.recording.name, size=st.st_size, mtime_ns=st.st_mtime_ns)
     return ident
+
+
+def stream_identity(span: Span, kind: str) -> dict[str, Any]:
+    """Which stream of a file with several of `kind` is decoded (its index); nothing for a file with one, whose
+    identity stays what stores were written with."""
+    index = chosen_of_several(span.recording, kind, span.track)
+    return {} if index is None else {"stream": index}
 
 
 def cut_identity(span: Span) -> dict[str, Any]:

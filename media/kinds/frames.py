@@ -10,7 +10,7 @@ from typing import Any
 from extractors.base import Frames
 from manifests.records import MediaItem, QAItem
 from media import decode, picture
-from media.kinds.base import Kind, Span, cut_identity, recording_identity
+from media.kinds.base import Kind, Span, Tracks, cut_identity, recording_identity, stream_identity
 from media.kinds.still import STILL
 
 
@@ -20,6 +20,7 @@ class VideoFrames(Kind):
     batch_unit = "frames"
     item_units = 60
     segmented = True
+    stream = "video"
 
     def of(self, item: MediaItem) -> Kind:
         return STILL if item.image is not None else self
@@ -27,17 +28,18 @@ class VideoFrames(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.video
 
-    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
-        span = self.span(item)
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
+                 tracks: Tracks | None = None) -> dict[str, Any]:
+        span = self.span(item, tracks)
         # the pictures as displayed and their record (media/picture.py)
         return {**recording_identity(span), "decode": decode.DECODE_VERSION, "picture": picture.PICTURE_VERSION,
-                **cut_identity(span)}
+                **cut_identity(span), **stream_identity(span, "video")}
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Frames:
-        return decode.decode_frames(span.recording, span.clip)
+        return decode.decode_frames(span.recording, span.clip, span.track)
 
     def decode_segment(self, span: Span, segment: int, segment_bytes: int | None) -> tuple[Frames, int]:
-        return decode.decode_frames_segment(span.recording, span.clip, segment, segment_bytes)
+        return decode.decode_frames_segment(span.recording, span.clip, segment, segment_bytes, track=span.track)
 
 
 FRAMES = VideoFrames()

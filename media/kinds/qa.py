@@ -9,7 +9,7 @@ from typing import Any
 from extractors.base import QAText
 from manifests.records import MediaItem, QAItem
 from media.container import InputError
-from media.kinds.base import Kind, Span
+from media.kinds.base import Kind, Span, Tracks
 from rows.identity import sha256_of
 
 
@@ -23,7 +23,8 @@ class Questions(Kind):
     def applicable(self, item: MediaItem, questions: list[QAItem]) -> bool:
         return bool(questions)
 
-    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
+                 tracks: Tracks | None = None) -> dict[str, Any]:
         # the records themselves, but not the split: moving a question between splits changes no embedding
         return {"qa": sha256_of([q.model_dump(mode="json", exclude={"split"}) for q in questions])}
 

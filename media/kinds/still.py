@@ -9,7 +9,7 @@ from typing import Any
 from extractors.base import Still
 from manifests.records import MediaItem, QAItem
 from media import inputs, picture
-from media.kinds.base import Kind, Span, recording_identity
+from media.kinds.base import Kind, Span, Tracks, recording_identity
 
 
 class StillImage(Kind):
@@ -20,7 +20,8 @@ class StillImage(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.image
 
-    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
+                 tracks: Tracks | None = None) -> dict[str, Any]:
         return {**recording_identity(self.span(item)), "decode": f"image-{inputs.IMAGE_DECODE_VERSION}",
                 "picture": picture.PICTURE_VERSION}
 

@@ -10,7 +10,7 @@ from typing import Any
 from extractors.base import Texts
 from manifests.records import MediaItem, QAItem
 from media import inputs
-from media.kinds.base import Kind, Span
+from media.kinds.base import Kind, Span, Tracks
 from rows.identity import sha256_of
 
 
@@ -24,7 +24,8 @@ class ItemTexts(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.annotations
 
-    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
+                 tracks: Tracks | None = None) -> dict[str, Any]:
         return {"path": str(item.annotations), self.name: sha256_of(self.made_from(item))}
 
 

@@ -14,7 +14,7 @@ from extractors.base import Words
 from manifests.records import MediaItem, QAItem
 from media.captions import parse_captions
 from media.container import existing
-from media.kinds.base import Kind, Span, recording_identity
+from media.kinds.base import Kind, Span, Tracks, recording_identity
 
 
 class Transcript(Kind):
@@ -24,7 +24,8 @@ class Transcript(Kind):
     def source(self, item: MediaItem) -> Path | None:
         return item.transcript
 
-    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int) -> dict[str, Any]:
+    def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
+                 tracks: Tracks | None = None) -> dict[str, Any]:
         return {**recording_identity(self.span(item)), "clip": [item.clip_start_s, item.clip_end_s]}
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Words:
