@@ -27,7 +27,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from manifests import jsonfile
 from manifests.jsonfile import QAFileError, json_rows
+from manifests.limits import InputTooLarge
 from manifests.questions import unique_questions
 from manifests.records import (
     SPLIT_NAMES,
@@ -84,8 +86,8 @@ def _parse_ts(ts: str) -> tuple[float, float]:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return jsonfile.loads(jsonfile.read_json_text(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, InputTooLarge) as e:
         raise ValueError(f"{path}: not readable JSON ({e})") from e
 
 

@@ -1,0 +1,63 @@
+"""What one input file may cost before it is refused: bytes read, JSON nesting, caption cues.
+
+A hostile or broken file (2 KB of `[` nested 1,000 deep, a caption file of a million cues, /dev/zero) must fail
+alone with one clear line, in bounded time and memory, never end the run or grow a worker without end. The
+limits are the run config's `[limits]` table (README, "Input limits"); the run sets them once where it reads its
+manifests (pipeline/sources.py) and where a worker decodes an item (pipeline/actors.py), so the readers deep in
+manifests/ and media/ take them from `current()` rather than from every signature on the way down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class InputLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # a QA or annotation JSON file: the releases' largest (SocialIQA train.jsonl) is 12 MB, nested 3 deep
+    json_max_bytes: int = Field(512 * 2**20, ge=1)
+    json_max_depth: int = Field(64, ge=2)
+    # a caption file: an hour of speech is ~1,000 cues and ~60 KB; a feature film's subtitles ~2,000 cues
+    caption_max_bytes: int = Field(16 * 2**20, ge=1)
+    caption_max_cues: int = Field(100_000, ge=1)
+
+
+class InputTooLarge(ValueError):
+    """An input over one of the limits; the message names the file, the measure and the limit."""
+
+
+_DEFAULT = InputLimits()
+_CURRENT: ContextVar[InputLimits | None] = ContextVar("input_limits", default=None)
+
+
+def current() -> InputLimits:
+    return _CURRENT.get() or _DEFAULT
+
+
+@contextlib.contextmanager
+def applied(limits: InputLimits) -> Iterator[None]:
+    token = _CURRENT.set(limits)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def read_bounded(path: Path, max_bytes: int, what: str, setting: str) -> bytes:
+    """The file's bytes, reading at most max_bytes + 1: a file over the limit, /dev/zero or a FIFO that never
+    ends is refused after that many bytes, not read until memory runs out. Only regular files are read: a FIFO
+    would block the run until someone writes to it."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise InputTooLarge(f"{path}: not a regular file (a device, FIFO or socket); a {what} must be a file")
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputTooLarge(f"{path}: {what} over {max_bytes:,} bytes (limits.{setting} in the run config)")
+    return data
