@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from extractors.base import ExtractorConfig, get_extractor
+from manifests import limits
+from manifests.limits import InputLimits
 from manifests.records import MediaItem, QAItem
 from media import kinds as input_kinds
 from media import nvdec
@@ -30,13 +32,20 @@ def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str,
 
 
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
-                segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None) -> list[Any]:
+                segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None,
+                input_limits: InputLimits | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
     (meta["segments"]["frames"]: how many), the others come from `decode_segment`. `on_device` (device, the
     features reading the frames): the scheduler sent this video's frames to the model actors' decoder
     (media/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"])."""
+    with limits.applied(input_limits or limits.current()):  # the run's, in this worker (manifests/limits.py)
+        return _decode_kinds(item, kinds, questions, audio_rate_hz, segment_bytes, on_device)
+
+
+def _decode_kinds(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
+                  segment_bytes: int | None, on_device: tuple[str, tuple[str, ...]] | None) -> list[Any]:
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:

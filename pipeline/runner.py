@@ -231,7 +231,7 @@ class Runner:
             return
         refs = self.decode_task.options(num_returns=1 + len(job.kinds), **opts).remote(
             item, list(job.kinds), self.questions.get(job.item, []), config.audio_rate_hz, config.batch_bytes,
-            self.on_device(job))
+            self.on_device(job), config.limits)
         self.decoding[refs[0]] = (job, refs[1:])
         for feat in self.todo[job.item]:
             self.pairs[feat, job.item] = _Pair()

@@ -121,3 +121,66 @@ def test_a_deep_qa_file_fails_the_qa_feature_and_the_run_exits_3(tiny_root: Path
     assert report.exit_code == exitcodes.FAILURES
     [line] = [x for x in report.summary().splitlines() if "FAILED" in x]
     assert line.startswith("  FAILED qa/qa_train.json [manifest]") and "levels deep" in line
+
+
+def _cues(n: int, text: str = "word") -> str:
+    return "WEBVTT\n\n" + "".join(f"{k // 3600:02d}:{k // 60 % 60:02d}:{k % 60:02d}.000 --> "
+                                  f"{k // 3600:02d}:{k // 60 % 60:02d}:{k % 60:02d}.500\n{text}\n\n" for k in range(n))
+
+
+def test_a_caption_file_of_too_many_cues_fails_before_its_cues_are_built(tmp_path: Path) -> None:
+    from media.captions import parse_captions
+
+    path = tmp_path / "many.vtt"
+    path.write_text(_cues(InputLimits().caption_max_cues + 1, "w"))  # 3 MB, under the byte limit
+    t0 = time.perf_counter()
+    with pytest.raises(limits.InputTooLarge, match=rf"{path}: over 100,000 cues .*limits.caption_max_cues"):
+        parse_captions(path)
+    assert time.perf_counter() - t0 < 2  # refused on a count, not after parsing 100,001 cues
+    path.write_text(_cues(50))
+    assert len(parse_captions(path).words) == 50
+    with limits.applied(InputLimits(caption_max_cues=49)), pytest.raises(limits.InputTooLarge, match="over 49 cues"):
+        parse_captions(path)
+
+
+def test_a_caption_file_over_the_byte_limit_is_read_no_further(tmp_path: Path) -> None:
+    """The issue's file: a million cues, 36 MB; refused after 16 MiB read, not parsed for minutes."""
+    from media.captions import parse_captions
+
+    path = tmp_path / "huge.srt"
+    cue = "1\n00:00:01,000 --> 00:00:01,500\nword\n\n"
+    path.write_text(cue * (36 * 2**20 // len(cue)))
+    t0 = time.perf_counter()
+    with pytest.raises(limits.InputTooLarge, match=rf"{path}: caption file over 16,777,216 bytes"):
+        parse_captions(path)
+    assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
+def test_a_device_or_fifo_as_a_caption_file_fails_without_blocking(tmp_path: Path, kind: str) -> None:
+    from media.captions import parse_captions
+
+    path = tmp_path / "cap.vtt"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(kind)
+    with pytest.raises(limits.InputTooLarge, match=rf"{path}: not a regular file"):
+        parse_captions(path)
+
+
+def test_the_run_limits_reach_the_decode_worker_and_fail_that_pair_alone(tmp_path: Path) -> None:
+    """decode_item (the Ray decode task) applies the limits the driver sends: the transcript fails with the
+    file and the limit named, and the item's other kinds are decoded as before."""
+    from manifests.records import MediaItem
+    from pipeline.actors import decode_item
+
+    path = tmp_path / "cap.vtt"
+    path.write_text(_cues(5))
+    item = MediaItem(id="x", dataset="d", transcript=path, caption="a caption")
+    meta, words = decode_item(item, ["transcript"], [], 16000)
+    assert len(words.words) == 5 and meta["failures"] == {}
+    meta, words = decode_item(item, ["transcript"], [], 16000, input_limits=InputLimits(caption_max_cues=4))
+    failure = meta["failures"]["transcript"]
+    assert words is None and failure["file"] == str(path) and failure["stage"] == "decode:transcript"
+    assert "InputTooLarge" in failure["error"] and "over 4 cues" in failure["error"]
