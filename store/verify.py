@@ -38,7 +38,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.damaged and not self.metadata
+        return not self.damaged and not self.metadata and not any(r.damage for r in [*self.rebuilt, *self.adopted])
 
     def summary(self) -> str:
         lines = [f"verify {self.store}: {len(self.checks)} item(s) in {self.seconds:.2f} s",
