@@ -10,6 +10,8 @@ manifests/ and media/ take them from `current()` rather than from every signatur
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -49,13 +51,33 @@ def applied(limits: InputLimits) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+def not_a_file(path: Path) -> str | None:
+    """Why `path` is not a regular file one can read to its end, in words; None when it is one. A link is
+    judged by what it points to (a link to /dev/zero is a device, not a missing file)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "broken symbolic link: its target does not exist" if path.is_symlink() else "does not exist"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a file")
+    target = f" (a symbolic link to {os.path.realpath(path)})" if path.is_symlink() else ""
+    return f"not a regular file: {kind}{target}"
+
+
 def read_bounded(path: Path, max_bytes: int, what: str, setting: str) -> bytes:
     """The file's bytes, reading at most max_bytes + 1: a file over the limit, /dev/zero or a FIFO that never
     ends is refused after that many bytes, not read until memory runs out. Only regular files are read: a FIFO
     would block the run until someone writes to it."""
     path = Path(path)
-    if path.exists() and not path.is_file():
-        raise InputTooLarge(f"{path}: not a regular file (a device, FIFO or socket); a {what} must be a file")
+    why = not_a_file(path)
+    if why is not None and why != "does not exist":  # a missing file: open's own FileNotFoundError
+        raise InputTooLarge(f"{path}: {why}; a {what} must be a file")
     with open(path, "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:

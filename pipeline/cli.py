@@ -325,6 +325,7 @@ def quiet_ray() -> None:
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
+    from store.integrity import DamagedMetadata
     from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
@@ -335,6 +336,9 @@ def _run(args: argparse.Namespace) -> int:
     except StoreError as e:
         log.error("%s", e)
         return exitcodes.STORE
+    except DamagedMetadata as e:  # a store's own file damaged: not a bad argument (README, "Exit codes")
+        log.error("%s", e)
+        return exitcodes.DAMAGED
     except (FileNotFoundError, ValueError) as e:
         log.error("%s", e)
         return exitcodes.BAD_INPUT

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from manifests.records import one_line
 from pipeline import cluster, exitcodes
 from pipeline.sources import manifest_summary
 from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
@@ -116,7 +117,7 @@ class RunReport:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
-        return "\n".join(lines)
+        return "\n".join(map(one_line, lines))
 
 
 STREAMS = {"frames": "video", "audio": "audio"}  # input kind -> the stream of the file it is decoded from

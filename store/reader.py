@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import os
+import re
 import time
 import weakref
 from collections.abc import Callable, Container
@@ -22,7 +23,7 @@ import zarr
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, integrity, layout, parts
 from store.index import Index, attrs_of
-from store.integrity import DamagedItem, DamagedPart, ItemCheck, damaged_item
+from store.integrity import DamagedItem, DamagedMetadata, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,21 @@ def _lease(path: Path) -> int | None:
             return fd
         os.close(fd)
     raise OSError(f"{path}: could not open the current index log (it kept being replaced)")
+
+
+def _first_error(e: BaseException) -> str:
+    """One line of a manifest's read error: the file's line and the first field that failed, not pydantic's
+    four-line report."""
+    cause = e.__cause__ if e.__cause__ is not None else e
+    at = re.match(r".*?:(\d+): ", str(e))  # records.read_jsonl's "<file>:<line>: …"
+    line = at.group(1) if at else None
+    if hasattr(cause, "errors"):
+        first = cause.errors()[0]
+        where = ".".join(map(str, first.get("loc", ()))) or "record"
+        text = f"{where}: {first.get('msg', '')}"
+    else:
+        text = " ".join(str(cause).split())[:200]
+    return f"line {line}: {text}" if line else text
 
 
 def _writing(store: Path) -> bool:
@@ -287,16 +303,22 @@ class Store:
 
     def features(self) -> list[str]:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
-        out = []
+        unreadable = self.unreadable_features()
+        for why in unreadable.values():
+            log.warning("%s (feature left out)", why)
+        return [name for name in self._feature_dirs()
+                if (self.path / name / layout.META).exists() and name not in unreadable]
+
+    def unreadable_features(self) -> dict[str, str]:
+        """Feature folders whose group metadata (zarr.json) does not read -> why, naming the file."""
+        out = {}
         for name in self._feature_dirs():
             if not (self.path / name / layout.META).exists():
                 continue  # _manifests, _runs: plain folders
             try:
                 self._feature_group(name)
             except (ValueError, KeyError) as e:
-                log.warning("%s (feature left out)", e)
-                continue
-            out.append(name)
+                out[name] = str(e)
         return out
 
     def feature_attrs(self, feature: str) -> dict[str, Any]:
@@ -688,7 +710,11 @@ class Store:
         """A manifest's records, read once per handle (a copy of the list each time)."""
         if name not in self._manifests:
             path = layout.manifest_dir(self.path) / name
-            self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+            try:
+                self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+            except (OSError, ValueError) as e:
+                raise DamagedMetadata(f"{path}: damaged manifest ({_first_error(e)}); `python -m pipeline verify "
+                                      f"--out {self.path}` lists it, `make extract` writes it anew") from None
         return list(self._manifests[name])
 
     def media_items(self) -> list[MediaItem]:
