@@ -18,7 +18,7 @@ from manifests.records import MediaItem, QAItem
 from media import decode, nvdec
 from media import kinds as input_kinds
 from pipeline import actors, cluster, raystart, report, stages, stop, supervise
-from pipeline.committer import Committer
+from pipeline.committer import Committer, StoreStopped
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport, shorter_record
@@ -445,8 +445,12 @@ class Runner:
         for o in outcomes:
             secs, partial, shorter = self.pending.pop((o.feature, o.item), (0.0, None, None))
             self.stages.add(o.record)
-            if o.error is not None:
-                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
+            if isinstance(o.error, StoreStopped):  # never tried: not computed, the next run does it
+                self.progress.failed(handed=True)
+                continue
+            if o.error is not None:  # its own commit failed: named with its own feature's folder
+                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path / o.feature,
+                                                    o.error))
                 self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1
