@@ -117,7 +117,8 @@ class RunReport:
         if self.stopped:
             s = self.stopped
             left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
-            lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
+            by = f"because {s['cause']} ({s['signal']} from the kernel)" if s.get("cause") else f"by {s['signal']}"
+            lines.append(f"  STOPPED {by} during {s['during']}: committed pairs are kept{left}; "
                          f"the next run computes what is missing: exit code {self.exit_code}")
         elif self.ray_failed:
             lines.append(ray_failed_line(self.ray_failed, self.exit_code))
