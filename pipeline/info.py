@@ -11,7 +11,7 @@ changed or whose feature's config changed is listed as stale.
 Exit codes (pipeline/exitcodes.py): 0 nothing wrong (partial, filtered and stale items are facts, not
 errors), 3 (FAILURES) some pair failed in the latest run that asked for its feature and is not in the store
 since, 4 (DAMAGED) a stored item is damaged (its part fails its check; `verify` says more and rebuilds
-indexes), 2 not a store.
+indexes), or a feature's zarr.json or a manifest does not read (store.integrity.DamagedMetadata), 2 not a store.
 """
 
 from __future__ import annotations
