@@ -46,6 +46,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+
 from atomicio import atomic_write
 
 log = logging.getLogger(__name__)
@@ -376,6 +388,18 @@ def pick(costs: dict[int, float], tol: float = TOLERANCE["cuda"]) -> int:
     return min(b for b, c in costs.items() if c <= best * (1 + tol))
 
 
+class _Entry(BaseModel):
+    """One cache entry as `Calibrator._calibrate` writes it; anything else in its place is damage."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    batch: StrictInt = Field(ge=1)
+    per_unit_s: PositiveFloat
+    costs: dict[PositiveInt, PositiveFloat]
+    measured_at: StrictStr = ""
+    unit: StrictStr = ""
+    work_mib: dict[PositiveInt, NonNegativeFloat] = {}
+
+
 class Calibrator:
     """One per model actor: batch sizes per (model, input size), measured once per machine and cached in
     `path`; with `path` None it measures nothing and only records the fixed defaults for the run report."""
@@ -404,13 +428,12 @@ class Calibrator:
             return self.choices[input_key].batch
         dev = device_key(self.device)
         key = f"{dev}|{model}|{input_key}"
-        cached = self._read().get(key)
+        cached = self._entry(key)
         if cached:  # bounded by this call's bytes (frames may be larger than those it was measured on)
-            batch = max(1, min(int(cached["batch"]), max_batch or int(cached["batch"])))
-            costs = {int(k): v for k, v in cached.get("costs", {}).items()}
-            choice = Choice(self.feature, input_key, batch, "cached", unit, cached.get("per_unit_s"), costs, dev,
-                            cached.get("measured_at", ""), {int(k): v for k, v in cached.get("work_mib", {}).items()})
-            expected = costs.get(batch, cached.get("per_unit_s") if batch == int(cached["batch"]) else None)
+            batch = max(1, min(cached.batch, max_batch or cached.batch))
+            choice = Choice(self.feature, input_key, batch, "cached", unit, cached.per_unit_s, dict(cached.costs), dev,
+                            cached.measured_at, dict(cached.work_mib))
+            expected = cached.costs.get(batch, cached.per_unit_s if batch == cached.batch else None)
             if expected:  # an entry without a cost at this batch has nothing to check against: used as it is
                 self.checks[input_key] = _Check(key, dev, batch, float(expected))
         else:
@@ -474,6 +497,21 @@ class Calibrator:
         self._write(key, {"batch": b, "per_unit_s": costs[b], "costs": {str(k): v for k, v in costs.items()},
                           "measured_at": now, "unit": unit, "work_mib": {str(k): v for k, v in work.items()}})
         return choice
+
+    def _entry(self, key: str) -> _Entry | None:
+        """The cache's entry for `key` if it is whole; a damaged one (a flipped byte that keeps the JSON valid:
+        `"bat#h"`, `"1&"`, a cost of 0) is said once and measured again, its entry then replaced: the cache is a
+        shortcut, nothing in it may fail a pair."""
+        raw = self._read().get(key)
+        if raw is None:
+            return None
+        try:
+            return _Entry.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            log.warning("%s: calibration cache %s: entry %s is damaged (%s: %s); measuring it again", self.feature,
+                        self.path, key, ".".join(map(str, first["loc"])) or "entry", first["msg"])
+            return None
 
     def _read(self) -> dict[str, Any]:
         assert self.path is not None

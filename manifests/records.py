@@ -175,3 +175,13 @@ def read_jsonl(path: Path, kind: type[R]) -> Iterator[R]:
                     yield kind.model_validate(json.loads(line))
                 except ValueError as e:
                     raise ValueError(f"{path}:{line_no}: {e}") from e
+
+
+# control characters and Unicode line breaks, as Python escapes them: a file name or an error holding one must not
+# split or rewrite a summary line (`DROPPED …`, `FAILED …` are read one line each, by people and by grep)
+_UNPRINTABLE = {c: repr(chr(c))[1:-1] for c in (*range(32), 127, 0x85, 0x2028, 0x2029)}
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character and line break escaped (`\\n`, `\\x1b`, `\\u2028`)."""
+    return text.translate(_UNPRINTABLE)

@@ -27,7 +27,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from manifests import jsonfile
 from manifests.jsonfile import QAFileError, json_rows
+from manifests.limits import InputTooLarge, not_a_file
 from manifests.questions import unique_questions
 from manifests.records import (
     SPLIT_NAMES,
@@ -84,8 +86,8 @@ def _parse_ts(ts: str) -> tuple[float, float]:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return jsonfile.loads(jsonfile.read_json_text(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, InputTooLarge) as e:
         raise ValueError(f"{path}: not readable JSON ({e})") from e
 
 
@@ -283,9 +285,9 @@ def _not_files(folder: Path, asked: set[str], notes: list[ManifestNote]) -> None
     never passed over. One whose id has questions still becomes an item (noted: its media fail as a
     missing file); the others are dropped."""
     for p in sorted(folder.iterdir()):
-        if p.is_file() or p.name.startswith("."):
+        if p.name.startswith(".") or not_a_file(p) is None:
             continue
-        reason = "broken symbolic link: its target does not exist" if p.is_symlink() else "not a regular file"
+        reason = not_a_file(p) or "not a regular file"
         detail = f"-> {p.parent / p.readlink()}" if p.is_symlink() else ""
         if p.suffix == ".mp4" and p.stem in asked:
             notes.append(ManifestNote(kind="note", what="video", id=p.name, file=str(p), detail=detail,

@@ -23,6 +23,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from manifests import jsonfile
+from manifests.limits import InputTooLarge
 from manifests.records import ManifestNote, MediaItem, Reaction, check_id, note_dropped
 
 log = logging.getLogger(__name__)
@@ -125,7 +127,9 @@ def read_socratis(raw: Path, dataset: str = DATASET, notes: list[ManifestNote] |
     if source is None:
         raise FileNotFoundError(f"{raw}: no Socratis file ({' or '.join(FILE_NAMES)}) here or one folder down")
     try:
-        data = json.loads(source.read_text(encoding="utf-8"))
+        data = jsonfile.loads(jsonfile.read_json_text(source, "Socratis file"))
+    except InputTooLarge as e:
+        raise ValueError(str(e)) from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{source}: not JSON: {e}") from e
     if not isinstance(data, dict):

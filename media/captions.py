@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from extractors.base import Words
+from manifests import limits
 
 SIQ2_CLIP_S = 60.0
 _TS = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})[.,](\d{1,6})"  # one-digit fields too (Teams 0:0:0.0, HLS 00:0.120)
@@ -172,8 +173,9 @@ def _split_blocks(lines: list[str], header: bool) -> list[tuple[int, list[str]]]
 
 
 def _decode(path: Path) -> str:
-    """The file's text: UTF-8, or UTF-16/32 when a byte-order mark says so (as pysrt and webvtt-py read them)."""
-    raw = path.read_bytes()
+    """The file's text: UTF-8, or UTF-16/32 when a byte-order mark says so (as pysrt and webvtt-py read them).
+    At most the run's `caption_max_bytes` are read (manifests/limits.py): a caption file is a few hundred KB."""
+    raw = limits.read_bounded(path, limits.current().caption_max_bytes, "caption file", "caption_max_bytes")
     boms = [(codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
             (codecs.BOM_UTF16_BE, "utf-16")]
     encoding = next((enc for bom, enc in boms if raw.startswith(bom)), "utf-8-sig")
@@ -193,6 +195,10 @@ def _read_cues(path: Path, text: str) -> tuple[str, list[_Cue], list[str]]:
     exception keeps text: a block right after a cue with no text is that cue's text (a YouTube file whose
     line of one space after the timing line was stripped to an empty line).
     """
+    most = limits.current().caption_max_cues
+    if text.count("-->") > most:  # counted before any cue is built: parsing 10^6 cues took minutes and a GB
+        raise limits.InputTooLarge(f"{path}: over {most:,} cues ({text.count('-->'):,} timing lines; "
+                                   "limits.caption_max_cues in the run config)")
     lines = re.split(r"\r\n|\r|\n", text)  # WebVTT's line ends: CRLF, LF or a lone CR (old Mac files)
     is_vtt = lines[0].startswith("WEBVTT")
     if path.suffix.lower() == ".vtt" and not is_vtt and text.strip():
@@ -376,7 +382,8 @@ def parse_captions(
     clip_duration_s: words wholly after it are dropped; None keeps all (60 s when trim_s is given).
     trim_s: the clip's start in its source video from Social-IQ 2.0's trims.json; turns on the correction of
       that dataset's trimmed files (see `_siq2_correct`), recorded in `Words.attrs["corrections"]`.
-    Raises ValueError naming the file and line for malformed input.
+    Raises ValueError naming the file and line for malformed input, and InputTooLarge (a ValueError) for a file
+    over the run's caption limits (manifests/limits.py): that bounds the words a transcript holds.
     """
     path = Path(path)
     fmt, cues, skipped = _read_cues(path, _decode(path))

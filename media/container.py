@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from manifests.limits import not_a_file
+
 STREAM_OFFSET_MIN_S = 0.05  # a video stream this close after the container's start starts the clip's timeline
 END_TOLERANCE_S = 0.1  # a cut clip's end this far past its file's end is clipped to it, not an error
 TAIL_MIN_S = 0.5  # a stream ending this much before the container's declared end is truncated (docs/design.md)
@@ -32,8 +34,11 @@ def existing(path: Path | str | None, what: str) -> Path:
     if path is None:
         raise InputError(f"no {what} file in the manifest")
     path = Path(path)  # callers outside the pipeline pass a str (decode_frames("clip.mp4"))
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise InputError(f"{path}: {what} file does not exist")
+    why = not_a_file(path)  # a FIFO, /dev/zero or a folder: never "empty", never read until memory runs out
+    if why is not None:
+        raise InputError(f"{path}: {what} file: {why}")
     if path.stat().st_size == 0:
         raise InputError(f"{path}: {what} file is empty")
     return path

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from extractors.base import ExtractorConfig, get_extractor
+from manifests import limits
+from manifests.limits import InputLimits
 from manifests.records import MediaItem, QAItem
 from media import kinds as input_kinds
 from media import nvdec
@@ -32,14 +34,21 @@ def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str,
 
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
                 segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None,
-                tracks: Tracks | None = None) -> list[Any]:
+                tracks: Tracks | None = None, input_limits: InputLimits | None = None) -> list[Any]:
     """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
     meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
     `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
     (meta["segments"]["frames"]: how many), the others come from `decode_segment`. `on_device` (device, the
     features reading the frames): the scheduler sent this video's frames to the model actors' decoder
     (media/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"]). `tracks`: the
-    run's choice of streams (RunConfig.tracks)."""
+    run's choice of streams (RunConfig.tracks); `input_limits`: what one input may cost (RunConfig.limits)."""
+    with limits.applied(input_limits or limits.current()):  # the run's, in this worker (manifests/limits.py)
+        return _decode_kinds(item, kinds, questions, audio_rate_hz, segment_bytes, on_device, tracks)
+
+
+def _decode_kinds(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
+                  segment_bytes: int | None, on_device: tuple[str, tuple[str, ...]] | None,
+                  tracks: Tracks | None) -> list[Any]:
     meta = _new_meta(item)
     out: list[Any] = []
     for kind in kinds:
@@ -80,7 +89,8 @@ def decode_segment(item: MediaItem, segment: int, segment_bytes: int,
 
 def _new_meta(item: MediaItem) -> dict[str, Any]:
     return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
-            "missing": {}, "shorter": {}, "late": {}, "streams": {}, "segments": {}, "cpu_reason": {}, "node": node_id(), "calls": []}
+            "missing": {}, "shorter": {}, "late": {}, "streams": {}, "segments": {}, "cpu_reason": {},
+            "node": node_id(), "calls": []}
 
 
 def _decode_frames(item: MediaItem, kind: input_kinds.Kind, segment: int, segment_bytes: int | None,

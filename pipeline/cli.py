@@ -5,6 +5,7 @@ Exit codes: pipeline/exitcodes.py."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -21,7 +22,7 @@ log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from pipeline import raystart, stop
+    from pipeline import raystart, stop, supervise
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
@@ -39,8 +40,11 @@ def _extract(args: argparse.Namespace) -> int:
             raise
         with stop.deferred(raise_after=False):
             raystart.shutdown()  # Ray's own log lines end here: the summary is the last thing printed
-            sys.stderr.flush()
-            print(report.summary(), flush=True)
+            if (report.stopped or {}).get("cause"):  # the parent was killed: no terminal is left (run.stopped_run)
+                supervise.orphaned_summary(Path(args.out), report.run_id, report.summary())
+            with contextlib.suppress(OSError):
+                sys.stderr.flush()
+                print(report.summary(), flush=True)
     return report.exit_code
 
 
@@ -325,6 +329,7 @@ def quiet_ray() -> None:
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
+    from store.integrity import DamagedMetadata
     from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
@@ -335,6 +340,9 @@ def _run(args: argparse.Namespace) -> int:
     except StoreError as e:
         log.error("%s", e)
         return exitcodes.STORE
+    except DamagedMetadata as e:  # a store's own file damaged: not a bad argument (README, "Exit codes")
+        log.error("%s", e)
+        return exitcodes.DAMAGED
     except (FileNotFoundError, ValueError) as e:
         log.error("%s", e)
         return exitcodes.BAD_INPUT

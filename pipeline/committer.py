@@ -24,6 +24,11 @@ from store.writer import StoreError, StoreWriter
 log = logging.getLogger(__name__)
 
 
+class StoreStopped(Exception):
+    """A pair never sent to the store: an earlier commit's store error (disk full) stopped all commits. Not the
+    pair's failure (no FAILED line with another feature's path and error): the run counts it as not computed."""
+
+
 @dataclass
 class Outcome:
     feature: str
@@ -122,7 +127,8 @@ class Committer:
         """item -> error of the pairs that were not committed. A batch that fails for a reason of its own
         (a malformed array) is committed again one pair at a time, so only the bad pair fails."""
         if self.store_error is not None:
-            return {item: self.store_error for item, _, _ in pairs}
+            stopped = StoreStopped(f"not committed: the store stopped taking commits ({self.store_error})")
+            return dict.fromkeys((item for item, _, _ in pairs), stopped)
         try:
             self.writer.commit_batch(feature, pairs)
             return {}

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from extractors.base import ExtractorConfig, get_extractor, parse_config
+from manifests.limits import InputLimits
 from manifests.records import check_id
 from store import layout
 
@@ -87,6 +88,9 @@ class RunConfig(BaseModel):
     commit_batch_items: int = Field(512, ge=1)
     commit_batch_bytes: int = Field(128 * 2**20, ge=1)
     commit_batch_s: float = Field(10.0, gt=0)
+    # what one input file may cost before it fails alone (manifests/limits.py; README, "Input limits"): bytes and
+    # nesting of QA/annotation JSON, bytes and cues of a caption file
+    limits: InputLimits = Field(default_factory=InputLimits)
 
     @field_validator("features", mode="before")
     @classmethod

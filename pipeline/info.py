@@ -11,7 +11,7 @@ changed or whose feature's config changed is listed as stale.
 Exit codes (pipeline/exitcodes.py): 0 nothing wrong (partial, filtered and stale items are facts, not
 errors), 3 (FAILURES) some pair failed in the latest run that asked for its feature and is not in the store
 since, 4 (DAMAGED) a stored item is damaged (its part fails its check; `verify` says more and rebuilds
-indexes), 2 not a store.
+indexes), or a feature's zarr.json or a manifest does not read (store.integrity.DamagedMetadata), 2 not a store.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from extractors.base import Extractor, get_extractor
+from manifests.records import one_line
 from pipeline import exitcodes
 from store import layout
 from store.partial import partial_record, spans_text
@@ -83,12 +84,14 @@ class StoreInfo:
     features: list[FeatureInfo]
     runs: list[RunInfo]
     config: str | None = None  # the config the fingerprints were checked against, if any
+    # feature -> why its zarr.json does not read (the feature cannot be in the table: its items are not counted)
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
         if any(f.failed for f in self.features):
             return exitcodes.FAILURES
-        if any(f.damaged for f in self.features):
+        if any(f.damaged for f in self.features) or self.unreadable:
             return exitcodes.DAMAGED
         return exitcodes.OK
 
@@ -121,6 +124,9 @@ class StoreInfo:
                          f"{len(f.filtered):>10}{len(f.stale):>7}{len(f.damaged):>9}")
         if any(f.weights == "random" for f in self.features):
             lines.append("  (!) random weights: these features are for testing the pipeline, not for models")
+        for name, why in sorted(self.unreadable.items()):
+            lines.append(f"  DAMAGED METADATA {name}: {why}; the feature is not in this table "
+                         "(`make extract` with it writes its metadata anew)")
         for f in self.features:
             for d in f.damaged:
                 lines.append(f"  DAMAGED {f.name}/{d['item']} ({d['part']}): {d['problem']}")
@@ -146,9 +152,9 @@ class StoreInfo:
         if self.exit_code == exitcodes.FAILURES:
             lines.append(f"  failed pairs: `make extract` again retries them; exit code {self.exit_code}")
         elif self.exit_code == exitcodes.DAMAGED:
-            lines.append(f"  damaged items: `python -m pipeline verify --out {self.path}` checks every byte, "
+            lines.append(f"  damaged items or metadata: `python -m pipeline verify --out {self.path}` checks every byte, "
                          f"`make extract` recomputes them; exit code {self.exit_code}")
-        return "\n".join(lines)
+        return "\n".join(map(one_line, lines))
 
 
 def read_runs(path: Path) -> list[dict[str, Any]]:
@@ -289,7 +295,7 @@ def store_info(path: Path | str, config: str | None = None) -> StoreInfo:
     features = [feature_info(store, f, runs, wanted.get(f) if config else None) for f in store.features()]
     return StoreInfo(str(store.path), str(store.attrs.get("dataset", "?")), str(store.attrs.get("schema", "?")),
                      str(store.attrs.get("package_version", "?")), len(media), len(qa), splits, features,
-                     [run_info(r) for r in runs], config)
+                     [run_info(r) for r in runs], config, store.unreadable_features())
 
 
 def item_info(path: Path | str, item: str) -> dict[str, Any]:
@@ -343,4 +349,4 @@ def item_summary(info: dict[str, Any]) -> str:
             detail.append(f["problem"])
         lines.append(f"  {name:<12}{f['status']:<10}{f['rows']:>7} rows  {dur:>9}  "
                      f"fingerprint {str(a.get('fingerprint', ''))[:12]}" + (f"  ({'; '.join(detail)})" if detail else ""))
-    return "\n".join(lines)
+    return "\n".join(map(one_line, lines))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from manifests.records import one_line
 from pipeline import cluster, exitcodes
 from pipeline.sources import manifest_summary
 from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
@@ -78,6 +79,15 @@ class RunReport:
             return exitcodes.DAMAGED
         return exitcodes.STORE if self.not_saved else exitcodes.OK
 
+    def not_computed(self) -> dict[str, int]:
+        """feature -> planned pairs neither done nor failed (a stop left them), where any."""
+        failed = {f: 0 for f in self.planned}
+        for x in self.failures:
+            if x["stage"] != "manifest" and x["feature"] in failed:
+                failed[x["feature"]] += 1
+        left = {f: n - self.counts.get(f, {}).get("done", 0) - failed[f] for f, n in self.planned.items()}
+        return {f: n for f, n in left.items() if n > 0}
+
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
 
@@ -109,13 +119,18 @@ class RunReport:
                 lines.append(f"  FILTERED {feat}/{item}: {why}")
         if self.store_error:
             lines.append(f"  STOPPED: {self.store_error}")
+            left = self.not_computed()
+            if left:
+                lines.append(f"  NOT COMPUTED after the stop: {sum(left.values())} planned pair(s) ("
+                             + ", ".join(f"{feat} {n}" for feat, n in left.items()) + ")")
         if self.not_saved:
             lines.append(f"  run report NOT saved: {self.not_saved}")
         failed = sum(c["failed"] for c in self.counts.values())
         if self.stopped:
             s = self.stopped
             left = f"; {s['not_computed']} planned pair(s) not computed" if s.get("not_computed") is not None else ""
-            lines.append(f"  STOPPED by {s['signal']} during {s['during']}: committed pairs are kept{left}; "
+            by = f"because {s['cause']} ({s['signal']} from the kernel)" if s.get("cause") else f"by {s['signal']}"
+            lines.append(f"  STOPPED {by} during {s['during']}: committed pairs are kept{left}; "
                          f"the next run computes what is missing: exit code {self.exit_code}")
         elif self.ray_failed:
             lines.append(ray_failed_line(self.ray_failed, self.exit_code))
@@ -124,11 +139,16 @@ class RunReport:
             left = f"; {c['not_computed']} planned pair(s) not computed" if c.get("not_computed") is not None else ""
             lines.append(f"  ENDED during {c['during']}: {c['what']}; committed pairs are kept{left}: "
                          f"exit code {self.exit_code}")
+        elif self.store_error:
+            left = sum(self.not_computed().values())
+            lines.append(f"  STOPPED: the store could not be written; committed pairs are kept, {failed} failed, "
+                         f"{left} planned pair(s) not computed; the next run computes what is missing once the "
+                         f"store is writable: exit code {self.exit_code}")
         elif failed:
             lines.append(f"  completed with {failed} failed (feature, item) pair(s): exit code {self.exit_code}")
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
-        return "\n".join(lines)
+        return "\n".join(map(one_line, lines))
 
 
 STREAMS = {"frames": "video", "audio": "audio"}  # input kind -> the stream of the file it is decoded from

@@ -78,6 +78,9 @@ def stopped_run(report: RunReport, writer: StoreWriter | None, out: Path, e: sto
             report.ray_failed = {"what": e.what, "hint": e.hint, **record}
         else:
             report.stopped = {"signal": e.name, "signum": e.signum, **record}
+            parent = supervise.parent_gone()
+            if parent is not None:  # the SIGTERM was the kernel's, on the parent's death: say what happened
+                report.stopped["cause"] = supervise.PARENT_KILLED.format(pid=parent)
         report.seconds = time.perf_counter() - t0
         report.worker_kills = supervise.worker_kills()
         try:  # saved before Ray goes down: a Ray without its GCS may end this process while it shuts down

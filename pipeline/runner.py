@@ -18,7 +18,7 @@ from manifests.records import MediaItem, QAItem
 from media import decode, nvdec
 from media import kinds as input_kinds
 from pipeline import actors, cluster, raystart, report, stages, stop, supervise
-from pipeline.committer import Committer
+from pipeline.committer import Committer, StoreStopped
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport, late_record, shorter_record, streams_record
@@ -240,7 +240,7 @@ class Runner:
             return
         refs = self.decode_task.options(num_returns=1 + len(job.kinds), **opts).remote(
             item, list(job.kinds), self.questions.get(job.item, []), config.audio_rate_hz, config.batch_bytes,
-            self.on_device(job), config.tracks)
+            self.on_device(job), config.tracks, config.limits)
         self.decoding[refs[0]] = (job, refs[1:])
         for feat in self.todo[job.item]:
             self.pairs[feat, job.item] = _Pair()
@@ -463,8 +463,12 @@ class Runner:
         for o in outcomes:
             secs, partial, notes = self.pending.pop((o.feature, o.item), (0.0, None, []))
             self.stages.add(o.record)
-            if o.error is not None:
-                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path, o.error))
+            if isinstance(o.error, StoreStopped):  # never tried: not computed, the next run does it
+                self.progress.failed(handed=True)
+                continue
+            if o.error is not None:  # its own commit failed: named with its own feature's folder
+                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path / o.feature,
+                                                    o.error))
                 self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from manifests import limits
 from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem
 from manifests.socialiq import is_siq2, read_siq1, read_siq2
 from pipeline.config import RunConfig
@@ -28,6 +29,11 @@ def detect_layout(raw: Path) -> str:
 
 def load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaItem], list[QAItem], list[ManifestNote]]:
     """Items, questions, and what the layout held that did not become a record as it was (see ManifestNote)."""
+    with limits.applied(config.limits):
+        return _load_items(dataset, raw, config)
+
+
+def _load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaItem], list[QAItem], list[ManifestNote]]:
     if not raw.exists():
         raise FileNotFoundError(f"raw data root {raw} does not exist")
     kind = detect_layout(raw) if config.layout == "auto" else config.layout

@@ -192,7 +192,7 @@ def note_commit(feature: str, items: list[str]) -> None:
     """A batch is in the store (the committer's thread, right after its index line)."""
     folder = _journal()
     if folder is not None:
-        with open(folder / "commits.jsonl", "a") as f:
+        with contextlib.suppress(OSError), open(folder / "commits.jsonl", "a") as f:
             f.write(json.dumps({"feature": feature, "items": items}) + "\n")
 
 
@@ -215,8 +215,10 @@ def note_ray(pids: dict[str, int]) -> None:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    # whole or not at all (the parent may read it at any moment); no fsync: the journal outlives only the driver
-    atomic_write(path, json.dumps(value, default=str), durable=False)
+    # whole or not at all (the parent may read it at any moment); no fsync: the journal outlives only the driver.
+    # A journal gone (its parent killed, the folder cleaned) is no reason to stop the run
+    with contextlib.suppress(OSError):
+        atomic_write(path, json.dumps(value, default=str), durable=False)
 
 
 def die_with_parent() -> None:
@@ -226,10 +228,92 @@ def die_with_parent() -> None:
         return
     import ctypes
 
-    parent = os.getppid()
+    global _parent
+    parent = _parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != parent:  # it ended before the line above
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+_parent: int | None = None  # the driver's parent, the command line's process (set in the driver)
+
+
+def parent_gone() -> int | None:
+    """In a supervised driver: the pid of its parent when that process has ended (killed: a SIGKILL leaves it no
+    word, the kernel's SIGTERM (`die_with_parent`) is all the driver gets), else None."""
+    if _parent is None or _journal() is None:
+        return None
+    # the kernel's SIGTERM comes as the parent's first thread ends, while its others may still be ending: the
+    # driver is then still its child for a moment, the parent's main thread already a zombie
+    deadline = time.monotonic() + PARENT_CHECK_S
+    while True:
+        if os.getppid() != _parent or _state(_parent) in (None, "Z", "X"):
+            return _parent
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+PARENT_CHECK_S = 0.5  # how long a stopping driver looks for its parent's end (a forwarded signal: it never comes)
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (/proc/<pid>/stat), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+PARENT_KILLED = "the supervising process (the command line's, pid {pid}) was killed"
+
+
+def orphaned_summary(out: Path, run_id: str, summary: str) -> Path | None:
+    """A driver whose parent was killed has no one to show its summary to (its stderr went through the parent):
+    it is written beside the run report, `<store>/_runs/<run id>.log`, and the journal removed."""
+    path = out / "_runs" / f"{run_id}.log"
+    try:
+        atomic_write(path, summary + "\n", durable=False)
+    except OSError:
+        path = None
+    folder = _journal()
+    if folder is not None:
+        _remove_journal(folder)
+    return path
+
+
+def _remove_journal(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        for f in folder.iterdir():
+            f.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def clean_stale_journals(base: Path) -> list[Path]:
+    """Journal folders of earlier runs whose parent and driver have both ended (a parent killed with SIGKILL
+    cannot remove its own): removed, so that /tmp does not fill with them."""
+    removed = []
+    for folder in base.glob("siqfeat-run-*"):
+        m = re.fullmatch(r"siqfeat-run-(\d+)-\d+-\d+", folder.name)
+        if m is None or not folder.is_dir():
+            continue
+        pids = [int(m.group(1))]
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int((folder / "driver.pid").read_text()))
+        if not any(_alive(p) for p in pids):
+            _remove_journal(folder)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 # --- the parent's side ------------------------------------------------------------------------------------------
@@ -269,6 +353,8 @@ def supervise(out: Path, verbose: bool) -> int | None:
         die_with_parent()
         return None
     os.close(write_fd)
+    with contextlib.suppress(OSError):  # for the next run's `clean_stale_journals`, should this process be killed
+        (journal / "driver.pid").write_text(str(pid))
     previous = {s: signal.signal(s, lambda signum, frame: _forward(pid, signum)) for s in SIGNALS}
     sink = NativeFilter(sys.stderr.buffer, keep_native=verbose,
                         on_kills=lambda kills: _write_json(journal / KILLS_FILE, kills))
@@ -297,8 +383,10 @@ _started = 0.0
 
 
 def _journal_folder() -> Path:
-    """A new private folder under the temporary directory (not `tempfile`: its import is most of this module's)."""
+    """A new private folder under the temporary directory (not `tempfile`: its import is most of this module's);
+    the folders of earlier runs whose processes are all gone are removed first."""
     base = Path(os.environ.get("TMPDIR") or "/tmp")
+    clean_stale_journals(base)
     for attempt in range(100):
         folder = base / f"siqfeat-run-{os.getpid()}-{time.time_ns()}-{attempt}"
         try:

@@ -5,6 +5,7 @@ new generations renamed over it). Columns, not an `Entry` object per item: those
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -16,7 +17,18 @@ from typing import Any
 import numpy as np
 
 from atomicio import atomic_write
-from store.layout import Entry, Header, IndexDamaged, PartLine, PartRecord, Record, decode, encode, fold
+from store.layout import (
+    Entry,
+    Header,
+    IndexDamaged,
+    IndexOutOfOrder,
+    PartLine,
+    PartRecord,
+    Record,
+    decode,
+    encode,
+    fold,
+)
 
 
 @contextlib.contextmanager
@@ -68,12 +80,53 @@ def _blob(texts: tuple[Any, ...]) -> tuple[bytes, np.ndarray]:
     return b"".join(encoded), np.fromiter(map(len, encoded), np.int64, len(encoded))
 
 
+DISORDER = "part line "  # how each of `LogOrder`'s problems begins
+
+
+class LogOrder:
+    """The order a log's part lines must keep: seqs strictly rising, and each line's `after` (where written) the
+    seq of the line before it. No crash breaks it (appends go after the good prefix, generations are renamed in
+    whole); a bad copy, a sync tool or a hand edit does: a middle line deleted (its items would read their older
+    rows), the log cut and joined, an old line appended again (its items' older rows would win for good)."""
+
+    def __init__(self) -> None:
+        self.prev, self.lines, self.problem = 0, 0, None  # seq of the last part line; part lines seen
+
+    def see(self, rec: Record) -> str | None:
+        """The first disorder found so far, `rec` (a part line) included."""
+        if isinstance(rec, Header) or self.problem is not None:
+            return self.problem
+        self.lines += 1
+        # a rebuilt log may hold two parts of one seq (a part folder copied under another name): chained, not an error
+        if rec.seq < self.prev or (rec.seq == self.prev and rec.after is None):
+            self.problem = (f"part line {self.lines} repeats or reorders an older commit: seq {rec.seq} after "
+                            f"seq {self.prev}, part {rec.part}")
+        elif rec.after is not None and rec.after != self.prev:
+            self.problem = (f"part line {self.lines} was written after seq {rec.after} but follows seq {self.prev}: "
+                            f"{'a line before it is missing' if rec.after > self.prev else 'lines out of place'}"
+                            f", part {rec.part}")
+        self.prev = rec.seq
+        return self.problem
+
+
+def chained(records: list[Record], after: int = 0) -> list[Record]:
+    """`records` as a log's lines: each part line's `after` set to the seq of the part line before it (`after`
+    for the first: the log's last seq when they are appended, 0 in a new log)."""
+    out: list[Record] = []
+    for rec in records:
+        if isinstance(rec, PartLine):
+            rec, after = dataclasses.replace(rec, after=after), rec.seq
+        out.append(rec)
+    return out
+
+
 class Index:
     """A feature's index: the log's records folded (`add`, in log order: a later part supersedes an item's
     earlier rows), then `done`; a writer goes on adding the records it commits (`_append`)."""
 
     def __init__(self) -> None:
         self.generation, self.length, self.torn, self.last_seq = "", 0, False, 0
+        self.order = LogOrder()  # `order.problem`: the first part line out of order, None while the log keeps it
         self.rebuilt = False  # from the parts' own records, not from the log
         self.parts: dict[str, PartRecord] = {}
         self.part_names: list[str] = []  # part number -> name, in log order
@@ -90,6 +143,7 @@ class Index:
         if isinstance(rec, Header):
             self.generation = rec.generation
             return
+        self.order.see(rec)
         part, seq, spans = rec.part, rec.seq, rec.spans
         c = self._chunks
         if part not in self.part_id:
@@ -123,6 +177,7 @@ class Index:
 
     def publish(self, path: Path, records: list[PartLine]) -> None:
         """Append records to the log after this index's good prefix (a torn tail cut off first), then fold them in."""
+        records = chained(records, self.order.prev)  # type: ignore[arg-type]
         self.length, self.torn = append(path, records, self.length), False
         for rec in records:
             self.add(rec)
@@ -307,10 +362,13 @@ def of_records(records: list[Record], length: int = 0) -> Index:
 
 def parse(data: bytes | bytearray, where: Path) -> Index:
     """The index of a log's bytes. A torn (unterminated) last line is left out and flagged; a complete line
-    that fails its checksum, wherever it is, raises IndexDamaged."""
+    that fails its checksum, wherever it is, or a part line out of order (`LogOrder`) raises IndexDamaged."""
     state = Index()
     with gc_paused():  # a million items' strings, none in a cycle
         state.length, state.torn = fold(data, where, state.add)
+    if state.order.problem is not None:
+        raise IndexOutOfOrder(f"{where}: {state.order.problem}; the index is damaged, its items are read from the "
+                           "parts' own records (`python -m pipeline verify` rebuilds it)")
     return state.done()
 
 

@@ -19,6 +19,11 @@ class DamagedItem(ValueError):
     """An item on disk that does not read back as it was committed; the message names its part folder."""
 
 
+class DamagedMetadata(ValueError):
+    """A store file that is not data but describes it (a manifest, a feature's zarr.json) does not read: damage
+    (exit 4), named with its path in one line, not a bad argument."""
+
+
 class DamagedPart(DamagedItem):
     """A part's array that does not read back (a chunk failing its checksum, a file gone): raised where the
     item is not known; a read of an item turns it into `damaged_item` naming the item."""

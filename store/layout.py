@@ -99,6 +99,11 @@ class IndexDamaged(ValueError):
     """The index log has a line that fails its checksum (not a torn tail): rebuild it from the parts."""
 
 
+class IndexOutOfOrder(IndexDamaged):
+    """The index log's part lines are in an order no crash makes (store/index.py `LogOrder`): damage `verify`
+    reports (exit 4) as well as repairs."""
+
+
 class Entry(NamedTuple):
     """One item's current rows. `attrs_json`: the per-item attributes, parsed on demand (a million items load fast)."""
 
@@ -176,6 +181,10 @@ class PartLine:
     files: dict[str, list[Any]] = field(default_factory=dict)
     arrays: dict[str, dict[str, Any]] = field(default_factory=dict)
     spans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # the seq of the part line before this one in its log (0: right after the header), set when the line is
+    # written (store/index.py `chained`): a line deleted, repeated or appended again breaks the chain. None in a
+    # part's own metadata and in logs written before it existed (their lines are checked for rising seqs only)
+    after: int | None = None
 
     def columns(self) -> RowColumns:
         """The rows as columns (`item_row`'s fields, one tuple each)."""
@@ -192,12 +201,15 @@ class PartLine:
                "arrays": self.arrays}
         if self.spans:
             rec["spans"] = self.spans
+        if self.after is not None:
+            rec["after"] = self.after
         return rec
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> PartLine:
+        after = rec.get("after")
         return cls(str(rec["part"]), int(rec["seq"]), rec["items"], rec.get("files") or {}, rec.get("arrays") or {},
-                   rec.get("spans") or {})
+                   rec.get("spans") or {}, None if after is None else int(after))
 
 
 Record = Header | PartLine

@@ -1,7 +1,9 @@
 """Dataset plans kept beside the store (`<store>/_views/plans/<key>.json`), so that building a dataset again
 costs a file read. The key hashes the task's options, each feature's index generation, length and damaged
 parts, and the manifests' size and mtime: any change gives a new key, so a stale plan is never used. A store
-that cannot be written (read-only) just builds the plan each time."""
+that cannot be written (read-only) just builds the plan each time. Each file carries the SHA-256 of its plan:
+a file damaged after it was written (a flipped byte that keeps the JSON valid would change a row number) is
+said and built again, never used."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from store import layout
 
 log = logging.getLogger(__name__)
 FOLDER = (layout.VIEWS, "plans")
-VERSION = 2  # 2: A3/A4 answer orders drawn by reading.datasets.a4_choices (counter-based), not one numpy Generator per question
+VERSION = 3  # 3: the plan's checksum in the file;  2: A3/A4 answer orders drawn by reading.datasets.a4_choices (counter-based), not one numpy Generator per question
 
 
 def key(store: Any, options: dict[str, Any], features: list[str]) -> str:
@@ -38,16 +40,28 @@ def _path(store_path: Path, k: str) -> Path:
 
 
 def load(store_path: Path, k: str) -> dict[str, Any] | None:
+    """The plan saved under `k`, or None: none saved, or one whose bytes no longer match its checksum."""
+    path = _path(store_path, k)
     try:
-        return json.loads(_path(store_path, k).read_bytes())
-    except (OSError, ValueError):
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as e:
+        log.warning("plan cache %s unreadable (%s): building the plan again", path, e)
+        return None
+    plan = doc.get("plan") if isinstance(doc, dict) else None
+    if not isinstance(plan, dict) or doc.get("sha256") != layout.sha256_of(plan):
+        log.warning("plan cache %s is damaged (its plan does not match its checksum): building the plan again", path)
+        return None
+    return plan
 
 
 def save(store_path: Path, k: str, plan: dict[str, Any]) -> None:
     path = _path(store_path, k)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(plan, separators=(",", ":")), durable=False)  # a cache: see atomicio
+        plan = json.loads(json.dumps(plan))  # as it will read back (tuples as lists): what the checksum covers
+        atomic_write(path, json.dumps({"sha256": layout.sha256_of(plan), "plan": plan}, separators=(",", ":")),
+                     durable=False)  # a cache: see atomicio
     except OSError as e:  # a read-only store: no cache, nothing else changes
         log.debug("plan not cached in %s: %s", path.parent, e)

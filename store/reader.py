@@ -9,9 +9,10 @@ import functools
 import json
 import logging
 import os
+import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import zarr
 from manifests.records import MediaItem, QAItem, read_jsonl_all
 from store import index, integrity, layout, parts
 from store.index import Index, attrs_of
-from store.integrity import DamagedItem, DamagedPart, ItemCheck, damaged_item
+from store.integrity import DamagedItem, DamagedMetadata, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,38 @@ def _lease(path: Path) -> int | None:
     raise OSError(f"{path}: could not open the current index log (it kept being replaced)")
 
 
+def _first_error(e: BaseException) -> str:
+    """One line of a manifest's read error: the file's line and the first field that failed, not pydantic's
+    four-line report."""
+    cause = e.__cause__ if e.__cause__ is not None else e
+    at = re.match(r".*?:(\d+): ", str(e))  # records.read_jsonl's "<file>:<line>: …"
+    line = at.group(1) if at else None
+    if hasattr(cause, "errors"):
+        first = cause.errors()[0]
+        where = ".".join(map(str, first.get("loc", ()))) or "record"
+        text = f"{where}: {first.get('msg', '')}"
+    else:
+        text = " ".join(str(cause).split())[:200]
+    return f"line {line}: {text}" if line else text
+
+
+def _writing(store: Path) -> bool:
+    """Whether a writer holds the store's lock (store/writer.py takes it exclusively for a run's whole life)."""
+    try:
+        fd = os.open(store / layout.LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
 class Store:
     def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
                  whole_array_bytes: int = WHOLE_ARRAY_BYTES, damaged_root: bool = False) -> None:
@@ -206,24 +239,56 @@ class Store:
                 if pin is None:
                     raise layout.IndexDamaged(f"{self.path / feature / layout.INDEX}: missing")
                 cols = index.parse(index.pinned_bytes(*pin), self.path / feature / layout.INDEX)
+                newer = self._newer_parts(feature, cols.last_seq, cols.parts, pin)
+                if newer:
+                    raise layout.IndexDamaged(
+                        f"{self.path / feature / layout.INDEX}: {len(newer)} part(s) committed after its last line "
+                        f"({', '.join(newer[:3])}{', …' if len(newer) > 3 else ''}) and no run writing: its lines "
+                        "were cut off or deleted, so it would serve their items' older rows or none")
             except layout.IndexDamaged as e:
                 cols = self._from_parts(feature, str(e))
             self._states[feature] = cols
             self._ok[feature] = np.zeros(len(cols.part_names), bool)
         return self._states[feature]
 
+    def _newer_parts(self, feature: str, last: int, known: Container[str], pin: tuple[int, int]) -> list[str]:
+        """Part folders newer than the snapshot's last line (by the seq their names begin with) that no later
+        line can name: the log on disk is still the pinned one, as long, and no writer holds the store's lock.
+        A part a running writer has renamed into place is not committed until its line is written."""
+        newer = [n for n in parts.part_names(self.path, feature)
+                 if n.split("-", 1)[0].isdigit() and int(n.split("-", 1)[0]) > last and n not in known]
+        if not newer:
+            return []
+        try:
+            now, mine = os.stat(self.path / feature / layout.INDEX), os.fstat(pin[0])
+        except OSError:
+            return []
+        if (now.st_ino, now.st_dev, now.st_size) != (mine.st_ino, mine.st_dev, pin[1]) or _writing(self.path):
+            return []  # the log moved on since this snapshot, or a run is committing: not this snapshot's damage
+        return newer
+
     def scan_index(self, feature: str, visit: Callable[[layout.Record], None]) -> bool:
         """Hand this snapshot's index records of the feature to `visit` (layout.fold) without making its
         entries: for a reader that keeps only part of each (planning). False, having visited nothing or only
-        a prefix, when the index is missing or damaged: `index(feature)` then rebuilds it from the parts."""
+        a prefix, when the index is missing or damaged (a line out of order, parts newer than its last line:
+        see `index`): `index(feature)` then rebuilds it from the parts."""
         pin = self._pins.get(feature)
         if pin is None or feature.startswith(".") or "/" in feature:
             return False
+        order, seen = index.LogOrder(), set()
+
+        def checked(rec: layout.Record) -> None:
+            if order.see(rec) is not None:
+                raise layout.IndexDamaged(order.problem)
+            if isinstance(rec, layout.PartLine):
+                seen.add(rec.part)
+            visit(rec)
+
         try:
-            layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
+            layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, checked)
         except layout.IndexDamaged:
             return False
-        return True
+        return not self._newer_parts(feature, order.prev, seen, pin)
 
     def _from_parts(self, feature: str, why: str) -> Index:
         found, unreadable = parts.records_on_disk(self.path, feature)
@@ -238,16 +303,22 @@ class Store:
 
     def features(self) -> list[str]:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
-        out = []
+        unreadable = self.unreadable_features()
+        for why in unreadable.values():
+            log.warning("%s (feature left out)", why)
+        return [name for name in self._feature_dirs()
+                if (self.path / name / layout.META).exists() and name not in unreadable]
+
+    def unreadable_features(self) -> dict[str, str]:
+        """Feature folders whose group metadata (zarr.json) does not read -> why, naming the file."""
+        out = {}
         for name in self._feature_dirs():
             if not (self.path / name / layout.META).exists():
                 continue  # _manifests, _runs: plain folders
             try:
                 self._feature_group(name)
             except (ValueError, KeyError) as e:
-                log.warning("%s (feature left out)", e)
-                continue
-            out.append(name)
+                out[name] = str(e)
         return out
 
     def feature_attrs(self, feature: str) -> dict[str, Any]:
@@ -639,7 +710,11 @@ class Store:
         """A manifest's records, read once per handle (a copy of the list each time)."""
         if name not in self._manifests:
             path = layout.manifest_dir(self.path) / name
-            self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+            try:
+                self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+            except (OSError, ValueError) as e:
+                raise DamagedMetadata(f"{path}: damaged manifest ({_first_error(e)}); `python -m pipeline verify "
+                                      f"--out {self.path}` lists it, `make extract` writes it anew") from None
         return list(self._manifests[name])
 
     def media_items(self) -> list[MediaItem]:

@@ -26,6 +26,7 @@ class Rebuilt:
     parts: int = 0
     items: int = 0
     unreadable: list[str] = field(default_factory=list)  # part folders whose metadata did not read: lost
+    damage: bool = False  # the log was in a state no crash makes (lines out of order): verify exits 4
 
     def line(self) -> str:
         lost = f"; {len(self.unreadable)} unreadable part(s) left out: {', '.join(self.unreadable)}" if self.unreadable else ""
@@ -45,6 +46,8 @@ def load(store: Path, feature: str) -> tuple[index.Index | None, str | None]:
         return None, f"index unreadable ({e.strerror or e})"
     try:
         return index.parse(data, path), None
+    except layout.IndexOutOfOrder as e:
+        return None, str(e).split(": ", 1)[1].split("; ")[0]
     except layout.IndexDamaged as e:
         return None, str(e).split(": ", 1)[1].split(" (")[0]
 
@@ -56,7 +59,7 @@ def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.Inde
     for name, why in unreadable.items():
         log.warning("%s: unreadable part left out of the rebuilt index (%s)", layout.part_dir(store, feature, name), why)
     out.unreadable = list(unreadable)
-    records = [layout.new_header(), *found]
+    records = index.chained([layout.new_header(), *found])
     state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
     out.parts, out.items = len(found), len(state.entries)
     log.warning("%s", out.line().strip())
@@ -155,6 +158,7 @@ class Adopted:
     parts: list[str]
     items: int
     unreadable: list[str]
+    damage: bool = False  # a part older than the log's last line: a middle line was deleted (verify exits 4)
 
     def line(self) -> str:
         lost = (f"; {len(self.unreadable)} with unreadable metadata left as they are: {', '.join(self.unreadable)}"
@@ -172,7 +176,8 @@ def adopt(store: Path, feature: str, state: index.Index, names: list[str]) -> tu
         log.warning("%s: a part no index line names, with unreadable metadata: left as it is (%s)",
                     layout.part_dir(store, feature, name), why)
     adopted = Adopted(feature, [r.part for r in found], sum(len(r.rows) for r in found), list(unreadable))
-    if found and found[0].seq <= state.last_seq:
+    if found and found[0].seq <= state.last_seq:  # no crash leaves one: a middle line was deleted
+        adopted.damage = True
         _, state = rebuild(store, feature, f"{len(found)} part(s) no index line names, older than its last line")
     elif found:
         state.publish(layout.index_path(store, feature), found)
@@ -189,6 +194,7 @@ def open_index(store: Path, feature: str, reports: list[Rebuilt | Adopted] | Non
     state, why = load(store, feature)
     if why is not None:
         rebuilt, state = rebuild(store, feature, why)
+        rebuilt.damage = why.startswith(index.DISORDER)
         reports.append(rebuilt)
     elif state is None:  # a new feature
         records: list[layout.Record] = [layout.new_header()]

@@ -4,12 +4,13 @@ root with damaged metadata is reported and its items are still checked through t
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from manifests.records import MediaItem, QAItem, read_jsonl_all
+from manifests.records import MediaItem, QAItem, one_line, read_jsonl_all
 from store import layout, repair
 from store.integrity import DamagedItem, ItemCheck, zarr_meta
 from store.partial import partial_line, partial_record
@@ -17,7 +18,8 @@ from store.reader import Store
 
 _REPAIR = {"root": "the store's own metadata: repair it by hand (its items are checked here regardless)",
            "feature": "`make extract` with this feature writes it anew from the run's spec",
-           "manifest": "`make extract` writes it anew"}
+           "manifest": "`make extract` writes it anew",
+           "run": "a run's record only (`info` and `report` leave it out); delete it or restore it from a copy"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.damaged and not self.metadata
+        return not self.damaged and not self.metadata and not any(r.damage for r in [*self.rebuilt, *self.adopted])
 
     def summary(self) -> str:
         lines = [f"verify {self.store}: {len(self.checks)} item(s) in {self.seconds:.2f} s",
@@ -56,7 +58,7 @@ class VerifyReport:
         lines += [partial_line(p) for p in self.partial]
         if self.damaged:
             lines.append(f"  {len(self.damaged)} damaged item(s): `make extract EXTRACT_ARGS=--verify` on this store recomputes them")
-        return "\n".join(lines)
+        return "\n".join(map(one_line, lines))
 
 
 def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
@@ -68,6 +70,7 @@ def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
                 raise DamagedItem(f"{layout.META} has no schema attribute")
         except DamagedItem as e:
             problems.append((meta_path, f"{e}; {_REPAIR[which]}"))
+    problems += _run_reports(path)
     for name, kind in (("items.jsonl", MediaItem), ("qa.jsonl", QAItem)):
         file = layout.manifest_dir(path) / name
         try:
@@ -75,6 +78,21 @@ def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
                 read_jsonl_all(file, kind)  # a file that does not validate: the error names its line
         except (OSError, ValueError) as e:
             problems.append((file, f"unreadable ({' '.join(str(e).split())[:300]}); {_REPAIR['manifest']}"))
+    return problems
+
+
+def _run_reports(path: Path) -> list[tuple[Path, str]]:
+    """Run reports (`_runs/<run id>.json`, written whole) that do not parse as one: only damage does that."""
+    problems = []
+    for file in sorted(layout.runs_dir(path).glob("*.json")):
+        try:
+            rep = json.loads(file.read_bytes())
+            why = None if isinstance(rep, dict) and isinstance(rep.get("counts"), dict) and "run_id" in rep else \
+                "not a run report (an object with run_id and counts)"
+        except (OSError, ValueError) as e:
+            why = f"unreadable ({' '.join(str(e).split())[:200]})"
+        if why is not None:
+            problems.append((file, f"{why}; {_REPAIR['run']}"))
     return problems
 
 

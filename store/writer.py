@@ -265,7 +265,7 @@ class StoreWriter:
             state.publish(path, lines)
             return False
         kept = _current_lines(state, set(state.parts) - op.old)
-        records: list[layout.Record] = [layout.new_header(), *kept, *lines]
+        records: list[layout.Record] = index.chained([layout.new_header(), *kept, *lines])
         retired = repair.retire_current(self.path, feature)
         try:
             index.replace(path, records)

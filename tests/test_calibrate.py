@@ -494,3 +494,49 @@ def test_the_run_uses_and_reports_calibrated_and_pinned_batches(tiny_root: Path,
     assert {(c["batch"], c["source"]) for c in worker["choices"]} == {(3, "pinned")}
     fingerprints = [open_store(tmp_path / z).read("frames", "tiny-a").attrs["fingerprint"] for z in ("a.zarr", "b.zarr")]
     assert fingerprints[0] == fingerprints[1]  # the batch size is not part of what the features are
+
+
+def _valid_json_flips(text: str) -> list[str]:
+    """Every one-byte change of `text` to one of a few characters that leaves it valid JSON (the damage a flipped
+    bit or a careless edit makes: `"batch"` -> `"bat#h"`, `"16"` -> `"1&"`, 0.05 -> 0.00)."""
+    out = []
+    for i, c in enumerate(text):
+        for new in "#&0e":
+            flipped = text[:i] + new + text[i + 1:]
+            if new == c:
+                continue
+            try:
+                json.loads(flipped)
+            except ValueError:
+                continue
+            out.append(flipped)
+    return out
+
+
+def test_a_damaged_cache_entry_is_measured_again_never_a_failure(tmp_path: Path, caplog) -> None:
+    """Issue 53 point 2: any byte flip that keeps the cache valid JSON either leaves a usable entry or is said
+    once and measured again (then rewritten whole); the caller gets a batch size either way."""
+    path = tmp_path / "calibration.json"
+    fake = FakeModel({1: 0.2, 2: 0.1, 4: 0.1, 8: 0.3, 16: 0.3, 32: 0.3})
+    Calibrator("frames", "cpu", path, clock=fake.clock).batch("m", "360x640x3", "frame", fake)
+    good = path.read_text()
+    flips = _valid_json_flips(good)
+    assert len(flips) > 100
+    measured = 0
+    for text in flips:
+        path.write_text(text)
+        fake.calls.clear()
+        caplog.clear()
+        cal = Calibrator("frames", "cpu", path, clock=fake.clock)
+        for _ in range(3):  # said once per actor, measured once
+            assert cal.batch("m", "360x640x3", "frame", fake) >= 1
+        damaged = [r for r in caplog.records if "is damaged" in r.getMessage()]
+        assert len(damaged) <= 1, [r.getMessage() for r in damaged]
+        if damaged:
+            measured += 1
+            assert fake.calls and cal.choices["360x640x3"].source == "calibrated"
+            assert str(path) in damaged[0].getMessage()
+            cached = Calibrator("frames", "cpu", path, clock=fake.clock)  # rewritten: the next actor reads it
+            fake.calls.clear()
+            assert cached.batch("m", "360x640x3", "frame", fake) == 2 and not fake.calls
+    assert measured > 20  # the flips of field names, batch sizes and costs

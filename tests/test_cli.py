@@ -160,10 +160,64 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     assert r.counts["frames"] == {"done": 0, "skipped": 0, "failed": 2, "n/a": 0}
     assert r.exit_code == exitcodes.STORE
     assert "No space left on device" in r.store_error and "the batch of 2 item(s) was not committed" in r.store_error
-    assert f"FAILED frames/a [write:frames] {out}: StoreError: cannot write the store" in r.summary()
+    assert f"FAILED frames/a [write:frames] {out / 'frames'}: StoreError: cannot write the store" in r.summary()
     assert "STOPPED: cannot write the store" in r.summary()
     assert _files(out) == before  # nothing of the batch: no part, no index line
     assert open_store(out).items("frames", include_stale=True) == ["old"]
+
+
+def test_a_disk_full_stop_accounts_for_every_planned_pair_each_failure_with_its_own_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53 point 5: after the first ENOSPC the other features' pairs are not listed with the first
+    feature's path and error (they were never sent to the store): each planned pair is done, failed (its own
+    commit hit the full disk: its own feature's folder) or not computed, and the summary counts all three."""
+    import store.parts as parts
+    from manifests.records import MediaItem
+    from pipeline.committer import Committer
+    from pipeline.config import RunConfig
+    from pipeline.progress import Progress
+    from pipeline.runner import Runner
+
+    frames = {"extractor": "densenet161", "weights": "random"}
+    config = RunConfig.model_validate({"features": {"frames": frames, "other": frames}})
+    out = tmp_path / "s.zarr"
+    w = StoreWriter(out, "sample")
+    for spec in config.specs():
+        w.set_feature(spec.name, spec.store_attrs())
+    real = parts.write_array
+    writes = []
+
+    def full(group, name, data, *rest):  # noqa: ANN001, ANN002, ANN202
+        writes.append(name)
+        if len(writes) > 2:  # the first batch (a part of two arrays) goes in whole, then the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(group, name, data, *rest)
+    monkeypatch.setattr(parts, "write_array", full)
+    counts = {f: {"done": 0, "skipped": 0, "failed": 0, "n/a": 0} for f in ("frames", "other")}
+    r = RunReport("run", "sample", "s.zarr", counts)
+    r.planned = {"frames": 5, "other": 5}  # 4 + 4 reach the committer below; 1 + 1 never did (the run stopped)
+    runner = Runner(config, config.specs(), w, r)
+    runner.committer = Committer(w, batch_items=2)
+    runner.progress = Progress(10, bar=False, emit=lambda line: None)
+    for feat, i in [("frames", "a"), ("frames", "b"), ("other", "a"), ("other", "b"),
+                    ("frames", "c"), ("frames", "d"), ("other", "c"), ("other", "d")]:
+        runner.fingerprints[feat, i], runner.sources[feat, i] = "fp", {}
+        runner.commit(feat, MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),
+                      {"seconds": {"frames": 0.1}}, 0.1)
+    runner.committed(runner.committer.close())
+    monkeypatch.undo()
+    w.close()
+    done = {f: c["done"] for f, c in r.counts.items()}
+    failed = {f: c["failed"] for f, c in r.counts.items()}
+    assert done == {"frames": 2, "other": 0} and failed == {"frames": 0, "other": 2}, (done, failed)
+    assert r.not_computed() == {"frames": 3, "other": 3}  # frames c, d: never sent, not "failed" with other's error
+    assert sum(done.values()) + sum(failed.values()) + sum(r.not_computed().values()) == 10
+    text = r.summary()
+    fails = [x for x in text.splitlines() if x.startswith("  FAILED")]
+    assert len(fails) == 2 and all(f"[write:other] {out / 'other'}: StoreError" in x for x in fails), fails
+    assert "NOT COMPUTED after the stop: 6 planned pair(s) (frames 3, other 3)" in text
+    assert "completed with" not in text and "2 failed, 6 planned pair(s) not computed" in text
+    assert r.exit_code == exitcodes.STORE
 
 
 def test_verify_command_lists_damage_and_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -129,7 +129,7 @@ def test_a_dangling_video_link_without_questions_is_listed(tiny_root: Path) -> N
     assert set(dropped) == {"ghost.mp4", "folder.mp4"}
     assert "broken symbolic link" in dropped["ghost.mp4"].reason
     assert str(tiny_root / "nowhere" / "ghost.mp4") in dropped["ghost.mp4"].detail
-    assert dropped["folder.mp4"].reason == "not a regular file"
+    assert dropped["folder.mp4"].reason == "not a regular file: a folder"
     (video / "tiny-a.mp4").unlink()
     (video / "tiny-a.mp4").symlink_to(tiny_root / "nowhere" / "tiny-a.mp4")  # a video with questions
     notes = []

@@ -194,6 +194,28 @@ def test_a_plan_is_cached_with_the_store_and_made_again_when_the_store_changes(
     assert calls == [1]
 
 
+def test_a_damaged_plan_cache_file_is_built_again_not_used(store: Path, tmp_path: Path, caplog) -> None:
+    """Issue 53 point 2 (any cache): a plan file edited in a way that keeps it valid JSON (a sample's row number,
+    a key) is said and the plan built again: the samples equal a fresh plan's."""
+    import shutil
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("_views"))
+    opts = {"split": None, "modalities": ("frames",), "to": 1.0, "exclude_filtered": False}
+    want = SocialIQA2(copy, **opts).samples
+    [cached] = (copy / "_views" / "plans").glob("*.json")
+    good = cached.read_text()
+    for damage in (lambda t: t.replace('"samples"', '"sampl#s"'), lambda t: t.replace(",0,", ",1,", 1),
+                   lambda t: t.replace('"dropped":', '"dropped":1,"x":', 1)):
+        bad = damage(good)
+        assert bad != good
+        cached.write_text(bad)
+        caplog.clear()
+        assert SocialIQA2(copy, **opts).samples == want
+        assert any("is damaged" in r.getMessage() and str(cached) in r.getMessage() for r in caplog.records)
+        assert cached.read_text() == good  # saved again whole
+
+
 def test_a_cached_plan_is_not_used_once_a_part_is_damaged(store: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -277,3 +277,75 @@ def test_a_run_whose_workers_ray_killed_says_so_in_its_summary_and_not_in_ray_s_
     assert line.startswith("  WORKERS KILLED by Ray: 12 for lack of memory and 1 that crashed"), text
     log = (tmp_path / "s.zarr" / "_runs" / "20261127T120000Z-abcdef.ray.log").read_text()
     assert "12 Workers (tasks / actors) killed due to memory pressure" in log and "Refer to the documentation" in log
+
+
+# The real command line and stop path, the extraction itself faked: no manifests, then a wait in the driver (what a
+# run does between its commits) until a signal stops it.
+ORPHAN_SCRIPT = textwrap.dedent('''
+    import os, sys, time
+    from pipeline import cli, run, supervise
+
+    cli._generate_sample = lambda dataset, raw: None
+    run.load_items = lambda dataset, raw, config: ([], [], [])
+
+    def waiting(writer, config, specs, report, *rest):
+        report.planned = {s.name: 2 for s in specs}
+        supervise.note(report, "extraction")
+        print(f"DRIVER pid={os.getpid()}", flush=True)
+        run.stop.stage("extraction")
+        time.sleep(60)
+
+    run._extract = waiting
+    sys.exit(cli.main(sys.argv[1:], supervised=True))
+''')
+
+
+def test_a_killed_parent_leaves_the_true_cause_the_summary_and_no_journal(tmp_path: Path) -> None:
+    """Issue 53 point 4: SIGKILL to the command line's process. The driver gets the kernel's SIGTERM, stops as for
+    one, and says why: the report's `stopped` names the killed parent, the summary is written beside the report
+    (no terminal is left to show it), and the journal folder is removed."""
+    import time
+
+    (tmp_path / "cmd.py").write_text(ORPHAN_SCRIPT)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "s.zarr"
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "cmd.py"), "extract", "--dataset", "sample", "--raw",
+                             str(tmp_path / "raw"), "--out", str(out), "--features", "qa"], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    while line and not line.startswith("DRIVER "):
+        line = proc.stdout.readline()
+    driver = pids_of(line)["pid"]
+    assert [p.name.startswith(f"siqfeat-run-{proc.pid}-") for p in tmp.iterdir()] == [True]
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 60
+    while not gone(driver) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(driver)
+    [saved] = (out / "_runs").glob("*.json")
+    stopped = json.loads(saved.read_text())["stopped"]
+    assert stopped["signal"] == "SIGTERM" and stopped["during"] == "extraction"
+    assert stopped["cause"] == f"the supervising process (the command line's, pid {proc.pid}) was killed"
+    summary = saved.with_suffix(".log").read_text()
+    assert (f"STOPPED because the supervising process (the command line's, pid {proc.pid}) was killed (SIGTERM "
+            "from the kernel) during extraction: committed pairs are kept; 2 planned pair(s) not computed") in summary
+    assert list(tmp.iterdir()) == []  # the journal
+
+
+def test_the_next_run_removes_journals_whose_processes_are_gone(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"siqfeat-run-{dead.pid}-1-0"
+    stale.mkdir()
+    (stale / "report.json").write_text("{}")
+    live = tmp_path / f"siqfeat-run-{os.getpid()}-1-0"  # this process: alive
+    live.mkdir()
+    orphan_driver = tmp_path / f"siqfeat-run-{dead.pid}-2-0"  # the parent is gone, its driver (this process) not
+    orphan_driver.mkdir()
+    (orphan_driver / "driver.pid").write_text(str(os.getpid()))
+    assert supervise.clean_stale_journals(tmp_path) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, orphan_driver.name])
