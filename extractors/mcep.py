@@ -58,15 +58,11 @@ def frame_spectra(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int, d
     return rfft(frames, axis=1)
 
 
-def _lifter(orders: np.ndarray, n_coef: int, smooth: bool) -> np.ndarray:
-    """(rows, n_coef) cepstral weights: 1 up to each row's order (a Hamming half-window when `smooth`), 0 above."""
+def _lifter(orders: np.ndarray, n_coef: int) -> np.ndarray:
+    """(rows, n_coef) cepstral weights: the right half of a Hamming window up to each row's order, 0 above."""
     k = np.arange(n_coef)[None, :]
     o = orders[:, None].astype(float)
-    if smooth:
-        w = 0.54 + 0.46 * np.cos(np.pi * k / np.maximum(o, 1))
-    else:
-        w = np.ones((1, n_coef))
-    return np.where(k <= o, w, 0.0)
+    return np.where(k <= o, 0.54 + 0.46 * np.cos(np.pi * k / np.maximum(o, 1)), 0.0)
 
 
 def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = True) -> np.ndarray:
@@ -83,7 +79,7 @@ def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = Tru
         edge = (k < slim[:, None]) | (k > n_bins - slim[:, None])
         a = np.where(edge, pre, a)
     n_coef = int(orders.max()) + 1
-    lifter = _lifter(orders, n_coef, smooth=True)
+    lifter = _lifter(orders, n_coef)
     inside = np.arange(dftlen // 2)[None, :] <= orders[:, None]
     a0 = a.copy()
     dblim = np.log(10 ** (TE_PREC_DB / 20))
@@ -138,9 +134,8 @@ def mel_cepstrum(log_env: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray
     return cep
 
 
-def mcep_rows(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray:
-    """(rows, order + 1) MCEP of the rows centred on `centres`; f0: each row's F0 for the window (Hz, > 0)."""
-    spec = frame_spectra(x, centres, f0, fs)
+def mcep_rows(spec: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray:
+    """(rows, order + 1) MCEP of the rows' `frame_spectra`; f0: the F0 (Hz, > 0) their windows were cut for."""
     log_amp = np.log(np.maximum(np.abs(spec), LOG_FLOOR))
     env = true_envelope(log_amp, np.round(0.5 * fs / f0))
     return mel_cepstrum(env, fs, order)
