@@ -29,8 +29,7 @@ import functools
 
 import numpy as np
 from scipy.fft import irfft, rfft
-from scipy.ndimage import median_filter
-from scipy.signal import filtfilt
+from scipy.ndimage import convolve1d
 
 from extractors import mcep
 from extractors.harmonics import Harmonics, wrap
@@ -60,26 +59,43 @@ def pdm_bands(n_bins: int = DFTLEN // 2, order: int = PDM_ORDER + 1, linear: int
 
 
 def _filtfilt(b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Zero-phase FIR along rows (axis 0), odd extension as MATLAB's filtfilt, shortened for short inputs."""
-    padlen = min(3 * (len(b) - 1), x.shape[0] - 1)
-    return filtfilt(b, [1.0], x, axis=0, padlen=padlen)
+    """Zero-phase FIR along rows (axis 0): the signal extended by odd reflection (3·(len(b) − 1) rows, as MATLAB's
+    filtfilt; fewer for short inputs), then convolved with b's autocorrelation, which is what filtering forwards and
+    backwards does away from the ends (filtfilt's initial conditions are not reproduced: rows within the padding
+    of a block's ends may differ slightly)."""
+    n = x.shape[0]
+    pad = min(3 * (len(b) - 1), n - 1)
+    if pad > 0:
+        x = np.concatenate([2 * x[:1] - x[pad:0:-1], x, 2 * x[-1:] - x[-2 : -pad - 2 : -1]])
+    k = np.convolve(b, b[::-1])
+    return convolve1d(x, k, axis=0, mode="nearest")[pad : pad + n]
+
+
+def _median_rows(x: np.ndarray, size: int) -> np.ndarray:
+    """Running median over `size` rows (axis 0), zeros beyond the ends (MATLAB's medfilt1)."""
+    half = size // 2
+    padded = np.concatenate([np.zeros((half, *x.shape[1:])), x, np.zeros((half, *x.shape[1:]))])
+    win = np.lib.stride_tricks.sliding_window_view(padded, size, axis=0)
+    return np.partition(win, half, axis=-1)[..., half]
 
 
 def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     """(rows, DFTLEN/2 + 1) complex unit phasors of PD read on the bins; 0 where no harmonic spans the bin.
-    pd: (rows, n) PD at f0 * (1 … n), NaN past each row's harmonics."""
+    pd: (rows, n) PD at f0 * (1 … n), NaN past each row's harmonics. Linear in the phase unwrapped over the
+    harmonics; 0 at DC and at 0.95 f0."""
     rows, n = pd.shape
-    bins = np.arange(DFTLEN // 2 + 1) * fs / DFTLEN
-    out = np.zeros((rows, bins.size), complex)
-    for i in range(rows):
-        v = pd[i][~np.isnan(pd[i])]
-        if v.size < 1:
-            continue
-        xs = np.concatenate([[0.0, 0.95 * f0[i]], f0[i] * np.arange(1, v.size + 1)])
-        ys = np.unwrap(np.concatenate([[0.0, 0.0], v]))
-        inside = bins <= xs[-1]
-        out[i, inside] = np.exp(1j * np.interp(bins[inside], xs, ys))
-    return out
+    count = np.sum(~np.isnan(pd), axis=1)
+    ys = np.unwrap(np.where(np.isnan(pd), 0.0, pd), axis=1)  # the NaN tail is masked below
+    ys = np.concatenate([np.zeros((rows, 1)), ys], axis=1)  # index k: harmonic k (k = 0: the 0.95 f0 anchor)
+    u = (np.arange(DFTLEN // 2 + 1) * fs / DFTLEN)[None, :] / f0[:, None]  # position in harmonics
+    k = np.clip(np.floor(u).astype(int), 0, n - 1)
+    frac = np.clip(u - k, 0.0, 1.0)
+    r = np.arange(rows)[:, None]
+    low = ys[r, k]
+    high = ys[r, np.minimum(k + 1, n)]
+    val = np.where(u < 1.0, ys[:, 1:2] * np.clip((u - 0.95) / 0.05, 0.0, 1.0), low * (1 - frac) + high * frac)
+    inside = (u <= count[:, None]) & (count[:, None] >= 1)
+    return np.where(inside, np.exp(1j * val), 0.0)
 
 
 def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
@@ -121,13 +137,16 @@ def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
     # MATLAB's medfilt1 pads with zeros
-    tc = _filtfilt(hann, median_filter(z.real, size=(PDD_ROWS, 1), mode="constant"))
-    ts = _filtfilt(hann, median_filter(z.imag, size=(PDD_ROWS, 1), mode="constant"))
+    tc = _filtfilt(hann, _median_rows(z.real, PDD_ROWS))
+    ts = _filtfilt(hann, _median_rows(z.imag, PDD_ROWS))
     trend = np.exp(-1j * np.arctan2(ts, tc))
     d = z * trend
     rect_d = np.full(PDD_ROWS, 1.0 / PDD_ROWS)
     r = np.abs(_filtfilt(rect_d, d.real) + 1j * _filtfilt(rect_d, d.imag))
-    pdd = np.sqrt(-2 * np.log(np.clip(r, 1e-300, 1.0)))
+    # r is 1 up to rounding where PD does not vary (below f0, where it is 0 by construction): PDD 0 there (written
+    # 0.001 before the cepstrum, as COVAREP does), not the 1e-8 a rounding error below 1 would give, whose log
+    # would pull HMPDD_0 down by about 0.6
+    pdd = np.where(r < 1 - 1e-9, np.sqrt(-2 * np.log(np.clip(r, 1e-300, 1.0))), 0.0)
     pdd = np.where(np.abs(z) > 0, pdd, PDD_NO_PHASE)
     return pdm, pdd
 
