@@ -30,7 +30,9 @@ UNVOICED_F0_HZ = 100.0  # the F0 COVAREP's script gives frames whose SRH F0 is 0
 TE_PREC_DB = 2.0
 TE_MAXIT = 200
 TE_SMOOTHING = 1.2
-LOG_FLOOR = 1e-12  # amplitude floor under the log: digital silence gives a finite (very low) envelope
+LOG_FLOOR = 1e-12
+TE_POOL = 2
+TE_DTYPE = np.float32  # amplitude floor under the log: digital silence gives a finite (very low) envelope
 
 
 def window_lengths(f0: np.ndarray, fs: int) -> np.ndarray:
@@ -137,5 +139,11 @@ def mel_cepstrum(log_env: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray
 def mcep_rows(spec: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray:
     """(rows, order + 1) MCEP of the rows' `frame_spectra`; f0: the F0 (Hz, > 0) their windows were cut for."""
     log_amp = np.log(np.maximum(np.abs(spec), LOG_FLOOR))
-    env = true_envelope(log_amp, np.round(0.5 * fs / f0))
-    return mel_cepstrum(env, fs, order)
+    if TE_POOL > 1:  # the envelope's grid: the largest of each TE_POOL bins keeps every peak's level
+        n = (log_amp.shape[1] - 1) // TE_POOL
+        pooled = np.empty((log_amp.shape[0], n + 1))
+        pooled[:, 0] = log_amp[:, 0]
+        pooled[:, 1:] = log_amp[:, 1:].reshape(log_amp.shape[0], n, TE_POOL).max(axis=2)
+        log_amp = pooled
+    env = true_envelope(log_amp.astype(TE_DTYPE), np.round(0.5 * fs / f0))
+    return mel_cepstrum(env.astype(float), fs, order)

@@ -23,7 +23,7 @@ from scipy.fft import irfft, rfft
 from extractors import glottal
 from extractors.harmonics import Harmonics, wrap
 
-RD_SEARCH = np.round(np.arange(0.3, 2.5001, 0.01), 2)
+RD_SEARCH = np.round(np.arange(0.3, 2.5001, 0.02), 2)
 N_PD = 8  # harmonics whose phase distortion is measured
 LF_SAMPLES = 8192  # samples of the unit-period LF cycle whose DFT gives the model's harmonics
 
