@@ -29,7 +29,6 @@ import functools
 
 import numpy as np
 from scipy.fft import irfft, rfft
-from scipy.ndimage import convolve1d
 
 from extractors import mcep
 from extractors.harmonics import Harmonics, wrap
@@ -62,21 +61,41 @@ def _filtfilt(b: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Zero-phase FIR along rows (axis 0): the signal extended by odd reflection (3·(len(b) − 1) rows, as MATLAB's
     filtfilt; fewer for short inputs), then convolved with b's autocorrelation, which is what filtering forwards and
     backwards does away from the ends (filtfilt's initial conditions are not reproduced: rows within the padding
-    of a block's ends may differ slightly)."""
-    n = x.shape[0]
-    pad = min(3 * (len(b) - 1), n - 1)
+    of a block's ends may differ slightly). A constant b is two running means (cumulative sums)."""
+    n, half = x.shape[0], len(b) - 1
+    pad = min(3 * half, n - 1)
     if pad > 0:
         x = np.concatenate([2 * x[:1] - x[pad:0:-1], x, 2 * x[-1:] - x[-2 : -pad - 2 : -1]])
-    k = np.convolve(b, b[::-1])
-    return convolve1d(x, k, axis=0, mode="nearest")[pad : pad + n]
+    if pad < half:  # too short for the shifted sums below
+        x = np.concatenate([np.repeat(x[:1], half - pad, 0), x, np.repeat(x[-1:], half - pad, 0)])
+        pad = half
+    m = x.shape[0]
+    if np.all(b == b[0]):
+        for _ in range(2):
+            c = np.concatenate([np.zeros((1, *x.shape[1:]), x.dtype), np.cumsum(x, axis=0)])
+            x = (c[len(b) :] - c[: -len(b)]) * b[0]
+        start = pad - half
+    else:
+        k = np.convolve(b, b[::-1]).astype(x.dtype)
+        out = k[0] * x[: m - 2 * half]
+        for i in range(1, k.size):
+            out += k[i] * x[i : i + m - 2 * half]
+        x, start = out, pad - half
+    return x[start : start + n]
 
 
 def _median_rows(x: np.ndarray, size: int) -> np.ndarray:
     """Running median over `size` rows (axis 0), zeros beyond the ends (MATLAB's medfilt1)."""
     half = size // 2
-    padded = np.concatenate([np.zeros((half, *x.shape[1:])), x, np.zeros((half, *x.shape[1:]))])
-    win = np.lib.stride_tricks.sliding_window_view(padded, size, axis=0)
-    return np.partition(win, half, axis=-1)[..., half]
+    padded = np.concatenate([np.zeros((half, *x.shape[1:]), x.dtype), x, np.zeros((half, *x.shape[1:]), x.dtype)])
+    p = [padded[i : i + x.shape[0]] for i in range(size)]
+    if size != 9:
+        return np.median(np.stack(p, axis=-1), axis=-1)
+    # median of 9 by 19 compare-exchanges (Paeth's network), elementwise over the whole array
+    for a, c in ((1, 2), (4, 5), (7, 8), (0, 1), (3, 4), (6, 7), (1, 2), (4, 5), (7, 8), (0, 3), (5, 8), (4, 7),
+                 (3, 6), (1, 4), (2, 5), (4, 7), (4, 2), (6, 4), (4, 2)):  # fmt: skip
+        p[a], p[c] = np.minimum(p[a], p[c]), np.maximum(p[a], p[c])
+    return p[4]
 
 
 def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
@@ -131,23 +150,27 @@ def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
 
 def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin PDM (phasors: unit where defined, 0 where no phase) and PDD of PD phasors (rows, bins)."""
-    rect_m = np.full(PDM_ROWS, 1.0 / PDM_ROWS)
-    m = _filtfilt(rect_m, z.real) + 1j * _filtfilt(rect_m, z.imag)
-    pdm = np.where(np.abs(m) > 1e-12, m / np.maximum(np.abs(m), 1e-300), 0.0)
+    zc, zs = z.real.astype(np.float32), z.imag.astype(np.float32)  # float32: phases need no more
+    rect_m = np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32)
+    m = _filtfilt(rect_m, zc) + 1j * _filtfilt(rect_m, zs)
+    pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
     # MATLAB's medfilt1 pads with zeros
-    tc = _filtfilt(hann, _median_rows(z.real, PDD_ROWS))
-    ts = _filtfilt(hann, _median_rows(z.imag, PDD_ROWS))
-    trend = np.exp(-1j * np.arctan2(ts, tc))
-    d = z * trend
-    rect_d = np.full(PDD_ROWS, 1.0 / PDD_ROWS)
-    r = np.abs(_filtfilt(rect_d, d.real) + 1j * _filtfilt(rect_d, d.imag))
+    tc = _filtfilt(hann, _median_rows(zc, PDD_ROWS))
+    ts = _filtfilt(hann, _median_rows(zs, PDD_ROWS))
+    norm = np.hypot(tc, ts)
+    flat = norm == 0  # atan2(0, 0) = 0: the trend's phasor is 1 there
+    norm = np.where(flat, 1.0, norm)
+    cos_t, sin_t = np.where(flat, 1.0, tc / norm), ts / norm
+    dc, ds = zc * cos_t + zs * sin_t, zs * cos_t - zc * sin_t  # z times the trend's conjugate
+    rect_d = np.full(PDD_ROWS, 1.0 / PDD_ROWS, np.float32)
+    r = np.hypot(_filtfilt(rect_d, dc), _filtfilt(rect_d, ds)).astype(float)
     # r is 1 up to rounding where PD does not vary (below f0, where it is 0 by construction): PDD 0 there (written
     # 0.001 before the cepstrum, as COVAREP does), not the 1e-8 a rounding error below 1 would give, whose log
     # would pull HMPDD_0 down by about 0.6
-    pdd = np.where(r < 1 - 1e-9, np.sqrt(-2 * np.log(np.clip(r, 1e-300, 1.0))), 0.0)
-    pdd = np.where(np.abs(z) > 0, pdd, PDD_NO_PHASE)
+    pdd = np.where(r < 1 - 1e-5, np.sqrt(-2 * np.log(np.clip(r, 1e-300, 1.0))), 0.0)
+    pdd = np.where((zc != 0) | (zs != 0), pdd, PDD_NO_PHASE)
     return pdm, pdd
 
 
