@@ -32,9 +32,10 @@ LF_SAMPLES = 8192  # samples of the unit-period LF cycle whose DFT gives the mod
 def _lf_spectrum(max_harmonic: int = 400) -> np.ndarray:
     """(len(RD_SEARCH), max_harmonic + 1) LF flow-derivative spectrum at harmonics 0 … max_harmonic (Ee = 1)."""
     d = glottal._lf_cycles(RD_SEARCH, np.arange(LF_SAMPLES) / LF_SAMPLES)
-    # conjugated: measured against COVAREP's Rd_conf, the unconjugated DFT gives r 0.49 / -0.04 / 0.71 on three
-    # read-speech files where this gives 0.82 / 0.68 / 0.86 (COVAREP's LF spectrum is analytic, in the e^{+jwt}
-    # convention of its `gfm_spec_lf`)
+    # conjugated, as COVAREP's comparison ends up: its harmonic spectrum passes a column vector through
+    # hspec2spec, whose `'` is MATLAB's conjugate transpose, so it fits the time-reversed pulse. Against COVAREP's
+    # Rd_conf the plain DFT gives r 0.49 / -0.04 / 0.71 on three read-speech files, this 0.82 / 0.68 / 0.86; on LF
+    # vowels (Rd 0.5, 1, 2) the plain DFT gives 0.91 each, this 0.43 / 0.67 / 0.76 (docs/acoustic.md)
     return np.conj(rfft(d, axis=1)[:, : max_harmonic + 1] / LF_SAMPLES)
 
 
