@@ -244,7 +244,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
-                   k.mdq_dispersion, k.peak_slope, k.mfcc)
+                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows)
 
 
 def periodicity(
