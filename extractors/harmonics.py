@@ -28,7 +28,8 @@ class Harmonics:
 
 
 def wrap(p: np.ndarray) -> np.ndarray:
-    return np.angle(np.exp(1j * p))
+    """Phase in [-π, π)."""
+    return (p + np.pi) % (2 * np.pi) - np.pi
 
 
 def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
@@ -37,7 +38,6 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     dftlen = 2 * (n_bins - 1)
     mag = np.maximum(np.abs(spec), 1e-300)
     logm = np.log(mag)
-    ph = np.unwrap(np.angle(spec), axis=1)
     count = np.round((fs / 2 - f0 / 2) / f0).astype(int)
     h_max = int(count.max())
     k = np.arange(1, h_max + 1)[None, :]
@@ -75,7 +75,9 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     hpos_c = np.clip(hpos, 0, n_bins - 1)
     i0 = np.minimum(np.floor(hpos_c).astype(int), n_bins - 2)
     frac = hpos_c - i0
-    hph = wrap(ph[r, i0] * (1 - frac) + ph[r, i0 + 1] * frac)
+    # the unwrapped phase read linearly between two bins: only their difference needs unwrapping
+    p0 = np.angle(spec[r, i0])  # the phase of the bins read only: atan2 over the whole spectrum would cost more
+    hph = wrap(p0 + frac * wrap(np.angle(spec[r, i0 + 1]) - p0))
     freq_picked = np.where(valid_h, hpos * fs / dftlen, np.nan)
     with_dc = np.concatenate([np.zeros((rows, 1)), freq_picked], axis=1)
     spacing = np.nanmedian(np.diff(with_dc, axis=1), axis=1)
