@@ -109,14 +109,18 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     ys = np.unwrap(np.where(np.isnan(pd), 0.0, pd), axis=1)  # the NaN tail is masked below
     ys = np.concatenate([np.zeros((rows, 1)), ys], axis=1)  # index k: harmonic k (k = 0: the 0.95 f0 anchor)
     u = (np.arange(DFTLEN // 2 + 1) * fs / DFTLEN)[None, :] / f0[:, None]  # position in harmonics
-    k = np.clip(np.floor(u).astype(int), 0, n - 1)
+    k = np.clip(np.floor(u).astype(np.intp), 0, n - 1)
     frac = np.clip(u - k, 0.0, 1.0)
-    r = np.arange(rows)[:, None]
-    low = ys[r, k]
-    high = ys[r, np.minimum(k + 1, n)]
-    val = np.where(u < 1.0, ys[:, 1:2] * np.clip((u - 0.95) / 0.05, 0.0, 1.0), low * (1 - frac) + high * frac)
+    low = np.take_along_axis(ys, k, axis=1)
+    high = np.take_along_axis(ys, np.minimum(k + 1, n), axis=1)
+    val = low + frac * (high - low)
+    below = u < 1.0  # between the anchor at 0.95 f0 (phase 0) and the first harmonic
+    val[below] = (ys[:, 1:2] * np.clip((u - 0.95) / 0.05, 0.0, 1.0))[below]
     inside = (u <= count[:, None]) & (count[:, None] >= 1)
-    return np.where(inside, np.exp(1j * val), 0.0)
+    out = np.zeros(val.shape, np.complex64)  # float32 phasors: what the time statistics run on
+    v = val[inside].astype(np.float32)
+    out[inside] = np.cos(v) + 1j * np.sin(v)
+    return out
 
 
 def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
