@@ -149,7 +149,7 @@ def test_mcep_against_covarep(covarep_results: dict) -> None:
 def test_hmpd_against_covarep(covarep_results: dict) -> None:
     """On rows both call voiced: HMPDD_0 r >= 0.9 and the median HMPDD column >= 0.7 on each file; HMPDM's circular
     correlation, median over the bands that vary, >= 0.8 on three files and >= 0.35 on amfm_sample, whose bands
-    near 1-2 kHz disagree (measured: 0.90-0.96 and 0.44)."""
+    near 1-2 kHz disagree (measured: 0.85-0.97 and 0.44)."""
     for name in LONG:
         r = covarep_results[name]
         assert r.pdd[0] >= 0.9 and np.median(r.pdd) >= 0.7, (name, r.pdd.round(2))
