@@ -645,7 +645,12 @@ def spectral_rows(
     h = harmonics.pick(spec, f0w, FS_HZ)
     pd = hmpd.hmpd_rows(h, f0w, FS_HZ)
     out = {"Rd_conf": rd_conf.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
-    out.update(zip(COVAREP74_COLUMNS[11:], np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1).T, strict=True))
+    cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
+    # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
+    silent = np.abs(spec).max(axis=1) <= mcep.LOG_FLOOR
+    cols[silent] = np.nan
+    out["Rd_conf"][silent] = np.nan
+    out.update(zip(COVAREP74_COLUMNS[11:], cols.T, strict=True))
     return out
 
 

@@ -118,6 +118,12 @@ def test_layouts_share_their_common_columns() -> None:
                                       narrow.features[:, names23.index(theirs)])
     spectral = wide.features[:, COVAREP74_COLUMNS.index("MCEP_0") :]
     assert np.isfinite(spectral).all()  # MCEP and HMPD: every row, as COVAREP computes them
+    silence = np.zeros(FS_HZ // 2, np.float32)
+    silence[2400:4800] = voice.speech[1600:4000]  # 0.15-0.3 s: signal; rows 0-9 and 35-49 see only zeros
+    rows = Covarep(CovarepConfig()).extract(Audio(silence, FS_HZ, 0.5)).features
+    undefined = np.isnan(rows[:, COVAREP74_COLUMNS.index("MCEP_0")])
+    assert undefined[:10].all() and undefined[40:].all() and not undefined[15:30].any()
+    assert np.array_equal(np.isnan(rows[:, 9:]).all(axis=1) | ~undefined, np.ones(50, bool))
     assert np.isnan(wide.features[:, COVAREP74_COLUMNS.index("creak")]).all()  # not computed (docs)
 
 
