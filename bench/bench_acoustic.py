@@ -18,7 +18,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from extractors import acoustic, glottal  # noqa: E402
+from extractors import acoustic, glottal, harmonics, hmpd, mcep, rd_conf  # noqa: E402
 from extractors.base import Audio  # noqa: E402
 from tests.conftest import realdata_dir  # noqa: E402
 from tests.synth_voice import FS_HZ, synth_vowel  # noqa: E402
@@ -79,9 +79,21 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
             f0, voiced = timed("harmonic check (NCCF)", acoustic.harmonic_check, x_hp, f0, voiced, loud, cfg)
         if cfg.f0_refine:
             f0 = timed("F0 refinement (NCCF peak)", acoustic.refine_f0, x_hp, f0, voiced, cfg)
-        timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
+        cols = timed("glottal (IAIF, GCI, NAQ..Rd)", acoustic.glottal_rows, x_hp, f0, voiced, cfg)
         timed("peak slope", acoustic.peak_slope_rows, x_hp, n, cfg)
-        timed("mfcc", acoustic.mfcc_rows, block, n, cfg)
+        if cfg.layout == "mfcc23":
+            timed("mfcc", acoustic.mfcc_rows, block, n, cfg)
+            continue
+        # spectral_rows, stage by stage
+        fill = float(np.median(f0[voiced])) if voiced.any() else mcep.UNVOICED_F0_HZ
+        f0w = np.clip(np.where(voiced & (f0 > 0), f0, fill), 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
+        sign = float(cols.get("polarity", np.ones(1))[0])
+        centres = np.arange(n) * acoustic.HOP + acoustic.HOP // 2
+        spec = timed("3-period spectra + harmonics", mcep.frame_spectra, sign * block, centres, f0w, FS_HZ)
+        h = timed("3-period spectra + harmonics", harmonics.pick, spec, f0w, FS_HZ)
+        timed("MCEP (true envelope)", mcep.mcep_rows, spec, f0w, FS_HZ)
+        timed("HMPD", hmpd.hmpd_rows, h, f0w, FS_HZ)
+        timed("Rd_conf (MSP)", rd_conf.rd_conf_rows, h)
     timed("band check (Welch)", acoustic.low_band, x)
     return spent
 
@@ -129,17 +141,21 @@ def main() -> None:
         x, what = speech_like(args.seconds), "synthetic speech-like LF vowels (no ../shared/realdata)"
     audio = Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)
     cfg = acoustic.CovarepConfig()
-    print(f"covarep (default config) on {args.seconds:.0f} s of {what}, one core")
-    times, rows = [], None
-    for _ in range(max(2, args.repeats)):
-        t0 = time.perf_counter()
-        rows = acoustic.Covarep(cfg).extract(audio)
-        times.append(time.perf_counter() - t0)
-    later = np.array(times[1:])
-    print(f"  first call {times[0]:.2f} s -> {args.seconds / times[0]:.0f}x real time (pays one-off LF table and "
-          f"page faults); later calls: best {later.min():.2f} s -> {args.seconds / later.min():.0f}x, median "
-          f"{np.median(later):.2f} s -> {args.seconds / np.median(later):.0f}x real time "
-          f"(voiced fraction {rows.attrs['voiced_fraction']:.2f})")  # fmt: skip
+    print(f"covarep on {args.seconds:.0f} s of {what}, one core")
+    for layout in ("covarep74", "mfcc23"):
+        times, cpu, rows = [], [], None
+        for _ in range(max(2, args.repeats)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            rows = acoustic.Covarep(acoustic.CovarepConfig(layout=layout)).extract(audio)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        later, later_cpu = np.array(times[1:]), np.array(cpu[1:])
+        print(f"  layout {layout}: first call {times[0]:.2f} s -> {args.seconds / times[0]:.0f}x real time (pays "
+              f"one-off tables and page faults); later calls: best {later.min():.2f} s -> "
+              f"{args.seconds / later.min():.0f}x, median {np.median(later):.2f} s -> "
+              f"{args.seconds / np.median(later):.0f}x real time; CPU time: best {later_cpu.min():.2f} s -> "
+              f"{args.seconds / later_cpu.min():.0f}x, median {args.seconds / np.median(later_cpu):.0f}x "
+              f"(voiced fraction {rows.attrs['voiced_fraction']:.2f})")  # fmt: skip
     spent = stages(x, cfg)
     for key, dt in spent.items():
         print(f"      {key:32s} {dt:6.3f} s  {100 * dt / sum(spent.values()):5.1f} %")

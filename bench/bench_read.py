@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from reading.align import collapse, overlaps, reference_for
+from reading.export import SDK_COVAREP_COLUMNS
 from rows import FeatureRows, fixed_rate_intervals
 from store.writer import StoreWriter
 
-ACOUSTIC_COLUMNS = ["F0", "VUV", *(f"c{i:02d}" for i in range(72))]  # COVAREP-like: F0 and voicing first
+ACOUSTIC_COLUMNS = list(SDK_COVAREP_COLUMNS)  # COVAREP's 74 (random values): exported under the SDK's name
 FACE_COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
 
 

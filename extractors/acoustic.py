@@ -38,7 +38,7 @@ from scipy.fft import irfft, next_fast_len, rfft
 from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
-from extractors import glottal
+from extractors import glottal, harmonics, hmpd, mcep, rd_conf
 from extractors.base import Audio, Extractor, ExtractorConfig, register
 from rows import FeatureRows, rate_intervals
 
@@ -59,6 +59,15 @@ ISLAND_OCTAVES = 0.7  # a segment this far above both neighbours ...
 ISLAND_GAP_ROWS = 2  # ... within this many rows of it is unvoiced and the neighbours grow into its rows
 F0_REFINE_STEPS = 2  # how far (samples) the refined period may move from the tracked one
 GLOTTAL_COLUMNS = ["naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd"]
+# COVAREP's 74 columns, its names and order (COVAREP_feature_extraction.m), the layout of the SDK's SOCIAL_IQ_COVAREP
+COVAREP74_COLUMNS = [
+    "F0", "VUV", "NAQ", "QOQ", "H1H2", "PSP", "MDQ", "peakSlope", "Rd", "Rd_conf", "creak",
+    *(f"MCEP_{i}" for i in range(mcep.ORDER + 1)), *(f"HMPDM_{i}" for i in range(hmpd.PDM_ORDER + 1)),
+    *(f"HMPDD_{i}" for i in range(hmpd.PDD_ORDER + 1)),
+]  # fmt: skip
+# where the 74 columns come from in this module's own names
+COVAREP74_SOURCES = {"F0": "f0", "VUV": "vuv", "NAQ": "naq", "QOQ": "qoq", "H1H2": "h1h2", "PSP": "psp", "MDQ": "mdq",
+                     "peakSlope": "peak_slope", "Rd": "rd"}
 
 
 class CovarepConfig(ExtractorConfig):
@@ -105,6 +114,8 @@ class CovarepConfig(ExtractorConfig):
     # Rd: "msp" = the LF model's Rd fitted to each row's harmonic phases by mean squared phase (COVAREP's rd_msp;
     # version 8); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7)
     rd_method: Literal["msp", "naq"] = "msp"
+    # "covarep74": COVAREP's 74 columns (version 8); "mfcc23": version 7's 10 voice-quality columns + n_mfcc MFCCs
+    layout: Literal["covarep74", "mfcc23"] = "covarep74"
     n_mfcc: int = Field(13, ge=1, le=40)
     n_mels: int = Field(40, ge=8, le=128)
     mfcc_fmin_hz: float = Field(20.0, ge=0.0)
@@ -228,6 +239,8 @@ class Kernels:
     mdq_dispersion: Callable
     peak_slope: Callable
     mfcc: Callable  # librosa_mfcc's signature
+    frame_spectra: Callable = mcep.frame_spectra  # the 74-column layout's 3-period spectra
+    mcep_rows: Callable = mcep.mcep_rows
 
 
 NUMPY_KERNELS = Kernels(
@@ -245,7 +258,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
-                   k.mdq_dispersion, k.peak_slope, k.mfcc)
+                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows)
 
 
 def periodicity(
@@ -612,11 +625,14 @@ def glottal_rows(
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
     if cfg.glottal_cycles == "sedreams":  # oriented by its own residual: version 7's row-wise flow is not needed
-        g, dg, gcis, residual, oriented = covarep_cycles(x_hp, f0, voiced, cfg)
+        g, dg, gcis, residual, _ = covarep_cycles(x_hp, f0, voiced, cfg)
+        # phases (Rd by MSP, the 74-column layout's harmonic phases) take the row-wise IAIF flow derivative's vote
+        # (version 7's): COVAREP's residual skewness reads a pressed LF vowel upside down
+        polarity = glottal.iaif_polarity(x_hp, np.flatnonzero(voiced) * HOP + HOP // 2, FS_HZ, cfg.iaif_leak)
     else:
         dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
         g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
-        oriented = polarity * x_hp
+    out["polarity"] = np.full(n_rows, polarity)  # the harmonic phases of the 74-column layout read it
     dg_cycles = dg
     if gcis.size >= 3 and cfg.glottal_cycles == "sedreams":
         f0_range = (cfg.f0_floor_hz, cfg.f0_ceil_hz)
@@ -643,10 +659,7 @@ def glottal_rows(
         # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow
         # derivative's vote (version 7's) has the last word
         centres = rows * HOP + HOP // 2
-        if cfg.glottal_cycles == "f0":
-            upright = oriented  # glottal_flow's vote already
-        else:
-            upright = glottal.iaif_polarity(x_hp, centres, FS_HZ, cfg.iaif_leak) * x_hp
+        upright = polarity * x_hp  # the vote above, in either cycle mode
         out["rd"][rows] = glottal.rd_msp(upright, centres, f0[rows], FS_HZ)[0]
     if cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
@@ -674,6 +687,30 @@ def glottal_rows(
         out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
     for name in GLOTTAL_COLUMNS:
         out[name][~voiced] = np.nan
+    return out
+
+
+def spectral_rows(
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
+) -> dict[str, np.ndarray]:
+    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"): one 3-period window
+    per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
+    by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
+    corrects the polarity first: the harmonic phases depend on it)."""
+    n_rows = voiced.size
+    fill = float(np.median(f0[voiced])) if voiced.any() else mcep.UNVOICED_F0_HZ
+    f0w = np.clip(np.where(voiced & (f0 > 0), f0, fill), 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)  # fits the DFT
+    centres = np.arange(n_rows) * HOP + HOP // 2
+    spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
+    h = harmonics.pick(spec, f0w, FS_HZ)
+    pd = hmpd.hmpd_rows(h, f0w, FS_HZ)
+    out = {"Rd_conf": rd_conf.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
+    cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
+    # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
+    silent = np.abs(spec).max(axis=1) <= mcep.LOG_FLOOR
+    cols[silent] = np.nan
+    out["Rd_conf"][silent] = np.nan
+    out.update(zip(COVAREP74_COLUMNS[11:], cols.T, strict=True))
     return out
 
 
@@ -720,6 +757,10 @@ def analyse_block(
     cols["f0"] = np.where(voiced, f0, np.nan)
     cols["vuv"] = voiced.astype(float)
     cols["peak_slope"] = peak_slope_rows(x_hp, n_rows, cfg, kernels)
+    if cfg.layout == "covarep74":
+        polarity = float(cols.pop("polarity", np.ones(1))[0])
+        cols.update(spectral_rows(x, f0, voiced, polarity, kernels))
+        return np.column_stack([cols[COVAREP74_SOURCES.get(c, c)] for c in COVAREP74_COLUMNS])
     mfcc = mfcc_rows(x, n_rows, cfg, kernels)
     names = Covarep.columns(cfg)
     return np.column_stack([cols[c] for c in names[: -cfg.n_mfcc]] + [mfcc])
@@ -743,6 +784,8 @@ class Covarep(Extractor[CovarepConfig]):
 
     @classmethod
     def columns(cls, config: CovarepConfig) -> list[str]:
+        if config.layout == "covarep74":
+            return list(COVAREP74_COLUMNS)
         return ["f0", "vuv", *GLOTTAL_COLUMNS, "peak_slope"] + [f"mfcc_{i}" for i in range(config.n_mfcc)]
 
     @classmethod
@@ -772,7 +815,8 @@ class Covarep(Extractor[CovarepConfig]):
             block = analyse_block(padded[a * HOP : b * HOP], self.config, block_floor, self.kernels)
             features[r0:r1] = block[r0 - a : r1 - a]
         if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
-            features[:, self.columns(self.config).index("peak_slope")] = np.nan
+            names = self.columns(self.config)
+            features[:, names.index("peak_slope" if "peak_slope" in names else "peakSlope")] = np.nan
         intervals = rate_intervals(n_rows, FS_HZ / HOP, x.duration_s)  # from integers: no float-noise overlaps
         vuv = features[:, 1]
         return FeatureRows(

@@ -29,7 +29,7 @@ import scipy.fft
 import torch
 from scipy.signal import lfilter
 
-from extractors import glottal, world_f0
+from extractors import glottal, mcep, world_f0
 
 # Elements (rows x offsets x samples) one chunk of an NCCF or spectrum batch may hold: bounds the memory of a
 # long block (about 256 MB of float64 at most) without splitting the work into calls too small for a GPU.
@@ -262,3 +262,76 @@ class TorchKernels:
             db = 10 * torch.log10(torch.clamp(power @ mel.T, min=1e-10))
             out.append(db @ dct.T)
         return (torch.cat(out) if out else x.new_zeros((0, n_mfcc))).cpu().numpy()
+
+    # -- the 74-column layout: 3-period spectra and MCEP (extractors/mcep.py) ------------------------------------
+    def frame_spectra(self, x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int,
+                      dftlen: int = mcep.DFTLEN) -> np.ndarray:  # fmt: skip
+        """mcep.frame_spectra: 3-period Blackman windows (unit sum, phase 0 at the centre), rfft."""
+        lengths = mcep.window_lengths(np.asarray(f0), fs)
+        half = int(lengths.max()) // 2
+        if 2 * half + 1 > dftlen:
+            raise ValueError(f"a 3-period window of {2 * half + 1} samples exceeds the {dftlen}-point DFT")
+        xt = self._t(np.asarray(x, np.float64))
+        offsets = torch.arange(-half, half + 1, device=self.device)
+        seg = self._windows(xt, self._t(np.asarray(centres, np.int64)) - half, 2 * half + 1)
+        m = (self._t(lengths.astype(np.float64))[:, None] - 1) / 2.0
+        arg = torch.pi * offsets[None, :].double() / m
+        win = torch.where(offsets.abs()[None, :] <= m, 0.42 + 0.5 * torch.cos(arg) + 0.08 * torch.cos(2 * arg),
+                          torch.zeros((), dtype=torch.float64, device=self.device))  # fmt: skip
+        win = win / win.sum(dim=1, keepdim=True)
+        frames = torch.zeros((len(centres), dftlen), dtype=torch.float64, device=self.device)
+        frames[:, offsets % dftlen] = seg * win
+        return torch.fft.rfft(frames, dim=1).cpu().numpy()
+
+    def _true_envelope(self, log_amp: torch.Tensor, orders: torch.Tensor, presmooth: bool = True) -> torch.Tensor:
+        """mcep.true_envelope on the device (same passes, same stopping rule per row)."""
+        n_bins = log_amp.shape[1]
+        dftlen = 2 * (n_bins - 1)
+        orders = torch.clamp(torch.round(mcep.TE_SMOOTHING * orders), max=dftlen // 2 - 1).long()
+        a = log_amp.clone()
+        if presmooth:
+            pre = self._true_envelope(log_amp, torch.round(orders / 2.0), presmooth=False)
+            slim = torch.round(0.25 * dftlen / orders).long()
+            k = torch.arange(n_bins, device=self.device)[None, :]
+            edge = (k < slim[:, None]) | (k > n_bins - slim[:, None])
+            a = torch.where(edge, pre, a)
+        n_coef = int(orders.max()) + 1
+        kk = torch.arange(n_coef, device=self.device)[None, :]
+        o = orders[:, None].to(a.dtype)
+        lifter = torch.where(kk <= o, 0.54 + 0.46 * torch.cos(torch.pi * kk / torch.clamp(o, min=1)),
+                             torch.zeros((), dtype=a.dtype, device=self.device))  # fmt: skip
+        inside = torch.arange(dftlen // 2, device=self.device)[None, :] <= orders[:, None]
+        doubling = torch.where(kk[0] == 0, 1.0, 2.0).to(a.dtype)
+        a0, out = a.clone(), torch.empty_like(a)
+        todo = torch.arange(a.shape[0], device=self.device)
+        cc = torch.zeros((a.shape[0], n_coef), dtype=a.dtype, device=self.device)
+        dblim = float(np.log(10 ** (mcep.TE_PREC_DB / 20)))
+        for _ in range(mcep.TE_MAXIT):
+            cep = torch.fft.irfft(a, dim=1)[:, : dftlen // 2]
+            ccp = cep[:, :n_coef] * doubling
+            e_out = torch.sqrt(torch.sum(torch.where(inside[:, 1:], 0.0, 2 * cep[:, 1:]) ** 2, dim=1))
+            e_in = torch.sqrt(torch.sum(torch.where(inside[:, :n_coef], ccp, 0.0) ** 2, dim=1))
+            lam = (e_in + e_out) / torch.clamp(e_in, min=1e-30)
+            cc = lam[:, None] * lifter * (ccp - cc) + cc
+            lv = torch.fft.rfft(cc, n=dftlen, dim=1).real
+            a = torch.maximum(a, lv)
+            out[todo] = lv
+            done = torch.amax(a0 - lv, dim=1) <= dblim
+            if bool(done.any()):
+                keep = ~done
+                todo, a, a0, cc, lifter, inside = todo[keep], a[keep], a0[keep], cc[keep], lifter[keep], inside[keep]
+                if todo.numel() == 0:
+                    break
+        return out
+
+    def mcep_rows(self, spec: np.ndarray, f0: np.ndarray, fs: int, order: int = mcep.ORDER) -> np.ndarray:
+        """mcep.mcep_rows: true envelope on the pooled grid in float32, then the mel cepstrum (numpy: small)."""
+        log_amp = torch.log(torch.clamp(self._t(np.abs(spec)), min=mcep.LOG_FLOOR))
+        if mcep.TE_POOL > 1:
+            n = (log_amp.shape[1] - 1) // mcep.TE_POOL
+            rest = log_amp[:, 1:].reshape(log_amp.shape[0], n, mcep.TE_POOL).amax(dim=2)
+            log_amp = torch.cat([log_amp[:, :1], rest], dim=1)
+        dtype = torch.float32 if np.dtype(mcep.TE_DTYPE) == np.float32 else torch.float64
+        orders = self._t(np.round(0.5 * fs / np.asarray(f0, np.float64))).to(dtype)
+        env = self._true_envelope(log_amp.to(dtype), orders)
+        return mcep.mel_cepstrum(env.double().cpu().numpy(), fs, order)

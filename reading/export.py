@@ -76,6 +76,12 @@ SDK_SOCIAL_IQ_ROOTS = {
     "bert_words": "SOCIAL_IQ_TRANSCRIPT_RAW_CHUNKS_BERT",
     "mtcnn": "SOCIAL_IQ_MTCNN_FACES_1FPS",
 }
+# The released SOCIAL_IQ_COVAREP's 74 dimensions, COVAREP_feature_extraction.m's order: a covarep feature is exported
+# under the SDK's name only with exactly these columns (extractors.acoustic.COVAREP74_COLUMNS, layout "covarep74")
+SDK_COVAREP_COLUMNS = (
+    "F0", "VUV", "NAQ", "QOQ", "H1H2", "PSP", "MDQ", "peakSlope", "Rd", "Rd_conf", "creak",
+    *(f"MCEP_{i}" for i in range(25)), *(f"HMPDM_{i}" for i in range(25)), *(f"HMPDD_{i}" for i in range(13)),
+)  # fmt: skip
 SDK_SOCIAL_IQ_QA_BINARY_ROOT = "SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE"
 QA_BINARY_AXES = ("question", "pair", "q/a/i", "token")  # the axes before the hidden one, in the QA layout
 
@@ -211,9 +217,23 @@ def csd_metadata(store: Store, feature: str, root_name: str, **overrides: Any) -
     return meta
 
 
+def sdk_shape_ok(store: Store, feature: str) -> bool:
+    """Does the feature have the shape of the SDK's sequence of its extractor? For covarep: COVAREP's 74 columns
+    in the SDK's order (the 23-column layout, or a store from before version 8, is another sequence)."""
+    fa = store.feature_attrs(feature)
+    if fa.get("extractor") == "covarep":
+        return tuple(fa.get("columns") or ()) == SDK_COVAREP_COLUMNS
+    return True
+
+
 def default_root_name(store: Store, feature: str) -> str:
-    """The SDK's Social-IQ root name for the feature's extractor in a Social-IQ store, else <dataset>_<feature>."""
-    extractor = str(store.feature_attrs(feature).get("extractor", feature))
+    """The SDK's Social-IQ root name for the feature's extractor in a Social-IQ store when the feature has the
+    SDK's shape; a covarep feature of another shape is `<dataset>_<feature>_<D>D` (its width in the name, never
+    the SDK's name for other dimensions); anything else <dataset>_<feature>."""
+    fa = store.feature_attrs(feature)
+    extractor = str(fa.get("extractor", feature))
+    if extractor == "covarep" and not sdk_shape_ok(store, feature):
+        return f"{store.attrs.get('dataset', 'store')}_{feature}_{len(fa.get('columns') or ())}D"
     if social_iq_version(store) and extractor in SDK_SOCIAL_IQ_ROOTS:
         return SDK_SOCIAL_IQ_ROOTS[extractor]
     return f"{store.attrs.get('dataset', 'store')}_{feature}"
@@ -232,14 +252,24 @@ def export_csd(
     are included and listed under "siqfeat filtered": the SDK's `unify()` keeps only the items every loaded
     sequence holds, so leaving them out of one file would drop them from all. root_name: default_root_name()."""
     s = open_store(store)
+    root_name = root_name or default_root_name(s, feature)
+    sdk_covarep = root_name == SDK_SOCIAL_IQ_ROOTS["covarep"]
+    if sdk_covarep and not sdk_shape_ok(s, feature):
+        n = len(s.feature_attrs(feature).get("columns") or ())
+        raise ValueError(f"{feature}: {n} columns, not the {len(SDK_COVAREP_COLUMNS)} of the SDK's "
+                         f"{root_name} (COVAREP's layout: covarep with layout = \"covarep74\"); export it under "
+                         "another root name")
     every, filtered = s.items(feature, include_filtered=True), s.filtered(feature)
     if items is None:
         items = every if include_filtered else sorted(set(every) - set(filtered))
     entries = {}
     for item in items:
         r = s.read(feature, item)
-        entries[item] = (np.asarray(r.features[...], np.float32), r.intervals)
-    meta = csd_metadata(s, feature, root_name or default_root_name(s, feature), **metadata)
+        features = np.asarray(r.features[...], np.float32)
+        if sdk_covarep:  # the released file has COVAREP's 0 wherever a value is undefined; the store keeps NaN
+            features = np.where(np.isnan(features), np.float32(0.0), features)
+        entries[item] = (features, r.intervals)
+    meta = csd_metadata(s, feature, root_name, **metadata)
     meta["siqfeat filtered"] = filtered
     return write_csd(out, entries, meta)
 

@@ -35,7 +35,7 @@ RDS = (0.5, 1.0, 1.5, 2.0, 2.5)
 
 
 def run(speech: np.ndarray, cfg: CovarepConfig | None = None, fs: int = FS_HZ) -> dict[str, np.ndarray]:
-    cfg = cfg or CovarepConfig(f0_method="dio")
+    cfg = cfg or CovarepConfig(layout="mfcc23", f0_method="dio")
     rows = Covarep(cfg).extract(Audio(speech.astype(np.float32), fs, speech.size / fs))
     return {name: rows.features[:, i].astype(float) for i, name in enumerate(Covarep.columns(cfg))}
 
@@ -55,24 +55,24 @@ def rd_sweep() -> dict[float, tuple[dict[str, np.ndarray], float]]:
 
 
 def test_registry_columns_and_row_grid() -> None:
-    cfg = parse_config({"extractor": "covarep"})
+    cfg = parse_config({"extractor": "covarep", "layout": "mfcc23"})
     assert get_extractor("covarep") is Covarep and isinstance(cfg, CovarepConfig)
     cols = Covarep.columns(cfg)
     assert cols[:11] == ["f0", "vuv", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd", "peak_slope", "mfcc_0"]
     assert len(cols) == 10 + 13 and Covarep.rate_hz(cfg) == 100.0
-    rows = Covarep(CovarepConfig(f0_method="dio")).extract(Audio(np.zeros(1128, np.float32), FS_HZ, 0.0705))
+    rows = Covarep(CovarepConfig(layout="mfcc23", f0_method="dio")).extract(Audio(np.zeros(1128, np.float32), FS_HZ, 0.0705))
     assert rows.features.shape == (8, len(cols)) and rows.features.dtype == np.float32
     np.testing.assert_allclose(rows.intervals[:, 0], np.arange(8) * 0.01)
     np.testing.assert_allclose(rows.intervals[-1], [0.07, 0.0705])
     with pytest.raises(ValueError, match="f0_floor_hz"):
-        CovarepConfig(f0_floor_hz=300, f0_ceil_hz=200)
+        CovarepConfig(layout="mfcc23", f0_floor_hz=300, f0_ceil_hz=200)
 
 
 @pytest.mark.parametrize("method", ["harvest", "dio"])
 def test_f0_follows_glide(method: str) -> None:
     """100 -> 220 Hz linear glide: median F0 error < 1 % on rows voiced in truth and output."""
     voice = synth_vowel(1.2, lambda t: 100 + 100 * t, 1.0)
-    cols = run(voice.speech, CovarepConfig(f0_method=method))
+    cols = run(voice.speech, CovarepConfig(layout="mfcc23", f0_method=method))
     truth = 100 + 100 * row_times(120)
     both = (cols["vuv"] == 1)[5:-5]
     assert both.mean() > 0.95
@@ -104,7 +104,7 @@ def test_f0_follows_jittered_periods(f0_hz: float) -> None:
     steps = 1 + 0.01 * np.random.default_rng(int(f0_hz)).standard_normal(1000)
     voice = synth_vowel(1.0, lambda t: f0_hz * steps[np.minimum((np.asarray(t) * f0_hz).astype(int), 999)], 1.0,
                         noise_rms=1e-3)  # fmt: skip
-    f0 = run(voice.speech, CovarepConfig())["f0"]
+    f0 = run(voice.speech, CovarepConfig(layout="mfcc23"))["f0"]
     truth = three_period_f0(voice.gcis / FS_HZ, row_times(f0.size))
     both = np.isfinite(f0) & np.isfinite(truth)
     assert both.sum() >= 90, both.sum()
@@ -146,7 +146,7 @@ def test_weak_fundamental_stays_voiced(f0_hz: float) -> None:
     x, truth = high_passed_vowels(f0_hz, 4, 350.0)
     assert_voiced_where_voiced(run(x), f0_hz, truth)
     if f0_hz == 110.0:  # what the test is about: the tracker alone loses this voice
-        assert (run(x, CovarepConfig(grow_rows=0, seed_acf=0))["vuv"][truth] == 1).mean() <= 0.9
+        assert (run(x, CovarepConfig(layout="mfcc23", grow_rows=0, seed_acf=0))["vuv"][truth] == 1).mean() <= 0.9
 
 
 @pytest.mark.parametrize("f0_hz", [110.0, 140.0])
@@ -157,8 +157,8 @@ def test_no_fundamental_left_for_the_tracker(f0_hz: float) -> None:
     error (measured 100 %, 2.3-2.9 c, max 16-18 c), rows more than 20 ms from a span's edge unvoiced (the formant
     ringing on after each span stays out)."""
     x, truth = high_passed_vowels(f0_hz, 8, 600.0)
-    assert not f0_rows(x.astype(np.float32).astype(np.float64), 200, CovarepConfig()).any()
-    assert not (run(x, CovarepConfig(seed_acf=0))["vuv"] == 1).any()
+    assert not f0_rows(x.astype(np.float32).astype(np.float64), 200, CovarepConfig(layout="mfcc23")).any()
+    assert not (run(x, CovarepConfig(layout="mfcc23", seed_acf=0))["vuv"] == 1).any()
     assert_voiced_where_voiced(run(x), f0_hz, truth)
 
 
@@ -166,7 +166,7 @@ def check_harmonics(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, refine: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """(F0, refined unless `refine` is False; voiced) after harmonic_check, given a tracker's F0 and voicing."""
-    cfg = CovarepConfig()
+    cfg = CovarepConfig(layout="mfcc23")
     n = f0.size
     x = np.asarray(x[: n * HOP], dtype=np.float64)
     x_hp = glottal.highpass(x, FS_HZ)
@@ -248,7 +248,7 @@ def test_mains_hum_in_pauses_stays_unvoiced(hum_hz: float) -> None:
     cols = run(voice.speech + hum)
     assert np.mean(cols["vuv"][pause] == 1) <= 0.02, np.mean(cols["vuv"][pause] == 1)
     assert np.mean((cols["vuv"] == 1) == truth) >= 0.95
-    ungated = run(voice.speech + hum, CovarepConfig(relative_silence_db=None))
+    ungated = run(voice.speech + hum, CovarepConfig(layout="mfcc23", relative_silence_db=None))
     assert np.mean(ungated["vuv"][pause] == 1) >= 0.5  # the hum is a real test: periodic and above -60 dBFS
 
 
@@ -256,7 +256,7 @@ def test_mains_hum_in_pauses_stays_unvoiced(hum_hz: float) -> None:
 def test_voicing_alternation(method: str) -> None:
     spans = [(0.1, 0.5), (0.8, 1.2), (1.5, 1.9)]
     voice = synth_vowel(2.0, lambda t: 120 + 30 * np.sin(3 * t), 1.2, voiced_spans_s=spans, noise_rms=3e-4)
-    cols = run(voice.speech, CovarepConfig(f0_method=method))
+    cols = run(voice.speech, CovarepConfig(layout="mfcc23", f0_method=method))
     t = row_times(200)
     truth = np.any([(t >= a) & (t < b) for a, b in spans], axis=0)
     assert np.mean((cols["vuv"] == 1) == truth) >= 0.95
@@ -292,7 +292,7 @@ def test_voice_quality_direction(rd_sweep: dict, name: str, sign: int) -> None:
 def test_gcis_match_lf_closures() -> None:
     voice = synth_vowel(1.0, lambda t: 100 + 60 * t, 1.0)
     x = voice.speech.astype(float)
-    cfg = CovarepConfig(f0_method="dio")
+    cfg = CovarepConfig(layout="mfcc23", f0_method="dio")
     f0 = f0_rows(x, 100, cfg)
     voiced = f0 > 0
     _, gcis, _ = glottal_flow(glottal.highpass(x, FS_HZ), f0, voiced, cfg)
@@ -319,7 +319,7 @@ def test_gcis_within_quarter_ms_as_voice_quality_changes(formants: tuple | None,
     rd0, rd1 = rd_from_to
     voice = synth_vowel(2.0, lambda t: 100 + 20 * t, lambda t: rd0 + (rd1 - rd0) * t / 2, noise_rms=5e-3, **kw)
     x = voice.speech.astype(float)
-    cfg = CovarepConfig()
+    cfg = CovarepConfig(layout="mfcc23")
     f0 = f0_rows(x, x.size // HOP, cfg)
     x_hp = glottal.highpass(x, FS_HZ)
     _, gcis, _ = glottal_flow(x_hp, f0, voicing(x, x_hp, f0, cfg), cfg)
@@ -352,8 +352,8 @@ def test_mfcc_equal_direct_librosa_call() -> None:
 def test_blocks_match_one_pass() -> None:
     spans = [(0.2, 1.1), (1.4, 2.6), (2.9, 3.8)]
     voice = synth_vowel(4.0, lambda t: 110 + 40 * np.sin(2 * t), lambda t: 0.8 + 0.4 * t, voiced_spans_s=spans)
-    whole = run(voice.speech, CovarepConfig(f0_method="harvest"))
-    blocks = run(voice.speech, CovarepConfig(f0_method="harvest", block_s=1.0, block_margin_s=0.5))
+    whole = run(voice.speech, CovarepConfig(layout="mfcc23", f0_method="harvest"))
+    blocks = run(voice.speech, CovarepConfig(layout="mfcc23", f0_method="harvest", block_s=1.0, block_margin_s=0.5))
     # everything but Harvest's F0 and the cycle measures is bit-identical; Harvest differs by < 0.1 %. The cycle
     # measures (version 8) read SEDREAMS GCIs, whose mean F0, orientation and relative GCI position are estimated
     # per block, as COVAREP estimates them per file: a few rows may differ (3 of 400 here, at a voiced run's end)
@@ -375,13 +375,13 @@ def test_silence_and_empty_input() -> None:
         assert np.all(np.isnan(cols[name])), name
     assert np.all(np.isfinite(cols["mfcc_0"]))
     with pytest.raises(ValueError, match="zero-length"):
-        Covarep(CovarepConfig()).extract(Audio(np.zeros(0, np.float32), FS_HZ, 0.0))
+        Covarep(CovarepConfig(layout="mfcc23")).extract(Audio(np.zeros(0, np.float32), FS_HZ, 0.0))
     corrupt = np.zeros(8000, np.float32)
     corrupt[[4000, 4100]] = [np.nan, np.inf]
     with pytest.raises(ValueError, match=r"2 non-finite audio samples .* first at 0\.250 s"):
-        Covarep(CovarepConfig()).extract(Audio(corrupt, FS_HZ, 0.5))
+        Covarep(CovarepConfig(layout="mfcc23")).extract(Audio(corrupt, FS_HZ, 0.5))
     with pytest.raises(ValueError, match="block_margin_s"):
-        CovarepConfig(block_margin_s=0.3)
+        CovarepConfig(layout="mfcc23", block_margin_s=0.3)
 
 
 def test_other_sample_rate_is_resampled_once() -> None:
@@ -397,7 +397,7 @@ def test_block_helpers_line_up() -> None:
     x = np.zeros(1600)
     x[800:960] = 0.5  # row 5 only
     assert np.argmax(rms_dbfs(x, 10)) == 5
-    assert analyse_block(x, CovarepConfig(f0_method="dio")).shape == (10, 23)
+    assert analyse_block(x, CovarepConfig(layout="mfcc23", f0_method="dio")).shape == (10, 23)
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
@@ -408,7 +408,7 @@ def test_f0_agrees_with_praat_on_espeak_speech(tmp_path) -> None:
     subprocess.run(["espeak-ng", "-w", str(wav), text], check=True, capture_output=True)
     rate, pcm = wavfile.read(wav)
     y = librosa.resample(pcm.astype(np.float64) / 32768.0, orig_sr=rate, target_sr=FS_HZ, res_type="soxr_hq")
-    cols = run(y, CovarepConfig(f0_method="harvest", f0_floor_hz=60, f0_ceil_hz=400))
+    cols = run(y, CovarepConfig(layout="mfcc23", f0_method="harvest", f0_floor_hz=60, f0_ceil_hz=400))
     pitch = parselmouth.Sound(y.astype(np.float64), FS_HZ).to_pitch(time_step=0.01, pitch_floor=60, pitch_ceiling=400)
     praat = np.array([pitch.get_value_at_time(t) for t in row_times(cols["f0"].size)], dtype=float)
     both = np.isfinite(praat) & (cols["vuv"] == 1)
@@ -491,7 +491,7 @@ def test_ame_weight_attenuates_each_closure() -> None:
 def test_qcp_recovers_naq_of_close_vowel(rd: float) -> None:
     """/u/ (F1 300 Hz) at 220 Hz: IAIF's tract fit takes F1 for the source (NAQ +229 %, +45 %); QCP is within 20 %."""
     voice = synth_vowel(1.0, lambda t: 220 * (1 + 0.05 * t), rd, formants=VOWEL_U)
-    est = np.nanmedian(run(voice.speech, CovarepConfig(inverse_filter="qcp", glottal_cycles="f0"))["naq"][10:90])
+    est = np.nanmedian(run(voice.speech, CovarepConfig(layout="mfcc23", inverse_filter="qcp", glottal_cycles="f0"))["naq"][10:90])
     true_naq = float(np.median(naq_per_period(voice)))
     assert abs(est / true_naq - 1) <= 0.2, (est, true_naq)
 
@@ -544,10 +544,10 @@ def test_peak_slope_needs_signal(label: str, x: np.ndarray) -> None:
     """No tilt is measured on DC, on input shorter than the 40 ms window, or below silence_dbfs: NaN, not a value."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # librosa warns that n_fft exceeds a 1-sample input
-        cols = run(x, CovarepConfig())
+        cols = run(x, CovarepConfig(layout="mfcc23"))
     assert np.all(np.isnan(cols["peak_slope"])), (label, cols["peak_slope"][:5])
     noise = 0.03 * np.random.default_rng(8).standard_normal(8000).astype(np.float32)
-    assert np.all(np.isfinite(run(noise, CovarepConfig())["peak_slope"]))
+    assert np.all(np.isfinite(run(noise, CovarepConfig(layout="mfcc23"))["peak_slope"]))
 
 
 LF_RDS = (0.3, 0.5, 0.9, 1.3, 1.7, 2.1, 2.7)
@@ -585,7 +585,7 @@ def lf_grid() -> dict[tuple[str, float, float], tuple[dict[str, float], float]]:
     for vowel, f0 in LF_CASES:
         for rd in LF_RDS:
             voice = synth_vowel(1.0, lambda t, f0=f0: f0 * (1 + 0.05 * t), rd, formants=LF_TRACTS[vowel])
-            cols = run(voice.speech, CovarepConfig())
+            cols = run(voice.speech, CovarepConfig(layout="mfcc23"))
             out[vowel, f0, rd] = ({k: float(np.nanmedian(v[10:90])) for k, v in cols.items()},
                                   float(np.median(naq_per_period(voice))))  # fmt: skip
     return out

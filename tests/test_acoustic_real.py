@@ -52,7 +52,7 @@ def speech_16k(realdata: Path, name: str) -> np.ndarray:
 
 def extract(x: np.ndarray, cfg: CovarepConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(f0 with NaN on unvoiced rows, voiced mask) of the default config."""
-    rows = Covarep(cfg or CovarepConfig()).extract(Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ))
+    rows = Covarep(cfg or CovarepConfig(layout="mfcc23")).extract(Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ))
     return rows.features[:, 0].astype(float), rows.features[:, 1] == 1
 
 
@@ -107,7 +107,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 def tracks(realdata: Path, backend: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per file: (our f0, our voiced mask, Praat f0), on each backend (the Praat bars hold on both)."""
     out = {}
-    cfg = CovarepConfig(backend=backend, device="cpu")
+    cfg = CovarepConfig(layout="mfcc23", backend=backend, device="cpu")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the pipeline's CPU actors (conftest's torch_one_thread, for a module fixture)
     try:
@@ -160,7 +160,7 @@ def test_f0_agrees_with_covarep_own_track(realdata: Path, tracks: dict) -> None:
 @pytest.mark.parametrize("name", EGG)
 def test_f0_and_gcis_against_egg(realdata: Path, name: str, backend: str, torch_one_thread: None) -> None:
     x = speech_16k(realdata, name)
-    cfg = CovarepConfig(backend=backend, device="cpu")
+    cfg = CovarepConfig(layout="mfcc23", backend=backend, device="cpu")
     kernels = acoustic.kernels_for(cfg)
     f0, voiced = extract(x, cfg)
     egg = egg_gcis_s(realdata / "speech" / f"{name}.egg")
@@ -215,7 +215,7 @@ def test_mains_hum_in_pauses_stays_unvoiced(realdata: Path, tracks: dict, backen
     hum = sum(a * np.sin(2 * np.pi * k * hum_hz * t_s) for k, a in ((1, 1.0), (2, 0.3), (3, 0.1)))
     loudest_db = acoustic.rms_dbfs(x, x.size // HOP).max()
     hum *= 10 ** ((loudest_db - 38) / 20) / np.sqrt(np.mean(hum**2))
-    _, voiced = extract(x + hum, CovarepConfig(backend=backend, device="cpu"))
+    _, voiced = extract(x + hum, CovarepConfig(layout="mfcc23", backend=backend, device="cpu"))
     quiet = ~np.isfinite(praat) & ~clean_voiced
     assert np.mean(voiced[quiet]) <= 0.05, np.mean(voiced[quiet])
     assert f1(voiced, np.isfinite(praat)) >= 0.93, f1(voiced, np.isfinite(praat))
@@ -245,7 +245,7 @@ def test_psp_stays_in_its_range(realdata: Path) -> None:
     """Glottal columns are NaN on unvoiced rows; PSP = a / a_max lies in [0, 1] on every voiced row of real speech (it exceeded 1 on 0.7 % of them, max 2.7);
     a cycle whose pulse would exceed 1 is NaN, on at most 2 % of the voiced rows."""
     psp = []
-    cfg = CovarepConfig()
+    cfg = CovarepConfig(layout="mfcc23")
     names = Covarep.columns(cfg)
     glottal_cols = [names.index(c) for c in ("f0", *acoustic.GLOTTAL_COLUMNS)]
     for name in SPEECH:
@@ -266,5 +266,5 @@ def test_telephone_band_is_detected(realdata: Path, order: int) -> None:
     for name in SPEECH:
         x = speech_16k(realdata, name)
         for signal, limited in ((x, False), (sosfiltfilt(band, x), name != "covarep_DB-cresc-a-D4-m1")):
-            attrs = Covarep(CovarepConfig()).extract(Audio(signal.astype(np.float32), FS_HZ, x.size / FS_HZ)).attrs
+            attrs = Covarep(CovarepConfig(layout="mfcc23")).extract(Audio(signal.astype(np.float32), FS_HZ, x.size / FS_HZ)).attrs
             assert attrs["band_limited"] is limited and attrs["f0_reliable"] is not limited, (name, limited, attrs)

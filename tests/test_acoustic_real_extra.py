@@ -38,7 +38,7 @@ PHONLAB = ("phonlab_F1_bha24_1", "phonlab_two_plus_two", "phonlab_three_plus_fiv
 
 
 def features(x: np.ndarray, cfg: CovarepConfig | None = None) -> np.ndarray:
-    return Covarep(cfg or CovarepConfig()).extract(Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)).features
+    return Covarep(cfg or CovarepConfig(layout="mfcc23")).extract(Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)).features
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_glottal_columns_are_plausible(tracks: dict) -> None:
     per-file medians of NAQ and Rd in the range of modal read speech (NAQ 0.145-0.178, Rd 1.27-1.62 measured; version
     8: NAQ 0.128-0.157, Rd by MSP 1.33-1.62 slt, 0.75-0.76 jmk; Alku et al. 2002 report NAQ ~0.1-0.2 for normal
     phonation). Version 8 with version 7's orientation for SEDREAMS read jmk's NAQ as 0.03: this test caught it."""
-    names = Covarep.columns(CovarepConfig())
+    names = Covarep.columns(CovarepConfig(layout="mfcc23"))
     cols = [names.index(c) for c in acoustic.GLOTTAL_COLUMNS]
     for name, (_, feats, _) in tracks.items():
         voiced = feats[:, 1] == 1
@@ -163,7 +163,7 @@ def test_against_egg_closures(tracks: dict, name: str) -> None:
     x, feats, praat = tracks[name]
     n = feats.shape[0]
     voiced = feats[:, 1] == 1
-    ours = our_gcis_s(x, feats, CovarepConfig())
+    ours = our_gcis_s(x, feats, CovarepConfig(layout="mfcc23"))
     inside, offset, delay = closure_offsets_s(ours, egg, voiced)
     # this reference is already near speech time (delay -0.13 to -0.19 ms), unlike the raw EGGs of test_acoustic_real
     assert inside.size > 200 and abs(delay) < 0.0005, (inside.size, delay)
@@ -230,7 +230,7 @@ def test_harmonic_check_moves_the_harmonic_rows_only(tracks: dict, phonlab_track
     2.4-18.1), row 112 is unvoiced, row 117 voiced; on the six CMU ARCTIC files and the other five phonlab files it
     changes no row at all."""
     for name, (x, feats, _) in {**tracks, **phonlab_tracks}.items():
-        before = features(x, CovarepConfig(harmonic_check=False))
+        before = features(x, CovarepConfig(layout="mfcc23", harmonic_check=False))
         changed = (before[:, 1] != feats[:, 1]) | (np.nan_to_num(before[:, 0]) != np.nan_to_num(feats[:, 0]))
         if name != "phonlab_two_plus_two":
             assert not changed.any(), (name, np.flatnonzero(changed))
@@ -268,7 +268,7 @@ def test_egg_recording_with_weak_fundamental(phonlab_tracks: dict) -> None:
     closures = egg_closures_s(egg, rate)
     n = feats.shape[0]
     voiced = feats[:, 1] == 1
-    ours = our_gcis_s(x, feats, CovarepConfig())
+    ours = our_gcis_s(x, feats, CovarepConfig(layout="mfcc23"))
     inside, offset, delay = closure_offsets_s(ours, closures, voiced)
     assert inside.size >= 20 and 0 < delay < 0.003, (inside.size, delay)
     hits = [np.mean(np.abs(offset - delay) <= tol) for tol in (0.00025, 0.0005)]

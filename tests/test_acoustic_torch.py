@@ -52,14 +52,14 @@ def device(request: pytest.FixtureRequest) -> str:
 
 def features(x: np.ndarray, backend: str, device: str = "cpu") -> np.ndarray:
     x = np.asarray(x, np.float32)
-    cfg = CovarepConfig(backend=backend, device=device)
+    cfg = CovarepConfig(layout="mfcc23", backend=backend, device=device)
     return Covarep(cfg, device=device).extract(Audio(x, FS_HZ, x.size / FS_HZ)).features.astype(float)
 
 
 def differences(ref: np.ndarray, got: np.ndarray) -> dict[str, tuple[float, float, float]]:
     """Per column: (NaN-pattern mismatch fraction, median |d|, p99 |d|) over rows finite in both."""
     out = {}
-    for i, name in enumerate(Covarep.columns(CovarepConfig())):
+    for i, name in enumerate(Covarep.columns(CovarepConfig(layout="mfcc23"))):
         a, b = ref[:, i], got[:, i]
         both = np.isfinite(a) & np.isfinite(b)
         d = 1200 * np.abs(np.log2(a[both] / b[both])) if name == "f0" else np.abs(a[both] - b[both])
@@ -173,14 +173,14 @@ def test_each_kernel_equals_its_numpy_twin(block: tuple, device: str) -> None:
 def test_backend_is_config_and_not_fingerprint() -> None:
     """backend and device say where the sums run, not what is stored: a store written by either resumes with the
     other (as a model's on CPU and on GPU)."""
-    assert CovarepConfig(backend="torch", device="cuda").canonical() == CovarepConfig().canonical()
-    assert not Covarep.wants_gpu(CovarepConfig()) and not Covarep.wants_gpu(CovarepConfig(backend="torch", device="cpu"))
-    assert Covarep.wants_gpu(CovarepConfig(backend="torch")) and Covarep.wants_gpu(CovarepConfig(backend="torch",
+    assert CovarepConfig(layout="mfcc23", backend="torch", device="cuda").canonical() == CovarepConfig(layout="mfcc23").canonical()
+    assert not Covarep.wants_gpu(CovarepConfig(layout="mfcc23")) and not Covarep.wants_gpu(CovarepConfig(layout="mfcc23", backend="torch", device="cpu"))
+    assert Covarep.wants_gpu(CovarepConfig(layout="mfcc23", backend="torch")) and Covarep.wants_gpu(CovarepConfig(layout="mfcc23", backend="torch",
                                                                                                  device="cuda"))
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="device = 'cuda' but torch sees no CUDA"):
-            Covarep(CovarepConfig(backend="torch", device="cuda"))
-        assert Covarep(CovarepConfig(backend="torch"), device="cuda").kernels.nccf.__self__.device.type == "cpu"
+            Covarep(CovarepConfig(layout="mfcc23", backend="torch", device="cuda"))
+        assert Covarep(CovarepConfig(layout="mfcc23", backend="torch"), device="cuda").kernels.nccf.__self__.device.type == "cpu"
 
 
 def test_torch_acoustic_is_a_gpu_actor_where_there_are_gpus() -> None:

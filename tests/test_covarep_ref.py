@@ -93,12 +93,9 @@ def test_covarep_h1h2_agrees(realdata: Path) -> None:
     assert s["spearman"] >= GLOTTAL_BAR and abs(s["reldiff"]) <= 0.15, s
 
 
-def test_mcep_columns_agree(pairs: list[covarep_ref.Pair]) -> None:
-    mcep = [c for c in covarep_ref.compared_columns(pairs[0]) if c.startswith("mcep")]
-    if not mcep:
-        pytest.skip("the extractor has no MCEP columns (the 23-column set)")
-    low = {c: r for c in mcep if (r := covarep_ref.stats(pairs, c)["pearson"]) < 0.95}
-    assert not low, low
+# MCEP is not compared here row by row: COVAREP spreads its MCEP frames evenly over the file rather than at their
+# own times (covarep-ref's README), so row k of its MCEP is not row k of ours. tests/test_covarep74.py holds our
+# MCEP at COVAREP's frame placement.
 
 
 def test_column_pairing_is_name_blind() -> None:

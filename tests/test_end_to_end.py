@@ -61,8 +61,9 @@ def test_transcript_words_and_acoustic_grid(tiny_store, tiny_root_template: Path
     n = acoustic.features.shape[0]
     assert n == math.ceil(round(acoustic.attrs["duration_s"] / 0.01, 6))
     assert acoustic.intervals[1].tolist() == pytest.approx([0.01, 0.02])
-    f0 = np.asarray(acoustic.features[:, acoustic.columns.index("f0")])
-    vuv = np.asarray(acoustic.features[:, acoustic.columns.index("vuv")])
+    names = [c.lower() for c in acoustic.columns]  # COVAREP's "F0", "VUV" (version 8), or "f0", "vuv" (mfcc23)
+    f0 = np.asarray(acoustic.features[:, names.index("f0")])
+    vuv = np.asarray(acoustic.features[:, names.index("vuv")])
     speech = truth["tiny-c"]["cues"][0]
     inside = (acoustic.intervals[:, 0] > speech[0] + 0.1) & (acoustic.intervals[:, 1] < speech[1] - 0.1)
     assert vuv[inside].mean() > 0.5 and np.isnan(f0[vuv == 0]).all()

@@ -14,6 +14,7 @@ from bench.cmu_sdk import sdk_nanaverage
 from manifests.records import MediaItem, QAItem
 from reading.align import align
 from reading.export import (
+    SDK_COVAREP_COLUMNS,
     SDK_JOINED_KEY,
     SDK_SOCIAL_IQ_QA_BINARY_ROOT,
     SDK_SOCIAL_IQ_ROOTS,
@@ -102,9 +103,12 @@ def test_export_feature_from_store(store: Path, tmp_path: Path) -> None:
     assert sorted(data) == s.items("acoustic")
     for item in data:
         r = s.read("acoustic", item)
-        np.testing.assert_array_equal(data[item]["features"], np.asarray(r.features[:], np.float32))
+        stored = np.asarray(r.features[:], np.float32)
+        assert np.isnan(stored).any()  # the store keeps NaN for undefined values ...
+        # ... and SOCIAL_IQ_COVAREP has COVAREP's 0 there, the rest (inf included) as stored
+        np.testing.assert_array_equal(data[item]["features"], np.where(np.isnan(stored), 0, stored))
         np.testing.assert_array_equal(data[item]["intervals"], r.intervals)
-    assert meta["creator"] == "tester" and meta["dimension names"][:2] == ["F0", "VUV"]
+    assert meta["creator"] == "tester" and meta["dimension names"] == list(SDK_COVAREP_COLUMNS)
     assert meta["dataset name"] == "sample" and "Social-IQ" in meta["dataset bib citation"]
 
 
@@ -219,3 +223,49 @@ def test_the_sdk_reads_our_folder_and_aligns_it_as_we_do(mmdatasdk, store: Path,
         for f in ("frames", "faces", "acoustic"):
             sdk = {k: np.asarray(v["features"]) for k, v in ds[roots[f]].data.items()}
             assert_agrees(ours.values[f], ours.masks[f], ours.ref_intervals, sdk, item, f"{f} of {item}")
+
+
+def _social_iq_covarep_store(path: Path, columns: list[str]) -> Path:
+    """A Social-IQ 2.0 store (video/<id>.mp4) whose acoustic feature has `columns`, NaN in its second row."""
+    w = StoreWriter(path, "siq2")
+    w.write_manifests([MediaItem(id="v1", dataset="siq2", video=path.parent / "video" / "v1.mp4")], [])
+    w.set_feature("acoustic", {"extractor": "covarep", "version": "8", "config": {}, "columns": columns,
+                               "rate_hz": 100.0, "weights": "none", "spec_hash": "a"})
+    x = np.ones((3, len(columns)), np.float32)
+    x[1] = np.nan
+    w.commit("acoustic", "v1", FeatureRows(x, np.array([[0.0, 0.01], [0.01, 0.02], [0.02, 0.03]])),
+             {"spec_hash": "a", "fingerprint": "-", "duration_s": 0.03})
+    return path
+
+
+def test_covarep_of_another_shape_is_never_exported_under_the_sdk_name(tmp_path: Path) -> None:
+    """The 23-column layout (10 voice-quality columns and 13 MFCCs) is not the SDK's 74-d SOCIAL_IQ_COVAREP: its
+    default name says its width, the SDK's name is refused, and nothing is zero-filled."""
+    cols23 = ["f0", "vuv", "naq", "qoq", "h1h2", "hrf", "psp", "mdq", "rd", "peak_slope", *(f"mfcc_{i}" for i in range(13))]
+    store = _social_iq_covarep_store(tmp_path / "s23.zarr", cols23)
+    root, data, meta = read_csd(export_csd(store, "acoustic", tmp_path / "a.csd"))
+    assert root == "siq2_acoustic_23D" and meta["dimension names"] == cols23
+    assert np.isnan(data["v1"]["features"][1]).all()
+    with pytest.raises(ValueError, match="23 columns, not the 74 of the SDK's SOCIAL_IQ_COVAREP"):
+        export_csd(store, "acoustic", tmp_path / "b.csd", root_name="SOCIAL_IQ_COVAREP")
+    assert not (tmp_path / "b.csd").exists()
+    # 74 columns in another order are another sequence too
+    shuffled = list(SDK_COVAREP_COLUMNS[1:]) + [SDK_COVAREP_COLUMNS[0]]
+    store = _social_iq_covarep_store(tmp_path / "s74.zarr", shuffled)
+    assert read_csd(export_csd(store, "acoustic", tmp_path / "c.csd"))[0] == "siq2_acoustic_74D"
+
+
+def test_sdk_covarep_export_has_covareps_zeros(tmp_path: Path) -> None:
+    """COVAREP's layout goes out as SOCIAL_IQ_COVAREP with undefined values as the released file has them (0)."""
+    store = _social_iq_covarep_store(tmp_path / "s.zarr", list(SDK_COVAREP_COLUMNS))
+    root, data, _ = read_csd(export_csd(store, "acoustic", tmp_path / "a.csd"))
+    assert root == "SOCIAL_IQ_COVAREP" and data["v1"]["features"].shape == (3, 74)
+    np.testing.assert_array_equal(data["v1"]["features"][1], 0.0)
+    np.testing.assert_array_equal(data["v1"]["features"][[0, 2]], 1.0)
+    assert np.isnan(open_store(store).read("acoustic", "v1").features[1]).all()  # the store keeps NaN
+
+
+def test_sdk_covarep_columns_are_the_extractors() -> None:
+    from extractors.acoustic import COVAREP74_COLUMNS, Covarep, CovarepConfig
+
+    assert tuple(COVAREP74_COLUMNS) == SDK_COVAREP_COLUMNS == tuple(Covarep.columns(CovarepConfig()))
