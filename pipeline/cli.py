@@ -123,15 +123,15 @@ def _export(args: argparse.Namespace) -> int:
     for feature in features or []:
         if feature not in store.features():
             raise ValueError(f"{args.store}: no feature {feature!r}; present: {', '.join(store.features())}")
-    if args.sdk:
-        for root, path in export_sdk_folder(store, args.sdk, features, items=items).items():
-            print(f"{root}: {path}")
-        return exitcodes.OK
-    if not features or len(features) != 1:
+    if not args.sdk and (not features or len(features) != 1):
         raise ValueError(f"--xarray writes one feature: name it with --features (one of {', '.join(store.features())})")
     try:
-        print(export_xarray(store, features[0], args.xarray, items))
-    except KeyError as e:
+        if args.sdk:
+            for root, path in export_sdk_folder(store, args.sdk, features, items=items).items():
+                print(f"{root}: {path}")
+        else:
+            print(export_xarray(store, features[0], args.xarray, items))
+    except KeyError as e:  # an unknown item, or nothing to export
         raise ValueError(e.args[0]) from None
     return exitcodes.OK
 
