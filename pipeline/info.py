@@ -137,11 +137,11 @@ class StoreInfo:
                 lines.append(f"  STALE {f.name}/{x['item']}: {x['reason']}")
             if f.superseded_rows:
                 lines.append(f"  {f.name}: {f.superseded_rows} superseded row(s) still stored; "
-                             f"`python -m pipeline compact --out {self.path}` reclaims them")
+                             f"`python -m pipeline compact {self.path}` reclaims them")
         if self.exit_code == exitcodes.FAILURES:
             lines.append(f"  failed pairs: `make extract` again retries them; exit code {self.exit_code}")
         elif self.exit_code == exitcodes.DAMAGED:
-            lines.append(f"  damaged items: `python -m pipeline verify --out {self.path}` checks every byte, "
+            lines.append(f"  damaged items: `python -m pipeline verify {self.path}` checks every byte, "
                          f"`make extract` recomputes them; exit code {self.exit_code}")
         return "\n".join(lines)
 

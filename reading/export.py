@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import uuid
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -422,7 +423,9 @@ def export_xarray(store: Path | str | Store, feature: str, out: Path | str, item
         for name in [*ds.data_vars, *ds.coords]:  # Zarr v3 specifies variable-length strings, not fixed-width ones
             if ds[name].dtype.kind == "U":
                 ds[name] = ds[name].astype(object)
-        ds.to_zarr(out, mode="w-", consolidated=False)
+        with warnings.catch_warnings():  # zarr's note that v3 has no consolidated metadata in its spec yet
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+            ds.to_zarr(out, mode="w-", consolidated=True)  # xr.open_zarr warns on a store without it
     else:
         for name, var in ds.data_vars.items():
             if var.dtype == np.float16:
