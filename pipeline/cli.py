@@ -306,6 +306,12 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
             parser.error(f"{args.command}: the store is required (python -m pipeline {args.command} STORE)")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
+    try:  # before the supervisor starts: a refused --out gets nothing written, not even a crash record
+        for target, what in _targets(args):
+            _outside_stores(Path(target), what)
+    except ValueError as e:
+        log.error("%s", e)
+        return exitcodes.BAD_INPUT
     if args.func is _extract and supervised:
         from pipeline import supervise
 
@@ -316,6 +322,26 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if args.func is _extract and not args.verbose:
         quiet_ray()
     return _run(args)
+
+
+def _targets(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(path, what) of everything the command will write."""
+    if args.func is _extract:
+        return [(args.out, "--out (the store to write)")]
+    if args.func is _export:
+        return [(args.sdk or args.xarray, "--sdk DIR" if args.sdk else "--xarray OUT")]
+    if args.func is _report:
+        return [(args.out, "--out (the HTML page)")]
+    return []
+
+
+def _outside_stores(path: Path, what: str) -> None:
+    """A path inside an existing store (or any Zarr hierarchy) is refused: writing there takes over the
+    enclosing store's metadata (a store written into another rewrote its `frames/zarr.json`)."""
+    full = Path(os.path.abspath(path))
+    for parent in reversed(full.parents):  # the outermost: the store, not one of its groups
+        if (parent / "zarr.json").is_file() or (parent / ".zgroup").is_file():
+            raise ValueError(f"{path}: inside the store {parent}: {what} must be a path outside any store")
 
 
 def _store_argument(p: argparse.ArgumentParser, help: str) -> None:

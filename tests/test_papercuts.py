@@ -69,3 +69,27 @@ def test_a_closed_pipe_ends_the_command_quietly(info_store: Path, argv: list[str
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("argv", [
+    ["extract", "--dataset", "sample", "--raw", "{raw}", "--out", "{store}/frames/inner.zarr"],
+    ["extract", "--dataset", "sample", "--raw", "{raw}", "--out", "{store}/new.zarr"],
+    ["export", "{store}", "--sdk", "{store}/sdk"],
+    ["export", "{store}", "--xarray", "{store}/faces/x.nc", "--features", "faces"],
+    ["report", "{store}", "--out", "{store}/qa/page.html"],
+], ids=["extract-in-a-feature", "extract-in-the-root", "export-sdk", "export-xarray", "report"])
+def test_an_output_inside_an_existing_store_is_refused(info_store: Path, tmp_path: Path, argv: list[str],
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    store = tmp_path / "s.zarr"
+    shutil.copytree(info_store, store)
+    before = _tree(store)
+    args = [a.format(store=store, raw=tmp_path / "raw") for a in argv]
+    assert main(args) == exitcodes.BAD_INPUT
+    [line] = _errors(caplog)
+    assert line.startswith(f"{args[args.index(next(a for a in args if a.startswith(str(store) + '/')))]}: inside "
+                           f"the store {store}: ")
+    assert _tree(store) == before
