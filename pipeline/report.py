@@ -3,6 +3,7 @@ its summary lines, and how busy each resource of the machine or cluster was (`ut
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +90,7 @@ class RunReport:
             lines.append(f"  DAMAGED {d['feature']}/{d['item']} ({d['path']}): {d['problem']}; "
                          + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
-            lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+            lines.append(failed_line(f["feature"], f))
         lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
         lines += [shorter_line(s) for s in self.shorter]
         for feat, items in self.filtered.items():
@@ -117,6 +118,24 @@ class RunReport:
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(lines)
+
+
+# "[Errno 1094995529] " (FFmpeg's error codes as errno) and "[Errno 2] ": the text after it says it in words
+_ERRNO = re.compile(r"\[Errno -?\d+\] ")
+
+
+def failure_text(file: str | None, error: str) -> str:
+    """A failure's error as a person reads it after the file named once: without the file again (quoted or as a
+    prefix, as PyAV and our own InputError repeat it), the errno numbers or the input error's class name."""
+    text = _ERRNO.sub("", error).removeprefix("InputError: ")
+    if file:
+        for form in (f": '{file}'", f" '{file}'", f"{file}: ", f": {file}", file):
+            text = text.replace(form, "")
+    return text.strip() or error
+
+
+def failed_line(feature: str, f: dict[str, Any]) -> str:
+    return f"  FAILED {feature}/{f['item']} [{f['stage']}] {f['file'] or ''}: {failure_text(f['file'], f['error'])}"
 
 
 STREAMS = {"frames": "video", "audio": "audio"}  # input kind -> the stream of the file it is decoded from

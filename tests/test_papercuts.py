@@ -93,3 +93,82 @@ def test_an_output_inside_an_existing_store_is_refused(info_store: Path, tmp_pat
     assert line.startswith(f"{args[args.index(next(a for a in args if a.startswith(str(store) + '/')))]}: inside "
                            f"the store {store}: ")
     assert _tree(store) == before
+
+
+def test_info_text_gives_each_features_dimension_and_rate(info_store: Path) -> None:
+    from store.reader import open_store
+
+    code, text = cli("info", str(info_store))
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["feature"])
+    assert lines[header].split()[4:6] == ["dim", "rate"]
+    s = open_store(info_store)
+    for line in lines[header + 1:header + 1 + len(s.features())]:
+        name, dim, rate = line.split()[0], int(line.split()[4]), line.split()[5:7]
+        attrs = s.feature_attrs(name)
+        assert dim == len(attrs["columns"]), name  # the reference: the store's own columns
+        assert rate == ([f"{attrs['rate_hz']:g}", "Hz"] if attrs["rate_hz"] else ["per", "unit"]), name
+
+
+def _with_runs(info_store: Path, tmp_path: Path, *reports: dict) -> Path:
+    from store.writer import StoreWriter
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(info_store, store)
+    with StoreWriter(store, "sample") as w:
+        for rep in reports:
+            w.write_run_report(rep["run_id"], rep)
+    return store
+
+
+def _run(run_id: str, done: int = 0, skipped: int = 0, failures: list | None = None) -> dict:
+    from tests.info_store import EXPECTED
+
+    counts = {f: {"done": 0, "skipped": skipped, "failed": 0, "n/a": 0} for f in EXPECTED}
+    counts["frames"].update(done=done, failed=len(failures or []))
+    return {"run_id": run_id, "dataset": "sample", "store": "s", "counts": counts, "seconds": 1.5,
+            "failures": failures or [], "partial": []}
+
+
+def test_info_last_run_is_the_one_that_computed_the_data(info_store: Path, tmp_path: Path) -> None:
+    from tests.info_store import RUN_ID
+
+    noop = "20261128T090000Z-00ff00"
+    store = _with_runs(info_store, tmp_path, _run(noop, skipped=3), _run("20261128T080000Z-0a0a0a", skipped=3))
+    lines = cli("info", str(store))[1].splitlines()
+    assert lines[1].startswith(f"  last run that computed data {RUN_ID} (2026-11-27T12:00:00+00:00): 12.5 s, 1 done")
+    assert lines[2].startswith(f"  latest run {noop} (2026-11-28T09:00:00+00:00): 1.5 s, 0 done, 0 failed, 15 skipped")
+    assert lines[2].endswith("; 3 run report(s) in _runs/")
+    only = cli("info", str(info_store))[1].splitlines()  # the latest run computed: one line, as before
+    assert only[1].startswith(f"  last run {RUN_ID} (") and not only[2].startswith("  latest run")
+
+
+FFMPEG = "InputError: {f}: cannot open: [Errno 1094995529] Invalid data found when processing input: '{f}'"
+
+
+def test_failed_lines_name_the_file_once_without_errno_and_info_advises_by_kind(info_store: Path,
+                                                                                tmp_path: Path) -> None:
+    from pipeline.report import RunReport
+
+    bad, lost = str(tmp_path / "raw/video/tiny-x.mp4"), str(tmp_path / "raw/video/tiny-y.mp4")
+    failures = [{"item": "tiny-x", "feature": "frames", "stage": "decode:frames", "file": bad,
+                 "error": FFMPEG.format(f=bad)}]
+    store = _with_runs(info_store, tmp_path, _run("20261128T090000Z-00ff00", done=1, failures=failures))
+    code, text = cli("info", str(store))
+    assert code == exitcodes.FAILURES
+    [line] = [x for x in text.splitlines() if "FAILED" in x]
+    assert line == (f"  FAILED frames/tiny-x [decode:frames] {bad}: cannot open: Invalid data found when processing "
+                    "input (run 20261128T090000Z-00ff00)")
+    [advice] = [x for x in text.splitlines() if x.startswith("  failed pairs")]
+    assert "replace or repair those files first" in advice and "retries them" not in advice
+
+    report = RunReport("r", "sample", "s", {"frames": {"done": 0, "skipped": 0, "failed": 1, "n/a": 0}})
+    report.failures = [{**failures[0], "feature": "frames"}]
+    [line] = [x for x in report.summary().splitlines() if "FAILED" in x]
+    assert line.count(bad) == 1 and "Errno" not in line and "InputError" not in line
+
+    worker = [{"item": "tiny-y", "feature": "frames", "stage": "decode:frames", "file": lost,
+               "error": "WorkerLost: WorkerCrashedError: The worker died unexpectedly"}]
+    store = _with_runs(info_store, tmp_path / "w", _run("20261128T090000Z-00ff00", done=1, failures=worker))
+    [advice] = [x for x in cli("info", str(store))[1].splitlines() if x.startswith("  failed pairs")]
+    assert "`make extract` again retries them" in advice
