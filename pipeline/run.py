@@ -180,10 +180,16 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
     if report.store_error:
         return
     try:
-        report.notes += [c.line() for c in compact_store(writer.path, [s.name for s in specs], force=False,
-                                                         writer=writer)]
+        done = compact_store(writer.path, [s.name for s in specs], force=False, writer=writer)
     except (OSError, StoreError, ValueError) as e:
         log.warning("compaction skipped: %s", e)
+        return
+    # merging this run's own commit batches is housekeeping (every first run does it): only reclaimed rows,
+    # which were the user's data before, are worth a line in the summary
+    report.notes += [c.line() for c in done if c.rows_dropped]
+    for c in done:
+        if not c.rows_dropped:
+            log.debug("%s", c.line().strip())
 
 
 def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, str]]:

@@ -172,3 +172,39 @@ def test_failed_lines_name_the_file_once_without_errno_and_info_advises_by_kind(
     store = _with_runs(info_store, tmp_path / "w", _run("20261128T090000Z-00ff00", done=1, failures=worker))
     [advice] = [x for x in cli("info", str(store))[1].splitlines() if x.startswith("  failed pairs")]
     assert "`make extract` again retries them" in advice
+
+
+def test_a_first_run_prints_no_compaction_lines_but_reclaimed_rows_get_one(tmp_path: Path) -> None:
+    """A run merges its own small commit batches (housekeeping: no line); reclaiming superseded rows, which were
+    the user's data before, is said."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from pipeline.report import RunReport
+    from pipeline.run import _compact_if_worthwhile
+    from rows import FeatureRows
+    from store.reader import open_store
+    from store.writer import StoreWriter
+
+    def commit(w: StoreWriter, item: str, n: int) -> None:
+        w.commit("f", item, FeatureRows(np.zeros((n, 2), np.float32), np.c_[np.arange(n), np.arange(n) + 1.0]),
+                 {"spec_hash": "s", "fingerprint": item, "duration_s": float(n)})
+
+    specs = [SimpleNamespace(name="f")]
+    with StoreWriter(tmp_path / "s.zarr", "test") as w:
+        w.set_feature("f", {"extractor": "f", "version": "0", "config": {}, "columns": ["a", "b"], "rate_hz": 1.0,
+                            "weights": "none", "spec_hash": "s"})
+        for k in range(4):  # a first run: four commit batches, four small parts
+            commit(w, f"i{k}", 3)
+        first = RunReport("r1", "test", "s", {"f": {}})
+        _compact_if_worthwhile(w, specs, first)
+    assert len(open_store(tmp_path / "s.zarr").index("f").parts) == 1  # merged all the same
+    assert first.notes == []
+    with StoreWriter(tmp_path / "s.zarr", "test") as w:
+        for k in range(3):  # recomputed: their first rows superseded
+            commit(w, f"i{k}", 3)
+        again = RunReport("r2", "test", "s", {"f": {}})
+        _compact_if_worthwhile(w, specs, again)
+    [line] = again.notes
+    assert line.startswith("  compacted f: ") and "9 superseded row(s) dropped" in line
