@@ -4,6 +4,7 @@ what pays and save the run report (pipeline/report.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ from pipeline.config import FeatureSpec, RunConfig
 from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
+from store import layout
 from store.integrity import part_problems
 from store.plan import Wanted, make_plan
 from store.writer import StoreError, StoreWriter
@@ -52,6 +54,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         for q in qa:
             questions[q.item_id].append(q)
         _manifest_failures(report, notes, specs)
+        mark_repeated(report.manifest, out)
         chosen_qs = sum(len(questions.get(i.id, ())) for i in items)
         log.info("%s: %d items, %d questions from %s%s", dataset, len(items), chosen_qs, raw,
                  f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
@@ -102,6 +105,28 @@ def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list
                 report.counts[feat]["failed"] += 1
                 report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
                                         "error": f"{n.reason}: {n.detail}", "feature": feat})
+
+
+def _note_key(note: dict[str, Any]) -> tuple:
+    return note.get("kind"), note.get("what"), note.get("id"), note.get("reason")
+
+
+def mark_repeated(notes: list[dict[str, Any]], out: Path) -> None:
+    """Mark the manifest's notes and dropped inputs that the store's previous run report already listed
+    (`repeated`): the summary says each once, not on every run over the same release (a failed item is a
+    failure each run, and is never marked)."""
+    for path in sorted(layout.runs_dir(out).glob("*.json"), reverse=True) if out.is_dir() else []:
+        try:
+            previous = json.loads(path.read_text()).get("manifest")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if previous is None:  # not a run report of a run that read the manifests
+            continue
+        seen = {_note_key(n) for n in previous if isinstance(n, dict)}
+        for n in notes:
+            if n["kind"] != "failed" and _note_key(n) in seen:
+                n["repeated"] = True
+        return
 
 
 def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], report: RunReport,

@@ -128,8 +128,14 @@ def manifest_summary(notes: list[dict], shown: int = 8) -> list[str]:
     if not notes:
         return []
     kinds = {k: sum(n["kind"] == k for n in notes) for k in ("failed", "dropped", "note")}
+    repeated = sum(bool(n.get("repeated")) for n in notes)
+    if repeated == len(notes):  # the previous run said all this: one line, no repeat of the same notes
+        return [f"  manifest: {kinds['dropped']} input(s) dropped, {kinds['note']} kept with a note, as the "
+                "previous run said (listed in _runs/)"]
     lines = [f"  manifest: {kinds['failed']} item(s) failed on their metadata, {kinds['dropped']} input(s) "
-             f"dropped, {kinds['note']} kept with a note"]
+             f"dropped, {kinds['note']} kept with a note" + (f" ({repeated} as the previous run said, not repeated "
+                                                             "here)" if repeated else "")]
+    notes = [n for n in notes if not n.get("repeated")]
     for n in notes:
         if n["kind"] == "dropped":
             detail = f" ({n['detail']})" if n["detail"] else ""

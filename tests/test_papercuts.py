@@ -208,3 +208,33 @@ def test_a_first_run_prints_no_compaction_lines_but_reclaimed_rows_get_one(tmp_p
         _compact_if_worthwhile(w, specs, again)
     [line] = again.notes
     assert line.startswith("  compacted f: ") and "9 superseded row(s) dropped" in line
+
+
+def test_manifest_notes_are_said_once_not_on_every_run(tmp_path: Path) -> None:
+    """The trim notes of a release are in every run's report, but the summary says them on the run that first
+    met them; a later run over the same release says one line, and a new note is still said."""
+    from manifests.records import ManifestNote
+    from pipeline.run import mark_repeated
+    from pipeline.sources import manifest_summary
+    from store.writer import StoreWriter
+
+    trims = "/raw/siq2/trims.json"
+    notes = [ManifestNote(kind="note", what="trim", id=v, file=trims, reason="trim is 0: the clip is taken as the "
+                          "source's first 60 s (no trim correction)").model_dump(mode="json") for v in ("a", "b")]
+    out = tmp_path / "s.zarr"
+    first = [dict(n) for n in notes]
+    mark_repeated(first, out)  # no store yet: nothing said before
+    assert sum("note: 2 trim(s): trim is 0" in line for line in manifest_summary(first)) == 1
+    with StoreWriter(out, "test") as w:
+        w.write_run_report("20261128T080000Z-aaaaaa", {"run_id": "x", "counts": {}, "manifest": first})
+        w.write_run_report("20261128T090000Z-bbbbbb", {"run_id": "y", "counts": {}})  # stopped before the manifests
+    again = [dict(n) for n in notes]
+    mark_repeated(again, out)
+    assert manifest_summary(again) == ["  manifest: 0 input(s) dropped, 2 kept with a note, as the previous run "
+                                       "said (listed in _runs/)"]
+    new = ManifestNote(kind="note", what="trim", id="c", file=trims, reason="no trim entry").model_dump(mode="json")
+    third = [dict(n) for n in notes] + [new]
+    mark_repeated(third, out)
+    lines = manifest_summary(third)
+    assert lines[0].endswith("3 kept with a note (2 as the previous run said, not repeated here)")
+    assert lines[1:] == ["  note: 1 trim(s): no trim entry: c"]
