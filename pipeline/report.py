@@ -236,20 +236,25 @@ def _union(calls: list[dict[str, Any]], t0: float, t1: float) -> float:
     return union_seconds((max(c["start_s"], t0), min(c["end_s"], t1)) for c in calls if c["end_s"] > t0 and c["start_s"] < t1)
 
 
+BUSY_SHOWN = 4  # resources on the summary's busy line, busiest first; the run report has them all
+
+
 def utilisation_lines(u: dict[str, Any]) -> list[str]:
-    """One line: the steady part's busy fractions, the binding resource first."""
+    """One short line: the binding resource, then the next busiest (the run report has every one)."""
     part = u.get("steady") or u.get("run")
     if not part:
         return []
     busy = part["busy"]
-    order = sorted(busy, key=lambda k: (k != u["binding"], -busy[k]))
+    binding, *others = sorted(busy, key=lambda k: (k != u["binding"], -busy[k]))
     hint = ""
-    if u["binding"].startswith("actors ") and busy[u["binding"]] >= 0.8:  # a pool, not the machine, held the run
-        feat = u["binding"].removeprefix("actors ")
-        hint = (f" (its actors were the bottleneck: more of them, `actors_per_gpu = {{{feat} = N}}` on a GPU, "
-                "`cpu_actors` for a CPU feature, if the other resources have room)")
-    return [f"  busy ({u.get('policy') or 'run'} policy, {part['seconds']:.0f} s steady): "
-            + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}{hint}"]
+    if binding.startswith("actors ") and busy[binding] >= 0.8:  # a pool, not the machine, held the run
+        feat = binding.removeprefix("actors ")
+        hint = " (add actors: " + (f"`actors_per_gpu = {{{feat} = N}}`)" if any(k.startswith("gpu ") for k in busy)
+                                   else "`cpu_actors`)")
+    shown = [f"{binding} {100 * busy[binding]:.0f} % binding{hint}",
+             *(f"{k} {100 * busy[k]:.0f} %" for k in others[:BUSY_SHOWN - 1])]
+    more = f", +{len(others) - BUSY_SHOWN + 1} more" if len(others) >= BUSY_SHOWN else ""
+    return [f"  busy ({part['seconds']:.0f} s steady): " + ", ".join(shown) + more]
 
 
 def ray_failed_line(failed: dict[str, Any], exit_code: int) -> str:

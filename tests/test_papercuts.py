@@ -238,3 +238,19 @@ def test_manifest_notes_are_said_once_not_on_every_run(tmp_path: Path) -> None:
     lines = manifest_summary(third)
     assert lines[0].endswith("3 kept with a note (2 as the previous run said, not repeated here)")
     assert lines[1:] == ["  note: 1 trim(s): no trim entry: c"]
+
+
+def test_the_busy_line_is_short_and_starts_with_the_binding_resource() -> None:
+    from pipeline.report import utilisation_lines
+
+    busy = {"cpu": 0.61, "driver": 0.03, **{f"gpu {g}": 0.5 + g / 100 for g in range(4)},
+            **{f"actors {f}": b for f, b in (("frames", 0.95), ("faces", 0.7), ("transcript", 0.2), ("qa", 0.1),
+                                             ("acoustic", 0.4))}}
+    [line] = utilisation_lines({"policy": "balanced", "steady": {"seconds": 41.6, "busy": busy},
+                                "binding": "actors frames"})
+    assert len(line) <= 160, (len(line), line)
+    assert line == ("  busy (42 s steady): actors frames 95 % binding (add actors: `actors_per_gpu = {frames = N}`), "
+                    "actors faces 70 %, cpu 61 %, gpu 3 53 %, +7 more")
+    cpu_only = {k: v for k, v in busy.items() if not k.startswith("gpu")}
+    [line] = utilisation_lines({"steady": {"seconds": 10, "busy": cpu_only}, "binding": "actors frames"})
+    assert "actors frames 95 % binding (add actors: `cpu_actors`), " in line and len(line) <= 160
