@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -375,7 +374,7 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `info --json | head`: the reader has what it wanted; nothing to say, on no stream
         with contextlib.suppress(OSError):  # the interpreter's last flush must not meet the closed pipe either
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE  # what a command killed by the signal exits with, as `head` expects
+        return exitcodes.CLOSED_PIPE  # 128 + SIGPIPE: what a command the signal ended exits with
     except StoreLocked as e:
         log.error("%s", e)
         return exitcodes.LOCKED
