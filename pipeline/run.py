@@ -55,6 +55,8 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
             questions[q.item_id].append(q)
         _manifest_failures(report, notes, specs)
         mark_repeated(report.manifest, out)
+        if only:
+            check_applicable([s for s in specs if s.name in only], items, questions)
         chosen_qs = sum(len(questions.get(i.id, ())) for i in items)
         log.info("%s: %d items, %d questions from %s%s", dataset, len(items), chosen_qs, raw,
                  f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
@@ -105,6 +107,18 @@ def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list
                 report.counts[feat]["failed"] += 1
                 report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
                                         "error": f"{n.reason}: {n.detail}", "feature": feat})
+
+
+def check_applicable(asked: list[FeatureSpec], items: list[MediaItem], questions: dict[str, list[QAItem]]) -> None:
+    """`--features F`: an F that no chosen item has the input of (a transcript feature on a release without
+    transcripts) is asked-for work that cannot be done: a ValueError before the store is touched, not a run of
+    n/a pairs that exits 0."""
+    empty = [s for s in asked if not any(kinds.of(s.extractor.input_kind, i).applicable(i, questions.get(i.id, []))
+                                         for i in items)]
+    if empty:
+        raise ValueError(f"--features {','.join(s.name for s in empty)}: none of the {len(items)} item(s) chosen has "
+                         f"the input ({', '.join(sorted({s.extractor.input_kind for s in empty}))}): nothing to "
+                         "extract")
 
 
 def _note_key(note: dict[str, Any]) -> tuple:

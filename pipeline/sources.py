@@ -110,6 +110,8 @@ def check_found(kind: str, raw: Path, items: list[MediaItem], qa: list[QAItem]) 
 
 def choose_items(items: list[MediaItem], split: str | None, limit: int | None, raw: Path) -> list[MediaItem]:
     """The items of `split` (if given), then the first `limit` of them, in the order the manifest lists them."""
+    if limit is not None and limit < 1:  # [:0] would run nothing, [:-1] all but the last
+        raise ValueError(f"--limit {limit}: wants a number of items, at least 1")
     if split is not None:
         name = SPLIT_NAMES.get(split.lower(), split)
         chosen = [i for i in items if i.split == name]

@@ -132,3 +132,29 @@ def test_a_release_with_no_items_is_an_error(tmp_path: Path, caplog: pytest.LogC
     assert _extract(raw, out, "tinysocial") == exitcodes.BAD_INPUT
     assert not out.exists()
     assert _errors(caplog) == [f"{raw}: TinySocial layout, but no items in it (no questions): nothing to extract"]
+
+
+def _siq2_without_transcripts(raw: Path) -> Path:
+    _write(raw / "siq2" / "trims.json", '{"vid1": 3, "vid2": 0}')
+    _write(raw / "siq2" / "qa" / "qa_train.json", QA2 + QA2.replace("vid1", "vid2").replace('"q1"', '"q2"'))
+    for vid in ("vid1", "vid2"):
+        _write(raw / "siq2" / "video" / f"{vid}.mp4", "")
+    return raw
+
+
+@pytest.mark.parametrize("extra,line", [
+    (["--features", "transcript"], "--features transcript: none of the 2 item(s) chosen has the input (transcript): "
+                                   "nothing to extract"),
+    (["--features", "frames,transcript", "--limit", "1"], "--features transcript: none of the 1 item(s) chosen"),
+    (["--limit", "0"], "--limit 0: wants a number of items, at least 1"),
+    (["--limit", "-1"], "--limit -1: wants a number of items, at least 1"),
+], ids=["feature-without-input", "one-of-two-features", "limit-0", "limit-negative"])
+def test_an_empty_selection_is_an_error(tmp_path: Path, caplog: pytest.LogCaptureFixture, extra: list[str],
+                                        line: str) -> None:
+    raw = _siq2_without_transcripts(tmp_path / "raw")
+    out = tmp_path / "s.zarr"
+    assert main(["extract", "--dataset", "sample", "--raw", str(raw), "--out", str(out), *extra]) \
+        == exitcodes.BAD_INPUT
+    [error] = _errors(caplog)
+    assert error.startswith(line)
+    assert not out.exists()
