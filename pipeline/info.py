@@ -16,6 +16,7 @@ indexes), 2 not a store.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -343,7 +344,9 @@ def item_info(path: Path | str, item: str) -> dict[str, Any]:
                                  "extractor": store.feature_attrs(name).get("extractor")}
     if record is None and not any(v["status"] != "absent" for v in out["features"].values()):
         known = sorted(media)
-        raise KeyError(f"{store.path}: no item {item!r}; {len(known)} items, e.g. {', '.join(known[:5])}")
+        near = difflib.get_close_matches(item, known, n=1)
+        raise KeyError(f"{store.path}: no item {item!r}; {len(known)} items, "
+                       + (f"did you mean {near[0]!r}?" if near else f"e.g. {', '.join(known[:5])}"))
     return out
 
 

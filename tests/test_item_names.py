@@ -55,3 +55,8 @@ def test_a_feature_with_no_complete_item_is_nothing_to_export(tmp_path: Path,
     assert main(["export", str(out), "--sdk", str(tmp_path / "sdk")]) == exitcodes.BAD_INPUT
     assert _errors(caplog) == [f"{out}: feature 'acoustic': no complete item to export"]
     assert not (tmp_path / "sdk").exists()
+
+
+def test_info_item_typo_names_the_nearest(info_store: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert main(["info", str(info_store), "--item", "tiny-bb"]) == exitcodes.BAD_INPUT
+    assert _errors(caplog) == [f"{info_store}: no item 'tiny-bb'; 4 items, did you mean 'tiny-b'?"]
