@@ -158,3 +158,14 @@ def test_an_empty_selection_is_an_error(tmp_path: Path, caplog: pytest.LogCaptur
     [error] = _errors(caplog)
     assert error.startswith(line)
     assert not out.exists()
+
+
+def test_socialiqa_files_without_questions_say_so(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    _write(raw / "socialiqa-train-dev" / "dev.jsonl", "\n")
+    _write(raw / "socialiqa-train-dev" / "dev-labels.lst", "")
+    assert detect_layout(raw) == "socialiqa"
+    with pytest.raises(ValueError) as e:
+        load_items("x", raw, load_config("socialiqa"))
+    assert str(e.value) == (f"{raw}: SocialIQA layout, but its files hold no questions "
+                            "(socialiqa-train-dev/dev.jsonl): nothing to extract")
