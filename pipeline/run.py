@@ -55,8 +55,9 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
             questions[q.item_id].append(q)
         _manifest_failures(report, notes, specs)
         mark_repeated(report.manifest, out)
-        if only:
-            check_applicable([s for s in specs if s.name in only], items, questions)
+        if only:  # a feature with items failed on their metadata has work, failed: exit 3 says so
+            check_applicable([s for s in specs if s.name in only and not report.counts[s.name]["failed"]], items,
+                             questions)
         chosen_qs = sum(len(questions.get(i.id, ())) for i in items)
         log.info("%s: %d items, %d questions from %s%s", dataset, len(items), chosen_qs, raw,
                  f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
