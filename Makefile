@@ -32,7 +32,7 @@ extract: install
 	$(PY) -m pipeline extract --dataset $(DATASET) --raw $(RAW) --out $(OUT) $(EXTRACT_ARGS)
 
 verify: install
-	$(PY) -m pipeline verify --out $(OUT)
+	$(PY) -m pipeline verify $(OUT)
 
 # what OUT holds: per feature items, rows, bytes, partial, failed, filtered, stale, damaged (exit 3/4: README)
 info: install

@@ -313,4 +313,8 @@ def parse_config(raw: dict[str, Any]) -> ExtractorConfig:
     """Validate a config dict against the config type of the extractor it names."""
     if "extractor" not in raw:
         raise ValueError(f"feature config needs an 'extractor' key, got {sorted(raw)}")
-    return get_extractor(raw["extractor"]).config_type.model_validate(raw)
+    try:
+        extractor = get_extractor(raw["extractor"])
+    except KeyError as e:  # a config's mistake, not a bug: pydantic reports a ValueError as a validation error
+        raise ValueError(e.args[0]) from None
+    return extractor.config_type.model_validate(raw)

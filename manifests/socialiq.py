@@ -44,15 +44,20 @@ from manifests.records import (
 log = logging.getLogger(__name__)
 CLIP_S = 60.0
 _SPLITS = {k: v for k, v in SPLIT_NAMES.items() if k != "unknown"}
+SPLIT_FILES = ("current_split.json", "original_split.json")
 
 
 def is_siq2(raw: Path) -> bool:
-    return _siq2_root(raw) is not None
+    return siq2_root(raw) is not None
 
 
-def _siq2_root(raw: Path) -> Path | None:
+def siq2_root(raw: Path) -> Path | None:
+    """RAW or RAW/siq2, whichever holds a part of the 2.0 release: its QA files, trims.json or a split file
+    (the metadata a user has before the videos are downloaded), or qa/ beside video/."""
     for cand in (raw, raw / "siq2"):
-        if (cand / "qa").is_dir() and (cand / "video").is_dir():
+        if (any((cand / "qa").glob("qa_*.json")) or (cand / "trims.json").is_file()
+                or any((cand / f).is_file() for f in SPLIT_FILES)
+                or ((cand / "qa").is_dir() and (cand / "video").is_dir())):
             return cand
     return None
 
@@ -233,18 +238,22 @@ def read_siq2(raw: Path, dataset: str = "socialiq2",
     """Items (videos on disk and videos the QA files ask about) and questions. What the layout holds but
     does not become a record, or becomes one with a caveat, is appended to `notes` (ManifestNote)."""
     notes = [] if notes is None else notes
-    root = _siq2_root(raw)
+    root = siq2_root(raw)
     if root is None:
-        raise FileNotFoundError(f"{raw}: no Social-IQ 2.0 layout (expected qa/ and video/ under it or under siq2/)")
+        raise FileNotFoundError(f"{raw}: no Social-IQ 2.0 layout (expected qa/qa_*.json, trims.json, video/ under "
+                                "it or under siq2/)")
     qa = [q.model_copy(update={"dataset": dataset}) for q in read_siq2_qa(root / "qa", notes)]
     trims, trims_path = _read_trims(root, raw, notes)
-    split_path = _first_existing(*(d / f for f in ("current_split.json", "original_split.json") for d in (root, raw)))
+    split_path = _first_existing(*(d / f for f in SPLIT_FILES for d in (root, raw)))
     listings = _split_listings(split_path, notes) if split_path else {}
     q_split: dict[str, str] = {}
     for q in sorted(qa, key=lambda q: not q.correct):  # a video's labelled questions say its split first
         q_split.setdefault(q.item_id, q.split)
-    files = sorted(p for p in (root / "video").iterdir() if p.is_file() and not p.name.startswith("."))
-    _not_files(root / "video", set(q_split), notes)
+    video_dir = root / "video"  # absent before the videos are downloaded: every item's video is then missing
+    files = sorted(p for p in video_dir.iterdir() if p.is_file() and not p.name.startswith(".")) \
+        if video_dir.is_dir() else []
+    if video_dir.is_dir():
+        _not_files(video_dir, set(q_split), notes)
     for p in files:
         if p.suffix != ".mp4":
             notes.append(ManifestNote(kind="dropped", what="video", id=p.name, file=str(p),

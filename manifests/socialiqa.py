@@ -78,10 +78,12 @@ def read_socialiqa(raw: Path, dataset: str = DATASET) -> tuple[list[MediaItem], 
     raw = Path(raw)
     media: list[MediaItem] = []
     qa: list[QAItem] = []
+    found = []
     for stem in _SPLITS:
         jsonl = _find(raw, f"{stem}.jsonl")
         if jsonl is None:
             continue
+        found.append(jsonl)
         entries = _read_entries(jsonl)
         labels_path = jsonl.with_name(f"{stem}-labels.lst")
         if not labels_path.is_file() and stem != "test":
@@ -90,6 +92,9 @@ def read_socialiqa(raw: Path, dataset: str = DATASET) -> tuple[list[MediaItem], 
         m, q = _records(stem, entries, labels, dataset)
         media += m
         qa += q
+    if not media and found:
+        raise ValueError(f"{raw}: SocialIQA layout, but its files hold no questions "
+                         f"({', '.join(str(p.relative_to(raw)) for p in found)}): nothing to extract")
     if not media:
         raise FileNotFoundError(f"{raw}: no SocialIQA files (train.jsonl, dev.jsonl, test.jsonl) here or one level down")
     return media, qa

@@ -127,15 +127,15 @@ def _export(args: argparse.Namespace) -> int:
     for feature in features or []:
         if feature not in store.features():
             raise ValueError(f"{args.store}: no feature {feature!r}; present: {', '.join(store.features())}")
-    if args.sdk:
-        for root, path in export_sdk_folder(store, args.sdk, features, items=items).items():
-            print(f"{root}: {path}")
-        return exitcodes.OK
-    if not features or len(features) != 1:
+    if not args.sdk and (not features or len(features) != 1):
         raise ValueError(f"--xarray writes one feature: name it with --features (one of {', '.join(store.features())})")
     try:
-        print(export_xarray(store, features[0], args.xarray, items))
-    except KeyError as e:
+        if args.sdk:
+            for root, path in export_sdk_folder(store, args.sdk, features, items=items).items():
+                print(f"{root}: {path}")
+        else:
+            print(export_xarray(store, features[0], args.xarray, items))
+    except KeyError as e:  # an unknown item, or nothing to export
         raise ValueError(e.args[0]) from None
     return exitcodes.OK
 
@@ -150,7 +150,7 @@ def _report(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from store.verify import verify_store
 
-    report = verify_store(Path(args.out), args.features.split(",") if args.features else None)
+    report = verify_store(Path(args.store), args.features.split(",") if args.features else None)
     print(report.summary())
     return exitcodes.OK if report.ok else exitcodes.DAMAGED
 
@@ -158,7 +158,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from store.migrate import migrate_store
 
-    print(migrate_store(Path(args.out)).summary())
+    print(migrate_store(Path(args.store)).summary())
     return exitcodes.OK
 
 
@@ -166,17 +166,17 @@ def _compact(args: argparse.Namespace) -> int:
     from store.compact import compact_store
     from store.reader import open_store
 
-    store = open_store(args.out)
+    store = open_store(args.store)
     asked = _split_list(args.features) or store.features()
     for feature in asked:
         if feature not in store.features():
-            raise ValueError(f"{args.out}: no feature {feature!r}; present: {', '.join(store.features())}")
+            raise ValueError(f"{args.store}: no feature {feature!r}; present: {', '.join(store.features())}")
     n_parts = {f: len(store.index(f).parts) for f in asked}
     store.close()  # its lease would keep the old parts until it is gone
-    done = compact_store(Path(args.out), asked)  # a feature compacting would not change is left out (to_rewrite)
+    done = compact_store(Path(args.store), asked)  # a feature compacting would not change is left out (to_rewrite)
     kept = [f"  {f}: already compact ({n} part{'s' if n != 1 else ''}, no superseded row), left as it is"
             for f, n in n_parts.items() if f not in {c.feature for c in done}]
-    lines = [f"compact {args.out}: {len(done)} feature(s) rewritten", *(c.line() for c in done), *kept]
+    lines = [f"compact {args.store}: {len(done)} feature(s) rewritten", *(c.line() for c in done), *kept]
     print("\n".join(lines))
     return exitcodes.OK
 
@@ -282,14 +282,14 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     p.add_argument("--config", help="as for info: check fingerprints against this config")
     p.set_defaults(func=_report)
     p = sub.add_parser("verify", help="check every stored item against what was recorded at its commit")
-    p.add_argument("--out", required=True, help="the store to check")
+    _store_argument(p, "the store to check")
     p.add_argument("--features", help="comma-separated subset of the store's features")
     p.set_defaults(func=_verify)
     p = sub.add_parser("migrate", help="convert a version-1 store (one folder per item) to version 2, in place")
-    p.add_argument("--out", required=True, help="the store to convert")
+    _store_argument(p, "the store to convert")
     p.set_defaults(func=_migrate)
     p = sub.add_parser("compact", help="rewrite features into full parts, dropping superseded rows")
-    p.add_argument("--out", required=True, help="the store to compact")
+    _store_argument(p, "the store to compact")
     p.add_argument("--features", help="comma-separated subset of the store's features")
     p.set_defaults(func=_compact)
     p = sub.add_parser("sample", help="generate the sample dataset")
@@ -300,8 +300,20 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     p.add_argument("--text-models", default="bert-base-uncased")
     p.set_defaults(func=_weights)
     args = parser.parse_args(argv)
+    if hasattr(args, "store_out"):  # verify, migrate, compact: the store as info/export/report take it
+        if args.store and args.store_out and Path(args.store) != Path(args.store_out):
+            parser.error(f"{args.command}: two stores given ({args.store} and --out {args.store_out}): give one")
+        args.store = args.store or args.store_out
+        if not args.store:
+            parser.error(f"{args.command}: the store is required (python -m pipeline {args.command} STORE)")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
+    try:  # before the supervisor starts: a refused --out gets nothing written, not even a crash record
+        for target, what in _targets(args):
+            _outside_stores(Path(target), what)
+    except ValueError as e:
+        log.error("%s", e)
+        return exitcodes.BAD_INPUT
     if args.func is _extract and supervised:
         from pipeline import supervise
 
@@ -312,6 +324,33 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if args.func is _extract and not args.verbose:
         quiet_ray()
     return _run(args)
+
+
+def _targets(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(path, what) of everything the command will write."""
+    if args.func is _extract:
+        return [(args.out, "--out (the store to write)")]
+    if args.func is _export:
+        return [(args.sdk or args.xarray, "--sdk DIR" if args.sdk else "--xarray OUT")]
+    if args.func is _report:
+        return [(args.out, "--out (the HTML page)")]
+    return []
+
+
+def _outside_stores(path: Path, what: str) -> None:
+    """A path inside an existing store (or any Zarr hierarchy) is refused: writing there takes over the
+    enclosing store's metadata (a store written into another rewrote its `frames/zarr.json`)."""
+    full = Path(os.path.abspath(path))
+    for parent in reversed(full.parents):  # the outermost: the store, not one of its groups
+        if (parent / "zarr.json").is_file() or (parent / ".zgroup").is_file():
+            raise ValueError(f"{path}: inside the store {parent}: {what} must be a path outside any store")
+
+
+def _store_argument(p: argparse.ArgumentParser, help: str) -> None:
+    """The store as a positional argument, as info, export and report take it; `--out STORE`, the older form,
+    still works."""
+    p.add_argument("store", nargs="?", help=help)
+    p.add_argument("--out", dest="store_out", metavar="STORE", help="the same (the older form)")
 
 
 # Ray's own lines that say nothing about this run: the note that token authentication is on (every local run
@@ -333,7 +372,13 @@ def _run(args: argparse.Namespace) -> int:
     from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a pipe's buffer: a reader gone shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # `info --json | head`: the reader has what it wanted; nothing to say, on no stream
+        with contextlib.suppress(OSError):  # the interpreter's last flush must not meet the closed pipe either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exitcodes.CLOSED_PIPE  # 128 + SIGPIPE: what a command the signal ended exits with
     except StoreLocked as e:
         log.error("%s", e)
         return exitcodes.LOCKED

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from extractors.base import ExtractorConfig, get_extractor, parse_config
+from extractors.base import ExtractorConfig, extractor_modules, get_extractor, parse_config
 from manifests.limits import InputLimits
 from manifests.records import check_id
 from store import layout
@@ -110,26 +111,105 @@ class RunConfig(BaseModel):
         return self
 
     def specs(self, only: list[str] | None = None) -> list[FeatureSpec]:
-        unknown = set(only or []) - set(self.features)
+        unknown = sorted(set(only or []) - set(self.features))
         if unknown:
-            raise ValueError(f"unknown feature(s) {sorted(unknown)}; this config has {sorted(self.features)}")
+            raise ValueError(f"unknown feature(s) {unknown}{_nearest(unknown[0], self.features)} (this config has "
+                             f"{', '.join(sorted(self.features))})")
         return [FeatureSpec(name=n, config=c) for n, c in self.features.items() if not only or n in only]
+
+
+class ConfigError(ValueError):
+    """Every problem of one config file as one block: the file, then a line per problem naming its table and key,
+    what is wrong and, for an unknown name, the nearest valid one."""
+
+
+def _nearest(name: str, valid: Any) -> str:
+    near = difflib.get_close_matches(str(name), [str(v) for v in valid], n=1, cutoff=0.6)
+    return f"; did you mean `{near[0]}`?" if near else ""
+
+
+def _where(table: tuple[Any, ...], key: Any) -> str:
+    return f"[{'.'.join(map(str, table))}] {key}" if table else f"{key} (top level)"
+
+
+def _problems(e: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...] = ()) -> list[tuple[tuple, str]]:
+    """(where, line) per pydantic error, in TOML terms: no pydantic URLs, the feature's table kept in the path."""
+    lines = []
+    for err in e.errors(include_url=False):
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        table, key = (*prefix, *loc[:-1]), loc[-1] if loc else None
+        if not loc:  # a whole-model check: its message names what it is about
+            line = f"[{'.'.join(map(str, prefix))}] {msg}" if prefix else msg
+        elif err["type"] == "extra_forbidden":
+            line = f"{_where(table, key)}: unknown key{_nearest(key, model.model_fields if len(loc) == 1 else ())}"
+        elif err["type"] == "missing":
+            line = f"{_where(table, key)}: missing (required)"
+        else:
+            line = f"{_where(table, key)} = {err['input']!r}: {msg}"
+        lines.append((loc, line))
+    return lines
+
+
+def _feature_problems(features: Any) -> list[str]:
+    """Each [features.<name>] table against the config type of the extractor it names."""
+    if not isinstance(features, dict):
+        return [] if features is None else [f"features (top level) = {features!r}: wants tables [features.<name>]"]
+    known = sorted(extractor_modules())
+    lines = []
+    for name, raw in features.items():
+        table = ("features", name)
+        if not isinstance(raw, dict):
+            lines.append(f"{_where(table[:1], name)} = {raw!r}: wants a table with an `extractor` key")
+            continue
+        extractor = raw.get("extractor")
+        if extractor is None:
+            lines.append(f"{_where(table, 'extractor')}: missing (required); known extractors: {', '.join(known)}")
+        elif extractor not in known:
+            lines.append(f"{_where(table, 'extractor')} = {extractor!r}: unknown extractor{_nearest(extractor, known)}"
+                         f" (known: {', '.join(known)})")
+        else:
+            config_type = get_extractor(extractor).config_type
+            try:
+                config_type.model_validate(raw)
+            except ValidationError as e:
+                lines += [line for _, line in _problems(e, config_type, table)]
+    return lines
+
+
+def check_config(data: dict[str, Any], source: str) -> RunConfig:
+    """`data` (a parsed TOML file) as a RunConfig, or one ConfigError listing every problem found."""
+    problems = _feature_problems(data.get("features"))
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as e:
+        # the features were checked table by table above: RunConfig's view of them, and its whole-model checks
+        # (which need the features), would only repeat those problems
+        problems += [line for loc, line in _problems(e, RunConfig)
+                     if not (loc[:1] == ("features",) or (problems and not loc))]
+    if problems:
+        raise ConfigError(f"{source}: {len(problems)} problem(s) in this config:\n  " + "\n  ".join(problems))
+    return config
 
 
 def load_config(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
     """A preset name (pipeline/configs/<name>.toml) or a TOML file path; `overrides` replace its keys, a dotted
-    key one nested value ("features.acoustic.backend")."""
+    key one nested value ("features.acoustic.backend"). A bad file is one ConfigError (exit 2)."""
     path = Path(name_or_path)
     if not path.suffix:
         path = CONFIG_DIR / f"{name_or_path}.toml"
     if not path.exists():
         presets = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
-        raise FileNotFoundError(f"no config {name_or_path!r}: not a file, nor one of the presets {presets}")
-    data = tomllib.loads(path.read_text())
+        raise FileNotFoundError(f"no config {name_or_path!r}: not a file, nor one of the presets {presets}"
+                                f"{_nearest(name_or_path, presets)}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
     for key, value in (overrides or {}).items():
         *parents, last = key.split(".")
         node = data
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    return RunConfig.model_validate(data)
+    return check_config(data, str(path))

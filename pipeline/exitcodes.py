@@ -8,6 +8,7 @@ DAMAGED = 4  # damaged items found in the store and not recomputed (verify; extr
 STORE = 5  # the store cannot be written: read-only, not a folder, disk full, unreadable root metadata
 LOCKED = 6  # another run holds the store's lock: retry when it has finished
 RAY = 7  # Ray did not start (twice), or its raylet/GCS died during the run: committed pairs kept, summary and report
+CLOSED_PIPE = 141  # the reader of the output went away (`info --json | head`): stopped quietly, as SIGPIPE would
 INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C): committed pairs kept, summary and run report written
 TERMINATED = 143  # stopped by SIGTERM: the same
 # 128 + N otherwise: extract's driver killed by signal N from outside (137: SIGKILL, the out-of-memory killer)

@@ -16,6 +16,7 @@ indexes), or a feature's zarr.json or a manifest does not read (store.integrity.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 from extractors.base import Extractor, get_extractor
 from manifests.records import one_line
 from pipeline import exitcodes
+from pipeline.report import failed_line
 from store import layout
 from store.partial import partial_record, spans_text
 from store.reader import Store, open_store
@@ -102,26 +104,26 @@ class StoreInfo:
         lines = [f"{self.path}: {self.dataset} store ({self.schema}, written by siqfeat {self.package_version}); "
                  f"{self.media_items} items, {self.questions} questions"
                  + (f" ({', '.join(f'{k} {v}' for k, v in sorted(self.splits.items()))})" if self.splits else "")]
-        if self.runs:
-            r = self.runs[-1]
-            lines.append(f"  last run {r.run_id} ({r.started or '?'}): {r.seconds:.1f} s, {r.done} done, "
-                         f"{r.failed} failed, {r.skipped} skipped" + (f", STOPPED by {r.stopped}" if r.stopped else "")
-                         + f"; {len(self.runs)} run report(s) in {layout.RUNS}/")
-        else:
-            lines.append(f"  no run report in {layout.RUNS}/")
+        lines += self._run_lines()
         shown = {f.name: f"{f.weights} (!)" if f.weights == "random" else f.weights for f in self.features}
         ww = max([len("weights"), *map(len, shown.values())]) + 2
         nw = max([len("feature"), *(len(f.name) for f in self.features)]) + 2
         ew = max([len("extractor"), *(len(f.extractor) for f in self.features)]) + 2
         vw = max([len("version"), *(len(f.version) for f in self.features)]) + 2
-        head = (f"  {'feature':<{nw}}{'extractor':<{ew}}{'version':<{vw}}{'weights':<{ww}}{'items':>7}{'rows':>10}"
-                f"{'MB':>9}{'parts':>7}{'partial':>9}{'failed':>8}{'filtered':>10}{'stale':>7}{'damaged':>9}")
+        rates = {f.name: f"{f.rate_hz:g} Hz" if f.rate_hz else "per unit" for f in self.features}
+        rw = max([len("rate"), *map(len, rates.values())]) + 2
+        head = (f"  {'feature':<{nw}}{'extractor':<{ew}}{'version':<{vw}}{'weights':<{ww}}{'dim':>6}  {'rate':<{rw}}"
+                f"{'items':>7}{'rows':>10}{'MB':>9}{'parts':>7}{'partial':>9}{'failed':>8}{'filtered':>10}{'stale':>7}"
+                f"{'damaged':>9}")
         lines.append(head)
         for f in self.features:
             weights = shown[f.name]
-            lines.append(f"  {f.name:<{nw}}{f.extractor:<{ew}}{f.version:<{vw}}{weights:<{ww}}{f.items:>7}{f.rows:>10}"
-                         f"{f.bytes / 1e6:>9.1f}{f.parts:>7}{len(f.partial):>9}{len(f.failed):>8}"
-                         f"{len(f.filtered):>10}{len(f.stale):>7}{len(f.damaged):>9}")
+            lines.append(f"  {f.name:<{nw}}{f.extractor:<{ew}}{f.version:<{vw}}{weights:<{ww}}{f.dim:>6}  "
+                         f"{rates[f.name]:<{rw}}{f.items:>7}{f.rows:>10}{f.bytes / 1e6:>9.1f}{f.parts:>7}"
+                         f"{len(f.partial):>9}{len(f.failed):>8}{len(f.filtered):>10}{len(f.stale):>7}"
+                         f"{len(f.damaged):>9}")
+        if any(not f.rate_hz for f in self.features):
+            lines.append("  (per unit: a row per word, text or question part, not at a fixed rate)")
         if any(f.weights == "random" for f in self.features):
             lines.append("  (!) random weights: these features are for testing the pipeline, not for models")
         for name, why in sorted(self.unreadable.items()):
@@ -131,8 +133,7 @@ class StoreInfo:
             for d in f.damaged:
                 lines.append(f"  DAMAGED {f.name}/{d['item']} ({d['part']}): {d['problem']}")
             for x in f.failed:
-                lines.append(f"  FAILED {f.name}/{x['item']} [{x['stage']}] {x['file'] or ''}: {x['error']} "
-                             f"(run {x['run_id']})")
+                lines.append(f"{failed_line(f.name, x)} (run {x['run_id']})")
             for p in f.partial:
                 lines.append(f"  PARTIAL {f.name}/{p['item']}: {p['missing_total_s']:g} s missing "
                              f"({spans_text(p['missing_s'])})")
@@ -148,13 +149,48 @@ class StoreInfo:
                 lines.append(f"  STALE {f.name}/{x['item']}: {x['reason']}")
             if f.superseded_rows:
                 lines.append(f"  {f.name}: {f.superseded_rows} superseded row(s) still stored; "
-                             f"`python -m pipeline compact --out {self.path}` reclaims them")
+                             f"`python -m pipeline compact {self.path}` reclaims them")
         if self.exit_code == exitcodes.FAILURES:
-            lines.append(f"  failed pairs: `make extract` again retries them; exit code {self.exit_code}")
+            failed = [x for f in self.features for x in f.failed]
+            inputs = sum(_input_failure(x) for x in failed)
+            if inputs:
+                lines.append(f"  failed pairs: {inputs} on their input file (unreadable, damaged or missing: the "
+                             "error says which), which a retry meets again: replace or repair those files first; "
+                             f"`make extract` then computes what is missing; exit code {self.exit_code}")
+            if inputs < len(failed):
+                lines.append(f"  failed pairs: {len(failed) - inputs} in the extraction (a worker lost, a model "
+                             f"error): `make extract` again retries them; exit code {self.exit_code}")
         elif self.exit_code == exitcodes.DAMAGED:
-            lines.append(f"  damaged items or metadata: `python -m pipeline verify --out {self.path}` checks every byte, "
+            lines.append(f"  damaged items or metadata: `python -m pipeline verify {self.path}` checks every byte, "
                          f"`make extract` recomputes them; exit code {self.exit_code}")
         return "\n".join(map(one_line, lines))
+
+
+    def _run_lines(self) -> list[str]:
+        """The last run that computed something (what made the data), and the latest run when it is another
+        (a run with nothing to do would otherwise hide it)."""
+        if not self.runs:
+            return [f"  no run report in {layout.RUNS}/"]
+        latest = self.runs[-1]
+        computed = next((r for r in reversed(self.runs) if r.done), None)
+        lines = [_run_line("last run that computed data" if computed is not latest else "last run", r)
+                 for r in ([computed] if computed is not None else [])]
+        if computed is not latest:
+            lines.append(_run_line("latest run", latest) + ("" if computed else " (no run computed anything)"))
+        lines[-1] += f"; {len(self.runs)} run report(s) in {layout.RUNS}/"
+        return lines
+
+
+def _run_line(label: str, r: RunInfo) -> str:
+    return (f"  {label} {r.run_id} ({r.started or '?'}): {r.seconds:.1f} s, {r.done} done, {r.failed} failed, "
+            f"{r.skipped} skipped" + (f", STOPPED by {r.stopped}" if r.stopped else ""))
+
+
+def _input_failure(failure: dict[str, Any]) -> bool:
+    """A failure of the pair's input itself (its file cannot be read as it is, or its metadata): a retry meets
+    it again. The others (a worker lost, a model's error) may pass on a retry."""
+    stage = str(failure.get("stage") or "")
+    return stage.startswith(("decode", "manifest")) and not str(failure.get("error") or "").startswith("WorkerLost")
 
 
 def read_runs(path: Path) -> list[dict[str, Any]]:
@@ -322,7 +358,9 @@ def item_info(path: Path | str, item: str) -> dict[str, Any]:
                                  "extractor": store.feature_attrs(name).get("extractor")}
     if record is None and not any(v["status"] != "absent" for v in out["features"].values()):
         known = sorted(media)
-        raise KeyError(f"{store.path}: no item {item!r}; {len(known)} items, e.g. {', '.join(known[:5])}")
+        near = difflib.get_close_matches(item, known, n=1)
+        raise KeyError(f"{store.path}: no item {item!r}; {len(known)} items, "
+                       + (f"did you mean {near[0]!r}?" if near else f"e.g. {', '.join(known[:5])}"))
     return out
 
 

@@ -3,6 +3,7 @@ its summary lines, and how busy each resource of the machine or cluster was (`ut
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +110,7 @@ class RunReport:
             lines.append(f"  DAMAGED {d['feature']}/{d['item']} ({d['path']}): {d['problem']}; "
                          + ("recomputed" if d["recomputed"] else "not in this run, left as it is"))
         for f in self.failures:  # one line per (feature, item): features sharing a decode failure each say so
-            lines.append(f"  FAILED {f['feature']}/{f['item']} [{f['stage']}] {f['file'] or ''}: {f['error']}")
+            lines.append(failed_line(f["feature"], f))
         lines += [partial_line(p) for p in self.partial]  # done, but with seconds that have no rows
         lines += [shorter_line(s) for s in self.shorter]
         lines += [late_line(s) for s in self.late]
@@ -149,6 +150,24 @@ class RunReport:
         elif self.exit_code:
             lines.append(f"  completed with problems: exit code {self.exit_code}")
         return "\n".join(map(one_line, lines))
+
+
+# "[Errno 1094995529] " (FFmpeg's error codes as errno) and "[Errno 2] ": the text after it says it in words
+_ERRNO = re.compile(r"\[Errno -?\d+\] ")
+
+
+def failure_text(file: str | None, error: str) -> str:
+    """A failure's error as a person reads it after the file named once: without the file again (quoted or as a
+    prefix, as PyAV and our own InputError repeat it), the errno numbers or the input error's class name."""
+    text = _ERRNO.sub("", error).removeprefix("InputError: ")
+    if file:
+        for form in (f": '{file}'", f" '{file}'", f"{file}: ", f": {file}", file):
+            text = text.replace(form, "")
+    return text.strip() or error
+
+
+def failed_line(feature: str, f: dict[str, Any]) -> str:
+    return f"  FAILED {feature}/{f['item']} [{f['stage']}] {f['file'] or ''}: {failure_text(f['file'], f['error'])}"
 
 
 STREAMS = {"frames": "video", "audio": "audio"}  # input kind -> the stream of the file it is decoded from
@@ -321,20 +340,25 @@ def _union(calls: list[dict[str, Any]], t0: float, t1: float) -> float:
     return union_seconds((max(c["start_s"], t0), min(c["end_s"], t1)) for c in calls if c["end_s"] > t0 and c["start_s"] < t1)
 
 
+BUSY_SHOWN = 4  # resources on the summary's busy line, busiest first; the run report has them all
+
+
 def utilisation_lines(u: dict[str, Any]) -> list[str]:
-    """One line: the steady part's busy fractions, the binding resource first."""
+    """One short line: the binding resource, then the next busiest (the run report has every one)."""
     part = u.get("steady") or u.get("run")
     if not part:
         return []
     busy = part["busy"]
-    order = sorted(busy, key=lambda k: (k != u["binding"], -busy[k]))
+    binding, *others = sorted(busy, key=lambda k: (k != u["binding"], -busy[k]))
     hint = ""
-    if u["binding"].startswith("actors ") and busy[u["binding"]] >= 0.8:  # a pool, not the machine, held the run
-        feat = u["binding"].removeprefix("actors ")
-        hint = (f" (its actors were the bottleneck: more of them, `actors_per_gpu = {{{feat} = N}}` on a GPU, "
-                "`cpu_actors` for a CPU feature, if the other resources have room)")
-    return [f"  busy ({u.get('policy') or 'run'} policy, {part['seconds']:.0f} s steady): "
-            + ", ".join(f"{k} {100 * busy[k]:.0f} %" for k in order) + f"; binding: {u['binding']}{hint}"]
+    if binding.startswith("actors ") and busy[binding] >= 0.8:  # a pool, not the machine, held the run
+        feat = binding.removeprefix("actors ")
+        hint = " (add actors: " + (f"`actors_per_gpu = {{{feat} = N}}`)" if any(k.startswith("gpu ") for k in busy)
+                                   else "`cpu_actors`)")
+    shown = [f"{binding} {100 * busy[binding]:.0f} % binding{hint}",
+             *(f"{k} {100 * busy[k]:.0f} %" for k in others[:BUSY_SHOWN - 1])]
+    more = f", +{len(others) - BUSY_SHOWN + 1} more" if len(others) >= BUSY_SHOWN else ""
+    return [f"  busy ({part['seconds']:.0f} s steady): " + ", ".join(shown) + more]
 
 
 def ray_failed_line(failed: dict[str, Any], exit_code: int) -> str:

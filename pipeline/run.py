@@ -4,6 +4,7 @@ what pays and save the run report (pipeline/report.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -21,6 +22,7 @@ from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
+from store import layout
 from store.integrity import part_problems
 from store.plan import Wanted, make_plan
 from store.writer import StoreError, StoreWriter
@@ -53,6 +55,10 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
         for q in qa:
             questions[q.item_id].append(q)
         _manifest_failures(report, notes, specs)
+        mark_repeated(report.manifest, out)
+        if only:  # a feature with items failed on their metadata has work, failed: exit 3 says so
+            check_applicable([s for s in specs if s.name in only and not report.counts[s.name]["failed"]], items,
+                             questions)
         chosen_qs = sum(len(questions.get(i.id, ())) for i in items)
         log.info("%s: %d items, %d questions from %s%s", dataset, len(items), chosen_qs, raw,
                  f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
@@ -107,6 +113,40 @@ def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list
                 report.counts[feat]["failed"] += 1
                 report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
                                         "error": f"{n.reason}: {n.detail}", "feature": feat})
+
+
+def check_applicable(asked: list[FeatureSpec], items: list[MediaItem], questions: dict[str, list[QAItem]]) -> None:
+    """`--features F`: an F that no chosen item has the input of (a transcript feature on a release without
+    transcripts) is asked-for work that cannot be done: a ValueError before the store is touched, not a run of
+    n/a pairs that exits 0."""
+    empty = [s for s in asked if not any(kinds.of(s.extractor.input_kind, i).applicable(i, questions.get(i.id, []))
+                                         for i in items)]
+    if empty:
+        raise ValueError(f"--features {','.join(s.name for s in empty)}: none of the {len(items)} item(s) chosen has "
+                         f"the input ({', '.join(sorted({s.extractor.input_kind for s in empty}))}): nothing to "
+                         "extract")
+
+
+def _note_key(note: dict[str, Any]) -> tuple:
+    return note.get("kind"), note.get("what"), note.get("id"), note.get("reason")
+
+
+def mark_repeated(notes: list[dict[str, Any]], out: Path) -> None:
+    """Mark the manifest's notes and dropped inputs that the store's previous run report already listed
+    (`repeated`): the summary says each once, not on every run over the same release (a failed item is a
+    failure each run, and is never marked)."""
+    for path in sorted(layout.runs_dir(out).glob("*.json"), reverse=True) if out.is_dir() else []:
+        try:
+            previous = json.loads(path.read_text()).get("manifest")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if previous is None:  # not a run report of a run that read the manifests
+            continue
+        seen = {_note_key(n) for n in previous if isinstance(n, dict)}
+        for n in notes:
+            if n["kind"] != "failed" and _note_key(n) in seen:
+                n["repeated"] = True
+        return
 
 
 def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], report: RunReport,
@@ -191,10 +231,16 @@ def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report
     if report.store_error:
         return
     try:
-        report.notes += [c.line() for c in compact_store(writer.path, [s.name for s in specs], force=False,
-                                                         writer=writer)]
+        done = compact_store(writer.path, [s.name for s in specs], force=False, writer=writer)
     except (OSError, StoreError, ValueError) as e:
         log.warning("compaction skipped: %s", e)
+        return
+    # merging this run's own commit batches is housekeeping (every first run does it): only reclaimed rows,
+    # which were the user's data before, are worth a line in the summary
+    report.notes += [c.line() for c in done if c.rows_dropped]
+    for c in done:
+        if not c.rows_dropped:
+            log.debug("%s", c.line().strip())
 
 
 def _filtered(writer: StoreWriter, specs: list[FeatureSpec]) -> dict[str, dict[str, str]]:

@@ -7,28 +7,52 @@ from pathlib import Path
 
 from manifests import limits
 from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem
-from manifests.socialiq import is_siq2, read_siq1, read_siq2
+from manifests.socialiq import is_siq2, read_siq1, read_siq2, siq2_root
+from manifests.socratis import find_annotations
 from pipeline.config import RunConfig
+
+LAYOUT_NAMES = {"siq2": "Social-IQ 2.0", "siq1": "Social-IQ 1.0", "socialiqa": "SocialIQA",
+                "tinysocial": "TinySocial", "socratis": "Socratis"}
+# what each layout must hold, for the message when a folder is none of them
+LAYOUT_PARTS = {"siq2": "qa/qa_{train,val,test}.json, trims.json, video/<vid>.mp4 (here or under siq2/)",
+                "siq1": "qa/<vid>_trimmed.txt, vision/raw/<vid>_trimmed-out.mp4 (here or under raw/)",
+                "socialiqa": "train.jsonl/dev.jsonl/test.jsonl with *-labels.lst (here or one folder down)",
+                "tinysocial": "clips.csv, video/, qa/qa_<subset>.jsonl",
+                "socratis": "imCaptionEmotionExplanation_formatted.json and its images"}
+
+
+def _siq1_root(raw: Path) -> Path | None:
+    for root in (raw / "raw", raw):
+        if any((root / "qa").glob("*_trimmed.txt")) or any((root / "vision" / "raw").glob("*_trimmed-out.mp4")):
+            return root
+    return None
 
 
 def detect_layout(raw: Path) -> str:
+    """The layout of `raw`, from the files each release is known by; a part of a release (its metadata
+    before the videos are downloaded) is that release, so that the run can say what is missing."""
     if (raw / "clips.csv").is_file():  # TinySocial: checked first, its qa/ and video/ look like Social-IQ's
         return "tinysocial"
     if is_siq2(raw):
         return "siq2"
-    if (raw / "qa").is_dir() or (raw / "raw" / "qa").is_dir():
+    if _siq1_root(raw) is not None:
         return "siq1"
     # SocialIQA's zip unpacks to socialiqa-train-dev/: its .jsonl files may sit one folder down
     if any(raw.glob("*.jsonl")) or any(p.name in ("train.jsonl", "dev.jsonl", "test.jsonl") for p in raw.glob("*/*.jsonl")):
         return "socialiqa"
-    if (raw / "imCaptionEmotionExplanation_formatted.json").is_file():
+    if find_annotations(raw) is not None:
         return "socratis"
-    raise FileNotFoundError(f"{raw}: no known dataset layout (Social-IQ 2.0, Social-IQ 1.0 or SocialIQA, "
-                            "here or, for SocialIQA, one folder down)")
+    if not raw.is_dir():
+        raise FileNotFoundError(f"{raw}: not a folder: --raw wants the dataset's root folder")
+    found = sorted(p.name + ("/" if p.is_dir() else "") for p in raw.iterdir() if not p.name.startswith("."))
+    shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+    raise FileNotFoundError(f"{raw}: no known dataset layout; it holds {shown or 'nothing'}. Expected one of: "
+                            + "; ".join(f"{LAYOUT_NAMES[k]}: {v}" for k, v in LAYOUT_PARTS.items()))
 
 
 def load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaItem], list[QAItem], list[ManifestNote]]:
-    """Items, questions, and what the layout held that did not become a record as it was (see ManifestNote)."""
+    """Items, questions, and what the layout held that did not become a record as it was (see ManifestNote).
+    A layout that yields no item, or whose media are all missing, is a ValueError saying what was found."""
     with limits.applied(config.limits):
         return _load_items(dataset, raw, config)
 
@@ -37,6 +61,13 @@ def _load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaI
     if not raw.exists():
         raise FileNotFoundError(f"raw data root {raw} does not exist")
     kind = detect_layout(raw) if config.layout == "auto" else config.layout
+    items, qa, notes = _read(kind, dataset, raw, config)
+    check_found(kind, raw, items, qa)
+    return items, qa, notes
+
+
+def _read(kind: str, dataset: str, raw: Path,
+          config: RunConfig) -> tuple[list[MediaItem], list[QAItem], list[ManifestNote]]:
     notes: list[ManifestNote] = []
     if kind == "siq2":
         return (*read_siq2(raw, dataset=dataset, notes=notes), notes)
@@ -55,8 +86,38 @@ def _load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaI
     return (*read_socialiqa(raw, dataset=dataset), notes)
 
 
+def _media_dir(kind: str, raw: Path) -> Path:
+    """Where the layout keeps its videos or images."""
+    if kind == "siq2":
+        return (siq2_root(raw) or raw) / "video"
+    if kind == "siq1":
+        return (_siq1_root(raw) or raw) / "vision" / "raw"
+    return raw / ("images" if kind == "socratis" else "video")
+
+
+def check_found(kind: str, raw: Path, items: list[MediaItem], qa: list[QAItem]) -> None:
+    """A release that yields nothing to extract is an error, never an empty store: no item at all, or a
+    layout of videos or images none of which is on disk (the metadata downloaded, the media not yet). Some
+    media missing is not: those items fail one by one, in the summary."""
+    name = LAYOUT_NAMES.get(kind, kind)
+    what = f"{len(qa):,} questions" if qa else "no questions"
+    if not items:
+        raise ValueError(f"{raw}: {name} layout, but no items in it ({what}): nothing to extract")
+    if kind == "socialiqa":
+        return
+    media = [p for i in items for p in (i.video, i.image) if p is not None]
+    if not any(p.is_file() for p in media):
+        where = _media_dir(kind, raw)
+        shown = where.relative_to(raw) if where.is_relative_to(raw) else where
+        noun = "images" if kind == "socratis" else "videos"
+        raise ValueError(f"{raw}: {name} metadata found ({what}, {len(items):,} items), no {noun} under "
+                         f"{shown}: download them first")
+
+
 def choose_items(items: list[MediaItem], split: str | None, limit: int | None, raw: Path) -> list[MediaItem]:
     """The items of `split` (if given), then the first `limit` of them, in the order the manifest lists them."""
+    if limit is not None and limit < 1:  # [:0] would run nothing, [:-1] all but the last
+        raise ValueError(f"--limit {limit}: wants a number of items, at least 1")
     if split is not None:
         name = SPLIT_NAMES.get(split.lower(), split)
         chosen = [i for i in items if i.split == name]
@@ -75,8 +136,14 @@ def manifest_summary(notes: list[dict], shown: int = 8) -> list[str]:
     if not notes:
         return []
     kinds = {k: sum(n["kind"] == k for n in notes) for k in ("failed", "dropped", "note")}
+    repeated = sum(bool(n.get("repeated")) for n in notes)
+    if repeated == len(notes):  # the previous run said all this: one line, no repeat of the same notes
+        return [f"  manifest: {kinds['dropped']} input(s) dropped, {kinds['note']} kept with a note, as the "
+                "previous run said (listed in _runs/)"]
     lines = [f"  manifest: {kinds['failed']} item(s) failed on their metadata, {kinds['dropped']} input(s) "
-             f"dropped, {kinds['note']} kept with a note"]
+             f"dropped, {kinds['note']} kept with a note" + (f" ({repeated} as the previous run said, not repeated "
+                                                             "here)" if repeated else "")]
+    notes = [n for n in notes if not n.get("repeated")]
     for n in notes:
         if n["kind"] == "dropped":
             detail = f" ({n['detail']})" if n["detail"] else ""

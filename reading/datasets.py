@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -189,6 +190,34 @@ def a4_choice(qid: str, correct: Sequence[bool], seed: int, n_answers: int = 4) 
     return a4_choices([qid], [correct], seed, n_answers)[0]
 
 
+class DroppedWarning(UserWarning):
+    """Most of what a dataset was asked for was left out (its `dropped` counts why)."""
+
+
+# what to do about each reason a dataset leaves something out
+_REMEDIES = {
+    FILTERED: "exclude_filtered=False keeps them",
+    MISSING: "`make extract` computes what is missing; `python -m pipeline info STORE` lists failed and partial items",
+    "unlabelled": "the release's test split has no answers to train on",
+    "item missing or failed in a feature": "`make extract` computes what is missing; `python -m pipeline info STORE` "
+                                           "lists failed items",
+}
+
+
+def check_left(what: str, kept: int, dropped: Mapping[str, int], unit: str) -> None:
+    """A dataset with nothing left is a ValueError with the reasons counted (a training loop would run zero
+    batches); one that left out most of what it was asked for warns (DroppedWarning) with the same counts."""
+    lost = sum(dropped.values())
+    if kept and lost <= kept:
+        return
+    reasons = "; ".join(f"{n:,} {reason}" + (f" ({_REMEDIES[reason]})" if reason in _REMEDIES else "")
+                        for reason, n in sorted(dropped.items(), key=lambda kv: -kv[1]))
+    if not kept:
+        raise ValueError(f"{what}: nothing left: " + (f"all {lost:,} {unit} left out: {reasons}" if lost
+                                                          else f"the store holds no {unit}"))
+    warnings.warn(f"{what}: {lost:,} of {lost + kept:,} {unit} left out: {reasons}", DroppedWarning, stacklevel=4)
+
+
 class _SocialIQ(Dataset):
     task = ""
 
@@ -211,6 +240,7 @@ class _SocialIQ(Dataset):
         s = open_store(self.path)
         with gc_paused():  # ~10 objects per question, none in a cycle
             self.samples = self._cached_plan(s, exclude_filtered)
+        self._check_left()
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
             self.view = materialize(self.path, self.modalities, self.to, self.how,
@@ -306,6 +336,11 @@ class _SocialIQ(Dataset):
     def _samples_of(self, planned: list[tuple[QAItem, int, list[int], int]]) -> list[QASample]:
         """The samples of (question, question row, answer rows, context row), in that order."""
         raise NotImplementedError
+
+    def _check_left(self) -> None:
+        split = f"split {self.split!r}" if self.split is not None else "all splits"
+        check_left(f"{self.path}: {type(self).__name__} ({split})", len({smp.qid for smp in self.samples}),
+                   self.dropped, "questions")
 
     # ---- reading (any process) ----
 
@@ -434,11 +469,14 @@ class SocialIQA4(_SocialIQ):
     def __init__(self, store: str | Path, *args: Any, **kwargs: Any) -> None:
         self._too_few: Counter[int] = Counter()  # answer counts of the questions left out for having too few
         super().__init__(store, *args, **kwargs)
-        if not self.samples and self._too_few:
+
+    def _check_left(self) -> None:
+        if not self.samples and self._too_few:  # the task does not fit the dataset: say which one does
             found = ", ".join(f"{n} questions with {k} answers" for k, n in sorted(self._too_few.items()))
             hint = "; use SocialIQA3, the three-way task" if max(self._too_few) >= 3 else ""
-            raise ValueError(f"{store}: {self.task} needs questions with 1 correct and {self.n_answers - 1} "
+            raise ValueError(f"{self.path}: {self.task} needs questions with 1 correct and {self.n_answers - 1} "
                              f"incorrect answers; this store has none ({found}){hint}")
+        super()._check_left()
 
     def _extra(self) -> dict[str, Any]:
         return {"too_few": {str(k): v for k, v in self._too_few.items()}}
@@ -537,6 +575,7 @@ class SocratisReactions(Dataset):
         self.dropped: Counter[str] = Counter({"item missing or failed in a feature": missing} if missing else {})
         self.samples = [ReactionSample(item, row) for item in sorted(everywhere)
                         for row in range(s.read(reactions_feature, item).features.shape[0])]
+        check_left(f"{self.path}: SocratisReactions", len(everywhere), self.dropped, "items")
         self._store: Store | None = None
         self._pid = -1
 

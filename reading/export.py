@@ -5,10 +5,12 @@ sequence version"), which released SDK versions check (the two separate keys are
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
 import uuid
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -274,6 +276,25 @@ def export_csd(
     return write_csd(out, entries, meta)
 
 
+def check_items(s: Store, features: list[str], items: list[str] | None, include_filtered: bool = True,
+                qa_feature: str | None = None) -> None:
+    """KeyError naming the asked ids that no feature of `features` holds complete (with the nearest ids held),
+    or when the features hold no item at all: an export never writes files with nothing asked for in them."""
+    held: set[str] = set()
+    for f in features:
+        held.update(s.items(f) if f == qa_feature else s.items(f, include_filtered=include_filtered))
+    where = f"{s.path}: {'feature ' + repr(features[0]) if len(features) == 1 else 'features ' + ', '.join(features)}"
+    if not held:
+        raise KeyError(f"{where}: no complete item to export")
+    unknown = [i for i in dict.fromkeys(items or ()) if i not in held]
+    if unknown:
+        near = [m for i in unknown[:5] for m in difflib.get_close_matches(i, held, n=1)]
+        hint = f"; did you mean {', '.join(map(repr, near))}?" if near else f"; e.g. {', '.join(sorted(held)[:5])}"
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise KeyError(f"{where}: no complete item {', '.join(map(repr, unknown[:5]))}{more} "
+                       f"({len(held)} held){hint}")
+
+
 def export_sdk_folder(
     store: Path | str | Store, out_dir: Path | str, features: list[str] | None = None, qa_feature: str = "qa",
     qa_dir: Path | str | None = None, include_filtered: bool = True, items: list[str] | None = None,
@@ -282,10 +303,12 @@ def export_sdk_folder(
     QA feature in the binary-choice layout in `qa_dir` (default `out_dir/qa`), since the SDK's `align` cannot
     collapse its rows (docs/reading.md). `items`: only these (each feature those it holds). Root name -> path."""
     s = open_store(store)
+    features = features if features is not None else s.features()
+    check_items(s, features, items, include_filtered, qa_feature)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
-    for feature in features if features is not None else s.features():
+    for feature in features:
         if feature == qa_feature:
             root, folder = default_qa_root_name(s), Path(qa_dir) if qa_dir is not None else out_dir / "qa"
             folder.mkdir(parents=True, exist_ok=True)
@@ -389,11 +412,7 @@ def feature_to_xarray(store: Path | str | Store, feature: str, items: list[str] 
 
     s = open_store(store)
     every = s.items(feature, include_filtered=True)
-    if items is not None:
-        unknown = sorted(set(items) - set(every))
-        if unknown:
-            raise KeyError(f"{s.path}: feature {feature!r} has no complete item {', '.join(map(repr, unknown[:5]))}"
-                           f"; it has {len(every)}, e.g. {', '.join(every[:5])}")
+    check_items(s, [feature], items)
     chosen = every if items is None else [i for i in every if i in set(items)]
     reads = [s.read(feature, i) for i in chosen]
     fa = s.feature_attrs(feature)
@@ -434,7 +453,9 @@ def export_xarray(store: Path | str | Store, feature: str, out: Path | str, item
         for name in [*ds.data_vars, *ds.coords]:  # Zarr v3 specifies variable-length strings, not fixed-width ones
             if ds[name].dtype.kind == "U":
                 ds[name] = ds[name].astype(object)
-        ds.to_zarr(out, mode="w-", consolidated=False)
+        with warnings.catch_warnings():  # zarr's note that v3 has no consolidated metadata in its spec yet
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+            ds.to_zarr(out, mode="w-", consolidated=True)  # xr.open_zarr warns on a store without it
     else:
         for name, var in ds.data_vars.items():
             if var.dtype == np.float16:

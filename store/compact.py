@@ -1,4 +1,4 @@
-"""`python -m pipeline compact --out STORE` and the end of every run: the current rows of the parts chosen
+"""`python -m pipeline compact STORE` and the end of every run: the current rows of the parts chosen
 (`to_rewrite`) copied as stored into full parts through the writer's one commit path (a `Rewrite`); a part
 that fails its full check is never copied (docs/design.md, "Supersession and compaction")."""
 

@@ -71,7 +71,7 @@ def check_schema(root: Path, attrs: dict[str, Any]) -> None:
     schema = attrs.get("schema", SCHEMA)
     if schema == SCHEMA_V1:
         raise ValueError(f"{root}: a version-1 store (one folder per item); this code reads and writes version 2. "
-                         f"Convert it once with `python -m pipeline migrate --out {root}`")
+                         f"Convert it once with `python -m pipeline migrate {root}`")
     if schema != SCHEMA:
         raise ValueError(f"{root}: store schema {schema!r}, this code knows {SCHEMA!r}")
 

@@ -1,4 +1,4 @@
-"""`python -m pipeline migrate --out STORE`: convert a version-1 store (one folder per item) to version 2.
+"""`python -m pipeline migrate STORE`: convert a version-1 store (one folder per item) to version 2.
 
 Under the store's write lock: each feature's complete items are read (metadata, every array decoded) and
 committed in batches into packed parts with an index, exactly as a run would have written them (their

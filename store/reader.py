@@ -293,7 +293,7 @@ class Store:
     def _from_parts(self, feature: str, why: str) -> Index:
         found, unreadable = parts.records_on_disk(self.path, feature)
         if found or unreadable:
-            log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
+            log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify %s` "
                         "rebuilds the index)", why, self.path)
         cols = index.of_records(found)
         cols.rebuilt = True

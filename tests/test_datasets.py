@@ -95,7 +95,8 @@ def test_aligned_modalities_fill_and_masks(store: Path, tiny_root_template: Path
 
 
 def test_filtered_items_are_left_out(store: Path) -> None:
-    ds = SocialIQA2(store, split=None, modalities=("frames",), to=1.0)
+    with pytest.warns(UserWarning, match="4 of 6 questions left out"):  # most left out: said
+        ds = SocialIQA2(store, split=None, modalities=("frames",), to=1.0)
     assert {s.item for s in ds.samples} == {"tiny-a"}  # tiny-b (1 of 2 s with a face) and tiny-c (none): filtered
     assert ds.dropped == {"item filtered by a policy (faces: too few faces)": 4}
 
@@ -238,10 +239,9 @@ def test_dropped_tells_filtered_items_from_missing_ones(store: Path, tmp_path: P
     copy = tmp_path / "copy.zarr"
     shutil.copytree(store, copy)
     shutil.rmtree(copy / "frames" / "parts" / open_store(copy).index("frames").entries["tiny-a"].part)  # one part per item
-    ds = SocialIQA2(copy, split=None, modalities=("frames",), to=1.0)
-    assert len(ds) == 0
-    assert ds.dropped == {"item filtered by a policy (faces: too few faces)": 4,
-                          "item missing, incomplete or damaged in a needed feature": 2}
+    with pytest.raises(ValueError, match="nothing left: all 6 questions left out: 4 item filtered by a policy "
+                                         r"\(faces: too few faces\) \(.*\); 2 item missing, incomplete or damaged"):
+        SocialIQA2(copy, split=None, modalities=("frames",), to=1.0)  # nothing left: an error, not len 0
     kept = SocialIQA2(copy, split=None, modalities=("frames",), to=1.0, exclude_filtered=False)
     assert {s.item for s in kept.samples} == {"tiny-b", "tiny-c"}
     assert kept.dropped == {"item missing, incomplete or damaged in a needed feature": 2}
