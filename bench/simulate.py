@@ -201,9 +201,9 @@ class Simulation:
             reserved += 0 if shared else p.options.get("num_cpus", 1) * p.actors
         self.ray_cpus = max(0.0, cpus - reserved)  # Ray CPUs left for decode tasks
         policy = FixedScheduler if config.scheduler == "fixed" else Scheduler
-        routing = {"device_queue": device_queue(plan, config)} if policy is Scheduler else {}
         self.sched = policy(pools, {"sim": float(cpus)}, max_bytes=config.max_inflight_bytes,
-                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items, **routing)
+                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items,
+                            device_queue=device_queue(plan, config))
         self.features = sorted(specs)
         for i in range(clips):
             self.sched.add(f"clip{i:05d}", list(self.features))
