@@ -21,7 +21,7 @@ log = logging.getLogger("siqfeat")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from pipeline import raystart, stop
+    from pipeline import raystart, stop, supervise
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
@@ -33,7 +33,9 @@ def _extract(args: argparse.Namespace) -> int:
         try:
             report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)
-        except BaseException:  # an error's way out too: every process the run started ends with it
+        except BaseException as e:  # an error's way out too: every process the run started ends with it
+            if not isinstance(e, (stop.Stopped, raystart.RayFailed, SystemExit)):
+                supervise.note_error(e, raystart.lost())  # the parent must not take Ray's end below for the cause
             with stop.deferred(raise_after=False):
                 raystart.shutdown()
             raise

@@ -233,6 +233,17 @@ def check() -> None:
         _session.check()
 
 
+def lost() -> str | None:
+    """What ended this run's Ray, in `RayFailed`'s words, or None while it is alive (or there is none)."""
+    if _session is None or not _session.current():
+        return None
+    try:
+        _session.check()
+    except RayFailed as e:
+        return e.what
+    return None
+
+
 def shutdown() -> None:
     """`ray.shutdown()`, then end whatever of this run's local Ray is still alive (and reap it). On a cluster the
     job's actors end with the driver's connection (Ray's own rule for actors that are not detached; the run

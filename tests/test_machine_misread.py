@@ -4,15 +4,24 @@ in one line, and the CPU count honours the cgroup quota and the affinity mask.""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import typing
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from pipeline import exitcodes
 from pipeline.config import RunConfig, load_config
 from pipeline.report import RunReport
 from pipeline.runner import Runner
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class _FakeActorClass:
@@ -36,3 +45,66 @@ def test_every_documented_scheduler_builds_its_policy(policy: str) -> None:
     runner.start_actors({s.name for s in specs})
     assert runner.sched.name == policy
     assert set(runner.sched.pools) == {s.name for s in specs}
+
+
+# `python -m pipeline extract` as the command line runs it (the parent forks the driver, pipeline/supervise.py),
+# with the real `cli._extract` around a faked `run_extract`: it keeps its journal, starts a "raylet" and a "GCS"
+# (sleeps), then raises a Python error, or first loses its raylet (SIGKILL) and then raises what Ray would.
+# `raystart.shutdown` ends and reaps the "raylet" as the real one ends the run's Ray on the way out.
+DRIVER = textwrap.dedent('''
+    import os, subprocess, sys, time
+    from pipeline import cli, raystart, run, supervise
+    from pipeline.report import RunReport
+
+    ray = {}
+
+    def fake_run_extract(dataset, raw, out, config, **kw):
+        ray["raylet"] = raylet = subprocess.Popen(["sleep", "60"])
+        ray["gcs_server"] = gcs = subprocess.Popen(["sleep", "60"])
+        print(f"DRIVER raylet={raylet.pid}", flush=True)
+        report = RunReport("20261127T120000Z-abcdef", dataset, str(out),
+                           {"qa": {"done": 0, "skipped": 0, "failed": 0, "n/a": 0}}, planned={"qa": 3})
+        supervise.note_ray({"raylet": raylet.pid, "gcs_server": gcs.pid})
+        supervise.note(report, "extraction")
+        if os.environ["DRIVER_END"] == "ray":
+            raylet.kill()
+            raylet.wait()
+            raise RuntimeError("Failed to connect to the raylet")
+        raise RuntimeError("faces: no model actor could start: ActorDiedError: boom")
+
+    def lost():
+        raylet = ray["raylet"]
+        return None if raylet.poll() is None else f"this run's Ray raylet (pid {raylet.pid}) ended"
+
+    def shutdown():
+        for p in ray.values():
+            p.kill()
+            p.wait()
+
+    run.run_extract, raystart.lost, raystart.shutdown = fake_run_extract, lost, shutdown
+    sys.exit(cli.main(sys.argv[1:], supervised=True))
+''')
+
+
+@pytest.mark.parametrize("end", ["traceback", "ray"])
+def test_a_driver_s_python_error_is_not_reported_as_ray_s_failure(tmp_path: Path, end: str) -> None:
+    """A Python error ends the driver after it ended its own Ray (cli.py): the parent found the raylet gone and
+    said "RAY FAILED … something outside this run ended it", exit 7. Ray lost first stays Ray's failure."""
+    (tmp_path / "cmd.py").write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(tmp_path / "cmd.py"), "extract", "--dataset", "socialiq", "--raw",
+                           str(tmp_path / "raw"), "--out", str(tmp_path / "s.zarr")], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "DRIVER_END": end}, capture_output=True,
+                          text=True, timeout=120)
+    text = proc.stdout + proc.stderr
+    summary = proc.stdout.splitlines()[-1]
+    report = json.loads(next((tmp_path / "s.zarr" / "_runs").glob("*.json")).read_text())
+    if end == "traceback":
+        assert proc.returncode == exitcodes.INTERNAL, text
+        assert "RAY FAILED" not in text and report["ray_failed"] is None, text
+        assert summary.startswith("  ENDED during extraction: the run's driver (pid ") and (
+            "ended on RuntimeError: faces: no model actor could start: ActorDiedError: boom (exit code 1)"
+            in summary), text
+        assert "Traceback (most recent call last)" in proc.stderr  # the bug's own traceback is kept
+    else:
+        assert proc.returncode == exitcodes.RAY, text
+        assert summary.startswith("  RAY FAILED during extraction: this run's Ray raylet (pid "), text
