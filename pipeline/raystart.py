@@ -169,7 +169,9 @@ def _init(ray: Any, address: str | None, env: dict[str, Any]) -> None:
         ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
     else:
         # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
+        # the cores this process may use (cgroup quota, affinity), not the host's: the policy plans its slots and
+        # actors from what Ray advertises
+        ray.init(address="local", num_cpus=cluster.usable_cpus(), include_dashboard=False, runtime_env=env,
                  logging_level=logging.WARNING, log_to_driver=True)
 
 

@@ -108,3 +108,45 @@ def test_a_driver_s_python_error_is_not_reported_as_ray_s_failure(tmp_path: Path
     else:
         assert proc.returncode == exitcodes.RAY, text
         assert summary.startswith("  RAY FAILED during extraction: this run's Ray raylet (pid "), text
+
+
+def _cgroup(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:
+    root = tmp_path / "cgroup"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (tmp_path / "self.cgroup").write_text(proc)
+    return root, tmp_path / "self.cgroup"
+
+
+@pytest.mark.parametrize(("proc", "files", "cores"), [
+    # cgroup v2, `docker --cpus 2.5` on the container's cgroup, none on its parent: 2 cores
+    ("0::/docker/abc\n", {"docker/abc/cpu.max": "250000 100000\n", "docker/cpu.max": "max 100000\n"}, 2),
+    # a tighter quota on an ancestor binds (a Kubernetes pod's limit above its container's)
+    ("0::/pod/ctr\n", {"pod/ctr/cpu.max": "800000 100000\n", "pod/cpu.max": "300000 100000\n"}, 3),
+    # inside a cgroup namespace the path is "/": the root's own file
+    ("0::/\n", {"cpu.max": "400000 100000\n"}, 4),
+    # cgroup v1 (hybrid: the cpu controller in its own hierarchy)
+    ("4:memory:/x\n2:cpu,cpuacct:/x\n0::/\n", {"cpu,cpuacct/x/cpu.cfs_quota_us": "150000\n",
+                                                "cpu,cpuacct/x/cpu.cfs_period_us": "100000\n"}, 1),
+    ("1:cpu:/\n0::/\n", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 6),  # no quota
+    ("0::/\n", {"cpu.max": "max 100000\n"}, 6),
+])
+def test_the_cpu_count_honours_the_cgroup_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proc: str,
+                                                files: dict[str, str], cores: int) -> None:
+    from pipeline import cluster
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))  # taskset -c 0-5 on a bigger host
+    assert cluster.usable_cpus(*_cgroup(tmp_path, proc, files)) == cores
+
+
+def test_the_local_ray_gets_the_cores_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ray.init(num_cpus=os.cpu_count())` advertised the host's cores; the policy plans slots and actors from
+    Ray's count. Here: a 64-core host, this process pinned to 3 of them."""
+    from pipeline import raystart
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    got: dict[str, Any] = {}
+    raystart._init(SimpleNamespace(init=lambda **kw: got.update(kw)), None, {})
+    assert got["num_cpus"] == 3
