@@ -9,6 +9,7 @@ import functools
 import logging
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +249,8 @@ class Runner:
             where = self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
             raystart.check()  # Ctrl-C at a terminal reaches Ray's processes too: then this is the stop, not a fault
+            if (gpu := _GPU_UNUSABLE.search(str(e))) is not None:  # no other actor there could use it either
+                raise actors.GpuUnusable(f"{pairs[0][0]}: {gpu.group(1)}") from None
             feat, worker = pairs[0]
             pool = self.sched.pools[feat]
             self.drop_actor(worker)
@@ -564,6 +567,10 @@ def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
 
 class WorkerLost(RuntimeError):
     """A Ray worker process died while handling this item, on every retry."""
+
+
+# the line an actor's `actors.GpuUnusable` leaves in the RayError of its creation task
+_GPU_UNUSABLE = re.compile(r"GpuUnusable: (.+)")
 
 
 def _ray_error(e: BaseException) -> WorkerLost:

@@ -150,3 +150,33 @@ def test_the_local_ray_gets_the_cores_this_process_may_use(monkeypatch: pytest.M
     got: dict[str, Any] = {}
     raystart._init(SimpleNamespace(init=lambda **kw: got.update(kw)), None, {})
     assert got["num_cpus"] == 3
+
+
+@pytest.mark.slow
+def test_a_gpu_ray_advertises_but_cuda_cannot_use_ends_the_run_in_one_line(tiny_root: Path, tmp_path: Path) -> None:
+    """A logical `--num-gpus=1` on this CPU-only machine: every GPU actor failed ("Found no NVIDIA driver"), was
+    started once more, and the run ended in `RuntimeError: frames: no model actor could start` with a traceback
+    (exit 1). Now: `GpuUnusable` (a ValueError: the CLI prints its one line, exit 2) naming the node and CUDA's
+    error, at the first actor."""
+    import ray
+
+    from pipeline.actors import GpuUnusable
+    from pipeline.run import run_extract
+
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine's GPU works: nothing to fake")
+    ray.shutdown()
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path, "SIQ_CALIBRATE": "0"}})
+    try:
+        config = RunConfig.model_validate({"layout": "siq2", "features": {
+            "frames": {"extractor": "densenet161", "weights": "random"}}})
+        with pytest.raises(GpuUnusable) as got:
+            run_extract("tiny", tiny_root, tmp_path / "s.zarr", config, only=["frames"])
+    finally:
+        ray.shutdown()
+    message = str(got.value)
+    assert "\n" not in message and issubclass(GpuUnusable, ValueError)  # cli: one line, exit code 2
+    assert message.startswith("frames: node ") and "Ray advertises GPU 0 but CUDA cannot use it: " in message
+    assert "NVIDIA driver" in message or "CUDA" in message, message
