@@ -141,8 +141,11 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
         with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
-            runner.start_ray()
-            runner.run(dict(todo), {i.id: i for i in items}, questions)
+            try:
+                runner.start_ray()
+                runner.run(dict(todo), {i.id: i for i in items}, questions)
+            finally:
+                runner.stop_sampling()  # (done already by a run that got to its report)
     _compact_if_worthwhile(writer, specs, report)
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0

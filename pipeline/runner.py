@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem
-from pipeline import actors, cluster, decode, nvdec, raystart, report, stages, stop, supervise
+from pipeline import actors, cluster, cpuload, decode, nvdec, raystart, report, stages, stop, supervise
 from pipeline import kinds as input_kinds
 from pipeline.committer import Committer
 from pipeline.config import FeatureSpec, RunConfig
@@ -55,18 +55,28 @@ class Runner:
     def start_ray(self) -> None:
         stop.stage("starting Ray")
         address = os.environ.get("RAY_ADDRESS")
+        # from before Ray starts: its start's CPU is the run's too (a local Ray's processes are this one's children)
+        self.sampler = cpuload.Sampler().start()
+        started = time.time()
         self.ray = ray = raystart.start(address)  # retried once; RayFailed when it does not come up
+        self.ray_start = (started, time.time())  # measured, for bench.simulate (`utilisation["ray_start_s"]`)
         raystart.check()
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
         log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")
         self.report.cluster = cluster.describe(ray, address)
 
+    def stop_sampling(self) -> list[tuple[float, float, float]]:
+        """End the CPU sampler's thread (pipeline/cpuload.py); its samples."""
+        sampler = getattr(self, "sampler", None)
+        return sampler.stop() if sampler is not None else []
+
     def start_actors(self, features: set[str]) -> None:
         """Start every model actor and the policy's books; actors load their models while the first items
         decode (`readying`: nothing is sent to an actor before its `ready` is back)."""
         from extractors.calibrate import run_cache_file
 
+        self.actors_started = time.time()
         remote = self.ray.remote(actors.ExtractorWorker)
         calibration = run_cache_file()  # the driver's environment decides, not the (maybe older) workers'
         self.new_actor: dict[str, Any] = {}
@@ -182,8 +192,14 @@ class Runner:
             self.progress.close()
             self.report.stages = self.stages.summary()
             workers = {f: len(p.workers) for f, p in self.sched.pools.items()}
-            self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name)
+            sampler = getattr(self, "sampler", None)
+            samples = self.stop_sampling()
+            self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name,
+                                                         samples, sampler.cores if sampler else 0)
             self.report.utilisation["actors_ready_s"] = self.ready_at
+            # when each feature's first actor began to load, and Ray's start: bench.simulate's start-up, measured
+            self.report.utilisation["actors_start_s"] = getattr(self, "actors_started", None)
+            self.report.utilisation["ray_start_s"] = getattr(self, "ray_start", None)
 
     def loop(self, total: int) -> None:
         self.schedule()
