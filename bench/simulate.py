@@ -51,6 +51,7 @@ from pipeline.schedule import CUDA, Call, FixedScheduler, Pool, Scheduler, Unit,
 AUDIO_RATE_HZ = 16_000
 # a decoded frame as the H100 run's clips had it: half 640x360, half 1280x720, RGB (docs/scale.md)
 FRAME_BYTES = (640 * 360 + 1280 * 720) * 3 // 2
+RAY_START_S = 7.0  # Ray's start where a report does not say (reports before `utilisation["ray_start_s"]`)
 
 
 @dataclass
@@ -67,22 +68,55 @@ class Costs:
     ray_start_s: float
     actors_start_s: float
     decodes: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (seconds, cores) per item
+    # feature -> seconds from the run's start until its actors were ready (measured; else all at actors_start_s)
+    ready_s: dict[str, float] = field(default_factory=dict)
+    # cores the run's processes kept busy outside the timed calls (Ray, the driver, workers between calls: the
+    # report's `whole` CPU less its calls'), taken from the node's cores for the whole extraction
+    outside_cores: float = 0.0
+    clip_s: float = 0.0  # the report's seconds of media per clip (its audio's), what `scale_to` scales from
     gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
     nvdec: Nvdec | None = None  # frames decoded on the GPU's video engines (`--nvdec`)
 
     @classmethod
-    def from_report(cls, report: dict[str, Any]) -> Costs:
+    def from_report(cls, report: dict[str, Any], uncontended: bool = True,
+                    gpu_features: set[str] | None = None) -> Costs:
+        """`uncontended`: a CPU stage's calls cost their CPU seconds at the cores they use alone (at least one:
+        a decode task or an acoustic call is one thread), not their wall-clock seconds, which hold the
+        contention of the run that measured them (other users', and the run's own cores oversubscribed); the
+        simulation applies the target node's own contention. GPU calls keep their measured seconds (mostly the
+        device's and their host thread's, not the CPU's). False: every stage at its measured seconds.
+        `gpu_features`: the features whose actors ran on a GPU in the report's run (None: every model feature
+        when the report's cluster had a GPU, none when it had not)."""
         st = report["stages"]
+        util = report.get("utilisation") or {}
+        had_gpu = (report.get("cluster") or {}).get("resources", {}).get("GPU", 0) > 0
+        gpu_feats = gpu_features if gpu_features is not None else (
+            {k.partition(":")[2] for k in st if k.startswith("model:")} if had_gpu else set())
+
+        def seconds(v: dict[str, Any], cpu_stage: bool = True) -> tuple[float, float]:
+            """(seconds, cores) of the stage's calls together."""
+            worker, cpu = v["worker_s"], v["cpu_s"]
+            cores = cpu / worker if worker else 1.0
+            if not uncontended or not cpu_stage or cores >= 1.0 or cpu <= 0:
+                return worker, cores
+            return cpu, 1.0  # run alone, a one-thread call keeps its core busy: its CPU seconds are its time
+
         decodes = [v for k, v in st.items() if k.startswith("decode:")]
         items = max(v["items"] for v in decodes)
-        decode_s = sum(v["worker_s"] for v in decodes) / items
-        decode_cores = sum(v["cpu_s"] for v in decodes) / max(1e-9, sum(v["worker_s"] for v in decodes))
+        kinds = {}
+        for k, v in st.items():
+            if k.startswith("decode:"):
+                secs, cores = seconds(v)
+                kinds[k.partition(":")[2]] = (secs / items, cores)
+        decode_s = sum(s for s, _ in kinds.values())
+        decode_cores = sum(s * c for s, c in kinds.values()) / decode_s if decode_s else 1.0
         model_s, model_cores, units, commit_s = {}, {}, {}, {}
         for stage, v in st.items():
             kind, _, feat = stage.partition(":")
             if kind == "model":
-                model_s[feat] = v["worker_s"] / v["items"]
-                model_cores[feat] = v["cpu_s"] / v["worker_s"] if v["worker_s"] else 1.0
+                secs, cores = seconds(v, cpu_stage=feat not in gpu_feats)
+                model_s[feat] = secs / v["items"]
+                model_cores[feat] = cores
                 units[feat] = v["units"] / v["items"]
             elif kind == "commit":
                 commit_s[feat] = v["busy_s"] / v["items"]
@@ -90,11 +124,37 @@ class Costs:
         start = _run_start(report)
         first_decode = min(v["first_start_s"] for v in decodes) - start if start else 0.0
         first_model = min(v["first_start_s"] for k, v in st.items() if k.startswith("model:")) - start if start else 0.0
-        kinds = {k.partition(":")[2]: (v["worker_s"] / items, v["cpu_s"] / v["worker_s"] if v["worker_s"] else 1.0)
-                 for k, v in st.items() if k.startswith("decode:")}
-        return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s,
-                   audio["units"] / audio["items"] if audio else 0.0,
-                   ray_start_s=min(7.0, first_decode), actors_start_s=max(first_decode, first_model), decodes=kinds)
+        # Ray's start as measured (from the run's start until Ray was up); a report of before it was measured:
+        # the first decode's start, at most 7 s (under the fixed policy that was after the models had loaded)
+        ray = util.get("ray_start_s")
+        ray_start = ray[1] - start if ray and start else min(RAY_START_S, first_decode)
+        ready = {f: t - start for f, t in (util.get("actors_ready_s") or {}).items() if start and f in model_s}
+        actors_start = max(ready.values()) if ready else max(first_decode, first_model)
+        run = util.get("run") or {}
+        whole, span = run.get("whole"), run.get("seconds") or 0.0
+        outside = max(0.0, whole["run_cpu_s"] - whole["calls_cpu_s"]) / span if whole and span else 0.0
+        audio_s = audio["units"] / audio["items"] if audio else 0.0
+        return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s, audio_s,
+                   ray_start_s=max(0.0, ray_start), actors_start_s=max(ray_start, actors_start), decodes=kinds,
+                   ready_s={f: max(ray_start, t) for f, t in ready.items()}, outside_cores=outside, clip_s=audio_s)
+
+    def scale_to(self, seconds: float, input_kinds: dict[str, str]) -> None:
+        """Clips of `seconds` of media instead of the report's (`--seconds`): what grows with a clip's length (its
+        frames, audio and words: their decodes and the features reading them) in proportion; a clip's questions
+        do not. `input_kinds`: feature -> its input kind."""
+        if not self.clip_s:
+            raise ValueError("--seconds: the report has no audio to tell its clips' length")
+        r = seconds / self.clip_s
+        for kind, (secs, cores) in list(self.decodes.items()):
+            if kind != "qa":
+                self.decodes[kind] = (secs * r, cores)
+        self.decode_s = sum(s for s, _ in self.decodes.values())
+        self.decode_cores = sum(s * c for s, c in self.decodes.values()) / self.decode_s if self.decode_s else 1.0
+        for feat, kind in input_kinds.items():
+            if feat in self.model_s and kind != "qa":
+                self.model_s[feat] *= r
+                self.units[feat] *= r
+        self.audio_s, self.clip_s = self.audio_s * r, seconds
 
     def routed_decode(self) -> tuple[float, float]:
         """(seconds, CPU-s) of the decode task of a clip routed to the video engines: its frames' CPU decode
@@ -224,7 +284,8 @@ class Simulation:
         """Each running task's speed: the cores shared in proportion when asked for more than the node has,
         and each GPU likewise for the calls on it."""
         demand = sum(t.cores for t in self.running if t.uses_cpu)
-        cpu = min(1.0, self.cpus / demand) if demand > 0 else 1.0
+        free = max(0.1, self.cpus - self.costs.outside_cores)  # Ray's and the driver's own CPU (`outside_cores`)
+        cpu = min(1.0, free / demand) if demand > 0 else 1.0
         on_gpu: dict[str, float] = defaultdict(float)
         on_engines: dict[str, float] = defaultdict(float)
         engines = self.costs.nvdec.engines if self.costs.nvdec else 1
@@ -346,7 +407,8 @@ class Simulation:
         c = self.costs
         decode_from = c.actors_start_s if self.sched.name == "fixed" else c.ray_start_s
         self._at(decode_from, "decode")
-        self._at(c.actors_start_s, "actors")
+        for feat in self.sched.pools:  # each feature's actors when they were ready in the report's run
+            self._at(c.ready_s.get(feat, c.actors_start_s), f"actors {feat}")
         decoding_allowed = False
         while True:
             t_event = self.events[0][0] if self.events else math.inf
@@ -356,10 +418,9 @@ class Simulation:
             if t_event <= t_task:
                 self._advance(t_event)
                 _, _, what = heapq.heappop(self.events)
-                if what == "actors":
-                    for pool in self.sched.pools.values():
-                        for w in pool.workers:
-                            w.ready = True
+                if what.startswith("actors "):
+                    for w in self.sched.pools[what.removeprefix("actors ")].workers:
+                        w.ready = True
                 else:
                     decoding_allowed = True
             else:
@@ -466,6 +527,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--actors-start-s", type=float, metavar="SECONDS",
                     help="seconds from the run's start until the model actors are ready (default: the report's, its "
                          "first model call; bench/actor_start.py measures what an actor's start is made of)")
+    ap.add_argument("--seconds", type=float, help="clips of this many seconds (default: the report's own)")
+    ap.add_argument("--contended", action="store_true",
+                    help="replay the report's wall-clock call seconds as they were (the old model: a loaded run's "
+                         "contention replayed as cost); default: CPU calls cost their CPU seconds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     overrides: dict[str, Any] = {}
@@ -479,7 +544,12 @@ def main(argv: list[str] | None = None) -> None:
         overrides["scheduler"] = args.policy
     config = load_config(args.config if not Path(args.config).exists() else Path(args.config), overrides)
     report = json.loads(args.costs.read_text())
-    costs = Costs.from_report(report)
+    had_gpu = (report.get("cluster") or {}).get("resources", {}).get("GPU", 0) > 0
+    specs = {s.name: s for s in config.specs()}
+    gpu_feats = {f for f, s in specs.items() if s.extractor.wants_gpu(s.config)} if had_gpu else set()
+    costs = Costs.from_report(report, uncontended=not args.contended, gpu_features=gpu_feats)
+    if args.seconds is not None:
+        costs.scale_to(args.seconds, {f: s.extractor.input_kind for f, s in specs.items()})
     if args.gpu_busy_s is not None:
         gpu_feats = [s.name for s in config.specs() if s.name in costs.model_s and s.extractor.wants_gpu(s.config)]
         items = max(v["items"] for k, v in report["stages"].items() if k.startswith("model:"))
@@ -491,7 +561,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.ray_start_s is not None:
         costs.ray_start_s = args.ray_start_s
     if args.actors_start_s is not None:
-        costs.actors_start_s = args.actors_start_s
+        costs.actors_start_s, costs.ready_s = args.actors_start_s, {}
     if costs.actors_start_s < costs.ray_start_s:
         raise SystemExit(f"--actors-start-s {costs.actors_start_s:g}: before Ray is up ({costs.ray_start_s:g} s)")
     out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)
