@@ -459,6 +459,13 @@ def _record(stage: str, start: float, end: float, cores: float, items: int) -> d
             "items": items, "unit": "items"}
 
 
+def window_s(report: dict[str, Any]) -> float:
+    """A run report's extraction window: its first decode's start to its last commit's end."""
+    st = report["stages"]
+    return (max(v["last_end_s"] for k, v in st.items() if k.startswith("commit:"))
+            - min(v["first_start_s"] for k, v in st.items() if k.startswith("decode:")))
+
+
 def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
              until: float | None = None) -> dict[str, Any]:
     sim = Simulation(costs, config, cpus, gpus, clips)
@@ -471,6 +478,9 @@ def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
            "bound": {k: round(v, 1) for k, v in bound.items()}, "start_s": round(costs.ray_start_s, 1),
            "utilisation": util}
     out["wall_over_bound"] = round(wall / out["bound_s"], 3)
+    # the extraction window as a run report has it: the first decode's start to the last commit's end
+    first = min((c["start_s"] for c in sim.calls.get("decode:frames", [])), default=0.0)
+    out["window_s"] = round(wall - first, 1)
     if until is not None:
         done = sum(t <= until for t in sim.done_at)
         out["until"] = {"seconds": until, "clips": done, "clips_per_s": round(done / until, 3)}
