@@ -440,7 +440,7 @@ class Simulation:
         if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
             routed_cpu_s = c.routed_decode()[1] - c.decode_s * c.decode_cores  # a routed clip's CPU-s less its CPU decode: negative, a saving
             cpu += len(self.on_nvdec) * routed_cpu_s + self.engine_s * c.nvdec.cores
-        out = {"cpu": cpu / self.cpus}
+        out = {"cpu": cpu / max(0.1, self.cpus - c.outside_cores)}  # the cores left by Ray and the driver
         if c.nvdec:
             out["nvdec"] = self.engine_s / (c.nvdec.engines * max(1, self.gpus))
         gpu_s = 0.0
@@ -538,6 +538,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="seconds from the run's start until the model actors are ready (default: the report's, its "
                          "first model call; bench/actor_start.py measures what an actor's start is made of)")
     ap.add_argument("--seconds", type=float, help="clips of this many seconds (default: the report's own)")
+    ap.add_argument("--outside-cores", type=float, metavar="CORES",
+                    help="cores the run's processes use outside the timed calls (Ray, the driver, workers between "
+                         "calls), taken from the node's (default: the report's `whole` CPU less its calls', 0 "
+                         "for a report without it)")
     ap.add_argument("--contended", action="store_true",
                     help="replay the report's wall-clock call seconds as they were (the old model: a loaded run's "
                          "contention replayed as cost); default: CPU calls cost their CPU seconds")
@@ -568,6 +572,8 @@ def main(argv: list[str] | None = None) -> None:
         costs.override(*_cost(spec))
     if args.nvdec:
         costs.nvdec = _nvdec(args.nvdec)
+    if args.outside_cores is not None:
+        costs.outside_cores = args.outside_cores
     if args.ray_start_s is not None:
         costs.ray_start_s = args.ray_start_s
     if args.actors_start_s is not None:
