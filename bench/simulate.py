@@ -7,8 +7,11 @@ node (or cluster) of a given size, without Ray or models.
 The policy objects are pipeline/schedule.py's and the actors are laid out by pipeline/runner.py's `actor_plan`,
 exactly as a run does; only Ray and the models are replaced, by a discrete-event model of them:
 
-- each clip costs what the report measured per unit (`worker_s / units`: frames, audio seconds, words,
-  questions), at the report's average units per item; a decode task costs the sum of its kinds;
+- each clip costs what the report measured per unit (frames, audio seconds, words, questions), at the report's
+  average units per item (`--seconds`: clips of another length); a decode task costs the sum of its kinds. A CPU
+  call (decode, a CPU feature) costs its CPU seconds at one core, not its wall-clock seconds, which hold the
+  contention of the run that measured it (`--contended`: the wall-clock seconds, as before); a GPU call its
+  measured seconds;
 - the CPUs are shared: every running decode task and model call uses the cores the report measured for its stage
   (`cpu_s / worker_s`), and when they ask for more than the node has, all of them slow down in proportion;
 - Ray's own CPU accounting is modelled where the policy relies on it: under the fixed policy CPU actors hold one
@@ -20,10 +23,14 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   busy, so that is close for its costs, and optimistic once more work moves onto the GPU);
 - `--cost STAGE=SECONDS[,cores=C][,gpu=G]` replaces one stage's measured cost per clip (e.g. a decoder or an
   extractor moved onto the GPU, measured elsewhere): `decode:frames`, `decode:audio`, `model:<feature>`;
-- start-up: Ray comes up after `--ray-start-s`, models are loaded after `--actors-start-s` (both read from the
-  report's first decode and first model call by default; bench/actor_start.py measures what an actor's start is
-  made of); the fixed runner decoded nothing before its actors were ready, the balanced one decodes while they
-  load (as far as `max_inflight_bytes` lets it: about 20 clips of frames, docs/scale.md);
+- start-up: Ray comes up after `--ray-start-s`, each feature's actors are ready when the report measured them
+  (`utilisation.ray_start_s`, `actors_ready_s`; a report without them: Ray at its first decode, at most 7 s, and
+  every actor at its first model call; `--actors-start-s` sets one instant for all; bench/actor_start.py
+  measures what an actor's start is made of); the fixed runner decoded nothing before its actors were ready,
+  the balanced one decodes while they load (as far as `max_inflight_bytes` lets it: about 20 clips of frames,
+  docs/scale.md);
+- the CPU the run's processes used outside the timed calls (the report's `utilisation.run.whole`, or
+  `--outside-cores`) is taken from the node's cores for the whole run;
 - the driver's commits are one server (the committer thread), `commit:*` seconds per pair.
 
 It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
