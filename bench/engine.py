@@ -47,7 +47,8 @@ def fake_decode(item_id: str, kinds: list[str], seconds: float, frames: int) -> 
     return [meta, *values]
 
 
-def ours(costs: Costs, scale: float, clips: int, policy: str) -> tuple[float, list[float]]:
+def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | None = None
+         ) -> tuple[float, list[float]]:
     """Our runner, with its policy, on the scaled work: when the first decode started, and when each clip's last
     feature reached the driver."""
     from manifests.records import MediaItem
@@ -57,7 +58,7 @@ def ours(costs: Costs, scale: float, clips: int, policy: str) -> tuple[float, li
 
     feats = {f: {"extractor": f"wait_{k}_{'cpu' if f == 'acoustic' else 'gpu'}", "seconds": costs.model_s[f] * scale}
              for f, k in FEATURES.items()}
-    config = RunConfig.model_validate({"features": feats, "scheduler": policy})
+    config = RunConfig.model_validate({"features": feats, "scheduler": policy, "cpu_actors": cpu_actors})
     if policy == "fixed":
         config = config.model_copy(update={"max_inflight_items": 8, "items_per_batch": 8})
     specs = config.specs()
@@ -70,9 +71,10 @@ def ours(costs: Costs, scale: float, clips: int, policy: str) -> tuple[float, li
             # every actor loaded before the first decode: an actor here imports torch, which on a small machine
             # takes seconds each, and Ray Data's sleeping actors import nothing
             super().start_actors(features)
-            for ref, value in zip(list(self.readying), self.get_sliced(list(self.readying)), strict=True):
-                feat, worker = self.readying.pop(ref)
-                self.actor_ready(self.ray.put(value), feat, worker)
+            refs = list(self.readying)
+            self.get_sliced(refs)
+            for ref in refs:  # Runner.actor_ready takes the ready() ref and its (feature, worker) pairs
+                self.actor_ready(ref, self.readying.pop(ref))
 
         def submit(self, job: Any) -> None:  # a sleeping decode in place of decode_item
             refs = self.fake.options(num_cpus=1, num_returns=1 + len(job.kinds)).remote(
@@ -81,7 +83,7 @@ def ours(costs: Costs, scale: float, clips: int, policy: str) -> tuple[float, li
             for feat in self.todo[job.item]:
                 self.pairs[feat, job.item] = _Pair()
 
-        def commit(self, feat: str, item: Any, rows: Any, meta: Any, secs: float) -> None:
+        def commit(self, feat: str, item: Any, rows: Any, meta: Any, secs: float, decoder: str | None = None) -> None:
             self.report.counts[feat]["done"] += 1  # nothing written: both engines end at the driver
             left[item.id] -= 1
             if not left[item.id]:
@@ -146,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cpus", type=int, default=16)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--engines", default="balanced,fixed,ray-data")
+    ap.add_argument("--cpu-actors", type=int, help="acoustic actors (`cpu_actors`; default: the policy's). The "
+                    "fixed policy gives each a Ray CPU, and each GPU actor one: a small --cpus needs fewer")
     args = ap.parse_args(argv)
     import ray
 
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                 DataContext.get_current().enable_progress_bars = False
                 start, done = ray_data(costs, args.scale, args.clips, args.cpus, args.gpus)
             else:
-                start, done = ours(costs, args.scale, args.clips, engine)
+                start, done = ours(costs, args.scale, args.clips, engine, args.cpu_actors)
         finally:
             ray.shutdown()
         wall = done[-1] - start

@@ -7,8 +7,11 @@ node (or cluster) of a given size, without Ray or models.
 The policy objects are pipeline/schedule.py's and the actors are laid out by pipeline/runner.py's `actor_plan`,
 exactly as a run does; only Ray and the models are replaced, by a discrete-event model of them:
 
-- each clip costs what the report measured per unit (`worker_s / units`: frames, audio seconds, words,
-  questions), at the report's average units per item; a decode task costs the sum of its kinds;
+- each clip costs what the report measured per unit (frames, audio seconds, words, questions), at the report's
+  average units per item (`--seconds`: clips of another length); a decode task costs the sum of its kinds. A CPU
+  call (decode, a CPU feature) costs its CPU seconds at one core, not its wall-clock seconds, which hold the
+  contention of the run that measured it (`--contended`: the wall-clock seconds, as before); a GPU call its
+  measured seconds;
 - the CPUs are shared: every running decode task and model call uses the cores the report measured for its stage
   (`cpu_s / worker_s`), and when they ask for more than the node has, all of them slow down in proportion;
 - Ray's own CPU accounting is modelled where the policy relies on it: under the fixed policy CPU actors hold one
@@ -20,10 +23,14 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   busy, so that is close for its costs, and optimistic once more work moves onto the GPU);
 - `--cost STAGE=SECONDS[,cores=C][,gpu=G]` replaces one stage's measured cost per clip (e.g. a decoder or an
   extractor moved onto the GPU, measured elsewhere): `decode:frames`, `decode:audio`, `model:<feature>`;
-- start-up: Ray comes up after `--ray-start-s`, models are loaded after `--actors-start-s` (both read from the
-  report's first decode and first model call by default; bench/actor_start.py measures what an actor's start is
-  made of); the fixed runner decoded nothing before its actors were ready, the balanced one decodes while they
-  load (as far as `max_inflight_bytes` lets it: about 20 clips of frames, docs/scale.md);
+- start-up: Ray comes up after `--ray-start-s`, each feature's actors are ready when the report measured them
+  (`utilisation.ray_start_s`, `actors_ready_s`; a report without them: Ray at its first decode, at most 7 s, and
+  every actor at its first model call; `--actors-start-s` sets one instant for all; bench/actor_start.py
+  measures what an actor's start is made of); the fixed runner decoded nothing before its actors were ready,
+  the balanced one decodes while they load (as far as `max_inflight_bytes` lets it: about 20 clips of frames,
+  docs/scale.md);
+- the CPU the run's processes used outside the timed calls (the report's `utilisation.run.whole`, or
+  `--outside-cores`) is taken from the node's cores for the whole run;
 - the driver's commits are one server (the committer thread), `commit:*` seconds per pair.
 
 It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
@@ -51,6 +58,7 @@ from pipeline.schedule import CUDA, Call, FixedScheduler, Pool, Scheduler, Unit,
 AUDIO_RATE_HZ = 16_000
 # a decoded frame as the H100 run's clips had it: half 640x360, half 1280x720, RGB (docs/scale.md)
 FRAME_BYTES = (640 * 360 + 1280 * 720) * 3 // 2
+RAY_START_S = 7.0  # Ray's start where a report does not say (reports before `utilisation["ray_start_s"]`)
 
 
 @dataclass
@@ -67,22 +75,55 @@ class Costs:
     ray_start_s: float
     actors_start_s: float
     decodes: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (seconds, cores) per item
+    # feature -> seconds from the run's start until its actors were ready (measured; else all at actors_start_s)
+    ready_s: dict[str, float] = field(default_factory=dict)
+    # cores the run's processes kept busy outside the timed calls (Ray, the driver, workers between calls: the
+    # report's `whole` CPU less its calls'), taken from the node's cores for the whole extraction
+    outside_cores: float = 0.0
+    clip_s: float = 0.0  # the report's seconds of media per clip (its audio's), what `scale_to` scales from
     gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
     nvdec: Nvdec | None = None  # frames decoded on the GPU's video engines (`--nvdec`)
 
     @classmethod
-    def from_report(cls, report: dict[str, Any]) -> Costs:
+    def from_report(cls, report: dict[str, Any], uncontended: bool = True,
+                    gpu_features: set[str] | None = None) -> Costs:
+        """`uncontended`: a CPU stage's calls cost their CPU seconds at the cores they use alone (at least one:
+        a decode task or an acoustic call is one thread), not their wall-clock seconds, which hold the
+        contention of the run that measured them (other users', and the run's own cores oversubscribed); the
+        simulation applies the target node's own contention. GPU calls keep their measured seconds (mostly the
+        device's and their host thread's, not the CPU's). False: every stage at its measured seconds.
+        `gpu_features`: the features whose actors ran on a GPU in the report's run (None: every model feature
+        when the report's cluster had a GPU, none when it had not)."""
         st = report["stages"]
+        util = report.get("utilisation") or {}
+        had_gpu = (report.get("cluster") or {}).get("resources", {}).get("GPU", 0) > 0
+        gpu_feats = gpu_features if gpu_features is not None else (
+            {k.partition(":")[2] for k in st if k.startswith("model:")} if had_gpu else set())
+
+        def seconds(v: dict[str, Any], cpu_stage: bool = True) -> tuple[float, float]:
+            """(seconds, cores) of the stage's calls together."""
+            worker, cpu = v["worker_s"], v["cpu_s"]
+            cores = cpu / worker if worker else 1.0
+            if not uncontended or not cpu_stage or cores >= 1.0 or cpu <= 0:
+                return worker, cores
+            return cpu, 1.0  # run alone, a one-thread call keeps its core busy: its CPU seconds are its time
+
         decodes = [v for k, v in st.items() if k.startswith("decode:")]
         items = max(v["items"] for v in decodes)
-        decode_s = sum(v["worker_s"] for v in decodes) / items
-        decode_cores = sum(v["cpu_s"] for v in decodes) / max(1e-9, sum(v["worker_s"] for v in decodes))
+        kinds = {}
+        for k, v in st.items():
+            if k.startswith("decode:"):
+                secs, cores = seconds(v)
+                kinds[k.partition(":")[2]] = (secs / items, cores)
+        decode_s = sum(s for s, _ in kinds.values())
+        decode_cores = sum(s * c for s, c in kinds.values()) / decode_s if decode_s else 1.0
         model_s, model_cores, units, commit_s = {}, {}, {}, {}
         for stage, v in st.items():
             kind, _, feat = stage.partition(":")
             if kind == "model":
-                model_s[feat] = v["worker_s"] / v["items"]
-                model_cores[feat] = v["cpu_s"] / v["worker_s"] if v["worker_s"] else 1.0
+                secs, cores = seconds(v, cpu_stage=feat not in gpu_feats)
+                model_s[feat] = secs / v["items"]
+                model_cores[feat] = cores
                 units[feat] = v["units"] / v["items"]
             elif kind == "commit":
                 commit_s[feat] = v["busy_s"] / v["items"]
@@ -90,11 +131,37 @@ class Costs:
         start = _run_start(report)
         first_decode = min(v["first_start_s"] for v in decodes) - start if start else 0.0
         first_model = min(v["first_start_s"] for k, v in st.items() if k.startswith("model:")) - start if start else 0.0
-        kinds = {k.partition(":")[2]: (v["worker_s"] / items, v["cpu_s"] / v["worker_s"] if v["worker_s"] else 1.0)
-                 for k, v in st.items() if k.startswith("decode:")}
-        return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s,
-                   audio["units"] / audio["items"] if audio else 0.0,
-                   ray_start_s=min(7.0, first_decode), actors_start_s=max(first_decode, first_model), decodes=kinds)
+        # Ray's start as measured (from the run's start until Ray was up); a report of before it was measured:
+        # the first decode's start, at most 7 s (under the fixed policy that was after the models had loaded)
+        ray = util.get("ray_start_s")
+        ray_start = ray[1] - start if ray and start else min(RAY_START_S, first_decode)
+        ready = {f: t - start for f, t in (util.get("actors_ready_s") or {}).items() if start and f in model_s}
+        actors_start = max(ready.values()) if ready else max(first_decode, first_model)
+        run = util.get("run") or {}
+        whole, span = run.get("whole"), run.get("seconds") or 0.0
+        outside = max(0.0, whole["run_cpu_s"] - whole["calls_cpu_s"]) / span if whole and span else 0.0
+        audio_s = audio["units"] / audio["items"] if audio else 0.0
+        return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s, audio_s,
+                   ray_start_s=max(0.0, ray_start), actors_start_s=max(ray_start, actors_start), decodes=kinds,
+                   ready_s={f: max(ray_start, t) for f, t in ready.items()}, outside_cores=outside, clip_s=audio_s)
+
+    def scale_to(self, seconds: float, input_kinds: dict[str, str]) -> None:
+        """Clips of `seconds` of media instead of the report's (`--seconds`): what grows with a clip's length (its
+        frames, audio and words: their decodes and the features reading them) in proportion; a clip's questions
+        do not. `input_kinds`: feature -> its input kind."""
+        if not self.clip_s:
+            raise ValueError("--seconds: the report has no audio to tell its clips' length")
+        r = seconds / self.clip_s
+        for kind, (secs, cores) in list(self.decodes.items()):
+            if kind != "qa":
+                self.decodes[kind] = (secs * r, cores)
+        self.decode_s = sum(s for s, _ in self.decodes.values())
+        self.decode_cores = sum(s * c for s, c in self.decodes.values()) / self.decode_s if self.decode_s else 1.0
+        for feat, kind in input_kinds.items():
+            if feat in self.model_s and kind != "qa":
+                self.model_s[feat] *= r
+                self.units[feat] *= r
+        self.audio_s, self.clip_s = self.audio_s * r, seconds
 
     def routed_decode(self) -> tuple[float, float]:
         """(seconds, CPU-s) of the decode task of a clip routed to the video engines: its frames' CPU decode
@@ -201,9 +268,9 @@ class Simulation:
             reserved += 0 if shared else p.options.get("num_cpus", 1) * p.actors
         self.ray_cpus = max(0.0, cpus - reserved)  # Ray CPUs left for decode tasks
         policy = FixedScheduler if config.scheduler == "fixed" else Scheduler
-        routing = {"device_queue": device_queue(plan, config)} if policy is Scheduler else {}
         self.sched = policy(pools, {"sim": float(cpus)}, max_bytes=config.max_inflight_bytes,
-                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items, **routing)
+                            batch_bytes=config.batch_bytes, max_items=config.max_inflight_items,
+                            device_queue=device_queue(plan, config))
         self.features = sorted(specs)
         for i in range(clips):
             self.sched.add(f"clip{i:05d}", list(self.features))
@@ -224,7 +291,8 @@ class Simulation:
         """Each running task's speed: the cores shared in proportion when asked for more than the node has,
         and each GPU likewise for the calls on it."""
         demand = sum(t.cores for t in self.running if t.uses_cpu)
-        cpu = min(1.0, self.cpus / demand) if demand > 0 else 1.0
+        free = max(0.1, self.cpus - self.costs.outside_cores)  # Ray's and the driver's own CPU (`outside_cores`)
+        cpu = min(1.0, free / demand) if demand > 0 else 1.0
         on_gpu: dict[str, float] = defaultdict(float)
         on_engines: dict[str, float] = defaultdict(float)
         engines = self.costs.nvdec.engines if self.costs.nvdec else 1
@@ -346,7 +414,8 @@ class Simulation:
         c = self.costs
         decode_from = c.actors_start_s if self.sched.name == "fixed" else c.ray_start_s
         self._at(decode_from, "decode")
-        self._at(c.actors_start_s, "actors")
+        for feat in self.sched.pools:  # each feature's actors when they were ready in the report's run
+            self._at(c.ready_s.get(feat, c.actors_start_s), f"actors {feat}")
         decoding_allowed = False
         while True:
             t_event = self.events[0][0] if self.events else math.inf
@@ -356,10 +425,9 @@ class Simulation:
             if t_event <= t_task:
                 self._advance(t_event)
                 _, _, what = heapq.heappop(self.events)
-                if what == "actors":
-                    for pool in self.sched.pools.values():
-                        for w in pool.workers:
-                            w.ready = True
+                if what.startswith("actors "):
+                    for w in self.sched.pools[what.removeprefix("actors ")].workers:
+                        w.ready = True
                 else:
                     decoding_allowed = True
             else:
@@ -379,7 +447,7 @@ class Simulation:
         if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
             routed_cpu_s = c.routed_decode()[1] - c.decode_s * c.decode_cores  # a routed clip's CPU-s less its CPU decode: negative, a saving
             cpu += len(self.on_nvdec) * routed_cpu_s + self.engine_s * c.nvdec.cores
-        out = {"cpu": cpu / self.cpus}
+        out = {"cpu": cpu / max(0.1, self.cpus - c.outside_cores)}  # the cores left by Ray and the driver
         if c.nvdec:
             out["nvdec"] = self.engine_s / (c.nvdec.engines * max(1, self.gpus))
         gpu_s = 0.0
@@ -398,6 +466,13 @@ def _record(stage: str, start: float, end: float, cores: float, items: int) -> d
             "items": items, "unit": "items"}
 
 
+def window_s(report: dict[str, Any]) -> float:
+    """A run report's extraction window: its first decode's start to its last commit's end."""
+    st = report["stages"]
+    return (max(v["last_end_s"] for k, v in st.items() if k.startswith("commit:"))
+            - min(v["first_start_s"] for k, v in st.items() if k.startswith("decode:")))
+
+
 def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
              until: float | None = None) -> dict[str, Any]:
     sim = Simulation(costs, config, cpus, gpus, clips)
@@ -410,6 +485,9 @@ def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
            "bound": {k: round(v, 1) for k, v in bound.items()}, "start_s": round(costs.ray_start_s, 1),
            "utilisation": util}
     out["wall_over_bound"] = round(wall / out["bound_s"], 3)
+    # the extraction window as a run report has it: the first decode's start to the last commit's end
+    first = min((c["start_s"] for c in sim.calls.get("decode:frames", [])), default=0.0)
+    out["window_s"] = round(wall - first, 1)
     if until is not None:
         done = sum(t <= until for t in sim.done_at)
         out["until"] = {"seconds": until, "clips": done, "clips_per_s": round(done / until, 3)}
@@ -466,6 +544,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--actors-start-s", type=float, metavar="SECONDS",
                     help="seconds from the run's start until the model actors are ready (default: the report's, its "
                          "first model call; bench/actor_start.py measures what an actor's start is made of)")
+    ap.add_argument("--seconds", type=float, help="clips of this many seconds (default: the report's own)")
+    ap.add_argument("--outside-cores", type=float, metavar="CORES",
+                    help="cores the run's processes use outside the timed calls (Ray, the driver, workers between "
+                         "calls), taken from the node's (default: the report's `whole` CPU less its calls', 0 "
+                         "for a report without it)")
+    ap.add_argument("--contended", action="store_true",
+                    help="replay the report's wall-clock call seconds as they were (the old model: a loaded run's "
+                         "contention replayed as cost); default: CPU calls cost their CPU seconds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     overrides: dict[str, Any] = {}
@@ -479,7 +565,12 @@ def main(argv: list[str] | None = None) -> None:
         overrides["scheduler"] = args.policy
     config = load_config(args.config if not Path(args.config).exists() else Path(args.config), overrides)
     report = json.loads(args.costs.read_text())
-    costs = Costs.from_report(report)
+    had_gpu = (report.get("cluster") or {}).get("resources", {}).get("GPU", 0) > 0
+    specs = {s.name: s for s in config.specs()}
+    gpu_feats = {f for f, s in specs.items() if s.extractor.wants_gpu(s.config)} if had_gpu else set()
+    costs = Costs.from_report(report, uncontended=not args.contended, gpu_features=gpu_feats)
+    if args.seconds is not None:
+        costs.scale_to(args.seconds, {f: s.extractor.input_kind for f, s in specs.items()})
     if args.gpu_busy_s is not None:
         gpu_feats = [s.name for s in config.specs() if s.name in costs.model_s and s.extractor.wants_gpu(s.config)]
         items = max(v["items"] for k, v in report["stages"].items() if k.startswith("model:"))
@@ -488,10 +579,12 @@ def main(argv: list[str] | None = None) -> None:
         costs.override(*_cost(spec))
     if args.nvdec:
         costs.nvdec = _nvdec(args.nvdec)
+    if args.outside_cores is not None:
+        costs.outside_cores = args.outside_cores
     if args.ray_start_s is not None:
         costs.ray_start_s = args.ray_start_s
     if args.actors_start_s is not None:
-        costs.actors_start_s = args.actors_start_s
+        costs.actors_start_s, costs.ready_s = args.actors_start_s, {}
     if costs.actors_start_s < costs.ray_start_s:
         raise SystemExit(f"--actors-start-s {costs.actors_start_s:g}: before Ray is up ({costs.ray_start_s:g} s)")
     out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)

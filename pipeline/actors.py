@@ -238,6 +238,33 @@ class DeviceFramesCache:
 DEVICE_CACHE_BYTES = 4 << 30
 
 
+class GpuUnusable(ValueError):  # a ValueError: the CLI ends the run with its one line, exit 2 (BAD_INPUT)
+    """Ray gave an actor a GPU that CUDA cannot use here (a logical `--num-gpus`, a broken or missing driver)."""
+
+
+def check_gpu(device: str) -> None:
+    """An actor placed on a GPU (`device` "cuda"): raise `GpuUnusable` naming this node and CUDA's own error when
+    torch cannot put a tensor there. Only where torch is already loaded (an extractor that never imports it has
+    no use for CUDA: bench/waiting.py's sleepers on a logical GPU)."""
+    torch = sys.modules.get("torch")
+    if not device.startswith("cuda") or torch is None:
+        return
+    try:
+        torch.zeros(1, device=device)
+    except Exception as e:  # noqa: BLE001 - RuntimeError (no driver), AssertionError (torch built without CUDA)
+        raise gpu_unusable(e) from e
+
+
+def gpu_unusable(error: BaseException) -> GpuUnusable:
+    import socket
+
+    ray = sys.modules.get("ray")
+    gpus = ",".join(map(str, ray.get_gpu_ids())) if ray is not None and ray.is_initialized() else "?"
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    return GpuUnusable(f"node {socket.gethostname()} (Ray node {node_id()}): Ray advertises GPU {gpus} but CUDA "
+                       f"cannot use it: {type(error).__name__}: {first}")
+
+
 class ExtractorWorker:
     """Holds one extractor (its model loaded once) and runs batches of items through it; or several, for
     features that share the actor (`cohosted`: the frames features where the actor decodes their frames on its
@@ -256,9 +283,14 @@ class ExtractorWorker:
         for feat, conf in {feature: config, **(cohosted or {})}.items():
             self.calibrators[feat] = Calibrator(feat, device, calibration)  # "auto" batches measured on first use
             cls = get_extractor(conf.extractor)
-            self.extractors[feat] = cls(conf, device=device, calibrator=self.calibrators[feat]) \
-                if issubclass(cls, BatchedModel) else cls(conf, device=device)
+            try:
+                self.extractors[feat] = cls(conf, device=device, calibrator=self.calibrators[feat]) \
+                    if issubclass(cls, BatchedModel) else cls(conf, device=device)
+            except Exception:
+                check_gpu(device)  # a model that failed on an unusable GPU: that is the error to report
+                raise
             log.info("%s: %s ready on %s (pid %d)", feat, conf.extractor, device, os.getpid())
+        check_gpu(device)  # a model that loads lazily would otherwise fail only at its first call
         self.threads = threads
         self._torch_threads()
         self.extractor, self.calibrator = self.extractors[feature], self.calibrators[feature]

@@ -34,7 +34,9 @@ def _extract(args: argparse.Namespace) -> int:
         try:
             report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)
-        except BaseException:  # an error's way out too: every process the run started ends with it
+        except BaseException as e:  # an error's way out too: every process the run started ends with it
+            if not isinstance(e, (stop.Stopped, raystart.RayFailed, SystemExit)):
+                supervise.note_error(e, raystart.lost())  # the parent must not take Ray's end below for the cause
             with stop.deferred(raise_after=False):
                 raystart.shutdown()
             raise

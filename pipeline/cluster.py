@@ -99,3 +99,65 @@ def summary_line(cluster: dict[str, Any]) -> str:
 def _resources(resources: dict[str, float]) -> dict[str, float]:
     """Ray's resource totals without its per-node marker entries ("node:<ip>")."""
     return {k: float(v) for k, v in sorted(resources.items()) if not k.startswith("node:")}
+
+
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> int:
+    """The cores this process may use: its affinity mask (`taskset`, `docker --cpuset-cpus`), bounded by its
+    cgroup's CPU quota (`docker --cpus`, a Kubernetes limit: cgroup v2 `cpu.max` on the process's cgroup and
+    its ancestors, v1 `cpu.cfs_quota_us`), rounded down, at least 1. `os.cpu_count()` is the host's: in a
+    container with a 16-CPU quota on a 128-core host a run planned 128 slots and actors."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup_root, proc_cgroup)
+    if quota is not None:
+        cores = min(cores, int(quota))
+    return max(1, cores)
+
+
+def _cgroup_quota(root: Path, proc_cgroup: Path) -> float | None:
+    """The tightest CPU quota (in cores) on the way from this process's cgroup up to the root, None without one."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    quotas = []
+    for line in lines:
+        hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and controllers == "":  # v2: one hierarchy; `cpu.max` is "max 100000" or "200000 100000"
+            dirs, files = _up(root, path), [("cpu.max", None)]
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+            base = next((root / d for d in (controllers, "cpu,cpuacct", "cpu") if (root / d).is_dir()), root / "cpu")
+            dirs, files = _up(base, path), [("cpu.cfs_quota_us", "cpu.cfs_period_us")]
+        else:
+            continue
+        for d in dirs:
+            for quota_file, period_file in files:
+                q = _read_quota(d, quota_file, period_file)
+                if q is not None:
+                    quotas.append(q)
+    if not quotas:  # no /proc/self/cgroup to follow (or a cgroup namespace hides the path): the root's own files
+        for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+            q = _read_quota(root, quota_file, period_file)
+            if q is not None:
+                quotas.append(q)
+    return min(quotas, default=None)
+
+
+def _up(base: Path, path: str) -> list[Path]:
+    parts = [p for p in path.strip("/").split("/") if p]
+    return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _read_quota(folder: Path, quota_file: str, period_file: str | None) -> float | None:
+    try:
+        if period_file is None:
+            quota, period = folder.joinpath(quota_file).read_text().split()[:2]
+        else:
+            quota, period = (folder.joinpath(f).read_text().strip() for f in (quota_file, period_file))
+        if quota in ("max", "-1") or float(period) <= 0:
+            return None
+        return float(quota) / float(period)
+    except (OSError, ValueError):
+        return None

@@ -170,7 +170,9 @@ def _init(ray: Any, address: str | None, env: dict[str, Any]) -> None:
         ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
     else:
         # "local", not None: with None Ray joins whatever `ray start` left recorded on this machine
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=env,
+        # the cores this process may use (cgroup quota, affinity), not the host's: the policy plans its slots and
+        # actors from what Ray advertises
+        ray.init(address="local", num_cpus=cluster.usable_cpus(), include_dashboard=False, runtime_env=env,
                  logging_level=logging.WARNING, log_to_driver=True)
 
 
@@ -232,6 +234,17 @@ def check() -> None:
     stop.check()
     if _session is not None and _session.current():
         _session.check()
+
+
+def lost() -> str | None:
+    """What ended this run's Ray, in `RayFailed`'s words, or None while it is alive (or there is none)."""
+    if _session is None or not _session.current():
+        return None
+    try:
+        _session.check()
+    except RayFailed as e:
+        return e.what
+    return None
 
 
 def shutdown() -> None:

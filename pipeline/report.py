@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from manifests.records import one_line
-from pipeline import cluster, exitcodes
+from pipeline import cluster, cpuload, exitcodes
 from pipeline.sources import manifest_summary
 from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
 
@@ -250,7 +250,8 @@ def batch_lines(batches: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int],
-                policy: str = "") -> dict[str, Any]:
+                policy: str = "", samples: list[tuple[float, float, float]] | None = None,
+                machine_cores: int = 0) -> dict[str, Any]:
     """Each resource's busy fraction over the extraction (first decode start to last commit end) and over its
     steady part (first model call's end to the last model call's end: actors loaded, pipeline full), and the
     binding one: the resource that was busiest in the steady part, which is what a faster run needs more of.
@@ -259,7 +260,12 @@ def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: di
     `cpus`: the CPU cores Ray had; `workers`: feature -> its model actors. Resources: `cpu` (core-seconds of
     decode tasks and model calls over cores x time), `gpu <id>` (the union of that GPU's model calls),
     `actors <feature>` (a feature's actor-seconds over actors x time: its pool is the bottleneck near 1.0),
-    `driver` (the store commits, which run on the driver)."""
+    `driver` (the store commits, which run on the driver).
+
+    `samples`: pipeline/cpuload.py's (time, the run's process tree CPU-s, the machine's busy core-s): each window
+    then has `whole`, the CPU as the machine saw it beside the calls' (`calls_cpu_s`): the run's processes
+    (`run_cpu_s`, `run`: over the run's cores) and the machine, every user's (`machine_cpu_s`, `machine`: over
+    its `machine_cores`)."""
     every = [c for group in calls.values() for c in group]
     model = [c for c in every if c["stage"].startswith("model:")]
     if not every:
@@ -284,6 +290,13 @@ def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: di
         commits = [c for stage, group in calls.items() if stage.startswith("commit:") for c in group]
         busy["driver"] = _union(commits, t0, t1) / span
         out[name] = {"seconds": round(span, 3), "busy": {k: round(min(v, 1.0), 4) for k, v in busy.items()}}
+        whole = cpuload.between(samples or [], t0, t1)
+        if whole is not None and cpus and machine_cores:
+            calls_cpu = sum(_inside(c, t0, t1) * c.get("cpu_s", 0.0) for c in work)
+            out[name]["whole"] = {"calls_cpu_s": round(calls_cpu, 3), "run_cpu_s": round(whole[0], 3),
+                                  "machine_cpu_s": round(whole[1], 3), "machine_cores": machine_cores,
+                                  "run": round(whole[0] / (cpus * span), 4),
+                                  "machine": round(whole[1] / (machine_cores * span), 4)}
     steady = out.get("steady") or out.get("run")
     if steady:
         # a pool whose actors were as busy as the GPU they share is the more useful answer (a busy GPU here means
@@ -358,7 +371,12 @@ def utilisation_lines(u: dict[str, Any]) -> list[str]:
     shown = [f"{binding} {100 * busy[binding]:.0f} % binding{hint}",
              *(f"{k} {100 * busy[k]:.0f} %" for k in others[:BUSY_SHOWN - 1])]
     more = f", +{len(others) - BUSY_SHOWN + 1} more" if len(others) >= BUSY_SHOWN else ""
-    return [f"  busy ({part['seconds']:.0f} s steady): " + ", ".join(shown) + more]
+    whole = ""
+    if w := part.get("whole"):  # the calls' CPU is not all of it: Ray, the driver, workers between calls
+        times = f" ({w['run_cpu_s'] / w['calls_cpu_s']:.2f}x the calls')" if w["calls_cpu_s"] else ""
+        whole = (f"; cpu seen: this run {100 * w['run']:.0f} % of {u['cpus']:g} cores{times}, "
+                 f"the machine {100 * w['machine']:.0f} % of {w['machine_cores']}")
+    return [f"  busy ({part['seconds']:.0f} s steady): " + ", ".join(shown) + more + whole]
 
 
 def ray_failed_line(failed: dict[str, Any], exit_code: int) -> str:

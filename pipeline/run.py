@@ -190,8 +190,11 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         runner.progress = Progress(len(plan.todo), phase="starting Ray")
         try:
             with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
-                runner.start_ray()
-                runner.run(dict(todo), {i.id: i for i in items}, questions)
+                try:
+                    runner.start_ray()
+                    runner.run(dict(todo), {i.id: i for i in items}, questions)
+                finally:
+                    runner.stop_sampling()  # (done already by a run that got to its report)
         finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
             runner.progress.close()
     _compact_if_worthwhile(writer, specs, report)

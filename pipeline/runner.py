@@ -9,6 +9,7 @@ import functools
 import logging
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from manifests.records import MediaItem, QAItem
 from media import decode, nvdec
 from media import kinds as input_kinds
-from pipeline import actors, cluster, raystart, report, stages, stop, supervise
+from pipeline import actors, cluster, cpuload, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer, StoreStopped
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -58,18 +59,28 @@ class Runner:
         if self.progress is not None:
             self.progress.phase("starting Ray")
         address = os.environ.get("RAY_ADDRESS")
+        # from before Ray starts: its start's CPU is the run's too (a local Ray's processes are this one's children)
+        self.sampler = cpuload.Sampler().start()
+        started = time.time()
         self.ray = ray = raystart.start(address)  # retried once; RayFailed when it does not come up
+        self.ray_start = (started, time.time())  # measured, for bench.simulate (`utilisation["ray_start_s"]`)
         raystart.check()
         resources = ray.cluster_resources()
         self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 1))
         log.info("Ray: %d CPU, %d GPU%s", self.cpus, self.gpus, f" at {address}" if address else " (local)")
         self.report.cluster = cluster.describe(ray, address)
 
+    def stop_sampling(self) -> list[tuple[float, float, float]]:
+        """End the CPU sampler's thread (pipeline/cpuload.py); its samples."""
+        sampler = getattr(self, "sampler", None)
+        return sampler.stop() if sampler is not None else []
+
     def start_actors(self, features: set[str]) -> None:
         """Start every model actor and the policy's books; actors load their models while the first items
         decode (`readying`: nothing is sent to an actor before its `ready` is back)."""
         from extractors.calibrate import run_cache_file
 
+        self.actors_started = time.time()
         remote = self.ray.remote(actors.ExtractorWorker)
         calibration = run_cache_file()  # the driver's environment decides, not the (maybe older) workers'
         self.new_actor: dict[str, Any] = {}
@@ -188,11 +199,17 @@ class Runner:
             self.progress.close()
             self.report.stages = self.stages.summary()
             workers = {f: len(p.workers) for f, p in self.sched.pools.items()}
-            self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name)
+            sampler = getattr(self, "sampler", None)
+            samples = self.stop_sampling()
+            self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name,
+                                                         samples, sampler.cores if sampler else 0)
             if self.report.utilisation:
                 self.report.utilisation["over_time"] = report.utilisation_over_time(self.stages.calls, self.cpus,
                                                                                    workers)
             self.report.utilisation["actors_ready_s"] = self.ready_at
+            # when each feature's first actor began to load, and Ray's start: bench.simulate's start-up, measured
+            self.report.utilisation["actors_start_s"] = getattr(self, "actors_started", None)
+            self.report.utilisation["ray_start_s"] = getattr(self, "ray_start", None)
 
     def loop(self, total: int) -> None:
         self.schedule()
@@ -258,6 +275,8 @@ class Runner:
             where = self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
             raystart.check()  # Ctrl-C at a terminal reaches Ray's processes too: then this is the stop, not a fault
+            if (gpu := _GPU_UNUSABLE.search(str(e))) is not None:  # no other actor there could use it either
+                raise actors.GpuUnusable(f"{pairs[0][0]}: {gpu.group(1)}") from None
             feat, worker = pairs[0]
             pool = self.sched.pools[feat]
             self.drop_actor(worker)
@@ -589,6 +608,10 @@ def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
 
 class WorkerLost(RuntimeError):
     """A Ray worker process died while handling this item, on every retry."""
+
+
+# the line an actor's `actors.GpuUnusable` leaves in the RayError of its creation task
+_GPU_UNUSABLE = re.compile(r"GpuUnusable: (.+)")
 
 
 def _ray_error(e: BaseException) -> WorkerLost:

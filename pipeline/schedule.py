@@ -385,7 +385,9 @@ class FixedScheduler(Scheduler):
     name = "fixed"
 
     def __init__(self, pools: dict[str, Pool], slots: dict[str | None, float], *, max_bytes: int,
-                 batch_bytes: int, max_items: int | None = None) -> None:
+                 batch_bytes: int, max_items: int | None = None, device_queue: float = 0) -> None:
+        # the same keywords as `Scheduler`, so the runner builds either alike; it routes nothing to the actors'
+        # decoder (actor_plan gives no frames decoder under this policy), so `device_queue` stays 0
         super().__init__(pools, slots, max_bytes=max_bytes, batch_bytes=batch_bytes, max_items=max_items or 8)
 
     def next_decodes(self) -> list[Decode]:

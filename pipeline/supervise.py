@@ -21,7 +21,9 @@ the run itself, the driver, as its child (forked once the command line is parsed
 The journal (a folder the parent makes, named to the driver in `JOURNAL_ENV`): `report.json`, the run report
 as it stands, rewritten at each stage and while the run commits; `commits.jsonl`, a line per committed batch,
 appended by the committer thread right after the batch is in the store (the report's counts lag by up to a
-second); `ray.json`, the pids of the run's raylet and GCS.
+second); `ray.json`, the pids of the run's raylet and GCS; `error.json`, the driver's own Python error, written
+before the driver ends its Ray on the way out (with what it knew of its Ray then), so that a traceback is never
+reported as Ray's failure because the driver's own clean-up ended the raylet.
 """
 
 from __future__ import annotations
@@ -212,6 +214,17 @@ def note_ray(pids: dict[str, int]) -> None:
     folder = _journal()
     if folder is not None:
         _write_json(folder / "ray.json", pids)
+
+
+def note_error(error: BaseException, ray_lost: str | None) -> None:
+    """The driver is ending on a Python error of its own (before it ends its Ray, which the parent would otherwise
+    find dead and blame): the error's line, and `ray_lost`, what had already happened to the run's Ray then
+    (None: it was alive, so this is the driver's error, not Ray's)."""
+    folder = _journal()
+    if folder is not None:
+        first = (str(error).strip().splitlines() or [""])[0][:300]
+        _write_json(folder / "error.json", {"error": f"{type(error).__name__}: {first}" if first
+                                            else type(error).__name__, "ray_lost": ray_lost})
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -450,7 +463,10 @@ def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: thr
                         sink: NativeFilter) -> int:
     """The driver ended without its summary: Ray's failure (its raylet or GCS dead) or its own. What is left of
     its Ray is ended first (and its output drained), then the report from the journal is saved and summarised."""
-    ray_death = _ray_death(journal)  # before anything else reaps the dead raylet (it is this process's now)
+    error = _driver_error(journal)
+    # a driver that ended on its own Python error had ended its Ray itself (pipeline/cli.py): Ray's death is Ray's
+    # failure only when the driver found it dead, or said nothing before it ended (Ray's core worker ends it)
+    ray_death = error["ray_lost"] if error else _ray_death(journal)  # before anything else reaps the dead raylet
     _end_leftovers()
     reader.join(DRAIN_S)
     sink.close()
@@ -473,8 +489,9 @@ def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: thr
         report.ray_failed = {"what": f"{ray_death}, and Ray then ended the run's driver (pid {pid}, {how})",
                              "hint": LOST_HINT, **record}
     else:
-        report.crashed = {"what": f"the run's driver (pid {pid}) ended ({how})", "exit_code": _exit_code(rc, None),
-                          **record}
+        said = f" on {error['error']}" if error else ""
+        report.crashed = {"what": f"the run's driver (pid {pid}) ended{said} ({how})",
+                          "exit_code": _exit_code(rc, None), **record}
     report.seconds = max(report.seconds, time.monotonic() - _started)
     try:
         from store.writer import StoreWriter
@@ -507,6 +524,14 @@ def _count_commits(report: Any, journal: Path) -> None:
     for feature, items in done.items():
         if feature in report.counts:
             report.counts[feature]["done"] = max(report.counts[feature]["done"], len(items))
+
+
+def _driver_error(journal: Path) -> dict[str, Any] | None:
+    """What the driver noted of its own Python error (`note_error`), None when it noted none."""
+    try:
+        return json.loads((journal / "error.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _ray_death(journal: Path) -> str | None:

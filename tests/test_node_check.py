@@ -12,12 +12,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from bench import node_check
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _kit(folder: Path) -> Path:
+def _kit(folder: Path, tokenizer: Path | None = None) -> Path:
     """A kit as deploy/bundle.py --kit packs one: site/ (here PyAV's auditwheel-named FFmpeg libraries, empty
     files, and one library torchcodec does not load), MANIFEST.json and the BERT tokenizer's files."""
     stage = folder / "stage"
@@ -26,6 +28,9 @@ def _kit(folder: Path) -> Path:
     for name in ("libavcodec-5e6b81c2.so.62.28.102", "libswscale-88e9f973.so.9.5.102", "libx264-d6533a8d.so.165"):
         (libs / name).write_bytes(b"")
     (stage / "tokenizers" / "bert-base-uncased").mkdir(parents=True)
+    for f in tokenizer.iterdir() if tokenizer else ():  # the bert-base-uncased vocabulary (MiniLM's is the same)
+        if f.is_file() and f.name.startswith(("vocab", "tokenizer", "special_tokens")):
+            shutil.copy(f, stage / "tokenizers" / "bert-base-uncased" / f.name)
     (stage / "MANIFEST.json").write_text(json.dumps({"python": "3.12", "kit_left_out": ["python-discovery"],
                                                      "files": {"av-18.1.0.whl": {},
                                                                "python_discovery-1.9.5-py3-none-any.whl": {}}}))
@@ -122,3 +127,26 @@ def test_a_kit_in_pieces_is_joined_and_a_second_call_finds_it_unpacked(tmp_path:
     shutil.rmtree(work / "kit")
     fresh = kit_step(tmp_path / "clips-only", "fresh")
     assert fresh["status"] == "failed" and "a fresh machine" in fresh["reason"], fresh
+
+
+@pytest.mark.slow
+def test_the_node_check_s_cpu_steps_run_on_a_tiny_set(tmp_path: Path) -> None:
+    """Issue 52: `python -m bench.node_check`'s non-CUDA steps as the node runs them (the kit unpacked, facts,
+    the BERT-base-shaped weights, the extraction, the CPU paths' reference run and the comparison of the two
+    stores), on two 3 s clips, so that the day a GPU node is lent the check runs as written. The CUDA steps are
+    recorded as skipped with their reason."""
+    from bench.scale_raw import make_raw
+    from extractors.text_model import BUNDLED_MINILM, resolve_model_dir
+
+    raw = make_raw(tmp_path / "clips", 2, 3, sizes=[(320, 180)], fps=["30"])
+    out, work = tmp_path / "out", tmp_path / "work"
+    kit = _kit(tmp_path, Path(resolve_model_dir(BUNDLED_MINILM)))
+    assert node_check.main(["--out", str(out), "--kit", str(kit), "--raw", str(raw),
+                            "--work", str(work), "--clips", "2", "--budget-s", "900",
+                            "--steps", "kit,facts,weights,tests_gpu,extract,compare"]) == 0
+    steps = json.loads((out / "summary.json").read_text())["steps"]
+    assert steps["tests_gpu"]["status"] == "skipped" and "CUDA" in steps["tests_gpu"]["reason"]
+    for step in ("kit", "facts", "weights", "extract", "compare"):
+        assert steps[step]["status"] == "ok", (step, steps[step], (out / "steps.log").read_text()[-3000:])
+    extract = steps["extract"]["figures"]
+    assert extract["clips_done"] == 2 and extract["failed_pairs"] == 0, extract

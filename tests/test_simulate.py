@@ -6,6 +6,7 @@ serialises a big machine again fails here, on CPU, without a GPU."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,61 @@ def test_the_start_given_on_the_command_line_moves_the_run(capsys) -> None:
     assert wall("--ray-start-s", "3", "--actors-start-s", "22") == pytest.approx(measured - 10, abs=1.5)
     with pytest.raises(SystemExit, match="before Ray is up"):
         main(["--costs", str(REPORT), "--clips", "4", "--ray-start-s", "8", "--actors-start-s", "5"])
+
+
+def _loaded(report: dict, factor: float, stages: tuple[str, ...]) -> dict:
+    """The same work measured on a loaded machine: each call of `stages` took `factor` times as long (its CPU
+    seconds are the same: time-sharing stretches a call's wall, not its CPU)."""
+    out = json.loads(json.dumps(report))
+    for stage in stages:
+        out["stages"][stage]["worker_s"] *= factor
+    return out
+
+
+def test_a_loaded_run_projects_the_uncontended_one() -> None:
+    """Issue 52: a loaded run's wall-clock costs were replayed as uncontended costs (predicting another run
+    within 20 % in 4 of 15 cases). The H100 run's CPU stages measured at half speed project what the run
+    itself does; the old model (`contended`) projects it 1.6x slower."""
+    report = json.loads(REPORT.read_text())
+    cpu_stages = tuple(k for k in report["stages"] if k.startswith("decode:")) + ("model:acoustic",)
+    loaded = _loaded(report, 2.0, cpu_stages)
+    gpu = {"faces", "frames", "qa", "transcript"}
+    config = load_config("socialiq")
+    base = simulate(Costs.from_report(report, gpu_features=gpu), config, cpus=16, gpus=1, clips=600)
+    got = simulate(Costs.from_report(loaded, gpu_features=gpu), config, cpus=16, gpus=1, clips=600)
+    old = simulate(Costs.from_report(loaded, uncontended=False), config, cpus=16, gpus=1, clips=600)
+    assert got["wall_s"] == pytest.approx(base["wall_s"], rel=0.02)
+    assert old["wall_s"] > 1.6 * base["wall_s"]
+
+
+def test_ray_and_the_actors_start_as_the_report_measured_them() -> None:
+    """Ray's start was capped at 7 s (15-83 s on a loaded machine) and every actor was ready at one instant."""
+    report = json.loads(REPORT.read_text())
+    start = datetime.strptime(report["run_id"][:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+    report["utilisation"] = {"ray_start_s": [start + 1, start + 40.0],
+                             "actors_ready_s": {"faces": start + 55.0, "frames": start + 48.0, "qa": start + 50.0,
+                                                "transcript": start + 50.0, "acoustic": start + 45.0}}
+    costs = Costs.from_report(report)
+    assert costs.ray_start_s == pytest.approx(40.0)
+    assert costs.ready_s["frames"] == pytest.approx(48.0) and costs.actors_start_s == pytest.approx(55.0)
+    out = simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=40)
+    assert out["start_s"] == pytest.approx(40.0)
+    assert out["wall_s"] > 55.0 + 40 * costs.model_s["faces"]  # faces' one actor, ready at 55 s, does 40 clips
+
+
+def test_longer_clips_cost_what_their_length_says() -> None:
+    """`--seconds`: the H100 run's 60 s clips projected as 30 s clips: what grows with the length halves."""
+    from pipeline.config import load_config as lc
+
+    config = lc("socialiq")
+    kinds = {s.name: s.extractor.input_kind for s in config.specs()}
+    full = Costs.from_report(json.loads(REPORT.read_text()))
+    half = Costs.from_report(json.loads(REPORT.read_text()))
+    half.scale_to(full.clip_s / 2, kinds)
+    assert half.model_s["acoustic"] == pytest.approx(full.model_s["acoustic"] / 2)
+    assert half.units["frames"] == pytest.approx(full.units["frames"] / 2)
+    assert half.model_s["qa"] == pytest.approx(full.model_s["qa"])  # six questions a clip, whatever its length
+    assert half.decodes["frames"][0] == pytest.approx(full.decodes["frames"][0] / 2)
+    a = simulate(full, config, cpus=16, gpus=1, clips=400)["bound"]["cpu"]
+    b = simulate(half, config, cpus=16, gpus=1, clips=400)["bound"]["cpu"]
+    assert b == pytest.approx(a / 2, rel=0.02)
