@@ -4,12 +4,10 @@ One read path: positions in the index's columns, each part checked once per hand
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import logging
 import os
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,8 +17,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from manifests.records import MediaItem, QAItem, read_jsonl_all
+from manifests.records import MediaItem, QAItem, parse_jsonl_all
 from store import index, integrity, layout, parts
+from store.backends import Backend, Pinned, is_url, join, open_backend
 from store.index import Index, attrs_of
 from store.integrity import DamagedItem, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
@@ -100,48 +99,24 @@ class ItemFeature:
     columns: list[str]
 
 
-def _lease(path: Path) -> int | None:
-    """The index log at `path`, opened and leased (a shared flock until the handle closes: docs/design.md,
-    "Snapshots"). The path is checked to still name the file locked: a compaction that renamed a new log in
-    between may already have found the old one unleased. Where flock is refused: the log, without a lease."""
-    for attempt in range(50):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # a writer is releasing this log's parts: it is a retired log by now
-            os.close(fd)
-            time.sleep(0.01 * min(attempt + 1, 10))
-            continue
-        except OSError:
-            return fd
-        try:
-            now = os.stat(path)
-        except FileNotFoundError:
-            now = None
-        here = os.fstat(fd)
-        if now is not None and (now.st_ino, now.st_dev) == (here.st_ino, here.st_dev):
-            return fd
-        os.close(fd)
-    raise OSError(f"{path}: could not open the current index log (it kept being replaced)")
-
-
 class Store:
     def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
                  whole_array_bytes: int = WHOLE_ARRAY_BYTES, damaged_root: bool = False) -> None:
-        """`damaged_root`: open even when the store's own zarr.json is unreadable (verify: the items are
-        still checked through the indexes); feature attributes are then unavailable."""
-        self.path = Path(path)
+        """`path`: a folder, or an object-storage URL (s3://bucket/prefix, gs://, az://). `damaged_root`: open
+        even when the store's own zarr.json is unreadable (verify: the items are still checked through the
+        indexes); feature attributes are then unavailable."""
+        # a path stays a Path (callers join it); a URL stays its text, and every read goes through the backend
+        self.path: Any = str(path).rstrip("/") if is_url(path) else Path(path)
+        self.backend: Backend = open_backend(self.path)
+        self._zarr = self.backend.zarr_store(read_only=True)
         self.root, self.attrs = None, {}
         try:
-            if not (self.path / layout.META).exists():
+            if not self.backend.exists(layout.META):
                 raise FileNotFoundError(f"{self.path}: not a feature store (no {layout.META}); run `make extract` first")
             try:
-                self.root = zarr.open_group(self.path, mode="r")
+                self.root = zarr.open_group(self._zarr, mode="r")
             except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
-                raise ValueError(f"{self.path / layout.META}: the store's metadata is unreadable "
+                raise ValueError(f"{self._at(layout.META)}: the store's metadata is unreadable "
                                  f"({type(e).__name__}: {e})") from None
             self.attrs = dict(self.root.attrs)
             layout.check_schema(self.path, {"schema": None, **self.attrs})
@@ -167,19 +142,23 @@ class Store:
 
     # ---- the snapshot ----
 
-    def _pin(self) -> dict[str, tuple[int, int]]:
-        """feature -> (open index file, its length now): the snapshot this handle reads."""
+    def _at(self, key: str) -> Any:
+        """Where a key of the store is, for messages and callers: a Path in a local store, else its URL."""
+        return self.path / key if isinstance(self.path, Path) else self.backend.where(key)
+
+    def _pin(self) -> dict[str, Pinned]:
+        """feature -> its index log held as it is now (locally: open and leased): the snapshot this handle reads."""
         pins = {}
         for name in self._feature_dirs():
-            fd = _lease(self.path / name / layout.INDEX)
-            if fd is not None:
-                pins[name] = (fd, os.fstat(fd).st_size)
+            pin = self.backend.pin_log(join(name, layout.INDEX))
+            if pin is not None:
+                pins[name] = pin
         return pins
 
     def close(self) -> None:
         """Release the handle's leases: a compaction may then remove the parts only it still read."""
-        for fd, _ in getattr(self, "_pins", {}).values():
-            os.close(fd)
+        for pin in getattr(self, "_pins", {}).values():
+            pin.close()
         self._pins = {}
         self._closed = True
 
@@ -187,25 +166,22 @@ class Store:
         self.close()
 
     def _feature_dirs(self) -> list[str]:
-        try:
-            entries = list(os.scandir(self.path))
-        except FileNotFoundError:
-            return []
-        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
-                      and e.name not in layout.RESERVED)
+        """The names at the store's top that may be features (what has no index log pins nothing)."""
+        return [n for n in self.backend.children() if not n.startswith(".") and n not in layout.RESERVED
+                and n != layout.META]
 
     def index(self, feature: str) -> Index:
         """The feature's index as of this handle's snapshot, in columns (parsed once). A damaged index (a
         bad line before the end) or a missing one is rebuilt in memory from the parts, with a warning:
         `python -m pipeline verify` rebuilds it on disk."""
         if feature not in self._states:
-            if feature.startswith(".") or "/" in feature or not (self.path / feature).is_dir():
+            if feature.startswith(".") or "/" in feature or feature not in self._feature_dirs():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             pin = self._pins.get(feature)
             try:
                 if pin is None:
-                    raise layout.IndexDamaged(f"{self.path / feature / layout.INDEX}: missing")
-                cols = index.parse(index.pinned_bytes(*pin), self.path / feature / layout.INDEX)
+                    raise layout.IndexDamaged(f"{self._at(join(feature, layout.INDEX))}: missing")
+                cols = index.parse(pin.read(), self._at(join(feature, layout.INDEX)))
             except layout.IndexDamaged as e:
                 cols = self._from_parts(feature, str(e))
             self._states[feature] = cols
@@ -220,13 +196,13 @@ class Store:
         if pin is None or feature.startswith(".") or "/" in feature:
             return False
         try:
-            layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, visit)
+            layout.fold(pin.read(), self._at(join(feature, layout.INDEX)), visit)
         except layout.IndexDamaged:
             return False
         return True
 
     def _from_parts(self, feature: str, why: str) -> Index:
-        found, unreadable = parts.records_on_disk(self.path, feature)
+        found, unreadable = parts.records_on_disk(self.backend, feature)
         if found or unreadable:
             log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify --out %s` "
                         "rebuilds the index)", why, self.path)
@@ -240,7 +216,7 @@ class Store:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
         out = []
         for name in self._feature_dirs():
-            if not (self.path / name / layout.META).exists():
+            if not self.backend.exists(join(name, layout.META)):
                 continue  # _manifests, _runs: plain folders
             try:
                 self._feature_group(name)
@@ -255,14 +231,14 @@ class Store:
 
     def _feature_group(self, feature: str) -> dict[str, Any]:
         if feature not in self._feature_attrs:
-            if feature.startswith(".") or "/" in feature or not (self.path / feature / layout.META).exists():
+            if feature.startswith(".") or "/" in feature or not self.backend.exists(join(feature, layout.META)):
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             try:
                 if self.root is None:
                     raise ValueError("the store's own zarr.json is unreadable")
                 self._feature_attrs[feature] = dict(self.root[feature].attrs)
             except (ValueError, TypeError, KeyError) as e:
-                raise ValueError(f"{self.path / feature / layout.META}: feature metadata unreadable "
+                raise ValueError(f"{self._at(join(feature, layout.META))}: feature metadata unreadable "
                                  f"({type(e).__name__}: {e})") from None
         return self._feature_attrs[feature]
 
@@ -272,10 +248,10 @@ class Store:
         index record, when the caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            found = integrity.part_problem(self.path, feature, part, record or self.index(feature).parts[part], full,
-                                           self._noted(feature))
+            found = integrity.part_problem(self.backend, feature, part, record or self.index(feature).parts[part],
+                                           full, self._noted(feature))
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
-                self._gone(feature, layout.part_dir(self.path, feature, part))
+                self._gone(feature, self._part_at(feature, part))
             if full:
                 return found
             self._part_checks[key] = found
@@ -292,7 +268,7 @@ class Store:
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
         cols = self.index(feature)
         problems = self.part_problems(feature, full)
-        folders = [layout.part_dir(self.path, feature, p) for p in cols.part_names]  # one Path per part
+        folders = [self._part_at(feature, p) for p in cols.part_names]  # one Path per part
         out = []
         for k in sorted(range(len(cols)), key=cols.ids.__getitem__):
             part = cols.part_names[cols.part[k]]
@@ -311,7 +287,7 @@ class Store:
             keep &= cols.part != cols.part_id[part]
             if (part, problem) not in self._reported:
                 self._reported.add((part, problem))
-                log.warning("%s: damaged part, its items left out (%s)", layout.part_dir(self.path, feature, part), problem)
+                log.warning("%s: damaged part, its items left out (%s)", self._part_at(feature, part), problem)
         if not include_stale:
             spec = self._feature_group(feature).get("spec_hash")
             keep &= cols.spec == (cols.specs.index(spec) if spec in cols.specs else -1)
@@ -369,7 +345,7 @@ class Store:
         self._ok[feature][pid] = True
 
     def _damaged(self, feature: str, pid: int, items: list[str], problem: str) -> DamagedItem:
-        folder = layout.part_dir(self.path, feature, self.index(feature).part_names[pid])
+        folder = self._part_at(feature, self.index(feature).part_names[pid])
         return damaged_item(folder, ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else ""),
                             problem)
 
@@ -526,7 +502,7 @@ class Store:
         value = self._load(feature, part, name, whole=True)
         a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
         if value.shape != slab.data[a:b].shape:
-            raise DamagedPart(layout.part_dir(self.path, feature, part),
+            raise DamagedPart(self._part_at(feature, part),
                               f"{name} has shape {value.shape}, committed as {slab.data[a:b].shape}")
         slab.data[a:b] = value
         slab.loaded[pid] = True
@@ -536,9 +512,9 @@ class Store:
     def _load(self, feature: str, part: str, name: str, whole: bool) -> Any:
         """A part's array through zarr: whole (a numpy array) or lazy. A missing or unusable array raises
         DamagedItem (or SnapshotGone when a compaction removed its part)."""
-        folder = layout.part_dir(self.path, feature, part)
+        folder = self._part_at(feature, part)
         try:
-            arr = zarr.open_array(folder / name, mode="r")
+            arr = zarr.open_array(self._zarr, path=join(_part_key(feature, part), name), mode="r")
             if not whole:
                 return RowView(arr, 0, arr.shape[0], arr.shape[1:],
                                guard=functools.partial(_guarded, weakref.ref(self), (feature, part, name)))
@@ -557,7 +533,7 @@ class Store:
         """The error for an array of a part that zarr could not read (SnapshotGone when a compaction removed
         the part meanwhile). A part whose bytes changed since commit (a chunk failing its checksum) is
         noted in the store, so that the next plan checks it in full and recomputes its items."""
-        folder = layout.part_dir(self.path, feature, part)
+        folder = self._part_at(feature, part)
         self._check_present(feature, part, name)
         problem = f"{name}: {type(e).__name__}: {e}"
         self._note(feature, part, problem)
@@ -569,20 +545,18 @@ class Store:
         so what it returned cannot be trusted: SnapshotGone when a compaction removed the part, else
         DamagedPart."""
         record = self.index(feature).parts.get(part)
-        folder = layout.part_dir(self.path, feature, part)
+        folder, key = self._part_at(feature, part), _part_key(feature, part)
         prefix = f"{name}/"
         for rel in (record.files if record is not None else ()):
-            if rel.startswith(prefix) and not os.path.exists(folder / rel):
+            if rel.startswith(prefix) and not self.backend.exists(join(key, rel)):
                 self._gone(feature, folder)
                 raise DamagedPart(folder, f"{rel} is missing")
 
     def _note(self, feature: str, part: str, problem: str) -> None:
         """Best effort (a reader may not be able to write): `<feature>/damaged/<part>` holding the problem."""
-        notes = layout.notes_dir(self.path, feature)
         try:
-            notes.mkdir(exist_ok=True)
-            (notes / part).write_text(problem[:2000] + "\n")
-        except OSError:
+            self.backend.put(join(feature, layout.NOTES, part), (problem[:2000] + "\n").encode())
+        except (OSError, RuntimeError):  # read-only, or the object store refused (BackendError)
             return
         self._notes.setdefault(feature, set()).add(part)
         self._part_checks.pop((feature, part), None)
@@ -595,26 +569,26 @@ class Store:
     def _noted(self, feature: str) -> set[str]:
         """Parts a read found damaged (`_note`): listed once per handle."""
         if feature not in self._notes:
-            self._notes[feature] = integrity.noted_parts(self.path, feature)
+            self._notes[feature] = integrity.noted_parts(self.backend, feature)
         return self._notes[feature]
 
-    def _gone(self, feature: str, folder: Path) -> None:
+    def _gone(self, feature: str, folder: Any) -> None:
         """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted
         away, or being removed (a handle without a lease): SnapshotGone, never DamagedItem."""
-        where = self.path / feature / layout.INDEX
+        key = join(feature, layout.INDEX)
         pin = self._pins.get(feature)
         try:
-            now = index.generation_of(where)
+            now = index.generation_in(self.backend.read_log(key, 4096), self._at(key))
             # this handle's generation without loading its entries (a plan reads none)
             if feature in self._states or pin is None:
                 mine = self.index(feature).generation
             else:
-                mine = index.generation_of(where, pin[0])
-        except (OSError, ValueError):
+                mine = index.generation_in(pin.read(4096), self._at(key))
+        except (OSError, ValueError, RuntimeError):
             return
         if now != mine:
             raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
-                               f"{folder.name} is gone); open the store again") from None
+                               f"{str(folder).rstrip('/').rsplit('/', 1)[-1]} is gone); open the store again") from None
 
     def _attrs(self, feature: str, item: str, text: str, part: str) -> dict[str, Any]:
         """An item's attributes from its index line. The line passed its checksum, so JSON that does not
@@ -623,7 +597,7 @@ class Store:
         value, problem = attrs_of(text)
         if value is not None:
             return value
-        raise DamagedItem(f"{self.path / feature / layout.INDEX}: line {self._line_of(feature, part)} (part {part}): "
+        raise DamagedItem(f"{self._at(join(feature, layout.INDEX))}: line {self._line_of(feature, part)} (part {part}): "
                           f"damaged item {item} (its attributes do not parse: {problem}); "
                           "the next `make extract` recomputes it")
 
@@ -638,8 +612,12 @@ class Store:
     def _manifest(self, name: str, kind: type) -> list[Any]:
         """A manifest's records, read once per handle (a copy of the list each time)."""
         if name not in self._manifests:
-            path = layout.manifest_dir(self.path) / name
-            self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+            key = join(layout.MANIFESTS, name)
+            try:
+                data = self.backend.get(key)
+            except FileNotFoundError:
+                data = None
+            self._manifests[name] = [] if data is None else parse_jsonl_all(data, kind, self._at(key))
         return list(self._manifests[name])
 
     def media_items(self) -> list[MediaItem]:
@@ -649,8 +627,17 @@ class Store:
         return self._manifest("qa.jsonl", QAItem)
 
     def last_run(self) -> dict[str, Any] | None:
-        runs = sorted(layout.runs_dir(self.path).glob("*.json"))
-        return json.loads(runs[-1].read_text()) if runs else None
+        runs = [n for n in self.backend.children(layout.RUNS) if n.endswith(".json")]
+        return json.loads(self.backend.get(join(layout.RUNS, runs[-1]))) if runs else None
+
+    def _part_at(self, feature: str, part: str) -> Any:
+        """A part's folder (a Path in a local store, else its URL): what messages and checks name."""
+        return layout.part_dir(self.path, feature, part) if isinstance(self.path, Path) else \
+            self.backend.where(_part_key(feature, part))
+
+
+def _part_key(feature: str, part: str) -> str:
+    return join(feature, layout.PARTS, part)
 
 
 def open_store(path: Path | str | Store, **options: Any) -> Store:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo, join
+from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo, Pinned, join
 
-__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "is_url", "join", "open_backend"]
+__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "open_backend"]
 
 OBJECT_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://")
 

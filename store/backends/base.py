@@ -8,6 +8,7 @@ pass. Code above this interface names keys, never paths or URLs, and never learn
 from __future__ import annotations
 
 import abc
+import hashlib
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -62,6 +63,10 @@ class Backend(abc.ABC):
             return False
         return True
 
+    def sha256(self, key: str) -> str:
+        """The SHA-256 of the object's bytes (hex)."""
+        return hashlib.sha256(self.get(key)).hexdigest()
+
     @abc.abstractmethod
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object whose key starts with `prefix/` (all of them for ""), at any depth, sorted by key."""
@@ -95,6 +100,24 @@ class Backend(abc.ABC):
         for info in self.list(prefix):
             self.delete(info.key)
 
+    # ---- an index log: appended to, pinned by readers (a snapshot is a log's length) ----
+
+    @abc.abstractmethod
+    def pin_log(self, key: str) -> Pinned | None:
+        """The log at `key` as it is now, held for a reader: its later records are never read through the pin,
+        and (locally) the pin is a lease that keeps a compaction from removing the parts it names. None when
+        there is no log."""
+
+    def read_log(self, key: str, limit: int | None = None) -> bytes | None:
+        """The current log's bytes (the first `limit` of them); None when there is no log."""
+        pin = self.pin_log(key)
+        if pin is None:
+            return None
+        try:
+            return bytes(pin.read(limit))
+        finally:
+            pin.close()
+
     # ---- what the layers above need besides bytes ----
 
     @abc.abstractmethod
@@ -109,6 +132,20 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def check(self) -> None:
         """Raise BackendError when the storage cannot be used at all (before any work is done)."""
+
+
+class Pinned(abc.ABC):
+    """A reader's hold on one log: its `length` when pinned, and its bytes up to there."""
+
+    length: int
+
+    @abc.abstractmethod
+    def read(self, limit: int | None = None) -> bytes | bytearray:
+        """The pinned bytes (the first `limit` of them)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Let the hold go (a compaction may then remove what only this reader still read)."""
 
 
 class Locked(RuntimeError):

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
+import stat
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any
 import zarr
 
 import atomicio
-from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo
+from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo, Pinned
 
 
 def _version(st: os.stat_result) -> str:
@@ -58,14 +61,20 @@ class LocalBackend(Backend):
             raise FileNotFoundError(f"{self.where(key)}: no such object") from None
 
     def head(self, key: str) -> ObjectInfo:
-        path = self._path(key)
         try:
-            st = path.stat()
+            st = self._path(key).stat()
         except (FileNotFoundError, NotADirectoryError):
             raise FileNotFoundError(f"{self.where(key)}: no such object") from None
-        if not path.is_file():
+        if not stat.S_ISREG(st.st_mode):
             raise FileNotFoundError(f"{self.where(key)}: a folder, not an object")
         return ObjectInfo(key, st.st_size, _version(st))
+
+    def sha256(self, key: str) -> str:
+        try:
+            with self._path(key).open("rb") as f:  # streamed: a part's shard may be larger than memory allows
+                return hashlib.file_digest(f, "sha256").hexdigest()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise FileNotFoundError(f"{self.where(key)}: no such object") from None
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         top = self._path(prefix)
@@ -146,6 +155,10 @@ class LocalBackend(Backend):
     def delete_prefix(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
 
+    def pin_log(self, key: str) -> Pinned | None:
+        fd = _lease(self._path(key))
+        return None if fd is None else _LocalPin(fd)
+
     def check(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise BackendError(f"{self.root}: is a file, not a store folder")
@@ -173,3 +186,63 @@ class LocalBackend(Backend):
                 os.ftruncate(fd, 0)
         finally:
             os.close(fd)
+
+
+class _LocalPin(Pinned):
+    """An open log file under a shared flock (docs/design.md, "Snapshots"), and its length when opened."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.length = fd, os.fstat(fd).st_size
+
+    def read(self, limit: int | None = None) -> bytearray:
+        """The bytes into one buffer (no second copy of a large index)."""
+        length = self.length if limit is None else min(limit, self.length)
+        buf = bytearray(length)
+        view, pos = memoryview(buf), 0
+        while pos < length:
+            got = os.preadv(self.fd, [view[pos:pos + (1 << 24)]], pos)
+            if not got:
+                break
+            pos += got
+        view.release()
+        del buf[pos:]
+        return buf
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _lease(path: Path) -> int | None:
+    """The index log at `path`, opened and leased (a shared flock until the handle closes). The path is checked
+    to still name the file locked: a compaction that renamed a new log in between may already have found the
+    old one unleased. Where flock is refused: the log, without a lease."""
+    for attempt in range(50):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # a writer is releasing this log's parts: it is a retired log by now
+            os.close(fd)
+            time.sleep(0.01 * min(attempt + 1, 10))
+            continue
+        except OSError:
+            return fd
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            now = None
+        here = os.fstat(fd)
+        if now is not None and (now.st_ino, now.st_dev) == (here.st_ino, here.st_dev):
+            return fd
+        os.close(fd)
+    raise OSError(f"{path}: could not open the current index log (it kept being replaced)")

@@ -18,8 +18,8 @@ import zarr
 from obstore import exceptions as oe
 from obstore.store import from_url
 
-from store.backends import lease
-from store.backends.base import Backend, BackendError, Conflict, ObjectInfo
+from store.backends import lease, log
+from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
 
 # What to set, per failure, in the one line a user sees (never the values themselves).
 _CREDENTIALS = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
@@ -152,6 +152,11 @@ class ObjectBackend(Backend):
         with lease.held(self, key, holder) as got:
             yield got
 
+    def pin_log(self, key: str) -> Pinned | None:
+        """The log's segments read now (store/backends/log.py): a snapshot in memory, no lease."""
+        snap = log.read(self, key)
+        return None if snap is None else _Snapshot(snap.data)
+
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
         self._call("", obstore.list_with_delimiter, None)
@@ -159,3 +164,14 @@ class ObjectBackend(Backend):
 
 def _first_line(e: BaseException) -> str:
     return str(e).strip().split("\n", 1)[0][:200]
+
+
+class _Snapshot(Pinned):
+    def __init__(self, data: bytes) -> None:
+        self.data, self.length = data, len(data)
+
+    def read(self, limit: int | None = None) -> bytes:
+        return self.data if limit is None else self.data[:limit]
+
+    def close(self) -> None:
+        pass
