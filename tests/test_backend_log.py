@@ -8,7 +8,9 @@ import threading
 import pytest
 
 from store.backends import Backend, Conflict, log, open_backend
-from tests.s3server import s3_server, s3_url  # noqa: F401
+from tests import s3server
+
+s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -13,7 +13,9 @@ import zarr
 
 from store.backends import Backend, BackendError, Conflict, Locked, open_backend
 from store.backends import lease as leases
-from tests.s3server import s3_server, s3_url  # noqa: F401
+from tests import s3server
+
+s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -157,7 +159,7 @@ def test_lease_is_renewed_while_held(backend: Backend) -> None:
     assert json.loads(backend.get("lease"))["released"] is True
 
 
-def test_storage_failures_are_one_line_naming_the_url(s3_server: str, s3_url: str, monkeypatch) -> None:  # noqa: F811
+def test_storage_failures_are_one_line_naming_the_url(s3_server: str, s3_url: str, monkeypatch) -> None:
     bucket = s3_url.split("/")[2]
     with pytest.raises(BackendError, match=r"s3://no-such-bucket-here/x: no such bucket") as e:
         open_backend("s3://no-such-bucket-here/x").check()
