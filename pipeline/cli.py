@@ -322,13 +322,29 @@ def quiet_ray() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _check_storage(args: argparse.Namespace) -> None:
+    """An object-storage store (s3://, gs://, az://) that cannot be used fails here, in one line naming its URL
+    and what to set, before any work: not after a run has computed what it cannot write."""
+    from store.backends import is_url, open_backend
+
+    store = getattr(args, "store", None) if args.func in (_info, _export, _report) else \
+        getattr(args, "out", None) if args.func in (_extract, _verify, _compact, _migrate) else None
+    if store is not None and is_url(store):
+        open_backend(store).check()
+
+
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
+    from store.backends import BackendError
     from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
+        _check_storage(args)
         return args.func(args)
+    except BackendError as e:  # no bucket, no credentials, access denied, unreachable: before any work
+        log.error("%s", e)
+        return exitcodes.BAD_INPUT
     except StoreLocked as e:
         log.error("%s", e)
         return exitcodes.LOCKED

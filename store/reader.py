@@ -630,6 +630,22 @@ class Store:
         runs = [n for n in self.backend.children(layout.RUNS) if n.endswith(".json")]
         return json.loads(self.backend.get(join(layout.RUNS, runs[-1]))) if runs else None
 
+    def run_reports(self) -> list[dict[str, Any]]:
+        """Every run report that reads as a JSON object, oldest first (run ids start with their UTC time)."""
+        out = []
+        for name in sorted(n for n in self.backend.children(layout.RUNS) if n.endswith(".json")):
+            try:
+                rep = json.loads(self.backend.get(join(layout.RUNS, name)))
+            except (OSError, ValueError):
+                continue
+            if isinstance(rep, dict):
+                out.append(rep)
+        return out
+
+    def part_location(self, feature: str, part: str) -> Any:
+        """Where a part is, as messages name it: its folder (a Path) in a local store, else its URL."""
+        return self._part_at(feature, part)
+
     def _part_at(self, feature: str, part: str) -> Any:
         """A part's folder (a Path in a local store, else its URL): what messages and checks name."""
         return layout.part_dir(self.path, feature, part) if isinstance(self.path, Path) else \

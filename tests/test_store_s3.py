@@ -5,11 +5,13 @@ compaction's new generation while a reader holds its snapshot."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pipeline.cli import main
 from rows import FeatureRows
 from store import layout
 from store.backends import join, log, open_backend
@@ -42,7 +44,8 @@ def write_run(out: str | Path) -> None:
                                 ("c", rows(1, 3.0), {"spec_hash": "s1", "fingerprint": "fc"})])
         w.commit_batch("other", [(f"i{k}", rows(2 + k, k), {"spec_hash": "s1", "fingerprint": f"f{k}"}) for k in range(6)])
         w.write_manifests([], [])
-        w.write_run_report("run-1", {"dataset": "demo", "counts": {"feat": 3}})
+        w.write_run_report("20261129T080000Z-run", {"dataset": "demo", "counts": {"feat": {"done": 3, "skipped": 0,
+                                                                                       "failed": 0}}})
 
 
 def everything(out: str | Path) -> dict:
@@ -141,3 +144,35 @@ def test_a_compaction_publishes_a_new_generation_while_a_reader_keeps_its_snapsh
         np.testing.assert_array_equal(np.asarray(held.read("other", item).features[...]),
                                       np.asarray(after.read("other", item).features[...]))
     assert everything(s3_url)["other", "i3"] == before["other", "i3"]
+
+
+def test_the_commands_read_an_s3_store_as_a_local_one(tmp_path: Path, s3_url: str, capsys) -> None:
+    write_run(tmp_path / "local.zarr")
+    write_run(s3_url)
+    assert main(["info", str(tmp_path / "local.zarr"), "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(["info", s3_url, "--json"]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert remote.pop("path") == s3_url and local.pop("path") == str(tmp_path / "local.zarr")
+    assert remote == local and remote["features"]
+
+
+@pytest.mark.parametrize("problem", ["no bucket", "unreachable", "no credentials"])
+def test_storage_problems_are_one_line_and_exit_2_before_any_work(s3_url: str, monkeypatch, caplog, problem) -> None:
+    url = s3_url
+    if problem == "no bucket":
+        url = "s3://no-bucket-of-this-name/s.zarr"
+    elif problem == "unreachable":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+    else:
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        monkeypatch.setenv("HOME", "/nonexistent")
+    want = {"no bucket": "no such bucket", "unreachable": "unreachable; check AWS_ENDPOINT_URL",
+            "no credentials": "no credentials found; set AWS_ACCESS_KEY_ID"}[problem]
+    for argv in (["info", url], ["verify", "--out", url], ["export", url, "--sdk", "/nonexistent/x"]):
+        caplog.clear()
+        assert main(argv) == 2
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and want in errors[0] and url.split("/")[2] in errors[0], errors
+        assert "testing-secret" not in caplog.text and "\n" not in errors[0]

@@ -50,6 +50,11 @@ def _options(url: str) -> dict[str, Any]:
 class ObjectBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
+        # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
+        self._unsigned = url.startswith(("s3://", "s3a://")) and not (
+            os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
+            or os.path.exists(os.path.expanduser("~/.aws/credentials")) or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
+            or os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))
         try:
             self._store = from_url(self.url, **_options(self.url))
         except (oe.BaseError, ValueError) as e:
@@ -62,11 +67,15 @@ class ObjectBackend(Backend):
         where = self.where(key)
         if isinstance(e, (oe.NotFoundError, FileNotFoundError)):
             return FileNotFoundError(f"{where}: no such object")
+        text = str(e)
+        denied = isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or any(
+            code in text for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"))
+        if denied and self._unsigned:
+            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
         if isinstance(e, oe.UnauthenticatedError):
             return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
         if isinstance(e, oe.PermissionDeniedError):
             return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
-        text = str(e)
         if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
             return BackendError(f"{self.url}: no such bucket; create it or correct the URL")
         if "AccessDenied" in text or "403" in text.split("\n", 1)[0]:
