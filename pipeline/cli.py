@@ -146,7 +146,7 @@ def _report(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from store.verify import verify_store
 
-    report = verify_store(Path(args.out), args.features.split(",") if args.features else None)
+    report = verify_store(args.out, args.features.split(",") if args.features else None)
     print(report.summary())
     return exitcodes.OK if report.ok else exitcodes.DAMAGED
 

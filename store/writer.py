@@ -418,7 +418,7 @@ class _ObjectWriter(StoreWriter):
         where = self.backend.where(key)
         snap = blog.read(self.backend, key)
         state, why = None, "index missing"
-        if snap is not None:
+        if snap is not None and snap.data:  # a generation without its first segment has no log
             try:
                 state = index.parse(snap.data, where)
             except layout.IndexDamaged as e:

@@ -176,3 +176,25 @@ def test_storage_problems_are_one_line_and_exit_2_before_any_work(s3_url: str, m
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert len(errors) == 1 and want in errors[0] and url.split("/")[2] in errors[0], errors
         assert "testing-secret" not in caplog.text and "\n" not in errors[0]
+
+
+def test_verify_finds_changed_bytes_and_repairs_the_index_on_s3(s3_url: str, capsys) -> None:
+    write_run(s3_url)
+    assert main(["verify", "--out", s3_url]) == 0
+    backend = open_backend(s3_url)
+    part = open_store(s3_url).index("feat").part_names[-1]
+    chunk = next(i.key for i in backend.list(f"feat/parts/{part}/features") if not i.key.endswith("zarr.json"))
+    data = bytearray(backend.get(chunk))
+    data[len(data) // 2] ^= 0xFF
+    backend.put(chunk, bytes(data))  # the same size: only the content hash finds it
+    capsys.readouterr()
+    assert main(["verify", "--out", s3_url]) == 4
+    assert f"DAMAGED feat/c ({s3_url}/feat/parts/{part})" in capsys.readouterr().out
+    data[len(data) // 2] ^= 0xFF
+    backend.put(chunk, bytes(data))  # as committed again
+    log_key = "feat/index.log"
+    generation = log.read(backend, log_key).generation
+    backend.delete_prefix(f"{log_key}.d/{generation}")  # the index lost: rebuilt from the parts' own records
+    assert main(["verify", "--out", s3_url]) == 0
+    assert "REBUILT feat/index.log" in capsys.readouterr().out
+    assert open_store(s3_url).items("feat", include_filtered=True) == ["a", "b", "c"]

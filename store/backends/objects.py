@@ -164,7 +164,7 @@ class ObjectBackend(Backend):
     def pin_log(self, key: str) -> Pinned | None:
         """The log's segments read now (store/backends/log.py): a snapshot in memory, no lease."""
         snap = log.read(self, key)
-        return None if snap is None else _Snapshot(snap.data)
+        return None if snap is None or not snap.data else _Snapshot(snap.data)  # no header: no log
 
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
