@@ -198,3 +198,15 @@ def test_verify_finds_changed_bytes_and_repairs_the_index_on_s3(s3_url: str, cap
     assert main(["verify", "--out", s3_url]) == 0
     assert "REBUILT feat/index.log" in capsys.readouterr().out
     assert open_store(s3_url).items("feat", include_filtered=True) == ["a", "b", "c"]
+
+
+def test_export_from_s3_equals_export_from_local(tmp_path: Path, s3_url: str) -> None:
+    write_run(tmp_path / "local.zarr")
+    write_run(s3_url)
+    assert main(["export", str(tmp_path / "local.zarr"), "--xarray", str(tmp_path / "local.nc"), "--features", "other"]) == 0
+    assert main(["export", s3_url, "--xarray", str(tmp_path / "s3.nc"), "--features", "other"]) == 0
+    import xarray as xr
+
+    with xr.open_dataset(tmp_path / "local.nc") as a, xr.open_dataset(tmp_path / "s3.nc") as b:
+        xr.testing.assert_identical(a.drop_attrs(), b.drop_attrs())
+        assert a.sizes and a.attrs.keys() == b.attrs.keys()
