@@ -31,7 +31,7 @@ def _extract(args: argparse.Namespace) -> int:
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
     with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
         try:
-            report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
+            report = run_extract(dataset, raw, _store_arg(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)
         except BaseException:  # an error's way out too: every process the run started ends with it
             with stop.deferred(raise_after=False):
@@ -169,7 +169,7 @@ def _compact(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.out}: no feature {feature!r}; present: {', '.join(store.features())}")
     n_parts = {f: len(store.index(f).parts) for f in asked}
     store.close()  # its lease would keep the old parts until it is gone
-    done = compact_store(Path(args.out), asked)  # a feature compacting would not change is left out (to_rewrite)
+    done = compact_store(_store_arg(args.out), asked)  # a feature compacting would not change is left out (to_rewrite)
     kept = [f"  {f}: already compact ({n} part{'s' if n != 1 else ''}, no superseded row), left as it is"
             for f, n in n_parts.items() if f not in {c.feature for c in done}]
     lines = [f"compact {args.out}: {len(done)} feature(s) rewritten", *(c.line() for c in done), *kept]
@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if args.func is _extract and supervised:
         from pipeline import supervise
 
-        if supervise.wanted() and (code := supervise.supervise(Path(args.out), args.verbose)) is not None:
+        # a store in a bucket: the driver runs in this process (the supervisor's crash report writes a local store)
+        if supervise.wanted() and not _is_url(args.out) and \
+                (code := supervise.supervise(Path(args.out), args.verbose)) is not None:
             return code  # the parent's; the driver (a fork) goes on below
     if args.func is not _weights:  # the one command that downloads (text models from the Hugging Face hub)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -320,6 +322,17 @@ def quiet_ray() -> None:
     """Before Ray starts: its token note is not shown."""
     for name in RAY_QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _is_url(location: str) -> bool:
+    from store.backends import is_url
+
+    return is_url(location)
+
+
+def _store_arg(location: str) -> Path | str:
+    """A store argument: a local path as a Path, an object-storage URL as it is (a Path would fold its //)."""
+    return location if _is_url(location) else Path(location)
 
 
 def _check_storage(args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from store import layout
-from store.backends import Backend, join
+from store.backends import Backend, join, open_backend
 from store.backends.local import LocalBackend
 from store.layout import META, PartRecord
 
@@ -115,8 +115,8 @@ def check_part_at(backend: Backend, part: str, record: PartRecord, full: bool = 
     return None
 
 
-def _backend(store: Path | Backend) -> Backend:
-    return store if isinstance(store, Backend) else LocalBackend(store)
+def _backend(store: Path | str | Backend) -> Backend:
+    return store if isinstance(store, Backend) else open_backend(store)
 
 
 def noted_parts(store: Path | Backend, feature: str) -> set[str]:
