@@ -234,3 +234,15 @@ def test_extract_into_a_bucket_equals_a_local_run(tiny_root_template: Path, tmp_
     again = run_extract("tiny", tiny_root_template, s3_url, load_config("sample"), only=features)
     assert again.exit_code == 0 and all(c["done"] == 0 for c in again.counts.values())
     assert len(open_store(s3_url).run_reports()) == 2
+
+
+def test_compact_command_on_a_bucket(s3_url: str, capsys) -> None:
+    write_run(s3_url)
+    before = everything(s3_url)
+    assert main(["compact", "--out", s3_url]) == 0
+    out = capsys.readouterr().out
+    assert f"compact {s3_url}: 1 feature(s) rewritten\n  compacted feat: 3 -> 2 part(s), 3 superseded row(s) dropped" in out
+    after = open_store(s3_url)
+    assert len(after.index("feat").parts) == 2 and len(after.index("other").parts) == 1 and "a" in after.items("feat", include_filtered=True)
+    assert {k: v for k, v in everything(s3_url).items() if k != ("feat", "rows")} == \
+        {k: v for k, v in before.items() if k != ("feat", "rows")}
