@@ -32,7 +32,7 @@ def _extract(args: argparse.Namespace) -> int:
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
     with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
         try:
-            report = run_extract(dataset, raw, Path(args.out), config, only=only, force=args.force,
+            report = run_extract(dataset, raw, _store_arg(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)
         except BaseException as e:  # an error's way out too: every process the run started ends with it
             if not isinstance(e, (stop.Stopped, raystart.RayFailed, SystemExit)):
@@ -42,7 +42,8 @@ def _extract(args: argparse.Namespace) -> int:
             raise
         with stop.deferred(raise_after=False):
             raystart.shutdown()  # Ray's own log lines end here: the summary is the last thing printed
-            if (report.stopped or {}).get("cause"):  # the parent was killed: no terminal is left (run.stopped_run)
+            if (report.stopped or {}).get("cause") and not _is_url(args.out):  # the parent was killed: no terminal
+                # is left (run.stopped_run); a store in a bucket runs unsupervised, its terminal still there
                 supervise.orphaned_summary(Path(args.out), report.run_id, report.summary())
             with contextlib.suppress(OSError):
                 sys.stderr.flush()
@@ -152,7 +153,7 @@ def _report(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from store.verify import verify_store
 
-    report = verify_store(Path(args.store), args.features.split(",") if args.features else None)
+    report = verify_store(_store_arg(args.store), args.features.split(",") if args.features else None)
     print(report.summary())
     return exitcodes.OK if report.ok else exitcodes.DAMAGED
 
@@ -175,7 +176,7 @@ def _compact(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.store}: no feature {feature!r}; present: {', '.join(store.features())}")
     n_parts = {f: len(store.index(f).parts) for f in asked}
     store.close()  # its lease would keep the old parts until it is gone
-    done = compact_store(Path(args.store), asked)  # a feature compacting would not change is left out (to_rewrite)
+    done = compact_store(_store_arg(args.store), asked)  # a feature compacting would not change is left out (to_rewrite)
     kept = [f"  {f}: already compact ({n} part{'s' if n != 1 else ''}, no superseded row), left as it is"
             for f, n in n_parts.items() if f not in {c.feature for c in done}]
     lines = [f"compact {args.store}: {len(done)} feature(s) rewritten", *(c.line() for c in done), *kept]
@@ -312,14 +313,17 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
                         datefmt="%H:%M:%S")
     try:  # before the supervisor starts: a refused --out gets nothing written, not even a crash record
         for target, what in _targets(args):
-            _outside_stores(Path(target), what)
+            if not _is_url(target):  # a bucket's keys have no enclosing folders to take over
+                _outside_stores(Path(target), what)
     except ValueError as e:
         log.error("%s", e)
         return exitcodes.BAD_INPUT
     if args.func is _extract and supervised:
         from pipeline import supervise
 
-        if supervise.wanted() and (code := supervise.supervise(Path(args.out), args.verbose)) is not None:
+        # a store in a bucket: the driver runs in this process (the supervisor's crash report writes a local store)
+        if supervise.wanted() and not _is_url(args.out) and \
+                (code := supervise.supervise(Path(args.out), args.verbose)) is not None:
             return code  # the parent's; the driver (a fork) goes on below
     if args.func is not _weights:  # the one command that downloads (text models from the Hugging Face hub)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -367,13 +371,37 @@ def quiet_ray() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _is_url(location: str) -> bool:
+    from store.backends import is_url
+
+    return is_url(location)
+
+
+def _store_arg(location: str) -> Path | str:
+    """A store argument: a local path as a Path, an object-storage URL as it is (a Path would fold its //)."""
+    return location if _is_url(location) else Path(location)
+
+
+def _check_storage(args: argparse.Namespace) -> None:
+    """An object-storage store (s3://, gs://, az://) that cannot be used fails here, in one line naming its URL
+    and what to set, before any work: not after a run has computed what it cannot write."""
+    from store.backends import is_url, open_backend
+
+    store = getattr(args, "out", None) if args.func is _extract else \
+        getattr(args, "store", None) if args.func in (_info, _export, _report, _verify, _compact, _migrate) else None
+    if store is not None and is_url(store):
+        open_backend(store).check()
+
+
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
+    from store.backends import BackendError
     from store.integrity import DamagedMetadata
     from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
 
     try:
+        _check_storage(args)
         code = args.func(args)
         sys.stdout.flush()  # a pipe's buffer: a reader gone shows here, not at the interpreter's exit
         return code
@@ -381,6 +409,9 @@ def _run(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):  # the interpreter's last flush must not meet the closed pipe either
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exitcodes.CLOSED_PIPE  # 128 + SIGPIPE: what a command the signal ended exits with
+    except BackendError as e:  # no bucket, no credentials, access denied, unreachable: before any work
+        log.error("%s", e)
+        return exitcodes.BAD_INPUT
     except StoreLocked as e:
         log.error("%s", e)
         return exitcodes.LOCKED

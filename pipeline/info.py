@@ -17,7 +17,6 @@ indexes), or a feature's zarr.json or a manifest does not read (store.integrity.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -193,18 +192,10 @@ def _input_failure(failure: dict[str, Any]) -> bool:
     return stage.startswith(("decode", "manifest")) and not str(failure.get("error") or "").startswith("WorkerLost")
 
 
-def read_runs(path: Path) -> list[dict[str, Any]]:
+def read_runs(store: Store) -> list[dict[str, Any]]:
     """The run reports, oldest first (run ids start with their UTC time). One that does not parse is skipped:
     a report is written whole (StoreWriter.write_run_report), so only damage makes one unreadable."""
-    out = []
-    for p in sorted(layout.runs_dir(path).glob("*.json")):
-        try:
-            rep = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(rep, dict) and isinstance(rep.get("counts"), dict):
-            out.append(rep)
-    return out
+    return [rep for rep in store.run_reports() if isinstance(rep.get("counts"), dict)]
 
 
 def run_started(run_id: str) -> str | None:
@@ -289,7 +280,7 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
     for e in sorted(entries):
         problem = problems.get(e.part)
         if problem is not None:
-            info.damaged.append({"item": e.item, "part": str(layout.part_dir(store.path, name, e.part)), "problem": problem})
+            info.damaged.append({"item": e.item, "part": str(store.part_location(name, e.part)), "problem": problem})
             continue
         attrs = e.attrs()
         if e.spec_hash != spec:
@@ -320,7 +311,7 @@ def _part_rows(rec: Any) -> int:
 
 def store_info(path: Path | str, config: str | None = None) -> StoreInfo:
     store = open_store(path)
-    runs = read_runs(store.path)
+    runs = read_runs(store)
     wanted = _wanted_fingerprints(store, config) if config else {}
     media, qa = store.media_items(), store.qa_items()
     splits: dict[str, int] = {}
@@ -339,7 +330,7 @@ def item_info(path: Path | str, item: str) -> dict[str, Any]:
     store = open_store(path)
     media = {m.id: m for m in store.media_items()}
     record = media.get(item)
-    runs = read_runs(store.path)
+    runs = read_runs(store)
     out: dict[str, Any] = {"item": item, "record": record.model_dump(mode="json") if record else None,
                            "questions": sum(q.item_id == item for q in store.qa_items()), "features": {}}
     for name in store.features():

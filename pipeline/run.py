@@ -23,6 +23,7 @@ from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
 from store import layout
+from store.backends import is_url
 from store.integrity import part_problems
 from store.plan import Wanted, make_plan
 from store.writer import StoreError, StoreWriter
@@ -30,7 +31,7 @@ from store.writer import StoreError, StoreWriter
 log = logging.getLogger("siqfeat")
 
 
-def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: list[str] | None = None,
+def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, only: list[str] | None = None,
                 force: bool = False, limit: int | None = None, verify: bool = False,
                 split: str | None = None) -> RunReport:
     """`verify`: check every stored item's content hashes (not only metadata and file sizes) before
@@ -47,7 +48,7 @@ def run_extract(dataset: str, raw: Path, out: Path, config: RunConfig, *, only: 
     try:
         stop.stage("opening the store")
         # an existing store is locked first: a second run stops here, not after reading every manifest
-        writer = StoreWriter(out, dataset) if out.is_dir() else None
+        writer = StoreWriter(out, dataset) if is_url(out) or Path(out).is_dir() else None
         stop.stage("reading the manifests")
         all_items, qa, notes = load_items(dataset, raw, config)
         items = choose_items(all_items, split, limit, raw)

@@ -14,7 +14,8 @@ import numpy as np
 
 from rows import FeatureRows
 from store import index, layout
-from store.integrity import check_part, part_problems
+from store.backends import join, open_backend
+from store.integrity import check_part_at, part_problems
 from store.writer import Rewrite, StoreWriter
 
 log = logging.getLogger(__name__)
@@ -71,10 +72,11 @@ def _signature(record: index.PartRecord) -> tuple:
     return tuple(sorted((k, v.get("dtype"), tuple((v.get("shape") or [0])[1:])) for k, v in record.arrays.items()))
 
 
-def _load(store: Path, feature: str, part: str, names: list[str]) -> dict[str, np.ndarray]:
+def _load(store: Path | str, feature: str, part: str, names: list[str]) -> dict[str, np.ndarray]:
     import zarr
 
-    group = zarr.open_group(layout.part_dir(store, feature, part), mode="r")
+    group = zarr.open_group(open_backend(store).zarr_store(read_only=True), path=join(feature, layout.PARTS, part),
+                            mode="r")
     return {n: group[n][...] for n in names}
 
 
@@ -94,9 +96,9 @@ def _damaged(store: Path, feature: str, state: index.Index, names: set[str]) -> 
     bad = set()
     for name in sorted(names):
         record = state.parts[name]
-        problem = check_part(layout.part_dir(store, feature, name), record, full=True)
+        problem = check_part_at(open_backend(store), join(feature, layout.PARTS, name), record, full=True)
         if problem is not None:
-            log.warning("%s: damaged part kept as it is, not compacted (%s)", layout.part_dir(store, feature, name),
+            log.warning("%s: damaged part kept as it is, not compacted (%s)", f"{store}/{feature}/{layout.PARTS}/{name}",
                         problem)
             bad.add(name)
     return bad

@@ -399,6 +399,16 @@ def generation_of(path: Path, fd: int | None = None) -> str:
     return rec.generation
 
 
+def generation_in(data: bytes | bytearray | None, where: Any) -> str:
+    """The generation of a log from its first bytes (its header line)."""
+    if data is None:
+        raise FileNotFoundError(f"{where}: missing")
+    rec = decode(bytes(data).split(b"\n", 1)[0])
+    if not isinstance(rec, Header):
+        raise IndexDamaged(f"{where}: line 1 is not a header")
+    return rec.generation
+
+
 def append(path: Path, records: list[PartLine], good_length: int) -> int:
     """Append records after the log's good prefix (cutting a torn tail first); fsynced. Returns the new length."""
     data = b"".join(encode(r) for r in records)

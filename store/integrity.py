@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from store import layout
+from store.backends import Backend, join, open_backend
+from store.backends.local import LocalBackend
 from store.layout import META, PartRecord
-from store.parts import sha256_file
 
 
 class DamagedItem(ValueError):
@@ -49,9 +49,9 @@ class ItemCheck:
         return self.problem is None
 
 
-def _read_json(path: Path, where: str) -> dict[str, Any]:
+def _read_json(backend: Backend, key: str, where: str) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_bytes())
+        meta = json.loads(backend.get(key))
     except FileNotFoundError:
         raise DamagedItem(f"{where} is missing") from None
     except (OSError, ValueError) as e:  # ValueError: invalid JSON or UTF-8
@@ -63,46 +63,56 @@ def _read_json(path: Path, where: str) -> dict[str, Any]:
 
 def zarr_meta(path: Path, where: str, node_type: str) -> dict[str, Any]:
     """A zarr.json that describes a Zarr v3 `node_type` ("group" or "array"); else DamagedItem naming `where`."""
-    meta = _read_json(path, where)
+    return zarr_meta_at(LocalBackend(path.parent), path.name, where, node_type)
+
+
+def zarr_meta_at(backend: Backend, key: str, where: str, node_type: str) -> dict[str, Any]:
+    """`zarr_meta` of the object `key` of a backend."""
+    meta = _read_json(backend, key, where)
     if meta.get("zarr_format") != 3 or meta.get("node_type") != node_type:
         raise DamagedItem(f"{where} does not describe {'an' if node_type == 'array' else 'a'} {node_type}")
     return meta
 
 
-def _check_arrays(part_dir: Path, arrays: dict[str, dict[str, Any]]) -> None:
+def _check_arrays(backend: Backend, part: str, arrays: dict[str, dict[str, Any]]) -> None:
     for name, want in arrays.items():
         where = f"{name}/{META}"
-        meta = zarr_meta(part_dir / where, where, "array")
+        meta = zarr_meta_at(backend, join(part, where), where, "array")
         if want.get("shape") is not None and meta.get("shape") != want["shape"]:
             raise DamagedItem(f"{where}: shape {meta.get('shape')}, committed as {want['shape']}")
         if want.get("dtype") is not None and str(meta.get("data_type")) != want["dtype"]:
             raise DamagedItem(f"{where}: dtype {meta.get('data_type')}, committed as {want['dtype']}")
 
 
-def _check_files(part_dir: Path, files: dict[str, list[Any]], full: bool) -> None:
+def _check_files(backend: Backend, part: str, files: dict[str, list[Any]], full: bool) -> None:
     for rel, (size, digest) in sorted(files.items()):
-        path = part_dir / rel
+        key = join(part, rel)
         try:
-            actual = path.stat().st_size
+            actual = backend.head(key).size
         except FileNotFoundError:
+            if not backend.children(part):
+                raise DamagedItem("its part folder is missing") from None
             raise DamagedItem(f"{rel} is missing (committed with {size} bytes)") from None
         if actual != size:
             raise DamagedItem(f"{rel} has {actual} bytes, committed with {size}")
-        if full and sha256_file(path) != digest:
+        if full and backend.sha256(key) != digest:
             raise DamagedItem(f"{rel}: content differs from what was committed (SHA-256 mismatch)")
 
 
 def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | None:
     """None when the part is as committed, else the problem (naming the file within the part)."""
+    return check_part_at(LocalBackend(part_dir), "", record, full)
+
+
+def check_part_at(backend: Backend, part: str, record: PartRecord, full: bool = False) -> str | None:
+    """`check_part` of the part at key `part` of a backend."""
     try:
-        if not part_dir.is_dir():
-            return "its part folder is missing"
         if not record.files:
-            return "its index record lists no files"
-        _check_files(part_dir, record.files, full)
-        _check_arrays(part_dir, record.arrays)
+            return "its part folder is missing" if not backend.children(part) else "its index record lists no files"
+        _check_files(backend, part, record.files, full)
+        _check_arrays(backend, part, record.arrays)
         if META not in record.files:  # its size unrecorded: parse it at least (it holds the part's own record,
-            _read_json(part_dir / META, META)  # every item's row: ~128 KB for 512 items, half a plan's JSON)
+            _read_json(backend, join(part, META), META)  # every item's row: ~128 KB for 512 items, half a plan's JSON)
     except DamagedItem as e:
         return str(e)
     except (OSError, ValueError, TypeError) as e:  # anything odd in the record itself
@@ -110,26 +120,34 @@ def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | 
     return None
 
 
-def noted_parts(store: Path, feature: str) -> set[str]:
+def _backend(store: Path | str | Backend) -> Backend:
+    return store if isinstance(store, Backend) else open_backend(store)
+
+
+def noted_parts(store: Path | Backend, feature: str) -> set[str]:
     """Parts a read found damaged (`<feature>/damaged/<part>`: a chunk failed its checksum)."""
     try:
-        return set(os.listdir(layout.notes_dir(store, feature)))
-    except OSError:
+        return set(_backend(store).children(join(feature, layout.NOTES)))
+    except (OSError, RuntimeError):
         return set()
 
 
-def part_problem(store: Path, feature: str, part: str, record: PartRecord, full: bool, noted: set[str]) -> str | None:
+def part_problem(store: Path | Backend, feature: str, part: str, record: PartRecord, full: bool,
+                 noted: set[str]) -> str | None:
     """The part's check: in full when `full` or when a read noted it damaged (in `noted`: `noted_parts`), whose
-    note is removed (from disk and `noted`) when it reads as committed again (rewritten by hand, a false alarm)."""
-    problem = check_part(layout.part_dir(store, feature, part), record, full or part in noted)
+    note is removed (from the store and `noted`) when it reads as committed again (rewritten by hand, a false
+    alarm)."""
+    backend = _backend(store)
+    problem = check_part_at(backend, join(feature, layout.PARTS, part), record, full or part in noted)
     if problem is None and part in noted:
-        with contextlib.suppress(OSError):
-            (layout.notes_dir(store, feature) / part).unlink()
+        with contextlib.suppress(OSError, RuntimeError):
+            backend.delete(join(feature, layout.NOTES, part))
         noted.discard(part)
     return problem
 
 
-def part_problems(store: Path, feature: str, records: dict[str, PartRecord], full: bool = False) -> dict[str, str]:
+def part_problems(store: Path | Backend, feature: str, records: dict[str, PartRecord], full: bool = False,
+                  ) -> dict[str, str]:
     """part -> its problem, for the parts in `records` that fail their check (`part_problem`); for a caller
     that holds the index itself (a run's writer; a `Store` checks its snapshot's parts once per handle)."""
     noted = noted_parts(store, feature)

@@ -4,6 +4,7 @@ plain zarr and xarray read (docs/design.md, "Store layout"); `siqfeat_part` hold
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import warnings
 from pathlib import Path
@@ -14,6 +15,8 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from store import layout
+from store.backends import Backend, join
+from store.backends.local import LocalBackend
 from store.layout import META
 
 _CHUNK_BYTES = 1 << 20  # inner chunks of ~1 MiB along N; one shard holds the whole array
@@ -111,17 +114,25 @@ def data_files(part_dir: Path) -> dict[str, list[Any]]:
             for rel in files_of(part_dir) if rel != META}
 
 
+def _data_files_at(backend: Backend, part: str) -> dict[str, list[Any]]:
+    at = len(part) + 1
+    return {i.key[at:]: [i.size, backend.sha256(i.key)] for i in backend.list(part) if i.key[at:] != META}
+
+
 def record_files(part_dir: Path, own: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
     """The part's files (the data files' `own` sizes and hashes, as recorded at commit, and its zarr.json's
     hashed now) and each array's shape and dtype, from the arrays' zarr.json."""
-    import json
+    return _record_files_at(LocalBackend(part_dir), "", own)
 
-    raw = (part_dir / META).read_bytes()
+
+def _record_files_at(backend: Backend, part: str, own: dict[str, Any],
+                     ) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    raw = backend.get(join(part, META))
     arrays = {}
     for rel in own:
         name, _, last = rel.rpartition("/")
         if last == META and name and "/" not in name:
-            meta = json.loads((part_dir / rel).read_bytes())
+            meta = json.loads(backend.get(join(part, rel)))
             arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
     return {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}, arrays
 
@@ -130,29 +141,37 @@ def record_from_part(part_dir: Path) -> layout.PartLine:
     """An index record made from a part's own metadata (rebuilding a lost index, adopting a part no index
     line names): its data files keep the sizes and hashes recorded at commit (so damage since then is still
     found, and they are not read here)."""
-    meta = layout.read_part_meta(part_dir)
+    return _record_at(LocalBackend(part_dir.parent), part_dir.name)
+
+
+def _record_at(backend: Backend, part: str) -> layout.PartLine:
+    meta = json.loads(backend.get(join(part, META)))["attributes"][layout.PART_ATTR]
     own = meta.get("files")
     # written before parts kept their files: hashed as they are now
-    files, arrays = record_files(part_dir, own if isinstance(own, dict) else data_files(part_dir))
-    return layout.PartLine(part_dir.name, int(meta["seq"]), meta["items"], files, arrays, meta.get("spans") or {})
+    files, arrays = _record_files_at(backend, part, own if isinstance(own, dict) else _data_files_at(backend, part))
+    return layout.PartLine(part.rsplit("/", 1)[-1], int(meta["seq"]), meta["items"], files, arrays,
+                           meta.get("spans") or {})
 
 
-def part_names(store: Path, feature: str) -> list[str]:
-    """The part folders of a feature on disk, indexed or not."""
+def part_names(store: Path | Backend, feature: str) -> list[str]:
+    """The part folders of a feature in the store, indexed or not."""
+    if isinstance(store, Backend):
+        return store.children(join(feature, layout.PARTS))
     try:
         return sorted(p.name for p in layout.parts_dir(store, feature).iterdir() if p.is_dir())
     except FileNotFoundError:
         return []
 
 
-def records_on_disk(store: Path, feature: str, names: list[str] | None = None,
+def records_on_disk(store: Path | Backend, feature: str, names: list[str] | None = None,
                     ) -> tuple[list[layout.PartLine], dict[str, str]]:
     """The records of the feature's parts (`names`, else all) read from their own metadata, in commit order
     (as a log holds them: later parts supersede), and part -> why for those whose metadata does not read."""
+    backend = store if isinstance(store, Backend) else LocalBackend(store)
     found, unreadable = [], {}
     for name in part_names(store, feature) if names is None else names:
         try:
-            found.append(record_from_part(layout.part_dir(store, feature, name)))
+            found.append(_record_at(backend, join(feature, layout.PARTS, name)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             unreadable[name] = f"{type(e).__name__}: {e}"
     found.sort(key=lambda r: (r.seq, r.part))

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from store import layout
+from store.backends import is_url, open_backend
 from store.index import Index, gc_paused
 from store.integrity import ItemCheck, part_problems
 from store.layout import Header, PartRecord, Record
@@ -40,13 +41,18 @@ class Plan:
         return dict(counts)
 
 
+def _part_at(store: Path | str, feature: str, part: str) -> Path | str:
+    """A part's folder as messages name it: a Path in a local store, else its URL."""
+    return f"{store}/{feature}/{layout.PARTS}/{part}" if is_url(store) else layout.part_dir(Path(store), feature, part)
+
+
 def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False,
               indexes: Callable[[str], Index] | None = None) -> Plan:
     """From the features' indexes: `indexes` (feature -> its index) where the caller holds them already (a
     run's writer, which read each log once), else a snapshot of the store, of which only each item's part and
     whether its fingerprint is the wanted one are kept (`_Current`). A damaged item (its part checked once;
     with `verify` in full) counts as missing, so it is recomputed; each is listed in `Plan.damaged`."""
-    if force or not (store_path / layout.META).exists():
+    if force or not open_backend(store_path).exists(layout.META):
         return Plan(todo=list(wanted), skipped=[])
     with gc_paused():  # see _decide
         todo, skipped, damaged = _decide(store_path, wanted, verify, indexes)
@@ -59,6 +65,7 @@ def _decide(store_path: Path, wanted: list[Wanted], verify: bool, indexes: Calla
     items for a million) is freed by reference counts when it returns, so no collection ever walks it, nor
     the caller's wanted pairs while they are made."""
     store = Store(store_path) if indexes is None else None
+    backend = open_backend(store_path)
     by_feature: dict[str, list[Wanted]] = defaultdict(list)
     for w in wanted:
         by_feature[w.feature].append(w)
@@ -66,12 +73,12 @@ def _decide(store_path: Path, wanted: list[Wanted], verify: bool, indexes: Calla
     damaged: list[ItemCheck] = []
     try:
         for feature, ws in sorted(by_feature.items()):
-            if not (store_path / feature).is_dir():
+            if not backend.children(feature):
                 found[feature] = [False] * len(ws)
                 continue
             if store is None:
                 state = indexes(feature)
-                problems = part_problems(store_path, feature, state.parts, full=verify)
+                problems = part_problems(backend, feature, state.parts, full=verify)
                 found[feature] = _from_entries(store_path, feature, state, problems, ws, damaged)
                 continue
             got = _Current.scan(store, feature, ws, verify, damaged)
@@ -168,8 +175,8 @@ def _from_entries(store_path: Path, feature: str, state: Index, problems: dict[s
 def _report(store_path: Path, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
             damaged: list[ItemCheck]) -> None:
     """The current items of damaged parts go to `damaged` (sorted by item), their parts logged."""
-    damaged.extend(ItemCheck(feature, item, layout.part_dir(store_path, feature, part), problems[part])
+    damaged.extend(ItemCheck(feature, item, _part_at(store_path, feature, part), problems[part])
                    for item, part in hit)
     for part in sorted({part for _, part in hit}):
-        log.warning("%s: damaged part, recomputing its items (%s)", layout.part_dir(store_path, feature, part),
+        log.warning("%s: damaged part, recomputing its items (%s)", _part_at(store_path, feature, part),
                     problems[part])

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import re
-import time
 import weakref
 from collections.abc import Callable, Container
 from dataclasses import dataclass
@@ -20,8 +19,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from manifests.records import MediaItem, QAItem, read_jsonl_all
+from manifests.records import MediaItem, QAItem, parse_jsonl_all
 from store import index, integrity, layout, parts
+from store.backends import Backend, Pinned, is_url, join, open_backend
 from store.index import Index, attrs_of
 from store.integrity import DamagedItem, DamagedMetadata, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
@@ -101,34 +101,6 @@ class ItemFeature:
     columns: list[str]
 
 
-def _lease(path: Path) -> int | None:
-    """The index log at `path`, opened and leased (a shared flock until the handle closes: docs/design.md,
-    "Snapshots"). The path is checked to still name the file locked: a compaction that renamed a new log in
-    between may already have found the old one unleased. Where flock is refused: the log, without a lease."""
-    for attempt in range(50):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:  # a writer is releasing this log's parts: it is a retired log by now
-            os.close(fd)
-            time.sleep(0.01 * min(attempt + 1, 10))
-            continue
-        except OSError:
-            return fd
-        try:
-            now = os.stat(path)
-        except FileNotFoundError:
-            now = None
-        here = os.fstat(fd)
-        if now is not None and (now.st_ino, now.st_dev) == (here.st_ino, here.st_dev):
-            return fd
-        os.close(fd)
-    raise OSError(f"{path}: could not open the current index log (it kept being replaced)")
-
-
 def _first_error(e: BaseException) -> str:
     """One line of a manifest's read error: the file's line and the first field that failed, not pydantic's
     four-line report."""
@@ -164,17 +136,21 @@ def _writing(store: Path) -> bool:
 class Store:
     def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
                  whole_array_bytes: int = WHOLE_ARRAY_BYTES, damaged_root: bool = False) -> None:
-        """`damaged_root`: open even when the store's own zarr.json is unreadable (verify: the items are
-        still checked through the indexes); feature attributes are then unavailable."""
-        self.path = Path(path)
+        """`path`: a folder, or an object-storage URL (s3://bucket/prefix, gs://, az://). `damaged_root`: open
+        even when the store's own zarr.json is unreadable (verify: the items are still checked through the
+        indexes); feature attributes are then unavailable."""
+        # a path stays a Path (callers join it); a URL stays its text, and every read goes through the backend
+        self.path: Any = str(path).rstrip("/") if is_url(path) else Path(path)
+        self.backend: Backend = open_backend(self.path)
+        self._zarr = self.backend.zarr_store(read_only=True)
         self.root, self.attrs = None, {}
         try:
-            if not (self.path / layout.META).exists():
+            if not self.backend.exists(layout.META):
                 raise FileNotFoundError(f"{self.path}: not a feature store (no {layout.META}); run `make extract` first")
             try:
-                self.root = zarr.open_group(self.path, mode="r")
+                self.root = zarr.open_group(self._zarr, mode="r")
             except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
-                raise ValueError(f"{self.path / layout.META}: the store's metadata is unreadable "
+                raise ValueError(f"{self._at(layout.META)}: the store's metadata is unreadable "
                                  f"({type(e).__name__}: {e})") from None
             self.attrs = dict(self.root.attrs)
             layout.check_schema(self.path, {"schema": None, **self.attrs})
@@ -200,19 +176,23 @@ class Store:
 
     # ---- the snapshot ----
 
-    def _pin(self) -> dict[str, tuple[int, int]]:
-        """feature -> (open index file, its length now): the snapshot this handle reads."""
+    def _at(self, key: str) -> Any:
+        """Where a key of the store is, for messages and callers: a Path in a local store, else its URL."""
+        return self.path / key if isinstance(self.path, Path) else self.backend.where(key)
+
+    def _pin(self) -> dict[str, Pinned]:
+        """feature -> its index log held as it is now (locally: open and leased): the snapshot this handle reads."""
         pins = {}
         for name in self._feature_dirs():
-            fd = _lease(self.path / name / layout.INDEX)
-            if fd is not None:
-                pins[name] = (fd, os.fstat(fd).st_size)
+            pin = self.backend.pin_log(join(name, layout.INDEX))
+            if pin is not None:
+                pins[name] = pin
         return pins
 
     def close(self) -> None:
         """Release the handle's leases: a compaction may then remove the parts only it still read."""
-        for fd, _ in getattr(self, "_pins", {}).values():
-            os.close(fd)
+        for pin in getattr(self, "_pins", {}).values():
+            pin.close()
         self._pins = {}
         self._closed = True
 
@@ -220,50 +200,52 @@ class Store:
         self.close()
 
     def _feature_dirs(self) -> list[str]:
-        try:
-            entries = list(os.scandir(self.path))
-        except FileNotFoundError:
-            return []
-        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(".")
-                      and e.name not in layout.RESERVED)
+        """The names at the store's top that may be features (what has no index log pins nothing)."""
+        return [n for n in self.backend.children() if not n.startswith(".") and n not in layout.RESERVED
+                and n != layout.META]
 
     def index(self, feature: str) -> Index:
         """The feature's index as of this handle's snapshot, in columns (parsed once). A damaged index (a
         bad line before the end) or a missing one is rebuilt in memory from the parts, with a warning:
         `python -m pipeline verify` rebuilds it on disk."""
         if feature not in self._states:
-            if feature.startswith(".") or "/" in feature or not (self.path / feature).is_dir():
+            if feature.startswith(".") or "/" in feature or feature not in self._feature_dirs():
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             pin = self._pins.get(feature)
             try:
                 if pin is None:
-                    raise layout.IndexDamaged(f"{self.path / feature / layout.INDEX}: missing")
-                cols = index.parse(index.pinned_bytes(*pin), self.path / feature / layout.INDEX)
+                    raise layout.IndexDamaged(f"{self._at(join(feature, layout.INDEX))}: missing")
+                cols = index.parse(pin.read(), self._at(join(feature, layout.INDEX)))
                 newer = self._newer_parts(feature, cols.last_seq, cols.parts, pin)
                 if newer:
                     raise layout.IndexDamaged(
-                        f"{self.path / feature / layout.INDEX}: {len(newer)} part(s) committed after its last line "
-                        f"({', '.join(newer[:3])}{', …' if len(newer) > 3 else ''}) and no run writing: its lines "
-                        "were cut off or deleted, so it would serve their items' older rows or none")
+                        f"{self._at(join(feature, layout.INDEX))}: {len(newer)} part(s) committed after its last "
+                        f"line ({', '.join(newer[:3])}{', …' if len(newer) > 3 else ''}) and no run writing: its "
+                        "lines were cut off or deleted, so it would serve their items' older rows or none")
             except layout.IndexDamaged as e:
                 cols = self._from_parts(feature, str(e))
             self._states[feature] = cols
             self._ok[feature] = np.zeros(len(cols.part_names), bool)
         return self._states[feature]
 
-    def _newer_parts(self, feature: str, last: int, known: Container[str], pin: tuple[int, int]) -> list[str]:
+    def _newer_parts(self, feature: str, last: int, known: Container[str], pin: Pinned) -> list[str]:
         """Part folders newer than the snapshot's last line (by the seq their names begin with) that no later
         line can name: the log on disk is still the pinned one, as long, and no writer holds the store's lock.
-        A part a running writer has renamed into place is not committed until its line is written."""
-        newer = [n for n in parts.part_names(self.path, feature)
+        A part a running writer has renamed into place is not committed until its line is written. On object
+        storage every part is uploaded before its record is published, so a part newer than the log is a commit
+        in flight or a writer's leftover (the next writer sweeps or adopts it), never damage a reader can tell."""
+        fd = getattr(pin, "fd", None)
+        if not isinstance(self.path, Path) or fd is None:
+            return []
+        newer = [n for n in parts.part_names(self.backend, feature)
                  if n.split("-", 1)[0].isdigit() and int(n.split("-", 1)[0]) > last and n not in known]
         if not newer:
             return []
         try:
-            now, mine = os.stat(self.path / feature / layout.INDEX), os.fstat(pin[0])
+            now, mine = os.stat(self.path / feature / layout.INDEX), os.fstat(fd)
         except OSError:
             return []
-        if (now.st_ino, now.st_dev, now.st_size) != (mine.st_ino, mine.st_dev, pin[1]) or _writing(self.path):
+        if (now.st_ino, now.st_dev, now.st_size) != (mine.st_ino, mine.st_dev, pin.length) or _writing(self.path):
             return []  # the log moved on since this snapshot, or a run is committing: not this snapshot's damage
         return newer
 
@@ -285,13 +267,13 @@ class Store:
             visit(rec)
 
         try:
-            layout.fold(index.pinned_bytes(*pin), self.path / feature / layout.INDEX, checked)
+            layout.fold(pin.read(), self._at(join(feature, layout.INDEX)), checked)
         except layout.IndexDamaged:
             return False
         return not self._newer_parts(feature, order.prev, seen, pin)
 
     def _from_parts(self, feature: str, why: str) -> Index:
-        found, unreadable = parts.records_on_disk(self.path, feature)
+        found, unreadable = parts.records_on_disk(self.backend, feature)
         if found or unreadable:
             log.warning("%s; reading this feature's items from its parts (`python -m pipeline verify %s` "
                         "rebuilds the index)", why, self.path)
@@ -313,7 +295,7 @@ class Store:
         """Feature folders whose group metadata (zarr.json) does not read -> why, naming the file."""
         out = {}
         for name in self._feature_dirs():
-            if not (self.path / name / layout.META).exists():
+            if not self.backend.exists(join(name, layout.META)):
                 continue  # _manifests, _runs: plain folders
             try:
                 self._feature_group(name)
@@ -326,14 +308,14 @@ class Store:
 
     def _feature_group(self, feature: str) -> dict[str, Any]:
         if feature not in self._feature_attrs:
-            if feature.startswith(".") or "/" in feature or not (self.path / feature / layout.META).exists():
+            if feature.startswith(".") or "/" in feature or not self.backend.exists(join(feature, layout.META)):
                 raise KeyError(f"{self.path}: no feature {feature!r}; present: {self.features()}")
             try:
                 if self.root is None:
                     raise ValueError("the store's own zarr.json is unreadable")
                 self._feature_attrs[feature] = dict(self.root[feature].attrs)
             except (ValueError, TypeError, KeyError) as e:
-                raise ValueError(f"{self.path / feature / layout.META}: feature metadata unreadable "
+                raise ValueError(f"{self._at(join(feature, layout.META))}: feature metadata unreadable "
                                  f"({type(e).__name__}: {e})") from None
         return self._feature_attrs[feature]
 
@@ -343,10 +325,10 @@ class Store:
         index record, when the caller read the index itself (`scan_index`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            found = integrity.part_problem(self.path, feature, part, record or self.index(feature).parts[part], full,
-                                           self._noted(feature))
+            found = integrity.part_problem(self.backend, feature, part, record or self.index(feature).parts[part],
+                                           full, self._noted(feature))
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
-                self._gone(feature, layout.part_dir(self.path, feature, part))
+                self._gone(feature, self._part_at(feature, part))
             if full:
                 return found
             self._part_checks[key] = found
@@ -363,7 +345,7 @@ class Store:
         (store/integrity.py: `full` also compares content hashes). Never raises for one bad part."""
         cols = self.index(feature)
         problems = self.part_problems(feature, full)
-        folders = [layout.part_dir(self.path, feature, p) for p in cols.part_names]  # one Path per part
+        folders = [self._part_at(feature, p) for p in cols.part_names]  # one Path per part
         out = []
         for k in sorted(range(len(cols)), key=cols.ids.__getitem__):
             part = cols.part_names[cols.part[k]]
@@ -382,7 +364,7 @@ class Store:
             keep &= cols.part != cols.part_id[part]
             if (part, problem) not in self._reported:
                 self._reported.add((part, problem))
-                log.warning("%s: damaged part, its items left out (%s)", layout.part_dir(self.path, feature, part), problem)
+                log.warning("%s: damaged part, its items left out (%s)", self._part_at(feature, part), problem)
         if not include_stale:
             spec = self._feature_group(feature).get("spec_hash")
             keep &= cols.spec == (cols.specs.index(spec) if spec in cols.specs else -1)
@@ -440,7 +422,7 @@ class Store:
         self._ok[feature][pid] = True
 
     def _damaged(self, feature: str, pid: int, items: list[str], problem: str) -> DamagedItem:
-        folder = layout.part_dir(self.path, feature, self.index(feature).part_names[pid])
+        folder = self._part_at(feature, self.index(feature).part_names[pid])
         return damaged_item(folder, ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else ""),
                             problem)
 
@@ -597,7 +579,7 @@ class Store:
         value = self._load(feature, part, name, whole=True)
         a, b = int(slab.offsets[pid]), int(slab.offsets[pid + 1])
         if value.shape != slab.data[a:b].shape:
-            raise DamagedPart(layout.part_dir(self.path, feature, part),
+            raise DamagedPart(self._part_at(feature, part),
                               f"{name} has shape {value.shape}, committed as {slab.data[a:b].shape}")
         slab.data[a:b] = value
         slab.loaded[pid] = True
@@ -607,9 +589,9 @@ class Store:
     def _load(self, feature: str, part: str, name: str, whole: bool) -> Any:
         """A part's array through zarr: whole (a numpy array) or lazy. A missing or unusable array raises
         DamagedItem (or SnapshotGone when a compaction removed its part)."""
-        folder = layout.part_dir(self.path, feature, part)
+        folder = self._part_at(feature, part)
         try:
-            arr = zarr.open_array(folder / name, mode="r")
+            arr = zarr.open_array(self._zarr, path=join(_part_key(feature, part), name), mode="r")
             if not whole:
                 return RowView(arr, 0, arr.shape[0], arr.shape[1:],
                                guard=functools.partial(_guarded, weakref.ref(self), (feature, part, name)))
@@ -628,7 +610,7 @@ class Store:
         """The error for an array of a part that zarr could not read (SnapshotGone when a compaction removed
         the part meanwhile). A part whose bytes changed since commit (a chunk failing its checksum) is
         noted in the store, so that the next plan checks it in full and recomputes its items."""
-        folder = layout.part_dir(self.path, feature, part)
+        folder = self._part_at(feature, part)
         self._check_present(feature, part, name)
         problem = f"{name}: {type(e).__name__}: {e}"
         self._note(feature, part, problem)
@@ -640,20 +622,18 @@ class Store:
         so what it returned cannot be trusted: SnapshotGone when a compaction removed the part, else
         DamagedPart."""
         record = self.index(feature).parts.get(part)
-        folder = layout.part_dir(self.path, feature, part)
+        folder, key = self._part_at(feature, part), _part_key(feature, part)
         prefix = f"{name}/"
         for rel in (record.files if record is not None else ()):
-            if rel.startswith(prefix) and not os.path.exists(folder / rel):
+            if rel.startswith(prefix) and not self.backend.exists(join(key, rel)):
                 self._gone(feature, folder)
                 raise DamagedPart(folder, f"{rel} is missing")
 
     def _note(self, feature: str, part: str, problem: str) -> None:
         """Best effort (a reader may not be able to write): `<feature>/damaged/<part>` holding the problem."""
-        notes = layout.notes_dir(self.path, feature)
         try:
-            notes.mkdir(exist_ok=True)
-            (notes / part).write_text(problem[:2000] + "\n")
-        except OSError:
+            self.backend.put(join(feature, layout.NOTES, part), (problem[:2000] + "\n").encode())
+        except (OSError, RuntimeError):  # read-only, or the object store refused (BackendError)
             return
         self._notes.setdefault(feature, set()).add(part)
         self._part_checks.pop((feature, part), None)
@@ -666,26 +646,26 @@ class Store:
     def _noted(self, feature: str) -> set[str]:
         """Parts a read found damaged (`_note`): listed once per handle."""
         if feature not in self._notes:
-            self._notes[feature] = integrity.noted_parts(self.path, feature)
+            self._notes[feature] = integrity.noted_parts(self.backend, feature)
         return self._notes[feature]
 
-    def _gone(self, feature: str, folder: Path) -> None:
+    def _gone(self, feature: str, folder: Any) -> None:
         """A pinned part (or a file of it) that no longer exists while the index has a new generation: compacted
         away, or being removed (a handle without a lease): SnapshotGone, never DamagedItem."""
-        where = self.path / feature / layout.INDEX
+        key = join(feature, layout.INDEX)
         pin = self._pins.get(feature)
         try:
-            now = index.generation_of(where)
+            now = index.generation_in(self.backend.read_log(key, 4096), self._at(key))
             # this handle's generation without loading its entries (a plan reads none)
             if feature in self._states or pin is None:
                 mine = self.index(feature).generation
             else:
-                mine = index.generation_of(where, pin[0])
-        except (OSError, ValueError):
+                mine = index.generation_in(pin.read(4096), self._at(key))
+        except (OSError, ValueError, RuntimeError):
             return
         if now != mine:
             raise SnapshotGone(f"{self.path}: {feature} was compacted after this reader opened the store (its part "
-                               f"{folder.name} is gone); open the store again") from None
+                               f"{str(folder).rstrip('/').rsplit('/', 1)[-1]} is gone); open the store again") from None
 
     def _attrs(self, feature: str, item: str, text: str, part: str) -> dict[str, Any]:
         """An item's attributes from its index line. The line passed its checksum, so JSON that does not
@@ -694,7 +674,7 @@ class Store:
         value, problem = attrs_of(text)
         if value is not None:
             return value
-        raise DamagedItem(f"{self.path / feature / layout.INDEX}: line {self._line_of(feature, part)} (part {part}): "
+        raise DamagedItem(f"{self._at(join(feature, layout.INDEX))}: line {self._line_of(feature, part)} (part {part}): "
                           f"damaged item {item} (its attributes do not parse: {problem}); "
                           "the next `make extract` recomputes it")
 
@@ -709,12 +689,16 @@ class Store:
     def _manifest(self, name: str, kind: type) -> list[Any]:
         """A manifest's records, read once per handle (a copy of the list each time)."""
         if name not in self._manifests:
-            path = layout.manifest_dir(self.path) / name
+            key = join(layout.MANIFESTS, name)
             try:
-                self._manifests[name] = read_jsonl_all(path, kind) if path.exists() else []
+                data = self.backend.get(key)
+            except FileNotFoundError:
+                data = None
+            try:
+                self._manifests[name] = [] if data is None else parse_jsonl_all(data, kind, self._at(key))
             except (OSError, ValueError) as e:
-                raise DamagedMetadata(f"{path}: damaged manifest ({_first_error(e)}); `python -m pipeline verify "
-                                      f"--out {self.path}` lists it, `make extract` writes it anew") from None
+                raise DamagedMetadata(f"{self._at(key)}: damaged manifest ({_first_error(e)}); `python -m pipeline "
+                                      f"verify {self.path}` lists it, `make extract` writes it anew") from None
         return list(self._manifests[name])
 
     def media_items(self) -> list[MediaItem]:
@@ -724,8 +708,33 @@ class Store:
         return self._manifest("qa.jsonl", QAItem)
 
     def last_run(self) -> dict[str, Any] | None:
-        runs = sorted(layout.runs_dir(self.path).glob("*.json"))
-        return json.loads(runs[-1].read_text()) if runs else None
+        runs = [n for n in self.backend.children(layout.RUNS) if n.endswith(".json")]
+        return json.loads(self.backend.get(join(layout.RUNS, runs[-1]))) if runs else None
+
+    def run_reports(self) -> list[dict[str, Any]]:
+        """Every run report that reads as a JSON object, oldest first (run ids start with their UTC time)."""
+        out = []
+        for name in sorted(n for n in self.backend.children(layout.RUNS) if n.endswith(".json")):
+            try:
+                rep = json.loads(self.backend.get(join(layout.RUNS, name)))
+            except (OSError, ValueError):
+                continue
+            if isinstance(rep, dict):
+                out.append(rep)
+        return out
+
+    def part_location(self, feature: str, part: str) -> Any:
+        """Where a part is, as messages name it: its folder (a Path) in a local store, else its URL."""
+        return self._part_at(feature, part)
+
+    def _part_at(self, feature: str, part: str) -> Any:
+        """A part's folder (a Path in a local store, else its URL): what messages and checks name."""
+        return layout.part_dir(self.path, feature, part) if isinstance(self.path, Path) else \
+            self.backend.where(_part_key(feature, part))
+
+
+def _part_key(feature: str, part: str) -> str:
+    return join(feature, layout.PARTS, part)
 
 
 def open_store(path: Path | str | Store, **options: Any) -> Store:

@@ -10,6 +10,7 @@ import fcntl
 import logging
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ import atomicio
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
 from rows import FeatureRows
 from store import index, layout, parts, repair
+from store.backends import Conflict, Locked, is_url, join, open_backend
+from store.backends import log as blog
 
 log = logging.getLogger(__name__)
 Member = tuple[str, FeatureRows, dict[str, Any]]  # (item, rows, attributes)
@@ -106,7 +109,14 @@ STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO}
 
 
 class StoreWriter:
-    """Creates `<dataset>.zarr` if needed and commits batches of finished (feature, item) pairs into it."""
+    """Creates `<dataset>.zarr` if needed and commits batches of finished (feature, item) pairs into it. Given
+    an object-storage URL (s3://, gs://, az://), it is the writer for storage with no rename and no append
+    (`_ObjectWriter`, below)."""
+
+    def __new__(cls, path: Path | str, dataset: str) -> StoreWriter:
+        if cls is StoreWriter and is_url(path):
+            return super().__new__(_ObjectWriter)
+        return super().__new__(cls)
 
     def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = Path(path)
@@ -233,7 +243,7 @@ class StoreWriter:
         """The one commit path: the operation's parts written and renamed into place, then published (an
         appended index line per part, or a new generation). A failure removes the parts it placed: the
         store is as before. Returns the feature's index as it is now."""
-        if not (self.path / feature / layout.META).is_file():  # not group_keys(): that parses every feature
+        if not self._has_group(feature):
             raise KeyError(f"feature {feature!r} has no group yet; call set_feature first")
         state = self.index(feature)
         lines, placed = [], []
@@ -241,12 +251,12 @@ class StoreWriter:
             for seq, members in enumerate(op.batches, start=state.last_seq + 1):
                 name = f"{seq:09d}-{uuid.uuid4().hex[:8]}"
                 lines.append(self._write_part(feature, name, seq, members))
-                placed.append(layout.part_dir(self.path, feature, name))
+                placed.append(name)
             retired = self._publish(feature, state, op, lines)
         except BaseException as e:
             published = self._index[feature] is not state  # a rewrite's log renamed before the error
             for p in () if published else placed:  # never published: the store is as before
-                shutil.rmtree(p, ignore_errors=True)
+                self._remove_part(feature, p)
             if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
                 n = sum(len(b) for b in op.batches)
                 raise StoreError(f"cannot write the store: {_os_problem(e, self.path / feature)}; the batch of {n} "
@@ -256,6 +266,12 @@ class StoreWriter:
         if retired:
             repair.release_retired(self.path, feature, self._index[feature])
         return self._index[feature]
+
+    def _has_group(self, feature: str) -> bool:
+        return (self.path / feature / layout.META).is_file()  # not group_keys(): that parses every feature
+
+    def _remove_part(self, feature: str, name: str) -> None:
+        shutil.rmtree(layout.part_dir(self.path, feature, name), ignore_errors=True)
 
     def _publish(self, feature: str, state: index.Index, op: Append | Rewrite, lines: list[layout.PartLine],
                  ) -> bool:
@@ -334,3 +350,161 @@ def _current_lines(state: index.Index, keep: set[str]) -> list[layout.PartLine]:
     return [layout.PartLine(p, state.parts[p].seq, [layout.row_of(e) for e in es], state.parts[p].files,
                             state.parts[p].arrays, {e.item: e.spans for e in es if e.spans})
             for p, es in state.entries_of(keep).items()]
+
+
+class _ObjectWriter(StoreWriter):
+    """The writer where the storage has no rename and no append (object storage; docs/design.md, "On object
+    storage"), written against the backend contract alone. The one-writer lock is a lease object
+    (store/backends/lease.py). A part is written in a local temporary folder (hashed there, as locally),
+    then uploaded under its unique final name with its own zarr.json last: a part without that file, or
+    named by no index record, is not data. It is published by creating the log's next segment at the log's
+    end with a create-if-absent write (store/backends/log.py): of two writers racing for one sequence
+    number exactly one wins, and the loser's commit fails with its parts removed. A compaction publishes a
+    new log generation the same way; the parts it replaced stay in the bucket (readers hold no lease here)."""
+
+    def __init__(self, path: Path | str, dataset: str) -> None:
+        self.path = str(path).rstrip("/")  # type: ignore[assignment]
+        self._index: dict[str, index.Index] = {}
+        self._heads: dict[str, tuple[str, int]] = {}  # feature -> (log generation, length published)
+        self._lock = None
+        self._lease: contextlib.ExitStack | None = contextlib.ExitStack()
+        self.backend = open_backend(self.path)
+        try:
+            self.backend.check()
+            try:
+                self._lease.enter_context(self.backend.lock(layout.LOCK, f"pid {os.getpid()} on {os.uname().nodename}"))
+            except Locked as e:
+                raise StoreLocked(str(e)) from None
+            self.root = self._open_root()
+            self._claim_root(dict(self.root.attrs), dataset)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_root(self) -> zarr.Group:
+        try:
+            return zarr.open_group(self.backend.zarr_store(), mode="a")
+        except (ValueError, TypeError, KeyError) as e:
+            raise StoreError(f"{self.backend.where(layout.META)}: the store's own metadata is unreadable "
+                             f"({type(e).__name__}: {e}); this store needs repair by hand or a new --out") from e
+
+    def close(self) -> None:
+        lease, self._lease = getattr(self, "_lease", None), None
+        if lease is not None:
+            lease.close()
+
+    def set_feature(self, feature: str, attrs: dict[str, Any]) -> None:
+        check_id(feature)
+        if feature in layout.RESERVED:
+            raise ValueError(f"invalid feature name {feature!r}: the store keeps its own {feature}/ folder")
+        group = self.root.require_group(feature)
+        if dict(group.attrs) != attrs:
+            group.attrs.put(attrs)
+        self.index(feature)
+
+    def _has_group(self, feature: str) -> bool:
+        return self.backend.exists(join(feature, layout.META))
+
+    def _remove_part(self, feature: str, name: str) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            self.backend.delete_prefix(join(feature, layout.PARTS, name))
+
+    def index(self, feature: str) -> index.Index:
+        """The feature's index, loaded once: a missing or damaged log written anew from the parts' own records,
+        and parts no record names (a killed commit's) adopted when whole, removed when not."""
+        if feature in self._index:
+            return self._index[feature]
+        key = join(feature, layout.INDEX)
+        where = self.backend.where(key)
+        snap = blog.read(self.backend, key)
+        state, why = None, "index missing"
+        if snap is not None and snap.data:  # a generation without its first segment has no log
+            try:
+                state = index.parse(snap.data, where)
+            except layout.IndexDamaged as e:
+                why = str(e)
+        if state is None:
+            found, unreadable = parts.records_on_disk(self.backend, feature)
+            for name in unreadable:
+                self._remove_part(feature, name)  # never complete: its zarr.json (uploaded last) is not there
+            records: list[layout.Record] = [layout.new_header(), *found]
+            data = b"".join(layout.encode(r) for r in records)
+            generation = blog.replace(self.backend, key, data, None if snap is None else (snap.generation, len(snap.data)))
+            if found or snap is not None:
+                log.warning("%s: %s; written anew from %d part(s)", where, why, len(found))
+            state = index.of_records(records, len(data))
+            self._heads[feature] = (generation, len(data))
+        else:
+            self._heads[feature] = (snap.generation, len(snap.data))
+            unindexed = [p for p in parts.part_names(self.backend, feature) if p not in state.parts]
+            found, unreadable = parts.records_on_disk(self.backend, feature, unindexed)
+            for name in unreadable:
+                self._remove_part(feature, name)
+            if found:
+                log.info("%s: adopting %d part(s) no index record named (a run was stopped before publishing "
+                         "them)", where, len(found))
+                self._index[feature] = state
+                self._append(feature, state, list(found))
+        self._index[feature] = state
+        return state
+
+    def _append(self, feature: str, state: index.Index, lines: list[layout.PartLine]) -> None:
+        generation, at = self._heads[feature]
+        try:
+            end = blog.append(self.backend, join(feature, layout.INDEX), generation, at,
+                              b"".join(layout.encode(r) for r in lines))
+        except Conflict as e:
+            raise StoreError(f"{self.backend.where(join(feature, layout.INDEX))}: another writer published to "
+                             f"this index meanwhile ({e}); this run's lease was lost; run again") from None
+        self._heads[feature] = (generation, end)
+        state.length = end
+        for rec in lines:
+            state.add(rec)
+
+    def _publish(self, feature: str, state: index.Index, op: Append | Rewrite, lines: list[layout.PartLine],
+                 ) -> bool:
+        if isinstance(op, Append):
+            self._append(feature, state, lines)
+            return False
+        kept = _current_lines(state, set(state.parts) - op.old)
+        records: list[layout.Record] = [layout.new_header(), *kept, *lines]
+        data = b"".join(layout.encode(r) for r in records)
+        try:
+            generation = blog.replace(self.backend, join(feature, layout.INDEX), data, self._heads[feature])
+        except Conflict as e:
+            raise StoreError(f"{self.backend.where(join(feature, layout.INDEX))}: changed by another writer "
+                             f"during the compaction ({e}); nothing was replaced") from None
+        self._heads[feature] = (generation, len(data))
+        self._index[feature] = index.of_records(records, len(data))
+        return False
+
+    def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
+        with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
+            staging = Path(tmp) / name
+            arrays, rows, spans = parts.concat(members)
+            group = zarr.open_group(staging, mode="w")
+            n_rows = len(arrays[layout.FEATURES])
+            for arr_name, data in arrays.items():
+                parts.write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
+            own = parts.data_files(staging)
+            group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
+                                                "files": own}})
+            files, shapes = parts.record_files(staging, own)
+            key = join(feature, layout.PARTS, name)
+            try:
+                for rel in sorted(own):  # its own zarr.json last: a part without it was never whole
+                    self.backend.put(join(key, rel), (staging / rel).read_bytes())
+                self.backend.put(join(key, layout.META), (staging / layout.META).read_bytes())
+            except BaseException:
+                self._remove_part(feature, name)
+                raise
+        return layout.PartLine(name, seq, rows, files, shapes, spans)
+
+    def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
+        for name, records in (("items.jsonl", items), ("qa.jsonl", qa)):
+            self.backend.put(join(layout.MANIFESTS, name), "".join(r.model_dump_json() + "\n" for r in records).encode())
+
+    def write_run_report(self, run_id: str, report: dict[str, Any]) -> Any:
+        key = join(layout.RUNS, f"{run_id}.json")
+        self.backend.put(key, layout.canonical_json(report).encode())
+        return self.backend.where(key)

@@ -1,0 +1,32 @@
+"""Where a store's bytes live: one contract (base.py), one module per backend (local.py, objects.py).
+`open_backend` turns what a user gave (a path, or a URL such as s3://bucket/prefix) into the backend for it;
+nothing above this package learns which one it got."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo, Pinned, join
+
+__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "open_backend"]
+
+OBJECT_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://")
+
+
+def is_url(location: str | Path) -> bool:
+    """Whether `location` names object storage rather than a local path."""
+    return isinstance(location, str) and location.startswith(OBJECT_SCHEMES)
+
+
+def open_backend(location: str | Path) -> Backend:
+    """The backend of a path (the local folder) or an object-storage URL (s3://bucket/prefix, gs://, az://)."""
+    if is_url(location):
+        from store.backends.objects import ObjectBackend  # obstore loads only for a URL
+
+        return ObjectBackend(str(location))
+    text = str(location)
+    if "://" in text and not text.startswith("file://"):
+        raise BackendError(f"{text}: unknown storage scheme; give a local path or an s3://, gs:// or az:// URL")
+    from store.backends.local import LocalBackend
+
+    return LocalBackend(text.removeprefix("file://"))

@@ -1,0 +1,158 @@
+"""The contract every storage backend of the engine keeps (zarr-python 3's `zarr.abc.store.Store` is the model):
+whole objects under `/`-separated keys relative to the store's root, written whole or not at all, and the two
+conditional writes the commit protocol needs where there is no rename and no append (create only if absent,
+replace only if unchanged since a version was read). One file per backend implements it (local.py: a POSIX
+folder; objects.py: object storage through obstore); tests/test_backends.py is the one conformance suite both
+pass. Code above this interface names keys, never paths or URLs, and never learns which backend it is on."""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+
+class ObjectInfo(NamedTuple):
+    """What a backend knows of a stored object without reading it: its key, size in bytes and version (an
+    ETag on object storage, a stamp of size, mtime and inode locally): the token a conditional write names."""
+
+    key: str
+    size: int
+    version: str
+
+
+class BackendError(RuntimeError):
+    """The storage itself cannot be used (no such bucket, no credentials, access denied, unreachable
+    endpoint): one line naming the store's URL and what to set. The CLI exits 2 on it, before any work."""
+
+
+class Conflict(RuntimeError):
+    """A conditional write lost: another writer created the key first, or changed it since its version was
+    read. Nothing was written."""
+
+
+class Backend(abc.ABC):
+    """A store's storage: every operation takes keys relative to the store's root (`""` is the root)."""
+
+    #: where the store is, for messages: a path or a URL, never a credential
+    url: str
+
+    def where(self, key: str) -> str:
+        """A key as a user would name it: the store's URL or path joined with it."""
+        return f"{self.url.rstrip('/')}/{key}" if key else self.url
+
+    # ---- reading ----
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object; FileNotFoundError naming `where(key)` when there is none."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes from `start` (fewer at the object's end)."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo:
+        """Size and version without reading; FileNotFoundError when there is no such object."""
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.head(key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def sha256(self, key: str) -> str:
+        """The SHA-256 of the object's bytes (hex)."""
+        return hashlib.sha256(self.get(key)).hexdigest()
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object whose key starts with `prefix/` (all of them for ""), at any depth, sorted by key."""
+
+    @abc.abstractmethod
+    def children(self, prefix: str = "") -> list[str]:
+        """The names one level below `prefix` (objects and folders alike), sorted; [] where there is nothing."""
+
+    # ---- writing ----
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        """Write `data` as the whole object: a reader sees the old object or the new one, never a part."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        """Create the object only if there is none (S3's If-None-Match: *): of writers racing for one key
+        exactly one wins; the others get Conflict and wrote nothing."""
+
+    @abc.abstractmethod
+    def put_if_version(self, key: str, data: bytes, version: str) -> ObjectInfo:
+        """Replace the object only if it is still at `version` (S3's If-Match: ETag); Conflict when it changed
+        or was deleted since."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove one object (no error when there is none)."""
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove every object under `prefix/`."""
+        for info in self.list(prefix):
+            self.delete(info.key)
+
+    # ---- an index log: appended to, pinned by readers (a snapshot is a log's length) ----
+
+    @abc.abstractmethod
+    def pin_log(self, key: str) -> Pinned | None:
+        """The log at `key` as it is now, held for a reader: its later records are never read through the pin,
+        and (locally) the pin is a lease that keeps a compaction from removing the parts it names. None when
+        there is no log."""
+
+    def read_log(self, key: str, limit: int | None = None) -> bytes | None:
+        """The current log's bytes (the first `limit` of them); None when there is no log."""
+        pin = self.pin_log(key)
+        if pin is None:
+            return None
+        try:
+            return bytes(pin.read(limit))
+        finally:
+            pin.close()
+
+    # ---- what the layers above need besides bytes ----
+
+    @abc.abstractmethod
+    def zarr_store(self, prefix: str = "", read_only: bool = False) -> Any:
+        """A zarr-python 3 store rooted at `prefix`, over the same storage (parts are plain Zarr groups)."""
+
+    @abc.abstractmethod
+    def lock(self, key: str, holder: str) -> AbstractContextManager[Any]:
+        """The store's one-writer lock at `key`, held until the context ends: a flock locally, a lease object
+        on object storage (store/backends/lease.py). Raises `Locked` naming the holder when another has it."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Raise BackendError when the storage cannot be used at all (before any work is done)."""
+
+
+class Pinned(abc.ABC):
+    """A reader's hold on one log: its `length` when pinned, and its bytes up to there."""
+
+    length: int
+
+    @abc.abstractmethod
+    def read(self, limit: int | None = None) -> bytes | bytearray:
+        """The pinned bytes (the first `limit` of them)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Let the hold go (a compaction may then remove what only this reader still read)."""
+
+
+class Locked(RuntimeError):
+    """Another writer holds the store's lock; the message names it (holder, host, and on object storage when
+    its lease expires)."""
+
+
+def join(*keys: str) -> str:
+    """Keys joined with `/`, empty ones skipped."""
+    return "/".join(k.strip("/") for k in keys if k and k.strip("/"))

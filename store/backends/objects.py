@@ -1,0 +1,186 @@
+"""The object-storage backend (s3://, gs://, az://) through obstore, the Rust `object_store` that zarr-python
+3's ObjectStore wraps: chosen over s3fs by measurement (docs/design.md, "Object storage"). The only module
+that imports obstore (an import-linter contract). Objects are written whole by nature; the conditional
+writes are S3's If-None-Match: * and If-Match: ETag. Credentials come the way AWS tools take them: the
+standard environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
+AWS_ENDPOINT_URL), else a profile (AWS_PROFILE, ~/.aws) through boto3 where it is installed. No message
+made here holds a credential: they name the URL and the variable to set."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import obstore
+import zarr
+from obstore import exceptions as oe
+from obstore.store import from_url
+
+from store.backends import lease, log
+from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
+
+# What to set, per failure, in the one line a user sees (never the values themselves).
+_CREDENTIALS = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+_ENDPOINT = "check AWS_ENDPOINT_URL (or the network)"
+
+
+def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
+    return ObjectInfo(key, int(meta.get("size") or 0), str(meta.get("e_tag") or meta.get("version") or ""))
+
+
+def _options(url: str) -> dict[str, Any]:
+    """obstore's options for `url` from the environment: an http:// endpoint (a local server) allows HTTP."""
+    opts: dict[str, Any] = {}
+    if url.startswith(("s3://", "s3a://")):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            opts["config"] = {"endpoint": endpoint}
+            if endpoint.startswith("http://"):
+                opts["client_options"] = {"allow_http": True}
+        if not os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_PROFILE") is not None:
+            with contextlib.suppress(ImportError):  # boto3 reads profiles; without it, the variables only
+                from obstore.auth.boto3 import Boto3CredentialProvider
+
+                opts["credential_provider"] = Boto3CredentialProvider()
+    return opts
+
+
+class ObjectBackend(Backend):
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
+        self._unsigned = url.startswith(("s3://", "s3a://")) and not (
+            os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
+            or os.path.exists(os.path.expanduser("~/.aws/credentials")) or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
+            or os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))
+        try:
+            self._store = from_url(self.url, **_options(self.url))
+        except (oe.BaseError, ValueError) as e:
+            raise BackendError(f"{self.url}: cannot open this object store ({_first_line(e)}); "
+                               f"{_CREDENTIALS}, {_ENDPOINT}") from None
+
+    def _error(self, e: Exception, key: str) -> Exception:
+        """One line naming the URL and what to set, for the storage failing as a whole; FileNotFoundError for
+        a missing object; the others as they are."""
+        where = self.where(key)
+        if isinstance(e, (oe.NotFoundError, FileNotFoundError)):
+            return FileNotFoundError(f"{where}: no such object")
+        text = str(e)
+        denied = isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or any(
+            code in text for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"))
+        if denied and self._unsigned:
+            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
+        if isinstance(e, oe.UnauthenticatedError):
+            return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
+        if isinstance(e, oe.PermissionDeniedError):
+            return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
+        if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+            return BackendError(f"{self.url}: no such bucket; create it or correct the URL")
+        if "AccessDenied" in text or "403" in text.split("\n", 1)[0]:
+            return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
+        if "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
+            return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
+        if "credential" in text.lower():
+            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
+        if "error sending request" in text or "connect" in text.lower():
+            return BackendError(f"{where}: the endpoint is unreachable; {_ENDPOINT}")
+        return e
+
+    def _call(self, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self._store, *args, **kwargs)
+        except (oe.BaseError, OSError) as e:
+            raise self._error(e, key) from None
+
+    def get(self, key: str) -> bytes:
+        return bytes(self._call(key, obstore.get, key).bytes())
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        size = self.head(key).size
+        length = max(0, min(length, size - start))
+        if length == 0:
+            return b""
+        return bytes(self._call(key, obstore.get_range, key, start=start, length=length))
+
+    def head(self, key: str) -> ObjectInfo:
+        return _info(self._call(key, obstore.head, key), key)
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        stream = self._call(prefix, obstore.list, f"{prefix.strip('/')}/" if prefix.strip("/") else None)
+        try:
+            found = [_info(m, m["path"]) for chunk in stream for m in chunk]
+        except (oe.BaseError, OSError) as e:
+            raise self._error(e, prefix) from None
+        return sorted(found)
+
+    def children(self, prefix: str = "") -> list[str]:
+        top = f"{prefix.strip('/')}/" if prefix.strip("/") else None
+        got = self._call(prefix, obstore.list_with_delimiter, top)
+        names = {p.rstrip("/").rsplit("/", 1)[-1] for p in got["common_prefixes"]}
+        names |= {m["path"].rsplit("/", 1)[-1] for m in got["objects"]}
+        return sorted(names)
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        got = self._call(key, obstore.put, key, data)
+        return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
+
+    def _put_conditional(self, key: str, data: bytes, mode: Any, why: str) -> ObjectInfo:
+        try:
+            got = obstore.put(self._store, key, data, mode=mode)
+        except (oe.AlreadyExistsError, oe.PreconditionError, oe.NotFoundError, FileNotFoundError, FileExistsError):
+            raise Conflict(f"{self.where(key)}: {why}") from None
+        except (oe.BaseError, OSError) as e:
+            if "PreconditionFailed" in str(e) or "412" in str(e):
+                raise Conflict(f"{self.where(key)}: {why}") from None
+            raise self._error(e, key) from None
+        return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
+
+    def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        return self._put_conditional(key, data, "create", "already exists")
+
+    def put_if_version(self, key: str, data: bytes, version: str) -> ObjectInfo:
+        return self._put_conditional(key, data, {"e_tag": version}, f"changed since version {version}")
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._call(key, obstore.delete, key)
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = [i.key for i in self.list(prefix)]
+        for k in range(0, len(keys), 1000):
+            self._call(prefix, obstore.delete, keys[k:k + 1000])
+
+    def zarr_store(self, prefix: str = "", read_only: bool = False) -> Any:
+        sub = from_url(f"{self.url}/{prefix.strip('/')}", **_options(self.url)) if prefix.strip("/") else self._store
+        return zarr.storage.ObjectStore(sub, read_only=read_only)
+
+    @contextlib.contextmanager
+    def lock(self, key: str, holder: str) -> Iterator[lease.Lease]:
+        with lease.held(self, key, holder) as got:
+            yield got
+
+    def pin_log(self, key: str) -> Pinned | None:
+        """The log's segments read now (store/backends/log.py): a snapshot in memory, no lease."""
+        snap = log.read(self, key)
+        return None if snap is None or not snap.data else _Snapshot(snap.data)  # no header: no log
+
+    def check(self) -> None:
+        """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
+        self._call("", obstore.list_with_delimiter, None)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().split("\n", 1)[0][:200]
+
+
+class _Snapshot(Pinned):
+    def __init__(self, data: bytes) -> None:
+        self.data, self.length = data, len(data)
+
+    def read(self, limit: int | None = None) -> bytes:
+        return self.data if limit is None else self.data[:limit]
+
+    def close(self) -> None:
+        pass

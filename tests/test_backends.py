@@ -1,0 +1,171 @@
+"""The storage backends' conformance suite (store/backends/base.py): every test runs against the local folder
+and against object storage on a real S3 server (moto on 127.0.0.1, a bucket per test)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from store.backends import Backend, BackendError, Conflict, Locked, open_backend
+from store.backends import lease as leases
+from tests import s3server
+
+s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
+
+
+@pytest.fixture(params=["local", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path) -> Backend:
+    if request.param == "local":
+        return open_backend(tmp_path / "store")
+    return open_backend(request.getfixturevalue("s3_url"))
+
+
+def test_whole_objects_round_trip(backend: Backend) -> None:
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        backend.get("a/b.bin")
+    assert not backend.exists("a/b.bin")
+    data = bytes(range(256)) * 40
+    info = backend.put("a/b.bin", data)
+    assert backend.get("a/b.bin") == data
+    assert backend.head("a/b.bin").size == len(data) == info.size
+    assert backend.get_range("a/b.bin", 1000, 300) == data[1000:1300]
+    assert backend.get_range("a/b.bin", len(data) - 10, 300) == data[-10:]
+    backend.put("a/b.bin", b"new")
+    assert backend.get("a/b.bin") == b"new"
+    assert backend.head("a/b.bin").version != info.version
+
+
+def test_listing(backend: Backend) -> None:
+    for key in ("f/parts/2/x", "f/parts/1/zarr.json", "f/index.log", "g/y", "f.txt"):
+        backend.put(key, key.encode())
+    assert [i.key for i in backend.list("f")] == ["f/index.log", "f/parts/1/zarr.json", "f/parts/2/x"]
+    assert [i.key for i in backend.list("f/parts/1")] == ["f/parts/1/zarr.json"]
+    assert [i.key for i in backend.list()] == ["f.txt", "f/index.log", "f/parts/1/zarr.json", "f/parts/2/x", "g/y"]
+    assert backend.children("f") == ["index.log", "parts"]
+    assert backend.children("f/parts") == ["1", "2"]
+    assert backend.children() == ["f", "f.txt", "g"]
+    assert backend.children("nothing") == [] and backend.list("nothing") == []
+    backend.delete("g/y")
+    backend.delete("g/y")  # twice: no error
+    backend.delete_prefix("f/parts")
+    assert [i.key for i in backend.list()] == ["f.txt", "f/index.log"]
+
+
+def test_create_if_absent_has_one_winner(backend: Backend) -> None:
+    """Writers racing for one key (one sequence number): exactly one wins, the others write nothing."""
+    wins, losses = [], []
+
+    def race(k: int) -> None:
+        try:
+            backend.put_if_absent("f/log/000000007", f"writer {k}".encode())
+            wins.append(k)
+        except Conflict as e:
+            losses.append(str(e))
+
+    threads = [threading.Thread(target=race, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1 and len(losses) == 7
+    assert backend.get("f/log/000000007") == f"writer {wins[0]}".encode()
+    assert "already exists" in losses[0] and backend.where("f/log/000000007") in losses[0]
+
+
+def test_replace_if_unchanged(backend: Backend) -> None:
+    first = backend.put_if_absent("lease", b"one")
+    second = backend.put_if_version("lease", b"two", first.version)
+    with pytest.raises(Conflict, match="changed since"):
+        backend.put_if_version("lease", b"three", first.version)  # a stale version loses
+    assert backend.get("lease") == b"two"
+    backend.delete("lease")
+    with pytest.raises(Conflict):
+        backend.put_if_version("lease", b"four", second.version)
+    assert not backend.exists("lease")
+
+
+def test_compare_and_swap_race_has_one_winner(backend: Backend) -> None:
+    start = backend.put("counter", b"start")  # no racer writes these bytes (an ETag is their MD5)
+    wins = []
+
+    def race(k: int) -> None:
+        try:
+            backend.put_if_version("counter", str(k).encode(), start.version)
+            wins.append(k)
+        except Conflict:
+            pass
+
+    threads = [threading.Thread(target=race, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1 and backend.get("counter") == str(wins[0]).encode()
+
+
+def test_zarr_groups_through_the_backend(backend: Backend) -> None:
+    data = np.arange(600, dtype=np.float32).reshape(200, 3)
+    group = zarr.open_group(backend.zarr_store("feat/parts/p1"), mode="w")
+    group.create_array("features", data=data, chunks=(64, 3))
+    group.attrs["siqfeat_part"] = {"seq": 1}
+    assert backend.exists("feat/parts/p1/zarr.json")
+    back = zarr.open_group(backend.zarr_store("feat/parts/p1", read_only=True), mode="r")
+    np.testing.assert_array_equal(back["features"][50:70], data[50:70])
+    assert back.attrs["siqfeat_part"] == {"seq": 1}
+
+
+def test_lock_names_its_holder(backend: Backend) -> None:
+    with backend.lock(".lock", "pid 1 on node-a") as held:
+        assert held
+        with pytest.raises(Locked, match="node-a|pid 1"), backend.lock(".lock", "pid 2 on node-b"):
+            pass
+    with backend.lock(".lock", "pid 3 on node-c"):  # released: free again
+        pass
+
+
+def test_lease_taken_over_after_expiry(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    """A dead holder's lease (never released) is taken over after its expiry, and the taker says so; a live
+    one is refused naming its holder; a holder that was taken over cannot renew."""
+    dead = leases.Lease(backend, "lease", "run dead", ttl_s=30)
+    dead.take(now=1000.0)
+    with pytest.raises(Locked, match="run dead"):
+        leases.Lease(backend, "lease", "run early", ttl_s=30).take(now=1020.0)
+    with caplog.at_level("WARNING"):
+        late = leases.Lease(backend, "lease", "run late", ttl_s=30)
+        late.take(now=1031.0)
+    assert "took over the write lease of run dead" in caplog.text
+    assert json.loads(backend.get("lease"))["holder"] == "run late"
+    assert not dead.renew(now=1032.0) and dead.lost
+    assert late.renew(now=1040.0)
+    late.release()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        leases.Lease(backend, "lease", "run next").take(now=1041.0)  # released: no warning
+    assert "took over" not in caplog.text
+
+
+def test_lease_is_renewed_while_held(backend: Backend) -> None:
+    with leases.held(backend, "lease", "run a", ttl_s=0.6) as got:
+        first = json.loads(backend.get("lease"))["expires"]
+        time.sleep(0.9)  # longer than the ttl: renewed meanwhile, so still ours
+        assert json.loads(backend.get("lease"))["expires"] > first and not got.lost
+        with pytest.raises(Locked, match="run a"):
+            leases.Lease(backend, "lease", "run b").take()
+    assert json.loads(backend.get("lease"))["released"] is True
+
+
+def test_storage_failures_are_one_line_naming_the_url(s3_server: str, s3_url: str, monkeypatch) -> None:
+    bucket = s3_url.split("/")[2]
+    with pytest.raises(BackendError, match=r"s3://no-such-bucket-here/x: no such bucket") as e:
+        open_backend("s3://no-such-bucket-here/x").check()
+    assert "\n" not in str(e.value)
+    open_backend(s3_url).check()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    with pytest.raises(BackendError, match=f"s3://{bucket}/store.*unreachable.*AWS_ENDPOINT_URL") as e:
+        open_backend(s3_url).check()
+    assert "testing-secret" not in str(e.value) and "testing-key" not in str(e.value)
