@@ -132,11 +132,13 @@ def _note_key(note: dict[str, Any]) -> tuple:
     return note.get("kind"), note.get("what"), note.get("id"), note.get("reason")
 
 
-def mark_repeated(notes: list[dict[str, Any]], out: Path) -> None:
+def mark_repeated(notes: list[dict[str, Any]], out: Path | str) -> None:
     """Mark the manifest's notes and dropped inputs that the store's previous run report already listed
     (`repeated`): the summary says each once, not on every run over the same release (a failed item is a
     failure each run, and is never marked)."""
-    for path in sorted(layout.runs_dir(out).glob("*.json"), reverse=True) if out.is_dir() else []:
+    # (a store in a bucket: its earlier notes are said again; its run reports are objects, not files to glob)
+    local = not is_url(out) and Path(out).is_dir()
+    for path in sorted(layout.runs_dir(Path(out)).glob("*.json"), reverse=True) if local else []:
         try:
             previous = json.loads(path.read_text()).get("manifest")
         except (OSError, ValueError, AttributeError):

@@ -289,7 +289,7 @@ class Store:
         for why in unreadable.values():
             log.warning("%s (feature left out)", why)
         return [name for name in self._feature_dirs()
-                if (self.path / name / layout.META).exists() and name not in unreadable]
+                if self.backend.exists(join(name, layout.META)) and name not in unreadable]
 
     def unreadable_features(self) -> dict[str, str]:
         """Feature folders whose group metadata (zarr.json) does not read -> why, naming the file."""

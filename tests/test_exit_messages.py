@@ -107,5 +107,5 @@ def test_a_newline_in_a_file_name_stays_on_its_summary_line(tiny_root: Path) -> 
     assert len(dropped) == 1 and "two\\nlines\\u2028x.mkv" in dropped[0], lines
     failed = [x for x in lines if x.startswith("  FAILED")]
     escaped = str(odd).replace("\n", "\\n").replace("\u2028", "\\u2028")
-    assert failed == [f"  FAILED frames/tiny-a [decode:frames] {escaped}: InputError: bad\\nthing"]
+    assert failed == [f"  FAILED frames/tiny-a [decode:frames] {escaped}: bad\\nthing"]
     assert not any(x.startswith("lines") or x.startswith("thing") for x in lines)

@@ -215,7 +215,8 @@ def test_export_from_s3_equals_export_from_local(tmp_path: Path, s3_url: str) ->
 @pytest.mark.slow
 def test_extract_into_a_bucket_equals_a_local_run(tiny_root_template: Path, tmp_path: Path, s3_url: str) -> None:
     """`extract --out s3://…` with a local Ray: the same pairs committed, equal array for array to a local run's
-    store (the per-item timings aside), and the second run finds everything up to date."""
+    store (the per-item timings aside; the text model's rows within float rounding, which depends on the items
+    batched together in the run), and the second run finds everything up to date."""
     from pipeline.config import load_config
     from pipeline.run import run_extract
 
@@ -230,7 +231,20 @@ def test_extract_into_a_bucket_equals_a_local_run(tiny_root_template: Path, tmp_
         return {k: (v[0], {a: x for a, x in v[1].items() if a not in volatile}) if isinstance(k, tuple) and
                 isinstance(v, tuple) else v for k, v in got.items() if k != "last_run"}
 
-    assert timeless(everything(s3_url)) == timeless(everything(tmp_path / "local.zarr"))
+    got, want = timeless(everything(s3_url)), timeless(everything(tmp_path / "local.zarr"))
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if not (isinstance(value, tuple) and isinstance(value[0], dict)):
+            assert got[key] == value, key
+            continue
+        assert got[key][1] == value[1], key  # attributes: the same
+        for name, a in value[0].items():  # arrays: the same but for the text model's float rounding, which
+            b = got[key][0][name]         # depends on which items shared a call (their padding)
+            if isinstance(a, tuple) and np.dtype(a[0]).kind == "f":
+                assert b[:2] == a[:2] and np.allclose(np.frombuffer(b[2], a[0]), np.frombuffer(a[2], a[0]),
+                                                      rtol=1e-4, atol=1e-5), (key, name)
+            else:
+                assert b == a, (key, name)
     again = run_extract("tiny", tiny_root_template, s3_url, load_config("sample"), only=features)
     assert again.exit_code == 0 and all(c["done"] == 0 for c in again.counts.values())
     assert len(open_store(s3_url).run_reports()) == 2
