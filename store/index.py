@@ -372,20 +372,6 @@ def parse(data: bytes | bytearray, where: Path) -> Index:
     return state.done()
 
 
-def pinned_bytes(fd: int, length: int) -> bytearray:
-    """The first `length` bytes of an open log, read into one buffer (no second copy of a large index)."""
-    buf = bytearray(length)
-    view, pos = memoryview(buf), 0
-    while pos < length:
-        got = os.preadv(fd, [view[pos:pos + (1 << 24)]], pos)
-        if not got:
-            break
-        pos += got
-    view.release()
-    del buf[pos:]
-    return buf
-
-
 def generation_of(path: Path, fd: int | None = None) -> str:
     """The generation of the log at `path` (or of the open log `fd`), from its header line alone."""
     if fd is None:

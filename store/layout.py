@@ -264,8 +264,3 @@ def fold(data: bytes | bytearray, where: Path, visit: Callable[[Record], None]) 
         visit(rec)
         pos = stop + 1
     return pos, False
-
-
-def read_part_meta(part: Path) -> dict[str, Any]:
-    """A part's own record (`PART_ATTR` in its zarr.json: feature, seq, items, files, spans)."""
-    return json.loads((part / META).read_bytes())["attributes"][PART_ATTR]

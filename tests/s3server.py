@@ -82,3 +82,13 @@ def s3_url(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
                  aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=bucket)
     assert os.environ["AWS_ENDPOINT_URL"] == s3_server
     return f"s3://{bucket}/store"
+
+
+@pytest.fixture(params=["local", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """Each backend in turn: a local folder, and a bucket on the S3 server (the conformance suites' one fixture)."""
+    from store.backends import open_backend
+
+    if request.param == "local":
+        return open_backend(tmp_path / "store")
+    return open_backend(request.getfixturevalue("s3_url"))

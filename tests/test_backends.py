@@ -15,14 +15,7 @@ from store.backends import Backend, BackendError, Conflict, Locked, open_backend
 from store.backends import lease as leases
 from tests import s3server
 
-s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
-
-
-@pytest.fixture(params=["local", "s3"])
-def backend(request: pytest.FixtureRequest, tmp_path) -> Backend:
-    if request.param == "local":
-        return open_backend(tmp_path / "store")
-    return open_backend(request.getfixturevalue("s3_url"))
+s3_server, s3_url, backend = s3server.s3_server, s3server.s3_url, s3server.backend  # fixtures, used by name
 
 
 def test_whole_objects_round_trip(backend: Backend) -> None:

@@ -12,7 +12,7 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,30 +98,27 @@ class LocalBackend(Backend):
             return []
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp(path)
-        try:
-            tmp.write_bytes(data)
-            atomicio.fsync_path(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        atomicio.fsync_path(path.parent)
-        return ObjectInfo(key, len(data), _version(path.stat()))
+        return self._publish(key, data, os.replace)
 
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp(path)
-        try:
-            tmp.write_bytes(data)
-            atomicio.fsync_path(tmp)
+        def link(tmp: Path, path: Path) -> None:
             try:
                 os.link(tmp, path)  # whole, and refused where the name exists: what If-None-Match: * does
             except FileExistsError:
                 raise Conflict(f"{self.where(key)}: already exists") from None
+
+        return self._publish(key, data, link)
+
+    def _publish(self, key: str, data: bytes, place: Callable[[Path, Path], None]) -> ObjectInfo:
+        """`data` written whole and synced beside the object, then put in its place by `place` (a rename, or a
+        link that fails where the name exists); the temporary file never outlives the call."""
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp(path)
+        try:
+            tmp.write_bytes(data)
+            atomicio.fsync_path(tmp)
+            place(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         atomicio.fsync_path(path.parent)
