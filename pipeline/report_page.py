@@ -444,7 +444,7 @@ def render_report(store_path: Path | str, inspect_items: list[str] | None = None
         info=asdict(info) | {"features": [asdict(f) for f in info.features], "runs": [asdict(r) for r in info.runs]},
         exit_code=info.exit_code, kinds=KINDS, random=any(f.weights == "random" for f in info.features),
         cov=coverage(store, info), hists=distributions(store, info), panels=item_panels(store, info, inspect_items),
-        stored=feature_rows(store, info), run=run_page(last_work(read_runs(store.path))),
+        stored=feature_rows(store, info), run=run_page(last_work(read_runs(store))),
         spans=spans_text, script=SCRIPT, script_hash=f"sha256-{digest}",
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
