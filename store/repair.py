@@ -137,9 +137,9 @@ def release_retired(store: Path, feature: str, state: index.Index) -> list[str]:
         for _, fd, _ in free:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    if removed:
-        log.info("%s: removed %d part(s) superseded by a compaction (no reader holds them)", store / feature,
-                 len(removed))
+    if removed:  # housekeeping: their rows live on in the compacted parts (the run's summary says what was reclaimed)
+        log.debug("%s: removed %d part(s) superseded by a compaction (no reader holds them)", store / feature,
+                  len(removed))
     return removed
 
 

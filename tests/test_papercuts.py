@@ -174,7 +174,8 @@ def test_failed_lines_name_the_file_once_without_errno_and_info_advises_by_kind(
     assert "`make extract` again retries them" in advice
 
 
-def test_a_first_run_prints_no_compaction_lines_but_reclaimed_rows_get_one(tmp_path: Path) -> None:
+def test_a_first_run_prints_no_compaction_lines_but_reclaimed_rows_get_one(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
     """A run merges its own small commit batches (housekeeping: no line); reclaiming superseded rows, which were
     the user's data before, is said."""
     from types import SimpleNamespace
@@ -192,6 +193,7 @@ def test_a_first_run_prints_no_compaction_lines_but_reclaimed_rows_get_one(tmp_p
                  {"spec_hash": "s", "fingerprint": item, "duration_s": float(n)})
 
     specs = [SimpleNamespace(name="f")]
+    caplog.set_level(logging.INFO)
     with StoreWriter(tmp_path / "s.zarr", "test") as w:
         w.set_feature("f", {"extractor": "f", "version": "0", "config": {}, "columns": ["a", "b"], "rate_hz": 1.0,
                             "weights": "none", "spec_hash": "s"})
@@ -201,6 +203,8 @@ def test_a_first_run_prints_no_compaction_lines_but_reclaimed_rows_get_one(tmp_p
         _compact_if_worthwhile(w, specs, first)
     assert len(open_store(tmp_path / "s.zarr").index("f").parts) == 1  # merged all the same
     assert first.notes == []
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "compact" in r.getMessage()]
+    assert said == [], said  # nor the merged parts' removal
     with StoreWriter(tmp_path / "s.zarr", "test") as w:
         for k in range(3):  # recomputed: their first rows superseded
             commit(w, f"i{k}", 3)
