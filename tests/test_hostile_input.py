@@ -15,6 +15,7 @@ from manifests import limits
 from manifests.limits import InputLimits
 from manifests.records import ManifestNote
 from manifests.socialiq import read_siq2
+from tests.test_qa_file_forms import manifest_report
 
 DEEP = {
     "arrays": "[" * 1000 + "]" * 1000,
@@ -107,17 +108,9 @@ def test_a_device_or_fifo_as_a_qa_file_fails_alone_without_blocking(tiny_root: P
 
 def test_a_deep_qa_file_fails_the_qa_feature_and_the_run_exits_3(tiny_root: Path) -> None:
     from pipeline import exitcodes
-    from pipeline.config import load_config
-    from pipeline.report import RunReport
-    from pipeline.run import _manifest_failures
 
     _qa_file(tiny_root).write_text(DEEP["arrays"])
-    notes: list[ManifestNote] = []
-    read_siq2(tiny_root, notes=notes)
-    specs = load_config("sample").specs(["frames", "qa"])
-    report = RunReport("r", "sample", "s", {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
-                                           for s in specs})
-    _manifest_failures(report, notes, specs)
+    report = manifest_report(tiny_root)
     assert report.exit_code == exitcodes.FAILURES
     [line] = [x for x in report.summary().splitlines() if "FAILED" in x]
     assert line.startswith("  FAILED qa/qa_train.json [manifest]") and "levels deep" in line

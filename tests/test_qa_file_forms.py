@@ -74,19 +74,26 @@ def test_an_unreadable_siq2_qa_file_fails_alone_with_one_line(tiny_root: Path, f
     assert {q.split for q in qa} == {"val"}  # qa_val.json's questions are read as before
 
 
-def test_a_failed_qa_file_fails_the_qa_feature_only_and_the_run_exits_3(tiny_root: Path) -> None:
-    from pipeline import exitcodes
+def manifest_report(raw: Path) -> object:
+    """The run report of a frames + qa run over `raw` as its manifests leave it: the failures they counted."""
     from pipeline.config import load_config
     from pipeline.report import RunReport
     from pipeline.run import _manifest_failures
 
-    (tiny_root / "siq2" / "qa" / "qa_train.json").write_text("[{")
     notes: list[ManifestNote] = []
-    read_siq2(tiny_root, notes=notes)
+    read_siq2(raw, notes=notes)
     specs = load_config("sample").specs(["frames", "qa"])
     report = RunReport("r", "sample", "s", {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                            for s in specs})
     _manifest_failures(report, notes, specs)
+    return report
+
+
+def test_a_failed_qa_file_fails_the_qa_feature_only_and_the_run_exits_3(tiny_root: Path) -> None:
+    from pipeline import exitcodes
+
+    (tiny_root / "siq2" / "qa" / "qa_train.json").write_text("[{")
+    report = manifest_report(tiny_root)
     assert {f: c["failed"] for f, c in report.counts.items()} == {"frames": 0, "qa": 1}
     assert report.exit_code == exitcodes.FAILURES
     [line] = [x for x in report.summary().splitlines() if "FAILED" in x]

@@ -91,6 +91,37 @@ def test_audio_shorter_than_its_video_is_not_truncated(tmp_path: Path, ext: str,
     assert any(str(path) in r.getMessage() and "shorter track" in r.getMessage() for r in caplog.records)
 
 
+def runner_books(out: Path, config, item, meta: dict, intervals: np.ndarray) -> tuple:
+    """(run report, the pairs as committed) of `item` through the runner's books without Ray: each feature's
+    rows (zeros over `intervals`) committed with the decode task's `meta`, as `Runner.commit` and `committed` keep
+    them, into a store at `out`."""
+    from pipeline.committer import Outcome
+    from pipeline.progress import Progress
+    from pipeline.report import RunReport
+    from pipeline.runner import Runner
+    from rows import FeatureRows
+    from store.writer import StoreWriter
+
+    specs = config.specs()
+    report = RunReport("run", "tiny", str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
+                                                 for s in specs})
+    put: list[tuple] = []
+    with StoreWriter(out, "tiny") as writer:
+        r = Runner(config, specs, writer, report)
+        r.progress = Progress(2, bar=False, emit=lambda line: None)
+        r.committer = type("Committer", (), {"put": lambda self, *a: put.append(a), "store_error": None})()
+        for spec in specs:
+            writer.set_feature(spec.name, spec.store_attrs())
+            r.fingerprints[spec.name, item.id], r.sources[spec.name, item.id] = "fp", {"path": str(item.video)}
+            rows = FeatureRows(np.zeros((len(intervals), len(spec.extractor.columns(spec.config))), np.float32),
+                               intervals)
+            r.commit(spec.name, item, rows, meta, 0.1)
+        for feature, item_id, rows, attrs in put:
+            writer.commit(feature, item_id, rows, attrs)
+        r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
+    return report, put
+
+
 def test_a_matroska_duration_counted_from_the_first_timestamp_cuts_no_audio(tmp_path: Path) -> None:
     """The same file with its header's Duration rewritten to 8 s (from the first timestamp, as a muxer might count
     it): read as an end at 8 s of the container's timeline, it cut the audio to its first 3 s."""
@@ -111,14 +142,8 @@ def test_a_shorter_stream_is_a_note_in_the_run_report_its_summary_and_info(tmp_p
     `streams_end_s` and a line of `info`; nothing PARTIAL. The decode is real, the runner's books without Ray."""
     from manifests.records import MediaItem
     from pipeline import actors
-    from pipeline.committer import Outcome
     from pipeline.config import RunConfig
     from pipeline.info import store_info
-    from pipeline.progress import Progress
-    from pipeline.report import RunReport
-    from pipeline.runner import Runner
-    from rows import FeatureRows
-    from store.writer import StoreWriter
 
     path = _make(tmp_path / "v8a11.mkv", 8, 11)
     item = MediaItem(id="v8a11", dataset="tiny", video=path, audio=path)
@@ -127,23 +152,7 @@ def test_a_shorter_stream_is_a_note_in_the_run_report_its_summary_and_info(tmp_p
     assert frames.streams_end_s == meta["shorter"]["frames"] and audio.streams_end_s is None
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"},
                                                     "acoustic": {"extractor": "covarep"}}})
-    specs = config.specs()
-    report = RunReport("run", "tiny", str(tmp_path / "s.zarr"),
-                       {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0) for s in specs})
-    with StoreWriter(tmp_path / "s.zarr", "tiny") as writer:
-        r = Runner(config, specs, writer, report)
-        r.progress = Progress(2, bar=False, emit=lambda line: None)
-        put: list[tuple] = []
-        r.committer = type("Committer", (), {"put": lambda self, *a: put.append(a), "store_error": None})()
-        for spec in specs:
-            writer.set_feature(spec.name, spec.store_attrs())
-            r.fingerprints[spec.name, item.id], r.sources[spec.name, item.id] = "fp", {"path": str(path)}
-            rows = FeatureRows(np.zeros((2, len(spec.extractor.columns(spec.config))), np.float32),
-                               np.array([[0.0, 1.0], [1.0, 2.0]]))
-            r.commit(spec.name, item, rows, meta, 0.1)
-        for feature, item_id, rows, attrs in put:
-            writer.commit(feature, item_id, rows, attrs)
-        r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
+    report, _ = runner_books(tmp_path / "s.zarr", config, item, meta, np.array([[0.0, 1.0], [1.0, 2.0]]))
     [note] = report.shorter
     assert note == {"feature": "frames", "item": "v8a11", "file": str(path), "stream": "video",
                     "duration_s": pytest.approx(8.0, abs=1e-3), "streams_end_s": meta["shorter"]["frames"]}

@@ -27,6 +27,7 @@ import pytest
 from media.container import InputError
 from media.decode import decode_audio, decode_frames, decode_frames_segment
 from tests.synth_display import FPS, display_frames, read_index
+from tests.test_stream_timelines import runner_books
 
 pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg and ffprobe")
 
@@ -307,13 +308,7 @@ def test_late_starts_and_other_streams_are_notes_in_the_item_and_the_run_report(
     (item, stream), with nothing PARTIAL."""
     from manifests.records import MediaItem
     from pipeline import actors
-    from pipeline.committer import Outcome
     from pipeline.config import RunConfig
-    from pipeline.progress import Progress
-    from pipeline.report import RunReport
-    from pipeline.runner import Runner
-    from rows import FeatureRows
-    from store.writer import StoreWriter
 
     video = _barcode_video(tmp_path / "v.mp4", 4, 1, "-an")
     path = tmp_path / "late.mkv"
@@ -327,23 +322,7 @@ def test_late_starts_and_other_streams_are_notes_in_the_item_and_the_run_report(
     config = RunConfig.model_validate({"features": {
         "frames": {"extractor": "densenet161", "weights": "random"},
         "acoustic": {"extractor": "covarep"}, "acoustic2": {"extractor": "covarep", "f0_method": "harvest"}}})
-    specs = config.specs()
-    report = RunReport("run", "tiny", str(tmp_path / "s.zarr"),
-                       {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0) for s in specs})
-    put: list[tuple] = []
-    with StoreWriter(tmp_path / "s.zarr", "tiny") as writer:
-        r = Runner(config, specs, writer, report)
-        r.progress = Progress(2, bar=False, emit=lambda line: None)
-        r.committer = type("Committer", (), {"put": lambda self, *a: put.append(a), "store_error": None})()
-        for spec in specs:
-            writer.set_feature(spec.name, spec.store_attrs())
-            r.fingerprints[spec.name, item.id], r.sources[spec.name, item.id] = "fp", {"path": str(path)}
-            rows = FeatureRows(np.zeros((2, len(spec.extractor.columns(spec.config))), np.float32),
-                               np.array([[2.0, 3.0], [3.0, 4.0]]))
-            r.commit(spec.name, item, rows, meta, 0.1)
-        for feature, item_id, rows, attrs in put:
-            writer.commit(feature, item_id, rows, attrs)
-        r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
+    report, put = runner_books(tmp_path / "s.zarr", config, item, meta, np.array([[2.0, 3.0], [3.0, 4.0]]))
     from store.reader import Store
 
     store = Store(tmp_path / "s.zarr")
