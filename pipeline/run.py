@@ -23,7 +23,7 @@ from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
 from store import layout
-from store.backends import is_url
+from store.backends import is_url, join, open_backend
 from store.integrity import part_problems
 from store.plan import Wanted, make_plan
 from store.writer import StoreError, StoreWriter
@@ -136,11 +136,10 @@ def mark_repeated(notes: list[dict[str, Any]], out: Path | str) -> None:
     """Mark the manifest's notes and dropped inputs that the store's previous run report already listed
     (`repeated`): the summary says each once, not on every run over the same release (a failed item is a
     failure each run, and is never marked)."""
-    # (a store in a bucket: its earlier notes are said again; its run reports are objects, not files to glob)
-    local = not is_url(out) and Path(out).is_dir()
-    for path in sorted(layout.runs_dir(Path(out)).glob("*.json"), reverse=True) if local else []:
+    backend = open_backend(out)  # a folder or a bucket: the run reports through the store's own storage
+    for name in sorted((n for n in backend.children(layout.RUNS) if n.endswith(".json")), reverse=True):
         try:
-            previous = json.loads(path.read_text()).get("manifest")
+            previous = json.loads(backend.get(join(layout.RUNS, name))).get("manifest")
         except (OSError, ValueError, AttributeError):
             continue
         if previous is None:  # not a run report of a run that read the manifests
