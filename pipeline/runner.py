@@ -53,6 +53,10 @@ class Runner:
         self.committer: Committer | None = None
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
         self.progress: Progress | None = None  # up before Ray starts: the bar says so meanwhile
+        # measured for bench.simulate's start-up (the run report's utilisation); set when each happens
+        self.sampler: cpuload.Sampler | None = None  # the run's CPU as the machine sees it, from Ray's start
+        self.ray_start: tuple[float, float] | None = None
+        self.actors_started: float | None = None
 
     def start_ray(self) -> None:
         stop.stage("starting Ray")
@@ -72,8 +76,7 @@ class Runner:
 
     def stop_sampling(self) -> list[tuple[float, float, float]]:
         """End the CPU sampler's thread (pipeline/cpuload.py); its samples."""
-        sampler = getattr(self, "sampler", None)
-        return sampler.stop() if sampler is not None else []
+        return self.sampler.stop() if self.sampler is not None else []
 
     def start_actors(self, features: set[str]) -> None:
         """Start every model actor and the policy's books; actors load their models while the first items
@@ -199,17 +202,16 @@ class Runner:
             self.progress.close()
             self.report.stages = self.stages.summary()
             workers = {f: len(p.workers) for f, p in self.sched.pools.items()}
-            sampler = getattr(self, "sampler", None)
             samples = self.stop_sampling()
             self.report.utilisation = report.utilisation(self.stages.calls, self.cpus, workers, self.sched.name,
-                                                         samples, sampler.cores if sampler else 0)
+                                                         samples, self.sampler.cores if self.sampler else 0)
             if self.report.utilisation:
                 self.report.utilisation["over_time"] = report.utilisation_over_time(self.stages.calls, self.cpus,
                                                                                    workers)
             self.report.utilisation["actors_ready_s"] = self.ready_at
             # when each feature's first actor began to load, and Ray's start: bench.simulate's start-up, measured
-            self.report.utilisation["actors_start_s"] = getattr(self, "actors_started", None)
-            self.report.utilisation["ray_start_s"] = getattr(self, "ray_start", None)
+            self.report.utilisation["actors_start_s"] = self.actors_started
+            self.report.utilisation["ray_start_s"] = self.ray_start
 
     def loop(self, total: int) -> None:
         self.schedule()
