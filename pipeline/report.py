@@ -278,21 +278,12 @@ def utilisation(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: di
         span = t1 - t0
         if span <= 0:
             continue
-        busy: dict[str, float] = {}
-        work = [c for c in every if not c["stage"].startswith("commit:")]
-        busy["cpu"] = sum(_inside(c, t0, t1) * c.get("cpu_s", 0.0) for c in work) / (cpus * span) if cpus else 0.0
-        for gpu in sorted({c["gpu"] for c in model if c.get("gpu")}):
-            busy[f"gpu {gpu}"] = _union([c for c in model if c.get("gpu") == gpu], t0, t1) / span
-        for feat, n in sorted(workers.items()):
-            mine = calls.get(f"model:{feat}", [])
-            if mine and n:
-                busy[f"actors {feat}"] = sum(_inside(c, t0, t1) * (c["end_s"] - c["start_s"]) for c in mine) / (n * span)
-        commits = [c for stage, group in calls.items() if stage.startswith("commit:") for c in group]
-        busy["driver"] = _union(commits, t0, t1) / span
+        busy = _busy(calls, cpus, workers, t0, t1)
         out[name] = {"seconds": round(span, 3), "busy": {k: round(min(v, 1.0), 4) for k, v in busy.items()}}
         whole = cpuload.between(samples or [], t0, t1)
         if whole is not None and cpus and machine_cores:
-            calls_cpu = sum(_inside(c, t0, t1) * c.get("cpu_s", 0.0) for c in work)
+            calls_cpu = sum(_inside(c, t0, t1) * c.get("cpu_s", 0.0) for c in every
+                            if not c["stage"].startswith("commit:"))
             out[name]["whole"] = {"calls_cpu_s": round(calls_cpu, 3), "run_cpu_s": round(whole[0], 3),
                                   "machine_cpu_s": round(whole[1], 3), "machine_cores": machine_cores,
                                   "run": round(whole[0] / (cpus * span), 4),
@@ -321,22 +312,27 @@ def utilisation_over_time(calls: dict[str, list[dict[str, Any]]], cpus: float, w
     if width <= 0:
         return {}
     edges = [t0 + k * width for k in range(bins + 1)]
-    work = [c for c in every if not c["stage"].startswith("commit:")]
+    per_bin = [_busy(calls, cpus, workers, a, b) for a, b in zip(edges, edges[1:], strict=False)]
+    return {"start_s": [round(e - t0, 3) for e in edges[:-1]], "bin_s": round(width, 4),
+            "busy": {k: [round(min(b[k], 1.0), 3) for b in per_bin] for k in per_bin[0]}}
+
+
+def _busy(calls: dict[str, list[dict[str, Any]]], cpus: float, workers: dict[str, int], t0: float,
+          t1: float) -> dict[str, float]:
+    """Each resource's busy fraction in [t0, t1) (`utilisation` says what each resource counts), not capped."""
+    span = t1 - t0
+    every = [c for group in calls.values() for c in group]
     model = [c for c in every if c["stage"].startswith("model:")]
-    commits = [c for c in every if c["stage"].startswith("commit:")]
-    series: dict[str, list[float]] = {"cpu": [sum(_inside(c, a, b) * c.get("cpu_s", 0.0) for c in work) / (cpus * width)
-                                              if cpus else 0.0 for a, b in zip(edges, edges[1:], strict=False)]}
+    work = [c for c in every if not c["stage"].startswith("commit:")]
+    busy = {"cpu": sum(_inside(c, t0, t1) * c.get("cpu_s", 0.0) for c in work) / (cpus * span) if cpus else 0.0}
     for gpu in sorted({c["gpu"] for c in model if c.get("gpu")}):
-        mine = [c for c in model if c.get("gpu") == gpu]
-        series[f"gpu {gpu}"] = [_union(mine, a, b) / width for a, b in zip(edges, edges[1:], strict=False)]
+        busy[f"gpu {gpu}"] = _union([c for c in model if c.get("gpu") == gpu], t0, t1) / span
     for feat, n in sorted(workers.items()):
         mine = calls.get(f"model:{feat}", [])
         if mine and n:
-            series[f"actors {feat}"] = [sum(_inside(c, a, b) * (c["end_s"] - c["start_s"]) for c in mine) / (n * width)
-                                        for a, b in zip(edges, edges[1:], strict=False)]
-    series["driver"] = [_union(commits, a, b) / width for a, b in zip(edges, edges[1:], strict=False)]
-    return {"start_s": [round(e - t0, 3) for e in edges[:-1]], "bin_s": round(width, 4),
-            "busy": {k: [round(min(v, 1.0), 3) for v in vs] for k, vs in series.items()}}
+            busy[f"actors {feat}"] = sum(_inside(c, t0, t1) * (c["end_s"] - c["start_s"]) for c in mine) / (n * span)
+    busy["driver"] = _union([c for c in every if c["stage"].startswith("commit:")], t0, t1) / span
+    return busy
 
 
 def _inside(call: dict[str, Any], t0: float, t1: float) -> float:
