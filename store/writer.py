@@ -427,7 +427,7 @@ class _ObjectWriter(StoreWriter):
             found, unreadable = parts.records_on_disk(self.backend, feature)
             for name in unreadable:
                 self._remove_part(feature, name)  # never complete: its zarr.json (uploaded last) is not there
-            records: list[layout.Record] = [layout.new_header(), *found]
+            records: list[layout.Record] = index.chained([layout.new_header(), *found])
             data = b"".join(layout.encode(r) for r in records)
             generation = blog.replace(self.backend, key, data, None if snap is None else (snap.generation, len(snap.data)))
             if found or snap is not None:
@@ -450,6 +450,7 @@ class _ObjectWriter(StoreWriter):
 
     def _append(self, feature: str, state: index.Index, lines: list[layout.PartLine]) -> None:
         generation, at = self._heads[feature]
+        lines = index.chained(lines, state.order.prev)  # type: ignore[assignment,arg-type]  # as Index.publish does
         try:
             end = blog.append(self.backend, join(feature, layout.INDEX), generation, at,
                               b"".join(layout.encode(r) for r in lines))
@@ -467,7 +468,7 @@ class _ObjectWriter(StoreWriter):
             self._append(feature, state, lines)
             return False
         kept = _current_lines(state, set(state.parts) - op.old)
-        records: list[layout.Record] = [layout.new_header(), *kept, *lines]
+        records: list[layout.Record] = index.chained([layout.new_header(), *kept, *lines])
         data = b"".join(layout.encode(r) for r in records)
         try:
             generation = blog.replace(self.backend, join(feature, layout.INDEX), data, self._heads[feature])

@@ -260,3 +260,26 @@ def test_compact_command_on_a_bucket(s3_url: str, capsys) -> None:
     assert len(after.index("feat").parts) == 2 and len(after.index("other").parts) == 1 and "a" in after.items("feat", include_filtered=True)
     assert {k: v for k, v in everything(s3_url).items() if k != ("feat", "rows")} == \
         {k: v for k, v in before.items() if k != ("feat", "rows")}
+
+
+def _chain(store: str | Path, feature: str) -> list[tuple[int, int | None]]:
+    """(seq, after) of each part line of the feature's current log, as the reader's order check reads them."""
+    got: list[tuple[int, int | None]] = []
+    data = log.read(open_backend(store), join(feature, layout.INDEX)).data if isinstance(store, str) else \
+        (Path(store) / feature / layout.INDEX).read_bytes()
+    layout.fold(data, feature, lambda r: got.append((r.seq, r.after)) if isinstance(r, layout.PartLine) else None)
+    return got
+
+
+def test_the_log_in_a_bucket_is_chained_as_a_local_one(tmp_path: Path, s3_url: str) -> None:
+    """Every part line names the seq of the line before it (issue 53's order check), after the log's appends and
+    after its compaction, on object storage as locally."""
+    for out in (tmp_path / "local.zarr", s3_url):
+        write_run(out)
+        for feature in ("feat", "other"):
+            chain = _chain(out, feature)
+            assert chain and all(after == (chain[k - 1][0] if k else 0) for k, (_, after) in enumerate(chain)), chain
+        assert main(["compact", str(out)]) == 0
+        chain = _chain(out, "feat")
+        assert chain and all(after == (chain[k - 1][0] if k else 0) for k, (_, after) in enumerate(chain)), chain
+    assert _chain(s3_url, "other") == _chain(tmp_path / "local.zarr", "other")
