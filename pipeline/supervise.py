@@ -556,16 +556,6 @@ def _ray_death(journal: Path) -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _exit_code(rc: int, ray_death: str | None) -> int:
     if ray_death:
         return 7  # pipeline/exitcodes.py RAY (not imported: this module stays light)
