@@ -292,8 +292,8 @@ ORPHAN_SCRIPT = textwrap.dedent('''
     def waiting(writer, config, specs, report, *rest):
         report.planned = {s.name: 2 for s in specs}
         supervise.note(report, "extraction")
+        run.stop.stage("extraction")  # before the line the test waits for: its kill may follow at once
         print(f"DRIVER pid={os.getpid()}", flush=True)
-        run.stop.stage("extraction")
         time.sleep(60)
 
     run._extract = waiting
