@@ -17,7 +17,7 @@ SCALE_ARGS ?=
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.lock
-	@# chromium: the report page's test loads the page in a real headless browser (tests/test_report_page.py)
+	@# chromium: the report page's test loads the page in a real headless browser (tests/pipeline/test_report_page.py)
 	@command -v ffmpeg >/dev/null && command -v espeak-ng >/dev/null && command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq ffmpeg espeak-ng chromium; }
 	$(PYTHON) -m venv $(VENV)
@@ -74,7 +74,7 @@ bundle:
 	$(if $(wildcard $(PY)),$(PY),python3) -m deploy.bundle --python $(PYTHON) --out $(BUNDLE_OUT) $(BUNDLE_ARGS)
 
 # what the GPU node check carries in its one device call (bench/node_check.py; docs/scale.md, "The node check"):
-# build/node with the kit for the device image's Python 3.12, two 60 s clips, tests/test_nvdec.py's videos
+# build/node with the kit for the device image's Python 3.12, two 60 s clips, tests/media/test_nvdec.py's videos
 node-kit: install
 	$(PY) -m bench.node_check --prepare build/node
 

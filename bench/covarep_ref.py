@@ -1,7 +1,7 @@
 """Agreement of the `covarep` extractor with COVAREP's own output (../shared/realdata/covarep-ref), per column and file.
 
 Run: `.venv/bin/python -m bench.covarep_ref [field=value ...]` (config fields override the default, e.g.
-`harmonic_filter=same`). tests/test_covarep_ref.py asserts the bars on the same figures (docs/acoustic.md,
+`harmonic_filter=same`). tests/extractors/test_covarep_ref.py asserts the bars on the same figures (docs/acoustic.md,
 "Agreement with COVAREP").
 
 The reference is what COVAREP_feature_extraction.m writes: one row per 10 ms sampled at 0.005 + 0.01 k s, the centre

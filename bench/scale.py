@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.memory import TreeSampler
-from bench.scale_raw import FPS, SIZES, make_raw
 from store import layout
+from testing.scale_raw import FPS, SIZES, make_raw
 
 CONFIG = Path(__file__).with_name("scale.toml")
 GIB = 2**30

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bench_read import (
+from bench.store import with_store
+from extractors.qa import qa_rows
+from manifests.records import MediaItem, QAItem
+from media.kinds.qa import qa_text
+from rows import FeatureRows
+from store.writer import StoreWriter
+from testing.synthetic_store import (
     ACOUSTIC_COLUMNS,
     FACE_COLUMNS,
     _acoustic_rows,
@@ -26,12 +32,6 @@ from bench.bench_read import (
     _frames_rows,
     _transcript_rows,
 )
-from bench.store import with_store
-from extractors.qa import qa_rows
-from manifests.records import MediaItem, QAItem
-from media.kinds.qa import qa_text
-from rows import FeatureRows
-from store.writer import StoreWriter
 
 MODS = ("frames", "faces", "acoustic", "transcript")
 DUR_S, QA_DIM = 60.0, 768

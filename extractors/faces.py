@@ -103,7 +103,7 @@ def detect_frames(mtcnn: Any, pixels: Any, device: str, vectorised: bool = False
     device); one `Detections` per frame.
 
     `vectorised` runs `mtcnn_stages.detect` (stages 2/3 over all boxes at once) instead of `mtcnn.detect`; the
-    detections are the same (tests/test_faces.py compares them bit for bit)."""
+    detections are the same (tests/extractors/test_faces.py compares them bit for bit)."""
     if pixels.ndim != 4 or pixels.shape[-1] != 3:
         raise ValueError(f"pixels must be (B, H, W, 3), got {pixels.shape = }")
     if len(pixels) == 0 or min(pixels.shape[1:3]) < mtcnn.min_face_size:

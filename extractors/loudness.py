@@ -2,7 +2,7 @@
 in dB relative to full scale (an RMS of 1: a full-scale square wave; a full-scale sine is -3.01 dB).
 
 docs/design.md's worked example of adding an extractor for an existing input kind: this module and its test
-(tests/test_loudness.py, against librosa's RMS) are all of it.
+(tests/extractors/test_loudness.py, against librosa's RMS) are all of it.
 """
 
 from __future__ import annotations

@@ -245,7 +245,7 @@ class GpuUnusable(ValueError):  # a ValueError: the CLI ends the run with its on
 def check_gpu(device: str) -> None:
     """An actor placed on a GPU (`device` "cuda"): raise `GpuUnusable` naming this node and CUDA's own error when
     torch cannot put a tensor there. Only where torch is already loaded (an extractor that never imports it has
-    no use for CUDA: bench/waiting.py's sleepers on a logical GPU)."""
+    no use for CUDA: testing/waiting.py's sleepers on a logical GPU)."""
     torch = sys.modules.get("torch")
     if not device.startswith("cuda") or torch is None:
         return
