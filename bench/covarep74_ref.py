@@ -107,7 +107,7 @@ def compare(name: str, x: np.ndarray, ref: dict[str, np.ndarray], got: dict[str,
 
 
 def run(root: Path, names: tuple[str, ...] = FILES) -> list[FileResult]:
-    from tests.extractors.test_acoustic_real import speech_16k
+    from testing.speech import speech_16k
 
     out = []
     for name in names:
@@ -123,7 +123,7 @@ def _fmt(v: np.ndarray) -> str:
 
 
 def main() -> None:
-    from tests.conftest import realdata_dir
+    from testing.realdata import realdata_dir
 
     root = realdata_dir()
     if root is None:

@@ -150,7 +150,7 @@ def table(ps: list[Pair]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.conftest import realdata_dir
+    from testing.realdata import realdata_dir
 
     overrides = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
     root = realdata_dir()

@@ -18,7 +18,7 @@ import numpy as np
 def sdk_source(realdata: Path | None = None) -> Path | None:
     """The SDK's source folder (holding `mmsdk/`), or None where ../shared is absent."""
     if realdata is None:
-        from tests.conftest import realdata_dir  # one rule for where the real data is ($SIQ_REALDATA or ../shared)
+        from testing.realdata import realdata_dir  # one rule for where the real data is ($SIQ_REALDATA or ../shared)
 
         realdata = realdata_dir()
         if realdata is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from manifests.sample import ClipSpec, make_sample
+from testing.realdata import realdata_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Batch sizes are measured per machine (extractors/calibrate.py) and cached in the home directory: the suite uses
@@ -161,13 +162,6 @@ def _ray_shutdown():
             ray.shutdown()
     except ImportError:
         pass
-
-
-def realdata_dir() -> Path | None:
-    """The real public files of ../shared/realdata (SIQ_REALDATA overrides), or None where absent."""
-    env = os.environ.get("SIQ_REALDATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
-    return path if path.is_dir() else None
 
 
 @pytest.fixture(scope="session")

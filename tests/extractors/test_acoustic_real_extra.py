@@ -21,14 +21,15 @@ from pathlib import Path
 import librosa
 import numpy as np
 import pytest
-from conftest import realdata_dir
 from scipy.io import wavfile
 from scipy.signal import butter, find_peaks, sosfiltfilt
 
 from extractors import acoustic, glottal
 from extractors.acoustic import FS_HZ, HOP, Covarep, CovarepConfig
 from extractors.base import Audio
-from tests.extractors.test_acoustic_real import GROSS_CENTS, cents, cycle_f0, f1, praat_f0, read_wav, row_centres_s
+from testing.realdata import realdata_dir
+from testing.speech import GROSS_CENTS, cents, f1, read_wav, row_centres_s
+from tests.extractors.test_acoustic_real import cycle_f0, praat_f0
 
 DATA = Path(__file__).parents[1] / "data" / "speech"
 SLT = ("slt_arctic_a0001", "slt_arctic_a0002", "slt_arctic_a0003")

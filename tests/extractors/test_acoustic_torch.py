@@ -92,7 +92,7 @@ def test_lf_vowels_equal_the_reference(lf_vowels: np.ndarray, device: str) -> No
 
 @pytest.mark.parametrize("name", ["arctic_a0007", "covarep_DB-cresc-a-D4-m1", "covarep_glottalized-m1"])
 def test_real_speech_equals_the_reference(realdata, device: str, name: str) -> None:
-    from tests.extractors.test_acoustic_real import speech_16k
+    from testing.speech import speech_16k
 
     x = speech_16k(realdata, name)
     assert_equivalent(features(x, "numpy"), features(x, "torch", device))
@@ -239,7 +239,7 @@ def test_world_f0_equals_pyworld_on_synthetic_vowels(lf_vowels: np.ndarray, devi
 @pytest.mark.parametrize("name", ["arctic_a0007", "covarep_0011.arctic_bdl1", "covarep_DB-cresc-a-D4-m1",
                                   "covarep_glottalized-m1"])  # fmt: skip
 def test_world_f0_equals_pyworld_on_real_speech(realdata, device: str, name: str) -> None:
-    from tests.extractors.test_acoustic_real import speech_16k
+    from testing.speech import speech_16k
 
     assert_same_f0(*world_f0s(speech_16k(realdata, name), device))
 
@@ -273,7 +273,7 @@ def test_the_f0_tolerances_catch_a_wrong_port(realdata, lf_vowels: np.ndarray,
     vowels, whose F0 StoneMask brings back from any band), and one whose StoneMask rounds every index a sample
     late (LF vowels: median 4.1e-4)."""
     from extractors import world_f0
-    from tests.extractors.test_acoustic_real import speech_16k
+    from testing.speech import speech_16k
 
     x = speech_16k(realdata, "arctic_a0007")
     ref, got = world_f0s(x, "cpu")

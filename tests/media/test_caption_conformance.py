@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import realdata_dir
 
 from media.captions import parse_captions
+from testing.realdata import realdata_dir
 
 DATA = Path(__file__).parents[1] / "data" / "captions"
 ROLL_GAP_S = 0.01
