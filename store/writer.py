@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -26,6 +27,7 @@ from rows import FeatureRows
 from store import index, layout, parts, repair
 from store.backends import Conflict, Locked, is_url, join, open_backend
 from store.backends import log as blog
+from store.workerparts import WrittenRows, part_meta
 
 log = logging.getLogger(__name__)
 Member = tuple[str, FeatureRows, dict[str, Any]]  # (item, rows, attributes)
@@ -233,11 +235,11 @@ class StoreWriter:
             if item_id in layout.RESERVED:
                 raise ValueError(f"invalid id {item_id!r}: reserved by the store")
         latest = {item: (item, rows, {**rows.attrs, **attrs, "n_rows": int(len(rows.features)), "complete": True})
-                  for item, rows, attrs in batch}  # an item twice in a batch: its last rows count
+                  for item, rows, attrs in batch if not isinstance(rows, WrittenRows)}  # twice: its last rows count
         groups: dict[tuple, list[Member]] = {}
         for entry in latest.values():
             groups.setdefault(parts.signature(entry[1]), []).append(entry)
-        self.commit_op(feature, Append(list(groups.values())))
+        self.commit_op(feature, Append([*groups.values(), *_written_parts(batch)]))
 
     def commit_op(self, feature: str, op: Append | Rewrite) -> index.Index:
         """The one commit path: the operation's parts written and renamed into place, then published (an
@@ -249,7 +251,8 @@ class StoreWriter:
         lines, placed = [], []
         try:
             for seq, members in enumerate(op.batches, start=state.last_seq + 1):
-                name = f"{seq:09d}-{uuid.uuid4().hex[:8]}"
+                written = members[0][1] if members and isinstance(members[0][1], WrittenRows) else None
+                name = written.part.name if written is not None else f"{seq:09d}-{uuid.uuid4().hex[:8]}"
                 lines.append(self._write_part(feature, name, seq, members))
                 placed.append(name)
             retired = self._publish(feature, state, op, lines)
@@ -335,6 +338,26 @@ class StoreWriter:
         except OSError as e:
             raise StoreError(f"cannot save the run report: {_os_problem(e, out)}") from e
         return out
+
+
+def _written_parts(batch: list[Member]) -> list[list[Member]]:
+    """The parts workers wrote (`WrittenRows`), one batch each with its items in the part's row order and the
+    attributes the part's record gets; ValueError when the batch lacks an item of one of them (a part is
+    published whole or not at all)."""
+    by_part: dict[str, dict[str, Member]] = {}
+    for item, rows, attrs in batch:
+        if isinstance(rows, WrittenRows):
+            by_part.setdefault(rows.part.name, {})[item] = (
+                item, rows, {**rows.attrs, **attrs, "n_rows": rows.n_rows, "complete": True})
+    out = []
+    for name, members in by_part.items():
+        part = next(iter(members.values()))[1].part
+        missing = [i for i in part.items if i not in members]
+        if missing:
+            raise ValueError(f"part {name}: item(s) {', '.join(missing)} of it are not in this commit; it is "
+                             "published whole or not at all")
+        out.append([members[i] for i in part.items])
+    return out
 
 
 def _generation_is(path: Path, generation: str) -> bool:
@@ -480,6 +503,8 @@ class _ObjectWriter(StoreWriter):
         return False
 
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
+        if isinstance(members[0][1], WrittenRows):
+            return self._finish_written(feature, name, seq, members)
         with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
             staging = Path(tmp) / name
             arrays, rows, spans = parts.concat(members)
@@ -500,6 +525,22 @@ class _ObjectWriter(StoreWriter):
                 self._remove_part(feature, name)
                 raise
         return layout.PartLine(name, seq, rows, files, shapes, spans)
+
+    def _finish_written(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
+        """A part a worker uploaded (store/workerparts.py): its data files checked to be there as it recorded
+        them (one listing), then its own zarr.json written with its record; the caller publishes it."""
+        part = members[0][1].part
+        key = join(feature, layout.PARTS, name)
+        there = {i.key[len(key) + 1:]: i.size for i in self.backend.list(key)}
+        wrong = sorted(rel for rel, (size, _) in part.files.items() if there.get(rel) != size)
+        if wrong:
+            raise OSError(f"{self.backend.where(key)}: the worker's upload is not all there ({', '.join(wrong[:3])}"
+                          f"{' …' if len(wrong) > 3 else ''} missing or of another size); not published")
+        rows = [layout.item_row(item, r0, n, attrs) for (item, _, attrs), (r0, n) in zip(members, part.rows, strict=True)]
+        raw = part_meta(feature, seq, part, rows)
+        self.backend.put(join(key, layout.META), raw)
+        files = {**{rel: list(v) for rel, v in part.files.items()}, layout.META: [len(raw), hashlib.sha256(raw).hexdigest()]}
+        return layout.PartLine(name, seq, rows, files, part.arrays, part.spans)
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         for name, records in (("items.jsonl", items), ("qa.jsonl", qa)):
