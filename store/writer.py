@@ -25,7 +25,7 @@ import atomicio
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
 from rows import FeatureRows
 from store import index, layout, parts, repair
-from store.backends import Conflict, Locked, is_url, join, open_backend
+from store.backends import Conflict, Locked, is_url, join, open_backend, pins
 from store.backends import log as blog
 from store.workerparts import WrittenRows, part_meta
 
@@ -360,6 +360,18 @@ def _written_parts(batch: list[Member]) -> list[list[Member]]:
     return out
 
 
+def _named_in(snap: blog.Snapshot | None, where: str) -> set[str] | None:
+    """The parts a log generation names; None when it cannot be read whole."""
+    names: set[str] = set()
+    if snap is None:
+        return names
+    try:
+        layout.fold(snap.data, where, lambda rec: names.add(rec.part) if isinstance(rec, layout.PartLine) else None)
+    except (ValueError, KeyError):
+        return None
+    return names
+
+
 def _generation_is(path: Path, generation: str) -> bool:
     try:
         return index.generation_of(path) == generation
@@ -383,7 +395,8 @@ class _ObjectWriter(StoreWriter):
     named by no index record, is not data. It is published by creating the log's next segment at the log's
     end with a create-if-absent write (store/backends/log.py): of two writers racing for one sequence
     number exactly one wins, and the loser's commit fails with its parts removed. A compaction publishes a
-    new log generation the same way; the parts it replaced stay in the bucket (readers hold no lease here)."""
+    new log generation the same way; the parts it replaced are removed once no reader's pin holds the old
+    generation (`release_retired`)."""
 
     def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = str(path).rstrip("/")  # type: ignore[assignment]
@@ -459,7 +472,8 @@ class _ObjectWriter(StoreWriter):
             self._heads[feature] = (generation, len(data))
         else:
             self._heads[feature] = (snap.generation, len(snap.data))
-            unindexed = [p for p in parts.part_names(self.backend, feature) if p not in state.parts]
+            held = self.release_retired(feature, state)  # (the parts readers still read are not unindexed)
+            unindexed = [p for p in parts.part_names(self.backend, feature) if p not in state.parts and p not in held]
             found, unreadable = parts.records_on_disk(self.backend, feature, unindexed)
             for name in unreadable:
                 self._remove_part(feature, name)
@@ -500,7 +514,47 @@ class _ObjectWriter(StoreWriter):
                              f"during the compaction ({e}); nothing was replaced") from None
         self._heads[feature] = (generation, len(data))
         self._index[feature] = index.of_records(records, len(data))
+        self.release_retired(feature, self._index[feature])
         return False
+
+    def release_retired(self, feature: str, state: index.Index) -> set[str]:
+        """Remove the parts of the feature's replaced log generations (a compaction's old parts) that no
+        reader holds any more (no live pin of their generation: store/backends/pins.py) and that neither the
+        current index (`state`) nor a held generation names; then those generations. The parts the held
+        generations name (kept) are returned. A failure here is said and left to the next writer: what was
+        published stays published."""
+        key = join(feature, layout.INDEX)
+        current = self._heads[feature][0]
+        held: set[str] = set()
+        free: list[tuple[str, set[str]]] = []
+        try:
+            for generation in blog.generations(self.backend, key):
+                if generation == current:
+                    continue
+                names = _named_in(blog.read(self.backend, key, generation), self.backend.where(key))
+                if names is None:  # unreadable: which parts it names is unknown, so none is removed
+                    log.warning("%s: replaced generation %s unreadable, kept with its parts", self.backend.where(key),
+                                generation)
+                    continue
+                if pins.alive(self.backend, key, generation):
+                    held |= names
+                else:
+                    free.append((generation, names))
+            removed = 0
+            for generation, names in free:
+                for name in sorted(names - set(state.parts) - held):
+                    self.backend.delete_prefix(join(feature, layout.PARTS, name))
+                    removed += 1
+                blog.remove_generation(self.backend, key, generation)  # after its parts: a failure retries them
+                pins.clear(self.backend, key, generation)
+        except (OSError, RuntimeError) as e:
+            log.warning("%s: could not remove the parts a compaction replaced (%s); the next writer tries again",
+                        self.backend.where(feature), e)
+            return held | {n for _, names in free for n in names}
+        if removed:
+            log.debug("%s: removed %d part(s) superseded by a compaction (no reader holds them)",
+                      self.backend.where(feature), removed)
+        return held
 
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
         if isinstance(members[0][1], WrittenRows):

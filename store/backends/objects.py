@@ -9,6 +9,7 @@ made here holds a credential: they name the URL and the variable to set."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,7 @@ import zarr
 from obstore import exceptions as oe
 from obstore.store import from_url
 
-from store.backends import lease, log
+from store.backends import lease, log, pins
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
 
 # What to set, per failure, in the one line a user sees (never the values themselves).
@@ -162,9 +163,39 @@ class ObjectBackend(Backend):
             yield got
 
     def pin_log(self, key: str) -> Pinned | None:
-        """The log's segments read now (store/backends/log.py): a snapshot in memory, no lease."""
+        """The log's segments read now (store/backends/log.py): a snapshot in memory, its generation held by a
+        pin (store/backends/pins.py) until it is closed, so that a compaction keeps the parts it names. The
+        pin is written before the head is read again: a compaction that replaced the head before the pin
+        existed is seen then (and this generation let go), one that replaces it later sees the pin."""
+        for _ in range(5):
+            found = log.head(self, key)
+            if found is None:
+                return None
+            pin = pins.Pin(self, key, found[0])
+            try:
+                again = json.loads(self.get(key))["generation"]
+                if again == found[0]:
+                    snap = log.read(self, key, found[0])
+                    if snap is None or not snap.data:  # a generation without its first segment: no log
+                        pin.close()
+                        return None
+                    return _Snapshot(snap.data, pin)
+            except FileNotFoundError:
+                pin.close()
+                return None
+            except BaseException:
+                pin.close()
+                raise
+            pin.close()
+        raise RuntimeError(f"{self.where(key)}: replaced by another generation each time it was read (5 times); "
+                           "open the store again")
+
+    def read_log(self, key: str, limit: int | None = None) -> bytes | None:
+        """The current log's bytes, read once: nothing is held afterwards, so no pin is needed."""
         snap = log.read(self, key)
-        return None if snap is None or not snap.data else _Snapshot(snap.data)  # no header: no log
+        if snap is None or not snap.data:
+            return None
+        return snap.data if limit is None else snap.data[:limit]
 
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
@@ -176,11 +207,11 @@ def _first_line(e: BaseException) -> str:
 
 
 class _Snapshot(Pinned):
-    def __init__(self, data: bytes) -> None:
-        self.data, self.length = data, len(data)
+    def __init__(self, data: bytes, pin: pins.Pin) -> None:
+        self.data, self.length, self.pin = data, len(data), pin
 
     def read(self, limit: int | None = None) -> bytes:
         return self.data if limit is None else self.data[:limit]
 
     def close(self) -> None:
-        pass
+        self.pin.close()
