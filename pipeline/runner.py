@@ -511,8 +511,8 @@ class Runner:
                 self.progress.failed(handed=True)
                 continue
             if o.error is not None:  # its own commit failed: named with its own feature's folder
-                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path / o.feature,
-                                                    o.error))
+                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}",  # (a path, or a bucket's URL)
+                                                    f"{str(self.writer.path).rstrip('/')}/{o.feature}", o.error))
                 self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1

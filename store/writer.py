@@ -402,6 +402,7 @@ class _ObjectWriter(StoreWriter):
         self.path = str(path).rstrip("/")  # type: ignore[assignment]
         self._index: dict[str, index.Index] = {}
         self._heads: dict[str, tuple[str, int]] = {}  # feature -> (log generation, length published)
+        self._finished: dict[tuple[str, str], bool] = {}  # workers' parts given their zarr.json, not yet published
         self._lock = None
         self._lease: contextlib.ExitStack | None = contextlib.ExitStack()
         self.backend = open_backend(self.path)
@@ -443,6 +444,9 @@ class _ObjectWriter(StoreWriter):
 
     def _remove_part(self, feature: str, name: str) -> None:
         with contextlib.suppress(OSError, RuntimeError):
+            if self._finished.pop((feature, name), False):  # a worker's: as it uploaded it, for a commit retried
+                self.backend.delete(join(feature, layout.PARTS, name, layout.META))
+                return
             self.backend.delete_prefix(join(feature, layout.PARTS, name))
 
     def index(self, feature: str) -> index.Index:
@@ -501,6 +505,8 @@ class _ObjectWriter(StoreWriter):
 
     def _publish(self, feature: str, state: index.Index, op: Append | Rewrite, lines: list[layout.PartLine],
                  ) -> bool:
+        for line in lines:  # published from here on (or never, should this raise): nothing to take back
+            self._finished.pop((feature, line.part), None)
         if isinstance(op, Append):
             self._append(feature, state, lines)
             return False
@@ -593,6 +599,7 @@ class _ObjectWriter(StoreWriter):
         rows = [layout.item_row(item, r0, n, attrs) for (item, _, attrs), (r0, n) in zip(members, part.rows, strict=True)]
         raw = part_meta(feature, seq, part, rows)
         self.backend.put(join(key, layout.META), raw)
+        self._finished[feature, name] = True  # (a failed commit takes back only this: `_remove_part`)
         files = {**{rel: list(v) for rel, v in part.files.items()}, layout.META: [len(raw), hashlib.sha256(raw).hexdigest()]}
         return layout.PartLine(name, seq, rows, files, part.arrays, part.spans)
 

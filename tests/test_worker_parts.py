@@ -154,3 +154,43 @@ def test_a_local_store_is_never_written_by_workers(tmp_path: Path) -> None:
     runner.config = SimpleNamespace(worker_parts=True)
     runner.writer = SimpleNamespace(path=tmp_path / "x.zarr")
     assert runner.store_target(SimpleNamespace()) is None
+
+
+def test_a_part_not_all_uploaded_fails_alone(s3_url: str) -> None:
+    """A worker's part with a data file missing is not published (its pairs fail naming it); the other part of
+    the same batch is published when the committer tries it alone, its upload intact."""
+    with StoreWriter(s3_url, "demo") as w:
+        w.set_feature("feat", ATTRS)
+        good = workerparts.write(s3_url, "feat", [("a", rows(3, 1.0))])
+        torn = workerparts.write(s3_url, "feat", [("b", rows(2, 2.0))])
+        backend = open_backend(s3_url)
+        part = join("feat", layout.PARTS, torn["b"].part.name)
+        backend.delete(next(i.key for i in backend.list(part) if "/c/" in i.key))  # a chunk of it
+        committer = Committer(w, batch_items=10, batch_age_s=60)
+        committer.put("feat", "a", good["a"], {"spec_hash": "s1", "fingerprint": "fa"})  # finished first, then
+        committer.put("feat", "b", torn["b"], {"spec_hash": "s1", "fingerprint": "fb"})  # the batch fails on this
+        outcomes = {o.item: o.error for o in committer.close()}
+    assert outcomes["a"] is None
+    assert "the worker's upload is not all there" in str(outcomes["b"]) and torn["b"].part.name in str(outcomes["b"])
+    s = open_store(s3_url)
+    assert s.items("feat") == ["a"] and all(c.ok for c in s.check("feat", full=True))
+    np.testing.assert_array_equal(np.asarray(s.read("feat", "a").features[...]), rows(3, 1.0).features)
+
+
+def test_a_run_whose_actors_wrote_its_parts_does_not_merge_them_on_its_driver(tmp_path: Path) -> None:
+    """The end of a run compacts only what pays without reading the small parts back (`merge_small=False`):
+    parts whose rows are all superseded still go; `pipeline compact` (force) still merges everything."""
+    from store.compact import to_rewrite
+    from tests.test_store_s3 import write_run
+
+    write_run(tmp_path / "s.zarr")
+    with StoreWriter(tmp_path / "s.zarr", "demo") as w:
+        state = w.index("other")
+        w.commit_batch("feat", [("b", rows(5, 2.0, dim=3), {"spec_hash": "s1", "fingerprint": "fb"})])
+        feat = w.index("feat")  # parts 1 (a) and 2 (b) now all superseded; parts 3, 4: small
+    assert to_rewrite(state, False) == set() and to_rewrite(state, False, merge_small=False) == set()
+    small = to_rewrite(feat, False)
+    assert len(small) == 4
+    wasteful = to_rewrite(feat, False, merge_small=False)
+    assert len(wasteful) == 2 and wasteful < small and all(feat.usage()[p][0] == 0 for p in wasteful)
+    assert to_rewrite(feat, True, merge_small=False) == set(feat.parts)
