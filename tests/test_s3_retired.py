@@ -82,3 +82,23 @@ def test_a_killed_reader_s_pin_holds_nothing_once_expired(s3_url: str) -> None:
     reopen(s3_url)
     assert stored_parts(s3_url, "feat") == set(open_store(s3_url).index("feat").parts)
     assert not stored_parts(s3_url, "feat") & old
+
+
+def test_a_reader_that_may_not_write_reads_unheld_and_says_so(s3_url: str, monkeypatch, caplog) -> None:
+    """Read-only credentials: no pin can be written; the store still opens and reads (said once, with what it
+    risks)."""
+    from store.backends import BackendError
+
+    write_run(s3_url)
+
+    def refused(self: pins.Pin, now: float | None = None) -> None:
+        raise BackendError(f"{s3_url}/feat/index.log.pins: access denied; use credentials allowed to read and write it")
+
+    monkeypatch.setattr(pins.Pin, "renew", refused)
+    with caplog.at_level("WARNING"):
+        s = open_store(s3_url)
+        assert s.items("feat", include_filtered=True) == ["a", "b", "c"]
+        open_store(s3_url).close()
+    said = [r.getMessage() for r in caplog.records if "cannot hold this reader's snapshot" in r.getMessage()]
+    assert len(said) == 1 and "access denied" in said[0]
+    s.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,8 @@ from obstore.store import from_url
 
 from store.backends import lease, log, pins
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
+
+log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
 
 # What to set, per failure, in the one line a user sees (never the values themselves).
 _CREDENTIALS = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
@@ -171,22 +174,29 @@ class ObjectBackend(Backend):
             found = log.head(self, key)
             if found is None:
                 return None
-            pin = pins.Pin(self, key, found[0])
+            try:
+                pin: pins.Pin | None = pins.Pin(self, key, found[0])
+            except BackendError as e:  # read-only credentials: the snapshot is read, but not held
+                pin = None
+                if self.url not in _UNHELD:
+                    _UNHELD.add(self.url)
+                    log_.warning("%s: cannot hold this reader's snapshot (%s); a compaction meanwhile may remove "
+                                 "the parts it reads (then open the store again)", self.url, e)
             try:
                 again = json.loads(self.get(key))["generation"]
                 if again == found[0]:
                     snap = log.read(self, key, found[0])
                     if snap is None or not snap.data:  # a generation without its first segment: no log
-                        pin.close()
+                        _close(pin)
                         return None
                     return _Snapshot(snap.data, pin)
             except FileNotFoundError:
-                pin.close()
+                _close(pin)
                 return None
             except BaseException:
-                pin.close()
+                _close(pin)
                 raise
-            pin.close()
+            _close(pin)
         raise RuntimeError(f"{self.where(key)}: replaced by another generation each time it was read (5 times); "
                            "open the store again")
 
@@ -206,12 +216,20 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().split("\n", 1)[0][:200]
 
 
+_UNHELD: set[str] = set()  # stores whose readers could not write a pin here (said once)
+
+
+def _close(pin: pins.Pin | None) -> None:
+    if pin is not None:
+        pin.close()
+
+
 class _Snapshot(Pinned):
-    def __init__(self, data: bytes, pin: pins.Pin) -> None:
+    def __init__(self, data: bytes, pin: pins.Pin | None) -> None:
         self.data, self.length, self.pin = data, len(data), pin
 
     def read(self, limit: int | None = None) -> bytes:
         return self.data if limit is None else self.data[:limit]
 
     def close(self) -> None:
-        self.pin.close()
+        _close(self.pin)
