@@ -36,7 +36,11 @@ def main() -> None:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
 
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
 
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -49,6 +53,7 @@ def main() -> None:
     from manifests.sample import make_sample
     from pipeline.config import load_config
     from pipeline.run import run_extract
+    from store.reader import open_store
 
     raw = args.work / "sample"
     make_sample(raw)
@@ -56,19 +61,22 @@ def main() -> None:
     try:
         for label, on in (("every row through the driver", False), ("actors write their parts", True)):
             config = load_config("sample", {"worker_parts": on})
-            report = run_extract("sample", raw, f"s3://bench/{'after' if on else 'before'}.zarr", config,
-                                 only=args.features)
+            url = f"s3://bench/{'after' if on else 'before'}.zarr"
+            report = run_extract("sample", raw, url, config, only=args.features)
             got, clips = report.driver_received, max(1, report.driver_received.get("clips", 0))
             done = sum(c["done"] for c in report.counts.values())
-            rows.append((label, report.exit_code, clips, done, got.get("pairs written by actors", 0),
+            store = open_store(url)
+            parts = sum(len(store.index(f).parts) for f in store.features())
+            store.close()
+            rows.append((label, report.exit_code, clips, done, got.get("pairs written by actors", 0), parts,
                          got.get("model results", 0) / clips, got.get("decode records", 0) / clips, report.seconds))
     finally:
         server.stop()
-    print(f"{'':32} {'exit':>4} {'clips':>5} {'pairs':>5} {'by actors':>9} {'results KiB/clip':>16} "
+    print(f"{'':32} {'exit':>4} {'clips':>5} {'pairs':>5} {'by actors':>9} {'parts':>5} {'results KiB/clip':>16} "
           f"{'decode KiB/clip':>15} {'wall s':>7}")
-    for label, code, clips, done, by_actors, results, decodes, secs in rows:
-        print(f"{label:32} {code:4d} {clips:5d} {done:5d} {by_actors:9d} {results / KIB:16.1f} {decodes / KIB:15.2f} "
-              f"{secs:7.1f}")
+    for label, code, clips, done, by_actors, parts, results, decodes, secs in rows:
+        print(f"{label:32} {code:4d} {clips:5d} {done:5d} {by_actors:9d} {parts:5d} {results / KIB:16.1f} "
+              f"{decodes / KIB:15.2f} {secs:7.1f}")
 
 
 if __name__ == "__main__":
