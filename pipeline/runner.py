@@ -251,8 +251,8 @@ class Runner:
         if not self.config.worker_parts or not is_url(str(self.writer.path)):
             return None
         feat = call.pool.feature
-        whole = frozenset(u.item for u in call.take if u.part == 0 and getattr(self.pairs.get((feat, u.item)),
-                                                                                 "segments", 0) == 1)
+        pairs = [(u.item, self.pairs.get((feat, u.item))) for u in call.take if u.part == 0]
+        whole = frozenset(item for item, pair in pairs if pair is not None and pair.segments == 1)
         return ownparts.StoreTarget(str(self.writer.path), whole) if whole else None
 
     def submit(self, job: Decode) -> None:

@@ -144,16 +144,26 @@ def _fresh_refusals() -> None:
     ownparts._refused.clear()
 
 
-def test_a_local_store_is_never_written_by_workers(tmp_path: Path) -> None:
-    """(`Runner.store_target`: only a URL) the local writer's own parts are what a local store holds."""
+def test_the_driver_asks_an_actor_to_write_only_whole_pairs_into_a_bucket(tmp_path: Path) -> None:
+    """(`Runner.store_target`) a bucket: the call's items whose pair is one call's rows, not a long video's
+    segments (joined on the driver), nor pairs already closed; a local store, or `worker_parts = false`: none."""
     from types import SimpleNamespace
 
-    from pipeline.runner import Runner
+    from pipeline.runner import Runner, _Pair
+    from pipeline.schedule import Unit
 
     runner = Runner.__new__(Runner)
     runner.config = SimpleNamespace(worker_parts=True)
-    runner.writer = SimpleNamespace(path=tmp_path / "x.zarr")
-    assert runner.store_target(SimpleNamespace()) is None
+    runner.writer = SimpleNamespace(path="s3://b/s.zarr")
+    runner.pairs = {("frames", "one"): _Pair(), ("frames", "long"): _Pair(segments=3)}
+    call = SimpleNamespace(pool=SimpleNamespace(feature="frames"),
+                           take=[Unit("one", None, 1, 1), Unit("long", None, 1, 1), Unit("long", None, 1, 1, part=1),
+                                 Unit("gone", None, 1, 1)])
+    assert runner.store_target(call) == ownparts.StoreTarget("s3://b/s.zarr", frozenset({"one"}))
+    runner.config.worker_parts = False
+    assert runner.store_target(call) is None
+    runner.config.worker_parts, runner.writer = True, SimpleNamespace(path=tmp_path / "x.zarr")
+    assert runner.store_target(call) is None
 
 
 def test_a_part_not_all_uploaded_fails_alone(s3_url: str) -> None:
