@@ -30,14 +30,14 @@ BATCHES = [[("a", rows(3, 1.0), {"spec_hash": "s1", "fingerprint": "fa"}),
            [("a", rows(4, 7.0), {"spec_hash": "s1", "fingerprint": "fa2"})]]
 
 
-def part_records(url: str, feature: str) -> list[dict]:
-    """Each part's own record (its zarr.json's attribute) in commit order, without what names it."""
+def part_records(url: str, feature: str) -> list[tuple[dict, bytes]]:
+    """Each part's own record (its zarr.json's attribute) and that zarr.json's bytes, in commit order."""
     backend = open_backend(url)
     out = []
     for name in backend.children(join(feature, layout.PARTS)):
-        rec = json.loads(backend.get(join(feature, layout.PARTS, name, layout.META)))["attributes"][layout.PART_ATTR]
-        out.append(rec)
-    return sorted(out, key=lambda r: r["seq"])
+        raw = backend.get(join(feature, layout.PARTS, name, layout.META))
+        out.append((json.loads(raw)["attributes"][layout.PART_ATTR], raw))
+    return sorted(out, key=lambda r: r[0]["seq"])
 
 
 def test_a_part_a_worker_wrote_is_the_part_the_driver_would_write(s3_url: str) -> None:
