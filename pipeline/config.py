@@ -89,6 +89,9 @@ class RunConfig(BaseModel):
     commit_batch_items: int = Field(512, ge=1)
     commit_batch_bytes: int = Field(128 * 2**20, ge=1)
     commit_batch_s: float = Field(10.0, gt=0)
+    # a store on object storage: each model actor uploads the parts of its calls' rows itself and the driver
+    # receives their records only (pipeline/ownparts.py); False: every row goes through the driver
+    worker_parts: bool = True
     # what one input file may cost before it fails alone (manifests/limits.py; README, "Input limits"): bytes and
     # nesting of QA/annotation JSON, bytes and cues of a caption file
     limits: InputLimits = Field(default_factory=InputLimits)

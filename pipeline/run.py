@@ -199,7 +199,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
                     runner.stop_sampling()  # (done already by a run that got to its report)
         finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
             runner.progress.close()
-    _compact_if_worthwhile(writer, specs, report)
+    _compact_if_worthwhile(writer, specs, report, merge_small=not (config.worker_parts and is_url(str(writer.path))))
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines
@@ -229,14 +229,17 @@ def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem,
     return source, fp
 
 
-def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:
-    """Reclaim superseded rows and merge small batches when it pays (store/compact.py); never fails the run."""
+def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport,
+                           merge_small: bool = True) -> None:
+    """Reclaim superseded rows and merge small batches when it pays (store/compact.py); never fails the run.
+    `merge_small=False` where the model actors wrote their own parts (object storage): merging them would read
+    every row back on the driver; `python -m pipeline compact` merges them when asked."""
     from store.compact import compact_store
 
     if report.store_error:
         return
     try:
-        done = compact_store(writer.path, [s.name for s in specs], force=False, writer=writer)
+        done = compact_store(writer.path, [s.name for s in specs], force=False, writer=writer, merge_small=merge_small)
     except (OSError, StoreError, ValueError) as e:
         log.warning("compaction skipped: %s", e)
         return

@@ -225,6 +225,10 @@ def test_extract_into_a_bucket_equals_a_local_run(tiny_root_template: Path, tmp_
     remote = run_extract("tiny", tiny_root_template, s3_url, load_config("sample"), only=features)
     assert local.exit_code == remote.exit_code == 0 and remote.counts == local.counts
     assert sum(c["done"] for c in remote.counts.values()) > 0
+    # every pair's rows went to the bucket from its model actor (pipeline/ownparts.py), none through the driver
+    assert remote.driver_received["pairs written by actors"] == sum(c["done"] for c in remote.counts.values())
+    assert local.driver_received["pairs written by actors"] == 0
+    assert remote.driver_received["model results"] < local.driver_received["model results"] / 10
 
     def timeless(got: dict) -> dict:
         volatile = {"extract_seconds", "decode_seconds"}
