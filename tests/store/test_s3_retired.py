@@ -15,7 +15,7 @@ from store.backends import join, log, open_backend, pins
 from store.reader import open_store
 from store.writer import StoreWriter
 from tests import s3server
-from tests.test_store_s3 import ATTRS, everything, write_run
+from tests.store.test_store_s3 import ATTRS, everything, write_run
 
 s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
 

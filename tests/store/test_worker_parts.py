@@ -20,7 +20,7 @@ from store.backends import join, open_backend
 from store.reader import open_store
 from store.writer import StoreWriter
 from tests import s3server
-from tests.test_store_s3 import ATTRS, everything, rows
+from tests.store.test_store_s3 import ATTRS, everything, rows
 
 s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
 
@@ -191,7 +191,7 @@ def test_a_run_whose_actors_wrote_its_parts_does_not_merge_them_on_its_driver(tm
     """The end of a run compacts only what pays without reading the small parts back (`merge_small=False`):
     parts whose rows are all superseded still go; `pipeline compact` (force) still merges everything."""
     from store.compact import to_rewrite
-    from tests.test_store_s3 import write_run
+    from tests.store.test_store_s3 import write_run
 
     write_run(tmp_path / "s.zarr")
     with StoreWriter(tmp_path / "s.zarr", "demo") as w:
