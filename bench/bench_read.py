@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from extractors.acoustic import COVAREP74_COLUMNS
 from reading.align import collapse, overlaps, reference_for
-from reading.export import SDK_COVAREP_COLUMNS
 from rows import FeatureRows, fixed_rate_intervals
-from store.writer import StoreWriter
+from store import StoreWriter
 
-ACOUSTIC_COLUMNS = list(SDK_COVAREP_COLUMNS)  # COVAREP's 74 (random values): exported under the SDK's name
+ACOUSTIC_COLUMNS = list(COVAREP74_COLUMNS)  # COVAREP's 74 (random values): exported under the SDK's name
 FACE_COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
 
 
@@ -177,7 +177,7 @@ def bench_dataset(store: Path, modalities: tuple[str, ...], to: str | float) -> 
 
 
 def bench_collapse(store: Path) -> None:
-    from store.reader import open_store
+    from store import open_store
 
     s = open_store(store)
     for feature, to in (("acoustic", "transcript"), ("frames", "transcript"), ("acoustic", 1.0)):

@@ -26,7 +26,7 @@ from bench.cmu_sdk import load_mmdatasdk, sdk_average
 from reading.align import align, collapse
 from reading.export import SDK_TEMPLATE_KEYS, write_csd
 from rows import FeatureRows, fixed_rate_intervals
-from store.writer import StoreWriter
+from store import StoreWriter
 
 COLUMNS = 74
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from manifests.layouts import Sample, register_sample
+
 BARCODE_BITS = 12
 BARCODE_H = 16
 SPEECH_RATE_HZ = 22050  # espeak-ng's native rate
@@ -212,6 +214,9 @@ def make_sample(dest: Path, clips: tuple[ClipSpec, ...] = CLIPS) -> Path:
 
     write_sample_socialiqa(dest / "socialiqa")  # the text-only SocialIQA layout, for DATASET=sample-socialiqa
     return dest
+
+
+register_sample(Sample("sample", "siq2", make_sample, marker="siq2"))  # written under --raw/siq2
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import supervise
-from store.writer import StoreError, StoreWriter
+from store import StoreError, StoreWriter
 
 log = logging.getLogger(__name__)
 
