@@ -77,7 +77,9 @@ def index_barcode(index: int, width: int) -> np.ndarray:
 
 
 def read_barcode(frame: np.ndarray) -> int:
-    """Inverse of `index_barcode` on a decoded (lossy) frame: block means thresholded at mid-grey."""
+    """Inverse of `index_barcode` on a decoded (lossy) frame: block means thresholded at mid-grey. The package never
+    calls it: it is the sample's own promise (every frame says which it is) made readable, kept beside the encoder
+    so that the two change together; the decode, cut and inspect tests read with it which frame stands for a row."""
     block = frame.shape[1] // BARCODE_BITS
     strip = frame[2:BARCODE_H - 2].astype(np.float32).mean(axis=(0, 2))
     bits = [strip[b * block + 2:(b + 1) * block - 2].mean() > 128 for b in range(BARCODE_BITS)]

@@ -284,7 +284,7 @@ PARENT_KILLED = "the supervising process (the command line's, pid {pid}) was kil
 def orphaned_summary(out: Path, run_id: str, summary: str) -> Path | None:
     """A driver whose parent was killed has no one to show its summary to (its stderr went through the parent):
     it is written beside the run report, `<store>/_runs/<run id>.log`, and the journal removed."""
-    path = out / "_runs" / f"{run_id}.log"
+    path = runs_dir(out) / f"{run_id}.log"
     try:
         atomic_write(path, summary + "\n", durable=False)
     except OSError:
