@@ -121,21 +121,26 @@ class SpeechRate(Extractor[RateConfig]):
 '''
 
 
+def _with_module(tmp_path: Path, package: str, module: str, source: str, code: str) -> list[str]:
+    """The words `code` prints in a child whose `package` (a copy, first on its path: `sys.argv[1]`) has one more
+    module, `source`; nothing in the repository is touched."""
+    shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / package / f"{module}.py").write_text(source)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
 def test_a_new_extractor_is_one_module(tmp_path: Path) -> None:
     """A module dropped into the package is found by name, configured, fetched by `make weights` (the weights it
     declares) and cited by an export, with no other file touched."""
-    pkg = tmp_path / "extractors"
-    shutil.copytree(REPO / "extractors", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "speech_rate.py").write_text(NEW_EXTRACTOR)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from extractors.base import extractor_modules, get_extractor\n"
             "from pipeline.config import RunConfig, weights_for; from reading.export import featureset_bib\n"
             "c = RunConfig(features={'rate': {'extractor': 'speech_rate'}})\n"
             "print(extractor_modules()['speech_rate'], get_extractor('speech_rate').__module__, "
             "[w.path for w in weights_for([], defaults=True) if w.path and 'speech' in w.path], "
             "featureset_bib('speech_rate', {}))")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["extractors.speech_rate", "extractors.speech_rate",
+    assert _with_module(tmp_path, "extractors", "speech_rate", NEW_EXTRACTOR, code) == ["extractors.speech_rate", "extractors.speech_rate",
                                   "['speech_rate/syllables-0123abcd.pt']", "@misc{rate,", "title={Speech", "rate}}"]
 
 
@@ -218,18 +223,13 @@ register_sample(Sample("sample-tiny", "tiny", write_tiny))
 def test_a_new_layout_is_one_manifest_module(tmp_path: Path) -> None:
     """A module dropped into manifests/ is a layout a config may name, that detection finds and the run reads, with
     a sample `extract` can generate: no other file touched (its preset and test are the rest of it)."""
-    pkg = tmp_path / "manifests"
-    shutil.copytree(REPO / "manifests", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "tiny.py").write_text(NEW_LAYOUT)
     code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
             "from pipeline.config import RunConfig; from pipeline.sources import detect_layout, load_items\n"
             "from pipeline.cli import _generate_sample\n"
             "raw = Path(sys.argv[1]) / 'raw'; _generate_sample('sample-tiny', raw)\n"
             "items, qa, notes = load_items('sample-tiny', raw, RunConfig(layout='tiny', features={}))\n"
             "print(detect_layout(raw), [i.id for i in items])")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["tiny", "['a',", "'b']"]
+    assert _with_module(tmp_path, "manifests", "tiny", NEW_LAYOUT, code) == ["tiny", "['a',", "'b']"]
 
 
 def _owners() -> dict[str, str]:
