@@ -3,7 +3,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DATASET ?= sample
-RAW ?= $(if $(filter sample,$(DATASET)),build/sample,$(if $(filter sample-socialiqa sample-socratis sample-tinysocial,$(DATASET)),build/$(DATASET),$(error RAW=/path/to/raw is required for DATASET=$(DATASET))))
+# a sample dataset (named sample or sample-*: manifests/layouts.py `Sample`) is generated under build/ by extract itself
+RAW ?= $(if $(filter sample sample-%,$(DATASET)),build/$(DATASET),$(error RAW=/path/to/raw is required for DATASET=$(DATASET)))
 OUT ?= build/$(DATASET).zarr
 ITEM ?= sample-a
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

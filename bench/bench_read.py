@@ -76,7 +76,7 @@ def bench_dataset(store: Path, modalities: tuple[str, ...], to: str | float) -> 
 
 
 def bench_collapse(store: Path) -> None:
-    from store.reader import open_store
+    from store import open_store
 
     s = open_store(store)
     for feature, to in (("acoustic", "transcript"), ("frames", "transcript"), ("acoustic", 1.0)):

@@ -25,7 +25,7 @@ import numpy as np
 from reading.align import align, collapse
 from reading.export import SDK_TEMPLATE_KEYS, write_csd
 from rows import FeatureRows, fixed_rate_intervals
-from store.writer import StoreWriter
+from store import StoreWriter
 from testing.cmu_sdk import load_mmdatasdk, sdk_average
 
 COLUMNS = 74

@@ -53,7 +53,7 @@ def main() -> None:
     from manifests.sample import make_sample
     from pipeline.config import load_config
     from pipeline.run import run_extract
-    from store.reader import open_store
+    from store import open_store
 
     raw = args.work / "sample"
     make_sample(raw)

@@ -453,7 +453,7 @@ def _gpu_busy(path: Path) -> dict[str, Any] | None:
 COMPARE = r"""
 import json, sys
 import numpy as np
-from store.reader import open_store
+from store import open_store
 from tests.extractors.test_acoustic_torch import NAN_MISMATCH, TOLERANCE, differences
 gpu, cpu = open_store(sys.argv[1]), open_store(sys.argv[2])
 out = {}

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import Audio, Extractor, ExtractorConfig, register
+from extractors.weights import Weights
 from rows import FeatureRows, fixed_rate_intervals
 
 
@@ -28,6 +29,14 @@ class Loudness(Extractor[LoudnessConfig]):
     version = "1"
     config_type = LoudnessConfig
     input_kind = "audio"
+
+    @classmethod
+    def weights(cls, config: LoudnessConfig) -> tuple[Weights, ...]:
+        return ()  # arithmetic on the samples: nothing to load, nothing for `make weights` or the bundle
+
+    @classmethod
+    def citation(cls, config: dict) -> str:
+        return ""  # a plain RMS level: no paper
 
     @classmethod
     def columns(cls, config: LoudnessConfig) -> list[str]:

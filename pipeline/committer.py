@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import supervise
-from store.workerparts import WrittenRows
-from store.writer import StoreError, StoreWriter
+from store import StoreError, StoreWriter, WrittenRows
 
 log = logging.getLogger(__name__)
 

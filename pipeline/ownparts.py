@@ -11,8 +11,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from store import workerparts
-from store.backends import BackendError
+from store import BackendError, write_worker_parts
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ def store_results(target: StoreTarget, feature: str, extractor: Any,
     if not members:
         return out
     try:
-        written = workerparts.write(target.url, feature, members)
+        written = write_worker_parts(target.url, feature, members)
     except Exception as e:  # the rows go to the driver as before: the run loses nothing but the saving
         first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
         if isinstance(e, BackendError):  # no credentials or no access from here: not worth trying again

@@ -10,7 +10,7 @@ from typing import Any
 from manifests.records import one_line
 from pipeline import cluster, cpuload, exitcodes
 from pipeline.sources import manifest_summary
-from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
+from store import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
 
 
 @dataclass

@@ -24,11 +24,8 @@ from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport, late_record, shorter_record, streams_record
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
-from store import layout
-from store.backends import is_url
-from store.partial import partial_record
-from store.workerparts import WrittenRows
-from store.writer import StoreWriter
+from store import StoreWriter, WrittenRows, is_url, partial_record
+from store import fingerprint as store_fingerprint
 
 log = logging.getLogger("siqfeat")
 
@@ -628,7 +625,7 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
 def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
     """A (feature, item) pair's fingerprint from its source identity (`Kind.identity`, plus `decoder` where
     the frames were not decoded by the CPU path): the file's name, size and mtime, not the path it was reached by."""
-    return layout.fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
+    return store_fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
 
 
 class WorkerLost(RuntimeError):

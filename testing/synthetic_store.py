@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from reading.export import SDK_COVAREP_COLUMNS
+from extractors.acoustic import COVAREP74_COLUMNS
 from rows import FeatureRows, fixed_rate_intervals
-from store.writer import StoreWriter
+from store import StoreWriter
 
-ACOUSTIC_COLUMNS = list(SDK_COVAREP_COLUMNS)  # COVAREP's 74 (random values): exported under the SDK's name
+ACOUSTIC_COLUMNS = list(COVAREP74_COLUMNS)  # COVAREP's 74 (random values): exported under the SDK's name
 FACE_COLUMNS = ["count", "max_prob", "largest_area_frac", "largest_cx", "largest_cy", "largest_w", "largest_h"]
 
 

@@ -188,8 +188,8 @@ def test_what_the_node_has_stays_out_unless_it_would_not_do(tmp_path: Path) -> N
 
 
 def test_the_minilm_package_goes_only_where_a_preset_uses_it() -> None:
-    assert not bundle.presets_use_minilm(["socialiq"])  # BERT-base, made on the node (bench/node_check.py)
-    assert bundle.presets_use_minilm(["socialiq", "sample"])
+    assert bundle.MINILM not in bundle.weights_packages(["socialiq"])  # BERT-base, made on the node (bench/node_check.py)
+    assert bundle.weights_packages(["socialiq", "sample"]) == {"facenet-pytorch", bundle.MINILM}
     assert all((bundle.minilm_model_dir() / f).is_file() for f in bundle.TOKENIZER_FILES)
 
 

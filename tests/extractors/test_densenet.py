@@ -6,7 +6,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.models import densenet161
 
-from extractors.densenet import DenseNet161, DenseNetConfig, _rename_legacy_keys, load_densenet
+from extractors.densenet import DenseNet161, DenseNetConfig, _rename_legacy_keys, load_densenet, weights_file
 from extractors.weights import WeightsMissingError
 from media.decode import decode_frames
 
@@ -91,6 +91,17 @@ def test_random_weights_are_recorded_and_seeded() -> None:
     assert DenseNet161.weights_id(DenseNetConfig()) == "imagenet1k_v1"
     a, b = load_densenet(DenseNetConfig(weights="random")), load_densenet(DenseNetConfig(weights="random", random_seed=1))
     assert not torch.equal(a.features.conv0.weight, b.features.conv0.weight)
+
+
+def test_declared_weights_are_torchvisions_file() -> None:
+    """The URL spelled in extractors/densenet.py (so that declaring weights imports no torchvision) is torchvision's,
+    and it lands where loading looks for it."""
+    from torchvision.models import DenseNet161_Weights
+
+    (w,) = DenseNet161.weights(DenseNetConfig())
+    assert w.url == DenseNet161_Weights.IMAGENET1K_V1.url
+    assert Path("/c") / w.path == weights_file(DenseNetConfig(weights_dir=Path("/c")))
+    assert DenseNet161.weights(DenseNetConfig(weights="random")) == ()
 
 
 def test_missing_pretrained_weights_say_how_to_fix(tmp_path: Path) -> None:

@@ -48,19 +48,19 @@ def test_the_gpu_path_on_cpu_takes_the_cpu_paths_frames_and_pixels(case: Case, m
     cpu = decode.decode_frames(path)
     frames = nvdec.decode_on_device(path, device="cpu")
     assert frames.decoder == "torchcodec-cpu"
-    host = frames.on_host()
-    _same_rows(host, cpu)
-    np.testing.assert_array_equal(host.pixels, cpu.pixels)  # swscale both ways: exact
-    assert all(upright(p) for p in host.pixels)
+    _same_rows(frames, cpu)
+    host = frames.pixels.cpu().numpy()
+    np.testing.assert_array_equal(host, cpu.pixels)  # swscale both ways: exact
+    assert all(upright(p) for p in host)
 
 
 def test_a_cut_clip_takes_the_same_frames(media: Path) -> None:
     path = make_case(Case("mp4", "h264"), media, seconds=4)
     clip = (0.7, 3.2)
     cpu = decode.decode_frames(path, clip)
-    host = nvdec.decode_on_device(path, clip, device="cpu").on_host()
-    _same_rows(host, cpu)
-    np.testing.assert_array_equal(host.pixels, cpu.pixels)
+    frames = nvdec.decode_on_device(path, clip, device="cpu")
+    _same_rows(frames, cpu)
+    np.testing.assert_array_equal(frames.pixels.cpu().numpy(), cpu.pixels)
 
 
 def test_a_rotate_tag_is_followed_as_the_cpu_path_does(media: Path) -> None:
@@ -71,9 +71,9 @@ def test_a_rotate_tag_is_followed_as_the_cpu_path_does(media: Path) -> None:
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(src), "-c", "copy", "-metadata:s:v:0",
                     "rotate=90", str(path)], check=True)
     cpu = decode.decode_frames(path)
-    host = nvdec.decode_on_device(path, device="cpu").on_host()
-    _same_rows(host, cpu)
-    np.testing.assert_array_equal(host.pixels, cpu.pixels)
+    frames = nvdec.decode_on_device(path, device="cpu")
+    _same_rows(frames, cpu)
+    np.testing.assert_array_equal(frames.pixels.cpu().numpy(), cpu.pixels)
 
 
 def _encode(media: Path, name: str, *args: str, size: str = "96x64") -> Path:
@@ -97,7 +97,7 @@ def test_what_nvdec_cannot_show_goes_to_the_cpu_path_with_its_reason(name: str, 
     with pytest.raises(nvdec.CpuFallback) as caught:
         nvdec.decode_on_device(path, device="cpu")
     assert caught.value.reason.startswith(reason) and str(path) in str(caught.value)
-    frames, why = nvdec.frames_for_device(path, None, "cpu")
+    frames, _, why = nvdec.plan_for_device(path, None, "cpu", "x", ("frames",))  # the decode task's side
     assert why == caught.value.reason
     reference = decode.decode_frames(path)
     _same_rows(frames, reference)
@@ -106,14 +106,14 @@ def test_what_nvdec_cannot_show_goes_to_the_cpu_path_with_its_reason(name: str, 
 
 def test_a_mirrored_matrix_and_damage_go_to_the_cpu_path(media: Path) -> None:
     mirrored = make_case(Case("mp4", "h264", mirrored=True), media)
-    assert nvdec.frames_for_device(mirrored, None, "cpu")[1].startswith("mirrored display matrix")
+    assert nvdec.plan_for_device(mirrored, None, "cpu", "x", ("frames",))[2].startswith("mirrored display matrix")
     whole = make_case(Case("mp4", "h264"), media, seconds=4)
     cut = media / "truncated.mp4"
     data = whole.read_bytes()
     subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(whole), "-c", "copy", "-movflags", "faststart",
                     str(cut)], check=True)
     cut.write_bytes(cut.read_bytes()[: len(data) * 2 // 3])  # the index says 4 s, the data stops before
-    frames, why = nvdec.frames_for_device(cut, None, "cpu")
+    frames, _, why = nvdec.plan_for_device(cut, None, "cpu", "x", ("frames",))
     assert why is not None and why.startswith("damaged data")
     reference = decode.decode_frames(cut)
     _same_rows(frames, reference)
@@ -144,13 +144,13 @@ def test_nvdec_takes_the_cpu_paths_frames_within_rounding(case: Case, media: Pat
     cpu = decode.decode_frames(path)
     frames = nvdec.decode_on_device(path, device=device)
     assert frames.decoder == "nvdec" and frames.pixels.device.type == "cuda"
-    host = frames.on_host()
-    _same_rows(host, cpu)
-    diff = np.abs(host.pixels.astype(np.int16) - cpu.pixels.astype(np.int16))
+    _same_rows(frames, cpu)
+    host = frames.pixels.cpu().numpy()
+    diff = np.abs(host.astype(np.int16) - cpu.pixels.astype(np.int16))
     assert diff.max() <= CUDA_MAX_ABS and diff.mean() <= CUDA_MEAN_ABS, (diff.max(), diff.mean())
     if cpu.pixels.shape[1:3] == (64, 96):
-        assert [read_index(p) for p in host.pixels] == [read_index(p) for p in cpu.pixels]
-        assert all(upright(p) for p in host.pixels)
+        assert [read_index(p) for p in host] == [read_index(p) for p in cpu.pixels]
+        assert all(upright(p) for p in host)
 
 
 def _encode_scaled(src: Path, dst: Path, case: Case) -> Path:

@@ -373,9 +373,14 @@ def test_a_config_that_names_its_dataset_needs_no_flag(user_raw: Path, tmp_path:
 def test_a_sample_is_generated_only_into_a_new_or_empty_folder(state: str, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The sample writers are replaced by a stub (the real ones take seconds; test_end_to_end runs them)."""
+    import dataclasses
+
+    from manifests import layouts
+
     written = []
-    monkeypatch.setattr("pipeline.cli._sample_writer", lambda dataset: lambda raw: written.append((dataset, raw))
-                        or (raw / "siq2").mkdir(parents=True))
+    stub = dataclasses.replace(layouts.samples()["sample"], write=lambda raw: written.append(("sample", raw))
+                               or (raw / "siq2").mkdir(parents=True))
+    monkeypatch.setitem(layouts._SAMPLES, "sample", stub)
     monkeypatch.setattr("pipeline.run.run_extract", lambda *a, **k: report(failed=0))
     raw = tmp_path / "build" / "sample"
     if state == "empty":

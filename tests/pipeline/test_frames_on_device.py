@@ -29,7 +29,7 @@ def test_a_plan_is_decoded_once_for_every_feature_that_reads_it(tmp_path: Path) 
     assert why is None and cache.decoded == 1 and plan.key in cache.entries
     second, _ = cache.take(plan, "faces")
     assert second is first and cache.decoded == 1 and not cache.entries  # the last reader: dropped
-    np.testing.assert_array_equal(first.on_host().pixels, decode.decode_frames(path).pixels)
+    np.testing.assert_array_equal(first.pixels.cpu().numpy(), decode.decode_frames(path).pixels)
 
 
 def test_a_file_that_needs_the_cpu_path_is_decoded_by_the_task_with_its_reason(tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ import h5py
 import numpy as np
 import pytest
 
+from extractors.acoustic import COVAREP74_COLUMNS
+from extractors.base import get_extractor
 from manifests.records import MediaItem, QAItem
 from reading.align import align
 from reading.export import (
-    SDK_COVAREP_COLUMNS,
     SDK_JOINED_KEY,
     SDK_SOCIAL_IQ_QA_BINARY_ROOT,
-    SDK_SOCIAL_IQ_ROOTS,
     SDK_TEMPLATE_KEYS,
     SOCIAL_IQ_BIB,
     SOCIALIQA_BIB,
@@ -108,7 +108,7 @@ def test_export_feature_from_store(store: Path, tmp_path: Path) -> None:
         # ... and SOCIAL_IQ_COVAREP has COVAREP's 0 there, the rest (inf included) as stored
         np.testing.assert_array_equal(data[item]["features"], np.where(np.isnan(stored), 0, stored))
         np.testing.assert_array_equal(data[item]["intervals"], r.intervals)
-    assert meta["creator"] == "tester" and meta["dimension names"] == list(SDK_COVAREP_COLUMNS)
+    assert meta["creator"] == "tester" and meta["dimension names"] == list(COVAREP74_COLUMNS)
     assert meta["dataset name"] == "sample" and "Social-IQ" in meta["dataset bib citation"]
 
 
@@ -122,6 +122,8 @@ def test_citations_follow_the_extractor_and_the_model_it_ran() -> None:
     assert "huang2017densely" in featureset_bib("densenet161", {})
     assert "degottex2014covarep" in featureset_bib("covarep", {}) and "morise2016world" in featureset_bib("covarep", {})
     assert featureset_bib("some_bert_like_name", {}) == ""  # never by a substring of the extractor's name
+    assert "devlin2019bert" in featureset_bib("bert_caption", {"model": "bert-base-uncased"})  # every text extractor
+    assert featureset_bib("rms_loudness", {}) == ""  # registered, and cites nothing
 
 
 def test_social_iq_store_metadata_and_sdk_root_names(store: Path, tmp_path: Path) -> None:
@@ -209,7 +211,7 @@ def test_the_sdk_reads_our_folder_and_aligns_it_as_we_do(mmdatasdk, store: Path,
     """The tutorial's path: mmdataset(folder), align to the words with an average, compare with reading.align."""
     s = open_store(store)
     written = export_sdk_folder(s, tmp_path / "csd")
-    roots = {f: SDK_SOCIAL_IQ_ROOTS[s.feature_attrs(f)["extractor"]] for f in ("frames", "faces", "acoustic", "transcript")}
+    roots = {f: get_extractor(s.feature_attrs(f)["extractor"]).sdk_sequence.root for f in ("frames", "faces", "acoustic", "transcript")}
     assert sorted(written) == sorted([*roots.values(), SDK_SOCIAL_IQ_QA_BINARY_ROOT])
     assert written[SDK_SOCIAL_IQ_QA_BINARY_ROOT].parent == tmp_path / "csd" / "qa"
     qa = mmdatasdk.computational_sequence(str(written.pop(SDK_SOCIAL_IQ_QA_BINARY_ROOT)))
@@ -250,14 +252,14 @@ def test_covarep_of_another_shape_is_never_exported_under_the_sdk_name(tmp_path:
         export_csd(store, "acoustic", tmp_path / "b.csd", root_name="SOCIAL_IQ_COVAREP")
     assert not (tmp_path / "b.csd").exists()
     # 74 columns in another order are another sequence too
-    shuffled = list(SDK_COVAREP_COLUMNS[1:]) + [SDK_COVAREP_COLUMNS[0]]
+    shuffled = COVAREP74_COLUMNS[1:] + [COVAREP74_COLUMNS[0]]
     store = _social_iq_covarep_store(tmp_path / "s74.zarr", shuffled)
     assert read_csd(export_csd(store, "acoustic", tmp_path / "c.csd"))[0] == "siq2_acoustic_74D"
 
 
 def test_sdk_covarep_export_has_covareps_zeros(tmp_path: Path) -> None:
     """COVAREP's layout goes out as SOCIAL_IQ_COVAREP with undefined values as the released file has them (0)."""
-    store = _social_iq_covarep_store(tmp_path / "s.zarr", list(SDK_COVAREP_COLUMNS))
+    store = _social_iq_covarep_store(tmp_path / "s.zarr", list(COVAREP74_COLUMNS))
     root, data, _ = read_csd(export_csd(store, "acoustic", tmp_path / "a.csd"))
     assert root == "SOCIAL_IQ_COVAREP" and data["v1"]["features"].shape == (3, 74)
     np.testing.assert_array_equal(data["v1"]["features"][1], 0.0)
@@ -266,6 +268,6 @@ def test_sdk_covarep_export_has_covareps_zeros(tmp_path: Path) -> None:
 
 
 def test_sdk_covarep_columns_are_the_extractors() -> None:
-    from extractors.acoustic import COVAREP74_COLUMNS, Covarep, CovarepConfig
+    from extractors.acoustic import Covarep, CovarepConfig
 
-    assert tuple(COVAREP74_COLUMNS) == SDK_COVAREP_COLUMNS == tuple(Covarep.columns(CovarepConfig()))
+    assert tuple(COVAREP74_COLUMNS) == Covarep.sdk_sequence.columns == tuple(Covarep.columns(CovarepConfig()))
