@@ -149,3 +149,24 @@ def test_the_runner_tells_progress_of_each_pair_closed() -> None:
     assert r.progress.line().startswith("progress: 2/2 pairs finished (1 stored, 0 being committed, 1 failed), 0 to go")
     assert lines == ["progress: 0/2 pairs finished (0 stored, 0 being committed, 0 failed), 2 to go; time left: after "
                      "the first pairs"]
+
+
+def test_every_runner_attribute_is_declared_in_its_init() -> None:
+    """The runner's state is made in one place: no method may be the first to set an attribute (a method that
+    reads it would then depend on a call order nothing states)."""
+    import ast
+    import inspect
+
+    import pipeline.runner
+
+    cls = next(n for n in ast.parse(inspect.getsource(pipeline.runner)).body
+               if isinstance(n, ast.ClassDef) and n.name == "Runner")
+    assigned: dict[str, set[str]] = {}
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id == "self":
+                assigned.setdefault(fn.name, set()).add(node.attr)
+    declared = assigned.pop("__init__")
+    late = {f"{fn}: self.{a}" for fn, attrs in assigned.items() for a in attrs - declared}
+    assert len(declared) > 20 and not late, sorted(late)
