@@ -34,17 +34,18 @@ FEATURES = {"frames": "frames", "faces": "frames", "transcript": "transcript", "
 
 
 def fake_decode(item_id: str, kinds: list[str], seconds: float, frames: int) -> list[Any]:
-    """What `actors.decode_item` returns, after `seconds`: meta and one payload per kind."""
+    """What `actors.decode_item` returns, after `seconds`: its report and one payload per kind."""
+    from media.kinds import Decoded
     from pipeline import stages
+    from pipeline.actors import DecodeReport
 
     started = stages.clock()
     time.sleep(seconds)
     values = [np.zeros(PAYLOAD // len(kinds), np.uint8) for _ in kinds]
-    meta = {"item": item_id, "sizes": {k: frames if k == "frames" else 1 for k in kinds},
-            "bytes": {k: int(v.nbytes) for k, v in zip(kinds, values, strict=True)}, "failures": {},
-            "seconds": dict.fromkeys(kinds, seconds), "durations": {}, "missing": {}, "segments": {}, "node": None,
-            "calls": [stages.call_record("decode:frames", started, frames, 1, "frames")]}
-    return [meta, *values]
+    inputs = {k: Decoded(k, frames if k == "frames" else 1, int(v.nbytes), seconds)
+              for k, v in zip(kinds, values, strict=True)}
+    call = stages.call_record("decode:frames", started, frames, 1, "frames")
+    return [DecodeReport(item_id, inputs, None, (call,)), *values]
 
 
 def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | None = None
@@ -83,7 +84,7 @@ def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | 
             for feat in self.todo[job.item]:
                 self.pairs[feat, job.item] = _Pair()
 
-        def commit(self, feat: str, item: Any, rows: Any, meta: Any, secs: float, decoder: str | None = None) -> None:
+        def commit(self, feat: str, item: Any, rows: Any, decoded: Any, secs: float, decoder: str | None = None) -> None:
             self.report.counts[feat]["done"] += 1  # nothing written: both engines end at the driver
             left[item.id] -= 1
             if not left[item.id]:

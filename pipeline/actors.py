@@ -3,11 +3,13 @@ the plain functions), so `pipeline/run.py` wraps them with `ray.remote` at run t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from manifests.limits import InputLimits
 from manifests.records import MediaItem, QAItem
 from media import kinds as input_kinds
 from media import nvdec
+from media.kinds import Decoded
 from media.kinds.base import Tracks
 from pipeline import ownparts, stages
 from rows import FeatureRows
@@ -25,22 +28,56 @@ from rows import FeatureRows
 log = logging.getLogger(__name__)
 
 
-def failure(item: str, stage: str, file: Any, error: BaseException) -> dict[str, Any]:
-    """A failure record: what failed, where, and why, in one line a person can act on."""
-    message = str(error) or type(error).__name__
-    return {"item": item, "stage": stage, "file": str(file) if file else None,
-            "error": f"{type(error).__name__}: {message}"}
+@dataclass(frozen=True)
+class Failure:
+    """A failed (feature, item) pair's record: the item, the stage (`decode:frames`, `extract:faces`,
+    `write:frames`, `manifest`), the file and the error, in one line a person can act on."""
+
+    item: str
+    stage: str
+    file: str | None
+    error: str  # "ErrorClass: message"
+
+    @classmethod
+    def of(cls, item: str, stage: str, file: Any, error: BaseException) -> Failure:
+        message = str(error) or type(error).__name__
+        return cls(item, stage, str(file) if file else None, f"{type(error).__name__}: {message}")
+
+    def record(self, feature: str) -> dict[str, Any]:
+        """As the run report lists it (pipeline/report.py `failures`)."""
+        return {"item": self.item, "stage": self.stage, "file": self.file, "error": self.error, "feature": feature}
+
+
+@dataclass(frozen=True)
+class DecodeReport:
+    """What a decode task tells the driver; the decoded inputs themselves are the task's other return values,
+    left in Ray's object store for the model actors."""
+
+    item: str
+    inputs: dict[str, Decoded | Failure]  # per input kind: its record, or why it did not decode
+    node: str | None = None  # the Ray node it ran on
+    calls: tuple[dict[str, Any], ...] = ()  # one `stages.call_record` per kind
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One item's result of a model call."""
+
+    item: str
+    rows: FeatureRows | None  # None: it failed
+    failure: Failure | None
+    seconds: float
+    decoded: Decoded | None = None  # frames this actor decoded from a plan: the decoder, and why the CPU if it had to
 
 
 def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
                 segment_bytes: int | None = None, on_device: tuple[str, tuple[str, ...]] | None = None,
                 tracks: Tracks | None = None, input_limits: InputLimits | None = None) -> list[Any]:
-    """Decode each input kind an item needs. Returns [meta, input_kind_0, input_kind_1, …];
-    meta holds sizes, per-kind failures (a kind that fails does not stop the others) and, in `calls`, one
-    `stages.call_record` per kind. A video whose frames exceed `segment_bytes` gives its first segment here
-    (meta["segments"]["frames"]: how many), the others come from `decode_segment`. `on_device` (device, the
+    """Decode each input kind an item needs. Returns [DecodeReport, input_kind_0, input_kind_1, …]; a kind that
+    fails does not stop the others. A video whose frames exceed `segment_bytes` gives its first segment here
+    (its `Decoded.segments`: how many), the others come from `decode_segment`. `on_device` (device, the
     features reading the frames): the scheduler sent this video's frames to the model actors' decoder
-    (media/nvdec.py): only planned here, unless the file needs the CPU path (meta["cpu_reason"]). `tracks`: the
+    (media/nvdec.py): only planned here, unless the file needs the CPU path (`Decoded.cpu_reason`). `tracks`: the
     run's choice of streams (RunConfig.tracks); `input_limits`: what one input may cost (RunConfig.limits)."""
     with limits.applied(input_limits or limits.current()):  # the run's, in this worker (manifests/limits.py)
         return _decode_kinds(item, kinds, questions, audio_rate_hz, segment_bytes, on_device, tracks)
@@ -49,80 +86,54 @@ def decode_item(item: MediaItem, kinds: list[str], questions: list[QAItem], audi
 def _decode_kinds(item: MediaItem, kinds: list[str], questions: list[QAItem], audio_rate_hz: int,
                   segment_bytes: int | None, on_device: tuple[str, tuple[str, ...]] | None,
                   tracks: Tracks | None) -> list[Any]:
-    meta = _new_meta(item)
-    out: list[Any] = []
+    inputs: dict[str, Decoded | Failure] = {}
+    calls, out = [], []
     for kind in kinds:
         t0, started = time.perf_counter(), stages.clock()
         try:
             k = input_kinds.of(kind, item)
             if k.segmented:
-                value, meta["segments"][kind] = _decode_frames(item, k, 0, segment_bytes, on_device, meta, tracks)
+                value, facts = _decode_frames(item, k, 0, segment_bytes, on_device, tracks)
             else:
-                value = k.decode(item, k.span(item, tracks), questions, audio_rate_hz)
-            _describe(meta, kind, value)
+                value, facts = k.decode(item, k.span(item, tracks), questions, audio_rate_hz), {}
+            inputs[kind] = Decoded.of(kind, value, time.perf_counter() - t0, **facts)
         except Exception as e:  # recorded per (item, kind); the run goes on
             value = None
-            meta["failures"][kind] = failure(item.id, f"decode:{kind}", _source(item, kind), e)
-        meta["seconds"][kind] = time.perf_counter() - t0
+            inputs[kind] = Failure.of(item.id, f"decode:{kind}", _source(item, kind), e)
         unit = input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items"
-        meta["calls"].append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1, unit))
+        calls.append(stages.call_record(f"decode:{kind}", started, stages.units_of(value), 1, unit))
         out.append(value)
-    return [meta, *out]
+    return [DecodeReport(item.id, inputs, node_id(), tuple(calls)), *out]
 
 
 def decode_segment(item: MediaItem, segment: int, segment_bytes: int,
                    on_device: tuple[str, tuple[str, ...]] | None = None, tracks: Tracks | None = None) -> list[Any]:
-    """[meta, Frames] of one later segment of a long video (see `decode_item`)."""
-    meta = _new_meta(item)
+    """[DecodeReport, Frames] of one later segment of a long video (see `decode_item`)."""
     t0, started = time.perf_counter(), stages.clock()
     value = None
     try:
-        value, _ = _decode_frames(item, input_kinds.FRAMES, segment, segment_bytes, on_device, meta, tracks)
-        _describe(meta, "frames", value)
+        value, facts = _decode_frames(item, input_kinds.FRAMES, segment, segment_bytes, on_device, tracks)
+        result: Decoded | Failure = Decoded.of("frames", value, time.perf_counter() - t0, **facts)
     except Exception as e:
-        meta["failures"]["frames"] = failure(item.id, f"decode:frames#{segment}", item.video, e)
-    meta["seconds"]["frames"] = time.perf_counter() - t0
-    meta["calls"].append(stages.call_record("decode:frames", started, stages.units_of(value), 1,
-                                            input_kinds.FRAMES.unit))
-    return [meta, value]
-
-
-def _new_meta(item: MediaItem) -> dict[str, Any]:
-    return {"item": item.id, "sizes": {}, "bytes": {}, "failures": {}, "seconds": {}, "durations": {},
-            "missing": {}, "shorter": {}, "late": {}, "streams": {}, "segments": {}, "cpu_reason": {},
-            "node": node_id(), "calls": []}
+        result = Failure.of(item.id, f"decode:frames#{segment}", item.video, e)
+    call = stages.call_record("decode:frames", started, stages.units_of(value), 1, input_kinds.FRAMES.unit)
+    return [DecodeReport(item.id, {"frames": result}, node_id(), (call,)), value]
 
 
 def _decode_frames(item: MediaItem, kind: input_kinds.Kind, segment: int, segment_bytes: int | None,
                    on_device: tuple[str, tuple[str, ...]] | None = None,
-                   meta: dict[str, Any] | None = None, tracks: Tracks | None = None) -> tuple[Any, int]:
+                   tracks: Tracks | None = None) -> tuple[Any, dict[str, Any]]:
     """One segment of a video's frames by the CPU path, or (`on_device`: the device and the features that will
-    read them) its plan for the model actors to decode on their device, where the file allows (media/nvdec.py)."""
+    read them) its plan for the model actors to decode on their device, where the file allows (media/nvdec.py);
+    with what its `Decoded` says beyond the value (segments; a plan, or why the CPU path decoded it)."""
     span = kind.span(item, tracks)
     if on_device is None:
-        return kind.decode_segment(span, segment, segment_bytes)
+        value, segments = kind.decode_segment(span, segment, segment_bytes)
+        return value, {"segments": segments}
     device, readers = on_device
     value, segments, reason = nvdec.plan_for_device(span.recording, span.clip, device, item.id, readers, segment,
                                                     segment_bytes, span.track)
-    if meta is not None:
-        meta["on_device"] = reason is None  # a plan: the model actors decode it
-        if reason is not None:  # the run report's per-file note
-            meta["cpu_reason"]["frames"] = reason
-    return value, segments
-
-
-def _describe(meta: dict[str, Any], kind: str, value: Any) -> None:
-    meta["sizes"][kind] = _size(value)
-    meta["bytes"][kind] = nbytes(value)
-    meta["durations"][kind] = getattr(value, "duration_s", None)
-    if len(getattr(value, "missing_s", ())):  # damaged data: these seconds have no rows
-        meta["missing"][kind] = np.round(value.missing_s, 6).tolist()
-    if getattr(value, "streams_end_s", None) is not None:  # a shorter stream: its own end, and the file's
-        meta["shorter"][kind] = round(float(value.streams_end_s), 6)
-    if getattr(value, "stream_start_s", None) is not None:  # a late start: its own start, not damage
-        meta["late"][kind] = round(float(value.stream_start_s), 6)
-    if getattr(value, "streams", None) is not None:  # one of several streams of its kind: which, and the others
-        meta["streams"][kind] = value.streams
+    return value, {"segments": segments, "on_device": reason is None, "cpu_reason": reason}
 
 
 def node_id() -> str | None:
@@ -153,24 +164,6 @@ def without_missing(rows: FeatureRows, x: Any) -> FeatureRows:
     keep = ~hit
     extras = {k: v[keep] if len(v) == len(iv) else v for k, v in rows.extras.items()}
     return FeatureRows(rows.features[keep], iv[keep], extras, rows.attrs)
-
-
-def _size(value: Any) -> int:
-    """A batching weight: frames count one per frame, everything else one per item."""
-    if isinstance(value, nvdec.FramesPlan):
-        return value.n_frames
-    pixels = getattr(value, "pixels", None)
-    return len(pixels) if pixels is not None else 1
-
-
-def nbytes(value: Any) -> int:
-    """The bytes of a decoded input's arrays (pixels, samples): what batches and in-flight data are bounded
-    by. Texts count as nothing: they are tiny next to any frame or second of audio. A plan counts the pixels it
-    will be decoded to (on the model actor's device, where the actor's cache holds them)."""
-    if isinstance(value, nvdec.FramesPlan):
-        return value.pixel_bytes
-    fields = getattr(value, "__dataclass_fields__", {})
-    return sum(int(v.nbytes) for v in (getattr(value, f) for f in fields) if isinstance(v, np.ndarray))
 
 
 # glibc's malloc gives a freed block of the heap's top back to the system past M_TRIM_THRESHOLD and serves blocks
@@ -325,26 +318,24 @@ class ExtractorWorker:
                 "run_per_unit_s": model_s / units if units else None}
 
     def __call__(self, item_ids: list[str], *inputs: Any, feature: str | None = None,
-                 store: ownparts.StoreTarget | None = None,
-                 ) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]], dict[str, Any]]:
-        """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`). Frames sent as
-        plans are decoded here first (once for this actor's features); that decode has a record of its own under
-        the call's `device_decode`, and each item's rows say which decoder made its frames (`decoder`, and
-        `cpu_reason` where the CPU path had to). `store`: the items whose rows this actor writes to the store
-        itself, returning their records in place of the rows (pipeline/ownparts.py)."""
+                 store: ownparts.StoreTarget | None = None) -> tuple[list[Extracted], dict[str, Any]]:
+        """→ (each item's `Extracted`, the call's `stages.call_record`). Frames sent as plans are decoded here
+        first (once for this actor's features); that decode has a record of its own under the call's
+        `device_decode`, and each such item's `Extracted.decoded` says which decoder made its frames (and why the
+        CPU path, where it had to). `store`: the items whose rows this actor writes to the store itself, each
+        `Extracted.rows` then their `WrittenRows` record, not the rows (pipeline/ownparts.py)."""
         feature = feature or self.feature
         self._torch_threads()  # (torch first imported by a call: set before it computes anything more)
-        inputs, notes, decode_record = self._device_frames(feature, inputs)  # (a record of its own: not the model's)
+        inputs, decoded, decode_record = self._device_frames(feature, inputs)  # (a record of its own: not the model's)
         started, t0 = stages.clock(), time.perf_counter()
-        results = self._batch(item_ids, inputs, feature)
-        results = [(i, _with_decoder(rows, note), fail, secs)
-                   for (i, rows, fail, secs), note in zip(results, notes, strict=True)]
+        results = [dataclasses.replace(r, decoded=d)
+                   for r, d in zip(self._batch(item_ids, inputs, feature), decoded, strict=True)]
         kind = self.extractors[feature].input_kind
         units = sum(stages.units_of(x) for x in inputs)
         self.units[feature] += units
         self.model_s[feature] += time.perf_counter() - t0
         if store is not None:  # the actor's time (in its call's span), not the model's per-unit cost
-            results = ownparts.store_results(store, feature, self.extractors[feature], results, failure)
+            results = ownparts.store_results(store, feature, self.extractors[feature], results, Failure.of)
         record = stages.call_record(f"model:{feature}", started, units, len(inputs),
                                     input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items")
         if decode_record is not None:
@@ -352,11 +343,11 @@ class ExtractorWorker:
         return results, record
 
     def _device_frames(self, feature: str, inputs: tuple[Any, ...]
-                       ) -> tuple[tuple[Any, ...], list[tuple[str, str | None] | None], dict[str, Any] | None]:
+                       ) -> tuple[tuple[Any, ...], list[Decoded | None], dict[str, Any] | None]:
         """Inputs with each plan replaced by its frames (an Exception where they failed to decode), each one's
-        (decoder, CPU reason) or None, and the record of the decodes this call ran (None: none)."""
+        `Decoded` (None: not a plan, or it failed), and the record of the decodes this call ran (None: none)."""
         out: list[Any] = []
-        notes: list[tuple[str, str | None] | None] = []
+        notes: list[Decoded | None] = []
         started, decoded, frames = stages.clock(), self.frames.decoded, 0.0
         for x in inputs:
             if not isinstance(x, nvdec.FramesPlan):
@@ -371,7 +362,7 @@ class ExtractorWorker:
                 notes.append(None)
                 continue
             out.append(value)
-            notes.append((getattr(value, "decoder", nvdec.CPU), reason))
+            notes.append(Decoded.of("frames", value, decoder=getattr(value, "decoder", nvdec.CPU), cpu_reason=reason))
             frames += stages.units_of(value) if self.frames.decoded > before else 0  # (not what the cache gave)
         record = None
         if self.frames.decoded > decoded:
@@ -379,8 +370,7 @@ class ExtractorWorker:
                                         input_kinds.FRAMES.unit)
         return tuple(out), notes, record
 
-    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...], feature: str | None = None
-               ) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
+    def _batch(self, item_ids: list[str], inputs: tuple[Any, ...], feature: str | None = None) -> list[Extracted]:
         """A batch that fails is retried item by item, so one bad item cannot take its batch-mates down with it."""
         feature = feature or self.feature
         t0 = time.perf_counter()
@@ -389,27 +379,19 @@ class ExtractorWorker:
                 raise ValueError("an input did not decode")
             rows = self.extractors[feature].extract_batch(list(inputs))
             per_item = (time.perf_counter() - t0) / max(1, len(inputs))
-            return [(i, without_missing(r, x), None, per_item) for i, r, x in zip(item_ids, rows, inputs, strict=True)]
+            return [Extracted(i, without_missing(r, x), None, per_item)
+                    for i, r, x in zip(item_ids, rows, inputs, strict=True)]
         except Exception:
             return [self._one(i, x, feature) for i, x in zip(item_ids, inputs, strict=True)]
 
-    def _one(self, item_id: str, x: Any, feature: str | None = None) -> tuple[str, Any, dict[str, Any] | None, float]:
+    def _one(self, item_id: str, x: Any, feature: str | None = None) -> Extracted:
         feature = feature or self.feature
         t0 = time.perf_counter()
         if isinstance(x, Exception):  # its frames did not decode in this actor (the CPU path's error)
-            return item_id, None, failure(item_id, "decode:frames", None, x), 0.0
+            return Extracted(item_id, None, Failure.of(item_id, "decode:frames", None, x), 0.0)
         try:
-            return item_id, without_missing(self.extractors[feature].extract(x), x), None, time.perf_counter() - t0
+            return Extracted(item_id, without_missing(self.extractors[feature].extract(x), x), None,
+                             time.perf_counter() - t0)
         except Exception as e:
             log.debug("%s/%s failed:\n%s", feature, item_id, traceback.format_exc())
-            return item_id, None, failure(item_id, f"extract:{feature}", None, e), time.perf_counter() - t0
-
-
-def _with_decoder(rows: Any, note: tuple[str, str | None] | None) -> Any:
-    """Rows of frames the actor decoded itself, with the decoder that made them (`decoder`, stored with the item)
-    and, where the CPU path had to, why (`cpu_reason`, which the runner moves to the run report)."""
-    if rows is None or note is None:
-        return rows
-    decoder, reason = note
-    attrs = {**rows.attrs, "decoder": decoder, **({"cpu_reason": reason} if reason else {})}
-    return FeatureRows(rows.features, rows.intervals, rows.extras, attrs)
+            return Extracted(item_id, None, Failure.of(item_id, f"extract:{feature}", None, e), time.perf_counter() - t0)

@@ -9,16 +9,12 @@ from __future__ import annotations
 import logging
 import pickle
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from store import BackendError, write_worker_parts
 
 log = logging.getLogger(__name__)
-
-# the attributes the actor adds to a frames item's rows (`actors._with_decoder`): the driver takes them off
-# before the rows are joined and stored (`Runner.decoder_of`); kept out of the join here, put back after
-NOTES = ("decoder", "cpu_reason")
-
 
 class StoreTarget(NamedTuple):
     """Where an actor writes a call's parts: the store's URL and the items it may write (those whose pair is
@@ -31,29 +27,25 @@ class StoreTarget(NamedTuple):
 _refused: set[str] = set()  # stores this process could not write to (said once)
 
 
-def store_results(target: StoreTarget, feature: str, extractor: Any,
-                  results: list[tuple[str, Any, dict[str, Any] | None, float]],
-                  failure: Callable[..., dict[str, Any]]) -> list[tuple[str, Any, dict[str, Any] | None, float]]:
-    """The call's results with the rows of `target.items` written to the store and replaced by their
+def store_results(target: StoreTarget, feature: str, extractor: Any, results: list[Any],
+                  failure: Callable[..., Any]) -> list[Any]:
+    """The call's `Extracted` results with the rows of `target.items` written to the store and replaced by their
     `WrittenRows`; an item whose join fails gets the failure the driver would have recorded (`failure`:
-    `actors.failure`)."""
+    `actors.Failure.of`)."""
     if target.url in _refused:
         return results
     out = list(results)
     members, at = [], {}
-    for k, (item, rows, fail, secs) in enumerate(results):
-        if rows is None or fail is not None or item not in target.items:
+    for k, r in enumerate(results):
+        if r.rows is None or r.failure is not None or r.item not in target.items:
             continue
-        notes = {n: rows.attrs[n] for n in NOTES if n in rows.attrs}
         try:
-            joined = type(extractor).join([type(rows)(rows.features, rows.intervals, rows.extras,
-                                                      {a: v for a, v in rows.attrs.items() if a not in notes})],
-                                          extractor.config)
+            joined = type(extractor).join([r.rows], extractor.config)
         except Exception as e:  # as `Runner.finish` records a join that fails
-            out[k] = (item, None, failure(item, f"extract:{feature}", None, e), secs)
+            out[k] = replace(r, rows=None, failure=failure(r.item, f"extract:{feature}", None, e))
             continue
-        members.append((item, joined))
-        at[item] = (k, notes)
+        members.append((r.item, joined))
+        at[r.item] = k
     if not members:
         return out
     try:
@@ -68,9 +60,7 @@ def store_results(target: StoreTarget, feature: str, extractor: Any,
             log.warning("%s: a part's upload failed (%s); its rows go through the driver", target.url, first)
         return results
     for item, stand_in in written.items():
-        k, notes = at[item]
-        _, _, fail, secs = out[k]
-        out[k] = (item, stand_in.with_attrs({**stand_in.attrs, **notes}), fail, secs)
+        out[at[item]] = replace(out[at[item]], rows=stand_in)
     return out
 
 

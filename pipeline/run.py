@@ -4,6 +4,7 @@ what pays and save the run report (pipeline/report.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -17,10 +18,11 @@ from typing import Any
 from manifests.records import ManifestNote, MediaItem, QAItem
 from media import kinds, nvdec
 from pipeline import raystart, stop, supervise
+from pipeline.actors import Failure
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport
-from pipeline.runner import Runner, fingerprint
+from pipeline.runner import Identity, Runner
 from pipeline.sources import choose_items, load_items
 from store import RUNS, StoreError, StoreWriter, Wanted, is_url, join, make_plan, open_backend, part_problems
 
@@ -108,8 +110,7 @@ def _manifest_failures(report: RunReport, notes: list[ManifestNote], specs: list
         if n.kind == "failed":
             for feat in qa_feats if n.what == "QA file" else report.counts:
                 report.counts[feat]["failed"] += 1
-                report.failures.append({"item": n.id, "stage": "manifest", "file": n.file,
-                                        "error": f"{n.reason}: {n.detail}", "feature": feat})
+                report.failures.append(Failure(n.id, "manifest", n.file, f"{n.reason}: {n.detail}").record(feat))
 
 
 def check_applicable(asked: list[FeatureSpec], items: list[MediaItem], questions: dict[str, list[QAItem]]) -> None:
@@ -152,7 +153,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
              questions: dict[str, list[QAItem]], force: bool, t0: float, verify: bool = False) -> RunReport:
     out, run_id = writer.path, report.run_id
     writer.write_manifests(all_items, qa)  # the whole dataset's records, also when --limit runs a few
-    runner = Runner(config, specs, writer, report)
+    identities: dict[tuple[str, str], Identity] = {}
     wanted = []
     for spec in specs:
         writer.set_feature(spec.name, spec.store_attrs())
@@ -162,9 +163,8 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             if not kind.applicable(item, qs):
                 report.counts[spec.name]["n/a"] += 1
                 continue
-            source, fp = planned_fingerprint(writer, spec, item, kind, qs, config)
-            runner.fingerprints[spec.name, item.id], runner.sources[spec.name, item.id] = fp, source
-            wanted.append(Wanted(spec.name, item.id, fp))
+            identity = identities[spec.name, item.id] = planned_identity(writer, spec, item, kind, qs, config)
+            wanted.append(Wanted(spec.name, item.id, identity.fingerprint))
     stop.stage("planning")
     supervise.note(report, "planning")
     plan = make_plan(out, wanted, force=force, verify=verify, indexes=writer.index)  # each log read once a run
@@ -184,6 +184,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
         report.notes.append("  text-only dataset: no media expected; only text extractors run")
     supervise.note(report, "starting Ray" if todo else "compaction")
     if todo:
+        runner = Runner(config, specs, writer, report, identities)
         # up before Ray starts: on a terminal the bar says "starting Ray", then "loading models"
         runner.progress = Progress(len(plan.todo), phase="starting Ray")
         try:
@@ -208,21 +209,20 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     return report
 
 
-def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, kind: kinds.Kind,
-                        questions: list[QAItem], config: RunConfig) -> tuple[dict[str, Any], str]:
-    """(The source identity, the fingerprint the plan wants) of a (feature, item) pair. The file's name, size and
+def planned_identity(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, kind: kinds.Kind,
+                     questions: list[QAItem], config: RunConfig) -> Identity:
+    """The source identity of a (feature, item) pair, with the fingerprint the plan wants. The file's name, size and
     mtime identify it, not the path it was reached by: moving the raw root or writing RAW relative instead of
     absolute recomputes nothing. Frames a device decoder made (the identity names it, `Runner.commit`) are as
     current as the CPU path's for a run that may decode them so; under `frames_decoder = "cpu"` only the CPU
     path's are."""
-    source = kind.identity(item, questions, config.audio_rate_hz, config.tracks)
-    fp = fingerprint(spec.spec_hash, source)
+    identity = Identity.of(spec.spec_hash, kind.identity(item, questions, config.audio_rate_hz, config.tracks))
     if kind.name == "frames" and config.frames_decoder != "cpu":  # (a still image's kind is "still")
         stored = writer.index(spec.name).entries.get(item.id)
         if stored is not None and stored.fingerprint in {
-                fingerprint(spec.spec_hash, {**source, "decoder": d}) for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:
-            return source, stored.fingerprint
-    return source, fp
+                identity.decoded_by(d).fingerprint for d in (nvdec.NVDEC, nvdec.TORCHCODEC_CPU)}:
+            return dataclasses.replace(identity, fingerprint=stored.fingerprint)
+    return identity
 
 
 def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport,

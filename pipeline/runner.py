@@ -18,7 +18,9 @@ from typing import Any
 from manifests.records import MediaItem, QAItem
 from media import decode, nvdec
 from media import kinds as input_kinds
+from media.kinds import Decoded
 from pipeline import actors, cluster, cpuload, ownparts, raystart, report, stages, stop, supervise
+from pipeline.actors import DecodeReport, Extracted, Failure
 from pipeline.committer import Committer, StoreStopped
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -44,10 +46,11 @@ class _Pair:
 class Runner:
     """One run's Ray work: the loop that carries out the scheduling policy's decisions."""
 
-    def __init__(self, config: RunConfig, specs: list[FeatureSpec], writer: StoreWriter, report: RunReport) -> None:
+    def __init__(self, config: RunConfig, specs: list[FeatureSpec], writer: StoreWriter, report: RunReport,
+                 identities: dict[tuple[str, str], Identity] | None = None) -> None:
+        """`identities`: each planned (feature, item) pair's, as pipeline/run.py planned it."""
         self.config, self.specs, self.writer, self.report = config, {s.name: s for s in specs}, writer, report
-        self.fingerprints: dict[tuple[str, str], str] = {}
-        self.sources: dict[tuple[str, str], dict[str, Any]] = {}
+        self.identities = identities if identities is not None else {}
         self.stages = stages.StageStats()
         self.committer: Committer | None = None
         self.pending: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}  # handed to the committer
@@ -56,6 +59,30 @@ class Runner:
         self.sampler: cpuload.Sampler | None = None  # the run's CPU as the machine sees it, from Ray's start
         self.ray_start: tuple[float, float] | None = None
         self.actors_started: float | None = None
+        # Ray and what it has (`start_ray`)
+        self.ray: Any = None
+        self.gpus, self.cpus = 0, 1
+        # the model actors and the policy's books (`start_actors`)
+        self.new_actor: dict[str, Any] = {}  # feature -> starts one of its actors (also to replace one that died)
+        self.readying: dict[Any, list[tuple[str, Worker]]] = {}  # ready() ref -> the (feature, worker)s it serves
+        self.ready_at: dict[str, float] = {}
+        self.restarts: dict[str, int] = {}  # feature -> actors started again after none of its pool could start
+        self.pools: dict[str, Pool] = {}
+        self.slots: dict[str | None, float] = {}  # node -> its CPU cores: the policy's slots
+        self.hosted: dict[str, str] = {}  # features whose actors another's host (frames decoded there): guest -> host
+        self.frames_device: str | None = None  # where the actors decode frames plans, if they do
+        # the policy (pipeline/schedule.py), made with the pools; until then one with none: nothing to schedule
+        self.sched: Scheduler = Scheduler({}, {}, max_bytes=0, batch_bytes=0)
+        # this run's work (`run`)
+        self.todo: dict[str, list[str]] = {}  # item -> its features to compute
+        self.items: dict[str, MediaItem] = {}
+        self.questions: dict[str, list[QAItem]] = {}
+        self.decode_task: Any = None  # the decode tasks, made once a run: each ray.remote() is a new function to export
+        self.segment_task: Any = None
+        self.decoding: dict[Any, tuple[Decode, list[Any]]] = {}  # DecodeReport ref -> the decode, its value refs
+        self.running: dict[Any, Call] = {}  # result ref -> the call
+        self.inputs: dict[str, dict[str, Decoded]] = {}  # item -> kind -> its input's record, while a pair is open
+        self.pairs: dict[tuple[str, str], _Pair] = {}  # open (feature, item) pairs
 
     def start_ray(self) -> None:
         stop.stage("starting Ray")
@@ -85,16 +112,10 @@ class Runner:
         self.actors_started = time.time()
         remote = self.ray.remote(actors.ExtractorWorker)
         calibration = run_cache_file()  # the driver's environment decides, not the (maybe older) workers'
-        self.new_actor: dict[str, Any] = {}
-        self.readying: dict[Any, tuple[str, Worker]] = {}  # ready() ref -> (feature, worker)
-        self.ready_at: dict[str, float] = {}
-        self.restarts: dict[str, int] = {}  # feature -> actors started again after none of its pool could start
-        self.pools: dict[str, Pool] = {}
         self.slots = self.node_cpus()
         if self.progress is not None:
             self.progress.phase("loading models")
         plan = actor_plan(self.specs, features, self.config, self.cpus, self.gpus)
-        # features whose actors another's host (the frames features where the actors decode the frames): guest -> host
         self.hosted = {f: p.host for f, p in plan.items() if p.host is not None and p.host != f}
         self.frames_device = next((p.decode_device for p in plan.values() if p.decode_device), None)
         for feat, p in plan.items():
@@ -179,15 +200,10 @@ class Runner:
             self.progress = Progress(sum(len(f) for f in todo.values()))
         self.start_actors({f for feats in todo.values() for f in feats})
         self.todo, self.items, self.questions = todo, items, questions
-        # made once: each ray.remote() is a new function for Ray to export
         self.decode_task, self.segment_task = self.ray.remote(actors.decode_item), self.ray.remote(actors.decode_segment)
         for item_id in sorted(todo):
             self.sched.add(item_id, todo[item_id])
         self.received("clips", len(todo))
-        self.decoding: dict[Any, tuple[Decode, list[Any]]] = {}  # meta ref -> the decode, its value refs
-        self.running: dict[Any, Call] = {}  # result ref -> the call
-        self.meta: dict[str, dict[str, Any]] = {}  # item -> decode meta, while any of its pairs is open
-        self.pairs: dict[tuple[str, str], _Pair] = {}  # open (feature, item) pairs
         total = self.progress.total
         self.committer = Committer(self.writer, self.config.commit_batch_items, self.config.commit_batch_bytes,
                                    self.config.commit_batch_s)
@@ -245,8 +261,8 @@ class Runner:
     def store_target(self, call: Call) -> ownparts.StoreTarget | None:
         """On object storage, the call's items whose rows its actor writes to the store itself (those whole in
         this call: a long video's segments are joined here); None where every row comes here."""
-        if not self.config.worker_parts or not is_url(str(self.writer.path)):
-            return None
+        if not self.config.worker_parts or self.writer is None or not is_url(str(self.writer.path)):
+            return None  # (no writer: bench/engine.py's runner, whose commits store nothing)
         feat = call.pool.feature
         pairs = [(u.item, self.pairs.get((feat, u.item))) for u in call.take if u.part == 0]
         whole = frozenset(item for item, pair in pairs if pair is not None and pair.segments == 1)
@@ -331,73 +347,76 @@ class Runner:
         ray, item_id, segment, kinds = self.ray, job.item, job.segment, list(job.kinds)
         item = self.items[item_id]
         try:
-            m = ray.get(ref)
-            self.received("decode records", m)
-            cluster.count_work(self.report.cluster, m.get("node"), "decode")
-            for call in m.get("calls", ()):
+            got: DecodeReport = ray.get(ref)
+            self.received("decode records", got)
+            cluster.count_work(self.report.cluster, got.node, "decode")
+            for call in got.calls:
                 self.stages.add(call)
         except ray.exceptions.RayError as e:  # the decode worker died (e.g. out of memory) on every retry
-            m = {"failures": {kind: actors.failure(item_id, f"decode:{kind}", input_kinds.source(item, kind),
-                                                   _ray_error(e)) for kind in kinds}}
+            got = DecodeReport(item_id, {kind: Failure.of(item_id, f"decode:{kind}", input_kinds.source(item, kind),
+                                                          _ray_error(e)) for kind in kinds})
+        decoded = {kind: d for kind, d in got.inputs.items() if isinstance(d, Decoded)}
         if segment == 0:
-            self.meta[item_id] = m
-        elif item_id in self.meta:  # a later segment: its decode time and damaged seconds add to the item's
-            whole = self.meta[item_id]
-            for key in ("seconds", "missing"):
-                for kind, value in m.get(key, {}).items():
-                    whole[key][kind] = whole[key].get(kind, 0 if key == "seconds" else []) + value
-        if m.get("cpu_reason", {}).get("frames") and segment == 0:  # a file the actors' decoder cannot show so
+            self.inputs[item_id] = decoded
+        elif item_id in self.inputs:  # a later segment: its decode time and damaged seconds add to the item's
+            whole = self.inputs[item_id]
+            for kind, d in decoded.items():
+                if kind in whole:
+                    whole[kind] = whole[kind].then(d)
+        frames = decoded.get("frames")
+        if segment == 0 and frames is not None and frames.cpu_reason:  # a file the actors' decoder cannot show so
             self.report.cpu_decoded.append({"item": item_id, "file": _str(item.video),
-                                            "reason": m["cpu_reason"]["frames"], "where": "decode task"})
+                                            "reason": frames.cpu_reason, "where": "decode task"})
         units: dict[str, Unit] = {}
         for kind, value_ref in zip(kinds, refs, strict=True):
+            result = got.inputs[kind]
             for feat in self.open_feats(item_id, kind):
-                if kind in m["failures"]:
-                    self.finish(feat, item_id, failed=m["failures"][kind])
+                if isinstance(result, Failure):
+                    self.finish(feat, item_id, failed=result)
                     continue
                 if segment == 0:
-                    self.pairs[feat, item_id].segments = m["segments"].get(kind, 1)
-                units[feat] = Unit(item_id, value_ref, m["sizes"][kind], m["bytes"][kind], segment, kind=kind,
-                                   device=kind == "frames" and bool(m.get("on_device")))
-        held = {kind: m.get("bytes", {}).get(kind, 0) for kind in kinds if kind not in m["failures"]}
-        self.sched.decoded(item_id, segment, units, held)
-        if segment == 0 and m.get("segments", {}).get("frames", 1) > 1 and self.open_feats(item_id, "frames"):
-            self.sched.add_segments(item_id, range(1, m["segments"]["frames"]))
+                    self.pairs[feat, item_id].segments = result.segments
+                units[feat] = Unit(item_id, value_ref, result.units, result.bytes, segment, kind=kind,
+                                   device=kind == "frames" and result.on_device)
+        self.sched.decoded(item_id, segment, units, {kind: d.bytes for kind, d in decoded.items()})
+        if segment == 0 and frames is not None and frames.segments > 1 and self.open_feats(item_id, "frames"):
+            self.sched.add_segments(item_id, range(1, frames.segments))
 
     def extracted(self, ref: Any, call: Call) -> None:
         feat = call.pool.feature
         results = self.results(ref, call)
         self.sched.call_done(call)  # also for a call whose actor died: its core is free again
-        for unit, (item_id, rows, fail, secs) in results:
+        for unit, r in results:
+            item_id = r.item
             self.sched.release(item_id, unit.part, unit.kind, 1)
             pair = self.pairs.get((feat, item_id))
             if pair is None:  # failed already (another segment)
                 continue
-            if fail:
-                if not fail.get("file"):
-                    fail["file"] = _str(input_kinds.source(self.items[item_id], self.specs[feat].extractor.input_kind))
+            if r.failure is not None:
+                fail = r.failure
+                if not fail.file:  # (the actor knows the item, not its file)
+                    path = input_kinds.source(self.items[item_id], self.specs[feat].extractor.input_kind)
+                    fail = dataclasses.replace(fail, file=_str(path))
                 self.finish(feat, item_id, failed=fail)
                 continue
-            pair.rows[unit.part], pair.seconds = self.decoder_of(feat, item_id, rows, pair), pair.seconds + secs
+            pair.rows[unit.part], pair.seconds = r.rows, pair.seconds + r.seconds
+            self.note_decoder(feat, item_id, r.decoded, pair)
             if len(pair.rows) == pair.segments:
                 self.finish(feat, item_id)
 
-    def decoder_of(self, feat: str, item_id: str, rows: Any, pair: _Pair) -> Any:
-        """The rows without the actor's notes on who decoded their frames: the decoder goes to the pair (its
-        fingerprint and attributes, `commit`), a CPU fallback's reason to the run report (once per file)."""
+    def note_decoder(self, feat: str, item_id: str, decoded: Decoded | None, pair: _Pair) -> None:
+        """Who decoded a segment's frames: the model actor (`decoded`, from a plan) or else a CPU decode task. The
+        decoder goes to the pair (its fingerprint and attributes, `commit`), a CPU fallback's reason to the run
+        report (once per file)."""
         if self.specs[feat].extractor.input_kind != "frames" or self.items[item_id].image is not None:
-            return rows
-        attrs = dict(rows.attrs)
-        pair.decoders.add(attrs.pop("decoder", nvdec.CPU))  # (none: a CPU decode task made the frames)
-        reason = attrs.pop("cpu_reason", None)
-        if reason and not any(c["item"] == item_id for c in self.report.cpu_decoded):
+            return
+        pair.decoders.add((decoded.decoder if decoded is not None else None) or nvdec.CPU)
+        if decoded is not None and decoded.cpu_reason and not any(c["item"] == item_id
+                                                                  for c in self.report.cpu_decoded):
             self.report.cpu_decoded.append({"item": item_id, "file": _str(self.items[item_id].video),
-                                            "reason": reason, "where": "model actor"})
-        if isinstance(rows, WrittenRows):  # stored by the actor (joined there): its record, not its rows
-            return rows.with_attrs(attrs)
-        return type(rows)(rows.features, rows.intervals, rows.extras, attrs)
+                                            "reason": decoded.cpu_reason, "where": "model actor"})
 
-    def finish(self, feat: str, item_id: str, failed: dict[str, Any] | None = None) -> None:
+    def finish(self, feat: str, item_id: str, failed: Failure | None = None) -> None:
         """Close a (feature, item) pair: commit its rows (joined from its segments) or record its failure."""
         pair = self.pairs.pop((feat, item_id))
         if failed is None:
@@ -407,13 +426,13 @@ class Runner:
                 rows = pair.rows[0] if isinstance(pair.rows.get(0), WrittenRows) else \
                     self.specs[feat].extractor.join([pair.rows[k] for k in sorted(pair.rows)], self.specs[feat].config)
             except Exception as e:
-                failed = actors.failure(item_id, f"extract:{feat}", path, e)
+                failed = Failure.of(item_id, f"extract:{feat}", path, e)
             else:
                 if pair.segments > 1 and not len(rows.intervals):  # as decoding it in one piece would have said
-                    failed = actors.failure(item_id, f"decode:{kind}", path, decode.InputError(
+                    failed = Failure.of(item_id, f"decode:{kind}", path, decode.InputError(
                         f"{path}: no frame could be decoded in any of its {pair.segments} segments"))
             if failed is None:
-                self.commit(feat, self.items[item_id], rows, self.meta[item_id], pair.seconds,
+                self.commit(feat, self.items[item_id], rows, self.inputs[item_id][kind], pair.seconds,
                             "+".join(sorted(pair.decoders)) or None)
         if failed is not None:
             self.fail(feat, failed)
@@ -421,14 +440,14 @@ class Runner:
         else:
             self.progress.handed()
         if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
-            self.meta.pop(item_id, None)
+            self.inputs.pop(item_id, None)
 
     def received(self, what: str, value: Any) -> None:
         """Count what the driver got from Ray (`report.driver_received`): bytes as serialized, or a number."""
         got = self.report.driver_received
         got[what] = got.get(what, 0) + (value if isinstance(value, int) else ownparts.wire_bytes(value))
 
-    def results(self, ref: Any, call: Call) -> list[tuple[Unit, tuple[str, Any, Any, float]]]:
+    def results(self, ref: Any, call: Call) -> list[tuple[Unit, Extracted]]:
         """The call's per-item results. If the worker process died (segfault, out of
         memory) even after Ray's restart and retry, the actor is replaced, and the call's items go back to the
         queue to run alone on an idle actor: only the item that kills a worker when alone fails."""
@@ -436,7 +455,7 @@ class Runner:
         try:
             results, record = self.ray.get(ref)
             self.received("model results", (results, record))
-            self.received("pairs written by actors", sum(isinstance(r[1], WrittenRows) for r in results))
+            self.received("pairs written by actors", sum(isinstance(r.rows, WrittenRows) for r in results))
             decoding = record.pop("device_decode", None)  # the frames the actor decoded first, on its device
             for r in (record, decoding):
                 if r is not None and call.worker.gpu:
@@ -454,47 +473,45 @@ class Runner:
                 self.sched.requeue(feat, take)
                 return []
             item_id = take[0].item
-            return [(take[0], (item_id, None, actors.failure(item_id, f"extract:{feat}", None, _ray_error(e)), 0.0))]
+            return [(take[0], Extracted(item_id, None, Failure.of(item_id, f"extract:{feat}", None, _ray_error(e)),
+                                        0.0))]
 
-    def fail(self, feat: str, record: dict[str, Any]) -> None:
+    def fail(self, feat: str, failure: Failure) -> None:
         self.report.counts[feat]["failed"] += 1
-        self.report.failures.append({**record, "feature": feat})
-        log.warning("%s/%s failed at %s: %s", feat, record["item"], record["stage"], record["error"])
+        self.report.failures.append(failure.record(feat))
+        log.warning("%s/%s failed at %s: %s", feat, failure.item, failure.stage, failure.error)
 
-    def commit(self, feat: str, item: MediaItem, rows: Any, meta: dict[str, Any], secs: float,
+    def commit(self, feat: str, item: MediaItem, rows: Any, decoded: Decoded, secs: float,
                decoder: str | None = None) -> None:
         """Hand the pair to the committer; it counts as done once its batch is in the store (`committed`).
-        `decoder`: what decoded its frames, where not the CPU path: in its identity (fingerprint, `source`)."""
-        spec = self.specs[feat]
-        source, fp = self.sources[feat, item.id], self.fingerprints[feat, item.id]
+        `decoded`: its input's record (the decode task's, its segments' added); `decoder`: what decoded its
+        frames, where not the CPU path: in its identity (fingerprint, `source`)."""
+        spec, kind = self.specs[feat], decoded.kind
+        identity = self.identities[feat, item.id].decoded_by(decoder)
         if decoder is not None:
             self.report.frames_decoders.setdefault(feat, {}).setdefault(decoder, 0)
             self.report.frames_decoders[feat][decoder] += 1
-        if decoder not in (None, nvdec.CPU):
-            source = {**source, "decoder": decoder}
-            fp = fingerprint(spec.spec_hash, source)
         attrs = {
-            "fingerprint": fp, "spec_hash": spec.spec_hash,
-            "source": source, "duration_s": meta.get("durations", {}).get(spec.extractor.input_kind),
-            "extract_seconds": round(secs, 4), "decode_seconds": round(meta["seconds"][spec.extractor.input_kind], 4),
+            "fingerprint": identity.fingerprint, "spec_hash": spec.spec_hash,
+            "source": identity.source, "duration_s": decoded.duration_s,
+            "extract_seconds": round(secs, 4), "decode_seconds": round(decoded.seconds, 4),
         }
         if decoder not in (None, nvdec.CPU):  # (the CPU path's items say nothing, as before this path)
             attrs["decoder"] = decoder
-        if spec.extractor.input_kind in meta.get("missing", {}):  # damaged input: the seconds without rows
-            attrs["missing_s"] = sorted(meta["missing"][spec.extractor.input_kind])  # segments come in any order
-        file = _str(input_kinds.source(item, spec.extractor.input_kind))
+        if decoded.missing_s:  # damaged input: the seconds without rows (segments come in any order)
+            attrs["missing_s"] = [list(span) for span in sorted(decoded.missing_s)]
+        file = _str(input_kinds.source(item, kind))
         partial = partial_record(feat, item.id, {**attrs, "source": {"path": file}}, attrs["duration_s"])
-        kind = spec.extractor.input_kind
         notes = []
-        if kind in meta.get("shorter", {}):  # by design, not damage: a note, not PARTIAL
-            attrs["streams_end_s"] = meta["shorter"][kind]
+        if decoded.streams_end_s is not None:  # by design, not damage: a note, not PARTIAL
+            attrs["streams_end_s"] = decoded.streams_end_s
             notes.append(("shorter", shorter_record(feat, item.id, file, kind, attrs["duration_s"],
                                                     attrs["streams_end_s"])))
-        if kind in meta.get("late", {}):  # a late start: a note, not PARTIAL
-            attrs["stream_start_s"] = meta["late"][kind]
+        if decoded.stream_start_s is not None:  # a late start: a note, not PARTIAL
+            attrs["stream_start_s"] = decoded.stream_start_s
             notes.append(("late", late_record(feat, item.id, file, kind, attrs["stream_start_s"])))
-        if kind in meta.get("streams", {}):  # one of several streams: said once per (item, stream) in the report
-            attrs["streams"] = meta["streams"][kind]
+        if decoded.streams is not None:  # one of several streams: said once per (item, stream) in the report
+            attrs["streams"] = decoded.streams
             notes.append(("streams", streams_record(item.id, file, kind, attrs["streams"])))
         self.pending[feat, item.id] = (secs, partial, notes)
         self.committer.put(feat, item.id, rows, attrs)
@@ -508,8 +525,8 @@ class Runner:
                 self.progress.failed(handed=True)
                 continue
             if o.error is not None:  # its own commit failed: named with its own feature's folder
-                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}",  # (a path, or a bucket's URL)
-                                                    f"{str(self.writer.path).rstrip('/')}/{o.feature}", o.error))
+                self.fail(o.feature, Failure.of(o.item, f"write:{o.feature}",  # (a path, or a bucket's URL)
+                                                f"{str(self.writer.path).rstrip('/')}/{o.feature}", o.error))
                 self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1
@@ -622,10 +639,24 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
     return out
 
 
-def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
-    """A (feature, item) pair's fingerprint from its source identity (`Kind.identity`, plus `decoder` where
-    the frames were not decoded by the CPU path): the file's name, size and mtime, not the path it was reached by."""
-    return store_fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
+@dataclass(frozen=True)
+class Identity:
+    """A (feature, item) pair's source identity (`Kind.identity`) and its fingerprint, made once when the run is
+    planned (pipeline/run.py) and stored with its rows; the fingerprint hashes the file's name, size and mtime, not
+    the path it was reached by."""
+
+    spec_hash: str
+    source: dict[str, Any]
+    fingerprint: str
+
+    @classmethod
+    def of(cls, spec_hash: str, source: dict[str, Any]) -> Identity:
+        return cls(spec_hash, source, store_fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"}))
+
+    def decoded_by(self, decoder: str | None) -> Identity:
+        """The identity of frames a device decoder made (`decoder` in the source): other pictures than the CPU
+        path's, so another fingerprint; the CPU path's (or no decoder) is this one."""
+        return self if decoder in (None, nvdec.CPU) else Identity.of(self.spec_hash, {**self.source, "decoder": decoder})
 
 
 class WorkerLost(RuntimeError):

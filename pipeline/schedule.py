@@ -222,19 +222,27 @@ class Scheduler:
         return node if node in self.slots else next(iter(self.slots))
 
     def _admit(self, item: str, kinds: tuple[str, ...]) -> str | None | bool:
-        """The node to decode the next item on, or False: not now."""
-        if self.max_items is not None and self.alive_items() >= self.max_items:
+        """The node to decode the next item on, or False: not now. Each rule that may hold a decode back is a check
+        of its own (as Ray Data's backpressure policies are): the items bound, the bytes bound, the feed, a slot."""
+        if not (self._items_allow() and self._bytes_allow() and self._hungry(item)):
             return False
+        return self._slot()
+
+    def _items_allow(self) -> bool:
+        """`max_items`: decoded items alive at once (None: no count)."""
+        return self.max_items is None or self.alive_items() < self.max_items
+
+    def _bytes_allow(self) -> bool:
+        """`max_bytes`: the decoded data alive, with what the running decodes and this one will hold (a running
+        mean of decoded items), stays under it; one item is always let through, whatever its size."""
         each = self.bytes_per_item or self.batch_bytes
-        if self.alive_bytes() + each * (1 + len(self.decoding)) > self.max_bytes and (
-                self.decoding or self.holds):
-            return False  # at least one item is always let through, whatever its size
-        if not self._hungry(item):
-            return False
+        return self.alive_bytes() + each * (1 + len(self.decoding)) <= self.max_bytes or not (
+            self.decoding or self.holds)
+
+    def _slot(self) -> str | None | bool:
+        """The node with the most free CPU slots, or False where none has a whole one."""
         node = max(self.slots, key=self._free)
-        if self._free(node) < 1:
-            return False
-        return node
+        return node if self._free(node) >= 1 else False
 
     def _on_device(self, item: str, segment: int, kinds: tuple[str, ...]) -> bool:
         """Whether this video's frames go to the model actors' decoder (NVDEC) rather than a CPU decode task: when

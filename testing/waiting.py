@@ -29,6 +29,14 @@ class _Wait(Extractor[WaitConfig]):
     def columns(cls, config: WaitConfig) -> list[str]:
         return ["x"]
 
+    @classmethod
+    def weights(cls, config: WaitConfig) -> tuple:
+        return ()  # loads nothing
+
+    @classmethod
+    def citation(cls, config: dict[str, Any]) -> str:
+        return ""  # a stand-in: no work to cite
+
     def extract(self, x: Any) -> FeatureRows:
         return self.extract_batch([x])[0]
 

@@ -10,7 +10,8 @@
 
 Each kind has its `source`, its `identity` for the fingerprint, its `decode` given a `Span` (the recording and
 the part of it the item is: a clip cut from a longer video is a span like any other, so no caller tells it
-apart) and its `unit`. A new kind is a module here and a line in `KINDS`.
+apart) and its `unit`. A new kind is a module here and a line in `KINDS`. What the run knows of a decoded input
+without the input itself (its size, duration, damaged spans, decoder) is a `Decoded` (decoded.py).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import Any
 from manifests.records import MediaItem, QAItem
 from media.kinds.audio import AUDIO
 from media.kinds.base import Kind, Span, Tracks
+from media.kinds.decoded import Decoded
 from media.kinds.frames import FRAMES
 from media.kinds.qa import QA
 from media.kinds.still import STILL
 from media.kinds.texts import CAPTION, REACTIONS
 from media.kinds.transcript import TRANSCRIPT
 
-__all__ = ["KINDS", "STILL", "Kind", "Span", "applicable", "decode", "identity", "of", "source"]
+__all__ = ["KINDS", "STILL", "Decoded", "Kind", "Span", "applicable", "decode", "identity", "of", "source"]
 
 KINDS: dict[str, Kind] = {k.name: k for k in (FRAMES, AUDIO, TRANSCRIPT, QA, CAPTION, REACTIONS)}
 

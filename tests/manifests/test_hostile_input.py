@@ -171,9 +171,9 @@ def test_the_run_limits_reach_the_decode_worker_and_fail_that_pair_alone(tmp_pat
     path = tmp_path / "cap.vtt"
     path.write_text(_cues(5))
     item = MediaItem(id="x", dataset="d", transcript=path, caption="a caption")
-    meta, words = decode_item(item, ["transcript"], [], 16000)
-    assert len(words.words) == 5 and meta["failures"] == {}
-    meta, words = decode_item(item, ["transcript"], [], 16000, input_limits=InputLimits(caption_max_cues=4))
-    failure = meta["failures"]["transcript"]
-    assert words is None and failure["file"] == str(path) and failure["stage"] == "decode:transcript"
-    assert "InputTooLarge" in failure["error"] and "over 4 cues" in failure["error"]
+    got, words = decode_item(item, ["transcript"], [], 16000)
+    assert len(words.words) == 5 and got.inputs["transcript"].units == 1
+    got, words = decode_item(item, ["transcript"], [], 16000, input_limits=InputLimits(caption_max_cues=4))
+    failure = got.inputs["transcript"]
+    assert words is None and failure.file == str(path) and failure.stage == "decode:transcript"
+    assert "InputTooLarge" in failure.error and "over 4 cues" in failure.error

@@ -91,14 +91,14 @@ def test_audio_shorter_than_its_video_is_not_truncated(tmp_path: Path, ext: str,
     assert any(str(path) in r.getMessage() and "shorter track" in r.getMessage() for r in caplog.records)
 
 
-def runner_books(out: Path, config, item, meta: dict, intervals: np.ndarray) -> tuple:
+def runner_books(out: Path, config, item, decoded: dict, intervals: np.ndarray) -> tuple:
     """(run report, the pairs as committed) of `item` through the runner's books without Ray: each feature's
-    rows (zeros over `intervals`) committed with the decode task's `meta`, as `Runner.commit` and `committed` keep
-    them, into a store at `out`."""
+    rows (zeros over `intervals`) committed with the decode task's records (`decoded`: kind -> `Decoded`), as
+    `Runner.commit` and `committed` keep them, into a store at `out`."""
     from pipeline.committer import Outcome
     from pipeline.progress import Progress
     from pipeline.report import RunReport
-    from pipeline.runner import Runner
+    from pipeline.runner import Identity, Runner
     from rows import FeatureRows
     from store.writer import StoreWriter
 
@@ -112,10 +112,10 @@ def runner_books(out: Path, config, item, meta: dict, intervals: np.ndarray) -> 
         r.committer = type("Committer", (), {"put": lambda self, *a: put.append(a), "store_error": None})()
         for spec in specs:
             writer.set_feature(spec.name, spec.store_attrs())
-            r.fingerprints[spec.name, item.id], r.sources[spec.name, item.id] = "fp", {"path": str(item.video)}
+            r.identities[spec.name, item.id] = Identity("x", {"path": str(item.video)}, "fp")
             rows = FeatureRows(np.zeros((len(intervals), len(spec.extractor.columns(spec.config))), np.float32),
                                intervals)
-            r.commit(spec.name, item, rows, meta, 0.1)
+            r.commit(spec.name, item, rows, decoded[spec.extractor.input_kind], 0.1)
         for feature, item_id, rows, attrs in put:
             writer.commit(feature, item_id, rows, attrs)
         r.committed([Outcome(feature, item_id, None) for feature, item_id, _, _ in put])
@@ -147,15 +147,17 @@ def test_a_shorter_stream_is_a_note_in_the_run_report_its_summary_and_info(tmp_p
 
     path = _make(tmp_path / "v8a11.mkv", 8, 11)
     item = MediaItem(id="v8a11", dataset="tiny", video=path, audio=path)
-    meta, frames, audio = actors.decode_item(item, ["frames", "audio"], [], 16000)
-    assert meta["shorter"] == {"frames": pytest.approx(11.0, abs=0.05)} and not meta["missing"]
-    assert frames.streams_end_s == meta["shorter"]["frames"] and audio.streams_end_s is None
+    got, frames, audio = actors.decode_item(item, ["frames", "audio"], [], 16000)
+    decoded = got.inputs
+    assert decoded["frames"].streams_end_s == pytest.approx(11.0, abs=0.05) and decoded["audio"].streams_end_s is None
+    assert not decoded["frames"].missing_s and not decoded["audio"].missing_s
+    assert frames.streams_end_s == decoded["frames"].streams_end_s and audio.streams_end_s is None
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"},
                                                     "acoustic": {"extractor": "covarep"}}})
-    report, _ = runner_books(tmp_path / "s.zarr", config, item, meta, np.array([[0.0, 1.0], [1.0, 2.0]]))
+    report, _ = runner_books(tmp_path / "s.zarr", config, item, decoded, np.array([[0.0, 1.0], [1.0, 2.0]]))
     [note] = report.shorter
     assert note == {"feature": "frames", "item": "v8a11", "file": str(path), "stream": "video",
-                    "duration_s": pytest.approx(8.0, abs=1e-3), "streams_end_s": meta["shorter"]["frames"]}
+                    "duration_s": pytest.approx(8.0, abs=1e-3), "streams_end_s": decoded["frames"].streams_end_s}
     assert not report.partial and report.counts["frames"]["done"] == report.counts["acoustic"]["done"] == 1
     assert f"  shorter stream frames/v8a11 {path}: the video ends at 8.00 s, the file's other streams at 11.0" \
         in report.summary()

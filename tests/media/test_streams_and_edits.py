@@ -316,24 +316,27 @@ def test_late_starts_and_other_streams_are_notes_in_the_item_and_the_run_report(
          "-map", "0:v", "-map", "1", "-map", "2", "-c:v", "copy", "-c:a", "aac", "-disposition:a:0", "0",
          "-disposition:a:1", "default", str(path))
     item = MediaItem(id="late", dataset="tiny", video=path, audio=path)
-    meta, frames, audio = actors.decode_item(item, ["frames", "audio"], [], 16000)
-    assert meta["late"] == {"frames": pytest.approx(1.5, abs=0.05)} and not meta["missing"]
-    assert meta["streams"] == {"audio": {"index": 2, "others": [{"index": 1, "codec": "aac", "channels": 1}]}}
+    got, frames, audio = actors.decode_item(item, ["frames", "audio"], [], 16000)
+    decoded = got.inputs
+    assert decoded["frames"].stream_start_s == pytest.approx(1.5, abs=0.05) and decoded["audio"].stream_start_s is None
+    assert not decoded["frames"].missing_s and not decoded["audio"].missing_s
+    assert decoded["audio"].streams == {"index": 2, "others": [{"index": 1, "codec": "aac", "channels": 1}]}
+    assert decoded["frames"].streams is None
     config = RunConfig.model_validate({"features": {
         "frames": {"extractor": "densenet161", "weights": "random"},
         "acoustic": {"extractor": "covarep"}, "acoustic2": {"extractor": "covarep", "f0_method": "harvest"}}})
-    report, put = runner_books(tmp_path / "s.zarr", config, item, meta, np.array([[2.0, 3.0], [3.0, 4.0]]))
+    report, put = runner_books(tmp_path / "s.zarr", config, item, decoded, np.array([[2.0, 3.0], [3.0, 4.0]]))
     from store.reader import Store
 
     store = Store(tmp_path / "s.zarr")
     attrs = {feature: store.item_attrs(feature, "late") for feature, _, _, _ in put}
-    assert attrs["frames"]["stream_start_s"] == meta["late"]["frames"] and "streams" not in attrs["frames"]
-    assert attrs["acoustic"]["streams"] == meta["streams"]["audio"] and "stream_start_s" not in attrs["acoustic"]
+    assert attrs["frames"]["stream_start_s"] == decoded["frames"].stream_start_s and "streams" not in attrs["frames"]
+    assert attrs["acoustic"]["streams"] == decoded["audio"].streams and "stream_start_s" not in attrs["acoustic"]
     assert not report.partial and [n["feature"] for n in report.late] == ["frames"]
     assert report.streams == [{"item": "late", "file": str(path), "stream": "audio", "index": 2,
                                "others": [{"index": 1, "codec": "aac", "channels": 1}]}]
     summary = report.summary()
-    start = meta["late"]["frames"]
+    start = decoded["frames"].stream_start_s
     assert f"  late start frames/late {path}: the video starts at {start:.2f} s (not damage: no rows before it)" \
         in summary
     assert summary.count("  streams late") == 1 and "audio stream #2 decoded; also in the file: #1 aac 1 ch" in summary

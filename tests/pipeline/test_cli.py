@@ -116,10 +116,11 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     import store.index as si
     import store.parts as parts
     from manifests.records import MediaItem
+    from media.kinds import Decoded
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
     from pipeline.progress import Progress
-    from pipeline.runner import Runner
+    from pipeline.runner import Identity, Runner
 
     config = RunConfig.model_validate({"features": {"frames": {"extractor": "densenet161", "weights": "random"}}})
     out = tmp_path / "s.zarr"
@@ -151,9 +152,9 @@ def test_a_disk_that_fills_during_a_batch_commit_leaves_the_store_as_before(
     runner.committer = Committer(w, batch_items=2)
     runner.progress = Progress(2, bar=False, emit=lambda line: None)  # what Runner.run makes first
     for i in ("a", "b"):
-        runner.fingerprints["frames", i], runner.sources["frames", i] = "fp", {}
+        runner.identities["frames", i] = Identity("x", {}, "fp")
         runner.commit("frames", MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),
-                      {"seconds": {"frames": 0.1}}, 0.1)
+                      Decoded("frames", 1, 0, 0.1), 0.1)
     runner.committed(runner.committer.close())
     monkeypatch.undo()
     w.close()
@@ -173,10 +174,11 @@ def test_a_disk_full_stop_accounts_for_every_planned_pair_each_failure_with_its_
     commit hit the full disk: its own feature's folder) or not computed, and the summary counts all three."""
     import store.parts as parts
     from manifests.records import MediaItem
+    from media.kinds import Decoded
     from pipeline.committer import Committer
     from pipeline.config import RunConfig
     from pipeline.progress import Progress
-    from pipeline.runner import Runner
+    from pipeline.runner import Identity, Runner
 
     frames = {"extractor": "densenet161", "weights": "random"}
     config = RunConfig.model_validate({"features": {"frames": frames, "other": frames}})
@@ -201,9 +203,9 @@ def test_a_disk_full_stop_accounts_for_every_planned_pair_each_failure_with_its_
     runner.progress = Progress(10, bar=False, emit=lambda line: None)
     for feat, i in [("frames", "a"), ("frames", "b"), ("other", "a"), ("other", "b"),
                     ("frames", "c"), ("frames", "d"), ("other", "c"), ("other", "d")]:
-        runner.fingerprints[feat, i], runner.sources[feat, i] = "fp", {}
+        runner.identities[feat, i] = Identity("x", {}, "fp")
         runner.commit(feat, MediaItem(id=i, dataset="sample"), FeatureRows(np.zeros((1, 2)), np.array([[0.0, 1.0]])),
-                      {"seconds": {"frames": 0.1}}, 0.1)
+                      Decoded("frames", 1, 0, 0.1), 0.1)
     runner.committed(runner.committer.close())
     monkeypatch.undo()
     w.close()

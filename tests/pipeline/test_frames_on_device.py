@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from media import decode, nvdec
+from media.kinds import Decoded
 from pipeline import actors
 from pipeline.config import RunConfig
 from pipeline.schedule import CUDA, Pool, Scheduler, Unit, Worker
@@ -23,7 +24,7 @@ def test_a_plan_is_decoded_once_for_every_feature_that_reads_it(tmp_path: Path) 
     path = make_case(Case("mp4", "h264"), tmp_path)
     plan, segments, reason = nvdec.plan_for_device(path, None, "cpu", "a", ("faces", "frames"))
     assert reason is None and segments == 1 and isinstance(plan, nvdec.FramesPlan)
-    assert actors.nbytes(plan) == decode.decode_frames(path).pixels.nbytes  # the books count the pixels to be
+    assert Decoded.of("frames", plan).bytes == decode.decode_frames(path).pixels.nbytes  # the books count the pixels to be
     cache = actors.DeviceFramesCache(1 << 30)
     first, why = cache.take(plan, "frames")
     assert why is None and cache.decoded == 1 and plan.key in cache.entries
@@ -183,6 +184,6 @@ def _planned(store: Path, raw: Path, config: RunConfig) -> list[str]:
     spec = config.specs(["frames"])[0]
     with StoreWriter(store, "tiny") as writer:
         wanted = [Wanted("frames", item.id,
-                         run.planned_fingerprint(writer, spec, item, run.kinds.of("frames", item), [], config)[1])
+                         run.planned_identity(writer, spec, item, run.kinds.of("frames", item), [], config).fingerprint)
                   for item in items]
         return sorted(w.item for w in make_plan(store, wanted, indexes=writer.index).todo)

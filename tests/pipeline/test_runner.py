@@ -14,11 +14,12 @@ from extractors.densenet import DenseNet161, DenseNetConfig
 from extractors.faces import FacesConfig, MTCNNFaces
 from manifests.records import MediaItem
 from media.decode import decode_frames
+from media.kinds import Decoded
 from pipeline.config import RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.run import run_extract
-from pipeline.runner import Runner, _Pair, actor_plan
+from pipeline.runner import Identity, Runner, _Pair, actor_plan
 from rows import FeatureRows
 from store.reader import open_store
 
@@ -35,7 +36,7 @@ def test_a_video_whose_every_segment_lost_its_frames_fails() -> None:
     r = runner()
     r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
     r.items = {"v": MediaItem(id="v", dataset="tiny", video=Path("/raw/v.mp4"))}
-    r.todo, r.meta, r.progress = {"v": ["frames"]}, {"v": {}}, Progress(1, bar=False, emit=lambda line: None)
+    r.todo, r.progress = {"v": ["frames"]}, Progress(1, bar=False, emit=lambda line: None)
     empty = FeatureRows(np.zeros((0, 2208), np.float32), np.zeros((0, 2), np.float64))
     r.pairs = {("frames", "v"): _Pair(segments=3, rows=dict.fromkeys(range(3), empty))}
     r.finish("frames", "v")
@@ -133,9 +134,9 @@ def test_the_runner_tells_progress_of_each_pair_closed() -> None:
     r = runner()
     r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
     r.items = {v: MediaItem(id=v, dataset="tiny", video=Path(f"/raw/{v}.mp4")) for v in ("v", "w")}
-    r.todo, r.meta = {"v": ["frames"], "w": ["frames"]}, {"v": {}, "w": {"seconds": {"frames": 0.1}}}
+    r.todo, r.inputs = {"v": ["frames"], "w": ["frames"]}, {"w": {"frames": Decoded("frames", 1, 0, 0.1)}}
     r.progress = Progress(2, bar=False, emit=lines.append)
-    r.fingerprints, r.sources = {("frames", "w"): "fp"}, {("frames", "w"): {}}
+    r.identities = {("frames", "w"): Identity("x", {}, "fp")}
     r.committer = SimpleNamespace(put=lambda *a: None, store_error=None)
     empty = FeatureRows(np.zeros((0, 2208), np.float32), np.zeros((0, 2), np.float64))
     one = FeatureRows(np.zeros((1, 2208), np.float32), np.array([[0.0, 1.0]]))
@@ -148,3 +149,24 @@ def test_the_runner_tells_progress_of_each_pair_closed() -> None:
     assert r.progress.line().startswith("progress: 2/2 pairs finished (1 stored, 0 being committed, 1 failed), 0 to go")
     assert lines == ["progress: 0/2 pairs finished (0 stored, 0 being committed, 0 failed), 2 to go; time left: after "
                      "the first pairs"]
+
+
+def test_every_runner_attribute_is_declared_in_its_init() -> None:
+    """The runner's state is made in one place: no method may be the first to set an attribute (a method that
+    reads it would then depend on a call order nothing states)."""
+    import ast
+    import inspect
+
+    import pipeline.runner
+
+    cls = next(n for n in ast.parse(inspect.getsource(pipeline.runner)).body
+               if isinstance(n, ast.ClassDef) and n.name == "Runner")
+    assigned: dict[str, set[str]] = {}
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id == "self":
+                assigned.setdefault(fn.name, set()).add(node.attr)
+    declared = assigned.pop("__init__")
+    late = {f"{fn}: self.{a}" for fn, attrs in assigned.items() for a in attrs - declared}
+    assert len(declared) > 20 and not late, sorted(late)

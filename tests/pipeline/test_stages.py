@@ -82,7 +82,7 @@ def test_decode_and_model_calls_report_their_units(scale_raw: Path) -> None:
     truth = json.loads((scale_raw / "truth.json").read_text())
     item = items[1]
     out = decode_item(item, ["audio", "frames", "qa", "transcript"], [q for q in qa if q.item_id == item.id], 16000)
-    calls = {c["stage"]: c for c in out[0]["calls"]}
+    calls = {c["stage"]: c for c in out[0].calls}
     t = truth[item.id]
     assert out[1 + 1].pixels.shape[1:3] == (t["height"], t["width"])
     assert float(Fraction(t["fps"])) == pytest.approx(out[2].source_fps, rel=1e-4)
@@ -94,7 +94,7 @@ def test_decode_and_model_calls_report_their_units(scale_raw: Path) -> None:
     assert np.abs(words.intervals[:, 0] - [w[1] for w in t["words"]]).max() < 0.001  # inline word times, ms
     worker = ExtractorWorker("acoustic", CovarepConfig(), "cpu", threads=1)
     results, call = worker([item.id], out[1])
-    assert results[0][0] == item.id and results[0][2] is None
+    assert results[0].item == item.id and results[0].failure is None
     assert (call["stage"], call["unit"], call["items"]) == ("model:acoustic", "audio_s", 1)
     assert call["units"] == pytest.approx(3.0, abs=0.01) and call["end_s"] >= call["start_s"]
     assert 0 < call["cpu_s"] < 60 and calls["decode:frames"]["cpu_s"] > 0

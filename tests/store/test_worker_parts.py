@@ -113,24 +113,27 @@ class _Faces:
 
 
 def test_an_actor_stores_the_items_it_may_and_returns_their_records(s3_url: str) -> None:
-    """Only the items the driver named are uploaded; the frames decoder's notes survive the join for the driver
-    (which takes them off); a failing join is that item's failure; the record is a few hundred bytes where
-    the rows were more."""
+    """Only the items the driver named are uploaded; a failing join is that item's failure; the record is a few
+    hundred bytes where the rows were more."""
+    from pipeline.actors import Extracted, Failure
+
     big = FeatureRows(np.ones((500, 64), np.float32), np.stack([np.arange(500.0), np.arange(500.0) + 1], 1), {},
-                      {"decoder": "nvdec", "face_ratio": 1.0})
-    results = [("a", big, None, 0.1), ("b", rows(2, 3.0), None, 0.1), ("c", None, {"error": "x"}, 0.0),
-               ("d", FeatureRows(big.features, big.intervals, {}, {"bad": True}), None, 0.1)]
+                      {"face_ratio": 1.0})
+    failed = Failure("c", "decode:frames", None, "ValueError: x")
+    results = [Extracted("a", big, None, 0.1), Extracted("b", rows(2, 3.0), None, 0.1),
+               Extracted("c", None, failed, 0.0),
+               Extracted("d", FeatureRows(big.features, big.intervals, {}, {"bad": True}), None, 0.1)]
     target = ownparts.StoreTarget(s3_url, frozenset({"a", "c", "d"}))
-    out = ownparts.store_results(target, "feat", _Faces(), results,
-                                 lambda item, stage, file, e: {"item": item, "stage": stage, "error": str(e)})
+    out = ownparts.store_results(target, "feat", _Faces(), results, Failure.of)
     a, b, c, d = out
-    assert isinstance(a[1], workerparts.WrittenRows) and a[1].attrs == {"joined": True, "decoder": "nvdec"}
+    assert isinstance(a.rows, workerparts.WrittenRows) and a.rows.attrs == {"joined": True}
+    assert (a.item, a.failure, a.seconds) == ("a", None, 0.1)
     assert b == results[1] and c == results[2]
-    assert d[1] is None and d[2] == {"item": "d", "stage": "extract:feat", "error": "segments disagree"}
+    assert d.rows is None and d.failure == Failure("d", "extract:feat", None, "ValueError: segments disagree")
     assert ownparts.wire_bytes(a) < 2000 < big.features.nbytes < ownparts.wire_bytes(results[0])
     keys = [i.key for i in open_backend(s3_url).list("feat")]
-    assert keys and all(k.startswith(f"feat/{layout.PARTS}/{a[1].part.name}/") for k in keys)
-    assert not any(k.endswith(f"{a[1].part.name}/{layout.META}") for k in keys)  # not whole until published
+    assert keys and all(k.startswith(f"feat/{layout.PARTS}/{a.rows.part.name}/") for k in keys)
+    assert not any(k.endswith(f"{a.rows.part.name}/{layout.META}") for k in keys)  # not whole until published
 
 
 def test_wire_bytes_counts_arrays_as_ray_sends_them() -> None:
