@@ -438,6 +438,10 @@ class Simulation:
                 self._submit()
             elif any(w.ready for p in self.sched.pools.values() for w in p.workers):
                 self._send(self.sched.next_calls())
+        if len(self.done_at) < self.clips:  # nothing runs and nothing can start: a real run would hang here
+            raise RuntimeError(f"the {self.sched.name} policy stalled: {len(self.done_at)} of {self.clips} clips "
+                               f"done at {self.now:.1f} s, nothing running and nothing it can start "
+                               f"({self.cpus} CPU + {self.gpus} GPU, {self.ray_cpus:g} Ray CPUs for decode tasks)")
         return max(self.done_at, default=self.now)
 
     # -- what it prints ------------------------------------------------------------------------------------------

@@ -192,3 +192,32 @@ def test_longer_clips_cost_what_their_length_says() -> None:
     a = simulate(full, config, cpus=16, gpus=1, clips=400)["bound"]["cpu"]
     b = simulate(half, config, cpus=16, gpus=1, clips=400)["bound"]["cpu"]
     assert b == pytest.approx(a / 2, rel=0.02)
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 3, 4])
+def test_the_fixed_policy_leaves_decode_tasks_a_ray_cpu_on_a_small_node(costs: Costs, cpus: int) -> None:
+    """Under the fixed policy every actor held a whole Ray CPU: on 2 CPUs + 1 GPU its 5 actors (4 GPU features
+    and acoustic) asked for 5 of 2, so Ray could place neither them all nor one decode task, and the run (and the
+    simulation, which then finished nothing at the start's 32 s) stood still. Every clip is done, after the
+    start, and at least one Ray CPU is left to the decode tasks."""
+    from bench.simulate import Simulation
+    from pipeline.runner import actor_plan
+
+    config = load_config("socialiq", {"scheduler": "fixed"})
+    specs = {s.name: s for s in config.specs()}
+    plan = actor_plan(specs, set(specs), config, cpus=cpus, gpus=1)
+    held = sum(p.options.get("num_cpus", 0) * p.actors for f, p in plan.items() if p.host in (None, f))
+    assert held <= cpus - 1
+    sim = Simulation(costs, config, cpus, 1, 12)
+    wall = sim.run()
+    assert len(sim.done_at) == 12 and wall > costs.actors_start_s + 12 * costs.decode_s / cpus
+
+
+def test_a_policy_that_stalls_is_an_error_not_a_short_run(costs: Costs, monkeypatch) -> None:
+    """A simulation where nothing runs and nothing will start, with clips not done, raises: it does not return
+    the last event's time as the run's wall (what hid the fixed policy's stall on a small node)."""
+    from bench import simulate as sim_mod
+
+    monkeypatch.setattr(sim_mod.Simulation, "_decode_slots", lambda self: 0)
+    with pytest.raises(RuntimeError, match=r"stalled: 0 of 5 clips done"):
+        simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=5)
