@@ -221,3 +221,35 @@ def test_a_policy_that_stalls_is_an_error_not_a_short_run(costs: Costs, monkeypa
     monkeypatch.setattr(sim_mod.Simulation, "_decode_slots", lambda self: 0)
     with pytest.raises(RuntimeError, match=r"stalled: 0 of 5 clips done"):
         simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=5)
+
+
+def test_a_call_s_work_is_its_cpu_seconds_over_the_cores_it_asks_for() -> None:
+    """`call_work`: a one-thread decode that waited half its 10 s for a core did 5 s of work; a two-thread model
+    call with 6 CPU-s in 9 s did 3 s; one with 4 CPU-s in 1 s (more threads than it asked for) its 1 s."""
+    from bench.simulate import call_work
+
+    def stage(*calls: tuple[float, float, float]) -> dict:
+        return {"first_start_s": 0.0, "per_call": {"fields": ["start_s", "seconds", "cpu_s", "units", "items", "first"],
+                                                   "rows": [[0.0, d, c, u, 1, 0] for d, c, u in calls]}}
+
+    st = {"decode:audio": stage((10.0, 5.0, 8.0), (4.0, 4.0, 8.0)), "model:frames": stage((9.0, 6.0, 8.0), (1.0, 4.0, 8.0)),
+          "model:faces": stage((2.0, 1.0, 8.0))}
+    work = call_work(st, {"decode:audio": 1.0, "model:frames": 2.0, "model:faces": 1.0},
+                     cpu_stages={"decode:audio", "model:frames"})
+    assert [w for w, _, _ in work["decode:audio"]] == pytest.approx([5.0, 4.0])
+    assert [w for w, _, _ in work["model:frames"]] == pytest.approx([3.0, 1.0])
+    assert "model:faces" not in work  # a GPU stage keeps its measured seconds
+
+
+def test_a_stage_s_cost_comes_apart_per_call_per_unit_and_warm_up() -> None:
+    """`Fit.of`: calls costing 0.5 + 0.25 a unit, an actor's first call 3 s more: all three come back; calls of
+    one size give no cost per call (it cannot be told from the per-unit one), only their mean per unit."""
+    from bench.simulate import Fit
+
+    calls = [(0.5 + 0.25 * u + (3.0 if first else 0.0), u, first)
+             for u, first in [(8, True), (12, True), (8, False), (4, False), (12, False), (16, False)]]
+    fit = Fit.of(calls)
+    assert (fit.per_call, fit.per_unit, fit.warm) == pytest.approx((0.5, 0.25, 3.0))
+    assert fit.seconds(10, first=True) == pytest.approx(6.0)
+    same = Fit.of([(4.0, 8, False), (4.4, 8, False)])
+    assert (same.per_call, same.warm) == (0.0, 0.0) and same.per_unit == pytest.approx(8.4 / 16)
