@@ -165,29 +165,39 @@ class Costs:
                     ready_s={f: max(ray_start, t) for f, t in ready.items()}, outside_cores=outside, clip_s=audio_s)
         if ray and start:
             costs.decode_after_ray_s = max(0.0, first_decode - costs.ray_start_s)
-        if uncontended and whole and span and all("per_call" in v for v in st.values()):
-            costs._from_calls(report, gpu_feats, threads or {})
+        if all("per_call" in v for v in st.values()) and (whole and span or not uncontended):
+            costs._from_calls(report, gpu_feats, threads or {}, uncontended)
         return costs
 
-    def _from_calls(self, report: dict[str, Any], gpu_feats: set[str], threads: dict[str, float]) -> None:
+    def _from_calls(self, report: dict[str, Any], gpu_feats: set[str], threads: dict[str, float],
+                    uncontended: bool) -> None:
         """The per-call model (`from_report`): fits, clips, the cores each stage asks for, the report machine's
-        other users; the averages (`decodes`, `model_s`) follow the fits so that the bound agrees."""
-        st, run = report["stages"], report["utilisation"]["run"]
-        whole = run["whole"]
-        self.others_cores = max(0.0, whole["machine_cpu_s"] - whole["run_cpu_s"]) / run["seconds"]
-        steady = (report["utilisation"].get("steady") or {}).get("whole")
-        if steady:  # outside calls in the steady part: the start's imports and loads are in the measured start
-            self.outside_cores = max(0.0, steady["run_cpu_s"] - steady["calls_cpu_s"]) / report["utilisation"][
-                "steady"]["seconds"]
+        other users; the averages (`decodes`, `model_s`) follow the fits so that the bound agrees. Not
+        `uncontended`: each call's wall-clock seconds as measured and the cores it used then, the run's CPU
+        outside calls in them already: the report's machine as loaded then."""
+        st = report["stages"]
         cores = {}
         for stage in st:
             kind, _, feat = stage.partition(":")
-            if kind == "decode":
-                cores[stage] = 1.0  # one thread (PyAV's decode, the audio resampler)
-            elif kind == "model":
-                cores[stage] = (st[stage]["cpu_s"] / st[stage]["worker_s"] if feat in gpu_feats and st[stage][
-                    "worker_s"] else float(threads.get(feat, 1.0)))
-        work = call_work(st, cores, cpu_stages={s for s in cores if s.partition(":")[2] not in gpu_feats})
+            v = st[stage]
+            if kind not in ("decode", "model"):
+                continue
+            if not uncontended or feat in gpu_feats:
+                cores[stage] = v["cpu_s"] / v["worker_s"] if v["worker_s"] and v["cpu_s"] > 0 else 1.0
+            else:  # one thread a decode (PyAV's, the audio resampler's); a model call its actor's torch threads
+                cores[stage] = 1.0 if kind == "decode" else float(threads.get(feat, 1.0))
+        if uncontended:
+            run = report["utilisation"]["run"]
+            whole = run["whole"]
+            self.others_cores = max(0.0, whole["machine_cpu_s"] - whole["run_cpu_s"]) / run["seconds"]
+            steady = (report["utilisation"].get("steady") or {}).get("whole")
+            if steady:  # outside calls in the steady part: the start's imports and loads are in the measured start
+                self.outside_cores = max(0.0, steady["run_cpu_s"] - steady["calls_cpu_s"]) / report["utilisation"][
+                    "steady"]["seconds"]
+        else:
+            self.outside_cores = 0.0  # in the calls' seconds as measured, with the other users'
+        work = call_work(st, cores, cpu_stages={s for s in cores if s.partition(":")[2] not in gpu_feats},
+                         wall=not uncontended)
         self.stage_cores = cores
         items = max(v["items"] for k, v in st.items() if k.startswith("decode:"))
         for stage, calls in work.items():
@@ -319,19 +329,19 @@ class Fit:
 
 
 def call_work(stages: dict[str, dict[str, Any]], cores: dict[str, float],
-              cpu_stages: set[str]) -> dict[str, list[tuple[float, float, bool]]]:
+              cpu_stages: set[str], wall: bool = False) -> dict[str, list[tuple[float, float, bool]]]:
     """stage -> (work, units, first) per call of `cpu_stages`: the call's seconds at full speed, its CPU seconds
     over the cores it asks for (`cores`: stage -> cores; at most its wall-clock seconds). Its own CPU seconds,
     not its wall-clock seconds times the run's average share: the other users of a shared machine come and go
     within a run (one run here had 1.3 cores of them on average, yet DenseNet's calls after the first ran at
-    1.7 of their 2 cores)."""
+    1.7 of their 2 cores). `wall`: its wall-clock seconds as they were (the report's machine as loaded then)."""
     out: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
     for stage, v in stages.items():
         if stage not in cpu_stages:
             continue
         for row in v["per_call"]["rows"]:
             r = dict(zip(v["per_call"]["fields"], row, strict=True))
-            work = min(r["seconds"], r["cpu_s"] / cores[stage]) if r["cpu_s"] > 0 else r["seconds"]
+            work = min(r["seconds"], r["cpu_s"] / cores[stage]) if r["cpu_s"] > 0 and not wall else r["seconds"]
             out[stage].append((work, r["units"], bool(r["first"])))
     return dict(out)
 
