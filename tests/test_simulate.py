@@ -253,3 +253,23 @@ def test_a_stage_s_cost_comes_apart_per_call_per_unit_and_warm_up() -> None:
     assert fit.seconds(10, first=True) == pytest.approx(6.0)
     same = Fit.of([(4.0, 8, False), (4.4, 8, False)])
     assert (same.per_call, same.warm) == (0.0, 0.0) and same.per_unit == pytest.approx(8.4 / 16)
+
+
+def test_each_clip_costs_its_own_size_and_each_actor_s_first_call_warms_up() -> None:
+    """The per-call model: clips of 30 and 90 s (the report's own, in turn) decode and extract at their own
+    sizes, not at the average's; the acoustic actor's first call costs its warm-up more, its later ones not."""
+    from bench.simulate import Fit, Simulation
+
+    costs = Costs.from_report(json.loads(REPORT.read_text()))
+    costs.clips = [{"frames": 30.0, "audio": 30.0, "qa": 6.0, "transcript": 80.0},
+                   {"frames": 90.0, "audio": 90.0, "qa": 6.0, "transcript": 240.0}]
+    costs.fits = {"decode:frames": Fit(0.0, 0.02), "decode:audio": Fit(0.0, 0.001), "decode:qa": Fit(0.0, 0.0),
+                  "decode:transcript": Fit(0.0, 0.0), "model:acoustic": Fit(0.1, 0.03, warm=2.0)}
+    config = load_config("socialiq", {"cpu_actors": 1})
+    sim = Simulation(costs, config, 16, 1, 4)
+    sim.run()
+    decodes = sorted(round(c["end_s"] - c["start_s"], 3) for c in sim.calls["decode:frames"])
+    assert decodes == pytest.approx([0.63, 0.63, 1.89, 1.89])
+    acoustic = sorted(round(c["end_s"] - c["start_s"], 3) for c in sim.calls["model:acoustic"])
+    # 0.1 + 0.03 a second: 1.0 s for a 30 s clip, 2.8 s for a 90 s one; the first (a 30 s clip) 2 s more
+    assert acoustic == pytest.approx([1.0, 2.8, 2.8, 3.0])
