@@ -267,6 +267,7 @@ class Costs:
         """One stage's cost per clip replaced (`--cost`): seconds of its worker, the cores it keeps busy, the
         share of its time it needs the GPU."""
         kind, _, name = stage.partition(":")
+        self.fits.pop(stage, None)  # the per-call model gives way to the cost given (a decode's kinds to averages)
         if kind == "decode":
             old = self.decodes.get(name, (0.0, 1.0))
             self.decodes[name] = (seconds, old[1] if cores is None else cores)
