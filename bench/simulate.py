@@ -31,7 +31,11 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   docs/scale.md);
 - the CPU the run's processes used outside the timed calls (the report's `utilisation.run.whole`, or
   `--outside-cores`) is taken from the node's cores for the whole run;
-- the driver's commits are one server (the committer thread), `commit:*` seconds per pair.
+- the driver's commits are one server (the committer thread), `commit:*` seconds per pair;
+- a report with its calls (`stages[*].per_call`, pipeline/stages.py) gives each stage's call as a cost per call
+  plus per unit and an actor's first call's warm-up (`Fit`), and the run's own clips at their own sizes in turn
+  instead of one average clip (`Costs.from_report`); `--warm` gives a report without calls a warm-up, and
+  `--others-cores` the node simulated other users.
 
 It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
 from the simulated call records exactly as from a real run's), and the resource bound: the largest of the
