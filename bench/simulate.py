@@ -31,7 +31,11 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   docs/scale.md);
 - the CPU the run's processes used outside the timed calls (the report's `utilisation.run.whole`, or
   `--outside-cores`) is taken from the node's cores for the whole run;
-- the driver's commits are one server (the committer thread), `commit:*` seconds per pair.
+- the driver's commits are one server (the committer thread), `commit:*` seconds per pair;
+- a report with its calls (`stages[*].per_call`, pipeline/stages.py) gives each stage's call as a cost per call
+  plus per unit and an actor's first call's warm-up (`Fit`), and the run's own clips at their own sizes in turn
+  instead of one average clip (`Costs.from_report`); `--warm` gives a report without calls a warm-up, and
+  `--others-cores` the node simulated other users.
 
 It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
 from the simulated call records exactly as from a real run's), and the resource bound: the largest of the
@@ -83,17 +87,36 @@ class Costs:
     clip_s: float = 0.0  # the report's seconds of media per clip (its audio's), what `scale_to` scales from
     gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
     nvdec: Nvdec | None = None  # frames decoded on the GPU's video engines (`--nvdec`)
+    # From the report's calls (`stages[*].per_call`, reports since issue 52), where it has them: stage -> a call's
+    # cost at full speed (`Fit`: per call, per unit, an actor's first call's warm-up), the run's own clips' sizes
+    # (input kind -> units, one dict a clip, cycled), the cores a stage's call asks for, and the cores other users
+    # of the report's machine kept busy (what its run could not have)
+    fits: dict[str, Fit] = field(default_factory=dict)
+    clips: list[dict[str, float]] = field(default_factory=list)
+    stage_cores: dict[str, float] = field(default_factory=dict)
+    others_cores: float = 0.0
+    # seconds from Ray up to the first decode task's start (the driver reading manifests, a fresh Ray's first
+    # worker processes): measured where the report has Ray's start, else none
+    decode_after_ray_s: float = 0.0
 
     @classmethod
     def from_report(cls, report: dict[str, Any], uncontended: bool = True,
-                    gpu_features: set[str] | None = None) -> Costs:
+                    gpu_features: set[str] | None = None, threads: dict[str, float] | None = None) -> Costs:
         """`uncontended`: a CPU stage's calls cost their CPU seconds at the cores they use alone (at least one:
         a decode task or an acoustic call is one thread), not their wall-clock seconds, which hold the
         contention of the run that measured them (other users', and the run's own cores oversubscribed); the
         simulation applies the target node's own contention. GPU calls keep their measured seconds (mostly the
         device's and their host thread's, not the CPU's). False: every stage at its measured seconds.
         `gpu_features`: the features whose actors ran on a GPU in the report's run (None: every model feature
-        when the report's cluster had a GPU, none when it had not)."""
+        when the report's cluster had a GPU, none when it had not). `threads`: feature -> the cores one of its
+        calls asks for in the report's run (a CPU-run model's torch threads; 1 where not given).
+
+        A report with its calls (`per_call`) and its CPU as the machine saw it (`utilisation.run.whole`) gives
+        more (`Fit`, `call_work`): each CPU call's work at full speed (its CPU seconds over the cores it asks
+        for), fitted per stage as a cost per call, per unit and an actor's first call's warm-up; the run's own
+        clips, each at its own size; the cores the run's processes kept busy outside calls in its steady part
+        (the start's imports and loads are in the start as measured); the cores other users kept busy
+        (`others_cores`: what a projection onto the same machine as loaded then gives `simulate`)."""
         st = report["stages"]
         util = report.get("utilisation") or {}
         had_gpu = (report.get("cluster") or {}).get("resources", {}).get("GPU", 0) > 0
@@ -141,9 +164,66 @@ class Costs:
         whole, span = run.get("whole"), run.get("seconds") or 0.0
         outside = max(0.0, whole["run_cpu_s"] - whole["calls_cpu_s"]) / span if whole and span else 0.0
         audio_s = audio["units"] / audio["items"] if audio else 0.0
-        return cls(decode_s, decode_cores, model_s, model_cores, units, commit_s, audio_s,
-                   ray_start_s=max(0.0, ray_start), actors_start_s=max(ray_start, actors_start), decodes=kinds,
-                   ready_s={f: max(ray_start, t) for f, t in ready.items()}, outside_cores=outside, clip_s=audio_s)
+        costs = cls(decode_s, decode_cores, model_s, model_cores, units, commit_s, audio_s,
+                    ray_start_s=max(0.0, ray_start), actors_start_s=max(ray_start, actors_start), decodes=kinds,
+                    ready_s={f: max(ray_start, t) for f, t in ready.items()}, outside_cores=outside, clip_s=audio_s)
+        if ray and start:
+            costs.decode_after_ray_s = max(0.0, first_decode - costs.ray_start_s)
+        if all("per_call" in v for v in st.values()) and (whole and span or not uncontended):
+            costs._from_calls(report, gpu_feats, threads or {}, uncontended)
+        return costs
+
+    def _from_calls(self, report: dict[str, Any], gpu_feats: set[str], threads: dict[str, float],
+                    uncontended: bool) -> None:
+        """The per-call model (`from_report`): fits, clips, the cores each stage asks for, the report machine's
+        other users; the averages (`decodes`, `model_s`) follow the fits so that the bound agrees. Not
+        `uncontended`: each call's wall-clock seconds as measured and the cores it used then, the run's CPU
+        outside calls in them already: the report's machine as loaded then."""
+        st = report["stages"]
+        cores = {}
+        for stage in st:
+            kind, _, feat = stage.partition(":")
+            v = st[stage]
+            if kind not in ("decode", "model"):
+                continue
+            if not uncontended or feat in gpu_feats:
+                cores[stage] = v["cpu_s"] / v["worker_s"] if v["worker_s"] and v["cpu_s"] > 0 else 1.0
+            else:  # one thread a decode (PyAV's, the audio resampler's); a model call its actor's torch threads
+                cores[stage] = 1.0 if kind == "decode" else float(threads.get(feat, 1.0))
+        if uncontended:
+            run = report["utilisation"]["run"]
+            whole = run["whole"]
+            self.others_cores = max(0.0, whole["machine_cpu_s"] - whole["run_cpu_s"]) / run["seconds"]
+            steady = (report["utilisation"].get("steady") or {}).get("whole")
+            if steady:  # outside calls in the steady part: the start's imports and loads are in the measured start
+                self.outside_cores = max(0.0, steady["run_cpu_s"] - steady["calls_cpu_s"]) / report["utilisation"][
+                    "steady"]["seconds"]
+        else:
+            self.outside_cores = 0.0  # in the calls' seconds as measured, with the other users'
+        work = call_work(st, cores, cpu_stages={s for s in cores if s.partition(":")[2] not in gpu_feats},
+                         wall=not uncontended)
+        self.stage_cores = cores
+        items = max(v["items"] for k, v in st.items() if k.startswith("decode:"))
+        for stage, calls in work.items():
+            fit = Fit.of(calls)
+            self.fits[stage] = fit
+            kind, _, feat = stage.partition(":")
+            total = sum(w for w, _, _ in calls)
+            if kind == "decode":
+                self.decodes[feat] = (total / items, 1.0)
+            elif kind == "model":
+                self.model_s[feat], self.model_cores[feat] = total / st[stage]["items"], cores[stage]
+        self.decode_s = sum(s for s, _ in self.decodes.values())
+        self.decode_cores = 1.0
+        # the run's clips, each kind's units in the order the decode tasks ran (a clip's kinds decode together)
+        per_kind = {k.partition(":")[2]: [r[3] for r in v["per_call"]["rows"]]
+                    for k, v in st.items() if k.startswith("decode:") and v["per_call"]["of"] == v["calls"]}
+        n = min((len(u) for u in per_kind.values()), default=0)
+        self.clips = [{k: u[i] for k, u in per_kind.items()} for i in range(n)]
+
+    def clip(self, index: int) -> dict[str, float]:
+        """Input kind -> units of the simulated clip `index`: the run's own clips in turn."""
+        return self.clips[index % len(self.clips)] if self.clips else {}
 
     def scale_to(self, seconds: float, input_kinds: dict[str, str]) -> None:
         """Clips of `seconds` of media instead of the report's (`--seconds`): what grows with a clip's length (its
@@ -162,6 +242,7 @@ class Costs:
                 self.model_s[feat] *= r
                 self.units[feat] *= r
         self.audio_s, self.clip_s = self.audio_s * r, seconds
+        self.clips = [{k: u if k == "qa" else u * r for k, u in c.items()} for c in self.clips]
 
     def routed_decode(self) -> tuple[float, float]:
         """(seconds, CPU-s) of the decode task of a clip routed to the video engines: its frames' CPU decode
@@ -177,10 +258,20 @@ class Costs:
         for f in gpu_features:
             self.gpu_fraction[f] = min(1.0, busy_s / actor_s) if actor_s else 0.0
 
+    def warm_up(self, stage: str, seconds: float) -> None:
+        """`--warm`: an actor's first call of `model:<feature>` costs `seconds` more (a report without its
+        calls measured none): the stage's other costs as they were."""
+        kind, _, feat = stage.partition(":")
+        if kind != "model" or feat not in self.model_s:
+            raise ValueError(f"--warm {stage}: not a model stage of the report (model:<feature>)")
+        fit = self.fits.get(stage) or Fit(0.0, self.model_s[feat] / max(1e-9, self.units[feat]))
+        self.fits[stage] = Fit(fit.per_call, fit.per_unit, seconds)
+
     def override(self, stage: str, seconds: float, cores: float | None = None, gpu: float | None = None) -> None:
         """One stage's cost per clip replaced (`--cost`): seconds of its worker, the cores it keeps busy, the
         share of its time it needs the GPU."""
         kind, _, name = stage.partition(":")
+        self.fits.pop(stage, None)  # the per-call model gives way to the cost given (a decode's kinds to averages)
         if kind == "decode":
             old = self.decodes.get(name, (0.0, 1.0))
             self.decodes[name] = (seconds, old[1] if cores is None else cores)
@@ -209,6 +300,55 @@ class Nvdec:
     plan_s: float = 0.06
     cores: float = 0.25
     engines: int = 7  # video engines per GPU (H100: 7 NVDEC)
+
+
+@dataclass
+class Fit:
+    """A stage's call at full speed (its cores all its own): `per_call + per_unit * units`, and `warm` more for
+    an actor's first call of the stage (the model's first forward: oneDNN's kernels chosen, caches filled)."""
+
+    per_call: float
+    per_unit: float
+    warm: float = 0.0
+
+    @classmethod
+    def of(cls, calls: list[tuple[float, float, bool]]) -> Fit:
+        """From (work, units, first) per call: least squares over the calls after each actor's first, which
+        give the warm-up as what they cost beyond the fit; calls all of one size give no cost per call."""
+        rest = [(w, u) for w, u, first in calls if not first] or [(w, u) for w, u, _ in calls]
+        n, su, sw = len(rest), sum(u for _, u in rest), sum(w for w, _ in rest)
+        var = sum((u - su / n) ** 2 for _, u in rest)
+        if var > 1e-9 * max(1.0, su * su):
+            b = sum((u - su / n) * (w - sw / n) for w, u in rest) / var
+            a = sw / n - b * su / n
+        else:
+            a, b = 0.0, 0.0
+        if a < 0 or b < 0 or var <= 1e-9 * max(1.0, su * su):
+            a, b = (0.0, sw / su) if su > 0 else (sw / n, 0.0)
+        firsts = [w - (a + b * u) for w, u, first in calls if first]
+        warm = max(0.0, sum(firsts) / len(firsts)) if firsts and len(rest) < len(calls) else 0.0
+        return cls(a, b, warm)
+
+    def seconds(self, units: float, first: bool = False) -> float:
+        return self.per_call + self.per_unit * units + (self.warm if first else 0.0)
+
+
+def call_work(stages: dict[str, dict[str, Any]], cores: dict[str, float],
+              cpu_stages: set[str], wall: bool = False) -> dict[str, list[tuple[float, float, bool]]]:
+    """stage -> (work, units, first) per call of `cpu_stages`: the call's seconds at full speed, its CPU seconds
+    over the cores it asks for (`cores`: stage -> cores; at most its wall-clock seconds). Its own CPU seconds,
+    not its wall-clock seconds times the run's average share: the other users of a shared machine come and go
+    within a run (one run here had 1.3 cores of them on average, yet DenseNet's calls after the first ran at
+    1.7 of their 2 cores). `wall`: its wall-clock seconds as they were (the report's machine as loaded then)."""
+    out: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
+    for stage, v in stages.items():
+        if stage not in cpu_stages:
+            continue
+        for row in v["per_call"]["rows"]:
+            r = dict(zip(v["per_call"]["fields"], row, strict=True))
+            work = min(r["seconds"], r["cpu_s"] / cores[stage]) if r["cpu_s"] > 0 and not wall else r["seconds"]
+            out[stage].append((work, r["units"], bool(r["first"])))
+    return dict(out)
 
 
 def _run_start(report: dict[str, Any]) -> float | None:
@@ -241,12 +381,14 @@ class _Actor:
     queue: list[Call] = field(default_factory=list)
     running: _Task | None = None
     decoded: set[str] = field(default_factory=set)  # clips whose frames it decoded on its GPU (kept for their readers)
+    called: set[str] = field(default_factory=set)  # the features it has had a call of (the first one warms up)
 
 
 class Simulation:
     def __init__(self, costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
-                 frame_bytes: int = FRAME_BYTES) -> None:
+                 frame_bytes: int = FRAME_BYTES, others_cores: float = 0.0) -> None:
         self.costs, self.config, self.cpus, self.gpus, self.clips = costs, config, cpus, gpus, clips
+        self.others_cores = others_cores  # cores other users keep busy on the node simulated
         self.frame_bytes = frame_bytes
         specs = {s.name: s for s in config.specs() if s.name in costs.model_s}
         self.specs = specs
@@ -291,7 +433,8 @@ class Simulation:
         """Each running task's speed: the cores shared in proportion when asked for more than the node has,
         and each GPU likewise for the calls on it."""
         demand = sum(t.cores for t in self.running if t.uses_cpu)
-        free = max(0.1, self.cpus - self.costs.outside_cores)  # Ray's and the driver's own CPU (`outside_cores`)
+        # Ray's and the driver's own CPU (`outside_cores`), and other users'
+        free = max(0.1, self.cpus - self.costs.outside_cores - self.others_cores)
         cpu = min(1.0, free / demand) if demand > 0 else 1.0
         on_gpu: dict[str, float] = defaultdict(float)
         on_engines: dict[str, float] = defaultdict(float)
@@ -314,9 +457,16 @@ class Simulation:
         return min((self.now + max(0.0, t.left) / speed for t, speed in zip(self.running, self._speeds(), strict=True)),
                    default=math.inf)
 
+    def _units(self, item: str) -> dict[str, float]:
+        """Input kind -> units of a simulated clip (`clip00042`): the report's own clips in turn, where it has them."""
+        return self.costs.clip(int(item.removeprefix("clip")))
+
     def _start_decode(self, job: Any) -> None:
         c = self.costs
         seconds, cores = c.decode_s, c.decode_cores
+        units = self._units(job.item)
+        if units and all(f"decode:{k}" in c.fits for k in units):
+            seconds, cores = sum(c.fits[f"decode:{k}"].seconds(u) for k, u in units.items()), 1.0
         if job.on_device:
             self.on_nvdec.add(job.item)
             seconds, cpu_s = c.routed_decode()
@@ -329,6 +479,13 @@ class Simulation:
         per_unit = c.model_s[feat] / max(1e-9, c.units[feat])
         seconds = sum(u.n if call.pool.kind == "frames" else c.units[feat] for u in call.take) * per_unit
         cores, gpu_s, nvdec_s = c.model_cores.get(feat, 1.0), 0.0, 0.0
+        fit = c.fits.get(f"model:{feat}")
+        if fit is not None:  # the per-call model: this call's clips at their own sizes, the warm-up
+            units = sum(self._units(u.item).get(call.pool.kind, u.n if call.pool.kind == "frames" else c.units[feat])
+                        for u in call.take)
+            seconds = fit.seconds(units, first=feat not in worker.handle.called)
+            cores = c.stage_cores.get(f"model:{feat}", cores)
+        worker.handle.called.add(feat)
         if worker.gpu:
             gpu_s = seconds * c.gpu_fraction.get(feat, 0.0)
         if c.nvdec:  # the first call in an actor to take a clip sent there decodes it (pipeline/actors.py's cache)
@@ -376,11 +533,13 @@ class Simulation:
             job = task.what
             self.calls["decode:frames"].append(_record("decode:frames", task.started, end, task.cores, 1))
             units, nbytes = {}, {}
+            clip = self._units(job.item)
             for feat in self.left.setdefault(job.item, set(self.features)):
                 kind = self.specs[feat].extractor.input_kind
-                n = int(round(self.costs.units[feat])) if kind == "frames" else 1
-                b = int(self.costs.units[feat] * self.frame_bytes) if kind == "frames" else (
-                    int(self.costs.audio_s * AUDIO_RATE_HZ * 4) if kind == "audio" else 0)
+                frames = clip.get("frames", self.costs.units[feat])
+                n = max(1, int(round(frames))) if kind == "frames" else 1
+                b = int(frames * self.frame_bytes) if kind == "frames" else (
+                    int(clip.get("audio", self.costs.audio_s) * AUDIO_RATE_HZ * 4) if kind == "audio" else 0)
                 units[feat] = Unit(job.item, None, n, b, kind=kind, device=job.on_device and kind == "frames")
                 nbytes[kind] = max(nbytes.get(kind, 0), b)
             self.sched.decoded(job.item, job.segment, units, nbytes)
@@ -412,7 +571,7 @@ class Simulation:
 
     def run(self) -> float:
         c = self.costs
-        decode_from = c.actors_start_s if self.sched.name == "fixed" else c.ray_start_s
+        decode_from = c.actors_start_s if self.sched.name == "fixed" else c.ray_start_s + c.decode_after_ray_s
         self._at(decode_from, "decode")
         for feat in self.sched.pools:  # each feature's actors when they were ready in the report's run
             self._at(c.ready_s.get(feat, c.actors_start_s), f"actors {feat}")
@@ -438,6 +597,10 @@ class Simulation:
                 self._submit()
             elif any(w.ready for p in self.sched.pools.values() for w in p.workers):
                 self._send(self.sched.next_calls())
+        if len(self.done_at) < self.clips:  # nothing runs and nothing can start: a real run would hang here
+            raise RuntimeError(f"the {self.sched.name} policy stalled: {len(self.done_at)} of {self.clips} clips "
+                               f"done at {self.now:.1f} s, nothing running and nothing it can start "
+                               f"({self.cpus} CPU + {self.gpus} GPU, {self.ray_cpus:g} Ray CPUs for decode tasks)")
         return max(self.done_at, default=self.now)
 
     # -- what it prints ------------------------------------------------------------------------------------------
@@ -447,7 +610,8 @@ class Simulation:
         if c.nvdec:  # the clips the run routed to the video engines: their CPU decode replaced by a plan
             routed_cpu_s = c.routed_decode()[1] - c.decode_s * c.decode_cores  # a routed clip's CPU-s less its CPU decode: negative, a saving
             cpu += len(self.on_nvdec) * routed_cpu_s + self.engine_s * c.nvdec.cores
-        out = {"cpu": cpu / max(0.1, self.cpus - c.outside_cores)}  # the cores left by Ray and the driver
+        # the cores left by Ray and the driver, and by other users
+        out = {"cpu": cpu / max(0.1, self.cpus - c.outside_cores - self.others_cores)}
         if c.nvdec:
             out["nvdec"] = self.engine_s / (c.nvdec.engines * max(1, self.gpus))
         gpu_s = 0.0
@@ -474,8 +638,9 @@ def window_s(report: dict[str, Any]) -> float:
 
 
 def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
-             until: float | None = None) -> dict[str, Any]:
-    sim = Simulation(costs, config, cpus, gpus, clips)
+             until: float | None = None, others_cores: float = 0.0) -> dict[str, Any]:
+    """`others_cores`: the cores other users keep busy on the node simulated (0: the node is the run's)."""
+    sim = Simulation(costs, config, cpus, gpus, clips, others_cores=others_cores)
     wall = sim.run()
     bound = sim.bound()
     workers = {f: len(p.workers) for f, p in sim.sched.pools.items()}
@@ -492,6 +657,16 @@ def simulate(costs: Costs, config: RunConfig, cpus: int, gpus: int, clips: int,
         done = sum(t <= until for t in sim.done_at)
         out["until"] = {"seconds": until, "clips": done, "clips_per_s": round(done / until, 3)}
     return out
+
+
+def report_threads(report: dict[str, Any], config: RunConfig) -> dict[str, float]:
+    """feature -> the cores one call asked for in the report's run: its actors' torch threads as `actor_plan`
+    laid them out for the report's CPUs and GPUs (1 where it sets none)."""
+    st = report["stages"]
+    specs = {s.name: s for s in config.specs() if f"model:{s.name}" in st}
+    cpus = int((report.get("utilisation") or {}).get("cpus") or 1)
+    gpus = int((report.get("cluster") or {}).get("resources", {}).get("GPU", 0))
+    return {f: float(p.threads or 1) for f, p in actor_plan(specs, set(specs), config, cpus, gpus).items()}
 
 
 def _cost(spec: str) -> tuple[str, float, float | None, float | None]:
@@ -552,6 +727,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--contended", action="store_true",
                     help="replay the report's wall-clock call seconds as they were (the old model: a loaded run's "
                          "contention replayed as cost); default: CPU calls cost their CPU seconds")
+    ap.add_argument("--warm", action="append", default=[], metavar="model:FEATURE=SECONDS",
+                    help="an actor's first call of the stage costs SECONDS more (its warm-up; a report with its "
+                         "calls measures it)")
+    ap.add_argument("--others-cores", type=float, default=0.0, metavar="CORES",
+                    help="cores other users keep busy on the node simulated (default 0: the node is the run's)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     overrides: dict[str, Any] = {}
@@ -568,7 +748,8 @@ def main(argv: list[str] | None = None) -> None:
     had_gpu = (report.get("cluster") or {}).get("resources", {}).get("GPU", 0) > 0
     specs = {s.name: s for s in config.specs()}
     gpu_feats = {f for f, s in specs.items() if s.extractor.wants_gpu(s.config)} if had_gpu else set()
-    costs = Costs.from_report(report, uncontended=not args.contended, gpu_features=gpu_feats)
+    costs = Costs.from_report(report, uncontended=not args.contended, gpu_features=gpu_feats,
+                              threads=report_threads(report, config))
     if args.seconds is not None:
         costs.scale_to(args.seconds, {f: s.extractor.input_kind for f, s in specs.items()})
     if args.gpu_busy_s is not None:
@@ -577,6 +758,12 @@ def main(argv: list[str] | None = None) -> None:
         costs.spread_gpu_busy(args.gpu_busy_s, items, gpu_feats)
     for spec in args.cost:
         costs.override(*_cost(spec))
+    for spec in args.warm:
+        stage, _, secs = spec.partition("=")
+        try:
+            costs.warm_up(stage, float(secs))
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     if args.nvdec:
         costs.nvdec = _nvdec(args.nvdec)
     if args.outside_cores is not None:
@@ -587,7 +774,7 @@ def main(argv: list[str] | None = None) -> None:
         costs.actors_start_s, costs.ready_s = args.actors_start_s, {}
     if costs.actors_start_s < costs.ray_start_s:
         raise SystemExit(f"--actors-start-s {costs.actors_start_s:g}: before Ray is up ({costs.ray_start_s:g} s)")
-    out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until)
+    out = simulate(costs, config, args.cpus, args.gpus, args.clips, args.until, args.others_cores)
     if args.json:
         print(json.dumps(out, indent=1))
         return

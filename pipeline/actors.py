@@ -338,6 +338,8 @@ class ExtractorWorker:
             results = ownparts.store_results(store, feature, self.extractors[feature], results, Failure.of)
         record = stages.call_record(f"model:{feature}", started, units, len(inputs),
                                     input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items")
+        if self.units[feature] == units:  # its first call of the feature: the model's warm-up (bench.simulate)
+            record["first"] = True
         if decode_record is not None:
             record["device_decode"] = decode_record
         return results, record

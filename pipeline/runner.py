@@ -605,7 +605,21 @@ def actor_plan(specs: dict[str, FeatureSpec], features: set[str], config: RunCon
         else:
             plan[feat] = ActorPlan({"num_cpus": 0, "scheduling_strategy": "SPREAD"}, config.cpu_actors or max(1, cpus),
                                    CPU, 1, 1, 1, True)
-    return _frames_on_device(plan, specs, config)
+    return _frames_on_device(_leave_decodes_a_cpu(plan, cpus) if fixed else plan, specs, config)
+
+
+def _leave_decodes_a_cpu(plan: dict[str, ActorPlan], cpus: int) -> dict[str, ActorPlan]:
+    """Under the fixed policy the actors hold their Ray CPUs for the whole run and decode tasks get what is left:
+    on a small node (2 CPUs + 1 GPU: 4 GPU actors and 1 acoustic, a CPU each) nothing was left, Ray could place
+    neither every actor nor any decode task, and the run stood still. Where the actors ask for more than all but
+    one of the node's CPUs, their holds shrink in proportion (Ray takes fractions of a CPU to 4 decimals)."""
+    held = sum(p.options.get("num_cpus", 0) * p.actors for p in plan.values())
+    room = max(0, cpus - 1)
+    if held <= room:
+        return plan
+    share = math.floor(room / held * 1e4) / 1e4
+    return {f: dataclasses.replace(p, options={**p.options, "num_cpus": p.options.get("num_cpus", 0) * share})
+            for f, p in plan.items()}
 
 
 def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],

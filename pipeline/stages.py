@@ -12,6 +12,11 @@ the stage adds to the wall time when nothing else overlaps it), `span_s` (first 
 the inverse of the per-unit cost), `cpu_s` (CPU seconds of the calls' processes, all threads: core-seconds) and
 `cpu_s_per_unit`. Times are `time.time()` seconds, comparable across the processes of one
 machine (and across nodes as far as their clocks agree).
+
+`per_call` keeps the calls themselves (at most `PER_CALL_ROWS`, evenly chosen, an actor's first calls always),
+for bench.simulate: a call's fixed cost apart from its per-unit cost, a model's first-call warm-up, each clip's
+own size. Its `fields` name the columns of its `rows`: the call's start from the stage's first start, its
+seconds, its CPU seconds, units, items, and 1 for an actor's first call of the stage (0 else).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from typing import Any
+
+PER_CALL_ROWS = 2000  # a 1,250-clip run's decode tasks fit whole; a few tens of KB a stage in the report
+PER_CALL_FIELDS = ["start_s", "seconds", "cpu_s", "units", "items", "first"]
 
 
 def units_of(value: Any) -> float:
@@ -86,5 +94,23 @@ class StageStats:
                 "units_per_busy_s": round(units / busy, 4) if busy > 0 else None,
                 "units_per_worker_s": round(units / worker, 4) if worker > 0 else None,
                 "cpu_s": round(cpu, 4), "cpu_s_per_unit": cpu / units if units > 0 else None,
+                "per_call": per_call_rows(calls),
             }
         return out
+
+
+def per_call_rows(calls: list[dict[str, Any]], limit: int = PER_CALL_ROWS) -> dict[str, Any]:
+    """The stage's calls as compact rows (`PER_CALL_FIELDS`) in the order they started: every first call, and
+    evenly spaced others up to `limit` rows."""
+    calls = sorted(calls, key=lambda c: c["start_s"])
+    t0 = calls[0]["start_s"]
+    firsts = [i for i, c in enumerate(calls) if c.get("first")]
+    others = [i for i, c in enumerate(calls) if not c.get("first")]
+    room = max(0, limit - len(firsts))
+    if len(others) > room:
+        others = [others[round(k * (len(others) - 1) / max(1, room - 1))] for k in range(room)] if room else []
+    keep = sorted(set(firsts) | set(others))
+    rows = [[round(calls[i]["start_s"] - t0, 3), round(calls[i]["end_s"] - calls[i]["start_s"], 4),
+             round(calls[i].get("cpu_s", 0.0), 4), round(calls[i]["units"], 3), calls[i]["items"],
+             1 if calls[i].get("first") else 0] for i in keep]
+    return {"fields": PER_CALL_FIELDS, "rows": rows, "of": len(calls)}

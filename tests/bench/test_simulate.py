@@ -192,3 +192,84 @@ def test_longer_clips_cost_what_their_length_says() -> None:
     a = simulate(full, config, cpus=16, gpus=1, clips=400)["bound"]["cpu"]
     b = simulate(half, config, cpus=16, gpus=1, clips=400)["bound"]["cpu"]
     assert b == pytest.approx(a / 2, rel=0.02)
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 3, 4])
+def test_the_fixed_policy_leaves_decode_tasks_a_ray_cpu_on_a_small_node(costs: Costs, cpus: int) -> None:
+    """Under the fixed policy every actor held a whole Ray CPU: on 2 CPUs + 1 GPU its 5 actors (4 GPU features
+    and acoustic) asked for 5 of 2, so Ray could place neither them all nor one decode task, and the run (and the
+    simulation, which then finished nothing at the start's 32 s) stood still. Every clip is done, after the
+    start, and at least one Ray CPU is left to the decode tasks."""
+    from bench.simulate import Simulation
+    from pipeline.runner import actor_plan
+
+    config = load_config("socialiq", {"scheduler": "fixed"})
+    specs = {s.name: s for s in config.specs()}
+    plan = actor_plan(specs, set(specs), config, cpus=cpus, gpus=1)
+    held = sum(p.options.get("num_cpus", 0) * p.actors for f, p in plan.items() if p.host in (None, f))
+    assert held <= cpus - 1
+    sim = Simulation(costs, config, cpus, 1, 12)
+    wall = sim.run()
+    assert len(sim.done_at) == 12 and wall > costs.actors_start_s + 12 * costs.decode_s / cpus
+
+
+def test_a_policy_that_stalls_is_an_error_not_a_short_run(costs: Costs, monkeypatch) -> None:
+    """A simulation where nothing runs and nothing will start, with clips not done, raises: it does not return
+    the last event's time as the run's wall (what hid the fixed policy's stall on a small node)."""
+    from bench import simulate as sim_mod
+
+    monkeypatch.setattr(sim_mod.Simulation, "_decode_slots", lambda self: 0)
+    with pytest.raises(RuntimeError, match=r"stalled: 0 of 5 clips done"):
+        simulate(costs, load_config("socialiq"), cpus=16, gpus=1, clips=5)
+
+
+def test_a_call_s_work_is_its_cpu_seconds_over_the_cores_it_asks_for() -> None:
+    """`call_work`: a one-thread decode that waited half its 10 s for a core did 5 s of work; a two-thread model
+    call with 6 CPU-s in 9 s did 3 s; one with 4 CPU-s in 1 s (more threads than it asked for) its 1 s."""
+    from bench.simulate import call_work
+
+    def stage(*calls: tuple[float, float, float]) -> dict:
+        return {"first_start_s": 0.0, "per_call": {"fields": ["start_s", "seconds", "cpu_s", "units", "items", "first"],
+                                                   "rows": [[0.0, d, c, u, 1, 0] for d, c, u in calls]}}
+
+    st = {"decode:audio": stage((10.0, 5.0, 8.0), (4.0, 4.0, 8.0)), "model:frames": stage((9.0, 6.0, 8.0), (1.0, 4.0, 8.0)),
+          "model:faces": stage((2.0, 1.0, 8.0))}
+    work = call_work(st, {"decode:audio": 1.0, "model:frames": 2.0, "model:faces": 1.0},
+                     cpu_stages={"decode:audio", "model:frames"})
+    assert [w for w, _, _ in work["decode:audio"]] == pytest.approx([5.0, 4.0])
+    assert [w for w, _, _ in work["model:frames"]] == pytest.approx([3.0, 1.0])
+    assert "model:faces" not in work  # a GPU stage keeps its measured seconds
+
+
+def test_a_stage_s_cost_comes_apart_per_call_per_unit_and_warm_up() -> None:
+    """`Fit.of`: calls costing 0.5 + 0.25 a unit, an actor's first call 3 s more: all three come back; calls of
+    one size give no cost per call (it cannot be told from the per-unit one), only their mean per unit."""
+    from bench.simulate import Fit
+
+    calls = [(0.5 + 0.25 * u + (3.0 if first else 0.0), u, first)
+             for u, first in [(8, True), (12, True), (8, False), (4, False), (12, False), (16, False)]]
+    fit = Fit.of(calls)
+    assert (fit.per_call, fit.per_unit, fit.warm) == pytest.approx((0.5, 0.25, 3.0))
+    assert fit.seconds(10, first=True) == pytest.approx(6.0)
+    same = Fit.of([(4.0, 8, False), (4.4, 8, False)])
+    assert (same.per_call, same.warm) == (0.0, 0.0) and same.per_unit == pytest.approx(8.4 / 16)
+
+
+def test_each_clip_costs_its_own_size_and_each_actor_s_first_call_warms_up() -> None:
+    """The per-call model: clips of 30 and 90 s (the report's own, in turn) decode and extract at their own
+    sizes, not at the average's; the acoustic actor's first call costs its warm-up more, its later ones not."""
+    from bench.simulate import Fit, Simulation
+
+    costs = Costs.from_report(json.loads(REPORT.read_text()))
+    costs.clips = [{"frames": 30.0, "audio": 30.0, "qa": 6.0, "transcript": 80.0},
+                   {"frames": 90.0, "audio": 90.0, "qa": 6.0, "transcript": 240.0}]
+    costs.fits = {"decode:frames": Fit(0.0, 0.02), "decode:audio": Fit(0.0, 0.001), "decode:qa": Fit(0.0, 0.0),
+                  "decode:transcript": Fit(0.0, 0.0), "model:acoustic": Fit(0.1, 0.03, warm=2.0)}
+    config = load_config("socialiq", {"cpu_actors": 1})
+    sim = Simulation(costs, config, 16, 1, 4)
+    sim.run()
+    decodes = sorted(round(c["end_s"] - c["start_s"], 3) for c in sim.calls["decode:frames"])
+    assert decodes == pytest.approx([0.63, 0.63, 1.89, 1.89])
+    acoustic = sorted(round(c["end_s"] - c["start_s"], 3) for c in sim.calls["model:acoustic"])
+    # 0.1 + 0.03 a second: 1.0 s for a 30 s clip, 2.8 s for a 90 s one; the first (a 30 s clip) 2 s more
+    assert acoustic == pytest.approx([1.0, 2.8, 2.8, 3.0])

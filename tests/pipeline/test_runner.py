@@ -104,8 +104,14 @@ def test_actor_plan_shares_gpus_and_cores() -> None:
     # a CPU feature: one actor per core, spread, holding no Ray CPU while idle; one item a call, never queued
     ac = gpu["acoustic"]
     assert (ac.actors, ac.options, ac.per_call, ac.depth) == (16, {"num_cpus": 0, "scheduling_strategy": "SPREAD"}, 1, 1)
-    fixed = actor_plan(specs, set(specs), config.model_copy(update={"scheduler": "fixed"}), cpus=16, gpus=2)
+    fixed = actor_plan(specs, set(specs), config.model_copy(update={"scheduler": "fixed", "actors_per_gpu": {}}),
+                       cpus=16, gpus=2)
     assert (fixed["acoustic"].actors, fixed["acoustic"].options) == (8, {"num_cpus": 1})  # as before 2026-12
+    # ... where they fit beside a decode task: 8 GPU actors (faces 3 a GPU) and 8 acoustic held all 16 Ray CPUs,
+    # and no decode task could start; their holds shrink to leave one (issue 52)
+    crowded = actor_plan(specs, set(specs), config.model_copy(update={"scheduler": "fixed", "frames_decoder": "cpu"}),
+                         cpus=16, gpus=2)
+    assert crowded["acoustic"].options["num_cpus"] == crowded["faces"].options["num_cpus"] == 15 / 16
     cpu = actor_plan(specs, set(specs), config, cpus=2, gpus=0)
     for feat in ("faces", "frames"):  # 2 cores for 2 model features, their threads beside the policy's slots
         assert (cpu[feat].options, cpu[feat].actors, cpu[feat].device, cpu[feat].threads) == ({"num_cpus": 0}, 1, "cpu", 1)

@@ -47,6 +47,21 @@ def test_stage_summary_from_known_calls() -> None:
     assert f["units_per_busy_s"] == pytest.approx(37.5) and f["units_per_worker_s"] == pytest.approx(30.0)
     assert f["cpu_s"] == pytest.approx(7.5) and f["cpu_s_per_unit"] == pytest.approx(0.05)
     assert s["decode:audio"]["units_per_busy_s"] == pytest.approx(15.0)
+    # the calls themselves, for bench.simulate: from the stage's first start, in the order they started
+    rows = [dict(zip(f["per_call"]["fields"], r, strict=True)) for r in f["per_call"]["rows"]]
+    assert [(r["start_s"], r["seconds"], r["cpu_s"], r["units"]) for r in rows] == [
+        (0.0, 2.0, 3.0, 60), (1.0, 2.0, 3.0, 60), (5.0, 1.0, 1.5, 30)]
+
+
+def test_a_stage_s_calls_kept_are_capped_and_keep_every_first_call() -> None:
+    """`per_call_rows`: at most `limit` rows, evenly chosen, every actor's first call (its warm-up) among them."""
+    calls = [{"start_s": float(i), "end_s": i + 1.0, "cpu_s": 1.0, "units": 8, "items": 1,
+              **({"first": True} if i in (0, 57) else {})} for i in range(100)]
+    out = stages.per_call_rows(calls, limit=10)
+    assert out["of"] == 100 and len(out["rows"]) == 10
+    firsts = [r[0] for r in out["rows"] if r[-1] == 1]
+    assert firsts == [0.0, 57.0]
+    assert out["rows"][-1][0] == 99.0  # the last call too (the run's end)
 
 
 @pytest.fixture(scope="module")
