@@ -106,15 +106,19 @@ class CovarepConfig(ExtractorConfig):
     # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5);
     # "covarep" = H1-H2 as COVAREP measures it (per GCI, on the pitch-synchronous IAIF derivative of glottal_cycles
     # "sedreams"; HRF stays GFM's): agrees with COVAREP's column (Spearman 0.96) but misses the LF model's truth by
-    # up to 0.5-1.9 dB where GFM's holds 0.5 dB, so it is not the default (docs/acoustic.md, "Agreement with COVAREP")
-    harmonic_filter: Literal["gfm", "same", "covarep"] = "gfm"
+    # up to 0.5-1.9 dB where GFM's holds 0.5 dB. Default by layout (`_layout_defaults`): "covarep" for "covarep74"
+    # (COVAREP's published column; version 9), "gfm" otherwise (docs/acoustic.md, "Agreement with COVAREP")
+    harmonic_filter: Literal["gfm", "same", "covarep"] = "covarep"
     # the glottal cycles NAQ, QOQ, PSP, Rd and MDQ are measured on: "sedreams" = COVAREP's (SEDREAMS GCIs on the LP
     # residual, pitch-synchronous IAIF flow, get_vq_params' cycle measures; version 8); "f0" = version 7's (the
     # F0-guided GCIs on the row-wise IAIF flow, which the EGG tests hold)
     glottal_cycles: Literal["sedreams", "f0"] = "sedreams"
-    # Rd: "msp" = the LF model's Rd fitted to each row's harmonic phases by mean squared phase (COVAREP's rd_msp;
-    # version 8); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7)
-    rd_method: Literal["msp", "naq"] = "msp"
+    # Rd: "covarep" = as COVAREP's features compute it (mean squared phase of the time-reversed LF model, Brent's
+    # search over 0.3-2.5, frames on the row boundaries; version 9: docs/acoustic.md, "Agreement with COVAREP");
+    # "msp" = the paper's mean squared phase on the 0.01 grid (version 8; recovers LF-model vowels' Rd, which
+    # "covarep" does not); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7). Default by layout
+    # (`_layout_defaults`): "covarep" for "covarep74", "msp" otherwise
+    rd_method: Literal["covarep", "msp", "naq"] = "covarep"
     # "covarep74": COVAREP's 74 columns (version 8); "mfcc23": version 7's 10 voice-quality columns + n_mfcc MFCCs
     layout: Literal["covarep74", "mfcc23"] = "covarep74"
     n_mfcc: int = Field(13, ge=1, le=40)
@@ -128,6 +132,20 @@ class CovarepConfig(ExtractorConfig):
     # as a model's on CPU and GPU do, so a store may be resumed with either.
     backend: Literal["numpy", "torch"] = Field("numpy", exclude=True)
     device: Literal["auto", "cpu", "cuda"] = Field("auto", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout_defaults(cls, data: object) -> object:
+        """harmonic_filter and rd_method, where not given, follow the layout: "covarep74" is COVAREP's published
+        set, so its H1H2 and Rd are measured as COVAREP measures them; "mfcc23" keeps the measures that hold the
+        LF model's truth (GFM's H1-H2, the paper's MSP). Resolved here, so the fingerprint holds the value used."""
+        if isinstance(data, dict):
+            data = dict(data)
+            published = data.get("layout", "covarep74") == "covarep74"
+            sedreams = data.get("glottal_cycles", "sedreams") == "sedreams"
+            data.setdefault("harmonic_filter", "covarep" if published and sedreams else "gfm")
+            data.setdefault("rd_method", "covarep" if published else "msp")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> CovarepConfig:
@@ -597,22 +615,22 @@ def glottal_flow(
 
 def covarep_cycles(
     x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(flow, flow derivative, GCIs in voiced rows, LP residual, the signal so oriented) the way COVAREP's features
-    measure glottal cycles:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """(flow, flow derivative, GCIs in voiced rows, LP residual, orientation: +-1 by which x_hp was multiplied) the
+    way COVAREP's features measure glottal cycles:
     SEDREAMS on the block's LP residual with the block's median F0, GCIs in unvoiced rows dropped, and the flow by
     pitch-synchronous IAIF on those GCIs (docs/acoustic.md, "Agreement with COVAREP")."""
-    x = x_hp
+    x, sign = x_hp, 1.0
     residual = glottal.lp_residual(x, FS_HZ)
     if glottal.skewness(residual) < 0:
         # SEDREAMS takes the residual's positive peaks for closures: COVAREP orients the signal by the residual's
         # skewness (RESKEW, Drugman 2013); the flow-derivative vote of version 7 (`glottal.polarity`) disagrees
         # with it on some voices (CMU jmk, whose NAQ then read 0.03)
-        x, residual = -x, -residual
+        x, residual, sign = -x, -residual, -1.0
     gcis = glottal.sedreams(x, residual, FS_HZ, float(np.median(f0[voiced])))
     gcis = gcis[voiced[np.minimum(gcis // HOP, voiced.size - 1)]]
     g, dg = glottal.iaif_gci(x, gcis, FS_HZ, cfg.iaif_leak, 1.2 * FS_HZ / cfg.f0_floor_hz)
-    return g, dg, gcis, residual, x
+    return g, dg, gcis, residual, sign
 
 
 def glottal_rows(
@@ -625,11 +643,13 @@ def glottal_rows(
         return out
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
+    skew_sign = None  # COVAREP's orientation (the LP residual's skewness positive), where computed
     if cfg.glottal_cycles == "sedreams":  # oriented by its own residual: version 7's row-wise flow is not needed
-        g, dg, gcis, residual, _ = covarep_cycles(x_hp, f0, voiced, cfg)
-        # phases (Rd by MSP, the 74-column layout's harmonic phases) take the row-wise IAIF flow derivative's vote
-        # (version 7's): COVAREP's residual skewness reads a pressed LF vowel upside down
-        polarity = glottal.iaif_polarity(x_hp, np.flatnonzero(voiced) * HOP + HOP // 2, FS_HZ, cfg.iaif_leak)
+        g, dg, gcis, residual, skew_sign = covarep_cycles(x_hp, f0, voiced, cfg)
+        # the 74-column layout's harmonic phases (HMPD, Rd_conf) in COVAREP's orientation, as COVAREP reads them
+        # (version 9; version 8 took the row-wise IAIF derivative's vote: glottalized-m1's Rd_conf then read r -0.76
+        # against COVAREP's, 0.74 with this, the other four files unchanged)
+        polarity = skew_sign
     else:
         dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
         g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
@@ -654,14 +674,21 @@ def glottal_rows(
         residual = polarity * kernels.inverse_filter(x_hp, a_lp, HOP)
         mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
         out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
-    if cfg.rd_method == "msp":
+    if cfg.rd_method == "covarep":  # in COVAREP's orientation, as COVAREP reads it
+        if skew_sign is None:
+            skew_sign = 1.0 if glottal.skewness(glottal.lp_residual(x_hp, FS_HZ)) >= 0 else -1.0
+        out["rd"] = glottal.rd_covarep(skew_sign * x_hp, f0, voiced, FS_HZ, HOP)[0]
+    elif cfg.rd_method == "msp":
         rows = np.flatnonzero(voiced)
-        # MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness, which the
-        # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow
-        # derivative's vote (version 7's) has the last word
+        # the paper's MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness)
+        # reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow derivative's
+        # vote (version 7's) has the last word
+        if cfg.glottal_cycles == "sedreams":
+            vote = glottal.iaif_polarity(x_hp, rows * HOP + HOP // 2, FS_HZ, cfg.iaif_leak)
+        else:
+            vote = polarity
         centres = rows * HOP + HOP // 2
-        upright = polarity * x_hp  # the vote above, in either cycle mode
-        out["rd"][rows] = glottal.rd_msp(upright, centres, f0[rows], FS_HZ)[0]
+        out["rd"][rows] = glottal.rd_msp(vote * x_hp, centres, f0[rows], FS_HZ)[0]
     if cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]
@@ -770,7 +797,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "8"
+    version = "9"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)
