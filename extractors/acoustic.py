@@ -689,7 +689,10 @@ def glottal_rows(
             vote = polarity
         centres = rows * HOP + HOP // 2
         out["rd"][rows] = glottal.rd_msp(vote * x_hp, centres, f0[rows], FS_HZ)[0]
-    if cfg.harmonic_filter in ("gfm", "covarep"):
+    # HRF is not among COVAREP's 74 columns: with COVAREP's own H1H2 the 74-column layout needs no harmonic reading
+    # of a per-row flow derivative at all (GFM-IAIF's filters are a tenth of the glottal stage)
+    need_rows = cfg.harmonic_filter != "covarep" or cfg.layout != "covarep74"
+    if need_rows and cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]
         near_voiced[:-1] |= voiced[1:]
@@ -707,12 +710,15 @@ def glottal_rows(
         left, right = a_gfm[mid - 1], a_gfm[np.minimum(mid + 1, n_rows - 1)]
         a_gfm[mid] = np.where(lo & hi, (left + right) / 2, np.where(lo, left, right))
         dg = kernels.inverse_filter(x_hp, a_gfm, HOP)  # harmonic magnitudes: polarity does not matter
-    harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
-    for name, values in harm.items():
-        out[name][voiced] = values
-    if cfg.harmonic_filter == "covarep" and gcis.size >= 3:
-        h1h2 = glottal.covarep_h1h2(dg_cycles, gcis, FS_HZ, 1.2 * FS_HZ / cfg.f0_floor_hz, kernels.rfft_mag)
-        out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
+    if need_rows:
+        harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
+        for name, values in harm.items():
+            out[name][voiced] = values
+    if cfg.harmonic_filter == "covarep":  # per GCI, as COVAREP: undefined without glottal cycles
+        out["h1h2"] = np.full(n_rows, np.nan)
+        if gcis.size >= 3:
+            h1h2 = glottal.covarep_h1h2(dg_cycles, gcis, FS_HZ, 1.2 * FS_HZ / cfg.f0_floor_hz, kernels.rfft_mag)
+            out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
     for name in GLOTTAL_COLUMNS:
         out[name][~voiced] = np.nan
     return out

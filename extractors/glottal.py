@@ -1028,13 +1028,16 @@ def brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int) 
     return x, fx
 
 
-def _interp_rows(table: np.ndarray, rd: np.ndarray) -> np.ndarray:
-    """(rows, MSP_HARMONICS) model phases at continuous Rd: linear between MSP_RD's 0.01 steps of `table` (unwrapped
-    along Rd; within 1e-3 rad of the model computed at that Rd, `tests/test_covarep_rd.py`)."""
+def _interp_rows(table: np.ndarray, rd: np.ndarray, which: np.ndarray | None = None) -> np.ndarray:
+    """(rows, MSP_HARMONICS) model phases at continuous Rd: linear between MSP_RD's 0.01 steps of `table`
+    ((len(MSP_RD), MSP_HARMONICS), unwrapped along Rd; or (tables, len(MSP_RD), MSP_HARMONICS) with `which` naming
+    each row's table); within 1e-3 rad of the model computed at that Rd, `tests/test_covarep_rd.py`."""
     pos = np.clip((rd - MSP_RD[0]) / 0.01, 0, MSP_RD.size - 1 - 1e-9)
     j = pos.astype(int)
     t = (pos - j)[:, None]
-    return (1 - t) * table[j] + t * table[j + 1]
+    if which is None:
+        return (1 - t) * table[j] + t * table[j + 1]
+    return (1 - t) * table[which, j] + t * table[which, j + 1]
 
 
 @functools.cache
@@ -1060,16 +1063,22 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
     rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
     n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
     k = MSP_HARMONICS + 1
+    sels, frames, tables = [], [], []
     for h in np.unique(n_h):
         if h < k:
             continue  # too few harmonics for the phase error (F0 above ~890 Hz)
         sel = np.flatnonzero(n_h == h)
         m = harmonic_spectrum(x, bounds[sel] * hop, fb[sel], fs, int(h))
-        frame = np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:]
-        table = _lf_phase_unwrapped(int(h))
+        sels.append(sel)
+        frames.append(np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:])
+        tables.append(_lf_phase_unwrapped(int(h)))
+    if sels:  # one search for every frame (the model table chosen per frame by its harmonic count)
+        sel, frame = np.concatenate(sels), np.concatenate(frames)
+        which = np.repeat(np.arange(len(sels)), [s.size for s in sels])
+        table = np.stack(tables)
 
-        def error(rd: np.ndarray, frame=frame, table=table) -> np.ndarray:
-            return _msp_error(frame, _interp_rows(table, rd)[:, None])[:, 0]
+        def error(rd: np.ndarray) -> np.ndarray:
+            return _msp_error(frame, _interp_rows(table, rd, which)[:, None])[:, 0]
 
         rd_b[bounds[sel]], err_b[bounds[sel]] = brent_min_rows(
             error, sel.size, *COVAREP_RD_RANGE, BRENT_TOL, BRENT_MAX_ITER
