@@ -260,6 +260,8 @@ class Kernels:
     mfcc: Callable  # librosa_mfcc's signature
     frame_spectra: Callable = mcep.frame_spectra  # the 74-column layout's 3-period spectra
     mcep_rows: Callable = mcep.mcep_rows
+    pdm_pdd: Callable = hmpd.pdm_pdd  # HMPD's time smoothing
+    rd_conf_rows: Callable = rd_conf.rd_conf_rows
 
 
 NUMPY_KERNELS = Kernels(
@@ -277,7 +279,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
-                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows)
+                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows)
 
 
 def periodicity(
@@ -737,8 +739,8 @@ def spectral_rows(
     centres = np.arange(n_rows) * HOP + HOP // 2
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = harmonics.pick(spec, f0w, FS_HZ)
-    pd = hmpd.hmpd_rows(h, f0w, FS_HZ)
-    out = {"Rd_conf": rd_conf.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
+    pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd)
+    out = {"Rd_conf": kernels.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
     cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
     # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
     silent = np.abs(spec).max(axis=1) <= mcep.LOG_FLOOR
