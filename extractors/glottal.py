@@ -1031,7 +1031,7 @@ def brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int) 
 def _interp_rows(table: np.ndarray, rd: np.ndarray, which: np.ndarray | None = None) -> np.ndarray:
     """(rows, MSP_HARMONICS) model phases at continuous Rd: linear between MSP_RD's 0.01 steps of `table`
     ((len(MSP_RD), MSP_HARMONICS), unwrapped along Rd; or (tables, len(MSP_RD), MSP_HARMONICS) with `which` naming
-    each row's table); within 1e-3 rad of the model computed at that Rd, `tests/test_covarep_rd.py`."""
+    each row's table); within 1e-3 rad of the model computed at that Rd, `tests/extractors/test_covarep_rd.py`."""
     pos = np.clip((rd - MSP_RD[0]) / 0.01, 0, MSP_RD.size - 1 - 1e-9)
     j = pos.astype(int)
     t = (pos - j)[:, None]

@@ -1,6 +1,6 @@
 """Rd as COVAREP's features compute it (`glottal.rd_covarep`, `rd_method="covarep"`, the 74-column layout's default):
 its search, its model table and its model, each against an independent reference. Its agreement with COVAREP's own
-output is tests/test_covarep_ref.py's (docs/acoustic.md, "Agreement with COVAREP")."""
+output is tests/extractors/test_covarep_ref.py's (docs/acoustic.md, "Agreement with COVAREP")."""
 
 from __future__ import annotations
 
