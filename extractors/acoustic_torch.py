@@ -4,14 +4,15 @@
 What runs here is what the profile of a 60 s clip found to dominate (docs/scale.md, "Issue 37"): WORLD's F0
 (DIO + StoneMask, extractors/world_f0.py), the frame-wise LPC of IAIF and GFM-IAIF, the time-varying inverse
 filters, the wavelet bands of peak slope and MDQ, the normalised cross-correlations of the voicing and F0 steps,
-the spectra of the per-cycle and per-row glottal measures, and the MFCC. What stays on the CPU in every backend is
+the spectra of the per-cycle and per-row glottal measures, the MFCC, and for the 74-column layout the 3-period
+spectra, MCEP's true envelope, HMPD's time smoothing and Rd_conf. What stays on the CPU in every backend is
 sequential by nature or small: the zero-phase IIR filters (scipy), the F0-guided walk from one glottal closure to
 the next, Harvest (pyworld, where chosen), and the bookkeeping between the kernels (which rows are voiced, runs,
 segments): that glue is the reference's own code (`acoustic.Kernels` takes these functions in place of the numpy
 ones), so the columns, rows and NaN rules cannot drift apart.
 
-Everything is float64, as in the reference: the outputs then differ from it by summation order only, far inside
-the tolerances the reference's own noise sets (docs/acoustic.md, "Torch backend"). An H100 runs float64 at half
+Everything is float64 where the reference is (MCEP's envelope and HMPD's smoothing are float32 in both): the
+outputs then differ from it by summation order only, within the tolerances the reference's own noise sets (docs/acoustic.md, "Torch backend"). An H100 runs float64 at half
 its float32 vector rate, so nothing is gained by giving that up. Arrays cross the kernel boundary as numpy (the
 glue is numpy); on CUDA that is one host-device copy of the block's signal per kernel call (about 4 MB).
 
