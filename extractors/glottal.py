@@ -932,8 +932,9 @@ def _msp_fit(frame: np.ndarray, model: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple[np.ndarray, np.ndarray]:
     """(Rd, confidence 1 - sqrt(error)/pi) per centre by MSP (above): the harmonic spectrum up to MSP_MAX_HZ
     divided by each candidate's LF spectrum, its phase compared with its minimum-phase version over harmonics
-    0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase (COVAREP's `rd_msp`,
-    which finds the minimum by Brent's method; here the smallest error over MSP_RD's 0.01 grid).
+    0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase (the paper's MSP with the
+    LF pulse as it is, and the smallest error over MSP_RD's 0.01 grid: it recovers LF-model vowels' Rd; COVAREP's
+    `rd_msp` as its features run it, which fits the time-reversed pulse by Brent's method, is `rd_covarep`).
 
     Log magnitudes divide into differences and the minimum phase is linear in them, so the remainder's minimum
     phase is the frame's minus the model's: each computed once, not once per candidate. COVAREP sets the remainder's
