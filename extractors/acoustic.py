@@ -38,7 +38,7 @@ from scipy.fft import irfft, next_fast_len, rfft
 from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
-from extractors import glottal, harmonics, hmpd, mcep, rd_conf
+from extractors import glottal, harmonics, hmpd, mcep, rd_conf, srh
 from extractors.base import Audio, Extractor, ExtractorConfig, SdkSequence, register
 from extractors.weights import Weights
 from rows import FeatureRows, rate_intervals
@@ -726,6 +726,19 @@ def glottal_rows(
     return out
 
 
+def window_f0(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
+    from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
+    tracker's F0 (`srh`; version 9, the block's median voiced F0 before), searched around that median. Clipped so a
+    window fits the DFT."""
+    is_voiced = voiced[rows] & (f0[rows] > 0)
+    median = float(np.median(f0[voiced])) if voiced.any() else None
+    out = np.where(is_voiced, f0[rows], mcep.UNVOICED_F0_HZ)
+    if (~is_voiced).any():
+        out[~is_voiced] = srh.srh_f0(x, centres[~is_voiced], FS_HZ, median)
+    return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
+
+
 def spectral_rows(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
@@ -734,9 +747,8 @@ def spectral_rows(
     by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
-    fill = float(np.median(f0[voiced])) if voiced.any() else mcep.UNVOICED_F0_HZ
-    f0w = np.clip(np.where(voiced & (f0 > 0), f0, fill), 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)  # fits the DFT
     centres = np.arange(n_rows) * HOP + HOP // 2
+    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows))
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = harmonics.pick(spec, f0w, FS_HZ)
     pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd)

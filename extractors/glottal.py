@@ -363,12 +363,13 @@ def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
     return np.where(k <= n, 0.5 * (1 - np.cos(2 * np.pi * k / (n + 1))), 0.0)
 
 
-def lp_residual(x: np.ndarray, fs: int) -> np.ndarray:
+def lp_residual(x: np.ndarray, fs: int, order: int | None = None) -> np.ndarray:
     """LP residual by overlap-add (as COVAREP's `lpcresidual`, which its SEDREAMS and MDQ read): 25 ms Hann frames
-    every 5 ms, order fs/1000 + 2, each frame's residual scaled to the frame's energy (so the sum keeps the signal's
-    level wherever the fit is good), the whole normalised to a peak of 1. Closures are its positive peaks when the
-    flow derivative's closing peak is negative (`polarity`)."""
-    length, shift, order = round(0.025 * fs) + 1, round(0.005 * fs), round(fs / 1000) + 2
+    every 5 ms, order fs/1000 + 2 (SRH's: round(0.75 fs/1000), `srh`), each frame's residual scaled to the frame's
+    energy (so the sum keeps the signal's level wherever the fit is good), the whole normalised to a peak of 1.
+    Closures are its positive peaks when the flow derivative's closing peak is negative (`polarity`)."""
+    length, shift = round(0.025 * fs) + 1, round(0.005 * fs)
+    order = round(fs / 1000) + 2 if order is None else order
     starts = np.arange(0, max(0, x.size - length), shift)
     res = np.zeros(x.size)
     if starts.size == 0:

@@ -144,13 +144,12 @@ LONG = ("arctic_a0007", "amfm_sample", "covarep_0011.arctic_bdl1", "covarep_DB-c
 
 
 def test_mcep_against_covarep(covarep_results: dict) -> None:
-    """MCEP as COVAREP computes and places it: every column r >= 0.93 and the median column >= 0.96 on each file
-    of at least 0.8 s (measured min 0.933-0.986, medians 0.97-1.00; the issue's target 0.95 per column is missed
-    on the two ARCTIC files' highest coefficients, 0.933 and 0.942: COVAREP windows unvoiced frames by its tracker's
-    F0 there, which is not ours). The 0.26 s file has 17 COVAREP frames, too few for a correlation per column."""
-    for name in LONG:
+    """MCEP as COVAREP computes and places it: every column r >= 0.95 (the issue's bar) on every file (measured
+    min 0.975-0.995 since version 9, whose unvoiced windows take SRH's F0 as COVAREP's do; version 8's block median
+    gave 0.933 and 0.942 on the two ARCTIC files and 0.800 on the 0.26 s file, 17 COVAREP frames)."""
+    for name in (*LONG, "covarep_glottalized-m1"):
         r = covarep_results[name]
-        assert r.mcep.min() >= 0.93 and np.median(r.mcep) >= 0.96, (name, r.mcep.round(3))
+        assert r.mcep.min() >= 0.95, (name, r.mcep.round(3))
 
 
 def test_hmpd_against_covarep(covarep_results: dict) -> None:

@@ -70,3 +70,18 @@ def test_rd_covarep_fits_the_time_reversed_lf_pulse() -> None:
     centres = np.flatnonzero(voiced) * HOP + HOP // 2
     paper = glottal.rd_msp(_harmonic_signal(g, f0, 0.4), centres, f0_rows[voiced], FS)[0]
     np.testing.assert_allclose(paper, rd, atol=0.02)
+
+
+def test_srh_reads_the_f0_of_a_steady_vowel_and_searches_covareps_range() -> None:
+    """SRH (extractors/srh.py, the F0 of the 74-column layout's windows on unvoiced rows) on LF vowels at a steady
+    F0: every frame within 1 Hz of it (its grid is 1 Hz; MATLAB's 1-based bins move the first harmonic's peak by 1 Hz);
+    the range narrows to [F0med / 2, 2 F0med] inside [50, 500] as pitch_srh's does."""
+    from extractors import srh
+    from testing.synth_voice import synth_vowel
+
+    for f0 in (95.0, 140.0, 210.0):
+        x = synth_vowel(1.0, lambda t, f0=f0: f0 + 0 * t, 1.0).speech.astype(float)
+        got = srh.srh_f0(x, np.arange(30, 70) * HOP + HOP // 2, FS, f0)
+        assert np.abs(got - f0).max() <= 1.0, (f0, got)
+    assert srh.search_range(None) == (50, 500) and srh.search_range(120.0) == (60, 240)
+    assert srh.search_range(80.0) == (50, 160) and srh.search_range(300.0) == (150, 500)
