@@ -85,10 +85,9 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
             timed("mfcc", acoustic.mfcc_rows, block, n, cfg)
             continue
         # spectral_rows, stage by stage
-        fill = float(np.median(f0[voiced])) if voiced.any() else mcep.UNVOICED_F0_HZ
-        f0w = np.clip(np.where(voiced & (f0 > 0), f0, fill), 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
         sign = float(cols.get("polarity", np.ones(1))[0])
         centres = np.arange(n) * acoustic.HOP + acoustic.HOP // 2
+        f0w = timed("window F0 (SRH on unvoiced rows)", acoustic.window_f0, block, f0, voiced, centres, np.arange(n))
         spec = timed("3-period spectra + harmonics", mcep.frame_spectra, sign * block, centres, f0w, FS_HZ)
         h = timed("3-period spectra + harmonics", harmonics.pick, spec, f0w, FS_HZ)
         timed("MCEP (true envelope)", mcep.mcep_rows, spec, f0w, FS_HZ)

@@ -62,11 +62,10 @@ def mcep_as_covarep_places_it(x: np.ndarray, n_rows: int) -> np.ndarray:
     n = x.size // HOP
     block = x[: n * HOP].astype(float)
     f0, voiced = acoustic.track(block, glottal.highpass(block, FS_HZ), n, cfg)
-    fill = float(np.median(f0[voiced])) if voiced.any() else mcep.UNVOICED_F0_HZ
     m = (x.size - 799 - 800) // 160 + 1
     centres = 800 + 160 * np.arange(m)
     row = np.minimum(centres // HOP, n - 1)
-    f0w = np.where(voiced[row], f0[row], fill)
+    f0w = acoustic.window_f0(x, f0, voiced, centres, row)
     frames = mcep.mcep_rows(mcep.frame_spectra(x, centres, f0w, FS_HZ), f0w, FS_HZ)
     placed = np.round(np.linspace(1, x.size, m))
     at = 80 + 160 * np.arange(n_rows)

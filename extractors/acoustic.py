@@ -38,7 +38,7 @@ from scipy.fft import irfft, next_fast_len, rfft
 from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
-from extractors import glottal, harmonics, hmpd, mcep, rd_conf
+from extractors import glottal, harmonics, hmpd, mcep, rd_conf, srh
 from extractors.base import Audio, Extractor, ExtractorConfig, SdkSequence, register
 from extractors.weights import Weights
 from rows import FeatureRows, rate_intervals
@@ -106,15 +106,19 @@ class CovarepConfig(ExtractorConfig):
     # source's low-frequency tilt that IAIF's tract fit partly takes; "same" = the one above (version 5);
     # "covarep" = H1-H2 as COVAREP measures it (per GCI, on the pitch-synchronous IAIF derivative of glottal_cycles
     # "sedreams"; HRF stays GFM's): agrees with COVAREP's column (Spearman 0.96) but misses the LF model's truth by
-    # up to 0.5-1.9 dB where GFM's holds 0.5 dB, so it is not the default (docs/acoustic.md, "Agreement with COVAREP")
-    harmonic_filter: Literal["gfm", "same", "covarep"] = "gfm"
+    # up to 0.5-1.9 dB where GFM's holds 0.5 dB. Default by layout (`_layout_defaults`): "covarep" for "covarep74"
+    # (COVAREP's published column; version 9), "gfm" otherwise (docs/acoustic.md, "Agreement with COVAREP")
+    harmonic_filter: Literal["gfm", "same", "covarep"] = "covarep"
     # the glottal cycles NAQ, QOQ, PSP, Rd and MDQ are measured on: "sedreams" = COVAREP's (SEDREAMS GCIs on the LP
     # residual, pitch-synchronous IAIF flow, get_vq_params' cycle measures; version 8); "f0" = version 7's (the
     # F0-guided GCIs on the row-wise IAIF flow, which the EGG tests hold)
     glottal_cycles: Literal["sedreams", "f0"] = "sedreams"
-    # Rd: "msp" = the LF model's Rd fitted to each row's harmonic phases by mean squared phase (COVAREP's rd_msp;
-    # version 8); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7)
-    rd_method: Literal["msp", "naq"] = "msp"
+    # Rd: "covarep" = as COVAREP's features compute it (mean squared phase of the time-reversed LF model, Brent's
+    # search over 0.3-2.5, frames on the row boundaries; version 9: docs/acoustic.md, "Agreement with COVAREP");
+    # "msp" = the paper's mean squared phase on the 0.01 grid (version 8; recovers LF-model vowels' Rd, which
+    # "covarep" does not); "naq" = the Rd whose LF cycle has the cycle's NAQ (version 7). Default by layout
+    # (`_layout_defaults`): "covarep" for "covarep74", "msp" otherwise
+    rd_method: Literal["covarep", "msp", "naq"] = "covarep"
     # "covarep74": COVAREP's 74 columns (version 8); "mfcc23": version 7's 10 voice-quality columns + n_mfcc MFCCs
     layout: Literal["covarep74", "mfcc23"] = "covarep74"
     n_mfcc: int = Field(13, ge=1, le=40)
@@ -128,6 +132,20 @@ class CovarepConfig(ExtractorConfig):
     # as a model's on CPU and GPU do, so a store may be resumed with either.
     backend: Literal["numpy", "torch"] = Field("numpy", exclude=True)
     device: Literal["auto", "cpu", "cuda"] = Field("auto", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout_defaults(cls, data: object) -> object:
+        """harmonic_filter and rd_method, where not given, follow the layout: "covarep74" is COVAREP's published
+        set, so its H1H2 and Rd are measured as COVAREP measures them; "mfcc23" keeps the measures that hold the
+        LF model's truth (GFM's H1-H2, the paper's MSP). Resolved here, so the fingerprint holds the value used."""
+        if isinstance(data, dict):
+            data = dict(data)
+            published = data.get("layout", "covarep74") == "covarep74"
+            sedreams = data.get("glottal_cycles", "sedreams") == "sedreams"
+            data.setdefault("harmonic_filter", "covarep" if published and sedreams else "gfm")
+            data.setdefault("rd_method", "covarep" if published else "msp")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> CovarepConfig:
@@ -242,6 +260,8 @@ class Kernels:
     mfcc: Callable  # librosa_mfcc's signature
     frame_spectra: Callable = mcep.frame_spectra  # the 74-column layout's 3-period spectra
     mcep_rows: Callable = mcep.mcep_rows
+    pdm_pdd: Callable = hmpd.pdm_pdd  # HMPD's time smoothing
+    rd_conf_rows: Callable = rd_conf.rd_conf_rows
 
 
 NUMPY_KERNELS = Kernels(
@@ -259,7 +279,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
-                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows)
+                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows)
 
 
 def periodicity(
@@ -597,22 +617,22 @@ def glottal_flow(
 
 def covarep_cycles(
     x_hp: np.ndarray, f0: np.ndarray, voiced: np.ndarray, cfg: CovarepConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(flow, flow derivative, GCIs in voiced rows, LP residual, the signal so oriented) the way COVAREP's features
-    measure glottal cycles:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """(flow, flow derivative, GCIs in voiced rows, LP residual, orientation: +-1 by which x_hp was multiplied) the
+    way COVAREP's features measure glottal cycles:
     SEDREAMS on the block's LP residual with the block's median F0, GCIs in unvoiced rows dropped, and the flow by
     pitch-synchronous IAIF on those GCIs (docs/acoustic.md, "Agreement with COVAREP")."""
-    x = x_hp
+    x, sign = x_hp, 1.0
     residual = glottal.lp_residual(x, FS_HZ)
     if glottal.skewness(residual) < 0:
         # SEDREAMS takes the residual's positive peaks for closures: COVAREP orients the signal by the residual's
         # skewness (RESKEW, Drugman 2013); the flow-derivative vote of version 7 (`glottal.polarity`) disagrees
         # with it on some voices (CMU jmk, whose NAQ then read 0.03)
-        x, residual = -x, -residual
+        x, residual, sign = -x, -residual, -1.0
     gcis = glottal.sedreams(x, residual, FS_HZ, float(np.median(f0[voiced])))
     gcis = gcis[voiced[np.minimum(gcis // HOP, voiced.size - 1)]]
     g, dg = glottal.iaif_gci(x, gcis, FS_HZ, cfg.iaif_leak, 1.2 * FS_HZ / cfg.f0_floor_hz)
-    return g, dg, gcis, residual, x
+    return g, dg, gcis, residual, sign
 
 
 def glottal_rows(
@@ -625,11 +645,13 @@ def glottal_rows(
         return out
     t0 = np.where(voiced, FS_HZ / np.where(voiced, f0, 1.0), np.nan)
     max_dist = np.maximum(HOP, t0)
+    skew_sign = None  # COVAREP's orientation (the LP residual's skewness positive), where computed
     if cfg.glottal_cycles == "sedreams":  # oriented by its own residual: version 7's row-wise flow is not needed
-        g, dg, gcis, residual, _ = covarep_cycles(x_hp, f0, voiced, cfg)
-        # phases (Rd by MSP, the 74-column layout's harmonic phases) take the row-wise IAIF flow derivative's vote
-        # (version 7's): COVAREP's residual skewness reads a pressed LF vowel upside down
-        polarity = glottal.iaif_polarity(x_hp, np.flatnonzero(voiced) * HOP + HOP // 2, FS_HZ, cfg.iaif_leak)
+        g, dg, gcis, residual, skew_sign = covarep_cycles(x_hp, f0, voiced, cfg)
+        # the 74-column layout's harmonic phases (HMPD, Rd_conf) in COVAREP's orientation, as COVAREP reads them
+        # (version 9; version 8 took the row-wise IAIF derivative's vote: glottalized-m1's Rd_conf then read r -0.76
+        # against COVAREP's, 0.74 with this, the other four files unchanged)
+        polarity = skew_sign
     else:
         dg, gcis, polarity = glottal_flow(x_hp, f0, voiced, cfg, kernels)
         g = lfilter([1.0], [1.0, -cfg.iaif_leak], dg)
@@ -654,15 +676,25 @@ def glottal_rows(
         residual = polarity * kernels.inverse_filter(x_hp, a_lp, HOP)
         mdq = glottal.mdq(residual, gcis, FS_HZ / cfg.f0_floor_hz, kernels.mdq_dispersion)
         out["mdq"] = glottal.to_rows(gcis.astype(float), mdq, n_rows, HOP, max_dist)
-    if cfg.rd_method == "msp":
+    if cfg.rd_method == "covarep":  # in COVAREP's orientation, as COVAREP reads it
+        if skew_sign is None:
+            skew_sign = 1.0 if glottal.skewness(glottal.lp_residual(x_hp, FS_HZ)) >= 0 else -1.0
+        out["rd"] = glottal.rd_covarep(skew_sign * x_hp, f0, voiced, FS_HZ, HOP)[0]
+    elif cfg.rd_method == "msp":
         rows = np.flatnonzero(voiced)
-        # MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness, which the
-        # cycles use) reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow
-        # derivative's vote (version 7's) has the last word
+        # the paper's MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness)
+        # reads a pressed 220 Hz LF vowel upside down (Rd 2.14 for 0.3), so the row-wise IAIF flow derivative's
+        # vote (version 7's) has the last word
+        if cfg.glottal_cycles == "sedreams":
+            vote = glottal.iaif_polarity(x_hp, rows * HOP + HOP // 2, FS_HZ, cfg.iaif_leak)
+        else:
+            vote = polarity
         centres = rows * HOP + HOP // 2
-        upright = polarity * x_hp  # the vote above, in either cycle mode
-        out["rd"][rows] = glottal.rd_msp(upright, centres, f0[rows], FS_HZ)[0]
-    if cfg.harmonic_filter in ("gfm", "covarep"):
+        out["rd"][rows] = glottal.rd_msp(vote * x_hp, centres, f0[rows], FS_HZ)[0]
+    # HRF is not among COVAREP's 74 columns: with COVAREP's own H1H2 the 74-column layout needs no harmonic reading
+    # of a per-row flow derivative at all (GFM-IAIF's filters are a tenth of the glottal stage)
+    need_rows = cfg.harmonic_filter != "covarep" or cfg.layout != "covarep74"
+    if need_rows and cfg.harmonic_filter in ("gfm", "covarep"):
         near_voiced = voiced.copy()  # filters also for the rows bordering a run, as in glottal_flow
         near_voiced[1:] |= voiced[:-1]
         near_voiced[:-1] |= voiced[1:]
@@ -680,15 +712,31 @@ def glottal_rows(
         left, right = a_gfm[mid - 1], a_gfm[np.minimum(mid + 1, n_rows - 1)]
         a_gfm[mid] = np.where(lo & hi, (left + right) / 2, np.where(lo, left, right))
         dg = kernels.inverse_filter(x_hp, a_gfm, HOP)  # harmonic magnitudes: polarity does not matter
-    harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
-    for name, values in harm.items():
-        out[name][voiced] = values
-    if cfg.harmonic_filter == "covarep" and gcis.size >= 3:
-        h1h2 = glottal.covarep_h1h2(dg_cycles, gcis, FS_HZ, 1.2 * FS_HZ / cfg.f0_floor_hz, kernels.rfft_mag)
-        out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
+    if need_rows:
+        harm = glottal.harmonic_params(dg, f0, np.flatnonzero(voiced), HOP, FS_HZ, kernels.rfft_mag)
+        for name, values in harm.items():
+            out[name][voiced] = values
+    if cfg.harmonic_filter == "covarep":  # per GCI, as COVAREP: undefined without glottal cycles
+        out["h1h2"] = np.full(n_rows, np.nan)
+        if gcis.size >= 3:
+            h1h2 = glottal.covarep_h1h2(dg_cycles, gcis, FS_HZ, 1.2 * FS_HZ / cfg.f0_floor_hz, kernels.rfft_mag)
+            out["h1h2"] = glottal.to_rows(gcis.astype(float), h1h2, n_rows, HOP, max_dist)
     for name in GLOTTAL_COLUMNS:
         out[name][~voiced] = np.nan
     return out
+
+
+def window_f0(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
+    from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
+    tracker's F0 (`srh`; version 9, the block's median voiced F0 before), searched around that median. Clipped so a
+    window fits the DFT."""
+    is_voiced = voiced[rows] & (f0[rows] > 0)
+    median = float(np.median(f0[voiced])) if voiced.any() else None
+    out = np.where(is_voiced, f0[rows], mcep.UNVOICED_F0_HZ)
+    if (~is_voiced).any():
+        out[~is_voiced] = srh.srh_f0(x, centres[~is_voiced], FS_HZ, median)
+    return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
 
 
 def spectral_rows(
@@ -699,13 +747,12 @@ def spectral_rows(
     by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
-    fill = float(np.median(f0[voiced])) if voiced.any() else mcep.UNVOICED_F0_HZ
-    f0w = np.clip(np.where(voiced & (f0 > 0), f0, fill), 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)  # fits the DFT
     centres = np.arange(n_rows) * HOP + HOP // 2
+    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows))
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = harmonics.pick(spec, f0w, FS_HZ)
-    pd = hmpd.hmpd_rows(h, f0w, FS_HZ)
-    out = {"Rd_conf": rd_conf.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
+    pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd)
+    out = {"Rd_conf": kernels.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
     cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
     # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
     silent = np.abs(spec).max(axis=1) <= mcep.LOG_FLOOR
@@ -770,7 +817,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "8"
+    version = "9"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

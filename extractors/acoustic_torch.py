@@ -4,14 +4,15 @@
 What runs here is what the profile of a 60 s clip found to dominate (docs/scale.md, "Issue 37"): WORLD's F0
 (DIO + StoneMask, extractors/world_f0.py), the frame-wise LPC of IAIF and GFM-IAIF, the time-varying inverse
 filters, the wavelet bands of peak slope and MDQ, the normalised cross-correlations of the voicing and F0 steps,
-the spectra of the per-cycle and per-row glottal measures, and the MFCC. What stays on the CPU in every backend is
+the spectra of the per-cycle and per-row glottal measures, the MFCC, and for the 74-column layout the 3-period
+spectra, MCEP's true envelope, HMPD's time smoothing and Rd_conf. What stays on the CPU in every backend is
 sequential by nature or small: the zero-phase IIR filters (scipy), the F0-guided walk from one glottal closure to
 the next, Harvest (pyworld, where chosen), and the bookkeeping between the kernels (which rows are voiced, runs,
 segments): that glue is the reference's own code (`acoustic.Kernels` takes these functions in place of the numpy
 ones), so the columns, rows and NaN rules cannot drift apart.
 
-Everything is float64, as in the reference: the outputs then differ from it by summation order only, far inside
-the tolerances the reference's own noise sets (docs/acoustic.md, "Torch backend"). An H100 runs float64 at half
+Everything is float64 where the reference is (MCEP's envelope and HMPD's smoothing are float32 in both): the
+outputs then differ from it by summation order only, within the tolerances the reference's own noise sets (docs/acoustic.md, "Torch backend"). An H100 runs float64 at half
 its float32 vector rate, so nothing is gained by giving that up. Arrays cross the kernel boundary as numpy (the
 glue is numpy); on CUDA that is one host-device copy of the block's signal per kernel call (about 4 MB).
 
@@ -29,7 +30,7 @@ import scipy.fft
 import torch
 from scipy.signal import lfilter
 
-from extractors import glottal, mcep, world_f0
+from extractors import glottal, hmpd, mcep, rd_conf, world_f0
 
 # Elements (rows x offsets x samples) one chunk of an NCCF or spectrum batch may hold: bounds the memory of a
 # long block (about 256 MB of float64 at most) without splitting the work into calls too small for a GPU.
@@ -335,3 +336,84 @@ class TorchKernels:
         orders = self._t(np.round(0.5 * fs / np.asarray(f0, np.float64))).to(dtype)
         env = self._true_envelope(log_amp.to(dtype), orders)
         return mcep.mel_cepstrum(env.double().cpu().numpy(), fs, order)
+
+    # -- the 74-column layout: HMPD's time smoothing and Rd_conf (extractors/hmpd.py, extractors/rd_conf.py) --------
+    def _filtfilt_rows(self, b: np.ndarray, x: torch.Tensor) -> torch.Tensor:
+        """hmpd._filtfilt: odd reflection of 3 (len(b) - 1) rows at each end, then b's autocorrelation along the rows
+        (the reference sums a constant b as two running means: the same sums in another order)."""
+        n, half = x.shape[0], len(b) - 1
+        pad = min(3 * half, n - 1)
+        if pad > 0:
+            head = 2 * x[:1] - torch.flip(x[1 : pad + 1], [0])
+            tail = 2 * x[-1:] - torch.flip(x[n - pad - 1 : n - 1], [0])
+            x = torch.cat([head, x, tail])
+        if pad < half:
+            x = torch.cat([x[:1].expand(half - pad, -1), x, x[-1:].expand(half - pad, -1)])
+            pad = half
+        k = torch.as_tensor(np.convolve(b, b[::-1]), dtype=x.dtype, device=self.device)
+        out = torch.nn.functional.conv1d(x.T[:, None, :], k[None, None, :])[:, 0, :].T  # (m - 2 half, bins)
+        start = pad - half
+        return out[start : start + n]
+
+    def pdm_pdd(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """hmpd.pdm_pdd: per-bin PDM and PDD of PD phasors (rows, bins), float32 as the reference."""
+        zt = self._t(z)
+        zc, zs = zt.real.float(), zt.imag.float()
+        rect_m = np.full(hmpd.PDM_ROWS, 1.0 / hmpd.PDM_ROWS, np.float32)
+        mc, ms = self._filtfilt_rows(rect_m, zc), self._filtfilt_rows(rect_m, zs)
+        mag = torch.hypot(mc, ms)
+        big = mag > 1e-6
+        scale = torch.where(big, 1.0 / torch.clamp(mag, min=1e-30), torch.zeros_like(mag))
+        pdm = torch.complex(mc * scale, ms * scale)
+        hann = np.hanning(hmpd.PDD_ROWS)
+        hann /= hann.sum()
+
+        def median_rows(x: torch.Tensor) -> torch.Tensor:  # hmpd._median_rows: zeros beyond the ends
+            h = hmpd.PDD_ROWS // 2
+            zeros = x.new_zeros((h, x.shape[1]))
+            return torch.cat([zeros, x, zeros]).unfold(0, hmpd.PDD_ROWS, 1).median(dim=-1).values
+
+        tc = self._filtfilt_rows(hann, median_rows(zc))
+        ts = self._filtfilt_rows(hann, median_rows(zs))
+        norm = torch.hypot(tc, ts)
+        flat = norm == 0
+        norm = torch.where(flat, torch.ones_like(norm), norm)
+        cos_t, sin_t = torch.where(flat, torch.ones_like(tc), tc / norm), ts / norm
+        dc, ds = zc * cos_t + zs * sin_t, zs * cos_t - zc * sin_t
+        rect_d = np.full(hmpd.PDD_ROWS, 1.0 / hmpd.PDD_ROWS, np.float32)
+        r = torch.hypot(self._filtfilt_rows(rect_d, dc), self._filtfilt_rows(rect_d, ds)).double()
+        pdd = torch.where(r < 1 - 1e-5, torch.sqrt(-2 * torch.log(torch.clamp(r, 1e-300, 1.0))), torch.zeros_like(r))
+        pdd = torch.where((zc != 0) | (zs != 0), pdd, torch.full_like(pdd, hmpd.PDD_NO_PHASE))
+        return pdm.cpu().numpy(), pdd.cpu().numpy()
+
+    def _min_phase_half(self, log_amp: torch.Tensor, n_out: int) -> torch.Tensor:
+        """rd_conf._min_phase: minimum phase at bins 0 … n_out-1 of half log amplitudes on a 2H grid."""
+        n = 2 * (log_amp.shape[-1] - 1)
+        cep = torch.fft.irfft(log_amp, n=n, dim=-1)
+        fold = torch.zeros_like(cep[..., : n // 2 + 1])
+        fold[..., 0] = cep[..., 0]
+        fold[..., 1 : n // 2] = 2 * cep[..., 1 : n // 2]
+        fold[..., n // 2] = cep[..., n // 2]
+        return torch.fft.rfft(fold, n=n, dim=-1).imag[..., :n_out]
+
+    def rd_conf_rows(self, hm) -> np.ndarray:  # noqa: ANN001 (harmonics.Harmonics)
+        """rd_conf.rd_conf_rows: per harmonic count, the rows' minimum phase by the folded cepstrum and the mean
+        squared phase distortion against every Rd of the model (the model's terms from the reference's cache)."""
+        out = np.full(hm.count.size, np.nan)
+        for h in np.unique(hm.count):
+            if h < rd_conf.N_PD + 2:
+                continue
+            idx = np.flatnonzero(hm.count == h)
+            amp = self._t(hm.amp[idx, : h + 1])
+            ph = self._t(hm.phase[idx, : h + 1])
+            log_amp = torch.log(torch.clamp(amp, min=1e-300))
+            log_amp = torch.cat([log_amp[:, 1:2], log_amp[:, 1:-1], log_amp[:, -2:-1]], dim=1)  # rd_conf._edges
+            mp = self._min_phase_half(log_amp, rd_conf.N_PD + 1)
+            a = ph[:, : rd_conf.N_PD + 1].clone()
+            a[:, 0] = 0.0
+            p = (a - mp)[:, None, :] - self._t(rd_conf._model_terms(int(h)))[None]
+            d = torch.diff(p, dim=2) - p[:, :, 1:2]
+            pd = torch.remainder(d + torch.pi, 2 * torch.pi)[:, :, 1:] - torch.pi  # harmonics.wrap
+            err = torch.mean(pd**2, dim=2).amin(dim=1)
+            out[idx] = (1 - torch.sqrt(err) / torch.pi).cpu().numpy()
+        return out

@@ -363,12 +363,13 @@ def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
     return np.where(k <= n, 0.5 * (1 - np.cos(2 * np.pi * k / (n + 1))), 0.0)
 
 
-def lp_residual(x: np.ndarray, fs: int) -> np.ndarray:
+def lp_residual(x: np.ndarray, fs: int, order: int | None = None) -> np.ndarray:
     """LP residual by overlap-add (as COVAREP's `lpcresidual`, which its SEDREAMS and MDQ read): 25 ms Hann frames
-    every 5 ms, order fs/1000 + 2, each frame's residual scaled to the frame's energy (so the sum keeps the signal's
-    level wherever the fit is good), the whole normalised to a peak of 1. Closures are its positive peaks when the
-    flow derivative's closing peak is negative (`polarity`)."""
-    length, shift, order = round(0.025 * fs) + 1, round(0.005 * fs), round(fs / 1000) + 2
+    every 5 ms, order fs/1000 + 2 (SRH's: round(0.75 fs/1000), `srh`), each frame's residual scaled to the frame's
+    energy (so the sum keeps the signal's level wherever the fit is good), the whole normalised to a peak of 1.
+    Closures are its positive peaks when the flow derivative's closing peak is negative (`polarity`)."""
+    length, shift = round(0.025 * fs) + 1, round(0.005 * fs)
+    order = round(fs / 1000) + 2 if order is None else order
     starts = np.arange(0, max(0, x.size - length), shift)
     res = np.zeros(x.size)
     if starts.size == 0:
@@ -799,12 +800,17 @@ MSP_MAX_HZ = 8000.0  # harmonics up to this frequency make the amplitude spectru
 
 @functools.cache
 def _lf_params() -> tuple[np.ndarray, ...]:
-    """(te, ta, wg, e, a) of the LF model (unit period, Ee = 1) for each Rd of MSP_RD, by Fant's (1995) regressions;
-    e and a solve the model's two implicit equations (return-phase continuity, zero net flow)."""
+    """`lf_params_for` each Rd of MSP_RD, computed once per process."""
+    return lf_params_for(MSP_RD)
+
+
+def lf_params_for(rds: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(te, ta, wg, e, a), each (len(rds), 1), of the LF model (unit period, Ee = 1) for each Rd, by Fant's (1995)
+    regressions; e and a solve the model's two implicit equations (return-phase continuity, zero net flow)."""
     from scipy.optimize import brentq
 
     params = []
-    for rd in MSP_RD:
+    for rd in np.asarray(rds, dtype=float):
         ra, rk = (-1 + 4.8 * rd) / 100, (22.4 + 11.8 * rd) / 100
         rg = 1 / (4 * ((0.11 * rd / (0.5 + 1.2 * rk)) - ra) / rk)
         tp = 1 / (2 * rg)
@@ -829,7 +835,12 @@ def lf_spectrum(n_harm: int) -> np.ndarray:
     """(len(MSP_RD), n_harm) LF flow-derivative spectrum (Fant, Liljencrants & Lin 1985; closed form of Doval,
     d'Alessandro & Henrich 2003, as COVAREP's `gfm_spec_lf`) at harmonics 1..n_harm of a unit period. Only its
     phase and relative amplitudes matter to the MSP error."""
-    te, ta, wg, e, a = _lf_params()
+    return lf_spectrum_for(_lf_params(), n_harm)
+
+
+def lf_spectrum_for(params: tuple[np.ndarray, ...], n_harm: int) -> np.ndarray:
+    """`lf_spectrum` for the Rds whose `lf_params_for` are given."""
+    te, ta, wg, e, a = params
     f = np.arange(1, n_harm + 1, dtype=float)[None]
     e0 = -1 / (np.exp(a * te) * np.sin(wg * te))
     s = a - 2j * np.pi * f
@@ -876,9 +887,13 @@ def harmonic_spectrum(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: in
 
 
 @functools.cache
-def _lf_phase(n_harm: int) -> np.ndarray:
-    """(len(MSP_RD), MSP_HARMONICS) the LF spectrum's phase minus its minimum phase at harmonics 1..MSP_HARMONICS."""
+def _lf_phase(n_harm: int, conjugate: bool = False) -> np.ndarray:
+    """(len(MSP_RD), MSP_HARMONICS) the LF spectrum's phase minus its minimum phase at harmonics 1..MSP_HARMONICS;
+    `conjugate`: of the conjugated spectrum (the time-reversed pulse), the model COVAREP's `rd_msp` ends up fitting
+    (see `rd_covarep`)."""
     g = lf_spectrum(n_harm)
+    if conjugate:
+        g = np.conj(g)
     return np.angle(g[:, :MSP_HARMONICS]) - _min_phase(_edge_mags(g), MSP_HARMONICS + 1)[:, 1:]
 
 
@@ -918,8 +933,9 @@ def _msp_fit(frame: np.ndarray, model: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple[np.ndarray, np.ndarray]:
     """(Rd, confidence 1 - sqrt(error)/pi) per centre by MSP (above): the harmonic spectrum up to MSP_MAX_HZ
     divided by each candidate's LF spectrum, its phase compared with its minimum-phase version over harmonics
-    0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase (COVAREP's `rd_msp`,
-    which finds the minimum by Brent's method; here the smallest error over MSP_RD's 0.01 grid).
+    0..MSP_HARMONICS, the error the mean squared wrapped second difference of that phase (the paper's MSP with the
+    LF pulse as it is, and the smallest error over MSP_RD's 0.01 grid: it recovers LF-model vowels' Rd; COVAREP's
+    `rd_msp` as its features run it, which fits the time-reversed pulse by Brent's method, is `rd_covarep`).
 
     Log magnitudes divide into differences and the minimum phase is linear in them, so the remainder's minimum
     phase is the frame's minus the model's: each computed once, not once per candidate. COVAREP sets the remainder's
@@ -937,3 +953,139 @@ def rd_msp(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int) -> tuple
         idx, err = _msp_fit(frame, _lf_phase(int(h)))
         rd[sel], conf[sel] = MSP_RD[idx], 1 - np.sqrt(err) / np.pi
     return rd, conf
+
+
+# Rd as COVAREP's features compute it (`COVAREP_feature_extraction.m` -> `sin_analysis` -> `rd_msp`, read at
+# covarep/covarep 5a2be5d6 to learn the method; written here from that description):
+# - one analysis frame every 10 ms at SRH's frame instants, which fall on our row boundaries k * 10 ms; a row's
+#   value is interpolated half-way between its two boundary frames, i.e. their mean;
+# - Brent's bounded minimisation (MATLAB's `fminbnd`: Forsythe, Malcolm & Moler 1977) of the MSP error over Rd in
+#   [0.3, 2.5] with TolX 0.01 and at most 32 iterations: a local minimum, where the error curve has several;
+# - the harmonic spectrum reaches the phase error through `sin2shm` and `hspec2spec`, which take a column
+#   vector's conjugate transpose (`'`): the two conjugations leave the frame's phases as they are but conjugate the
+#   model's, so the LF pulse fitted is the time-reversed one. That is what the published Rd column holds; against
+#   COVAREP's output it is what agrees (docs/acoustic.md, "Agreement with COVAREP"). `rd_msp` above is the paper's
+#   MSP (the pulse as it is), which recovers LF-model vowels' Rd.
+COVAREP_RD_RANGE = (0.3, 2.5)  # rd_msp's Rdrg bounds
+BRENT_TOL = 0.01  # fminbnd's TolX in rd_msp
+BRENT_MAX_ITER = 32  # fminbnd's MaxIter in rd_msp
+
+
+def brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x, f(x)) per row: Brent's bounded minimisation (golden section with parabolic steps; Forsythe, Malcolm &
+    Moler, "Computer methods for mathematical computations", 1977, the algorithm of MATLAB's `fminbnd` and scipy's
+    `fminbound`) run on n rows at once. `f(x)` maps (n,) abscissae to (rows,) values; each row stops on its own
+    criterion (|x - midpoint| <= 2 tol - (b - a) / 2, tol = sqrt(eps) |x| + xtol / 3) or after max_iter steps, and
+    then keeps its x (later evaluations of it are discarded)."""
+    golden_c = 0.5 * (3.0 - np.sqrt(5.0))
+    sqrt_eps = np.sqrt(np.finfo(float).eps)
+    a, b = np.full(n, lo), np.full(n, hi)
+    x = np.full(n, lo + golden_c * (hi - lo))
+    fx = f(x)
+    v, w = x.copy(), x.copy()
+    fv, fw = fx.copy(), fx.copy()
+    d, e = np.zeros(n), np.zeros(n)
+    for _ in range(max_iter):
+        xm = 0.5 * (a + b)
+        tol1 = sqrt_eps * np.abs(x) + xtol / 3.0
+        tol2 = 2.0 * tol1
+        active = np.abs(x - xm) > tol2 - 0.5 * (b - a)
+        if not active.any():
+            break
+        # parabola through (x, w, v), accepted when it falls inside the bracket and moves less than half the step
+        # before last
+        r = (x - w) * (fx - fv)
+        q = (x - v) * (fx - fw)
+        p = (x - v) * q - (x - w) * r
+        q = 2.0 * (q - r)
+        p = np.where(q > 0, -p, p)
+        q = np.abs(q)
+        try_parab = np.abs(e) > tol1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            parab = try_parab & (np.abs(p) < np.abs(0.5 * q * e)) & (p > q * (a - x)) & (p < q * (b - x))
+            step_p = np.where(parab, p / np.where(q == 0, 1.0, q), 0.0)
+        u_p = x + step_p
+        near_edge = ((u_p - a) < tol2) | ((b - u_p) < tol2)
+        sign_m = np.where(xm - x >= 0, 1.0, -1.0)
+        step_p = np.where(near_edge, tol1 * sign_m, step_p)
+        e_golden = np.where(x >= xm, a - x, b - x)
+        e_new = np.where(parab, np.where(try_parab, d, e), e_golden)  # e takes the last step before d is replaced
+        d_new = np.where(parab, step_p, golden_c * e_golden)
+        sign_d = np.where(d_new >= 0, 1.0, -1.0)
+        u = x + sign_d * np.maximum(np.abs(d_new), tol1)
+        fu = f(u)
+        e, d = np.where(active, e_new, e), np.where(active, d_new, d)
+        better = active & (fu <= fx)
+        worse = active & ~better
+        a = np.where(better, np.where(u >= x, x, a), np.where(worse & (u < x), u, a))
+        b = np.where(better, np.where(u >= x, b, x), np.where(worse & (u >= x), u, b))
+        to_w = worse & ((fu <= fw) | (w == x))
+        to_v = worse & ~to_w & ((fu <= fv) | (v == x) | (v == w))
+        v_new = np.where(better | to_w, w, np.where(to_v, u, v))
+        fv_new = np.where(better | to_w, fw, np.where(to_v, fu, fv))
+        w_new = np.where(better, x, np.where(to_w, u, w))
+        fw_new = np.where(better, fx, np.where(to_w, fu, fw))
+        x, fx = np.where(better, u, x), np.where(better, fu, fx)
+        v, fv, w, fw = v_new, fv_new, w_new, fw_new
+    return x, fx
+
+
+def _interp_rows(table: np.ndarray, rd: np.ndarray, which: np.ndarray | None = None) -> np.ndarray:
+    """(rows, MSP_HARMONICS) model phases at continuous Rd: linear between MSP_RD's 0.01 steps of `table`
+    ((len(MSP_RD), MSP_HARMONICS), unwrapped along Rd; or (tables, len(MSP_RD), MSP_HARMONICS) with `which` naming
+    each row's table); within 1e-3 rad of the model computed at that Rd, `tests/extractors/test_covarep_rd.py`."""
+    pos = np.clip((rd - MSP_RD[0]) / 0.01, 0, MSP_RD.size - 1 - 1e-9)
+    j = pos.astype(int)
+    t = (pos - j)[:, None]
+    if which is None:
+        return (1 - t) * table[j] + t * table[j + 1]
+    return (1 - t) * table[which, j] + t * table[which, j + 1]
+
+
+@functools.cache
+def _lf_phase_unwrapped(n_harm: int) -> np.ndarray:
+    return np.unwrap(_lf_phase(n_harm, conjugate=True), axis=0)
+
+
+def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+    """(Rd, MSP error) per row, NaN on unvoiced rows, as COVAREP's features compute Rd (the comment above): frames on
+    the boundaries of voiced rows (F0: the mean of the voiced rows either side), 3-period Blackman windows and
+    harmonics as `harmonic_spectrum`, the time-reversed LF model, Brent over [0.3, 2.5]; a row is the mean of its
+    two boundaries. x in COVAREP's orientation (the LP residual's skewness positive, `covarep_cycles`)."""
+    n_rows = voiced.size
+    rd_rows, err_rows = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+    if not voiced.any():
+        return rd_rows, err_rows
+    fv = np.where(voiced, f0, 0.0)
+    w = voiced.astype(float)
+    num = np.concatenate([[0.0], fv]) + np.concatenate([fv, [0.0]])
+    den = np.concatenate([[0.0], w]) + np.concatenate([w, [0.0]])
+    bounds = np.flatnonzero(den > 0)  # boundaries k (sample k * hop) next to a voiced row
+    fb = num[bounds] / den[bounds]
+    rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
+    n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
+    k = MSP_HARMONICS + 1
+    sels, frames, tables = [], [], []
+    for h in np.unique(n_h):
+        if h < k:
+            continue  # too few harmonics for the phase error (F0 above ~890 Hz)
+        sel = np.flatnonzero(n_h == h)
+        m = harmonic_spectrum(x, bounds[sel] * hop, fb[sel], fs, int(h))
+        sels.append(sel)
+        frames.append(np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:])
+        tables.append(_lf_phase_unwrapped(int(h)))
+    if sels:  # one search for every frame (the model table chosen per frame by its harmonic count)
+        sel, frame = np.concatenate(sels), np.concatenate(frames)
+        which = np.repeat(np.arange(len(sels)), [s.size for s in sels])
+        table = np.stack(tables)
+
+        def error(rd: np.ndarray) -> np.ndarray:
+            return _msp_error(frame, _interp_rows(table, rd, which)[:, None])[:, 0]
+
+        rd_b[bounds[sel]], err_b[bounds[sel]] = brent_min_rows(
+            error, sel.size, *COVAREP_RD_RANGE, BRENT_TOL, BRENT_MAX_ITER
+        )
+    rows = np.flatnonzero(voiced)
+    rd_rows[rows] = (rd_b[rows] + rd_b[rows + 1]) / 2
+    err_rows[rows] = (err_b[rows] + err_b[rows + 1]) / 2
+    return rd_rows, err_rows

@@ -199,12 +199,15 @@ def compress(pdm: np.ndarray, pdd: np.ndarray, fs: int, rng: np.random.Generator
     return np.concatenate([out_m, out_d], axis=1)
 
 
-def hmpd_rows(h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None) -> np.ndarray:
-    """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them)."""
+def hmpd_rows(
+    h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None
+) -> np.ndarray:
+    """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them); `smooth`: the
+    backend's `pdm_pdd` (the reference's by default)."""
     pd = phase_distortion(h, f0, fs)
     z = _phasors_on_bins(pd, f0, fs)
     if rng is not None:  # COVAREP's filling: a random phase wherever there is none
         missing = np.abs(z) == 0
         z[missing] = np.exp(2j * np.pi * rng.random(int(missing.sum())))
-    pdm, pdd = pdm_pdd(z)
+    pdm, pdd = (smooth or pdm_pdd)(z)
     return compress(pdm, pdd, fs, rng)

@@ -105,12 +105,13 @@ def test_rd_conf_is_high_for_an_lf_vowel_through_a_minimum_phase_tract() -> None
 
 
 def test_layouts_share_their_common_columns() -> None:
-    """Version 8's 74 columns: COVAREP's names and order; the columns both layouts have are the same numbers."""
+    """The 74 columns (version 8; version 9's defaults): COVAREP's names and order; the columns both layouts have
+    are the same numbers under the same options (the layouts' defaults for H1H2 and Rd differ: test_covarep_ref)."""
     voice = synth_vowel(0.6, lambda t: 110 + 20 * t, 1.0, [(0.1, 0.5)])
     audio = Audio(voice.speech.astype(np.float32), FS_HZ, voice.speech.size / FS_HZ)
     wide = Covarep(CovarepConfig()).extract(audio)
-    narrow = Covarep(CovarepConfig(layout="mfcc23")).extract(audio)
-    assert Covarep.version == "8" and Covarep.columns(CovarepConfig()) == COVAREP74_COLUMNS
+    narrow = Covarep(CovarepConfig(layout="mfcc23", harmonic_filter="covarep", rd_method="covarep")).extract(audio)
+    assert Covarep.version == "9" and Covarep.columns(CovarepConfig()) == COVAREP74_COLUMNS
     assert wide.features.shape == (60, 74) and narrow.features.shape == (60, 23)
     names23 = Covarep.columns(CovarepConfig(layout="mfcc23"))
     for ours, theirs in COVAREP74_SOURCES.items():
@@ -143,19 +144,18 @@ LONG = ("arctic_a0007", "amfm_sample", "covarep_0011.arctic_bdl1", "covarep_DB-c
 
 
 def test_mcep_against_covarep(covarep_results: dict) -> None:
-    """MCEP as COVAREP computes and places it: every column r >= 0.93 and the median column >= 0.96 on each file
-    of at least 0.8 s (measured min 0.933-0.986, medians 0.97-1.00; the issue's target 0.95 per column is missed
-    on the two ARCTIC files' highest coefficients, 0.933 and 0.942: COVAREP windows unvoiced frames by its tracker's
-    F0 there, which is not ours). The 0.26 s file has 17 COVAREP frames, too few for a correlation per column."""
-    for name in LONG:
+    """MCEP as COVAREP computes and places it: every column r >= 0.95 (the issue's bar) on every file (measured
+    min 0.975-0.995 since version 9, whose unvoiced windows take SRH's F0 as COVAREP's do; version 8's block median
+    gave 0.933 and 0.942 on the two ARCTIC files and 0.800 on the 0.26 s file, 17 COVAREP frames)."""
+    for name in (*LONG, "covarep_glottalized-m1"):
         r = covarep_results[name]
-        assert r.mcep.min() >= 0.93 and np.median(r.mcep) >= 0.96, (name, r.mcep.round(3))
+        assert r.mcep.min() >= 0.95, (name, r.mcep.round(3))
 
 
 def test_hmpd_against_covarep(covarep_results: dict) -> None:
     """On rows both call voiced: HMPDD_0 r >= 0.9 and the median HMPDD column >= 0.7 on each file; HMPDM's circular
     correlation, median over the bands that vary, >= 0.8 on three files and >= 0.35 on amfm_sample, whose bands
-    near 1-2 kHz disagree (measured: 0.85-0.97 and 0.44)."""
+    near 1-2 kHz disagree (measured, version 9: 0.87-0.98 and 0.43; HMPDD_0 0.95-0.99, median columns 0.82-0.93)."""
     for name in LONG:
         r = covarep_results[name]
         assert r.pdd[0] >= 0.9 and np.median(r.pdd) >= 0.7, (name, r.pdd.round(2))
@@ -164,18 +164,24 @@ def test_hmpd_against_covarep(covarep_results: dict) -> None:
 
 
 def test_rd_conf_against_covarep(covarep_results: dict) -> None:
-    """Rd_conf on every row COVAREP defines it: r >= 0.65 and a median difference within 0.02 on each file of at
-    least 0.8 s (measured r 0.68-0.91, differences -0.000 … +0.006). The 0.26 s file's polarity is decided the
-    other way by COVAREP (r -0.76): not asserted."""
-    for name in LONG:
+    """Rd_conf on every row COVAREP defines it: r >= 0.65 and a median difference within 0.02 on each file
+    (measured r 0.69-0.90, differences -0.001 … +0.008). The 0.26 s file too since version 9, whose harmonic phases
+    take COVAREP's orientation (r 0.72, +0.017; version 8 oriented it by the IAIF vote, the other way: r -0.76)."""
+    for name in (*LONG, "covarep_glottalized-m1"):
         r = covarep_results[name]
         assert r.rd_conf_r >= 0.65 and abs(r.rd_conf_median_diff) <= 0.02, (name, r.rd_conf_r, r.rd_conf_median_diff)
 
 
 def test_torch_kernels_equal_numpy() -> None:
     """The torch backend's 3-period spectra (float64) equal the reference to 1e-12; its MCEP (the true envelope in
-    float32 on both sides, summed in another order) within 1e-4 (measured: 2e-6 on arctic_a0007). HMPD and Rd_conf
-    are the reference's numpy code on those spectra in both backends."""
+    float32 on both sides, summed in another order) within 1e-4 (measured: 2e-6 on arctic_a0007); Rd_conf (float64)
+    within 1e-12 (3e-15); HMPD's time smoothing (float32 on both sides, as the reference: running means as one
+    convolution instead of cumulative sums) within twice what the reference's own float32 arithmetic moves it (two
+    computations, each that far from the exact one, can differ by twice it): against its float64 twin the
+    reference's HMPDM moves by up to 1.6e-4 rad and its HMPDD by up to 0.035-0.052 (p99 0.015-0.024) on this vowel,
+    arctic_a0007 and DB-cresc (PDD = sqrt(-2 ln R) magnifies a float32 rounding of R near 1), so HMPDM within 4e-4
+    rad and HMPDD within 0.11 (p99 0.05); measured torch against the reference: HMPDM 1.6e-4, HMPDD 0.035-0.060
+    (p99 0.013-0.027). The whole 74-column set: every other column within 1e-3."""
     torch = pytest.importorskip("torch")
     from extractors import acoustic_torch
 
@@ -186,8 +192,22 @@ def test_torch_kernels_equal_numpy() -> None:
     spec = mcep.frame_spectra(x, CENTRES, f0, FS_HZ)
     np.testing.assert_allclose(k.frame_spectra(x, CENTRES, f0, FS_HZ), spec, rtol=0, atol=1e-12)
     np.testing.assert_allclose(k.mcep_rows(spec, f0, FS_HZ), mcep.mcep_rows(spec, f0, FS_HZ), rtol=0, atol=1e-4)
+    h = harmonics.pick(spec, f0, FS_HZ)
+    np.testing.assert_allclose(k.rd_conf_rows(h), rd_conf.rd_conf_rows(h), rtol=0, atol=1e-12, equal_nan=True)
+    ref_pd, got_pd = hmpd.hmpd_rows(h, f0, FS_HZ), hmpd.hmpd_rows(h, f0, FS_HZ, smooth=k.pdm_pdd)
+    _check_hmpd(got_pd, ref_pd)
     audio = Audio(voice.speech.astype(np.float32), FS_HZ, voice.speech.size / FS_HZ)
     ref = Covarep(CovarepConfig()).extract(audio).features
     got = Covarep(CovarepConfig(backend="torch", device="cpu")).extract(audio).features
     np.testing.assert_array_equal(np.isnan(ref), np.isnan(got))
-    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3, equal_nan=True)
+    first = COVAREP74_COLUMNS.index("HMPDM_0")
+    np.testing.assert_allclose(got[:, :first], ref[:, :first], rtol=0, atol=1e-3, equal_nan=True)
+    _check_hmpd(got[:, first:].astype(float), ref[:, first:].astype(float))
+
+
+def _check_hmpd(got: np.ndarray, ref: np.ndarray) -> None:
+    """HMPDM (25 phases) within 4e-4 rad, HMPDD (13) within 0.11 and its p99 within 0.05 (the docstring above)."""
+    dm = np.abs(np.angle(np.exp(1j * (got[:, :25] - ref[:, :25]))))
+    dd = np.abs(got[:, 25:] - ref[:, 25:])
+    assert dm.max() <= 4e-4, dm.max()
+    assert dd.max() <= 0.11 and np.percentile(dd, 99) <= 0.05, (dd.max(), np.percentile(dd, 99))
