@@ -33,10 +33,10 @@ from store.reader import open_store
 from store.writer import StoreWriter
 from tests import s3server
 from tests.faultproxy import FaultProxy
-from tests.test_store_s3 import ATTRS, everything, rows, write_run
+from tests.store.test_store_s3 import ATTRS, everything, rows, write_run
 
 s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture
@@ -271,7 +271,7 @@ def _killed_during_a_commit(raw: Path, out: str, env: dict[str, str]) -> tuple[l
     script = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
-        sys.path.insert(0, {str(REPO / "tests")!r})
+        sys.path.insert(0, {str(REPO / "tests" / "pipeline")!r})
         from store import layout
         from store.backends import log as blog
         from store.backends.objects import ObjectBackend
@@ -326,7 +326,7 @@ def test_a_driver_killed_during_a_commit_on_s3_is_finished_by_the_next_run(
     computes only what is missing (its publishes throttled and cut: retried, counted in its report and summary)
     and leaves the store a clean run leaves; fake credentials appear nowhere."""
     from pipeline.run import run_extract
-    from tests.test_pipeline import loudness_config
+    from tests.pipeline.test_pipeline import loudness_config
 
     for name, value in SECRET.items():
         monkeypatch.setenv(name, value)
