@@ -332,8 +332,12 @@ def test_a_driver_killed_during_a_commit_on_s3_is_finished_by_the_next_run(
         monkeypatch.setenv(name, value)
     acked, output = _killed_during_a_commit(tiny_root, s3_url, dict(os.environ))
     assert len(acked) == 1, output[-3000:]
-    torn = [p for p in open_backend(s3_url).children("loudness/parts") if p not in open_store(s3_url).index("loudness").parts]
-    assert len(torn) == 1  # the second commit's part: some of its files in the bucket, its zarr.json not
+    backend = open_backend(s3_url)
+    unpublished = [p for p in backend.children("loudness/parts") if p not in open_store(s3_url).index("loudness").parts]
+    # the second commit's part: some of its files in the bucket, its zarr.json (written last) not; where model
+    # actors upload their parts' data and the driver their zarr.json, it may be whole, to be adopted
+    torn = [p for p in unpublished if not backend.exists(f"loudness/parts/{p}/zarr.json")]
+    assert unpublished and (torn or len(unpublished) == 1), unpublished
     assert open_store(s3_url).items("loudness", include_filtered=True, include_stale=True) == acked
     proxy = FaultProxy(s3_server)  # the next run's publishes throttled twice, one's answer lost: counted
     try:
@@ -345,7 +349,9 @@ def test_a_driver_killed_during_a_commit_on_s3_is_finished_by_the_next_run(
     finally:
         proxy.close()
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
-    assert again.counts["loudness"] == {"done": 2, "skipped": 1, "failed": 0, "n/a": 0}, again.summary()
+    adopted = len(unpublished) - len(torn)  # whole parts no record named: committed by the next run's writer
+    assert again.counts["loudness"] == {"done": 2 - adopted, "skipped": 1 + adopted, "failed": 0, "n/a": 0}, \
+        again.summary()
     assert "took over the write lease of pid" in caplog.text
     assert again.storage_retries == {"throttled": 2, "dropped": 1} == open_store(s3_url).last_run()["storage_retries"]
     assert "storage requests retried with backoff: 3 (2 throttled (503 SlowDown), 1 dropped connection(s))" in \
@@ -360,8 +366,7 @@ def test_a_driver_killed_during_a_commit_on_s3_is_finished_by_the_next_run(
                 if isinstance(k, tuple) and isinstance(v, tuple) else v for k, v in got.items() if k != "last_run"}
 
     assert timeless(everything(s3_url)) == timeless(everything(clean_url))
-    assert torn[0] not in open_backend(s3_url).children("loudness/parts")  # removed by the next run
-    backend = open_backend(s3_url)
+    assert not set(torn) & set(backend.children("loudness/parts"))  # removed by the next run
     stored = b"".join(backend.get(i.key) for i in backend.list())
     assert not _leaked(output) and not _leaked(caplog.text) and not _leaked(stored)
     assert not _leaked(json.dumps(again.as_dict(), default=str)) and not _leaked(again.summary())
