@@ -66,8 +66,9 @@ class RunReport:
     driver_received: dict[str, int] = field(default_factory=dict)
     # requests to object storage the store's backend retried with backoff during the run, by kind (throttled: 503
     # SlowDown or 429; dropped: a connection cut or timed out mid-request; server: another 5xx; connect: none
-    # made), kinds with none left out (store/backends/objects.py). The driver's own requests; array chunks read
-    # through zarr are retried by obstore with the same backoff and not counted
+    # made), kinds with none left out (store/backends/objects.py). The driver's own requests (its uploads,
+    # publishes, lease, reads); the model actors' uploads of their own parts are retried alike in their processes
+    # and not counted here, nor array chunks read through zarr (obstore's retries, the same backoff)
     storage_retries: dict[str, int] = field(default_factory=dict)
 
     @property

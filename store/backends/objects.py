@@ -71,6 +71,12 @@ _OBSTORE_RETRY: dict[str, Any] = {
 _STATUS = re.compile(r"non-2xx status code: (\d{3})")
 
 
+def _status(text: str) -> int | None:
+    """The HTTP status an obstore error reports, if any."""
+    found = _STATUS.search(text)
+    return int(found.group(1)) if found else None
+
+
 def _transient(e: BaseException) -> str | None:
     """The kind of a failure worth trying again (base.RETRY_KINDS), from obstore's error text (it has no
     classes for them); None for the others (no such object, refused credentials, a lost conditional write)."""
@@ -154,7 +160,7 @@ class ObjectBackend(Backend):
             return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
         if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
             return BackendError(f"{self.url}: no such bucket; create it or correct the URL")
-        if "AccessDenied" in text or "403" in text.split("\n", 1)[0]:
+        if "AccessDenied" in text or _status(text) == 403:  # (not any "403": a bucket's name or a port may hold it)
             return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
         if "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
             return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
@@ -225,7 +231,7 @@ class ObjectBackend(Backend):
                     FileExistsError) as e:
                 lost = e
             except oe.GenericError as e:
-                if "PreconditionFailed" not in str(e) and "412" not in str(e):
+                if "PreconditionFailed" not in str(e) and _status(str(e)) != 412:
                     raise
                 lost = e
             else:

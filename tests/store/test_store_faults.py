@@ -204,6 +204,19 @@ def test_a_compaction_leaves_a_held_snapshot_readable(s3_url: str) -> None:
                     == before[feature, item][0]["features"][2]), (feature, item)
 
 
+def test_a_status_code_in_a_url_is_not_taken_for_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket named with 403 or 412 in it, its endpoint down: unreachable, not 'access denied', and not a lost
+    conditional write (the URL is in obstore's error text; only the status it reports counts)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+    for name, value in s3server.CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    backend = open_backend("s3://t-403-412/store")
+    with pytest.raises(BackendError, match=r"^s3://t-403-412/store: the endpoint is unreachable"):
+        backend.check()
+    with pytest.raises(BackendError, match=r"^s3://t-403-412/store/k: the endpoint is unreachable"):
+        backend.put_if_absent("k", b"x")
+
+
 def test_retries_are_one_summary_line_when_any() -> None:
     from pipeline.report import RunReport
 
