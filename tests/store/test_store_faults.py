@@ -280,7 +280,8 @@ def test_no_secret_in_a_report_log_store_attribute_or_error_message(
 
 def _killed_during_a_commit(raw: Path, out: str, env: dict[str, str]) -> tuple[list[str], str]:
     """Run `extract --out s3://…` in a child (one pair per commit) and kill -9 it once its second commit has
-    uploaded part of its part, not all of it; (the items its published commits acknowledged, its output)."""
+    uploaded the first object of its part (a data file; where the model actors upload the data, the part's
+    zarr.json) and not published it; (the items its published commits acknowledged, its output)."""
     script = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
@@ -293,7 +294,7 @@ def _killed_during_a_commit(raw: Path, out: str, env: dict[str, str]) -> tuple[l
         put, append, published = ObjectBackend.put, blog.append, []
         def uploading(self, key, data):
             got = put(self, key, data)
-            if "/parts/" in key and not key.endswith("zarr.json") and len(published) == 1:
+            if "/parts/" in key and len(published) == 1:  # a data file, or (actors upload those) zarr.json
                 print("MID-COMMIT", key, flush=True)
                 time.sleep(120)  # here the test kills this process
             return got
