@@ -64,6 +64,12 @@ class RunReport:
     # results` (rows, or the records of parts the actors wrote), `decode records`; `clips` and `pairs written
     # by actors`, for the bytes per clip (docs/scale.md, "Workers write their own parts")
     driver_received: dict[str, int] = field(default_factory=dict)
+    # requests to object storage the store's backend retried with backoff during the run, by kind (throttled: 503
+    # SlowDown or 429; dropped: a connection cut or timed out mid-request; server: another 5xx; connect: none
+    # made), kinds with none left out (store/backends/objects.py). The driver's own requests (its uploads,
+    # publishes, lease, reads); the model actors' uploads of their own parts are retried alike in their processes
+    # and not counted here, nor array chunks read through zarr (obstore's retries, the same backoff)
+    storage_retries: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -106,6 +112,7 @@ class RunReport:
         lines += utilisation_lines(self.utilisation)
         lines += decoder_lines(self.frames_decoders, self.cpu_decoded)
         lines += kills_lines(self.worker_kills, self.run_id)
+        lines += retries_lines(self.storage_retries)
         partial = {feat: sum(p["feature"] == feat for p in self.partial) for feat in self.counts}
         lines.append(f"  {'feature':<12}{'done':>6}{'partial':>9}{'skipped':>9}{'failed':>8}{'n/a':>6}")
         for feat, c in self.counts.items():
@@ -200,6 +207,19 @@ def kills_lines(kills: dict[str, int], run_id: str) -> list[str]:
     hint = "; less at once (`max_inflight_bytes`, fewer actors) or more memory" if oom else ""
     return [f"  WORKERS KILLED by Ray: {' and '.join(w for w in why if w)}; their tasks were retried (a pair whose "
             f"retries ran out is FAILED below){hint}; Ray's messages: _runs/{run_id}.ray.log"]
+
+
+RETRIES = {"throttled": "throttled (503 SlowDown)", "dropped": "dropped connection(s)", "server": "server error(s)",
+           "connect": "failed connection(s)"}
+
+
+def retries_lines(retries: dict[str, int]) -> list[str]:
+    """One line when requests to object storage were retried: how many of each kind. A request that failed on
+    every try failed its pairs, each FAILED below."""
+    if not any(retries.values()):
+        return []
+    return [f"  storage requests retried with backoff: {sum(retries.values())} ("
+            + ", ".join(f"{n} {RETRIES.get(k, k)}" for k, n in retries.items() if n) + ")"]
 
 
 def late_record(feature: str, item: str, file: str | None, kind: str, stream_start_s: float) -> dict[str, Any]:

@@ -24,7 +24,19 @@ from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.runner import Identity, Runner
 from pipeline.sources import choose_items, load_items
-from store import RUNS, StoreError, StoreWriter, Wanted, is_url, join, make_plan, open_backend, part_problems
+from store import (
+    RUNS,
+    StoreError,
+    StoreWriter,
+    Wanted,
+    is_url,
+    join,
+    make_plan,
+    open_backend,
+    part_problems,
+    retries,
+    retries_since,
+)
 
 log = logging.getLogger("siqfeat")
 
@@ -42,7 +54,7 @@ def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, 
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})
-    writer = None
+    writer, retried = None, retries()
     try:
         stop.stage("opening the store")
         # an existing store is locked first: a second run stops here, not after reading every manifest
@@ -63,8 +75,9 @@ def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, 
                  f" (of {len(all_items)} items, {len(qa)} questions: --split/--limit)" if len(items) < len(all_items)
                  else "")
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
-        return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify)
+        return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify, retried)
     except (stop.Stopped, raystart.RayFailed) as e:  # committed pairs kept, report saved, summary printed
+        report.storage_retries = retries_since(retried)
         return stopped_run(report, writer, out, e, t0)
     finally:
         if writer is not None:
@@ -150,7 +163,8 @@ def mark_repeated(notes: list[dict[str, Any]], out: Path | str) -> None:
 
 def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], report: RunReport,
              items: list[MediaItem], all_items: list[MediaItem], qa: list[QAItem],
-             questions: dict[str, list[QAItem]], force: bool, t0: float, verify: bool = False) -> RunReport:
+             questions: dict[str, list[QAItem]], force: bool, t0: float, verify: bool = False,
+             retried: dict[str, int] | None = None) -> RunReport:
     out, run_id = writer.path, report.run_id
     writer.write_manifests(all_items, qa)  # the whole dataset's records, also when --limit runs a few
     identities: dict[tuple[str, str], Identity] = {}
@@ -200,6 +214,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines
+    report.storage_retries = retries_since(retried or {})  # this run's, of this process's count
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
             writer.write_run_report(run_id, report.as_dict())

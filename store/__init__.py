@@ -41,6 +41,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # local folders and object storage
     "is_url": ("backends", "is_url"), "join": ("backends", "join"), "open_backend": ("backends", "open_backend"),
     "BackendError": ("backends", "BackendError"),
+    # object storage's requests retried with backoff, by kind (the run report's `storage_retries`)
+    "retries": ("backends", "retries"), "retries_since": ("backends", "retries_since"),
     # a part a model actor wrote to the store itself (object storage), and the record it sends the driver
     "WrittenRows": ("workerparts", "WrittenRows"), "write_worker_parts": ("workerparts", "write"),
     # reading/datasets.py's cache of sample plans under _views/
@@ -63,7 +65,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports each on first use
-    from store.backends import BackendError, is_url, join, open_backend
+    from store.backends import BackendError, is_url, join, open_backend, retries, retries_since
     from store.compact import compact_store
     from store.index import gc_paused
     from store.integrity import DamagedMetadata, part_problems

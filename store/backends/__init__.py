@@ -6,9 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo, Pinned, join
+from store.backends.base import (
+    Backend,
+    BackendError,
+    Conflict,
+    Locked,
+    ObjectInfo,
+    Pinned,
+    join,
+    retries,
+    retries_since,
+)
 
-__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "open_backend"]
+__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "open_backend",
+           "retries", "retries_since"]
 
 OBJECT_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import threading
+from collections import Counter
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -156,3 +158,28 @@ class Locked(RuntimeError):
 def join(*keys: str) -> str:
     """Keys joined with `/`, empty ones skipped."""
     return "/".join(k.strip("/") for k in keys if k and k.strip("/"))
+
+
+# Requests a backend retried after a transient failure, by kind, in this process: "throttled" (503 SlowDown,
+# 429), "dropped" (a connection cut or timed out mid-request), "server" (another 5xx), "connect" (no
+# connection at all). A run reports the difference over its own time (`RunReport.storage_retries`).
+RETRY_KINDS = ("throttled", "dropped", "server", "connect")
+_retried: Counter[str] = Counter()
+_retried_lock = threading.Lock()
+
+
+def count_retry(kind: str) -> None:
+    with _retried_lock:
+        _retried[kind] += 1
+
+
+def retries() -> dict[str, int]:
+    """This process's retried requests so far, by kind (every kind, 0 where none)."""
+    with _retried_lock:
+        return {k: _retried[k] for k in RETRY_KINDS}
+
+
+def retries_since(before: dict[str, int]) -> dict[str, int]:
+    """The retried requests since `before` (a `retries()`), the kinds with none left out."""
+    now = retries()
+    return {k: now[k] - before.get(k, 0) for k in RETRY_KINDS if now[k] - before.get(k, 0)}

@@ -1,6 +1,7 @@
 """The one-writer lock where there is no flock (object storage): a lease object naming its holder, host and
 expiry, taken by a conditional write, renewed by another before it expires, and taken over (said so, with
-the old holder's name) once a dead holder's expiry has passed. A holder that cannot renew in time (stalled
+the old holder's name) once a dead holder's expiry has passed, or at once when the holder is a process of
+this very machine that is gone (a run killed with kill -9 and started again). A holder that cannot renew in time (stalled
 past its expiry) loses the lease: `Lease.lost` says so, and its next commit fails on its own conditional
 write rather than overwrite the new holder's. Written against the backend contract alone."""
 
@@ -35,7 +36,7 @@ class Lease:
 
     def record(self, expires: float) -> bytes:
         return json.dumps({"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(),
-                           "expires": expires}, sort_keys=True).encode()
+                           "machine": _machine(), "expires": expires}, sort_keys=True).encode()
 
     def take(self, now: float | None = None) -> None:
         """Hold the lease, or raise Locked naming whoever holds it and until when."""
@@ -58,8 +59,9 @@ class Lease:
                 raise Locked(f"{self.backend.url}: another run took this store's lease just now; "
                              "wait for it to finish or write to another store") from None
         expires = float(old.get("expires") or 0)
-        who = f"{old.get('holder', '?')} on {old.get('host', '?')}"
-        if expires > now:
+        who = _who(old)
+        gone = expires > now and _gone(old)
+        if expires > now and not gone:
             raise Locked(f"{self.backend.url}: another run is writing to this store ({who}, lease until "
                          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(expires))}); wait for it to "
                          "finish or write to another store")
@@ -68,7 +70,10 @@ class Lease:
         except Conflict:
             raise Locked(f"{self.backend.url}: another run took over this store's expired lease just now; "
                          "wait for it to finish or write to another store") from None
-        if not old.get("released"):
+        if gone:
+            log.warning("%s: took over the write lease of %s, a process of this machine that is gone (that run "
+                        "was killed)", self.backend.url, who)
+        elif not old.get("released"):
             log.warning("%s: took over the write lease of %s, which expired %.0f s ago without being released "
                         "(that run was killed or stalled)", self.backend.url, who, now - expires)
 
@@ -100,6 +105,37 @@ class Lease:
                     return
             except Exception as e:  # the storage failing for a while: try again at the next tick
                 log.warning("%s: could not renew the write lease (%s); retrying", self.backend.url, e)
+
+
+def _who(record: dict) -> str:
+    """The holder as a person finds it: its pid and host, and its own name where that says more."""
+    where = f"pid {record.get('pid', '?')} on {record.get('host', '?')}"
+    holder = str(record.get("holder") or "")
+    return holder if where in holder else f"{holder} ({where})" if holder else where
+
+
+def _machine() -> str:
+    """This running system and pid namespace (boot id, /proc/self/ns/pid): where a lease's pid names a process
+    that can be looked up. Another container on the same host, or the same host after a reboot, differs."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f"{f.read().strip()}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""  # not Linux: a holder's liveness cannot be known, its lease waits for its expiry
+
+
+def _gone(record: dict) -> bool:
+    """Whether the lease's holder is a process of this machine that no longer exists. A pid taken again by
+    another process reads as alive: the lease then waits for its expiry, as any other holder's."""
+    if not record.get("machine") or record["machine"] != _machine() or not isinstance(record.get("pid"), int):
+        return False
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it exists, under another user
+        return False
+    return False
 
 
 @contextlib.contextmanager

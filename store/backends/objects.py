@@ -12,7 +12,12 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import obstore
@@ -21,7 +26,7 @@ from obstore import exceptions as oe
 from obstore.store import from_url
 
 from store.backends import lease, log, pins
-from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
+from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned, count_retry
 
 log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
 
@@ -30,13 +35,75 @@ _CREDENTIALS = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)
 _ENDPOINT = "check AWS_ENDPOINT_URL (or the network)"
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a request that failed for a passing reason is tried again: exponential backoff with jitter (AWS's
+    advice for 503 SlowDown), each wait between half and all of min(max_s, first_s * base^(n-1)) before the
+    n-th retry, so a throttled client always slows down; at most `attempts` tries in all and none started after
+    `deadline_s`. A refused connection is tried `connect_attempts` times only: the endpoint is down or wrong
+    more often than busy, and the user hears so in a second, not after a minute of retries."""
+
+    attempts: int = 10
+    connect_attempts: int = 3
+    first_s: float = 0.1
+    max_s: float = 5.0
+    base: float = 2.0
+    deadline_s: float = 120.0
+
+    def delay(self, retry: int) -> float:
+        cap = min(self.max_s, self.first_s * self.base ** (retry - 1))
+        return cap / 2 + random.uniform(0, cap / 2)
+
+
+RETRY = RetryPolicy()
+
+# The backend's own requests are retried here, not by obstore (its client has max_retries 0): obstore retries
+# a conditional PUT whose answer was lost and reports the server's 412 for the copy it wrote itself as a lost
+# race (a publish or a lease taken would fail as "another writer"), and it says nothing of how often it
+# retried, which the run report counts. The zarr store over the same bucket (array chunks the readers read)
+# keeps obstore's own retries, set to the same policy; those are not counted.
+_NO_RETRY: dict[str, Any] = {"max_retries": 0}
+_OBSTORE_RETRY: dict[str, Any] = {
+    "max_retries": RETRY.attempts - 1, "retry_timeout": timedelta(seconds=RETRY.deadline_s),
+    "backoff": {"init_backoff": timedelta(seconds=RETRY.first_s), "max_backoff": timedelta(seconds=RETRY.max_s),
+                "base": RETRY.base}}
+
+_STATUS = re.compile(r"non-2xx status code: (\d{3})")
+
+
+def _status(text: str) -> int | None:
+    """The HTTP status an obstore error reports, if any."""
+    found = _STATUS.search(text)
+    return int(found.group(1)) if found else None
+
+
+def _transient(e: BaseException) -> str | None:
+    """The kind of a failure worth trying again (base.RETRY_KINDS), from obstore's error text (it has no
+    classes for them); None for the others (no such object, refused credentials, a lost conditional write)."""
+    if not isinstance(e, oe.GenericError):
+        return None
+    text = str(e)
+    status = _STATUS.search(text)
+    if status:
+        code = int(status.group(1))
+        if code == 503 or code == 429 or "SlowDown" in text:
+            return "throttled"
+        return "server" if code >= 500 else None
+    if "kind: Connect" in text or "tcp connect error" in text:
+        return "connect"
+    if any(m in text for m in ("error sending request", "response body error", "IncompleteBody", "timed out",
+                               "Timeout", "connection closed", "Connection reset", "broken pipe")):
+        return "dropped"
+    return None
+
+
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
     return ObjectInfo(key, int(meta.get("size") or 0), str(meta.get("e_tag") or meta.get("version") or ""))
 
 
-def _options(url: str) -> dict[str, Any]:
+def _options(url: str, retry: dict[str, Any]) -> dict[str, Any]:
     """obstore's options for `url` from the environment: an http:// endpoint (a local server) allows HTTP."""
-    opts: dict[str, Any] = {}
+    opts: dict[str, Any] = {"retry_config": retry}
     if url.startswith(("s3://", "s3a://")):
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
@@ -60,18 +127,29 @@ class ObjectBackend(Backend):
             or os.path.exists(os.path.expanduser("~/.aws/credentials")) or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
             or os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))
         try:
-            self._store = from_url(self.url, **_options(self.url))
+            self._store = from_url(self.url, **_options(self.url, _NO_RETRY))
         except (oe.BaseError, ValueError) as e:
             raise BackendError(f"{self.url}: cannot open this object store ({_first_line(e)}); "
                                f"{_CREDENTIALS}, {_ENDPOINT}") from None
 
-    def _error(self, e: Exception, key: str) -> Exception:
-        """One line naming the URL and what to set, for the storage failing as a whole; FileNotFoundError for
-        a missing object; the others as they are."""
+    def _error(self, e: Exception, key: str, tries: int = 1) -> Exception:
+        """One line naming the URL and what to set, for the storage failing as a whole or a request failing
+        however often it was tried; FileNotFoundError for a missing object; the others as they are."""
         where = self.where(key)
         if isinstance(e, (oe.NotFoundError, FileNotFoundError)):
             return FileNotFoundError(f"{where}: no such object")
         text = str(e)
+        kind, times = _transient(e), f"{tries} time(s), with backoff" if tries > 1 else "once"
+        if kind == "throttled":
+            return BackendError(f"{where}: the storage answered 503 SlowDown (throttled) to every try ({times}); "
+                                "write less at once or ask for a higher request rate")
+        if kind == "dropped":
+            return BackendError(f"{where}: the connection was dropped mid-request on every try ({times}); "
+                                f"{_ENDPOINT}")
+        if kind == "server":
+            status = _STATUS.search(text)
+            return BackendError(f"{where}: the storage answered HTTP {status.group(1) if status else '5xx'} to "
+                                f"every try ({times})")
         denied = isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or any(
             code in text for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"))
         if denied and self._unsigned:
@@ -82,7 +160,7 @@ class ObjectBackend(Backend):
             return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
         if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
             return BackendError(f"{self.url}: no such bucket; create it or correct the URL")
-        if "AccessDenied" in text or "403" in text.split("\n", 1)[0]:
+        if "AccessDenied" in text or _status(text) == 403:  # (not any "403": a bucket's name or a port may hold it)
             return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
         if "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
             return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
@@ -92,14 +170,28 @@ class ObjectBackend(Backend):
             return BackendError(f"{where}: the endpoint is unreachable; {_ENDPOINT}")
         return e
 
+    def _retrying(self, key: str, attempt: Callable[[], Any]) -> Any:
+        """`attempt()`, tried again after a passing failure (RETRY; each retry counted for the run report);
+        a failure that stays, or is not passing, as `_error` says it. `attempt` does the whole request, the
+        reading of its answer included: a download cut midway is tried again whole, never returned short."""
+        t0, tries = time.monotonic(), 0
+        while True:
+            tries += 1
+            try:
+                return attempt()
+            except (oe.BaseError, OSError) as e:
+                kind = _transient(e)
+                limit = RETRY.connect_attempts if kind == "connect" else RETRY.attempts
+                if kind is None or tries >= limit or time.monotonic() - t0 > RETRY.deadline_s:
+                    raise self._error(e, key, tries) from None
+                count_retry(kind)
+                time.sleep(RETRY.delay(tries))
+
     def _call(self, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(self._store, *args, **kwargs)
-        except (oe.BaseError, OSError) as e:
-            raise self._error(e, key) from None
+        return self._retrying(key, lambda: fn(self._store, *args, **kwargs))
 
     def get(self, key: str) -> bytes:
-        return bytes(self._call(key, obstore.get, key).bytes())
+        return self._retrying(key, lambda: bytes(obstore.get(self._store, key).bytes()))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         size = self.head(key).size
@@ -112,12 +204,9 @@ class ObjectBackend(Backend):
         return _info(self._call(key, obstore.head, key), key)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        stream = self._call(prefix, obstore.list, f"{prefix.strip('/')}/" if prefix.strip("/") else None)
-        try:
-            found = [_info(m, m["path"]) for chunk in stream for m in chunk]
-        except (oe.BaseError, OSError) as e:
-            raise self._error(e, prefix) from None
-        return sorted(found)
+        top = f"{prefix.strip('/')}/" if prefix.strip("/") else None
+        return sorted(self._retrying(prefix, lambda: [_info(m, m["path"]) for chunk in obstore.list(self._store, top)
+                                                      for m in chunk]))
 
     def children(self, prefix: str = "") -> list[str]:
         top = f"{prefix.strip('/')}/" if prefix.strip("/") else None
@@ -131,15 +220,32 @@ class ObjectBackend(Backend):
         return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
 
     def _put_conditional(self, key: str, data: bytes, mode: Any, why: str) -> ObjectInfo:
-        try:
-            got = obstore.put(self._store, key, data, mode=mode)
-        except (oe.AlreadyExistsError, oe.PreconditionError, oe.NotFoundError, FileNotFoundError, FileExistsError):
+        tries = 0
+
+        def attempt() -> ObjectInfo:
+            nonlocal tries
+            tries += 1
+            try:
+                got = obstore.put(self._store, key, data, mode=mode)
+            except (oe.AlreadyExistsError, oe.PreconditionError, oe.NotFoundError, FileNotFoundError,
+                    FileExistsError) as e:
+                lost = e
+            except oe.GenericError as e:
+                if "PreconditionFailed" not in str(e) and _status(str(e)) != 412:
+                    raise
+                lost = e
+            else:
+                return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
+            # Refused after a try whose answer never came: that try may have been applied, and the refusal be
+            # of this very write. The object holding exactly these bytes says so (a lease record names its
+            # holder, pid and expiry; a log segment the unique names of its parts): this writer won.
+            if tries > 1 and not isinstance(lost, FileNotFoundError | oe.NotFoundError):
+                with contextlib.suppress(FileNotFoundError):
+                    if self.get(key) == data:
+                        return self.head(key)
             raise Conflict(f"{self.where(key)}: {why}") from None
-        except (oe.BaseError, OSError) as e:
-            if "PreconditionFailed" in str(e) or "412" in str(e):
-                raise Conflict(f"{self.where(key)}: {why}") from None
-            raise self._error(e, key) from None
-        return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
+
+        return self._retrying(key, attempt)
 
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
         return self._put_conditional(key, data, "create", "already exists")
@@ -157,7 +263,8 @@ class ObjectBackend(Backend):
             self._call(prefix, obstore.delete, keys[k:k + 1000])
 
     def zarr_store(self, prefix: str = "", read_only: bool = False) -> Any:
-        sub = from_url(f"{self.url}/{prefix.strip('/')}", **_options(self.url)) if prefix.strip("/") else self._store
+        sub = from_url(f"{self.url}/{prefix.strip('/')}" if prefix.strip("/") else self.url,
+                       **_options(self.url, _OBSTORE_RETRY))
         return zarr.storage.ObjectStore(sub, read_only=read_only)
 
     @contextlib.contextmanager
