@@ -51,9 +51,27 @@ def _options(url: str) -> dict[str, Any]:
     return opts
 
 
+# The process whose first store started obstore's runtime (tokio's threads). A process forked from it has
+# the runtime but none of its threads, and its first request waits forever (or crashes): what a PyTorch
+# DataLoader's workers are under Linux's default start method. So a forked process is refused, in one line
+# that says what to use instead, before it touches obstore.
+_RUNTIME_PID: int | None = None
+
+
+def _not_forked(url: str) -> None:
+    global _RUNTIME_PID
+    if _RUNTIME_PID is None:
+        _RUNTIME_PID = os.getpid()
+    elif _RUNTIME_PID != os.getpid():
+        raise BackendError(f"{url}: object storage cannot be used in a process forked from one that used it "
+                           "(the storage library's threads do not survive a fork); start the process with "
+                           "spawn or forkserver, e.g. DataLoader(..., multiprocessing_context='forkserver')")
+
+
 class ObjectBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
+        _not_forked(self.url)
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
         self._unsigned = url.startswith(("s3://", "s3a://")) and not (
             os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
