@@ -10,6 +10,7 @@ keeps everything in memory: what was written is gone when the server stops."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import threading
@@ -119,10 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"S3 server on {server.url} with bucket(s) {', '.join(args.bucket or ['bucket'])} (in memory; "
               "Ctrl-C stops it). In another shell:", flush=True)
         print(f"export {exports}", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the end asked for
             stop.wait()
-        except KeyboardInterrupt:
-            pass
     return 0
 
 

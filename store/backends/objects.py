@@ -62,7 +62,7 @@ def _not_forked(url: str) -> None:
     global _RUNTIME_PID
     if _RUNTIME_PID is None:
         _RUNTIME_PID = os.getpid()
-    elif _RUNTIME_PID != os.getpid():
+    elif os.getpid() != _RUNTIME_PID:
         raise BackendError(f"{url}: object storage cannot be used in a process forked from one that used it "
                            "(the storage library's threads do not survive a fork); start the process with "
                            "spawn or forkserver, e.g. DataLoader(..., multiprocessing_context='forkserver')")
