@@ -504,13 +504,14 @@ def print_backends(local: dict[int, dict[str, float]], s3: dict[int, dict[str, f
     with the ratio S3/local of each figure: above 1 is more time on S3 for a cost, more throughput for a
     rate (so a rate's ratio below 1 is S3 being slower)."""
     print("\nlocal disk vs S3 (moto on 127.0.0.1 in a process of its own; reads on warmed readers: parts cached)")
-    print(f"{'measure':<46}{'local':>14}{'S3':>14}{'S3/local':>10}")
+    print(f"{'measure':<60}{'local':>14}{'S3':>14}{'S3/local':>10}")
     rows = [(f"{k}, {n:,} items", local[n].get(k), s3[n].get(k)) for n in s3 for k in s3[n] if k != "items"]
     if loaders:
         rows += [(f"{k} (SocialIQA3, pooled)", loaders["local"].get(k), loaders["s3"].get(k)) for k in loaders["s3"]]
     for k, a, b in rows:
         ratio = f"{b / a:>10.2f}" if a and b is not None else f"{'-':>10}"
-        print(f"{k:<46}" + "".join(f"{v:>14,.1f}" if v is not None else f"{'-':>14}" for v in (a, b)) + ratio)
+        print(f"{k:<60}" + "".join(f"{'-':>14}" if v is None else f"{v:>14,.1f}" if v >= 10 else f"{v:>14.3f}"
+                                   for v in (a, b)) + ratio)
 
 
 def print_checksums(sizes: list[int], built: dict[int, dict[str, float]], unsummed: dict[int, dict[str, float]],
