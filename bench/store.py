@@ -28,6 +28,13 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
   the figure that holds still: alternating pairs (`decode_pairs`: the same real chunks of the store and its
   twin decompressed by zarr's zstd codec, with and without the checksum; `commit_pairs`: the same batch
   committed with and without), the median of the per-pair ratios.
+On S3 (`--s3-items`, default 35,000): the stores up to that many items are built again in a bucket of a local
+S3 server (moto's server mode on 127.0.0.1 in a process of its own, started and stopped by the benchmark:
+bench/store_backends.py) and measured the same way in the same repeats, and a table puts each figure beside the
+local one with their ratio. Then (`--loader-questions`, default SocialIQA's 33,410 train questions) a
+SocialIQA-shaped store (the `bert_qa` row plan with pooled rows) on each backend, read by `SocialIQA3` through a
+DataLoader with `--loader-workers` (4) workers: its commit, the dataset's construction, the first epoch (each
+worker opening the store and loading its parts) and the median of the next two (parts cached).
 All stores are built first and kept until the end; then plan, open + items and the reads are measured
 `--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
 machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
@@ -35,7 +42,8 @@ table and the ratio of each per-item cost at the largest N to the smallest (read
 below 1 when reads slow down; a cost ratio of 1.5 is a rate ratio of 0.67).
 
     python -m bench.store [--items 35000,1000000] [--batch 512] [--tokens-max 35000] [--repeats 3] [--dir DIR]
-                          [--checksums both|on|off] [--pairs K]
+                          [--checksums both|on|off] [--pairs K] [--s3-items 35000] [--loader-questions 33410]
+                          [--loader-workers 4]
 """
 
 from __future__ import annotations
