@@ -16,6 +16,7 @@ import signal
 import threading
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -26,15 +27,16 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key", "AWS_SECRET_ACCESS_KEY": "tes
 DEFAULT_PORT = 5555
 
 
-def _serialized(app: Callable[..., Any]) -> Callable[..., Any]:
+def _serialized(app: Callable[..., Any], counts: Counter[str]) -> Callable[..., Any]:
     """One request at a time: S3 applies a conditional write (If-None-Match, If-Match) atomically; moto checks
     the condition and then stores, with no lock between (moto/s3/responses.py, put_object), so two racing PUTs
     could both pass its check on a threaded server. Served in turn, moto is as atomic as S3; the connections
-    stay concurrent."""
+    stay concurrent. Each request is counted by its method in `counts`."""
     lock = threading.Lock()
 
     def app_in_turn(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         with lock:
+            counts[environ.get("REQUEST_METHOD", "?")] += 1
             return list(app(environ, start_response))
 
     return app_in_turn
@@ -49,7 +51,9 @@ class S3Server:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
-        app = _serialized(DomainDispatcherApplication(create_backend_app))
+        #: requests served so far, by HTTP method (a listing is a GET): what a client costs in round trips
+        self.requests: Counter[str] = Counter()
+        app = _serialized(DomainDispatcherApplication(create_backend_app), self.requests)
         try:
             self._server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
         except OSError as e:
