@@ -23,7 +23,7 @@ from extractors.qa import qa_rows
 from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
 from media.kinds.qa import qa_text
 from rows import FeatureRows
-from store.writer import StoreWriter
+from store import StoreWriter
 
 BUCKET = "bench-store"
 DIM = 384

@@ -14,8 +14,7 @@ import torch
 
 from manifests.socialiqa import read_socialiqa, write_sample_socialiqa
 from reading.datasets import SocialIQA3, collate_qa
-from store import plancache
-from store.backends import BackendError, open_backend
+from store import BackendError, open_backend, plancache
 from testing.qa_store import write_qa_store
 from tests import s3server
 
