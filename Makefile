@@ -13,7 +13,7 @@ CLIPS ?= 20
 SECONDS ?= 60
 SCALE_ARGS ?=
 
-.PHONY: install extract verify info report test bench bench-scale bench-store lint clean weights inspect sample bundle node-kit
+.PHONY: install extract verify info report test bench bench-scale bench-store lint clean weights inspect sample bundle node-kit s3-server
 
 install: $(VENV)/.installed
 
@@ -60,10 +60,19 @@ bench-scale: install
 	$(PY) -m bench.scale --clips $(CLIPS) --seconds $(SECONDS) $(SCALE_ARGS)
 
 # the store alone (no models): commit, plan, open, reads, files and bytes at 35,000 and 1,000,000 items, and what
-# the chunk checksums cost (a twin store written without them; docs/design.md)
+# the chunk checksums cost (a twin store written without them; docs/design.md); the same on a local S3 server up
+# to STORE_S3_ITEMS items beside the local disk, and a DataLoader over SocialIQA-shaped items on each (docs/scale.md)
 STORE_ITEMS ?= 35000,1000000
+STORE_S3_ITEMS ?= 35000
 bench-store: install
-	$(PY) -m bench.store --items $(STORE_ITEMS)
+	$(PY) -m bench.store --items $(STORE_ITEMS) --s3-items $(STORE_S3_ITEMS)
+
+# a local S3 server (moto, in memory) on 127.0.0.1:S3_PORT with bucket S3_BUCKET, until Ctrl-C; it prints the
+# environment to set in another shell (README, "On object storage")
+S3_PORT ?= 5555
+S3_BUCKET ?= bucket
+s3-server: install
+	$(PY) -m testing.s3server --port $(S3_PORT) --bucket $(S3_BUCKET)
 
 # an offline bundle for a GPU node with its own Python, torch, torchvision and transformers (deploy/bundle.py):
 # `make bundle PYTHON=3.12 OUT=DIR` writes 60 MB pieces, SHA256SUMS and INSTALL.txt (the one command to run there).

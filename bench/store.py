@@ -28,6 +28,13 @@ feature (20..60 rows of 384-d float16 each). Measured, each as a per-item cost s
   the figure that holds still: alternating pairs (`decode_pairs`: the same real chunks of the store and its
   twin decompressed by zarr's zstd codec, with and without the checksum; `commit_pairs`: the same batch
   committed with and without), the median of the per-pair ratios.
+On S3 (`--s3-items`, default 35,000): the stores up to that many items are built again in a bucket of a local
+S3 server (moto's server mode on 127.0.0.1 in a process of its own, started and stopped by the benchmark:
+bench/store_backends.py) and measured the same way in the same repeats, and a table puts each figure beside the
+local one with their ratio. Then (`--loader-questions`, default SocialIQA's 33,410 train questions) a
+SocialIQA-shaped store (the `bert_qa` row plan with pooled rows) on each backend, read by `SocialIQA3` through a
+DataLoader with `--loader-workers` (4) workers: its commit, the dataset's construction, the first epoch (each
+worker opening the store and loading its parts) and the median of the next two (parts cached).
 All stores are built first and kept until the end; then plan, open + items and the reads are measured
 `--repeats` times, the sizes interleaved within each repeat (N1, N2, N1, N2, ...) so that a change in the
 machine's load (it is shared) hits every size alike, and each figure is the median of its repeats. Prints a
@@ -35,12 +42,14 @@ table and the ratio of each per-item cost at the largest N to the smallest (read
 below 1 when reads slow down; a cost ratio of 1.5 is a rate ratio of 0.67).
 
     python -m bench.store [--items 35000,1000000] [--batch 512] [--tokens-max 35000] [--repeats 3] [--dir DIR]
-                          [--checksums both|on|off] [--pairs K]
+                          [--checksums both|on|off] [--pairs K] [--s3-items 35000] [--loader-questions 33410]
+                          [--loader-workers 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -57,8 +66,9 @@ from typing import Any
 import numpy as np
 from zarr.codecs import ZstdCodec
 
+from bench import store_backends
 from rows import FeatureRows
-from store import Store, StoreWriter, Wanted, make_plan, parts
+from store import Store, StoreWriter, Wanted, is_url, make_plan, open_backend, parts
 
 DIM = 384
 READS = 20_000
@@ -96,7 +106,7 @@ def _has_checksums(path: Path, feature: str) -> bool:
     return any(c["name"] == "zstd" and c["configuration"]["checksum"] for c in codecs)
 
 
-def _commit(path: Path, n: int, batch: int, tokens: bool) -> dict[str, float]:
+def _commit(path: Path | str, n: int, batch: int, tokens: bool) -> dict[str, float]:
     rng = np.random.default_rng(0)
     out = {}
     feats = ["pooled", *(["tokens"] if tokens else [])]
@@ -152,7 +162,11 @@ def _reads(s: Store, feature: str, picks: list[str]) -> dict[str, float]:
             f"read {feature} batched 64/s": 1 / statistics.median(batched)}
 
 
-def _disk(path: Path) -> tuple[int, int]:
+def _disk(path: Path | str) -> tuple[int, int]:
+    """Files (objects) and bytes of the store at `path` (a folder, or a URL: its objects listed)."""
+    if is_url(path):
+        infos = open_backend(path).list()
+        return len(infos), sum(i.size for i in infos)
     files = size = 0
     for folder, _, names in os.walk(path):
         for name in names:
@@ -179,20 +193,20 @@ def with_store(base: Path | None, keep: bool, build: Callable[[Path], str], meas
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def build(path: Path, n: int, batch: int, tokens: bool, checksums: bool = True) -> dict[str, float]:
-    """The store of `n` items, with its commit costs, files and bytes; `checksums`: its chunks' (the store's
-    own are on; off: see `_chunk_checksums`)."""
+def build(path: Path | str, n: int, batch: int, tokens: bool, checksums: bool = True) -> dict[str, float]:
+    """The store of `n` items at `path` (a folder or an object-storage URL), with its commit costs, files and
+    bytes; `checksums`: its chunks' (the store's own are on; off: see `_chunk_checksums`)."""
     out: dict[str, float] = {"items": n}
     with _chunk_checksums(checksums):
         out.update(_commit(path, n, batch, tokens))
-    assert _has_checksums(path, "pooled") == checksums, path
+    assert is_url(path) or _has_checksums(path, "pooled") == checksums, path
     files, size = _disk(path)
     out["files"], out["MB"] = files, size / 1e6
     out["files per 1000 pairs"] = files / (n * (2 if tokens else 1)) * 1000
     return out
 
 
-def measure_once(path: Path, n: int, features: list[str], readers: dict[str, Store],
+def measure_once(path: Path | str, n: int, features: list[str], readers: dict[str, Store],
                  picks: list[str]) -> dict[str, float]:
     """One repeat of the per-item costs that do not change the store: plan and open + items, each in a
     process of its own (`_alone`), then the reads on this process's warmed readers."""
@@ -202,7 +216,7 @@ def measure_once(path: Path, n: int, features: list[str], readers: dict[str, Sto
     return out
 
 
-def _alone(what: str, path: Path, n: int) -> dict[str, float]:
+def _alone(what: str, path: Path | str, n: int) -> dict[str, float]:
     """`what`'s figures, measured in a new Python process, as a user meets it: a re-run plans once per
     `make extract`, a training script opens the store once. Timed in the benchmark's own process, the figure
     depended on what ran before: on this machine (a VM) memory the process has never held costs 2-8 µs per
@@ -335,7 +349,7 @@ def _rss_mb() -> float:
     return int(status.split("VmRSS:")[1].split()[0]) / 1024
 
 
-def one(what: str, path: Path, n: int) -> dict[str, float]:
+def one(what: str, path: Path | str, n: int) -> dict[str, float]:
     """`plan`: the per-item cost of `make_plan` over every item (all up to date), in µs. `open+items`: that
     of a fresh `Store`, its index loaded and `items()` listed, and the reader's resident memory then (MB);
     `reader`: the resident memory of such a reader after a pass of single and batched reads over the
@@ -389,57 +403,86 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pairs", type=int, default=None,
                    help=f"alternating pairs per paired figure (default: {DECODE_PAIRS} decoding, {COMMIT_PAIRS} "
                         "committing)")
+    p.add_argument("--s3-items", type=int, default=35_000,
+                   help="the same stores on a local S3 server (moto, a process of its own) up to this many items, "
+                        "measured beside the local ones (0: none; moto holds every object in its memory)")
+    p.add_argument("--loader-questions", type=int, default=33_410,
+                   help="train questions of the SocialIQA-shaped store a DataLoader reads on each backend "
+                        "(SocialIQA's train split: 33,410; 0: no DataLoader figures)")
+    p.add_argument("--loader-workers", type=int, default=4)
     p.add_argument("--one", nargs=3, metavar=("WHAT", "STORE", "N"), help=argparse.SUPPRESS)  # see _alone
     args = p.parse_args(argv)
     if args.one:
-        for k, v in one(args.one[0], Path(args.one[1]), int(args.one[2])).items():
+        where = args.one[1] if is_url(args.one[1]) else Path(args.one[1])
+        for k, v in one(args.one[0], where, int(args.one[2])).items():
             print(f"{k} {v:.4f}")
         return
     base = Path(args.dir or tempfile.mkdtemp(prefix="bench-store-"))
     sizes = [int(x) for x in args.items.split(",")]
+    on_s3 = [n for n in sizes if n <= args.s3_items]
     results = []
     twins = args.checksums == "both"
+    s3_results: dict[int, dict[str, float]] = {}
+    loaders: dict[str, dict[str, float]] = {}
     try:
-        built, readers, unsummed, paired = {}, {}, {}, {}
-        for n in sizes:
-            path = base / f"store-{n}.zarr"
-            shutil.rmtree(path, ignore_errors=True)
-            built[n] = build(path, n, args.batch, n <= args.tokens_max, args.checksums != "off")
-            if twins:
-                shutil.rmtree(base / f"store-{n}-off.zarr", ignore_errors=True)
-                unsummed[n] = build(base / f"store-{n}-off.zarr", n, args.batch, n <= args.tokens_max, False)
-            features = ["pooled", *(["tokens"] if n <= args.tokens_max else [])]
-            readers[n] = {f: Store(path) for f in features}
-            for f in features:
-                _warm(readers[n][f], f, _picks(n))
-            print(f"built {n:,} items: " + "  ".join(f"{k} {v:,.1f}" for k, v in built[n].items()), flush=True)
-        repeats: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
-        sums: dict[int, dict[bool, list[dict[str, float]]]] = {n: {True: [], False: []} for n in sizes}
-        for rep in range(args.repeats):
-            for n in sizes:
-                got = measure_once(base / f"store-{n}.zarr", n, list(readers[n]), readers[n], _picks(n))
-                repeats[n].append(got)
-                print(f"repeat {rep + 1} {n:,} items: " + "  ".join(f"{k} {v:,.1f}" for k, v in got.items()),
-                      flush=True)
-                if twins:
+        with contextlib.ExitStack() as server:
+            bucket = server.enter_context(store_backends.s3_server()) if on_s3 or args.loader_questions else ""
+            built, readers, unsummed, paired = {}, {}, {}, {}
+            where = {("local", n): base / f"store-{n}.zarr" for n in sizes}
+            where.update({("s3", n): f"{bucket}/store-{n}.zarr" for n in on_s3})
+            for (backend, n), path in where.items():  # every local store, then the S3 ones
+                if backend == "local":
+                    shutil.rmtree(path, ignore_errors=True)
+                built[backend, n] = build(path, n, args.batch, n <= args.tokens_max,
+                                          args.checksums != "off" or backend == "s3")
+                if twins and backend == "local":
+                    shutil.rmtree(base / f"store-{n}-off.zarr", ignore_errors=True)
+                    unsummed[n] = build(base / f"store-{n}-off.zarr", n, args.batch, n <= args.tokens_max, False)
+                features = ["pooled", *(["tokens"] if n <= args.tokens_max else [])]
+                readers[backend, n] = {f: Store(path) for f in features}
+                for f in features:
+                    _warm(readers[backend, n][f], f, _picks(n))
+                print(f"built {n:,} items ({backend}): "
+                      + "  ".join(f"{k} {v:,.1f}" for k, v in built[backend, n].items()), flush=True)
+            repeats: dict[tuple[str, int], list[dict[str, float]]] = {k: [] for k in where}
+            sums: dict[int, dict[bool, list[dict[str, float]]]] = {n: {True: [], False: []} for n in sizes}
+            for rep in range(args.repeats):
+                for n in sizes:
+                    for backend in ("local", "s3") if n in on_s3 else ("local",):  # the same moment for both
+                        got = measure_once(where[backend, n], n, list(readers[backend, n]), readers[backend, n],
+                                           _picks(n))
+                        repeats[backend, n].append(got)
+                        print(f"repeat {rep + 1} {n:,} items ({backend}): "
+                              + "  ".join(f"{k} {v:,.1f}" for k, v in got.items()), flush=True)
+                    if twins:
+                        paths = {True: base / f"store-{n}.zarr", False: base / f"store-{n}-off.zarr"}
+                        for on, figures in checksum_once(paths, n, rep % 2 == 0).items():
+                            sums[n][on].append(figures)
+                            print(f"repeat {rep + 1} {n:,} items, checksums {'on' if on else 'off'}: "
+                                  + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
+            if twins:  # the trustworthy figure: alternating pairs (DECODE_PAIRS says why)
+                for n in sizes:
                     paths = {True: base / f"store-{n}.zarr", False: base / f"store-{n}-off.zarr"}
-                    for on, figures in checksum_once(paths, n, rep % 2 == 0).items():
-                        sums[n][on].append(figures)
-                        print(f"repeat {rep + 1} {n:,} items, checksums {'on' if on else 'off'}: "
-                              + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
-        if twins:  # the trustworthy figure: alternating pairs (DECODE_PAIRS says why)
-            for n in sizes:
-                paths = {True: base / f"store-{n}.zarr", False: base / f"store-{n}-off.zarr"}
-                for f in readers[n]:
-                    paired[f"decode {f} chunk us, {n:,} items"] = decode_pairs(paths, f, args.pairs or DECODE_PAIRS)
-            paired["commit pooled us/item"] = commit_pairs(base, "pooled", args.batch, args.pairs or COMMIT_PAIRS)
-            if sizes[0] <= args.tokens_max:
-                paired["commit tokens us/item"] = commit_pairs(base, "tokens", TOKENS_PAIR_BATCH, args.pairs or COMMIT_PAIRS)
-        for n in sizes:
-            r = dict(built[n])
-            r.update(_alone("reader", base / f"store-{n}.zarr", n))
-            r.update({k: statistics.median(x[k] for x in repeats[n]) for k in repeats[n][0]})
-            results.append(r)
+                    for f in readers["local", n]:
+                        paired[f"decode {f} chunk us, {n:,} items"] = decode_pairs(paths, f, args.pairs or DECODE_PAIRS)
+                paired["commit pooled us/item"] = commit_pairs(base, "pooled", args.batch, args.pairs or COMMIT_PAIRS)
+                if sizes[0] <= args.tokens_max:
+                    paired["commit tokens us/item"] = commit_pairs(base, "tokens", TOKENS_PAIR_BATCH,
+                                                                   args.pairs or COMMIT_PAIRS)
+            for (backend, n), path in where.items():
+                r = dict(built[backend, n])
+                r.update(_alone("reader", path, n))
+                r.update({k: statistics.median(x[k] for x in repeats[backend, n]) for k in repeats[backend, n][0]})
+                if backend == "local":
+                    results.append(r)
+                else:
+                    s3_results[n] = r
+            if args.loader_questions:
+                for backend, path in (("local", base / "socialiqa.zarr"), ("s3", f"{bucket}/socialiqa.zarr")):
+                    loaders[backend] = store_backends.qa_store(path, args.loader_questions)
+                    loaders[backend].update(store_backends.loader(path, args.loader_workers))
+                    print(f"DataLoader ({backend}): " + "  ".join(f"{k} {v:,.1f}" for k, v in loaders[backend].items()),
+                          flush=True)
     finally:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
@@ -447,6 +490,7 @@ def main(argv: list[str] | None = None) -> None:
             for n in sizes:
                 shutil.rmtree(base / f"store-{n}.zarr", ignore_errors=True)
                 shutil.rmtree(base / f"store-{n}-off.zarr", ignore_errors=True)
+            shutil.rmtree(base / "socialiqa.zarr", ignore_errors=True)
     print(f"benchmark process (every size's warmed readers): {_rss_mb():,.0f} MB resident")
     keys = [k for k in results[0] if k != "items"]
     print(f"\n{'measure':<30}" + "".join(f"{int(r['items']):>14,}" for r in results) + f"{'ratio last/first':>18}")
@@ -456,8 +500,26 @@ def main(argv: list[str] | None = None) -> None:
         ratio = vals[-1] / vals[0] if None not in (vals[0], vals[-1]) and vals[0] else float("nan")
         print(f"{k:<30}{row}{ratio:>18.2f}")
     if twins:
-        print_checksums(sizes, built, unsummed, sums)
+        print_checksums(sizes, {n: built["local", n] for n in sizes}, unsummed, sums)
         print_paired(paired)
+    if s3_results or loaders:
+        print_backends({n: r for n, r in zip(sizes, results, strict=True) if n in s3_results}, s3_results, loaders)
+
+
+def print_backends(local: dict[int, dict[str, float]], s3: dict[int, dict[str, float]],
+                   loaders: dict[str, dict[str, float]]) -> None:
+    """The table of the local disk beside S3 (the same measures at each size both ran, and the DataLoader's),
+    with the ratio S3/local of each figure: above 1 is more time on S3 for a cost, more throughput for a
+    rate (so a rate's ratio below 1 is S3 being slower)."""
+    print("\nlocal disk vs S3 (moto on 127.0.0.1 in a process of its own; reads on warmed readers: parts cached)")
+    print(f"{'measure':<60}{'local':>14}{'S3':>14}{'S3/local':>10}")
+    rows = [(f"{k}, {n:,} items", local[n].get(k), s3[n].get(k)) for n in s3 for k in s3[n] if k != "items"]
+    if loaders:
+        rows += [(f"{k} (SocialIQA3, pooled)", loaders["local"].get(k), loaders["s3"].get(k)) for k in loaders["s3"]]
+    for k, a, b in rows:
+        ratio = f"{b / a:>10.2f}" if a and b is not None else f"{'-':>10}"
+        print(f"{k:<60}" + "".join(f"{'-':>14}" if v is None else f"{v:>14,.1f}" if v >= 10 else f"{v:>14.3f}"
+                                   for v in (a, b)) + ratio)
 
 
 def print_checksums(sizes: list[int], built: dict[int, dict[str, float]], unsummed: dict[int, dict[str, float]],

@@ -85,14 +85,14 @@ def _check_arrays(backend: Backend, part: str, arrays: dict[str, dict[str, Any]]
 
 
 def _check_files(backend: Backend, part: str, files: dict[str, list[Any]], full: bool) -> None:
+    found = backend.sizes(part, files)  # in a bucket one listing, not a request per file
     for rel, (size, digest) in sorted(files.items()):
         key = join(part, rel)
-        try:
-            actual = backend.head(key).size
-        except FileNotFoundError:
+        actual = found[rel]
+        if actual is None:
             if not backend.children(part):
-                raise DamagedItem("its part folder is missing") from None
-            raise DamagedItem(f"{rel} is missing (committed with {size} bytes)") from None
+                raise DamagedItem("its part folder is missing")
+            raise DamagedItem(f"{rel} is missing (committed with {size} bytes)")
         if actual != size:
             raise DamagedItem(f"{rel} has {actual} bytes, committed with {size}")
         if full and backend.sha256(key) != digest:

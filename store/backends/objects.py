@@ -15,7 +15,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -26,7 +26,7 @@ from obstore import exceptions as oe
 from obstore.store import from_url
 
 from store.backends import lease, log, pins
-from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned, count_retry
+from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned, count_retry, join
 
 log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
 
@@ -118,9 +118,27 @@ def _options(url: str, retry: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
+# The process whose first store started obstore's runtime (tokio's threads). A process forked from it has
+# the runtime but none of its threads, and its first request waits forever (or crashes): what a PyTorch
+# DataLoader's workers are under Linux's default start method. So a forked process is refused, in one line
+# that says what to use instead, before it touches obstore.
+_RUNTIME_PID: int | None = None
+
+
+def _not_forked(url: str) -> None:
+    global _RUNTIME_PID
+    if _RUNTIME_PID is None:
+        _RUNTIME_PID = os.getpid()
+    elif os.getpid() != _RUNTIME_PID:
+        raise BackendError(f"{url}: object storage cannot be used in a process forked from one that used it "
+                           "(the storage library's threads do not survive a fork); start the process with "
+                           "spawn or forkserver, e.g. DataLoader(..., multiprocessing_context='forkserver')")
+
+
 class ObjectBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
+        _not_forked(self.url)
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
         self._unsigned = url.startswith(("s3://", "s3a://")) and not (
             os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
@@ -256,6 +274,11 @@ class ObjectBackend(Backend):
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._call(key, obstore.delete, key)
+
+    def sizes(self, prefix: str, names: Iterable[str]) -> dict[str, int | None]:
+        """One listing of `prefix` (a request per 1,000 objects), not a HEAD per name."""
+        listed = {info.key: info.size for info in self.list(prefix)}
+        return {name: listed.get(join(prefix, name)) for name in names}
 
     def delete_prefix(self, prefix: str) -> None:
         keys = [i.key for i in self.list(prefix)]

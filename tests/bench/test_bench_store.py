@@ -1,6 +1,7 @@
 """`make bench-store` runs end to end at small sizes: plan and open + items in processes of their own, the
 reads on warmed readers, the table of per-item costs with the ratio of the largest size to the smallest, and
-the table of what chunk checksums cost (a twin store without them), and its paired figures."""
+the table of what chunk checksums cost (a twin store without them), and its paired figures; and the same stores
+on a local S3 server beside the local disk, with a DataLoader over SocialIQA-shaped items on each."""
 
 import subprocess
 import sys
@@ -13,8 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_store_prints_every_measure_for_each_size(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "bench.store", "--items", "300,600", "--tokens-max", "300",
-                          "--repeats", "1", "--pairs", "9", "--dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          "--repeats", "1", "--pairs", "9", "--dir", str(tmp_path), "--s3-items", "300",
+                          "--loader-questions", "30", "--loader-workers", "0"], cwd=ROOT, capture_output=True, text=True,
                          timeout=300, check=True).stdout
+    out, backends = out.split("\nlocal disk vs S3")
     main, sums, paired = out.split("\nchunk checksums")
     table = {line.split("  ")[0].strip(): line.split()[-3:] for line in main.splitlines()[-12:] if "  " in line}
     for measure in ("plan us/item", "open+items us/item", "read pooled single/s", "read pooled batched 64/s"):
@@ -35,7 +38,19 @@ def test_bench_store_prints_every_measure_for_each_size(tmp_path: Path) -> None:
         on, off, cost = float(on.replace(",", "")), float(off.replace(",", "")), float(cost)
         # the median ratio lies between its quartiles; a checksum costs something but not a second decode
         assert on > 0 and off > 0 and q1 <= cost <= q3 and 0.5 < cost < 2 and n == "9", (measure, pairs[measure])
-    assert not list(tmp_path.iterdir())  # the stores are removed
+    # the S3 stores (the sizes up to --s3-items) beside the local ones, and a DataLoader over each
+    assert "S3: moto on http://127.0.0.1:" in main
+    rows = {line[:60].strip(): [float(x.replace(",", "")) for x in line[60:].split()]
+            for line in backends.splitlines()[2:] if line.strip()}
+    for measure in ("commit pooled us/item", "commit tokens us/item", "plan us/item", "open+items us/item",
+                    "read pooled single/s", "read pooled batched 64/s", "read tokens single/s", "files"):
+        local, s3, ratio = rows[f"{measure}, 300 items"]
+        assert local > 0 and s3 > 0 and ratio == pytest.approx(s3 / local, rel=0.01, abs=0.006), (measure, rows)
+    assert not any("600 items" in k for k in rows)  # S3 only up to --s3-items
+    for measure in ("commit qa us/item", "loader 0 workers, epoch 1 samples/s", "loader 0 workers, cached samples/s"):
+        local, s3, _ = rows[f"{measure} (SocialIQA3, pooled)"]
+        assert local > 0 and s3 > 0, (measure, rows)
+    assert not list(tmp_path.iterdir())  # the stores are removed (the bucket's went with its server)
 
 
 def test_the_paired_decode_times_the_stores_own_chunks_checked_and_not(tmp_path: Path) -> None:

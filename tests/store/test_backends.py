@@ -49,6 +49,19 @@ def test_listing(backend: Backend) -> None:
     assert [i.key for i in backend.list()] == ["f.txt", "f/index.log"]
 
 
+def test_sizes_of_many_objects_are_what_head_says(backend: Backend) -> None:
+    """`sizes` (a part's quick check asks it for every file; in a bucket one listing): each name's size as `head`
+    gives it, None for a name with no object, a folder's name included, nothing from a neighbour's prefix."""
+    for key, n in (("p/1/zarr.json", 5), ("p/1/features/c/0/0", 300), ("p/1/features/zarr.json", 17), ("p/10/x", 9)):
+        backend.put(key, b"z" * n)
+    names = ["zarr.json", "features/c/0/0", "features/zarr.json", "features", "gone", "x"]
+    assert backend.sizes("p/1", names) == {"zarr.json": 5, "features/c/0/0": 300, "features/zarr.json": 17,
+                                           "features": None, "gone": None, "x": None}
+    assert backend.sizes("p/1", names) == {n: backend.head(f"p/1/{n}").size if backend.exists(f"p/1/{n}") else None
+                                           for n in names}
+    assert backend.sizes("nothing", ["a"]) == {"a": None} and backend.sizes("p/1", []) == {}
+
+
 def test_create_if_absent_has_one_winner(backend: Backend) -> None:
     """Writers racing for one key (one sequence number): exactly one wins, the others write nothing."""
     wins, losses = [], []

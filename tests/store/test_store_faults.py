@@ -1,5 +1,5 @@
 """Faults of object storage, against the real S3 server of the tests (moto on 127.0.0.1) and a TCP proxy between
-the client and it that cuts connections and throttles (tests/faultproxy.py): nothing of the client is mocked.
+the client and it that cuts connections and throttles (testing/faultproxy.py): nothing of the client is mocked.
 Connections cut mid-upload and mid-download and answers lost are retried with backoff and counted, or the pair
 fails alone naming the URL, and a torn object is never read as data; 503 SlowDown is retried with backoff; a
 second run on a store is refused naming the holder, a killed holder's lease is taken over; a compaction leaves
@@ -31,8 +31,8 @@ from store.backends import BackendError, open_backend, retries, retries_since
 from store.backends import objects as objects_backend
 from store.reader import open_store
 from store.writer import StoreWriter
+from testing.faultproxy import FaultProxy
 from tests import s3server
-from tests.faultproxy import FaultProxy
 from tests.store.test_store_s3 import ATTRS, everything, rows, write_run
 
 s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtures, used by name

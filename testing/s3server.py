@@ -1,0 +1,133 @@
+"""A local S3 server: moto's server mode on 127.0.0.1, the bytes over HTTP as to AWS (not a mock of the client
+library). The tests start one per module (tests/s3server.py), `make bench-store` one per run, and a user one to
+try object storage on one machine:
+
+    python -m testing.s3server [--port 5555] [--bucket bucket ...]     (make s3-server)
+
+starts it, creates the buckets, prints the environment to set in another shell and serves until Ctrl-C. moto
+keeps everything in memory: what was written is gone when the server stops."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+# moto takes any keys; these are what clients sign with (an unsigned client would be refused by real S3 and is
+# not what the code under test does)
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key", "AWS_SECRET_ACCESS_KEY": "testing-secret",
+               "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+DEFAULT_PORT = 5555
+
+
+def _serialized(app: Callable[..., Any], counts: Counter[str]) -> Callable[..., Any]:
+    """One request at a time: S3 applies a conditional write (If-None-Match, If-Match) atomically; moto checks
+    the condition and then stores, with no lock between (moto/s3/responses.py, put_object), so two racing PUTs
+    could both pass its check on a threaded server. Served in turn, moto is as atomic as S3; the connections
+    stay concurrent. Each request is counted by its method in `counts`."""
+    lock = threading.Lock()
+
+    def app_in_turn(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        with lock:
+            counts[environ.get("REQUEST_METHOD", "?")] += 1
+            return list(app(environ, start_response))
+
+    return app_in_turn
+
+
+class S3Server:
+    """moto's S3 on `host`:`port` (0: a free port), its WSGI app served one request at a time (`_serialized`),
+    in a thread of this process. A context manager: started on entry, stopped on exit."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+        #: requests served so far, by HTTP method (a listing is a GET): what a client costs in round trips
+        self.requests: Counter[str] = Counter()
+        app = _serialized(DomainDispatcherApplication(create_backend_app), self.requests)
+        try:
+            self._server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+        except OSError as e:
+            raise OSError(f"{host}:{port}: cannot serve S3 there ({e.strerror or e}); choose another port") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-server", daemon=True)
+        self._started = False
+
+    @property
+    def url(self) -> str:
+        """The endpoint, as AWS_ENDPOINT_URL takes it."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment a client needs: the endpoint and credentials moto takes."""
+        return {"AWS_ENDPOINT_URL": self.url, **CREDENTIALS}
+
+    def start(self) -> S3Server:
+        self._thread.start()
+        self._started = True
+        return self
+
+    def create_bucket(self, name: str) -> None:
+        """A new bucket (S3's CreateBucket, path-style, in us-east-1)."""
+        request = urllib.request.Request(f"{self.url}/{name}", method="PUT", data=b"")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as got:
+                got.read()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"{self.url}/{name}: cannot create the bucket: HTTP {e.code} {e.read()[:200]!r}") from None
+
+    def stop(self) -> None:
+        if self._started:
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+        self._started = False
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="A local S3 server (moto) on 127.0.0.1 for trying object storage; "
+                                            "everything it holds is in memory and gone when it stops.")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port")
+    p.add_argument("--bucket", action="append", default=None,
+                   help="a bucket to create (repeatable; default: one named 'bucket')")
+    args = p.parse_args(argv)
+    try:
+        server = S3Server(port=args.port)
+    except OSError as e:
+        print(f"s3server: {e}", flush=True)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        try:
+            for name in args.bucket or ["bucket"]:
+                server.create_bucket(name)
+        except RuntimeError as e:
+            print(f"s3server: {e}", flush=True)
+            return 2
+        exports = " ".join(f"{k}={v}" for k, v in server.env().items())
+        print(f"S3 server on {server.url} with bucket(s) {', '.join(args.bucket or ['bucket'])} (in memory; "
+              "Ctrl-C stops it). In another shell:", flush=True)
+        print(f"export {exports}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the end asked for
+            stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
