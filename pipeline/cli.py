@@ -26,8 +26,13 @@ def _extract(args: argparse.Namespace) -> int:
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
-    raw = Path(args.raw)
-    _generate_sample(dataset, raw)
+    if _is_url(args.raw):  # listed now, before any work: no bucket, no credentials, nothing there: exit 2
+        from objectio import raw_root
+
+        raw = raw_root(args.raw)
+    else:
+        raw = Path(args.raw)
+        _generate_sample(dataset, raw)  # a bucket's sample is uploaded, never generated into it
     only = args.features.split(",") if args.features else None
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
     with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so

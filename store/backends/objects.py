@@ -1,60 +1,36 @@
 """The object-storage backend (s3://, gs://, az://) through obstore, the Rust `object_store` that zarr-python
-3's ObjectStore wraps: chosen over s3fs by measurement (docs/design.md, "Object storage"). The only module
-that imports obstore (an import-linter contract). Objects are written whole by nature; the conditional
-writes are S3's If-None-Match: * and If-Match: ETag. Credentials come the way AWS tools take them: the
-standard environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
-AWS_ENDPOINT_URL), else a profile (AWS_PROFILE, ~/.aws) through boto3 where it is installed. No message
-made here holds a credential: they name the URL and the variable to set."""
+3's ObjectStore wraps: chosen over s3fs by measurement (docs/design.md, "Object storage"), reached through
+objectio/ (the one package that imports it; an import-linter contract), which also gives the raw data read from a
+bucket the same credentials, endpoint and error lines. Objects are written whole by nature; the conditional
+writes are S3's If-None-Match: * and If-Match: ETag. No message made here holds a credential: they name the URL
+and the variable to set (objectio/client.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
-import obstore
 import zarr
-from obstore import exceptions as oe
-from obstore.store import from_url
 
+from objectio.client import CREDENTIALS as _CREDENTIALS
+from objectio.client import ENDPOINT as _ENDPOINT
+from objectio.client import describe, from_url, obstore, oe, unsigned
+from objectio.client import first_line as _first_line
+from objectio.client import options as _options
 from store.backends import lease, log
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
-
-# What to set, per failure, in the one line a user sees (never the values themselves).
-_CREDENTIALS = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
-_ENDPOINT = "check AWS_ENDPOINT_URL (or the network)"
 
 
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
     return ObjectInfo(key, int(meta.get("size") or 0), str(meta.get("e_tag") or meta.get("version") or ""))
 
 
-def _options(url: str) -> dict[str, Any]:
-    """obstore's options for `url` from the environment: an http:// endpoint (a local server) allows HTTP."""
-    opts: dict[str, Any] = {}
-    if url.startswith(("s3://", "s3a://")):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            opts["config"] = {"endpoint": endpoint}
-            if endpoint.startswith("http://"):
-                opts["client_options"] = {"allow_http": True}
-        if not os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_PROFILE") is not None:
-            with contextlib.suppress(ImportError):  # boto3 reads profiles; without it, the variables only
-                from obstore.auth.boto3 import Boto3CredentialProvider
-
-                opts["credential_provider"] = Boto3CredentialProvider()
-    return opts
-
-
 class ObjectBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
-        self._unsigned = url.startswith(("s3://", "s3a://")) and not (
-            os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
-            or os.path.exists(os.path.expanduser("~/.aws/credentials")) or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
-            or os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))
+        self._unsigned = unsigned(url)
         try:
             self._store = from_url(self.url, **_options(self.url))
         except (oe.BaseError, ValueError) as e:
@@ -64,29 +40,11 @@ class ObjectBackend(Backend):
     def _error(self, e: Exception, key: str) -> Exception:
         """One line naming the URL and what to set, for the storage failing as a whole; FileNotFoundError for
         a missing object; the others as they are."""
-        where = self.where(key)
-        if isinstance(e, (oe.NotFoundError, FileNotFoundError)):
-            return FileNotFoundError(f"{where}: no such object")
-        text = str(e)
-        denied = isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or any(
-            code in text for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"))
-        if denied and self._unsigned:
-            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
-        if isinstance(e, oe.UnauthenticatedError):
-            return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
-        if isinstance(e, oe.PermissionDeniedError):
-            return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
-        if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
-            return BackendError(f"{self.url}: no such bucket; create it or correct the URL")
-        if "AccessDenied" in text or "403" in text.split("\n", 1)[0]:
-            return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
-        if "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
-            return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
-        if "credential" in text.lower():
-            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
-        if "error sending request" in text or "connect" in text.lower():
-            return BackendError(f"{where}: the endpoint is unreachable; {_ENDPOINT}")
-        return e
+        found = describe(e, self.where(key), self.url, self._unsigned)
+        if found is None:
+            return e
+        what, line = found
+        return FileNotFoundError(line) if what == "missing" else BackendError(line)
 
     def _call(self, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -169,10 +127,6 @@ class ObjectBackend(Backend):
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
         self._call("", obstore.list_with_delimiter, None)
-
-
-def _first_line(e: BaseException) -> str:
-    return str(e).strip().split("\n", 1)[0][:200]
 
 
 class _Snapshot(Pinned):
