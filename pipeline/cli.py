@@ -166,7 +166,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from store.migrate import migrate_store
 
-    print(migrate_store(Path(args.store)).summary())
+    print(migrate_store(_store_arg(args.store)).summary())
     return exitcodes.OK
 
 

@@ -23,6 +23,7 @@ from reading.align import How, Reference, align
 from reading.views import materialize
 from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION
 from store import layout, plancache
+from store.backends import is_url
 from store.index import gc_paused
 from store.reader import ItemFeature, Store, open_store
 
@@ -218,6 +219,11 @@ def check_left(what: str, kept: int, dropped: Mapping[str, int], unit: str) -> N
     warnings.warn(f"{what}: {lost:,} of {lost + kept:,} {unit} left out: {reasons}", DroppedWarning, stacklevel=4)
 
 
+def _store_location(store: str | Path) -> Path | str:
+    """A local store as a Path, a store in a bucket (s3://, gs://, az://) as its URL (a Path folds its //)."""
+    return str(store).rstrip("/") if is_url(store) else Path(store)
+
+
 class _SocialIQ(Dataset):
     task = ""
 
@@ -232,7 +238,7 @@ class _SocialIQ(Dataset):
         (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
-        self.path, self.modalities = Path(store), tuple(modalities)
+        self.path, self.modalities = _store_location(store), tuple(modalities)
         self.split = SPLIT_NAMES.get(split.lower(), split) if split is not None else None  # "dev" is stored as "val"
         self.to, self.how, self.qa_feature, self.text = to, how, qa_feature, text
         self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
@@ -243,6 +249,9 @@ class _SocialIQ(Dataset):
         self._check_left()
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
+            if not isinstance(self.path, Path):
+                raise ValueError(f"{self.path}: materialized=True writes an aligned view beside a local store; a "
+                                 "store in a bucket is read as it is (materialized=False)")
             self.view = materialize(self.path, self.modalities, self.to, self.how,
                                     items=sorted({smp.item for smp in self.samples}))
         self._view_store: Store | None = None
@@ -565,7 +574,7 @@ class SocratisReactions(Dataset):
                  fill_value: float = 0.0) -> None:
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
-        self.path, self.image_features, self.text = Path(store), tuple(image_features), text
+        self.path, self.image_features, self.text = _store_location(store), tuple(image_features), text
         self.caption_feature, self.reactions_feature, self.fill_value = caption_feature, reactions_feature, fill_value
         s = open_store(self.path)
         needed = [*self.image_features, caption_feature, reactions_feature]
