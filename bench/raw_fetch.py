@@ -25,7 +25,7 @@ SECONDS_PER_MB = 0.4  # ~20 Mbit/s of 640x360 noise: a 100 MB clip is ~40 s, as 
 def _make_clip(path: Path, mb: int) -> None:
     seconds = max(2.0, mb * SECONDS_PER_MB)
     subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
-                    f"testsrc2=size=640x360:rate=30,noise=alls=60:allf=t,format=yuv420p", "-f", "lavfi", "-i",
+                    "testsrc2=size=640x360:rate=30,noise=alls=60:allf=t,format=yuv420p", "-f", "lavfi", "-i",
                     "sine=frequency=440:sample_rate=44100", "-t", f"{seconds:.1f}", "-c:v", "libx264",
                     "-preset", "ultrafast", "-b:v", f"{mb * 8 / seconds:.1f}M", "-maxrate", f"{mb * 8 / seconds:.1f}M",
                     "-bufsize", "2M", "-c:a", "aac", "-movflags", "+faststart", str(path)], check=True)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                     t = min(t, time.perf_counter() - t0)
                 return t
 
-            def fetch() -> Path:
+            def fetch(obj: object = obj) -> Path:
                 shutil.rmtree(work / "cache", ignore_errors=True)
                 return cache.local_copy(obj)
 
