@@ -64,9 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes-mb", default="5,25,100")
     args = p.parse_args(argv)
-    import boto3
+    import urllib.request
 
     from objectio import cache, raw_root
+    from objectio.client import obstore
+    from objectio.paths import client
     from tests.s3server import CREDENTIALS, _Server
 
     requests = _Requests()
@@ -81,13 +83,13 @@ def main(argv: list[str] | None = None) -> None:
     endpoint = f"http://{host}:{port}"
     os.environ.update(CREDENTIALS, AWS_ENDPOINT_URL=endpoint, SIQ_RAW_CACHE=str(work / "cache"))
     try:
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket="raw")
+        # moto creates a bucket on an unsigned PUT (a bucket is not an object: obstore has no call for it)
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/raw", method="PUT")).close()
         sizes = [int(s) for s in args.sizes_mb.split(",")]
         for mb in sizes:
             clip = work / f"clip-{mb}mb.mp4"
             _make_clip(clip, mb)
-            client.upload_file(str(clip), "raw", f"video/{clip.name}")
+            obstore.put(client("s3://raw"), f"video/{clip.name}", clip.read_bytes())
         root = raw_root("s3://raw/video")
         print(f"S3 server {endpoint} (moto, this machine); best of 2; seconds (GET requests)")
         print(f"{'clip':>10} {'fetch copy':>13} {'decode copy':>12} {'decode ranged':>16} "
