@@ -29,7 +29,13 @@ def _extract(args: argparse.Namespace) -> int:
     if _is_url(args.raw):  # listed now, before any work: no bucket, no credentials, nothing there: exit 2
         from objectio import raw_root
 
-        raw = raw_root(args.raw)
+        try:
+            raw = raw_root(args.raw)
+        except FileNotFoundError as e:
+            if dataset not in SAMPLE_MARKERS:
+                raise
+            raise FileNotFoundError(f"{e}; a sample is generated into a local folder only: `python -m pipeline "
+                                    "sample DIR`, then upload DIR there") from None
     else:
         raw = Path(args.raw)
         _generate_sample(dataset, raw)  # a bucket's sample is uploaded, never generated into it
