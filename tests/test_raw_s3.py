@@ -184,9 +184,60 @@ def test_a_raw_root_that_cannot_be_read_is_one_line_and_exit_2(raw_url: str, tmp
         raw_root(url)
     assert str(e.value).startswith(url.rsplit("/", 1)[0] if problem == "no bucket" else url) and "\n" not in str(e.value)
     expected = {"no bucket": "no such bucket", "no credentials": "no credentials found; set AWS_ACCESS_KEY_ID",
-                "nothing there": "raw data root does not exist"}[problem]
+                "nothing there": "raw data root does not exist (no object under this prefix)"}[problem]
     assert expected in str(e.value)
     out = tmp_path / "out.zarr"
     assert main(["extract", "--dataset", "sample", "--raw", url, "--out", str(out)]) == 2
     assert expected in caplog.text and not out.exists()  # before any work: no store made
+    if problem == "nothing there":  # where a sample comes from
+        assert f"{expected}; a sample is generated into a local folder only: `python -m pipeline sample DIR`, then " \
+               "upload DIR there" in caplog.text
     assert "testing-secret" not in caplog.text
+
+
+LOUDNESS = """
+layout = "siq2"
+cpu_actors = 1
+
+[features.loudness]
+extractor = "rms_loudness"
+"""
+
+
+@pytest.mark.slow
+def test_extract_from_a_bucket_equals_a_local_run_and_recomputes_only_what_changed(
+        s3_url: str, tiny_root_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`extract --raw s3://…` with a local Ray, the audio decoded from each video's own track (the wav files are
+    not uploaded): the store equals a run on the same files in a folder; a second run recomputes nothing; a
+    replaced video recomputes its pair alone; a deleted one fails its pair, naming the URL."""
+    import shutil
+
+    from pipeline.run import run_extract
+    from store.reader import open_store
+
+    monkeypatch.setenv("SIQ_RAW_CACHE", str(tmp_path / "cache"))
+    local_raw = tmp_path / "raw"
+    shutil.copytree(tiny_root_template, local_raw, ignore=shutil.ignore_patterns("wav"))
+    url = upload(local_raw, s3_url.removesuffix("/store") + "/raw")
+    (tmp_path / "loudness.toml").write_text(LOUDNESS)
+    config = load_config(tmp_path / "loudness.toml")
+    local = run_extract("sample", local_raw, tmp_path / "local.zarr", config)
+    remote = run_extract("sample", url, tmp_path / "s3raw.zarr", config)
+    assert local.exit_code == remote.exit_code == 0
+    assert remote.counts["loudness"] == local.counts["loudness"] == {"done": 3, "skipped": 0, "failed": 0, "n/a": 0}
+    a, b = open_store(tmp_path / "local.zarr"), open_store(tmp_path / "s3raw.zarr")
+    for item in a.items("loudness"):
+        ra, rb = a.read("loudness", item), b.read("loudness", item)
+        np.testing.assert_array_equal(rb.features[:], ra.features[:])
+        np.testing.assert_array_equal(rb.intervals[:], ra.intervals[:])
+        assert rb.attrs["source"]["etag"] and "mtime_ns" not in rb.attrs["source"]
+    again = run_extract("sample", url, tmp_path / "s3raw.zarr", config)
+    assert again.counts["loudness"]["done"] == 0 and again.counts["loudness"]["skipped"] == 3
+    video = (local_raw / "siq2/video/tiny-b.mp4").read_bytes()
+    put(f"{url}/siq2/video/tiny-b.mp4", video[:-1] + bytes([video[-1] ^ 1]))  # same size, new ETag
+    bucket, key = f"{url}/siq2/video/tiny-c.mp4".removeprefix("s3://").split("/", 1)
+    _client().delete_object(Bucket=bucket, Key=key)
+    changed = run_extract("sample", url, tmp_path / "s3raw.zarr", config)
+    assert changed.counts["loudness"]["done"] == 1 and changed.counts["loudness"]["skipped"] == 1
+    assert changed.counts["loudness"]["failed"] == 1
+    assert f"{url}/siq2/video/tiny-c.mp4" in changed.summary() or "tiny-c" in changed.summary()
