@@ -3,7 +3,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DATASET ?= sample
-RAW ?= $(if $(filter sample,$(DATASET)),build/sample,$(if $(filter sample-socialiqa sample-socratis sample-tinysocial,$(DATASET)),build/$(DATASET),$(error RAW=/path/to/raw is required for DATASET=$(DATASET))))
+# a sample dataset (named sample or sample-*: manifests/layouts.py `Sample`) is generated under build/ by extract itself
+RAW ?= $(if $(filter sample sample-%,$(DATASET)),build/$(DATASET),$(error RAW=/path/to/raw is required for DATASET=$(DATASET)))
 OUT ?= build/$(DATASET).zarr
 ITEM ?= sample-a
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -17,7 +18,7 @@ SCALE_ARGS ?=
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.lock
-	@# chromium: the report page's test loads the page in a real headless browser (tests/test_report_page.py)
+	@# chromium: the report page's test loads the page in a real headless browser (tests/pipeline/test_report_page.py)
 	@command -v ffmpeg >/dev/null && command -v espeak-ng >/dev/null && command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq ffmpeg espeak-ng chromium; }
 	$(PYTHON) -m venv $(VENV)
@@ -74,7 +75,7 @@ bundle:
 	$(if $(wildcard $(PY)),$(PY),python3) -m deploy.bundle --python $(PYTHON) --out $(BUNDLE_OUT) $(BUNDLE_ARGS)
 
 # what the GPU node check carries in its one device call (bench/node_check.py; docs/scale.md, "The node check"):
-# build/node with the kit for the device image's Python 3.12, two 60 s clips, tests/test_nvdec.py's videos
+# build/node with the kit for the device image's Python 3.12, two 60 s clips, tests/media/test_nvdec.py's videos
 node-kit: install
 	$(PY) -m bench.node_check --prepare build/node
 

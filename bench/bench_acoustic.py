@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 
 from extractors import acoustic, glottal, harmonics, hmpd, mcep, rd_conf  # noqa: E402
 from extractors.base import Audio  # noqa: E402
-from tests.conftest import realdata_dir  # noqa: E402
-from tests.synth_voice import FS_HZ, synth_vowel  # noqa: E402
+from testing.realdata import realdata_dir  # noqa: E402
+from testing.synth_voice import FS_HZ, synth_vowel  # noqa: E402
 
 SPEECH = ("arctic_a0007", "amfm_sample", "covarep_0011.arctic_bdl1", "covarep_DB-cresc-a-D4-m1",
           "covarep_glottalized-m1")  # fmt: skip
@@ -32,7 +32,7 @@ def real_speech() -> dict[str, np.ndarray]:
     root = realdata_dir()
     if root is None:
         return {}
-    from tests.test_acoustic_real import speech_16k
+    from testing.speech import speech_16k
 
     return {name: speech_16k(root, name) for name in SPEECH if (root / "speech" / f"{name}.wav").is_file()}
 
@@ -101,7 +101,7 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
 def voicing_table(files: dict[str, np.ndarray]) -> None:
     """Voicing F1 and F0 errors against Praat per file: version 2's default (Harvest) and this one."""
     try:
-        from tests.test_acoustic_real import GROSS_CENTS, cents, extract, f1, praat_f0
+        from testing.speech import GROSS_CENTS, cents, extract, f1, praat_f0
     except ImportError:  # parselmouth is a test dependency
         print("  (voicing table skipped: praat-parselmouth not installed)")
         return

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 from extractors import acoustic  # noqa: E402
 from extractors.base import Audio  # noqa: E402
-from tests.synth_voice import FS_HZ, synth_vowel  # noqa: E402
+from testing.synth_voice import FS_HZ, synth_vowel  # noqa: E402
 
 # torch ops that only make a view: no kernel runs for them
 VIEW_OPS = ("aten.view", "aten.unfold", "aten.slice", "aten.select", "aten.expand", "aten.t.", "aten.transpose",
@@ -45,8 +45,8 @@ SYNC_OPS = ("aten.nonzero", "aten._local_scalar_dense", "aten.is_nonzero", "aten
 def espeak_speech(seconds: float) -> np.ndarray:
     import librosa
 
-    from bench.scale_raw import _speech, clip_specs
     from manifests.sample import SPEECH_RATE_HZ
+    from testing.scale_raw import _speech, clip_specs
 
     with tempfile.TemporaryDirectory() as tmp:
         track, _ = _speech(clip_specs(1, seconds=round(seconds))[0], Path(tmp), {})

@@ -1,5 +1,5 @@
 """Decode throughput of the 1 fps sampling: rows (picked frames) per second and source frames per second, on a
-60 min 29.97 fps 64x48 clip (tests/synth_video.py) and a 60 s 1280x720 30 fps testsrc2 clip (libx264 veryfast,
+60 min 29.97 fps 64x48 clip (testing/synth_video.py) and a 60 s 1280x720 30 fps testsrc2 clip (libx264 veryfast,
 B-frames), with decord's get_batch on the same rows as the before figure (decord was the decoder until
 DECODE_VERSION 3). One process, one thread each; run under the shared lock, timings are load-dependent."""
 
@@ -28,7 +28,7 @@ def _decord_rows(path: Path, index: np.ndarray) -> int | None:
 
 
 def main() -> None:
-    from tests.synth_video import make_index_video
+    from testing.synth_video import make_index_video
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=60.0)

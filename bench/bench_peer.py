@@ -15,7 +15,7 @@
    on a machine includes our measurement (a few seconds per model and frame size), later runs read it;
    `--fresh-calibration` gives our default run a new cache every round, so that each is a first run. Medians over
    the rounds and the default's wall against the best fixed batch's close the table.
-2. Frame choice: on index-coded clips (every frame shows its number: tests/synth_video.py) at 30 and 29.97 fps,
+2. Frame choice: on index-coded clips (every frame shows its number: testing/synth_video.py) at 30 and 29.97 fps,
    which source frame each method uses for second k. Ours: the frame nearest k + 0.5 s (media/decode.py);
    the peer's: what ffmpeg's fps filter keeps (round=near: the last frame before k + 0.5 s). docs/design.md.
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 from bench.memory import TreeSampler
 from bench.scale import CONFIG
-from bench.scale_raw import make_raw
+from testing.scale_raw import make_raw
 
 GIB = 2**30
 
@@ -131,7 +131,7 @@ def peer_frames(path: Path, tmp: Path) -> list[int]:
     """Source frame indices the peer's 1 fps re-encode keeps (read back from the index-coded pixels)."""
     import av
 
-    from tests.synth_video import read_index
+    from testing.synth_video import read_index
 
     out = tmp / f"{path.stem}_1fps.mp4"
     subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", str(path), "-filter:v", "fps=fps=1",
@@ -142,7 +142,7 @@ def peer_frames(path: Path, tmp: Path) -> list[int]:
 
 def frame_choice(seconds: int = 10) -> None:
     from media.decode import decode_frames
-    from tests.synth_video import make_index_video, read_index
+    from testing.synth_video import make_index_video, read_index
 
     print("frame used for second k (source frame index, its time - k in ms), ours | peer's:")
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ whose output differs from the SDK's (0 expected).
 Two levels: arrays in memory (`reading.align.collapse` vs the SDK's `align` on sequences loaded into memory), and
 from files (`reading.align.align` reading the Zarr store vs `mmdataset(csd files).align` reading HDF5). Times are
 CPU seconds of this process (robust to other load on the machine) and wall seconds; ours is the best of 5 runs,
-the SDK's one run. The SDK comes from ../shared/realdata/cmu-multimodal-sdk (bench/cmu_sdk.py): where that is
+the SDK's one run. The SDK comes from ../shared/realdata/cmu-multimodal-sdk (testing/cmu_sdk.py): where that is
 absent this bench says so and prints nothing else.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.cmu_sdk import load_mmdatasdk, sdk_average
 from reading.align import align, collapse
 from reading.export import SDK_TEMPLATE_KEYS, write_csd
 from rows import FeatureRows, fixed_rate_intervals
-from store.writer import StoreWriter
+from store import StoreWriter
+from testing.cmu_sdk import load_mmdatasdk, sdk_average
 
 COLUMNS = 74
 

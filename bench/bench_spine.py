@@ -21,7 +21,7 @@ from extractors.batched import frame_units
 from extractors.densenet import DenseNet161, DenseNetConfig
 from manifests.sample import make_sample
 from media.decode import decode_audio, decode_frames
-from store.reader import Store
+from store import Store
 
 
 def decode_floor(raw: Path) -> tuple[float, int]:

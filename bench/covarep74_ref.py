@@ -1,7 +1,7 @@
 """The 74-column layout's own columns (Rd_conf, MCEP, HMPD) against COVAREP's output in ../shared/realdata/covarep-ref.
 
 Run: `.venv/bin/python -m bench.covarep74_ref` (prints the table of docs/acoustic.md, "74 columns"). The older
-columns (F0, VUV, NAQ … Rd) are compared by tests/test_covarep_ref.py.
+columns (F0, VUV, NAQ … Rd) are compared by tests/extractors/test_covarep_ref.py.
 
 How rows are paired:
 - MCEP: COVAREP computes its envelope frames at its F0 tracker's instants (sample 800 + 160 j at 16 kHz, half a
@@ -107,7 +107,7 @@ def compare(name: str, x: np.ndarray, ref: dict[str, np.ndarray], got: dict[str,
 
 
 def run(root: Path, names: tuple[str, ...] = FILES) -> list[FileResult]:
-    from tests.test_acoustic_real import speech_16k
+    from testing.speech import speech_16k
 
     out = []
     for name in names:
@@ -123,7 +123,7 @@ def _fmt(v: np.ndarray) -> str:
 
 
 def main() -> None:
-    from tests.conftest import realdata_dir
+    from testing.realdata import realdata_dir
 
     root = realdata_dir()
     if root is None:

@@ -1,7 +1,7 @@
 """Agreement of the `covarep` extractor with COVAREP's own output (../shared/realdata/covarep-ref), per column and file.
 
 Run: `.venv/bin/python -m bench.covarep_ref [field=value ...]` (config fields override the default, e.g.
-`harmonic_filter=same`). tests/test_covarep_ref.py asserts the bars on the same figures (docs/acoustic.md,
+`harmonic_filter=same`). tests/extractors/test_covarep_ref.py asserts the bars on the same figures (docs/acoustic.md,
 "Agreement with COVAREP").
 
 The reference is what COVAREP_feature_extraction.m writes: one row per 10 ms sampled at 0.005 + 0.01 k s, the centre
@@ -150,7 +150,7 @@ def table(ps: list[Pair]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.conftest import realdata_dir
+    from testing.realdata import realdata_dir
 
     overrides = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
     root = realdata_dir()

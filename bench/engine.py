@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from bench import waiting  # noqa: F401  (registers the sleeping extractors, here and in the workers)
 from bench.simulate import Costs
+from testing import waiting  # noqa: F401  (registers the sleeping extractors, here and in the workers)
 
 PAYLOAD = 64 * 1024  # bytes a decoded clip carries through the object store (both engines alike)
 FEATURES = {"frames": "frames", "faces": "frames", "transcript": "transcript", "qa": "qa", "acoustic": "audio"}

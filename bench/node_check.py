@@ -6,7 +6,7 @@
 The node (the device image 'cuda': Python 3.12, its own torch, torchvision, transformers; no ffmpeg, no
 espeak-ng, no network) gets the repository's working tree and the carried folder build/node: kit/ (the kit,
 `siqfeat-kit-py3.12.tar.xz`, deploy/bundle.py `--kit`: what the image lacks, installed for PYTHONPATH), raw/
-(two 60 s bench.scale_raw clips as a Social-IQ 2.0 set), media/ (the test videos of tests/test_nvdec.py's CUDA
+(two 60 s bench.scale_raw clips as a Social-IQ 2.0 set), media/ (the test videos of tests/media/test_nvdec.py's CUDA
 cases, made with ffmpeg here) and realdata/ (../shared/realdata/speech). Where kit and clips together pass one
 call's 64 MiB, a first call carries kit/, media/ and realdata/ and a second, right after it on the same machine,
 raw/: the kit the first unpacked is found there (docs/scale.md, "The node check"). Each step runs in a child process with
@@ -18,7 +18,7 @@ a step is recorded as not run. Steps:
 - facts: nvidia-smi, torch, CUDA, torchcodec and PyAV as the children see them, and `pip list` (a log);
 - weights: a BERT-base-shaped model (bert-base-uncased's config and vocabulary, random weights) under
   $SIQ_WEIGHTS_DIR, as ../shared/gpu-run's run had it;
-- tests_gpu (CUDA): `FAIL_WITHOUT_CUDA=1 pytest -m gpu tests/test_nvdec.py tests/test_acoustic_torch.py`;
+- tests_gpu (CUDA): `FAIL_WITHOUT_CUDA=1 pytest -m gpu tests/media/test_nvdec.py tests/extractors/test_acoustic_torch.py`;
 - extract: `--clips` clips (hard links to the two) through `pipeline extract` with bench/node_check.toml
   (frames_decoder "auto", the acoustic set in torch), nvidia-smi sampled every 0.5 s; stopped by SIGINT at its
   timeout, as ../shared/gpu-run's run was, its committed clips counted;
@@ -333,7 +333,7 @@ def tests_step(check: Check, kit_dir: Path | None) -> Callable[[float], dict[str
         if kit_dir is not None:  # the test videos made ahead (no ffmpeg there), the real speech carried
             env.update(SIQ_SYNTH_MEDIA=str(kit_dir / "media"), SIQ_REALDATA=str(kit_dir / "realdata"))
         argv = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
-                "tests/test_nvdec.py", "tests/test_acoustic_torch.py"]
+                "tests/media/test_nvdec.py", "tests/extractors/test_acoustic_torch.py"]
         try:
             out = check.sh(argv, timeout, env=env)
         except RuntimeError as e:
@@ -391,7 +391,7 @@ def extract(check: Check, raw: Path, store: Path, config: str, timeout: float) -
 
 def extract_step(check: Check, raw: Path, clips: int) -> Callable[[float], dict[str, Any]]:
     def run(timeout: float) -> dict[str, Any]:
-        from bench.scale_raw import expand_set
+        from testing.scale_raw import expand_set
 
         big = check.work / "raw-set"
         shutil.rmtree(big, ignore_errors=True)
@@ -447,14 +447,14 @@ def _gpu_busy(path: Path) -> dict[str, Any] | None:
 
 
 # The two runs' stores, item by item: the same rows (intervals) for every feature; the acoustic set judged per
-# column as tests/test_acoustic_torch.py judges the torch backend against the numpy one (its `differences`,
+# column as tests/extractors/test_acoustic_torch.py judges the torch backend against the numpy one (its `differences`,
 # TOLERANCE and NAN_MISMATCH: one table of tolerances, not two); the model features' largest difference beside
 # the size of their values (DenseNet and MTCNN see NVDEC's pixels, within colour-conversion rounding of swscale's).
 COMPARE = r"""
 import json, sys
 import numpy as np
-from store.reader import open_store
-from tests.test_acoustic_torch import NAN_MISMATCH, TOLERANCE, differences
+from store import open_store
+from tests.extractors.test_acoustic_torch import NAN_MISMATCH, TOLERANCE, differences
 gpu, cpu = open_store(sys.argv[1]), open_store(sys.argv[2])
 out = {}
 for feat in ("frames", "faces", "transcript", "qa", "acoustic"):
@@ -487,7 +487,7 @@ print(json.dumps(out))
 
 def compare_step(check: Check, raw: Callable[[], Path]) -> Callable[[float], dict[str, Any]]:
     def run(timeout: float) -> dict[str, Any]:
-        from bench.scale_raw import expand_set
+        from testing.scale_raw import expand_set
 
         gpu = check.work / "gpu.zarr"
         if not gpu.is_dir():
@@ -511,8 +511,8 @@ def compare_step(check: Check, raw: Callable[[], Path]) -> Callable[[float], dic
 MEDIA = r"""
 import os, sys
 from pathlib import Path
-import tests.test_nvdec as t
-from tests.synth_display import make_case
+import tests.media.test_nvdec as t
+from testing.synth_display import make_case
 os.environ["SIQ_SYNTH_MEDIA"] = sys.argv[1]
 tmp = Path(sys.argv[2])
 (case_mark,) = [m for m in t.test_nvdec_takes_the_cpu_paths_frames_within_rounding.pytestmark if m.name == "parametrize"]
@@ -525,11 +525,11 @@ print(sorted(os.listdir(sys.argv[1])))
 
 
 def prepare(dest: Path, python: str, build_kit: bool) -> None:
-    """What the node check carries, in `dest`: kit/ (the kit), raw/ (the two clips), media/ (tests/test_nvdec.py's
+    """What the node check carries, in `dest`: kit/ (the kit), raw/ (the two clips), media/ (tests/media/test_nvdec.py's
     CUDA videos) and realdata/speech."""
     import tempfile
 
-    from bench.scale_raw import make_raw
+    from testing.scale_raw import make_raw
 
     dest.mkdir(parents=True, exist_ok=True)
     src = make_raw(REPO / "build" / "scale", 2, 60)
@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     def raw() -> Path:  # made here only where asked for and not given (ffmpeg and espeak-ng make it)
         if args.raw or args.kit:
             return args.raw or args.kit / "raw"
-        from bench.scale_raw import make_raw
+        from testing.scale_raw import make_raw
 
         return make_raw(REPO / "build" / "scale", 2, 60)
 

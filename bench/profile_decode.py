@@ -152,7 +152,7 @@ def main() -> None:
     args = ap.parse_args()
     videos = args.videos
     if not videos:
-        from bench.scale_raw import make_raw
+        from testing.scale_raw import make_raw
 
         raw = make_raw(args.cache, 2, 60)
         videos = sorted((raw / "siq2" / "video").glob("*.mp4"))

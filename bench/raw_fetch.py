@@ -64,12 +64,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes-mb", default="5,25,100")
     args = p.parse_args(argv)
+    import socket
     import urllib.request
+
+    from moto.server import ThreadedMotoServer
 
     from objectio import cache, raw_root
     from objectio.client import obstore
     from objectio.paths import client
-    from tests.s3server import CREDENTIALS, _Server
 
     requests = _Requests()
     server_log = logging.getLogger("werkzeug")
@@ -77,11 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     server_log.propagate = False
     server_log.addHandler(requests)
     work = Path(tempfile.mkdtemp(prefix="siq-raw-fetch-"))
-    server = _Server()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=True)  # verbose: a line per request
     server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    os.environ.update(CREDENTIALS, AWS_ENDPOINT_URL=endpoint, SIQ_RAW_CACHE=str(work / "cache"))
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
+                       "AWS_ENDPOINT_URL": endpoint, "SIQ_RAW_CACHE": str(work / "cache")})
     try:
         # moto creates a bucket on an unsigned PUT (a bucket is not an object: obstore has no call for it)
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/raw", method="PUT")).close()

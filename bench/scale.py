@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.memory import TreeSampler
-from bench.scale_raw import FPS, SIZES, make_raw
-from store import layout
+from store import runs_dir
+from testing.scale_raw import FPS, SIZES, make_raw
 
 CONFIG = Path(__file__).with_name("scale.toml")
 GIB = 2**30
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         code = proc.wait()
         sampler.stop()
     wall = time.perf_counter() - t0
-    reports = sorted(layout.runs_dir(store).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    reports = sorted(runs_dir(store).glob("*.json"), key=lambda p: p.stat().st_mtime)
     reports = [p for p in reports if not p.name.endswith(".scale.json")]
     if not reports:
         raise RuntimeError(f"the extraction wrote no run report (exit code {code}); see {log}")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["store_disk"] = store_disk(store, report["counts"])
     result["summary"] = summarise(result)
     result["projection"] = project(result)
-    out = layout.runs_dir(store) / f"{report['run_id']}.scale.json"
+    out = runs_dir(store) / f"{report['run_id']}.scale.json"
     out.write_text(json.dumps(result, indent=1))
     result["saved"] = str(out)
     return result

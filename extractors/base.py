@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from extractors.weights import Weights
 from rows import FeatureRows, check_intervals
 
 # "frames" is what the visual extractors take: `Frames` from a video, or a `Still` from an image item.
@@ -142,6 +143,18 @@ class QAText:
     ts: tuple[tuple[float, float] | None, ...] = ()  # per question, the seconds of the clip it is about, if known
 
 
+@dataclass(frozen=True)
+class SdkSequence:
+    """A released CMU Multimodal SDK sequence that an extractor's features stand for (reading/export.py names a
+    feature's .csd after it in a Social-IQ store). `columns`: the released dimensions, when a feature has the
+    SDK's shape only with exactly these (else it is exported under a name of its own); `undefined_as`: the value
+    the released file has where the store keeps NaN (an undefined value), if it has one."""
+
+    root: str
+    columns: tuple[str, ...] | None = None
+    undefined_as: float | None = None
+
+
 C = TypeVar("C", bound=ExtractorConfig)
 
 
@@ -168,6 +181,27 @@ class Extractor(ABC, Generic[C]):
         """Whether this config's actors go on the GPUs of a node that has them (pipeline/runner.py's actor_plan):
         `uses_gpu`, unless the extractor lets its config choose (covarep's torch backend)."""
         return cls.uses_gpu
+
+    # What only the extractor knows about itself, asked of it through the registry (no table elsewhere names an
+    # extractor): `weights` and `citation` every registered extractor declares, even when the answer is "nothing"
+    # (`register` refuses a class that leaves either to this base); `sdk_sequence` where one exists.
+
+    @classmethod
+    def weights(cls, config: C) -> tuple[Weights, ...]:
+        """What this config loads: what `make weights` fetches into the weights cache, and the packages the offline
+        bundle carries (extractors/weights.py `Weights`); () for an extractor that loads nothing. Cheap: it
+        imports no model library."""
+        raise NotImplementedError(f"{cls.__name__} does not say which weights it loads")
+
+    @classmethod
+    def citation(cls, config: dict[str, Any]) -> str:
+        """BibTeX of the work the features come from (an export's "featureset bib citation"); "" for none. It
+        takes the feature's config as the store keeps it (`ExtractorConfig.canonical`), so that a feature written
+        by an older version of the extractor is still cited."""
+        raise NotImplementedError(f"{cls.__name__} does not say what its features cite")
+
+    # the CMU Multimodal SDK's released Social-IQ sequence of the same kind, if there is one (reading/export.py)
+    sdk_sequence: ClassVar[SdkSequence | None] = None
 
     @classmethod
     def weights_id(cls, config: C) -> str:
@@ -242,11 +276,16 @@ def _stack_padded(arrays: Sequence[np.ndarray]) -> np.ndarray:
 _REGISTRY: dict[str, type[Extractor]] = {}
 
 E = TypeVar("E", bound=type[Extractor])
+DECLARED = ("weights", "citation")  # what every registered extractor says about itself
 
 
 def register(cls: E) -> E:
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"extractor {cls.name!r} registered twice")
+    undeclared = [m for m in DECLARED if not any(m in k.__dict__ for k in cls.__mro__ if k is not Extractor)]
+    if undeclared:  # the one place these facts live: a class that leaves them out fails at import, not in an export
+        raise TypeError(f"extractor {cls.name!r} ({cls.__module__}.{cls.__qualname__}) must declare "
+                        f"{' and '.join(undeclared)} (extractors/base.py `Extractor`; () and \"\" say \"none\")")
     _REGISTRY[cls.name] = cls
     return cls
 

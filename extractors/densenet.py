@@ -15,10 +15,10 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import ExtractorConfig, Frames, Still, register
+from extractors.base import ExtractorConfig, Frames, SdkSequence, Still, register
 from extractors.batched import Frame, FrameModel, Precision, frame_runs, source_attrs
 from extractors.pixels import to_device as pixels_on
-from extractors.weights import require, weights_dir
+from extractors.weights import Weights, require, weights_dir
 from rows import FeatureRows
 
 if TYPE_CHECKING:  # torch is imported where a model runs, never by the driver (it only reads configs): ~0.7 GB
@@ -28,6 +28,12 @@ FEATURE_DIM = 2208
 # "auto" without a calibrator (direct calls, SIQ_CALIBRATE=0): on 2 CPU threads a frame cost 94 ms at a batch of
 # 8, 117 ms at 1 and 146 ms at 64 (issue 27); on an H100 64 frames keep it busy.
 DEFAULT_BATCH = {"cpu": 8, "cuda": 64}
+# torchvision's DenseNet161_Weights.<name>.url, spelled here so that declaring the weights imports no torchvision
+# (4 s); tests/extractors/test_densenet.py holds it equal to torchvision's
+WEIGHTS_URLS = {"imagenet1k_v1": "https://download.pytorch.org/models/densenet161-8d451a50.pth"}
+CITATION = ("@inproceedings{huang2017densely, title={Densely Connected Convolutional Networks}, "
+            "author={Huang, Gao and Liu, Zhuang and van der Maaten, Laurens and Weinberger, Kilian Q}, "
+            "booktitle={CVPR}, year={2017}}")
 
 
 def _tv_weights(name: str):
@@ -49,9 +55,13 @@ class DenseNetConfig(ExtractorConfig):
     weights_dir: Path | None = Field(None, exclude=True)
 
 
+def _cache_path(name: str) -> str:
+    """Where torch hub's own cache layout puts the file, under the weights cache."""
+    return f"torchvision/{WEIGHTS_URLS[name].rsplit('/', 1)[-1]}"
+
+
 def weights_file(config: DenseNetConfig) -> Path:
-    url = _tv_weights(config.weights).url
-    return weights_dir(config.weights_dir) / "torchvision" / url.rsplit("/", 1)[-1]
+    return weights_dir(config.weights_dir) / _cache_path(config.weights)
 
 
 def load_densenet(config: DenseNetConfig) -> torch.nn.Module:
@@ -103,6 +113,7 @@ class DenseNet161(FrameModel[DenseNetConfig]):
     name = "densenet161"
     version = "1"
     config_type = DenseNetConfig
+    sdk_sequence = SdkSequence("SOCIAL_IQ_DENSENET161_1FPS")
 
     def __init__(self, config: DenseNetConfig, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
         import torch
@@ -112,6 +123,17 @@ class DenseNet161(FrameModel[DenseNetConfig]):
         # 2 threads took 0.79× the CPU time a frame (interleaved A/B, docs/scale.md), features within 1.5e-6
         self.model = load_densenet(config).to(device, memory_format=torch.channels_last)
         self.preprocess = _tv_weights("imagenet1k_v1").transforms()  # resize/crop/normalise only
+
+    @classmethod
+    def weights(cls, config: DenseNetConfig) -> tuple[Weights, ...]:
+        if config.weights == "random":  # made from the seed: nothing to load
+            return ()
+        return (Weights(f"DenseNet161 {config.weights} weights", url=WEIGHTS_URLS[config.weights],
+                        path=_cache_path(config.weights)),)
+
+    @classmethod
+    def citation(cls, config: dict) -> str:
+        return CITATION
 
     @classmethod
     def weights_id(cls, config: DenseNetConfig) -> str:

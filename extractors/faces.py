@@ -22,9 +22,10 @@ import numpy as np
 from pydantic import Field
 
 from extractors import calibrate
-from extractors.base import ExtractorConfig, Frames, Still, register
+from extractors.base import ExtractorConfig, Frames, SdkSequence, Still, register
 from extractors.batched import Frame, FrameModel, source_attrs, stacked_frames
 from extractors.pixels import to_device
+from extractors.weights import Weights
 from rows import FeatureRows
 
 # "auto" batch sizes, measured (docs/faces.md, Batching): on CUDA (H100) 32 frames per call were 2.9× one frame at
@@ -103,7 +104,7 @@ def detect_frames(mtcnn: Any, pixels: Any, device: str, vectorised: bool = False
     device); one `Detections` per frame.
 
     `vectorised` runs `mtcnn_stages.detect` (stages 2/3 over all boxes at once) instead of `mtcnn.detect`; the
-    detections are the same (tests/test_faces.py compares them bit for bit)."""
+    detections are the same (tests/extractors/test_faces.py compares them bit for bit)."""
     if pixels.ndim != 4 or pixels.shape[-1] != 3:
         raise ValueError(f"pixels must be (B, H, W, 3), got {pixels.shape = }")
     if len(pixels) == 0 or min(pixels.shape[1:3]) < mtcnn.min_face_size:
@@ -194,6 +195,18 @@ class MTCNNFaces(FrameModel[FacesConfig]):
     version = "2"
     config_type = FacesConfig
     item_measures = {"face_ratio": "face ratio"}
+    # the SDK has no faces sequence: the name is ours, in its pattern
+    sdk_sequence = SdkSequence("SOCIAL_IQ_MTCNN_FACES_1FPS")
+
+    @classmethod
+    def weights(cls, config: FacesConfig) -> tuple[Weights, ...]:
+        return (Weights("MTCNN's three networks", package="facenet-pytorch"),)  # in the package's own files
+
+    @classmethod
+    def citation(cls, config: dict) -> str:
+        return ("@article{zhang2016joint, title={Joint Face Detection and Alignment Using Multitask Cascaded "
+                "Convolutional Networks}, author={Zhang, Kaipeng and Zhang, Zhanpeng and Li, Zhifeng and Qiao, Yu}, "
+                "journal={IEEE Signal Processing Letters}, year={2016}}")
 
     def __init__(self, config: FacesConfig, device: str = "cpu", calibrator: calibrate.Calibrator | None = None) -> None:
         import torch

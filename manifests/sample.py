@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from manifests.layouts import Sample, register_sample
+
 BARCODE_BITS = 12
 BARCODE_H = 16
 SPEECH_RATE_HZ = 22050  # espeak-ng's native rate
@@ -75,7 +77,9 @@ def index_barcode(index: int, width: int) -> np.ndarray:
 
 
 def read_barcode(frame: np.ndarray) -> int:
-    """Inverse of `index_barcode` on a decoded (lossy) frame: block means thresholded at mid-grey."""
+    """Inverse of `index_barcode` on a decoded (lossy) frame: block means thresholded at mid-grey. The package never
+    calls it: it is the sample's own promise (every frame says which it is) made readable, kept beside the encoder
+    so that the two change together; the decode, cut and inspect tests read with it which frame stands for a row."""
     block = frame.shape[1] // BARCODE_BITS
     strip = frame[2:BARCODE_H - 2].astype(np.float32).mean(axis=(0, 2))
     bits = [strip[b * block + 2:(b + 1) * block - 2].mean() > 128 for b in range(BARCODE_BITS)]
@@ -212,6 +216,9 @@ def make_sample(dest: Path, clips: tuple[ClipSpec, ...] = CLIPS) -> Path:
 
     write_sample_socialiqa(dest / "socialiqa")  # the text-only SocialIQA layout, for DATASET=sample-socialiqa
     return dest
+
+
+register_sample(Sample("sample", "siq2", make_sample, marker="siq2"))  # written under --raw/siq2
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import Any
 
 from manifests import jsonfile
 from manifests.jsonfile import QAFileError, json_rows
+from manifests.layouts import Layout, register_layout
 from manifests.limits import InputTooLarge, not_a_file
 from manifests.questions import unique_questions
 from manifests.records import (
@@ -403,3 +404,22 @@ def read_siq1(raw: Path, folds: Path | None = None, dataset: str = "socialiq1",
         if vid in qa_files:
             qa.extend(read_siq1_qa_file(qa_files[vid], vid, split_of.get(vid, "unknown"), dataset, notes))
     return items, qa
+
+
+def siq1_root(raw: Path) -> Path | None:
+    """RAW or RAW/raw, whichever holds a part of the 1.0 release (its QA files or its videos)."""
+    for root in (raw / "raw", raw):
+        if any((root / "qa").glob("*_trimmed.txt")) or any((root / "vision" / "raw").glob("*_trimmed-out.mp4")):
+            return root
+    return None
+
+
+register_layout(Layout(
+    "siq2", "Social-IQ 2.0", "qa/qa_{train,val,test}.json, trims.json, video/<vid>.mp4 (here or under siq2/)",
+    detect=is_siq2, read=lambda raw, dataset, config, notes: read_siq2(raw, dataset=dataset, notes=notes),
+    media_dir=lambda raw: (siq2_root(raw) or raw) / "video", detect_first=20))
+register_layout(Layout(
+    "siq1", "Social-IQ 1.0", "qa/<vid>_trimmed.txt, vision/raw/<vid>_trimmed-out.mp4 (here or under raw/)",
+    detect=lambda raw: siq1_root(raw) is not None,
+    read=lambda raw, dataset, config, notes: read_siq1(raw, folds=config.folds, dataset=dataset, notes=notes),
+    media_dir=lambda raw: (siq1_root(raw) or raw) / "vision" / "raw", detect_first=30))

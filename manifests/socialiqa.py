@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from manifests.jsonfile import json_rows
+from manifests.layouts import Layout, Sample, register_layout, register_sample
 from manifests.records import MediaItem, QAItem
 from objectio import as_path
 
@@ -145,3 +146,16 @@ def write_sample_socialiqa(dest: Path, n: int = 8) -> None:
             k += 1
         (dest / f"{stem}.jsonl").write_text("\n".join(rows) + "\n")
         (dest / f"{stem}-labels.lst").write_text("\n".join(labels) + "\n")
+
+
+def holds_socialiqa(raw: Path) -> bool:
+    """.jsonl files here, or the release's split files one folder down (its zip unpacks to socialiqa-train-dev/)."""
+    return any(raw.glob("*.jsonl")) or any(p.name in ("train.jsonl", "dev.jsonl", "test.jsonl")
+                                           for p in raw.glob("*/*.jsonl"))
+
+
+register_layout(Layout(
+    "socialiqa", "SocialIQA", "train.jsonl/dev.jsonl/test.jsonl with *-labels.lst (here or one folder down)",
+    detect=holds_socialiqa, read=lambda raw, dataset, config, notes: read_socialiqa(raw, dataset=dataset),
+    media_dir=None, detect_first=40))  # text only: no media to find
+register_sample(Sample("sample-socialiqa", "socialiqa", write_sample_socialiqa))

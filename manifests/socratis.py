@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from manifests import jsonfile
+from manifests.layouts import Layout, Sample, register_layout, register_sample
 from manifests.limits import InputTooLarge
 from manifests.records import ManifestNote, MediaItem, Reaction, check_id, note_dropped
 from objectio import as_path
@@ -181,3 +182,11 @@ def write_sample_socratis(dest: Path) -> Path:
         out[pair_id] = [[f"socratis_images/{name}", caption, e, r, d] for e, r, d in reactions]
     (dest / FILE_NAMES[0]).write_text(json.dumps(out, indent=1))
     return dest
+
+
+register_layout(Layout(
+    "socratis", "Socratis", "imCaptionEmotionExplanation_formatted.json and its images",
+    detect=lambda raw: find_annotations(raw) is not None,
+    read=lambda raw, dataset, config, notes: (read_socratis(raw, dataset=dataset, notes=notes), []),
+    media_dir=lambda raw: raw / "images", media_noun="images", detect_first=50))
+register_sample(Sample("sample-socratis", "socratis", write_sample_socratis))

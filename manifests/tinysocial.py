@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from manifests.jsonfile import QAFileError, json_rows
+from manifests.layouts import Layout, Sample, register_layout, register_sample
 from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped, note_empty_qa_file
 from objectio import as_path
 
@@ -217,3 +218,12 @@ def write_sample_tinysocial(dest: Path) -> Path:
         (dest / "qa" / f"qa_{subset}.jsonl").write_text("\n".join(rows) + "\n")
     (dest / "sample_truth.json").write_text(json.dumps(truth, indent=1))
     return dest
+
+
+# checked first: its qa/ and video/ look like Social-IQ 2.0's, its clips.csv is its own
+register_layout(Layout(
+    "tinysocial", "TinySocial", "clips.csv, video/, qa/qa_<subset>.jsonl",
+    detect=lambda raw: (raw / "clips.csv").is_file(),
+    read=lambda raw, dataset, config, notes: read_tinysocial(raw, dataset=dataset, notes=notes),
+    media_dir=lambda raw: raw / "video", detect_first=10))
+register_sample(Sample("sample-tinysocial", "tinysocial", write_sample_tinysocial))

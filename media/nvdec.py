@@ -80,12 +80,6 @@ class DeviceFrames(Frames):
             raise ValueError(f"pixels must be (N, H, W, 3) uint8, got {tuple(self.pixels.shape)}, {self.pixels.dtype}")
         check_intervals(self.intervals, "Frames intervals", len(self.pixels))
 
-    def on_host(self) -> Frames:
-        """The CPU path's value: pixels copied to host memory."""
-        return Frames(self.pixels.cpu().numpy(), self.intervals, self.pts_s, self.source_fps, self.duration_s,
-                      self.missing_s, self.picture, streams_end_s=self.streams_end_s, streams=self.streams,
-                      stream_start_s=self.stream_start_s)
-
 
 def cpu_reason(plan: decode.RowPlan, device: str) -> str | None:
     """Why `plan`'s file must be decoded on the CPU path, or None when this path shows it as that one does.
@@ -261,15 +255,3 @@ def frames_of_plan(p: FramesPlan) -> tuple[DeviceFrames | Frames, str | None]:
         log.info("%s: frames decoded on the CPU: %s", p.plan.path, e.reason)
         frames, _ = decode.decode_frames_segment(p.plan.path, p.clip, p.segment, p.max_bytes, plan=p.plan)
         return frames, e.reason
-
-
-def frames_for_device(path: Path | str, clip: tuple[float, float | None] | None, device: str,
-                      segment: int = 0, max_bytes: int | None = None,
-                      track: Track = None) -> tuple[DeviceFrames | Frames, str | None]:
-    """(The frames, None) decoded on `device`, or (the CPU path's frames, the reason) where this path cannot
-    show the file as the CPU path does: what a GPU actor that decodes its own input calls per file."""
-    try:
-        return decode_on_device(path, clip, device, segment, max_bytes, track), None
-    except CpuFallback as e:
-        log.info("%s: frames decoded on the CPU: %s", path, e.reason)
-        return decode.decode_frames_segment(path, clip, segment, max_bytes, track=track)[0], e.reason

@@ -19,7 +19,7 @@ from manifests.records import MediaItem, QAItem
 from media import kinds as input_kinds
 from media import nvdec
 from media.kinds.base import Tracks
-from pipeline import stages
+from pipeline import ownparts, stages
 from rows import FeatureRows
 
 log = logging.getLogger(__name__)
@@ -245,7 +245,7 @@ class GpuUnusable(ValueError):  # a ValueError: the CLI ends the run with its on
 def check_gpu(device: str) -> None:
     """An actor placed on a GPU (`device` "cuda"): raise `GpuUnusable` naming this node and CUDA's own error when
     torch cannot put a tensor there. Only where torch is already loaded (an extractor that never imports it has
-    no use for CUDA: bench/waiting.py's sleepers on a logical GPU)."""
+    no use for CUDA: testing/waiting.py's sleepers on a logical GPU)."""
     torch = sys.modules.get("torch")
     if not device.startswith("cuda") or torch is None:
         return
@@ -324,12 +324,14 @@ class ExtractorWorker:
         return {"choices": choices, "model_s": round(model_s, 3), "units": units,
                 "run_per_unit_s": model_s / units if units else None}
 
-    def __call__(self, item_ids: list[str], *inputs: Any, feature: str | None = None
+    def __call__(self, item_ids: list[str], *inputs: Any, feature: str | None = None,
+                 store: ownparts.StoreTarget | None = None,
                  ) -> tuple[list[tuple[str, Any, dict[str, Any] | None, float]], dict[str, Any]]:
         """→ ([(item, rows or None, failure or None, seconds)], the call's `stages.call_record`). Frames sent as
         plans are decoded here first (once for this actor's features); that decode has a record of its own under
         the call's `device_decode`, and each item's rows say which decoder made its frames (`decoder`, and
-        `cpu_reason` where the CPU path had to)."""
+        `cpu_reason` where the CPU path had to). `store`: the items whose rows this actor writes to the store
+        itself, returning their records in place of the rows (pipeline/ownparts.py)."""
         feature = feature or self.feature
         self._torch_threads()  # (torch first imported by a call: set before it computes anything more)
         inputs, notes, decode_record = self._device_frames(feature, inputs)  # (a record of its own: not the model's)
@@ -341,6 +343,8 @@ class ExtractorWorker:
         units = sum(stages.units_of(x) for x in inputs)
         self.units[feature] += units
         self.model_s[feature] += time.perf_counter() - t0
+        if store is not None:  # the actor's time (in its call's span), not the model's per-unit cost
+            results = ownparts.store_results(store, feature, self.extractors[feature], results, failure)
         record = stages.call_record(f"model:{feature}", started, units, len(inputs),
                                     input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items")
         if decode_record is not None:

@@ -9,7 +9,6 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,9 @@ def _extract(args: argparse.Namespace) -> int:
         try:
             raw = raw_root(args.raw)
         except FileNotFoundError as e:
-            if dataset not in SAMPLE_MARKERS:
+            from manifests.layouts import samples
+
+            if dataset not in samples():
                 raise
             raise FileNotFoundError(f"{e}; a sample is generated into a local folder only: `python -m pipeline "
                                     "sample DIR`, then upload DIR there") from None
@@ -78,35 +79,24 @@ def _dataset_and_config(dataset: str | None, config_ref: str | None) -> tuple[st
     return dataset or config.dataset, config
 
 
-# sample dataset -> what under --raw shows that it is there (None: --raw itself, not empty)
-SAMPLE_MARKERS = {"sample": "siq2", "sample-socialiqa": None, "sample-socratis": None, "sample-tinysocial": None}
-
-
-def _sample_writer(dataset: str) -> Callable[[Path], object]:
-    from manifests.sample import make_sample
-    from manifests.socialiqa import write_sample_socialiqa
-    from manifests.socratis import write_sample_socratis
-    from manifests.tinysocial import write_sample_tinysocial
-
-    return {"sample": make_sample, "sample-socialiqa": write_sample_socialiqa,
-            "sample-socratis": write_sample_socratis, "sample-tinysocial": write_sample_tinysocial}[dataset]
-
-
 def _generate_sample(dataset: str, raw: Path) -> None:
-    """The one case where extract writes under --raw: a sample dataset that is not there yet, generated into
-    a folder that does not exist or is empty. Raw data is read-only to this tool: a folder with anything else
-    in it is never written to (ValueError: exit 2, nothing written)."""
-    if dataset not in SAMPLE_MARKERS:
+    """The one case where extract writes under --raw: a sample dataset (manifests/layouts.py `Sample`, registered by
+    the manifest module that writes it) that is not there yet, generated into a folder that does not exist or is
+    empty. Raw data is read-only to this tool: a folder with anything else in it is never written to (ValueError:
+    exit 2, nothing written)."""
+    from manifests.layouts import samples
+
+    sample = samples().get(dataset)
+    if sample is None:
         return
-    marker = SAMPLE_MARKERS[dataset]
     not_empty = raw.is_dir() and any(raw.iterdir())
-    if (raw / marker).exists() if marker else not_empty:
+    if (raw / sample.marker).exists() if sample.marker else not_empty:
         return
     if not_empty or (raw.exists() and not raw.is_dir()):
         raise ValueError(f"{raw}: holds no {dataset} data and is not empty; extract generates a sample only into "
                          "a new or empty folder, never into a raw data folder: give --raw another folder")
     log.info("generating the %s dataset in %s", dataset, raw)
-    _sample_writer(dataset)(raw)
+    sample.write(raw)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -134,7 +124,7 @@ def _split_list(value: str | None) -> list[str] | None:
 
 def _export(args: argparse.Namespace) -> int:
     from reading.export import export_sdk_folder, export_xarray
-    from store.reader import open_store
+    from store import open_store
 
     store = open_store(args.store)
     features, items = _split_list(args.features), _split_list(args.items)
@@ -162,7 +152,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from store.verify import verify_store
+    from store import verify_store
 
     report = verify_store(_store_arg(args.store), args.features.split(",") if args.features else None)
     print(report.summary())
@@ -170,15 +160,14 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from store.migrate import migrate_store
+    from store import migrate_store
 
     print(migrate_store(_store_arg(args.store)).summary())
     return exitcodes.OK
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from store.compact import compact_store
-    from store.reader import open_store
+    from store import compact_store, open_store
 
     store = open_store(args.store)
     asked = _split_list(args.features) or store.features()
@@ -203,35 +192,33 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _weights(args: argparse.Namespace) -> int:
-    """Fill the weights cache (needs internet): DenseNet161 ImageNet weights and the text models. Where the
-    hub cannot be reached, one line says so and how to fill the cache elsewhere, and every folder this command
-    made is removed again (an empty `torchvision/` would look like a cache)."""
-    import urllib.error
-
-    import torch
-
-    from extractors.densenet import DenseNetConfig, weights_file
-    from extractors.text_model import download_text_model
-    from extractors.weights import weights_dir
+    """Fill the weights cache (needs internet) with what the extractors load, as each declares it (extractors/base.py
+    `Extractor.weights`): the features of the presets (--presets, default every one) and each registered extractor's
+    default config; --text-models adds hub models. Where a download fails, one line says so and how to fill the cache
+    elsewhere, and every folder this command made is removed again (an empty `torchvision/` would look like a cache)."""
+    from extractors.weights import Weights, weights_dir
+    from pipeline.config import preset_names, weights_for
 
     target = weights_dir(args.dir)
-    dense = weights_file(DenseNetConfig(weights="imagenet1k_v1", weights_dir=target))
-    made = [p for p in (dense.parent, *dense.parent.parents) if not p.exists()]
-    from torchvision.models import DenseNet161_Weights
-
-    try:
-        url = DenseNet161_Weights.IMAGENET1K_V1.url
-        torch.hub.load_state_dict_from_url(url, model_dir=str(dense.parent), check_hash=True)
-        for name in args.text_models.split(","):
-            made += [p for p in (target / name, *(target / name).parents) if not p.exists() and p not in made]
-            url = f"https://huggingface.co/{name}"
-            download_text_model(name, target)
-    except (urllib.error.URLError, OSError, ConnectionError) as e:
-        _remove_empty(made)
-        why = getattr(e, "reason", None) or e
-        raise ValueError(f"cannot download {url} from this machine ({type(e).__name__}: {str(why)[:200]}); nothing "
-                         f"was written to {target}. On a machine with internet run `make weights WEIGHTS_DIR=DIR`, "
-                         f"copy DIR here and set SIQ_WEIGHTS_DIR=DIR (README: Real data)") from None
+    presets = _split_list(args.presets) or preset_names()
+    wanted = weights_for(presets, defaults=True) + [Weights(f"text model {name}", hub=name)
+                                                    for name in _split_list(args.text_models) or []]
+    made = [p for p in (target, *target.parents) if not p.exists()]
+    before = set(target.rglob("*")) if target.exists() else set()
+    for w in dict.fromkeys(wanted):
+        if w.package is not None:
+            log.info("%s: in the installed %s package (make install), nothing to download", w.what, w.package)
+            continue
+        log.info("fetching %s from %s", w.what, w.source())
+        try:
+            w.fetch(target)
+        except (OSError, ConnectionError) as e:  # urllib's URLError and requests' ConnectionError are OSErrors
+            made += [p for p in target.rglob("*") if p.is_dir() and p not in before] if target.exists() else []
+            _remove_empty(made)
+            why = getattr(e, "reason", None) or e
+            raise ValueError(f"cannot download {w.source()} from this machine ({type(e).__name__}: {str(why)[:200]}); "
+                             f"nothing was written to {target}. On a machine with internet run `make weights "
+                             f"WEIGHTS_DIR=DIR`, copy DIR here and set SIQ_WEIGHTS_DIR=DIR (README: Real data)") from None
     print(f"weights cache ready at {target}")
     return 0
 
@@ -311,7 +298,9 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     p.set_defaults(func=_sample)
     p = sub.add_parser("weights", help="download model weights into the weights cache (needs internet)")
     p.add_argument("--dir", default=os.environ.get("SIQ_WEIGHTS_DIR"))
-    p.add_argument("--text-models", default="bert-base-uncased")
+    p.add_argument("--presets", help="comma-separated presets whose features' weights to fetch (default: every "
+                                      "preset; each extractor's default config's weights come too)")
+    p.add_argument("--text-models", help="comma-separated Hugging Face model ids to fetch as well")
     p.set_defaults(func=_weights)
     args = parser.parse_args(argv)
     if hasattr(args, "store_out"):  # verify, migrate, compact: the store as info/export/report take it
@@ -383,7 +372,7 @@ def quiet_ray() -> None:
 
 
 def _is_url(location: str) -> bool:
-    from store.backends import is_url
+    from store import is_url
 
     return is_url(location)
 
@@ -396,7 +385,7 @@ def _store_arg(location: str) -> Path | str:
 def _check_storage(args: argparse.Namespace) -> None:
     """An object-storage store (s3://, gs://, az://) that cannot be used fails here, in one line naming its URL
     and what to set, before any work: not after a run has computed what it cannot write."""
-    from store.backends import is_url, open_backend
+    from store import is_url, open_backend
 
     store = getattr(args, "out", None) if args.func is _extract else \
         getattr(args, "store", None) if args.func in (_info, _export, _report, _verify, _compact, _migrate) else None
@@ -407,9 +396,7 @@ def _check_storage(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     """Expected problems end in one line naming the path and the problem, with their own exit code;
     anything else is a bug and keeps its traceback."""
-    from store.backends import BackendError
-    from store.integrity import DamagedMetadata
-    from store.writer import STORAGE_ERRNOS, StoreError, StoreLocked
+    from store import STORAGE_ERRNOS, BackendError, DamagedMetadata, StoreError, StoreLocked
 
     try:
         _check_storage(args)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import supervise
-from store.writer import StoreError, StoreWriter
+from store import StoreError, StoreWriter, WrittenRows
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class _Open:
 
 
 def _nbytes(rows: Any) -> int:
+    if isinstance(rows, WrittenRows):  # its bytes are in the store already, not in this process
+        return 0
     return int(rows.features.nbytes + rows.intervals.nbytes + sum(getattr(v, "nbytes", 0) for v in rows.extras.values()))
 
 
@@ -87,7 +89,7 @@ class Committer:
                 got = ()
             if got is None:
                 for feature in list(self._open):
-                    self._commit(feature)
+                    self._commit(feature, closing=True)
                 return
             if got:
                 feature, item, rows, attrs = got
@@ -107,10 +109,16 @@ class Committer:
         oldest = min(b.since for b in self._open.values())
         return max(0.0, oldest + self.batch_age_s - time.monotonic())
 
-    def _commit(self, feature: str) -> None:
+    def _commit(self, feature: str, closing: bool = False) -> None:
         batch = self._open.pop(feature, None)
         if batch is None or not batch.pairs:
             return
+        if not closing:  # a part a worker wrote goes whole: its items still to come keep it open
+            batch, later = _whole_parts(batch)
+            if later.pairs:
+                self._open[feature] = later
+            if not batch.pairs:
+                return
         started, cpu0 = time.time(), time.thread_time()
         errors = self._write(feature, batch.pairs)
         if len(errors) < len(batch.pairs):  # for the command line's parent, should the driver end now
@@ -137,9 +145,39 @@ class Committer:
             self.store_error = e
             return {item: e for item, _, _ in pairs}
         except Exception as e:
-            if len(pairs) == 1:
-                return {pairs[0][0]: e}
+            units = _units(pairs)
+            if len(units) == 1:
+                return dict.fromkeys((item for item, _, _ in pairs), e)
         errors: dict[str, BaseException] = {}
-        for pair in pairs:
-            errors.update(self._write(feature, [pair]))
+        for unit in units:
+            errors.update(self._write(feature, unit))
         return errors
+
+
+def _units(pairs: list[tuple[str, Any, dict[str, Any]]]) -> list[list[tuple[str, Any, dict[str, Any]]]]:
+    """What can be committed alone: a pair, or the pairs of one part a worker wrote (published whole)."""
+    out: dict[Any, list[tuple[str, Any, dict[str, Any]]]] = {}
+    for pair in pairs:
+        rows = pair[1]
+        out.setdefault(rows.part.name if isinstance(rows, WrittenRows) else (pair[0], id(pair)), []).append(pair)
+    return list(out.values())
+
+
+def _whole_parts(batch: _Open) -> tuple[_Open, _Open]:
+    """(The pairs to commit now, those to keep open): a worker's part whose items have not all come yet (the
+    driver hands them over one by one) waits for them."""
+    missing: dict[str, int] = {}
+    for _, rows, _ in batch.pairs:
+        if isinstance(rows, WrittenRows):
+            missing[rows.part.name] = missing.get(rows.part.name, len(rows.part.items)) - 1
+    waiting = {p for p, n in missing.items() if n > 0}
+    if not waiting:
+        return batch, _Open()
+    now = _Open(since=batch.since)
+    later = _Open(since=time.monotonic())  # its age anew: tried again a batch's age from now, not at once
+    for pair in batch.pairs:
+        rows = pair[1]
+        target = later if isinstance(rows, WrittenRows) and rows.part.name in waiting else now
+        target.pairs.append(pair)
+        target.nbytes += _nbytes(rows)
+    return now, later

@@ -10,9 +10,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from extractors.base import ExtractorConfig, extractor_modules, get_extractor, parse_config
+from extractors.weights import Weights
+from manifests.layouts import layout_names
 from manifests.limits import InputLimits
 from manifests.records import check_id
-from store import layout
+from store import spec_hash as spec_hash_of
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -35,7 +37,7 @@ class FeatureSpec(BaseModel):
     @property
     def spec_hash(self) -> str:
         ext = self.extractor
-        return layout.spec_hash(ext.name, ext.version, self.config.canonical(), self.weights_id)
+        return spec_hash_of(ext.name, ext.version, self.config.canonical(), self.weights_id)
 
     def store_attrs(self) -> dict[str, Any]:
         ext = self.extractor
@@ -50,7 +52,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dataset: str | None = None  # the dataset this config is for: `extract --dataset` must agree (or may be left out)
-    layout: Literal["siq2", "siq1", "socialiqa", "tinysocial", "socratis", "auto"] = "auto"
+    # a registered layout (manifests/layouts.py: each manifest module registers its own), or "auto": detected from
+    # the files under --raw
+    layout: str = "auto"
     folds: Path | None = None  # Social-IQ 1.0: the SDK's std-folds file
     features: dict[str, ExtractorConfig]
     audio_rate_hz: int = 16000
@@ -89,6 +93,9 @@ class RunConfig(BaseModel):
     commit_batch_items: int = Field(512, ge=1)
     commit_batch_bytes: int = Field(128 * 2**20, ge=1)
     commit_batch_s: float = Field(10.0, gt=0)
+    # a store on object storage: each model actor uploads the parts of its calls' rows itself and the driver
+    # receives their records only (pipeline/ownparts.py); False: every row goes through the driver
+    worker_parts: bool = True
     # what one input file may cost before it fails alone (manifests/limits.py; README, "Input limits"): bytes and
     # nesting of QA/annotation JSON, bytes and cues of a caption file
     limits: InputLimits = Field(default_factory=InputLimits)
@@ -101,6 +108,14 @@ class RunConfig(BaseModel):
             check_id(name)
             out[name] = raw if isinstance(raw, ExtractorConfig) else parse_config(raw)
         return out
+
+    @field_validator("layout")
+    @classmethod
+    def _layout(cls, value: str) -> str:
+        known = layout_names()
+        if value != "auto" and value not in known:
+            raise ValueError(f"unknown layout{_nearest(value, known)} (known: auto, {', '.join(known)})")
+        return value
 
     @model_validator(mode="after")
     def _actors_per_gpu(self) -> RunConfig:
@@ -199,7 +214,7 @@ def load_config(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
     if not path.suffix:
         path = CONFIG_DIR / f"{name_or_path}.toml"
     if not path.exists():
-        presets = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        presets = preset_names()
         raise FileNotFoundError(f"no config {name_or_path!r}: not a file, nor one of the presets {presets}"
                                 f"{_nearest(name_or_path, presets)}")
     try:
@@ -213,3 +228,23 @@ def load_config(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
             node = node.setdefault(part, {})
         node[last] = value
     return check_config(data, str(path))
+
+
+def preset_names() -> list[str]:
+    """The presets in pipeline/configs, by name."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def weights_for(presets: list[str], defaults: bool = False) -> list[Weights]:
+    """What the features of `presets` load, as their extractors declare it (`Extractor.weights`), each once, in
+    order. `defaults`: first what every registered extractor's default config loads (an extractor no preset uses
+    yet gets its weights too); an extractor whose config has no default (a required key) has its presets' only."""
+    configs: list[ExtractorConfig] = []
+    if defaults:
+        for name in extractor_modules():
+            try:
+                configs.append(get_extractor(name).config_type())
+            except ValidationError:
+                continue
+    configs += [c for p in presets for c in load_config(p).features.values()]
+    return list(dict.fromkeys(w for c in configs for w in get_extractor(c.extractor).weights(c)))

@@ -27,9 +27,8 @@ from extractors.base import Extractor, get_extractor
 from manifests.records import one_line
 from pipeline import exitcodes
 from pipeline.report import failed_line
-from store import layout
-from store.partial import partial_record, spans_text
-from store.reader import Store, open_store
+from store import INTERVALS, RUNS, Store, open_store, partial_record, spans_text
+from store import fingerprint as store_fingerprint
 
 
 @dataclass
@@ -169,14 +168,14 @@ class StoreInfo:
         """The last run that computed something (what made the data), and the latest run when it is another
         (a run with nothing to do would otherwise hide it)."""
         if not self.runs:
-            return [f"  no run report in {layout.RUNS}/"]
+            return [f"  no run report in {RUNS}/"]
         latest = self.runs[-1]
         computed = next((r for r in reversed(self.runs) if r.done), None)
         lines = [_run_line("last run that computed data" if computed is not latest else "last run", r)
                  for r in ([computed] if computed is not None else [])]
         if computed is not latest:
             lines.append(_run_line("latest run", latest) + ("" if computed else " (no run computed anything)"))
-        lines[-1] += f"; {len(self.runs)} run report(s) in {layout.RUNS}/"
+        lines[-1] += f"; {len(self.runs)} run report(s) in {RUNS}/"
         return lines
 
 
@@ -257,7 +256,7 @@ def _wanted_fingerprints(store: Store, config_ref: str) -> dict[str, tuple[str, 
             qs = questions.get(item.id, [])
             if kinds.applicable(item, kind, qs):
                 source = kinds.identity(item, kind, qs, config.audio_rate_hz, config.tracks)
-                fps[item.id] = layout.fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
+                fps[item.id] = store_fingerprint(spec.spec_hash, {k: v for k, v in source.items() if k != "path"})
         out[spec.name] = (spec.spec_hash, fps)
     return out
 
@@ -305,7 +304,7 @@ def feature_info(store: Store, name: str, runs: list[dict[str, Any]],
 
 
 def _part_rows(rec: Any) -> int:
-    shape = (rec.arrays.get(layout.INTERVALS) or {}).get("shape")
+    shape = (rec.arrays.get(INTERVALS) or {}).get("shape")
     return int(shape[0]) if shape else 0
 
 

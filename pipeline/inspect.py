@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from reading import inspect
-from store.reader import open_store
+from store import open_store
 
 
 def main(argv: list[str] | None = None) -> None:

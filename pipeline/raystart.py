@@ -126,7 +126,7 @@ def runtime_env(address: str | None) -> dict[str, Any]:
         import store
 
         # paths, not module objects: a Ray Client (ray://) driver must pickle its runtime env; every package of
-        # the project's own goes (a worker on another node has none of them: tests/test_cluster.py)
+        # the project's own goes (a worker on another node has none of them: tests/pipeline/test_cluster.py)
         env["py_modules"] = [str(Path(m.__file__).parent)
                              for m in (atomicio, extractors, manifests, media, pipeline, reading, rows, store)]
     return env
@@ -180,7 +180,7 @@ def _init(ray: Any, address: str | None, env: dict[str, Any]) -> None:
 def _longer_waits(longer: bool) -> Iterator[None]:
     """Ray's start-up waits, made `RETRY_WAIT_S` long. The GCS's has a setting; the raylet's 30 s is fixed in
     `Node.__init__`, which polls `ray._private.services.get_node` until then: that function is wrapped to keep
-    asking for longer before it gives its RuntimeError (tests/test_raystart.py checks Ray still does so)."""
+    asking for longer before it gives its RuntimeError (tests/pipeline/test_raystart.py checks Ray still does so)."""
     if not longer:
         yield
         return

@@ -10,7 +10,7 @@ from typing import Any
 from manifests.records import one_line
 from pipeline import cluster, cpuload, exitcodes
 from pipeline.sources import manifest_summary
-from store.partial import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
+from store import partial_line, spans_text  # noqa: F401 - spans_text: the report's to give
 
 
 @dataclass
@@ -60,6 +60,10 @@ class RunReport:
     # Ray workers Ray itself ended during the run, from the raylet's count (pipeline/supervise.py): `oom` by its
     # memory monitor, `crashed` for any other reason (a segfault, an abort); their tasks were retried or failed
     worker_kills: dict[str, int] = field(default_factory=dict)
+    # what the driver received from Ray, in bytes as serialized (pipeline/ownparts.py `wire_bytes`): `model
+    # results` (rows, or the records of parts the actors wrote), `decode records`; `clips` and `pairs written
+    # by actors`, for the bytes per clip (docs/scale.md, "Workers write their own parts")
+    driver_received: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

@@ -31,8 +31,7 @@ import numpy as np
 
 from atomicio import atomic_write
 from pipeline.info import StoreInfo, extractor_of, read_runs, store_info
-from store.partial import spans_text
-from store.reader import Store, open_store
+from store import Store, open_store, spans_text
 
 log = logging.getLogger("siqfeat")
 
@@ -125,7 +124,8 @@ def distributions(store: Store, info: StoreInfo) -> list[dict[str, Any]]:
             values = [float(a[key]) for a in attrs if a.get(key) is not None]
             if values:
                 out.append(_svg_histogram(values, f"{f.name}: {label} per item"))
-        if f.extractor == "covarep" or "vuv" in [c.lower() for c in store.feature_attrs(f.name).get("columns") or []]:
+        # a voicing column, whichever extractor made it (covarep's, in either of its layouts)
+        if "vuv" in [c.lower() for c in store.feature_attrs(f.name).get("columns") or []]:
             good = store.items(f.name, include_filtered=True)
             out.append(_svg_histogram(_voiced(store, f.name, good), f"{f.name}: voiced share per item"))
     return out

@@ -23,11 +23,7 @@ from pipeline.progress import Progress
 from pipeline.report import RunReport
 from pipeline.runner import Runner, fingerprint
 from pipeline.sources import choose_items, load_items
-from store import layout
-from store.backends import is_url, join, open_backend
-from store.integrity import part_problems
-from store.plan import Wanted, make_plan
-from store.writer import StoreError, StoreWriter
+from store import RUNS, StoreError, StoreWriter, Wanted, is_url, join, make_plan, open_backend, part_problems
 
 log = logging.getLogger("siqfeat")
 
@@ -141,9 +137,9 @@ def mark_repeated(notes: list[dict[str, Any]], out: Path | str) -> None:
     (`repeated`): the summary says each once, not on every run over the same release (a failed item is a
     failure each run, and is never marked)."""
     backend = open_backend(out)  # a folder or a bucket: the run reports through the store's own storage
-    for name in sorted((n for n in backend.children(layout.RUNS) if n.endswith(".json")), reverse=True):
+    for name in sorted((n for n in backend.children(RUNS) if n.endswith(".json")), reverse=True):
         try:
-            previous = json.loads(backend.get(join(layout.RUNS, name))).get("manifest")
+            previous = json.loads(backend.get(join(RUNS, name))).get("manifest")
         except (OSError, ValueError, AttributeError):
             continue
         if previous is None:  # not a run report of a run that read the manifests
@@ -203,7 +199,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
                     runner.stop_sampling()  # (done already by a run that got to its report)
         finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
             runner.progress.close()
-    _compact_if_worthwhile(writer, specs, report)
+    _compact_if_worthwhile(writer, specs, report, merge_small=not (config.worker_parts and is_url(str(writer.path))))
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines
@@ -233,14 +229,17 @@ def planned_fingerprint(writer: StoreWriter, spec: FeatureSpec, item: MediaItem,
     return source, fp
 
 
-def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport) -> None:
-    """Reclaim superseded rows and merge small batches when it pays (store/compact.py); never fails the run."""
-    from store.compact import compact_store
+def _compact_if_worthwhile(writer: StoreWriter, specs: list[FeatureSpec], report: RunReport,
+                           merge_small: bool = True) -> None:
+    """Reclaim superseded rows and merge small batches when it pays (store/compact.py); never fails the run.
+    `merge_small=False` where the model actors wrote their own parts (object storage): merging them would read
+    every row back on the driver; `python -m pipeline compact` merges them when asked."""
+    from store import compact_store
 
     if report.store_error:
         return
     try:
-        done = compact_store(writer.path, [s.name for s in specs], force=False, writer=writer)
+        done = compact_store(writer.path, [s.name for s in specs], force=False, writer=writer, merge_small=merge_small)
     except (OSError, StoreError, ValueError) as e:
         log.warning("compaction skipped: %s", e)
         return

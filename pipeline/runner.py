@@ -18,15 +18,14 @@ from typing import Any
 from manifests.records import MediaItem, QAItem
 from media import decode, nvdec
 from media import kinds as input_kinds
-from pipeline import actors, cluster, cpuload, raystart, report, stages, stop, supervise
+from pipeline import actors, cluster, cpuload, ownparts, raystart, report, stages, stop, supervise
 from pipeline.committer import Committer, StoreStopped
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport, late_record, shorter_record, streams_record
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
-from store import layout
-from store.partial import partial_record
-from store.writer import StoreWriter
+from store import StoreWriter, WrittenRows, is_url, partial_record
+from store import fingerprint as store_fingerprint
 
 log = logging.getLogger("siqfeat")
 
@@ -184,6 +183,7 @@ class Runner:
         self.decode_task, self.segment_task = self.ray.remote(actors.decode_item), self.ray.remote(actors.decode_segment)
         for item_id in sorted(todo):
             self.sched.add(item_id, todo[item_id])
+        self.received("clips", len(todo))
         self.decoding: dict[Any, tuple[Decode, list[Any]]] = {}  # meta ref -> the decode, its value refs
         self.running: dict[Any, Call] = {}  # result ref -> the call
         self.meta: dict[str, dict[str, Any]] = {}  # item -> decode meta, while any of its pairs is open
@@ -237,10 +237,20 @@ class Runner:
         """Send what the policy decides now: calls first (they free decoded data and cores), then decodes."""
         for call in self.sched.next_calls():
             ref = call.worker.handle.__call__.remote([u.item for u in call.take], *[u.ref for u in call.take],
-                                                     feature=call.pool.feature)
+                                                     feature=call.pool.feature, store=self.store_target(call))
             self.running[ref] = call
         for job in self.sched.next_decodes():
             self.submit(job)
+
+    def store_target(self, call: Call) -> ownparts.StoreTarget | None:
+        """On object storage, the call's items whose rows its actor writes to the store itself (those whole in
+        this call: a long video's segments are joined here); None where every row comes here."""
+        if not self.config.worker_parts or not is_url(str(self.writer.path)):
+            return None
+        feat = call.pool.feature
+        pairs = [(u.item, self.pairs.get((feat, u.item))) for u in call.take if u.part == 0]
+        whole = frozenset(item for item, pair in pairs if pair is not None and pair.segments == 1)
+        return ownparts.StoreTarget(str(self.writer.path), whole) if whole else None
 
     def submit(self, job: Decode) -> None:
         config, item = self.config, self.items[job.item]
@@ -322,6 +332,7 @@ class Runner:
         item = self.items[item_id]
         try:
             m = ray.get(ref)
+            self.received("decode records", m)
             cluster.count_work(self.report.cluster, m.get("node"), "decode")
             for call in m.get("calls", ()):
                 self.stages.add(call)
@@ -382,6 +393,8 @@ class Runner:
         if reason and not any(c["item"] == item_id for c in self.report.cpu_decoded):
             self.report.cpu_decoded.append({"item": item_id, "file": _str(self.items[item_id].video),
                                             "reason": reason, "where": "model actor"})
+        if isinstance(rows, WrittenRows):  # stored by the actor (joined there): its record, not its rows
+            return rows.with_attrs(attrs)
         return type(rows)(rows.features, rows.intervals, rows.extras, attrs)
 
     def finish(self, feat: str, item_id: str, failed: dict[str, Any] | None = None) -> None:
@@ -391,8 +404,8 @@ class Runner:
             kind = self.specs[feat].extractor.input_kind
             path = input_kinds.source(self.items[item_id], kind)
             try:
-                rows = self.specs[feat].extractor.join([pair.rows[k] for k in sorted(pair.rows)],
-                                                       self.specs[feat].config)
+                rows = pair.rows[0] if isinstance(pair.rows.get(0), WrittenRows) else \
+                    self.specs[feat].extractor.join([pair.rows[k] for k in sorted(pair.rows)], self.specs[feat].config)
             except Exception as e:
                 failed = actors.failure(item_id, f"extract:{feat}", path, e)
             else:
@@ -410,6 +423,11 @@ class Runner:
         if not any((f, item_id) in self.pairs for f in self.todo[item_id]):
             self.meta.pop(item_id, None)
 
+    def received(self, what: str, value: Any) -> None:
+        """Count what the driver got from Ray (`report.driver_received`): bytes as serialized, or a number."""
+        got = self.report.driver_received
+        got[what] = got.get(what, 0) + (value if isinstance(value, int) else ownparts.wire_bytes(value))
+
     def results(self, ref: Any, call: Call) -> list[tuple[Unit, tuple[str, Any, Any, float]]]:
         """The call's per-item results. If the worker process died (segfault, out of
         memory) even after Ray's restart and retry, the actor is replaced, and the call's items go back to the
@@ -417,6 +435,8 @@ class Runner:
         feat, take = call.pool.feature, list(call.take)
         try:
             results, record = self.ray.get(ref)
+            self.received("model results", (results, record))
+            self.received("pairs written by actors", sum(isinstance(r[1], WrittenRows) for r in results))
             decoding = record.pop("device_decode", None)  # the frames the actor decoded first, on its device
             for r in (record, decoding):
                 if r is not None and call.worker.gpu:
@@ -488,8 +508,8 @@ class Runner:
                 self.progress.failed(handed=True)
                 continue
             if o.error is not None:  # its own commit failed: named with its own feature's folder
-                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}", self.writer.path / o.feature,
-                                                    o.error))
+                self.fail(o.feature, actors.failure(o.item, f"write:{o.feature}",  # (a path, or a bucket's URL)
+                                                    f"{str(self.writer.path).rstrip('/')}/{o.feature}", o.error))
                 self.progress.failed(handed=True)
                 continue
             self.report.counts[o.feature]["done"] += 1
@@ -605,7 +625,7 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
 def fingerprint(spec_hash: str, source: dict[str, Any]) -> str:
     """A (feature, item) pair's fingerprint from its source identity (`Kind.identity`, plus `decoder` where
     the frames were not decoded by the CPU path): the file's name, size and mtime, not the path it was reached by."""
-    return layout.fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
+    return store_fingerprint(spec_hash, {k: v for k, v in source.items() if k != "path"})
 
 
 class WorkerLost(RuntimeError):

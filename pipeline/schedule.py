@@ -377,6 +377,8 @@ class Scheduler:
         return [w for p in self.pools.values() for w in p.workers if w.handle is worker.handle] or [worker]
 
 
+# Kept because bench/simulate.py needs it: the simulator is checked against the one measured run (the H100 run, under
+# this policy: tests/bench/test_simulate.py `test_the_fixed_policy_reproduces_the_h100_run`); without it that check goes.
 class FixedScheduler(Scheduler):
     """The policy of runs up to 2026-11 (module docstring), for the simulator and for `scheduler = "fixed"`.
     CPU actors hold a Ray CPU each for the whole run and decode tasks wait for Ray's free CPUs: Ray, not this

@@ -1,4 +1,5 @@
-"""Dataset name + raw root → manifest records, by layout."""
+"""Dataset name + raw root → manifest records, by layout (manifests/layouts.py: each manifest module registers the
+layouts it reads)."""
 
 from __future__ import annotations
 
@@ -6,48 +7,24 @@ from collections import Counter
 from pathlib import Path
 
 from manifests import limits
+from manifests.layouts import get_layout, layouts
 from manifests.records import SPLIT_NAMES, ManifestNote, MediaItem, QAItem
-from manifests.socialiq import is_siq2, read_siq1, read_siq2, siq2_root
-from manifests.socratis import find_annotations
 from pipeline.config import RunConfig
-
-LAYOUT_NAMES = {"siq2": "Social-IQ 2.0", "siq1": "Social-IQ 1.0", "socialiqa": "SocialIQA",
-                "tinysocial": "TinySocial", "socratis": "Socratis"}
-# what each layout must hold, for the message when a folder is none of them
-LAYOUT_PARTS = {"siq2": "qa/qa_{train,val,test}.json, trims.json, video/<vid>.mp4 (here or under siq2/)",
-                "siq1": "qa/<vid>_trimmed.txt, vision/raw/<vid>_trimmed-out.mp4 (here or under raw/)",
-                "socialiqa": "train.jsonl/dev.jsonl/test.jsonl with *-labels.lst (here or one folder down)",
-                "tinysocial": "clips.csv, video/, qa/qa_<subset>.jsonl",
-                "socratis": "imCaptionEmotionExplanation_formatted.json and its images"}
-
-
-def _siq1_root(raw: Path) -> Path | None:
-    for root in (raw / "raw", raw):
-        if any((root / "qa").glob("*_trimmed.txt")) or any((root / "vision" / "raw").glob("*_trimmed-out.mp4")):
-            return root
-    return None
 
 
 def detect_layout(raw: Path) -> str:
-    """The layout of `raw`, from the files each release is known by; a part of a release (its metadata
-    before the videos are downloaded) is that release, so that the run can say what is missing."""
-    if (raw / "clips.csv").is_file():  # TinySocial: checked first, its qa/ and video/ look like Social-IQ's
-        return "tinysocial"
-    if is_siq2(raw):
-        return "siq2"
-    if _siq1_root(raw) is not None:
-        return "siq1"
-    # SocialIQA's zip unpacks to socialiqa-train-dev/: its .jsonl files may sit one folder down
-    if any(raw.glob("*.jsonl")) or any(p.name in ("train.jsonl", "dev.jsonl", "test.jsonl") for p in raw.glob("*/*.jsonl")):
-        return "socialiqa"
-    if find_annotations(raw) is not None:
-        return "socratis"
+    """The layout of `raw`, from the files each release is known by (each layout's `detect`, in their order); a
+    part of a release (its metadata before the videos are downloaded) is that release, so that the run can say
+    what is missing."""
+    for layout in layouts():
+        if layout.detect(raw):
+            return layout.name
     if not raw.is_dir():
         raise FileNotFoundError(f"{raw}: not a folder: --raw wants the dataset's root folder")
     found = sorted(p.name + ("/" if p.is_dir() else "") for p in raw.iterdir() if not p.name.startswith("."))
     shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
     raise FileNotFoundError(f"{raw}: no known dataset layout; it holds {shown or 'nothing'}. Expected one of: "
-                            + "; ".join(f"{LAYOUT_NAMES[k]}: {v}" for k, v in LAYOUT_PARTS.items()))
+                            + "; ".join(f"{layout.title}: {layout.parts}" for layout in layouts()))
 
 
 def load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaItem], list[QAItem], list[ManifestNote]]:
@@ -69,49 +46,25 @@ def _load_items(dataset: str, raw: Path, config: RunConfig) -> tuple[list[MediaI
 def _read(kind: str, dataset: str, raw: Path,
           config: RunConfig) -> tuple[list[MediaItem], list[QAItem], list[ManifestNote]]:
     notes: list[ManifestNote] = []
-    if kind == "siq2":
-        return (*read_siq2(raw, dataset=dataset, notes=notes), notes)
-    if kind == "siq1":
-        return (*read_siq1(raw, folds=config.folds, dataset=dataset, notes=notes), notes)
-    if kind == "socratis":
-        from manifests.socratis import read_socratis
-
-        return read_socratis(raw, dataset=dataset, notes=notes), [], notes
-    if kind == "tinysocial":
-        from manifests.tinysocial import read_tinysocial
-
-        return (*read_tinysocial(raw, dataset=dataset, notes=notes), notes)
-    from manifests.socialiqa import read_socialiqa
-
-    return (*read_socialiqa(raw, dataset=dataset), notes)
-
-
-def _media_dir(kind: str, raw: Path) -> Path:
-    """Where the layout keeps its videos or images."""
-    if kind == "siq2":
-        return (siq2_root(raw) or raw) / "video"
-    if kind == "siq1":
-        return (_siq1_root(raw) or raw) / "vision" / "raw"
-    return raw / ("images" if kind == "socratis" else "video")
+    return (*get_layout(kind).read(raw, dataset, config, notes), notes)
 
 
 def check_found(kind: str, raw: Path, items: list[MediaItem], qa: list[QAItem]) -> None:
     """A release that yields nothing to extract is an error, never an empty store: no item at all, or a
     layout of videos or images none of which is on disk (the metadata downloaded, the media not yet). Some
     media missing is not: those items fail one by one, in the summary."""
-    name = LAYOUT_NAMES.get(kind, kind)
+    layout = get_layout(kind)
     what = f"{len(qa):,} questions" if qa else "no questions"
     if not items:
-        raise ValueError(f"{raw}: {name} layout, but no items in it ({what}): nothing to extract")
-    if kind == "socialiqa":
+        raise ValueError(f"{raw}: {layout.title} layout, but no items in it ({what}): nothing to extract")
+    if layout.media_dir is None:  # text only
         return
     media = [p for i in items for p in (i.video, i.image) if p is not None]
     if not any(p.is_file() for p in media):
-        where = _media_dir(kind, raw)
+        where = layout.media_dir(raw)
         shown = where.relative_to(raw) if where.is_relative_to(raw) else where
-        noun = "images" if kind == "socratis" else "videos"
-        raise ValueError(f"{raw}: {name} metadata found ({what}, {len(items):,} items), no {noun} under "
-                         f"{shown}: download them first")
+        raise ValueError(f"{raw}: {layout.title} metadata found ({what}, {len(items):,} items), no "
+                         f"{layout.media_noun} under {shown}: download them first")
 
 
 def choose_items(items: list[MediaItem], split: str | None, limit: int | None, raw: Path) -> list[MediaItem]:

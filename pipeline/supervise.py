@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from atomicio import atomic_write
-from store import layout
+from store import runs_dir
 
 # why Ray ended under a run (pipeline/raystart.py says it too); here, not there: raystart imports this module
 LOST_HINT = ("something outside this run ended it (`ray stop` ends every Ray on the machine, whoever started it; "
@@ -284,7 +284,7 @@ PARENT_KILLED = "the supervising process (the command line's, pid {pid}) was kil
 def orphaned_summary(out: Path, run_id: str, summary: str) -> Path | None:
     """A driver whose parent was killed has no one to show its summary to (its stderr went through the parent):
     it is written beside the run report, `<store>/_runs/<run id>.log`, and the journal removed."""
-    path = out / "_runs" / f"{run_id}.log"
+    path = runs_dir(out) / f"{run_id}.log"
     try:
         atomic_write(path, summary + "\n", durable=False)
     except OSError:
@@ -494,7 +494,7 @@ def _ended_unexpectedly(pid: int, rc: int, journal: Path, out: Path, reader: thr
                           "exit_code": _exit_code(rc, None), **record}
     report.seconds = max(report.seconds, time.monotonic() - _started)
     try:
-        from store.writer import StoreWriter
+        from store import StoreWriter
 
         with StoreWriter(out, report.dataset) as writer:
             writer.write_run_report(report.run_id, report.as_dict())
@@ -613,11 +613,11 @@ def _reap() -> None:
 
 def _save_native(lines: list[str], journal: Path, out: Path) -> None:
     """Ray's C++ lines of the run, beside its report (`<store>/_runs/<run id>.ray.log`)."""
-    if not lines or not layout.runs_dir(out).is_dir():
+    if not lines or not runs_dir(out).is_dir():
         return
     try:
         run_id = json.loads((journal / "report.json").read_text())["report"]["run_id"]
     except (OSError, ValueError, KeyError):
         run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-unknown"
-    with contextlib.suppress(OSError), open(layout.runs_dir(out) / f"{run_id}.ray.log", "a") as f:
+    with contextlib.suppress(OSError), open(runs_dir(out) / f"{run_id}.ray.log", "a") as f:
         f.write("\n".join(lines) + "\n")

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 
 from rows import check_intervals, fixed_rate_intervals
-from store.reader import Store, open_store
+from store import Store, open_store
 
 How = Literal["mean", "weighted", "max", "first"]
 HOWS: tuple[str, ...] = get_args(How)

@@ -22,10 +22,18 @@ from manifests.records import SPLIT_NAMES, QAItem
 from reading.align import How, Reference, align
 from reading.views import materialize
 from rows import ROLE_ANSWER, ROLE_CONTEXT, ROLE_QUESTION
-from store import layout, plancache
-from store.backends import is_url
-from store.index import gc_paused
-from store.reader import ItemFeature, Store, open_store
+from store import (
+    FEATURES,
+    INTERVALS,
+    ItemFeature,
+    Store,
+    gc_paused,
+    is_url,
+    load_plan,
+    open_store,
+    plan_cache_key,
+    save_plan,
+)
 
 Text = Literal["tokens", "pooled"]
 FILTERED = "item filtered by a policy (faces: too few faces)"
@@ -268,15 +276,15 @@ class _SocialIQ(Dataset):
         options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
                    "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
                    "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
-        k = plancache.key(s, options, s.features())
-        cached = plancache.load(s.path, k)
+        k = plan_cache_key(s, options, s.features())
+        cached = load_plan(s.path, k)
         if cached is not None:
             self.dropped.update(cached["dropped"])
             self._restore(cached.get("extra", {}))
             return [QASample(qid, item, q_row, tuple(a_rows), label, c_row)
                     for qid, item, q_row, a_rows, label, c_row in cached["samples"]]
         samples = self._plan(s, *self._usable_items(s, exclude_filtered))
-        plancache.save(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
+        save_plan(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
                                    "dropped": dict(self.dropped), "extra": self._extra()})
         return samples
 
@@ -381,7 +389,7 @@ class _SocialIQ(Dataset):
         out: dict[str, Any] = {"modalities": {}}
         if self._view_store is not None:
             out["modalities"] = {f: self._viewed(f, item) for f in self.modalities}
-            ref = self._view_store.arrays(self.modalities[0], item, [layout.INTERVALS])[0]
+            ref = self._view_store.arrays(self.modalities[0], item, [INTERVALS])[0]
             out["ref_intervals"] = torch.from_numpy(np.array(ref, np.float64))
         else:
             a = align(self._open(), item, self.modalities, to=self.to, how=self.how)
@@ -401,7 +409,7 @@ class _SocialIQ(Dataset):
         """One modality of an item from the view: stored filled (0.0) with its `valid` mask, so a read is
         copies of slices of the part in memory (copies: a sample never aliases the reader's cache)."""
         assert self._view_store is not None
-        x, valid, mask = self._view_store.arrays(feature, item, [layout.FEATURES, "valid", "mask"])
+        x, valid, mask = self._view_store.arrays(feature, item, [FEATURES, "valid", "mask"])
         x, valid, mask = np.array(x, np.float32), np.array(valid, bool), np.array(mask, bool)
         if self.fill_value != 0.0:
             x[~valid] = np.float32(self.fill_value)

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from atomicio import atomic_path
+from extractors.base import Extractor, SdkSequence, get_extractor
 from reading.align import item_duration_s
 from rows import ROLE_ANSWER, ROLE_QUESTION, check_intervals
-from store.reader import Store, open_store
+from store import Store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -41,70 +42,30 @@ SOCIALIQA_BIB = (
     "author={Sap, Maarten and Rashkin, Hannah and Chen, Derek and Le Bras, Ronan and Choi, Yejin}, "
     "booktitle={EMNLP-IJCNLP}, year={2019}}"
 )
-_BIBS = {
-    "densenet": "@inproceedings{huang2017densely, title={Densely Connected Convolutional Networks}, "
-                "author={Huang, Gao and Liu, Zhuang and van der Maaten, Laurens and Weinberger, Kilian Q}, "
-                "booktitle={CVPR}, year={2017}}",
-    "mtcnn": "@article{zhang2016joint, title={Joint Face Detection and Alignment Using Multitask Cascaded "
-             "Convolutional Networks}, author={Zhang, Kaipeng and Zhang, Zhanpeng and Li, Zhifeng and Qiao, Yu}, "
-             "journal={IEEE Signal Processing Letters}, year={2016}}",
-    "covarep": "@inproceedings{degottex2014covarep, title={COVAREP: A collaborative voice analysis repository for "
-               "speech technologies}, author={Degottex, Gilles and Kane, John and Drugman, Thomas and Raitio, Tuomo "
-               "and Scherer, Stefan}, booktitle={ICASSP}, year={2014}}",
-    "world": "@article{morise2016world, title={WORLD: A Vocoder-Based High-Quality Speech Synthesis System for "
-             "Real-Time Applications}, author={Morise, Masanori and Yokomori, Fumiya and Ozawa, Kenji}, "
-             "journal={IEICE Transactions on Information and Systems}, volume={E99-D}, number={7}, year={2016}}",
-    "bert": "@inproceedings{devlin2019bert, title={BERT: Pre-training of Deep Bidirectional Transformers for "
-            "Language Understanding}, author={Devlin, Jacob and Chang, Ming-Wei and Lee, Kenton and Toutanova, "
-            "Kristina}, booktitle={NAACL}, year={2019}}",
-    "roberta": "@article{liu2019roberta, title={RoBERTa: A Robustly Optimized BERT Pretraining Approach}, "
-               "author={Liu, Yinhan and Ott, Myle and Goyal, Naman and Du, Jingfei and Joshi, Mandar and Chen, Danqi "
-               "and Levy, Omer and Lewis, Mike and Zettlemoyer, Luke and Stoyanov, Veselin}, "
-               "journal={arXiv preprint arXiv:1907.11692}, year={2019}}",
-    "minilm": "@inproceedings{wang2020minilm, title={MiniLM: Deep Self-Attention Distillation for Task-Agnostic "
-              "Compression of Pre-Trained Transformers}, author={Wang, Wenhui and Wei, Furu and Dong, Li and Bao, "
-              "Hangbo and Yang, Nan and Zhou, Ming}, booktitle={NeurIPS}, year={2020}}",
-    "sbert": "@inproceedings{reimers2019sentence, title={Sentence-BERT: Sentence Embeddings using Siamese "
-             "BERT-Networks}, author={Reimers, Nils and Gurevych, Iryna}, booktitle={EMNLP-IJCNLP}, year={2019}}",
-}
-# Media extractors by their exact registered name; the text extractors cite the model their config names.
-EXTRACTOR_BIBS = {"densenet161": ("densenet",), "mtcnn": ("mtcnn",), "covarep": ("covarep", "world")}
-TEXT_EXTRACTORS = ("bert_words", "bert_qa")
-# The root names of the SDK's own Social-IQ sequences (mmsdk/mmdatasdk/dataset/standard_datasets/SocialIQ), by
-# the extractor that makes the same kind of sequence; the SDK has no faces sequence, so that name is ours.
-SDK_SOCIAL_IQ_ROOTS = {
-    "densenet161": "SOCIAL_IQ_DENSENET161_1FPS",
-    "covarep": "SOCIAL_IQ_COVAREP",
-    "bert_words": "SOCIAL_IQ_TRANSCRIPT_RAW_CHUNKS_BERT",
-    "mtcnn": "SOCIAL_IQ_MTCNN_FACES_1FPS",
-}
-# The released SOCIAL_IQ_COVAREP's 74 dimensions, COVAREP_feature_extraction.m's order: a covarep feature is exported
-# under the SDK's name only with exactly these columns (extractors.acoustic.COVAREP74_COLUMNS, layout "covarep74")
-SDK_COVAREP_COLUMNS = (
-    "F0", "VUV", "NAQ", "QOQ", "H1H2", "PSP", "MDQ", "peakSlope", "Rd", "Rd_conf", "creak",
-    *(f"MCEP_{i}" for i in range(25)), *(f"HMPDM_{i}" for i in range(25)), *(f"HMPDD_{i}" for i in range(13)),
-)  # fmt: skip
 SDK_SOCIAL_IQ_QA_BINARY_ROOT = "SOCIAL-IQ_QA_BERT_LASTLAYER_BINARY_CHOICE"
 QA_BINARY_AXES = ("question", "pair", "q/a/i", "token")  # the axes before the hidden one, in the QA layout
 
 
-def model_bib(model: str) -> str:
-    """The citation of a text model by its name (hub id or bundled name); "" for a model not on record."""
-    name = model.rsplit("/", 1)[-1].lower()
-    if "minilm" in name:
-        return " ".join((_BIBS["minilm"], _BIBS["sbert"]))
-    if name.startswith("roberta"):
-        return _BIBS["roberta"]
-    if name.startswith("bert-"):
-        return _BIBS["bert"]
-    return ""
+def _extractor(name: str) -> type[Extractor] | None:
+    """The registered extractor that made a feature, for what it says about itself (its citation, the SDK's
+    sequence it stands for); None for a name no extractor registers (a view's, an older release's)."""
+    try:
+        return get_extractor(name)
+    except KeyError:
+        return None
 
 
 def featureset_bib(extractor: str, config: Mapping[str, Any]) -> str:
-    """The featureset citation: chosen by the exact extractor name, and for text extractors by the model."""
-    if extractor in TEXT_EXTRACTORS:
-        return model_bib(str(config.get("model", "")))
-    return " ".join(_BIBS[k] for k in EXTRACTOR_BIBS.get(extractor, ()))
+    """The featureset citation: what the extractor of that exact name cites for this config (text extractors:
+    their model's paper); "" for an extractor not registered here."""
+    found = _extractor(extractor)
+    return found.citation(dict(config)) if found else ""
+
+
+def sdk_sequence(store: Store, feature: str) -> SdkSequence | None:
+    """The SDK's released sequence the feature's extractor stands for, if any."""
+    found = _extractor(str(store.feature_attrs(feature).get("extractor")))
+    return found.sdk_sequence if found else None
 
 
 def social_iq_version(store: Store) -> str | None:
@@ -220,24 +181,25 @@ def csd_metadata(store: Store, feature: str, root_name: str, **overrides: Any) -
 
 
 def sdk_shape_ok(store: Store, feature: str) -> bool:
-    """Does the feature have the shape of the SDK's sequence of its extractor? For covarep: COVAREP's 74 columns
-    in the SDK's order (the 23-column layout, or a store from before version 8, is another sequence)."""
-    fa = store.feature_attrs(feature)
-    if fa.get("extractor") == "covarep":
-        return tuple(fa.get("columns") or ()) == SDK_COVAREP_COLUMNS
+    """Does the feature have the shape of the SDK's sequence of its extractor? Where the released sequence has
+    fixed dimensions (covarep: COVAREP's 74 columns in the SDK's order; its 23-column layout, or a store from before
+    version 8, is another sequence), exactly those."""
+    seq = sdk_sequence(store, feature)
+    if seq is not None and seq.columns is not None:
+        return tuple(store.feature_attrs(feature).get("columns") or ()) == seq.columns
     return True
 
 
 def default_root_name(store: Store, feature: str) -> str:
     """The SDK's Social-IQ root name for the feature's extractor in a Social-IQ store when the feature has the
-    SDK's shape; a covarep feature of another shape is `<dataset>_<feature>_<D>D` (its width in the name, never
-    the SDK's name for other dimensions); anything else <dataset>_<feature>."""
+    SDK's shape; a feature of another shape than its SDK sequence's is `<dataset>_<feature>_<D>D` (its width in the
+    name, never the SDK's name for other dimensions); anything else <dataset>_<feature>."""
     fa = store.feature_attrs(feature)
-    extractor = str(fa.get("extractor", feature))
-    if extractor == "covarep" and not sdk_shape_ok(store, feature):
+    seq = sdk_sequence(store, feature)
+    if seq is not None and not sdk_shape_ok(store, feature):
         return f"{store.attrs.get('dataset', 'store')}_{feature}_{len(fa.get('columns') or ())}D"
-    if social_iq_version(store) and extractor in SDK_SOCIAL_IQ_ROOTS:
-        return SDK_SOCIAL_IQ_ROOTS[extractor]
+    if social_iq_version(store) and seq is not None:
+        return seq.root
     return f"{store.attrs.get('dataset', 'store')}_{feature}"
 
 
@@ -255,12 +217,12 @@ def export_csd(
     sequence holds, so leaving them out of one file would drop them from all. root_name: default_root_name()."""
     s = open_store(store)
     root_name = root_name or default_root_name(s, feature)
-    sdk_covarep = root_name == SDK_SOCIAL_IQ_ROOTS["covarep"]
-    if sdk_covarep and not sdk_shape_ok(s, feature):
+    seq = sdk_sequence(s, feature)
+    as_sdk = seq if seq is not None and root_name == seq.root else None  # written as the SDK's own sequence
+    if as_sdk is not None and not sdk_shape_ok(s, feature):
         n = len(s.feature_attrs(feature).get("columns") or ())
-        raise ValueError(f"{feature}: {n} columns, not the {len(SDK_COVAREP_COLUMNS)} of the SDK's "
-                         f"{root_name} (COVAREP's layout: covarep with layout = \"covarep74\"); export it under "
-                         "another root name")
+        raise ValueError(f"{feature}: {n} columns, not the {len(as_sdk.columns or ())} of the SDK's {root_name} "
+                         f"(its extractor's layout of the released dimensions); export it under another root name")
     every, filtered = s.items(feature, include_filtered=True), s.filtered(feature)
     if items is None:
         items = every if include_filtered else sorted(set(every) - set(filtered))
@@ -268,8 +230,8 @@ def export_csd(
     for item in items:
         r = s.read(feature, item)
         features = np.asarray(r.features[...], np.float32)
-        if sdk_covarep:  # the released file has COVAREP's 0 wherever a value is undefined; the store keeps NaN
-            features = np.where(np.isnan(features), np.float32(0.0), features)
+        if as_sdk is not None and as_sdk.undefined_as is not None:  # the released file's value where the store has NaN
+            features = np.where(np.isnan(features), np.float32(as_sdk.undefined_as), features)
         entries[item] = (features, r.intervals)
     meta = csd_metadata(s, feature, root_name, **metadata)
     meta["siqfeat filtered"] = filtered

@@ -17,7 +17,7 @@ import numpy as np
 
 from media.decode import decode_frames
 from reading.align import item_duration_s
-from store.reader import ItemFeature, Store, open_store
+from store import ItemFeature, Store, open_store
 
 FIG_SIZE_IN = (16.0, 10.0)
 DPI = 100  # the PNG is FIG_SIZE_IN * DPI pixels: 1600 x 1000

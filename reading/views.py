@@ -14,9 +14,8 @@ import numpy as np
 
 from reading.align import How, Reference, align
 from rows import FeatureRows
-from store import layout
-from store.reader import Store
-from store.writer import StoreWriter
+from rows.identity import sha256_of
+from store import Store, StoreWriter, views_dir
 
 log = logging.getLogger(__name__)
 PART_BYTES = 48 << 20  # a view's part arrays stay under the reader's whole-array limit (64 MiB)
@@ -33,11 +32,11 @@ def materialize(store: Path | str, features: Sequence[str], to: Reference = "tra
     needed = [*features, *([to] if isinstance(to, str) else [])]
     hows = {f: how[f] if isinstance(how, Mapping) else how for f in features}
     specs = {f: s.feature_attrs(f).get("spec_hash") for f in needed}
-    spec = layout.sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs, "layout": LAYOUT})[:16]
-    out = layout.views_dir(Path(store)) / f"aligned-{spec}.zarr"
+    spec = sha256_of({"features": list(features), "to": to, "how": hows, "specs": specs, "layout": LAYOUT})[:16]
+    out = views_dir(Path(store)) / f"aligned-{spec}.zarr"
     usable = set.intersection(*(set(s.items(f, include_filtered=True)) for f in dict.fromkeys(needed)))
     wanted = sorted(usable if items is None else usable & set(items))
-    fps = {i: layout.sha256_of([LAYOUT, *(s.index(f).entries[i].fingerprint for f in needed)])[:32] for i in wanted}
+    fps = {i: sha256_of([LAYOUT, *(s.index(f).entries[i].fingerprint for f in needed)])[:32] for i in wanted}
     with StoreWriter(out, f"view-{spec}") as w:
         for f in features:
             w.set_feature(f, {"source": f, "to": to, "how": how if isinstance(how, str) else dict(how),

@@ -48,12 +48,13 @@ def _bytes(records: Iterable[index.PartRecord]) -> int:
     return sum(int(size) for rec in records for size, _ in rec.files.values())
 
 
-def to_rewrite(state: index.Index, force: bool, damaged: set[str] = frozenset()) -> set[str]:
+def to_rewrite(state: index.Index, force: bool, damaged: set[str] = frozenset(), merge_small: bool = True) -> set[str]:
     """The parts a compaction rewrites; none when rewriting would change nothing. At the end of a run, the parts
     not worth keeping: a quarter of their rows superseded or none current, and the small ones (under half of
     `PART_ITEMS` and of `PART_BYTES`) when two or more can be merged. `force` (`python -m pipeline compact`):
     every part, where some row is superseded, some part holds no current item, or the parts that are not
-    `damaged` (kept as they are) are more than the rows need."""
+    `damaged` (kept as they are) are more than the rows need. `merge_small=False`: the small ones are left as they
+    are (a run whose model actors wrote their own parts does not read them all back on its driver to merge them)."""
     usage = state.usage()
     wasteful = {p for p, r in state.parts.items()
                 if usage[p][0] == 0 or (_rows_in(r) and (_rows_in(r) - usage[p][1]) / _rows_in(r) >= GARBAGE_SHARE)}
@@ -63,6 +64,8 @@ def to_rewrite(state: index.Index, force: bool, damaged: set[str] = frozenset())
         superseded = any(_rows_in(r) > usage[p][1] for p, r in state.parts.items())
         return set(state.parts) if superseded or wasteful or len(state.parts) - len(damaged) > ideal else set()
     small = {p for p, r in state.parts.items() if usage[p][0] < PART_ITEMS // 2 and _bytes([r]) < PART_BYTES // 2}
+    if not merge_small:
+        small = set()
     if not wasteful and len(small) < 2:  # one small part alone: nothing to merge it with
         return set()
     return wasteful | small
@@ -131,12 +134,13 @@ def _batches(store: Path, feature: str, state: index.Index,
     return out
 
 
-def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Compacted | None:
+def compact_feature(writer: StoreWriter, feature: str, force: bool = True, merge_small: bool = True,
+                    ) -> Compacted | None:
     """Rewrite the feature's parts (all of them when `force`, else those `to_rewrite` picks) into fresh
     parts through the writer's one commit path (`Rewrite`); None when there is nothing to rewrite."""
     store = writer.path
     state = writer.index(feature)
-    chosen = to_rewrite(state, force, set(part_problems(store, feature, state.parts)) if force else set())
+    chosen = to_rewrite(state, force, set(part_problems(store, feature, state.parts)) if force else set(), merge_small)
     if not chosen:
         return None
     before, rows_before = _bytes(state.parts.values()), sum(_rows_in(r) for r in state.parts.values())
@@ -149,9 +153,9 @@ def compact_feature(writer: StoreWriter, feature: str, force: bool = True) -> Co
 
 
 def compact_store(path: Path | str, features: list[str] | None = None, force: bool = True,
-                  writer: StoreWriter | None = None) -> list[Compacted]:
-    """Compact the store's features (all by default); `force=False`: only where worthwhile. Uses the given
-    writer (a run's, which holds the lock), else opens one."""
+                  writer: StoreWriter | None = None, merge_small: bool = True) -> list[Compacted]:
+    """Compact the store's features (all by default); `force=False`: only where worthwhile (`merge_small`: see
+    `to_rewrite`). Uses the given writer (a run's, which holds the lock), else opens one."""
     own = writer is None
     if writer is None:
         from store.reader import Store
@@ -159,7 +163,7 @@ def compact_store(path: Path | str, features: list[str] | None = None, force: bo
         writer = StoreWriter(path, str(Store(path).attrs.get("dataset", "")))
     try:
         names = features or sorted(p.parent.name for p in Path(writer.path).glob(f"*/{layout.INDEX}"))
-        return [c for f in names if (c := compact_feature(writer, f, force)) is not None]
+        return [c for f in names if (c := compact_feature(writer, f, force, merge_small)) is not None]
     finally:
         if own:
             writer.close()

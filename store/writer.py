@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -24,8 +25,9 @@ import atomicio
 from manifests.records import MediaItem, QAItem, check_id, write_jsonl
 from rows import FeatureRows
 from store import index, layout, parts, repair
-from store.backends import Conflict, Locked, is_url, join, open_backend
+from store.backends import Conflict, Locked, is_url, join, open_backend, pins
 from store.backends import log as blog
+from store.workerparts import WrittenRows, part_meta
 
 log = logging.getLogger(__name__)
 Member = tuple[str, FeatureRows, dict[str, Any]]  # (item, rows, attributes)
@@ -233,11 +235,11 @@ class StoreWriter:
             if item_id in layout.RESERVED:
                 raise ValueError(f"invalid id {item_id!r}: reserved by the store")
         latest = {item: (item, rows, {**rows.attrs, **attrs, "n_rows": int(len(rows.features)), "complete": True})
-                  for item, rows, attrs in batch}  # an item twice in a batch: its last rows count
+                  for item, rows, attrs in batch if not isinstance(rows, WrittenRows)}  # twice: its last rows count
         groups: dict[tuple, list[Member]] = {}
         for entry in latest.values():
             groups.setdefault(parts.signature(entry[1]), []).append(entry)
-        self.commit_op(feature, Append(list(groups.values())))
+        self.commit_op(feature, Append([*groups.values(), *_written_parts(batch)]))
 
     def commit_op(self, feature: str, op: Append | Rewrite) -> index.Index:
         """The one commit path: the operation's parts written and renamed into place, then published (an
@@ -249,7 +251,8 @@ class StoreWriter:
         lines, placed = [], []
         try:
             for seq, members in enumerate(op.batches, start=state.last_seq + 1):
-                name = f"{seq:09d}-{uuid.uuid4().hex[:8]}"
+                written = members[0][1] if members and isinstance(members[0][1], WrittenRows) else None
+                name = written.part.name if written is not None else f"{seq:09d}-{uuid.uuid4().hex[:8]}"
                 lines.append(self._write_part(feature, name, seq, members))
                 placed.append(name)
             retired = self._publish(feature, state, op, lines)
@@ -337,6 +340,38 @@ class StoreWriter:
         return out
 
 
+def _written_parts(batch: list[Member]) -> list[list[Member]]:
+    """The parts workers wrote (`WrittenRows`), one batch each with its items in the part's row order and the
+    attributes the part's record gets; ValueError when the batch lacks an item of one of them (a part is
+    published whole or not at all)."""
+    by_part: dict[str, dict[str, Member]] = {}
+    for item, rows, attrs in batch:
+        if isinstance(rows, WrittenRows):
+            by_part.setdefault(rows.part.name, {})[item] = (
+                item, rows, {**rows.attrs, **attrs, "n_rows": rows.n_rows, "complete": True})
+    out = []
+    for name, members in by_part.items():
+        part = next(iter(members.values()))[1].part
+        missing = [i for i in part.items if i not in members]
+        if missing:
+            raise ValueError(f"part {name}: item(s) {', '.join(missing)} of it are not in this commit; it is "
+                             "published whole or not at all")
+        out.append([members[i] for i in part.items])
+    return out
+
+
+def _named_in(snap: blog.Snapshot | None, where: str) -> set[str] | None:
+    """The parts a log generation names; None when it cannot be read whole."""
+    names: set[str] = set()
+    if snap is None:
+        return names
+    try:
+        layout.fold(snap.data, where, lambda rec: names.add(rec.part) if isinstance(rec, layout.PartLine) else None)
+    except (ValueError, KeyError):
+        return None
+    return names
+
+
 def _generation_is(path: Path, generation: str) -> bool:
     try:
         return index.generation_of(path) == generation
@@ -360,12 +395,14 @@ class _ObjectWriter(StoreWriter):
     named by no index record, is not data. It is published by creating the log's next segment at the log's
     end with a create-if-absent write (store/backends/log.py): of two writers racing for one sequence
     number exactly one wins, and the loser's commit fails with its parts removed. A compaction publishes a
-    new log generation the same way; the parts it replaced stay in the bucket (readers hold no lease here)."""
+    new log generation the same way; the parts it replaced are removed once no reader's pin holds the old
+    generation (`release_retired`)."""
 
     def __init__(self, path: Path | str, dataset: str) -> None:
         self.path = str(path).rstrip("/")  # type: ignore[assignment]
         self._index: dict[str, index.Index] = {}
         self._heads: dict[str, tuple[str, int]] = {}  # feature -> (log generation, length published)
+        self._finished: dict[tuple[str, str], bool] = {}  # workers' parts given their zarr.json, not yet published
         self._lock = None
         self._lease: contextlib.ExitStack | None = contextlib.ExitStack()
         self.backend = open_backend(self.path)
@@ -407,6 +444,9 @@ class _ObjectWriter(StoreWriter):
 
     def _remove_part(self, feature: str, name: str) -> None:
         with contextlib.suppress(OSError, RuntimeError):
+            if self._finished.pop((feature, name), False):  # a worker's: as it uploaded it, for a commit retried
+                self.backend.delete(join(feature, layout.PARTS, name, layout.META))
+                return
             self.backend.delete_prefix(join(feature, layout.PARTS, name))
 
     def index(self, feature: str) -> index.Index:
@@ -436,7 +476,8 @@ class _ObjectWriter(StoreWriter):
             self._heads[feature] = (generation, len(data))
         else:
             self._heads[feature] = (snap.generation, len(snap.data))
-            unindexed = [p for p in parts.part_names(self.backend, feature) if p not in state.parts]
+            held = self.release_retired(feature, state)  # (the parts readers still read are not unindexed)
+            unindexed = [p for p in parts.part_names(self.backend, feature) if p not in state.parts and p not in held]
             found, unreadable = parts.records_on_disk(self.backend, feature, unindexed)
             for name in unreadable:
                 self._remove_part(feature, name)
@@ -464,6 +505,8 @@ class _ObjectWriter(StoreWriter):
 
     def _publish(self, feature: str, state: index.Index, op: Append | Rewrite, lines: list[layout.PartLine],
                  ) -> bool:
+        for line in lines:  # published from here on (or never, should this raise): nothing to take back
+            self._finished.pop((feature, line.part), None)
         if isinstance(op, Append):
             self._append(feature, state, lines)
             return False
@@ -477,9 +520,51 @@ class _ObjectWriter(StoreWriter):
                              f"during the compaction ({e}); nothing was replaced") from None
         self._heads[feature] = (generation, len(data))
         self._index[feature] = index.of_records(records, len(data))
+        self.release_retired(feature, self._index[feature])
         return False
 
+    def release_retired(self, feature: str, state: index.Index) -> set[str]:
+        """Remove the parts of the feature's replaced log generations (a compaction's old parts) that no
+        reader holds any more (no live pin of their generation: store/backends/pins.py) and that neither the
+        current index (`state`) nor a held generation names; then those generations. The parts the held
+        generations name (kept) are returned. A failure here is said and left to the next writer: what was
+        published stays published."""
+        key = join(feature, layout.INDEX)
+        current = self._heads[feature][0]
+        held: set[str] = set()
+        free: list[tuple[str, set[str]]] = []
+        try:
+            for generation in blog.generations(self.backend, key):
+                if generation == current:
+                    continue
+                names = _named_in(blog.read(self.backend, key, generation), self.backend.where(key))
+                if names is None:  # unreadable: which parts it names is unknown, so none is removed
+                    log.warning("%s: replaced generation %s unreadable, kept with its parts", self.backend.where(key),
+                                generation)
+                    continue
+                if pins.alive(self.backend, key, generation):
+                    held |= names
+                else:
+                    free.append((generation, names))
+            removed = 0
+            for generation, names in free:
+                for name in sorted(names - set(state.parts) - held):
+                    self.backend.delete_prefix(join(feature, layout.PARTS, name))
+                    removed += 1
+                blog.remove_generation(self.backend, key, generation)  # after its parts: a failure retries them
+                pins.clear(self.backend, key, generation)
+        except (OSError, RuntimeError) as e:
+            log.warning("%s: could not remove the parts a compaction replaced (%s); the next writer tries again",
+                        self.backend.where(feature), e)
+            return held | {n for _, names in free for n in names}
+        if removed:
+            log.debug("%s: removed %d part(s) superseded by a compaction (no reader holds them)",
+                      self.backend.where(feature), removed)
+        return held
+
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
+        if isinstance(members[0][1], WrittenRows):
+            return self._finish_written(feature, name, seq, members)
         with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
             staging = Path(tmp) / name
             arrays, rows, spans = parts.concat(members)
@@ -500,6 +585,23 @@ class _ObjectWriter(StoreWriter):
                 self._remove_part(feature, name)
                 raise
         return layout.PartLine(name, seq, rows, files, shapes, spans)
+
+    def _finish_written(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
+        """A part a worker uploaded (store/workerparts.py): its data files checked to be there as it recorded
+        them (one listing), then its own zarr.json written with its record; the caller publishes it."""
+        part = members[0][1].part
+        key = join(feature, layout.PARTS, name)
+        there = {i.key[len(key) + 1:]: i.size for i in self.backend.list(key)}
+        wrong = sorted(rel for rel, (size, _) in part.files.items() if there.get(rel) != size)
+        if wrong:
+            raise OSError(f"{self.backend.where(key)}: the worker's upload is not all there ({', '.join(wrong[:3])}"
+                          f"{' …' if len(wrong) > 3 else ''} missing or of another size); not published")
+        rows = [layout.item_row(item, r0, n, attrs) for (item, _, attrs), (r0, n) in zip(members, part.rows, strict=True)]
+        raw = part_meta(feature, seq, part, rows)
+        self.backend.put(join(key, layout.META), raw)
+        self._finished[feature, name] = True  # (a failed commit takes back only this: `_remove_part`)
+        files = {**{rel: list(v) for rel, v in part.files.items()}, layout.META: [len(raw), hashlib.sha256(raw).hexdigest()]}
+        return layout.PartLine(name, seq, rows, files, part.arrays, part.spans)
 
     def write_manifests(self, items: Iterable[MediaItem], qa: Iterable[QAItem]) -> None:
         for name, records in (("items.jsonl", items), ("qa.jsonl", qa)):

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from manifests.sample import ClipSpec, make_sample
+from testing.realdata import realdata_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Batch sizes are measured per machine (extractors/calibrate.py) and cached in the home directory: the suite uses
 # the fixed defaults instead, so its runs neither depend on the machine's load nor write there. The calibration
-# tests (tests/test_calibrate.py) turn it on with a cache file of their own.
+# tests (tests/extractors/test_calibrate.py) turn it on with a cache file of their own.
 os.environ.setdefault("SIQ_CALIBRATE", "0")
 
 # The files that take longest start first. A file runs whole in one test process (--dist loadfile), so one that
@@ -111,9 +112,9 @@ def tiny_root(tiny_root_template: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def info_store(tiny_root_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny store with a partial, filtered, stale, damaged and failed item each (tests/info_store.py):
+    """The tiny store with a partial, filtered, stale, damaged and failed item each (testing/info_store.py):
     read-only for tests (copy it to change it)."""
-    from tests.info_store import build_info_store
+    from testing.info_store import build_info_store
 
     return build_info_store(tiny_root_template, tmp_path_factory.mktemp("info") / "tiny.zarr")
 
@@ -137,7 +138,7 @@ def crash_on(monkeypatch: pytest.MonkeyPatch):
 def _one_torch_thread_per_test_process():
     """Under `make test` (pytest-xdist, as many test processes as cores) torch in each process runs on one
     thread: with two each, a process's second thread waits for a core the other process holds, and every
-    operator's parallel region waits for it. tests/test_densenet.py's three forward tests on this 2-core
+    operator's parallel region waits for it. tests/extractors/test_densenet.py's three forward tests on this 2-core
     machine under other work, alternating (session 29): 82-85 CPU-s and 292-309 s with torch's 2 threads,
     36-45 CPU-s and 91-173 s with one. The pipeline's own processes (Ray actors, a command line run in a
     child) set their threads themselves and are not touched; a serial run keeps torch's default."""
@@ -163,13 +164,6 @@ def _ray_shutdown():
         pass
 
 
-def realdata_dir() -> Path | None:
-    """The real public files of ../shared/realdata (SIQ_REALDATA overrides), or None where absent."""
-    env = os.environ.get("SIQ_REALDATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
-    return path if path.is_dir() else None
-
-
 @pytest.fixture(scope="session")
 def realdata() -> Path:
     """Conformance tests read real files nobody here wrote; a fresh clone without ../shared skips them."""
@@ -182,7 +176,7 @@ def realdata() -> Path:
 @pytest.fixture(scope="session")
 def mmdatasdk(realdata: Path):
     """The real CMU Multimodal SDK (`mmsdk.mmdatasdk`, from ../shared/realdata/cmu-multimodal-sdk) as a client."""
-    from bench.cmu_sdk import load_mmdatasdk
+    from testing.cmu_sdk import load_mmdatasdk
 
     sdk = load_mmdatasdk(realdata)
     if sdk is None:

@@ -65,7 +65,7 @@ class Kind:
     def identity(self, item: MediaItem, questions: list[QAItem], audio_rate_hz: int,
                  tracks: Tracks | None = None) -> dict[str, Any]:
         """The declared identity of what the input is decoded from: it enters the fingerprint, so a store computed
-        before recomputes nothing as long as it stays the same (tests/test_kinds.py pins it for every kind)."""
+        before recomputes nothing as long as it stays the same (tests/media/test_kinds.py pins it for every kind)."""
         return recording_identity(self.span(item, tracks))
 
     def decode(self, item: MediaItem, span: Span, questions: list[QAItem], audio_rate_hz: int) -> Any:

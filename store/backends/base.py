@@ -2,7 +2,7 @@
 whole objects under `/`-separated keys relative to the store's root, written whole or not at all, and the two
 conditional writes the commit protocol needs where there is no rename and no append (create only if absent,
 replace only if unchanged since a version was read). One file per backend implements it (local.py: a POSIX
-folder; objects.py: object storage through obstore); tests/test_backends.py is the one conformance suite both
+folder; objects.py: object storage through obstore); tests/store/test_backends.py is the one conformance suite both
 pass. Code above this interface names keys, never paths or URLs, and never learns which backend it is on."""
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ and the variable to set (objectio/client.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +20,10 @@ from objectio.client import ENDPOINT as _ENDPOINT
 from objectio.client import describe, from_url, obstore, oe, unsigned
 from objectio.client import first_line as _first_line
 from objectio.client import options as _options
-from store.backends import lease, log
+from store.backends import lease, log, pins
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned
+
+log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
 
 
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
@@ -120,21 +124,66 @@ class ObjectBackend(Backend):
             yield got
 
     def pin_log(self, key: str) -> Pinned | None:
-        """The log's segments read now (store/backends/log.py): a snapshot in memory, no lease."""
+        """The log's segments read now (store/backends/log.py): a snapshot in memory, its generation held by a
+        pin (store/backends/pins.py) until it is closed, so that a compaction keeps the parts it names. The
+        pin is written before the head is read again: a compaction that replaced the head before the pin
+        existed is seen then (and this generation let go), one that replaces it later sees the pin."""
+        for _ in range(5):
+            found = log.head(self, key)
+            if found is None:
+                return None
+            try:
+                pin: pins.Pin | None = pins.Pin(self, key, found[0])
+            except BackendError as e:  # read-only credentials: the snapshot is read, but not held
+                pin = None
+                if self.url not in _UNHELD:
+                    _UNHELD.add(self.url)
+                    log_.warning("%s: cannot hold this reader's snapshot (%s); a compaction meanwhile may remove "
+                                 "the parts it reads (then open the store again)", self.url, e)
+            try:
+                again = json.loads(self.get(key))["generation"]
+                if again == found[0]:
+                    snap = log.read(self, key, found[0])
+                    if snap is None or not snap.data:  # a generation without its first segment: no log
+                        _close(pin)
+                        return None
+                    return _Snapshot(snap.data, pin)
+            except FileNotFoundError:
+                _close(pin)
+                return None
+            except BaseException:
+                _close(pin)
+                raise
+            _close(pin)
+        raise RuntimeError(f"{self.where(key)}: replaced by another generation each time it was read (5 times); "
+                           "open the store again")
+
+    def read_log(self, key: str, limit: int | None = None) -> bytes | None:
+        """The current log's bytes, read once: nothing is held afterwards, so no pin is needed."""
         snap = log.read(self, key)
-        return None if snap is None or not snap.data else _Snapshot(snap.data)  # no header: no log
+        if snap is None or not snap.data:
+            return None
+        return snap.data if limit is None else snap.data[:limit]
 
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
         self._call("", obstore.list_with_delimiter, None)
 
 
+_UNHELD: set[str] = set()  # stores whose readers could not write a pin here (said once)
+
+
+def _close(pin: pins.Pin | None) -> None:
+    if pin is not None:
+        pin.close()
+
+
 class _Snapshot(Pinned):
-    def __init__(self, data: bytes) -> None:
-        self.data, self.length = data, len(data)
+    def __init__(self, data: bytes, pin: pins.Pin | None) -> None:
+        self.data, self.length, self.pin = data, len(data), pin
 
     def read(self, limit: int | None = None) -> bytes:
         return self.data if limit is None else self.data[:limit]
 
     def close(self) -> None:
-        pass
+        _close(self.pin)
