@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from objectio import ObjectPath, as_path
+
 
 class InputLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -56,7 +58,7 @@ def applied(limits: InputLimits) -> Iterator[None]:
 def not_a_file(path: Path) -> str | None:
     """Why `path` is not a regular file one can read to its end, in words; None when it is one. A link is
     judged by what it points to (a link to /dev/zero is a device, not a missing file)."""
-    path = Path(path)
+    path = as_path(path)
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -76,7 +78,11 @@ def read_bounded(path: Path, max_bytes: int, what: str, setting: str) -> bytes:
     """The file's bytes, reading at most max_bytes + 1: a file over the limit, /dev/zero or a FIFO that never
     ends is refused after that many bytes, not read until memory runs out. Only regular files are read: a FIFO
     would block the run until someone writes to it."""
-    path = Path(path)
+    path = as_path(path)
+    if isinstance(path, ObjectPath):  # its size from the listing: one over the limit is never fetched
+        if path.stat().st_size > max_bytes:
+            raise InputTooLarge(f"{path}: {what} over {max_bytes:,} bytes (limits.{setting} in the run config)")
+        return path.read_bytes()
     why = not_a_file(path)
     if why is not None and why != "does not exist":  # a missing file: open's own FileNotFoundError
         raise InputTooLarge(f"{path}: {why}; a {what} must be a file")

@@ -8,11 +8,21 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    InstanceOf,
+    PlainSerializer,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from atomicio import atomic_path
+from objectio import ObjectPath, is_url
 
 Split = Literal["train", "val", "test", "unknown"]
 # The releases' own names for the splits -> the stored split (SocialIQA's "dev" and Social-IQ 1.0's "valid" are "val")
@@ -28,6 +38,18 @@ def check_id(value: str) -> str:
         raise ValueError(f"invalid id {value!r}: use letters, digits, '_', '-', '.' "
                          "(no '..', no leading '.' or '__', not 'zarr.json')")
     return value
+
+
+def _object_url(value: Any) -> Any:
+    """An s3:// (gs://, az://) URL read back from a manifest is the object, never a Path (which folds its //)."""
+    if isinstance(value, str) and is_url(value):
+        bucket, _, key = value.partition("://")[2].partition("/")
+        return ObjectPath(value.partition("://")[0] + "://" + bucket, key)
+    return value
+
+
+# An input file: a local path, or an object in a bucket (--raw s3://...; objectio/paths.py); JSON has its text.
+Source = Annotated[Path | InstanceOf[ObjectPath], BeforeValidator(_object_url), PlainSerializer(str, when_used="json")]
 
 
 class _Record(BaseModel):
@@ -51,19 +73,19 @@ class MediaItem(_Record):
     dataset: str
     split: Split = "unknown"
     subset: str | None = None  # the dataset's own grouping (Social-IQ 2.0: youtubeclips, movieclips, car)
-    video: Path | None = None
-    audio: Path | None = None  # a separate audio file; else the video's own track
-    transcript: Path | None = None  # WebVTT or SRT
+    video: Source | None = None
+    audio: Source | None = None  # a separate audio file; else the video's own track
+    transcript: Source | None = None  # WebVTT or SRT
     clip_start_s: float = 0.0  # where the clip starts in its source video (Social-IQ 2.0 trims)
     clip_end_s: float | None = None
     # True (TinySocial): video, audio and transcript are the whole source; the pipeline cuts
     # [clip_start_s, clip_end_s) out of them and re-times it so 0 is the clip's start. False (Social-IQ 2.0):
     # the files already are the clip; clip_start_s only says where it came from.
     cut_from_source: bool = False
-    image: Path | None = None  # a still image (Socratis): one row for frames and faces, interval [0, 0]
+    image: Source | None = None  # a still image (Socratis): one row for frames and faces, interval [0, 0]
     caption: str | None = None  # the text shown with the image (Socratis)
     reactions: tuple[Reaction, ...] = ()  # Socratis: one per worker
-    annotations: Path | None = None  # the file the caption and reactions come from (named in errors)
+    annotations: Source | None = None  # the file the caption and reactions come from (named in errors)
 
     _check = field_validator("id")(check_id)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from manifests.jsonfile import json_rows
 from manifests.layouts import Layout, Sample, register_layout, register_sample
 from manifests.records import MediaItem, QAItem
+from objectio import as_path
 
 DATASET = "socialiqa"
 _SPLITS = {"train": "train", "dev": "val", "test": "test"}
@@ -76,7 +77,7 @@ def _records(
 
 def read_socialiqa(raw: Path, dataset: str = DATASET) -> tuple[list[MediaItem], list[QAItem]]:
     """All splits found under `raw`; a split's labels file is required except for test."""
-    raw = Path(raw)
+    raw = as_path(raw)  # a folder, or a bucket prefix (--raw s3://...)
     media: list[MediaItem] = []
     qa: list[QAItem] = []
     found = []

@@ -27,6 +27,7 @@ from manifests import jsonfile
 from manifests.layouts import Layout, Sample, register_layout, register_sample
 from manifests.limits import InputTooLarge
 from manifests.records import ManifestNote, MediaItem, Reaction, check_id, note_dropped
+from objectio import as_path
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def read_socratis(raw: Path, dataset: str = DATASET, notes: list[ManifestNote] |
     """One MediaItem per pair, in the file's order. A pair id that is not a usable item id has its
     other characters replaced by '_'; one that still is not (or collides) is logged and skipped. What is
     skipped is also noted in `notes` when given (the run report)."""
-    raw = Path(raw)
+    raw = as_path(raw)  # a folder, or a bucket prefix (--raw s3://...)
     source = find_annotations(raw)
     if source is None:
         raise FileNotFoundError(f"{raw}: no Socratis file ({' or '.join(FILE_NAMES)}) here or one folder down")

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from manifests.jsonfile import QAFileError, json_rows
 from manifests.layouts import Layout, Sample, register_layout, register_sample
 from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped, note_empty_qa_file
+from objectio import as_path
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET,
 def read_tinysocial(raw: Path, dataset: str = DATASET,
                     notes: list[ManifestNote] | None = None) -> tuple[list[MediaItem], list[QAItem]]:
     """Items and questions; what was skipped is logged and, when `notes` is given, noted there (run report)."""
-    raw = Path(raw)
+    raw = as_path(raw)  # a folder, or a bucket prefix (--raw s3://...)
     clips_csv = raw / "clips.csv"
     if not clips_csv.is_file():
         raise FileNotFoundError(f"{raw}: no TinySocial layout (expected clips.csv, video/, qa/qa_<subset>.jsonl)")

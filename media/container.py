@@ -13,13 +13,16 @@ A clip cut out of a whole file (media/cut.py) has its own timeline on top of thi
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from manifests.limits import not_a_file
+from objectio import ObjectPath, as_path
 
 STREAM_OFFSET_MIN_S = 0.05  # a video stream this close after the container's start starts the clip's timeline
 END_TOLERANCE_S = 0.1  # a cut clip's end this far past its file's end is clipped to it, not an error
@@ -33,6 +36,8 @@ class InputError(ValueError):
 def existing(path: Path | str | None, what: str) -> Path:
     if path is None:
         raise InputError(f"no {what} file in the manifest")
+    if isinstance(path, ObjectPath):  # in a bucket: decoded from the node's copy (objectio/cache.py)
+        return _local_copy(path, what)
     path = Path(path)  # callers outside the pipeline pass a str (decode_frames("clip.mp4"))
     if not path.exists() and not path.is_symlink():
         raise InputError(f"{path}: {what} file does not exist")
@@ -42,6 +47,19 @@ def existing(path: Path | str | None, what: str) -> Path:
     if path.stat().st_size == 0:
         raise InputError(f"{path}: {what} file is empty")
     return path
+
+
+def _local_copy(path: ObjectPath, what: str) -> Path:
+    """The object's copy on this node; a missing object, or storage that cannot be read, fails this pair alone,
+    naming the URL."""
+    from objectio.cache import local_copy
+
+    try:
+        if path.stat().st_size == 0:
+            raise InputError(f"{path}: {what} file is empty")
+        return local_copy(path)
+    except (OSError, ValueError) as e:  # RawUnavailable is a ValueError: the message names the URL already
+        raise InputError(str(e) if str(path) in str(e) else f"{path}: {what} file: {first_line(e)}") from e
 
 
 def first_line(e: BaseException) -> str:
@@ -114,22 +132,38 @@ def choose_stream(container: Any, kind: str, path: Path, track: Track = None) ->
 
 
 @functools.lru_cache(maxsize=4096)
-def _chosen_of_several(path: str, size: int, mtime_ns: int, tracks: tuple[Track, Track]) -> tuple[int | None, ...]:
+def _chosen_of_several(path: str | ObjectPath, size: int, version: int | str,
+                       tracks: tuple[Track, Track]) -> tuple[int | None, ...]:
     import av
 
     out: list[int | None] = []
     try:
-        with av.open(path) as container:
+        with _opened(path) as container:
             for kind, track in zip(("video", "audio"), tracks, strict=True):
                 streams = video_streams(container) if kind == "video" else container.streams.audio
                 try:
                     several = len(streams) > 1
-                    out.append(choose_stream(container, kind, Path(path), track).index if several else None)
+                    out.append(choose_stream(container, kind, as_path(path), track).index if several else None)
                 except InputError:  # decoding it reports the problem
                     out.append(None)
     except (av.FFmpegError, OSError, ValueError):
         return None, None
     return tuple(out)
+
+
+@contextlib.contextmanager
+def _opened(path: str | ObjectPath) -> Iterator[Any]:
+    """PyAV's container of a local file, or of an object read by ranged GETs (only its header is read)."""
+    import av
+
+    if not isinstance(path, ObjectPath):
+        with av.open(path) as container:
+            yield container
+        return
+    from objectio.cache import ranged
+
+    with ranged(path) as f, av.open(f) as container:
+        yield container
 
 
 def chosen_of_several(path: Path | None, kind: str, track: Track = None) -> int | None:
@@ -141,6 +175,8 @@ def chosen_of_several(path: Path | None, kind: str, track: Track = None) -> int 
         return None
     st = path.stat()
     tracks = (track, None) if kind == "video" else (None, track)
+    if isinstance(path, ObjectPath):  # the object's header by ranged reads, not a copy of it (docs/scale.md)
+        return _chosen_of_several(path, st.st_size, st.etag, tracks)[0 if kind == "video" else 1]
     return _chosen_of_several(str(path), st.st_size, st.st_mtime_ns, tracks)[0 if kind == "video" else 1]
 
 

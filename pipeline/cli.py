@@ -25,8 +25,21 @@ def _extract(args: argparse.Namespace) -> int:
     from pipeline.run import run_extract
 
     dataset, config = _dataset_and_config(args.dataset, args.config)
-    raw = Path(args.raw)
-    _generate_sample(dataset, raw)
+    if _is_url(args.raw):  # listed now, before any work: no bucket, no credentials, nothing there: exit 2
+        from objectio import raw_root
+
+        try:
+            raw = raw_root(args.raw)
+        except FileNotFoundError as e:
+            from manifests.layouts import samples
+
+            if dataset not in samples():
+                raise
+            raise FileNotFoundError(f"{e}; a sample is generated into a local folder only: `python -m pipeline "
+                                    "sample DIR`, then upload DIR there") from None
+    else:
+        raw = Path(args.raw)
+        _generate_sample(dataset, raw)  # a bucket's sample is uploaded, never generated into it
     only = args.features.split(",") if args.features else None
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
     with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
@@ -149,7 +162,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from store import migrate_store
 
-    print(migrate_store(Path(args.store)).summary())
+    print(migrate_store(_store_arg(args.store)).summary())
     return exitcodes.OK
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from manifests.records import ManifestNote, MediaItem, QAItem
 from media import kinds, nvdec
+from objectio import ObjectPath, raw_root
 from pipeline import raystart, stop, supervise
 from pipeline.actors import Failure
 from pipeline.config import FeatureSpec, RunConfig
@@ -50,7 +51,10 @@ def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, 
     Under `pipeline.stop.on_signals()` (the CLI) a SIGINT/SIGTERM returns the report of a stopped run."""
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-    raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
+    if is_url(raw):  # a bucket's prefix (--raw s3://...): listed once, its objects read where they are decoded
+        raw = raw_root(str(raw))
+    elif not isinstance(raw, ObjectPath):
+        raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
                                                    for s in specs})

@@ -46,8 +46,9 @@ _NO_STEPS = torch.zeros((0, 2), dtype=torch.float64)  # a text-only sample's ref
 
 
 def _location(store: str | Path) -> str | Path:
-    """A store's path, or its URL as given (Path would fold s3://bucket into s3:/bucket)."""
-    return store if is_url(store) else Path(store)
+    """A local store as a Path, a store in a bucket (s3://, gs://, az://) as its URL (a Path would fold s3://bucket
+    into s3:/bucket)."""
+    return str(store).rstrip("/") if is_url(store) else Path(store)
 
 
 class QASample(NamedTuple):
@@ -257,6 +258,9 @@ class _SocialIQ(Dataset):
         self._check_left()
         self.view, self.view_cache_bytes = None, int(view_cache_bytes)
         if materialized and self.modalities:
+            if not isinstance(self.path, Path):
+                raise ValueError(f"{self.path}: materialized=True writes an aligned view beside a local store; a "
+                                 "store in a bucket is read as it is (materialized=False)")
             self.view = materialize(self.path, self.modalities, self.to, self.how,
                                     items=sorted({smp.item for smp in self.samples}))
         self._view_store: Store | None = None

@@ -23,6 +23,7 @@ import zarr
 from atomicio import atomic_write
 from rows import FeatureRows
 from store import layout
+from store.backends import is_url, open_backend
 from store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ def _read_v1(item_dir: Path) -> tuple[FeatureRows, dict]:
 
 
 def migrate_store(path: Path | str) -> Migration:
+    if is_url(path):  # version 1 predates object storage: only a store uploaded as it was can be one
+        return _migrate_in_bucket(str(path))
     path = Path(path)
     meta = json.loads((path / layout.META).read_bytes())
     schema = meta.get("attributes", {}).get("schema")
@@ -127,3 +130,20 @@ def _remove_v1_folders(path: Path) -> None:
         if feature_dir.is_dir() and layout.index_path(path, feature_dir.name).exists():
             for item_dir in _v1_items(feature_dir):
                 shutil.rmtree(item_dir)
+
+
+def _migrate_in_bucket(url: str) -> Migration:
+    """A store in a bucket at version 2 has nothing to migrate; a version-1 store uploaded as it was is converted
+    on a local disk (its item folders are renamed and removed, which a bucket has no operation for)."""
+    backend = open_backend(url)
+    try:
+        meta = json.loads(backend.get(layout.META))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{url}: not a feature store (no {layout.META})") from None
+    schema = meta.get("attributes", {}).get("schema")
+    if schema == layout.SCHEMA:
+        return Migration(url, already=True)  # type: ignore[arg-type]
+    if schema == layout.SCHEMA_V1:
+        raise ValueError(f"{url}: a version-1 store in a bucket: download it, run `python -m pipeline migrate DIR` "
+                         "there, and upload the result")
+    raise ValueError(f"{url}: schema {schema!r} is not a feature store's")

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from manifests.records import MediaItem, QAItem
 from media.container import Track, chosen_of_several
+from objectio import ObjectPath
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ class Kind:
 
 
 def recording_identity(span: Span) -> dict[str, Any]:
-    """The file's path, and its name, size and mtime where it exists (a missing file fails when it is decoded)."""
+    """The file's path, and its name, size and mtime where it exists (a missing file fails when it is decoded); an
+    object in a bucket has no mtime: its name, size and ETag (objectio/paths.py `ObjectPath.identity`)."""
     ident: dict[str, Any] = {"path": str(span.recording)}
+    if isinstance(span.recording, ObjectPath):
+        return {**ident, **span.recording.identity()}
     if span.recording is not None and span.recording.exists():
         st = span.recording.stat()
         ident.update(name=span.recording.name, size=st.st_size, mtime_ns=st.st_mtime_ns)

@@ -1,10 +1,9 @@
 """The object-storage backend (s3://, gs://, az://) through obstore, the Rust `object_store` that zarr-python
-3's ObjectStore wraps: chosen over s3fs by measurement (docs/design.md, "Object storage"). The only module
-that imports obstore (an import-linter contract). Objects are written whole by nature; the conditional
-writes are S3's If-None-Match: * and If-Match: ETag. Credentials come the way AWS tools take them: the
-standard environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
-AWS_ENDPOINT_URL), else a profile (AWS_PROFILE, ~/.aws) through boto3 where it is installed. No message
-made here holds a credential: they name the URL and the variable to set."""
+3's ObjectStore wraps: chosen over s3fs by measurement (docs/design.md, "Object storage"), reached through
+objectio/ (the one package that imports it; an import-linter contract), which also gives the raw data read from a
+bucket the same credentials, endpoint, retry policy and error lines. Objects are written whole by nature; the
+conditional writes are S3's If-None-Match: * and If-Match: ETag. No message made here holds a credential: they
+name the URL and the variable to set (objectio/client.py)."""
 
 from __future__ import annotations
 
@@ -12,110 +11,28 @@ import contextlib
 import json
 import logging
 import os
-import random
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-import obstore
 import zarr
-from obstore import exceptions as oe
-from obstore.store import from_url
 
+from objectio.client import CREDENTIALS as _CREDENTIALS
+from objectio.client import ENDPOINT as _ENDPOINT
+from objectio.client import NO_RETRY as _NO_RETRY
+from objectio.client import OBSTORE_RETRY as _OBSTORE_RETRY
+from objectio.client import RETRY, describe, from_url, obstore, oe, unsigned
+from objectio.client import first_line as _first_line
+from objectio.client import options as _options
+from objectio.client import status as _status
+from objectio.client import transient as _transient
 from store.backends import lease, log, pins
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned, count_retry, join
 
 log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
 
-# What to set, per failure, in the one line a user sees (never the values themselves).
-_CREDENTIALS = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
-_ENDPOINT = "check AWS_ENDPOINT_URL (or the network)"
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a request that failed for a passing reason is tried again: exponential backoff with jitter (AWS's
-    advice for 503 SlowDown), each wait between half and all of min(max_s, first_s * base^(n-1)) before the
-    n-th retry, so a throttled client always slows down; at most `attempts` tries in all and none started after
-    `deadline_s`. A refused connection is tried `connect_attempts` times only: the endpoint is down or wrong
-    more often than busy, and the user hears so in a second, not after a minute of retries."""
-
-    attempts: int = 10
-    connect_attempts: int = 3
-    first_s: float = 0.1
-    max_s: float = 5.0
-    base: float = 2.0
-    deadline_s: float = 120.0
-
-    def delay(self, retry: int) -> float:
-        cap = min(self.max_s, self.first_s * self.base ** (retry - 1))
-        return cap / 2 + random.uniform(0, cap / 2)
-
-
-RETRY = RetryPolicy()
-
-# The backend's own requests are retried here, not by obstore (its client has max_retries 0): obstore retries
-# a conditional PUT whose answer was lost and reports the server's 412 for the copy it wrote itself as a lost
-# race (a publish or a lease taken would fail as "another writer"), and it says nothing of how often it
-# retried, which the run report counts. The zarr store over the same bucket (array chunks the readers read)
-# keeps obstore's own retries, set to the same policy; those are not counted.
-_NO_RETRY: dict[str, Any] = {"max_retries": 0}
-_OBSTORE_RETRY: dict[str, Any] = {
-    "max_retries": RETRY.attempts - 1, "retry_timeout": timedelta(seconds=RETRY.deadline_s),
-    "backoff": {"init_backoff": timedelta(seconds=RETRY.first_s), "max_backoff": timedelta(seconds=RETRY.max_s),
-                "base": RETRY.base}}
-
-_STATUS = re.compile(r"non-2xx status code: (\d{3})")
-
-
-def _status(text: str) -> int | None:
-    """The HTTP status an obstore error reports, if any."""
-    found = _STATUS.search(text)
-    return int(found.group(1)) if found else None
-
-
-def _transient(e: BaseException) -> str | None:
-    """The kind of a failure worth trying again (base.RETRY_KINDS), from obstore's error text (it has no
-    classes for them); None for the others (no such object, refused credentials, a lost conditional write)."""
-    if not isinstance(e, oe.GenericError):
-        return None
-    text = str(e)
-    status = _STATUS.search(text)
-    if status:
-        code = int(status.group(1))
-        if code == 503 or code == 429 or "SlowDown" in text:
-            return "throttled"
-        return "server" if code >= 500 else None
-    if "kind: Connect" in text or "tcp connect error" in text:
-        return "connect"
-    if any(m in text for m in ("error sending request", "response body error", "IncompleteBody", "timed out",
-                               "Timeout", "connection closed", "Connection reset", "broken pipe")):
-        return "dropped"
-    return None
-
-
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
     return ObjectInfo(key, int(meta.get("size") or 0), str(meta.get("e_tag") or meta.get("version") or ""))
-
-
-def _options(url: str, retry: dict[str, Any]) -> dict[str, Any]:
-    """obstore's options for `url` from the environment: an http:// endpoint (a local server) allows HTTP."""
-    opts: dict[str, Any] = {"retry_config": retry}
-    if url.startswith(("s3://", "s3a://")):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            opts["config"] = {"endpoint": endpoint}
-            if endpoint.startswith("http://"):
-                opts["client_options"] = {"allow_http": True}
-        if not os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_PROFILE") is not None:
-            with contextlib.suppress(ImportError):  # boto3 reads profiles; without it, the variables only
-                from obstore.auth.boto3 import Boto3CredentialProvider
-
-                opts["credential_provider"] = Boto3CredentialProvider()
-    return opts
 
 
 # The process whose first store started obstore's runtime (tokio's threads). A process forked from it has
@@ -140,10 +57,7 @@ class ObjectBackend(Backend):
         self.url = url.rstrip("/")
         _not_forked(self.url)
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
-        self._unsigned = url.startswith(("s3://", "s3a://")) and not (
-            os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
-            or os.path.exists(os.path.expanduser("~/.aws/credentials")) or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
-            or os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))
+        self._unsigned = unsigned(url)
         try:
             self._store = from_url(self.url, **_options(self.url, _NO_RETRY))
         except (oe.BaseError, ValueError) as e:
@@ -154,9 +68,6 @@ class ObjectBackend(Backend):
         """One line naming the URL and what to set, for the storage failing as a whole or a request failing
         however often it was tried; FileNotFoundError for a missing object; the others as they are."""
         where = self.where(key)
-        if isinstance(e, (oe.NotFoundError, FileNotFoundError)):
-            return FileNotFoundError(f"{where}: no such object")
-        text = str(e)
         kind, times = _transient(e), f"{tries} time(s), with backoff" if tries > 1 else "once"
         if kind == "throttled":
             return BackendError(f"{where}: the storage answered 503 SlowDown (throttled) to every try ({times}); "
@@ -165,28 +76,12 @@ class ObjectBackend(Backend):
             return BackendError(f"{where}: the connection was dropped mid-request on every try ({times}); "
                                 f"{_ENDPOINT}")
         if kind == "server":
-            status = _STATUS.search(text)
-            return BackendError(f"{where}: the storage answered HTTP {status.group(1) if status else '5xx'} to "
-                                f"every try ({times})")
-        denied = isinstance(e, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or any(
-            code in text for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden"))
-        if denied and self._unsigned:
-            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
-        if isinstance(e, oe.UnauthenticatedError):
-            return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
-        if isinstance(e, oe.PermissionDeniedError):
-            return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
-        if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
-            return BackendError(f"{self.url}: no such bucket; create it or correct the URL")
-        if "AccessDenied" in text or _status(text) == 403:  # (not any "403": a bucket's name or a port may hold it)
-            return BackendError(f"{where}: access denied; use credentials allowed to read and write it")
-        if "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
-            return BackendError(f"{where}: the credentials were refused; {_CREDENTIALS}")
-        if "credential" in text.lower():
-            return BackendError(f"{where}: no credentials found; {_CREDENTIALS}")
-        if "error sending request" in text or "connect" in text.lower():
-            return BackendError(f"{where}: the endpoint is unreachable; {_ENDPOINT}")
-        return e
+            return BackendError(f"{where}: the storage answered HTTP {_status(str(e)) or '5xx'} to every try ({times})")
+        found = describe(e, where, self.url, self._unsigned)  # no bucket, no credentials, denied, unreachable
+        if found is None:
+            return e
+        what, line = found
+        return FileNotFoundError(line) if what == "missing" else BackendError(line)
 
     def _retrying(self, key: str, attempt: Callable[[], Any]) -> Any:
         """`attempt()`, tried again after a passing failure (RETRY; each retry counted for the run report);
@@ -340,10 +235,6 @@ class ObjectBackend(Backend):
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
         self._call("", obstore.list_with_delimiter, None)
-
-
-def _first_line(e: BaseException) -> str:
-    return str(e).strip().split("\n", 1)[0][:200]
 
 
 _UNHELD: set[str] = set()  # stores whose readers could not write a pin here (said once)

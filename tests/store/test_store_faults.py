@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from objectio.client import RetryPolicy
 from pipeline.cli import main
 from pipeline.committer import Committer
 from pipeline.exitcodes import LOCKED
@@ -51,9 +52,9 @@ def proxy(s3_url: str, s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 
 @pytest.fixture
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> objects_backend.RetryPolicy:
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> RetryPolicy:
     """Three tries 10-20 ms apart: a request failing on every try fails in a blink (the policy's shape kept)."""
-    policy = objects_backend.RetryPolicy(attempts=3, connect_attempts=2, first_s=0.01, max_s=0.02)
+    policy = RetryPolicy(attempts=3, connect_attempts=2, first_s=0.01, max_s=0.02)
     monkeypatch.setattr(objects_backend, "RETRY", policy)
     return policy
 
@@ -95,7 +96,7 @@ def test_throttling_is_retried_with_backoff_and_counted(s3_url: str, proxy: Faul
 
 
 def test_a_request_failing_on_every_try_fails_its_pair_alone_naming_the_url(
-        s3_url: str, proxy: FaultProxy, fast_retries: objects_backend.RetryPolicy) -> None:
+        s3_url: str, proxy: FaultProxy, fast_retries: RetryPolicy) -> None:
     """Every try of a batch's first upload cut, then every try of its first pair's alone (the committer commits a
     failed batch again pair by pair): that pair fails with one line naming the object's URL, the three others
     are committed, and the failed pair left no part behind."""
@@ -138,7 +139,7 @@ def test_a_cut_download_is_tried_again_or_fails_never_read_short(
     proxy.fail("cut_download", "GET", "/parts/", times=3)
     assert arrays() == want and proxy.pending() == 0
     # cut on every try: an error naming the object, never the half that came
-    monkeypatch.setattr(objects_backend, "RETRY", objects_backend.RetryPolicy(attempts=3, first_s=0.01, max_s=0.02))
+    monkeypatch.setattr(objects_backend, "RETRY", RetryPolicy(attempts=3, first_s=0.01, max_s=0.02))
     proxy.fail("cut_download", "GET", path, times=3)
     with pytest.raises(BackendError, match=rf"^{s3_url}/{key}: the connection was dropped mid-request on every try "
                                            r"\(3 time\(s\), with backoff\)"):
@@ -238,7 +239,7 @@ def _leaked(text: str | bytes) -> list[str]:
 
 def test_no_secret_in_a_report_log_store_attribute_or_error_message(
         s3_url: str, s3_server: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-        capfd: pytest.CaptureFixture[str], fast_retries: objects_backend.RetryPolicy) -> None:
+        capfd: pytest.CaptureFixture[str], fast_retries: RetryPolicy) -> None:
     """Recognisable fake credentials (moto takes any): every command's output, every log record (DEBUG up), every
     object of the store (its attributes, logs, parts, run report) and the errors of a store that fails (a
     request dropped on every try, a missing object, an unreachable endpoint, a missing bucket) hold none of them."""
