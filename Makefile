@@ -13,7 +13,7 @@ CLIPS ?= 20
 SECONDS ?= 60
 SCALE_ARGS ?=
 
-.PHONY: install extract verify info report test bench bench-scale bench-store lint clean weights inspect sample bundle node-kit s3-server
+.PHONY: install extract verify info report test test-prediction bench bench-scale bench-store lint clean weights inspect sample bundle node-kit s3-server
 
 install: $(VENV)/.installed
 
@@ -47,10 +47,14 @@ sample: install
 
 # lint-imports first: the layer contracts of pyproject.toml ([tool.importlinter]; docs/design.md draws them).
 # Then two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
-# tests stay together in one process, so its module fixtures are made once
+# tests stay together in one process, so its module fixtures are made once. The simulator's prediction of a real
+# run (tests/bench/test_simulate_real.py) needs the machine to itself: it is `make test-prediction`, alone
 test: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"
+
+test-prediction: install
+	$(PY) -m pytest -q -s -p no:xdist -m prediction tests/bench/test_simulate_real.py
 
 bench: install
 	$(PY) -m bench
@@ -72,7 +76,7 @@ bench-store: install
 S3_PORT ?= 5555
 S3_BUCKET ?= bucket
 s3-server: install
-	$(PY) -m testing.s3server --port $(S3_PORT) --bucket $(S3_BUCKET)
+	$(PY) -m testing.s3server --port $(S3_PORT) --bucket $(S3_BUCKET) $(if $(S3_UPLOAD),--upload $(S3_UPLOAD))
 
 # an offline bundle for a GPU node with its own Python, torch, torchvision and transformers (deploy/bundle.py):
 # `make bundle PYTHON=3.12 OUT=DIR` writes 60 MB pieces, SHA256SUMS and INSTALL.txt (the one command to run there).

@@ -15,9 +15,11 @@ import logging
 import signal
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 # moto takes any keys; these are what clients sign with (an unsigned client would be refused by real S3 and is
@@ -85,6 +87,19 @@ class S3Server:
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"{self.url}/{name}: cannot create the bucket: HTTP {e.code} {e.read()[:200]!r}") from None
 
+    def upload(self, folder: Path, bucket: str, prefix: str) -> int:
+        """Every file under `folder` into `bucket` under `prefix` (as `aws s3 sync folder s3://bucket/prefix`
+        would: plain PUTs, each object one whole file); returns how many."""
+        files = sorted(f for f in folder.rglob("*") if f.is_file())
+        for f in files:
+            key = "/".join((prefix.strip("/"), f.relative_to(folder).as_posix())).lstrip("/")
+            # (a body with no type would go as a form, which the server's web framework parses first)
+            request = urllib.request.Request(f"{self.url}/{bucket}/{urllib.parse.quote(key)}", method="PUT",
+                                             data=f.read_bytes(), headers={"Content-Type": "application/octet-stream"})
+            with urllib.request.urlopen(request, timeout=300) as got:
+                got.read()
+        return len(files)
+
     def stop(self) -> None:
         if self._started:
             self._server.shutdown()
@@ -105,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port")
     p.add_argument("--bucket", action="append", default=None,
                    help="a bucket to create (repeatable; default: one named 'bucket')")
+    p.add_argument("--upload", type=Path, default=None, metavar="FOLDER",
+                   help="copy FOLDER's files into the first bucket under FOLDER's name (raw data to try --raw s3://)")
     args = p.parse_args(argv)
+    if args.upload is not None and not args.upload.is_dir():
+        print(f"s3server: {args.upload}: no such folder to upload", flush=True)
+        return 2
     try:
         server = S3Server(port=args.port)
     except OSError as e:
@@ -120,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             print(f"s3server: {e}", flush=True)
             return 2
+        if args.upload is not None:
+            bucket = (args.bucket or ["bucket"])[0]
+            n = server.upload(args.upload, bucket, args.upload.resolve().name)
+            print(f"uploaded {n} file(s) of {args.upload} to s3://{bucket}/{args.upload.resolve().name}", flush=True)
         exports = " ".join(f"{k}={v}" for k, v in server.env().items())
         print(f"S3 server on {server.url} with bucket(s) {', '.join(args.bucket or ['bucket'])} (in memory; "
               "Ctrl-C stops it). In another shell:", flush=True)
