@@ -107,6 +107,19 @@ def files_of(part_dir: Path) -> list[str]:
     return sorted(out)
 
 
+def stage(staging: Path, members: list[tuple[str, Any, dict[str, Any]]]
+          ) -> tuple[zarr.Group, dict[str, np.ndarray], list[list[Any]], list[Any], dict[str, list[Any]]]:
+    """A part's arrays written into `staging` (a new folder) from its members' rows: (its group, the arrays,
+    the items' row entries, their spans, its data files hashed). The driver's writer and a model actor writing
+    its own parts (store/workerparts.py) stage a part alike, so the bytes are the same whoever wrote them."""
+    arrays, entries, spans = concat(members)
+    group = zarr.open_group(staging, mode="w")
+    n_rows = len(arrays[layout.FEATURES])
+    for name, data in arrays.items():
+        write_array(group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
+    return group, arrays, entries, spans, data_files(staging)
+
+
 def data_files(part_dir: Path) -> dict[str, list[Any]]:
     """Size and SHA-256 of every file of the part but its own zarr.json: what the part's attributes keep, so
     that an index rebuilt from the parts still knows what the data files held when they were committed."""

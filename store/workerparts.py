@@ -85,12 +85,7 @@ def _write_one(backend: Backend, feature: str, group: list[tuple[str, FeatureRow
     name = f"w{uuid.uuid4().hex}"
     with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
         staging = Path(tmp) / name
-        arrays, entries, spans = parts.concat(group)
-        g = zarr.open_group(staging, mode="w")
-        n_rows = len(arrays[layout.FEATURES])
-        for arr_name, data in arrays.items():
-            parts.write_array(g, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
-        own = parts.data_files(staging)  # hashed once, here, as the driver's writer hashes its own parts
+        _, arrays, entries, spans, own = parts.stage(staging, group)  # hashed once, here, as the driver's are
         _, shapes = parts.record_files(staging, own)
         key = join(feature, layout.PARTS, name)
         try:

@@ -567,12 +567,7 @@ class _ObjectWriter(StoreWriter):
             return self._finish_written(feature, name, seq, members)
         with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
             staging = Path(tmp) / name
-            arrays, rows, spans = parts.concat(members)
-            group = zarr.open_group(staging, mode="w")
-            n_rows = len(arrays[layout.FEATURES])
-            for arr_name, data in arrays.items():
-                parts.write_array(group, arr_name, data, "row" if len(data) == n_rows else f"{arr_name}_dim0")
-            own = parts.data_files(staging)
+            group, _, rows, spans, own = parts.stage(staging, members)
             group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
                                                 "files": own}})
             files, shapes = parts.record_files(staging, own)
