@@ -334,14 +334,17 @@ class ExtractorWorker:
         units = sum(stages.units_of(x) for x in inputs)
         self.units[feature] += units
         self.model_s[feature] += time.perf_counter() - t0
+        retried: dict[str, int] = {}
         if store is not None:  # the actor's time (in its call's span), not the model's per-unit cost
-            results = ownparts.store_results(store, feature, self.extractors[feature], results, Failure.of)
+            results, retried = ownparts.store_results(store, feature, self.extractors[feature], results, Failure.of)
         record = stages.call_record(f"model:{feature}", started, units, len(inputs),
                                     input_kinds.KINDS[kind].unit if kind in input_kinds.KINDS else "items")
         if self.units[feature] == units:  # its first call of the feature: the model's warm-up (bench.simulate)
             record["first"] = True
         if decode_record is not None:
             record["device_decode"] = decode_record
+        if retried:  # counted in this process only: the driver adds them to the run report's (`Runner.results`)
+            record["storage_retries"] = retried
         return results, record
 
     def _device_frames(self, feature: str, inputs: tuple[Any, ...]

@@ -2,7 +2,9 @@
 driver asks it to (`StoreTarget`: a store on object storage, and the items whose pairs are whole in one call),
 the actor joins each item's rows as the driver would, uploads them as parts (store/workerparts.py) and returns
 each item's `WrittenRows` in place of its rows, so the driver receives records, not arrays. What the actor
-cannot upload (the storage refuses it here) goes to the driver as rows, as before, said once per actor."""
+cannot upload (the storage refuses it here) goes to the driver as rows, as before, said once per actor. The
+requests the uploads retried are counted in the actor's process: their number goes back with the call's record
+(`storage_retries`), for the driver to add to the run report's."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from store import BackendError, write_worker_parts
+from store import BackendError, retries, retries_since, write_worker_parts
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +30,12 @@ _refused: set[str] = set()  # stores this process could not write to (said once)
 
 
 def store_results(target: StoreTarget, feature: str, extractor: Any, results: list[Any],
-                  failure: Callable[..., Any]) -> list[Any]:
-    """The call's `Extracted` results with the rows of `target.items` written to the store and replaced by their
-    `WrittenRows`; an item whose join fails gets the failure the driver would have recorded (`failure`:
-    `actors.Failure.of`)."""
+                  failure: Callable[..., Any]) -> tuple[list[Any], dict[str, int]]:
+    """(The call's `Extracted` results with the rows of `target.items` written to the store and replaced by their
+    `WrittenRows`; the requests the uploads retried, by kind, as `store.retries_since`.) An item whose join fails
+    gets the failure the driver would have recorded (`failure`: `actors.Failure.of`)."""
     if target.url in _refused:
-        return results
+        return results, {}
     out = list(results)
     members, at = [], {}
     for k, r in enumerate(results):
@@ -47,7 +49,8 @@ def store_results(target: StoreTarget, feature: str, extractor: Any, results: li
         members.append((r.item, joined))
         at[r.item] = k
     if not members:
-        return out
+        return out, {}
+    before = retries()  # this process's count: an actor runs one call at a time
     try:
         written = write_worker_parts(target.url, feature, members)
     except Exception as e:  # the rows go to the driver as before: the run loses nothing but the saving
@@ -58,10 +61,10 @@ def store_results(target: StoreTarget, feature: str, extractor: Any, results: li
                         target.url, first)
         else:
             log.warning("%s: a part's upload failed (%s); its rows go through the driver", target.url, first)
-        return results
+        return results, retries_since(before)  # (they were tried all the same)
     for item, stand_in in written.items():
         out[at[item]] = replace(out[at[item]], rows=stand_in)
-    return out
+    return out, retries_since(before)
 
 
 def wire_bytes(value: Any) -> int:

@@ -66,10 +66,15 @@ class RunReport:
     driver_received: dict[str, int] = field(default_factory=dict)
     # requests to object storage the store's backend retried with backoff during the run, by kind (throttled: 503
     # SlowDown or 429; dropped: a connection cut or timed out mid-request; server: another 5xx; connect: none
-    # made), kinds with none left out (store/backends/objects.py). The driver's own requests (its uploads,
-    # publishes, lease, reads); the model actors' uploads of their own parts are retried alike in their processes
-    # and not counted here, nor array chunks read through zarr (obstore's retries, the same backoff)
+    # made), kinds with none left out (store/backends/objects.py): the driver's own requests (its uploads,
+    # publishes, lease, reads) and the model actors' uploads of their own parts (counted in their processes, sent
+    # back with each call's record: `add_retries`); not array chunks read through zarr (obstore's retries)
     storage_retries: dict[str, int] = field(default_factory=dict)
+
+    def add_retries(self, retried: dict[str, int]) -> None:
+        """Add a process's retried requests (`store.retries_since`) to `storage_retries`."""
+        for kind, n in retried.items():
+            self.storage_retries[kind] = self.storage_retries.get(kind, 0) + n
 
     @property
     def exit_code(self) -> int:

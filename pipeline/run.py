@@ -81,7 +81,7 @@ def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, 
         writer = writer or StoreWriter(out, dataset)  # holds the store's write lock until the run ends
         return _extract(writer, config, specs, report, items, all_items, qa, questions, force, t0, verify, retried)
     except (stop.Stopped, raystart.RayFailed) as e:  # committed pairs kept, report saved, summary printed
-        report.storage_retries = retries_since(retried)
+        report.add_retries(retries_since(retried))  # (the actors' are in already)
         return stopped_run(report, writer, out, e, t0)
     finally:
         if writer is not None:
@@ -218,7 +218,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines
-    report.storage_retries = retries_since(retried or {})  # this run's, of this process's count
+    report.add_retries(retries_since(retried or {}))  # this run's, of this process's count, beside the actors'
     with stop.deferred(raise_after=False):  # the work is done: a signal now changes nothing
         try:
             writer.write_run_report(run_id, report.as_dict())

@@ -457,6 +457,7 @@ class Runner:
             self.received("model results", (results, record))
             self.received("pairs written by actors", sum(isinstance(r.rows, WrittenRows) for r in results))
             decoding = record.pop("device_decode", None)  # the frames the actor decoded first, on its device
+            self.report.add_retries(record.pop("storage_retries", {}))  # its uploads' (ownparts.store_results)
             for r in (record, decoding):
                 if r is not None and call.worker.gpu:
                     r["gpu"] = call.worker.gpu

@@ -157,6 +157,24 @@ def test_the_runner_tells_progress_of_each_pair_closed() -> None:
                      "the first pairs"]
 
 
+def test_the_retries_of_an_actors_uploads_are_added_to_the_run_reports() -> None:
+    """(`Runner.results`) a call's record carries the requests its actor's uploads retried (counted in the actor's
+    process only): they are added to the run report's, beside what is there, and not kept as a stage's field."""
+    from pipeline.actors import Extracted
+
+    r = runner()
+    r.report = RunReport("run", "tiny", "out", {"frames": dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)})
+    r.report.storage_retries = {"throttled": 1}  # e.g. an earlier call's
+    record = {"stage": "model:frames", "start_s": 0.0, "end_s": 1.0, "cpu_s": 0.5, "units": 1.0, "items": 1,
+              "unit": "frames", "storage_retries": {"throttled": 2, "dropped": 1}}
+    got = ([Extracted("v", None, None, 0.1)], record)
+    r.ray = SimpleNamespace(get=lambda ref: got)
+    call = SimpleNamespace(pool=SimpleNamespace(feature="frames"), take=["unit"], worker=SimpleNamespace(gpu=None))
+    assert r.results("ref", call) == [("unit", got[0][0])]  # type: ignore[arg-type]
+    assert r.report.storage_retries == {"throttled": 3, "dropped": 1}
+    assert all("storage_retries" not in c for calls in r.stages.calls.values() for c in calls)
+
+
 def test_every_runner_attribute_is_declared_in_its_init() -> None:
     """The runner's state is made in one place: no method may be the first to set an attribute (a method that
     reads it would then depend on a call order nothing states)."""

@@ -95,6 +95,29 @@ def test_throttling_is_retried_with_backoff_and_counted(s3_url: str, proxy: Faul
     np.testing.assert_array_equal(np.asarray(open_store(s3_url).read("feat", "a").features[...]), rows(3, 1.0).features)
 
 
+def test_an_actors_throttled_upload_is_counted_in_what_goes_back_to_the_driver(
+        s3_url: str, proxy: FaultProxy) -> None:
+    """A model actor uploading its own part (pipeline/ownparts.py) throttled once: the retry it needed comes back
+    with its results (the actor's process counts it; the driver adds it to the run report's, `Runner.results`)."""
+    from pipeline import ownparts
+    from pipeline.actors import Extracted, Failure
+    from store.workerparts import WrittenRows
+
+    class Plain:
+        config = None
+
+        @classmethod
+        def join(cls, parts: list, config: object) -> object:
+            return parts[0]
+
+    proxy.fail("slowdown", "PUT", "/parts/", times=1)
+    target = ownparts.StoreTarget(s3_url, frozenset({"a"}))
+    out, retried = ownparts.store_results(target, "feat", Plain(), [Extracted("a", rows(3, 1.0), None, 0.1)],
+                                          Failure.of)
+    assert proxy.pending() == 0 and dict(proxy.injected) == {"slowdown": 1}
+    assert isinstance(out[0].rows, WrittenRows) and retried == {"throttled": 1}
+
+
 def test_a_request_failing_on_every_try_fails_its_pair_alone_naming_the_url(
         s3_url: str, proxy: FaultProxy, fast_retries: RetryPolicy) -> None:
     """Every try of a batch's first upload cut, then every try of its first pair's alone (the committer commits a

@@ -124,8 +124,9 @@ def test_an_actor_stores_the_items_it_may_and_returns_their_records(s3_url: str)
                Extracted("c", None, failed, 0.0),
                Extracted("d", FeatureRows(big.features, big.intervals, {}, {"bad": True}), None, 0.1)]
     target = ownparts.StoreTarget(s3_url, frozenset({"a", "c", "d"}))
-    out = ownparts.store_results(target, "feat", _Faces(), results, Failure.of)
+    out, retried = ownparts.store_results(target, "feat", _Faces(), results, Failure.of)
     a, b, c, d = out
+    assert retried == {}  # nothing retried: no kind
     assert isinstance(a.rows, workerparts.WrittenRows) and a.rows.attrs == {"joined": True}
     assert (a.item, a.failure, a.seconds) == ("a", None, 0.1)
     assert b == results[1] and c == results[2]
