@@ -148,7 +148,9 @@ class Store:
             if not self.backend.exists(layout.META):
                 raise FileNotFoundError(f"{self.path}: not a feature store (no {layout.META}); run `make extract` first")
             try:
-                self.root = zarr.open_group(self._zarr, mode="r")
+                # zarr_format: the store is Zarr v3 (its zarr.json is there); unsaid, zarr also asks a bucket for
+                # v2's .zgroup, .zattrs and .zmetadata, three requests more per open
+                self.root = zarr.open_group(self._zarr, mode="r", zarr_format=3)
             except (ValueError, TypeError, KeyError) as e:  # invalid JSON is a ValueError
                 raise ValueError(f"{self._at(layout.META)}: the store's metadata is unreadable "
                                  f"({type(e).__name__}: {e})") from None

@@ -403,6 +403,7 @@ class _ObjectWriter(StoreWriter):
         self._index: dict[str, index.Index] = {}
         self._heads: dict[str, tuple[str, int]] = {}  # feature -> (log generation, length published)
         self._finished: dict[tuple[str, str], bool] = {}  # workers' parts given their zarr.json, not yet published
+        self._groups: set[str] = set()  # features whose group is known to exist (`_has_group`)
         self._lock = None
         self._lease: contextlib.ExitStack | None = contextlib.ExitStack()
         self.backend = open_backend(self.path)
@@ -440,7 +441,10 @@ class _ObjectWriter(StoreWriter):
         self.index(feature)
 
     def _has_group(self, feature: str) -> bool:
-        return self.backend.exists(join(feature, layout.META))
+        # a request per commit otherwise; a group is never removed while this writer holds the lease
+        if feature not in self._groups and self.backend.exists(join(feature, layout.META)):
+            self._groups.add(feature)
+        return feature in self._groups
 
     def _remove_part(self, feature: str, name: str) -> None:
         with contextlib.suppress(OSError, RuntimeError):

@@ -17,6 +17,7 @@ from store import layout
 from store.backends import join, log, open_backend
 from store.reader import open_store
 from store.writer import Rewrite, StoreError, StoreLocked, StoreWriter
+from testing.faultproxy import FaultProxy
 from tests import s3server
 
 ATTRS = {"extractor": "x", "version": "1", "config": {}, "columns": ["a", "b"], "rate_hz": 1.0,
@@ -287,3 +288,31 @@ def test_the_log_in_a_bucket_is_chained_as_a_local_one(tmp_path: Path, s3_url: s
         chain = _chain(out, "feat")
         assert chain and all(after == (chain[k - 1][0] if k else 0) for k, (_, after) in enumerate(chain)), chain
     assert _chain(s3_url, "other") == _chain(tmp_path / "local.zarr", "other")
+
+
+
+def test_requests_a_commit_and_an_open_do_not_need(s3_url: str, s3_server: str, monkeypatch) -> None:
+    """Requests saved, counted as they reach the server (through the tests' TCP proxy): the writer holding the
+    lease asks whether the feature's group exists once, not at every commit, and a commit to a feature with
+    no group is still refused; opening the store asks for no Zarr v2 metadata (.zgroup, .zattrs, .zmetadata:
+    the store is v3)."""
+    proxy = FaultProxy(s3_server)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        with StoreWriter(s3_url, "demo") as w:
+            w.set_feature("feat", ATTRS)
+            proxy.requests.clear()
+            for k in range(4):
+                w.commit("feat", f"i{k}", rows(2, k), {"spec_hash": "s1", "fingerprint": f"f{k}"})
+            heads = [t for m, t, _ in proxy.requests if m == "HEAD" and t.endswith("/feat/zarr.json")]
+            assert len(heads) <= 1, heads
+            with pytest.raises(KeyError, match="no group yet"):
+                w.commit("nofeat", "x", rows(1, 0.0), {"spec_hash": "s1", "fingerprint": "fx"})
+        proxy.requests.clear()
+        s = open_store(s3_url)
+        assert s.items("feat") == [f"i{k}" for k in range(4)]
+        v2 = [t for _, t, _ in proxy.requests if t.split("?")[0].endswith((".zgroup", ".zattrs", ".zmetadata"))]
+        assert proxy.requests and not v2, v2
+        s.close()
+    finally:
+        proxy.close()
