@@ -657,8 +657,8 @@ def _frames_on_device(plan: dict[str, ActorPlan], specs: dict[str, FeatureSpec],
 @dataclass(frozen=True)
 class Identity:
     """A (feature, item) pair's source identity (`Kind.identity`) and its fingerprint, made once when the run is
-    planned (pipeline/run.py) and stored with its rows; the fingerprint hashes the file's name, size and mtime, not
-    the path it was reached by."""
+    planned (pipeline/run.py) and stored with its rows; the fingerprint hashes the file's name, size and mtime (an
+    object's in a bucket: its size and ETag), not the path or URL it was reached by."""
 
     spec_hash: str
     source: dict[str, Any]
