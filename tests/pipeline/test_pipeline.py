@@ -188,7 +188,7 @@ def test_damaged_items_are_recomputed_and_the_others_kept(tiny_root: Path, tmp_p
     each damaged item is named with its part and recomputed; the intact one is skipped."""
     out = tmp_path / "tiny.zarr"
     with monkeypatch.context() as m:
-        m.setattr("pipeline.run._compact_if_worthwhile", lambda *a: None)
+        m.setattr("pipeline.run._compact_if_worthwhile", lambda *a, **k: None)
         assert run_extract("tiny", tiny_root, out, loudness_config(commit_batch_items=1)).exit_code == 0
     reference = open_store(out).read("loudness", "tiny-a").features[:]
     parts = {i: out / "loudness/parts" / e.part for i, e in open_store(out).index("loudness").entries.items()}
