@@ -21,7 +21,7 @@ from extractors.qa import qa_rows
 from manifests.records import MediaItem, QAItem
 from media.kinds.qa import qa_text
 from rows import FeatureRows
-from store.writer import StoreWriter
+from store import StoreWriter, open_backend
 
 DIM = 2
 
@@ -77,6 +77,7 @@ class MemoryQAStore:
 
     def __init__(self, qa: list[QAItem], path: str | Path, vectors: bool = False) -> None:
         self.path, self._qa = Path(path), qa
+        self.backend = open_backend(self.path)  # the folder's, as a Store's: the plan cache keys on its manifests
         self._rows = {item: zero_qa_rows(qs, vectors) for item, qs in by_item(qa).items()}
         entries = {item: SimpleNamespace(item=item, part=item, row0=0, n_rows=len(r.features))
                    for item, r in self._rows.items()}
