@@ -55,39 +55,55 @@ def _kill_sessions(sids: list[int]) -> None:
         time.sleep(3 if sig == signal.SIGTERM else 0)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[dict[str, str]]:
-    """Head (2 CPUs) + worker node (1 CPU), token authentication on; yields the driver's environment."""
-    tmp = Path(tempfile.mkdtemp(prefix="siq-ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+@contextlib.contextmanager
+def two_nodes(prefix: str, node_env: dict[str, str] | None = None, own_folders: bool = False
+              ) -> Iterator[tuple[Path, Path, int, int]]:
+    """A head (2 CPUs) and a worker node (1 CPU) started with `ray start`, token authentication on; yields (the
+    cluster's temp folder, the token file, the GCS port, the client server's port) and stops both after.
+    `node_env`: more of the nodes' environment; `own_folders`: each node started in a folder of its own with a
+    TMPDIR of its own (`<temp folder>/node<i>`), as nodes with no path in common are."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     token = tmp / "token"
     token.write_text(secrets.token_hex(32))
     gcs, client, dash, *node_ports = _free_ports(15)
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-    common = [f"--temp-dir={tmp}", "--min-worker-port=0", "--max-worker-port=0",
-              "--disable-usage-stats"]
+    common = [f"--temp-dir={tmp}", "--min-worker-port=0", "--max-worker-port=0", "--disable-usage-stats"]
     nodes = [[str(RAY), "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
               f"--dashboard-port={dash}", "--include-dashboard=false", "--num-cpus=2"],
              [str(RAY), "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=1"]]
     sids: list[int] = []
     try:
         for i, cmd in enumerate(nodes):
+            env = {**os.environ, **(node_env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+            cwd = None
+            if own_folders:
+                cwd = tmp / f"node{i}"
+                (cwd / "tmp").mkdir(parents=True)
+                env["TMPDIR"] = str(cwd / "tmp")
+                env.pop("SIQ_RAW_CACHE", None)
             p = node_ports[6 * i: 6 * i + 6]
             cmd += common + [f"--node-manager-port={p[0]}", f"--object-manager-port={p[1]}",
                              f"--dashboard-agent-listen-port={p[2]}", f"--dashboard-agent-grpc-port={p[3]}",
                              f"--runtime-env-agent-port={p[4]}", f"--metrics-export-port={p[5]}"]
-            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
             sids.append(proc.pid)
             out, _ = proc.communicate(timeout=120)
             assert proc.returncode == 0, out[-3000:]
+        yield tmp, token, gcs, client
+    finally:
+        _kill_sessions(sids)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[dict[str, str]]:
+    """Head (2 CPUs) + worker node (1 CPU), token authentication on; yields the driver's environment."""
+    with two_nodes("siq-ray-") as (_, token, gcs, client):
         driver = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         # as a user's shell: the token where Ray looks for it, RAY_AUTH_MODE unset
         driver.update(RAY_AUTH_TOKEN_PATH=str(token), SIQ_TEST_GCS=f"127.0.0.1:{gcs}",
                       SIQ_TEST_CLIENT=f"ray://127.0.0.1:{client}")
         yield driver
-    finally:
-        _kill_sessions(sids)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # Two CPU actors of 1 CPU each on 3 CPUs (head 2, worker node 1) leave one CPU for decoding: whichever

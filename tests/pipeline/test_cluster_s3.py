@@ -6,11 +6,8 @@ a bucket (the moto server on 127.0.0.1); the store equals a local run's on the s
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from pipeline.run import run_extract
 from store.reader import open_store
 from tests import s3server
 from tests.media.test_raw_s3 import upload
-from tests.pipeline.test_cluster import CONFIG, RAY, ROOT, _free_ports, _kill_sessions
+from tests.pipeline.test_cluster import CONFIG, ROOT, two_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -33,38 +30,11 @@ s3_server, s3_url = s3server.s3_server, s3server.s3_url  # the S3 server's fixtu
 def bucket_cluster(s3_server: str) -> Iterator[dict[str, str]]:
     """Head + worker node, each started in a folder of its own with a TMPDIR of its own, the S3 server's
     endpoint and credentials in their environment (as a cloud cluster's nodes get them); yields the driver's."""
-    tmp = Path(tempfile.mkdtemp(prefix="siq-ray3-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    token = tmp / "token"
-    token.write_text(secrets.token_hex(32))
-    gcs, client, dash, *node_ports = _free_ports(15)
     aws = {**s3server.CREDENTIALS, "AWS_ENDPOINT_URL": s3_server}
-    common = [f"--temp-dir={tmp}", "--min-worker-port=0", "--max-worker-port=0", "--disable-usage-stats"]
-    nodes = [[str(RAY), "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
-              f"--dashboard-port={dash}", "--include-dashboard=false", "--num-cpus=2"],
-             [str(RAY), "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=1"]]
-    sids: list[int] = []
-    try:
-        for i, cmd in enumerate(nodes):
-            home = tmp / f"node{i}"
-            (home / "tmp").mkdir(parents=True)
-            env = {**os.environ, **aws, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
-                   "TMPDIR": str(home / "tmp")}
-            env.pop("SIQ_RAW_CACHE", None)
-            p = node_ports[6 * i: 6 * i + 6]
-            cmd += common + [f"--node-manager-port={p[0]}", f"--object-manager-port={p[1]}",
-                             f"--dashboard-agent-listen-port={p[2]}", f"--dashboard-agent-grpc-port={p[3]}",
-                             f"--runtime-env-agent-port={p[4]}", f"--metrics-export-port={p[5]}"]
-            proc = subprocess.Popen(cmd, env=env, cwd=home, start_new_session=True, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-            sids.append(proc.pid)
-            out, _ = proc.communicate(timeout=120)
-            assert proc.returncode == 0, out[-3000:]
+    with two_nodes("siq-ray3-", node_env=aws, own_folders=True) as (tmp, token, gcs, _):
         driver = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         driver.update(aws, RAY_AUTH_TOKEN_PATH=str(token), RAY_ADDRESS=f"127.0.0.1:{gcs}", SIQ_TEST_HOME=str(tmp))
         yield driver
-    finally:
-        _kill_sessions(sids)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_raw_data_and_store_only_in_a_bucket_on_a_two_node_cluster(bucket_cluster: dict[str, str], s3_url: str,
