@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from objectio import is_url  # one list of object-storage schemes, for the store and the raw data alike
 from store.backends.base import (
     Backend,
     BackendError,
@@ -20,13 +21,6 @@ from store.backends.base import (
 
 __all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "open_backend",
            "retries", "retries_since"]
-
-OBJECT_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://")
-
-
-def is_url(location: str | Path) -> bool:
-    """Whether `location` names object storage rather than a local path."""
-    return isinstance(location, str) and location.startswith(OBJECT_SCHEMES)
 
 
 def open_backend(location: str | Path) -> Backend:
