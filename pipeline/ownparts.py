@@ -14,9 +14,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from store import BackendError, retries, retries_since, write_worker_parts
+from store import BackendError, is_url, retries, retries_since, write_worker_parts
 
 log = logging.getLogger(__name__)
+
+def actors_write(worker_parts: bool, store_path: object) -> bool:
+    """Whether a run's model actors write their own parts: asked for (`RunConfig.worker_parts`) and the store in a
+    bucket (on one node's disk the rows reach the driver through Ray's shared memory anyway)."""
+    return worker_parts and is_url(str(store_path))
+
 
 class StoreTarget(NamedTuple):
     """Where an actor writes a call's parts: the store's URL and the items it may write (those whose pair is

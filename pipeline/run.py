@@ -18,7 +18,7 @@ from typing import Any
 from manifests.records import ManifestNote, MediaItem, QAItem
 from media import kinds, nvdec
 from objectio import ObjectPath, raw_root
-from pipeline import raystart, stop, supervise
+from pipeline import ownparts, raystart, stop, supervise
 from pipeline.actors import Failure
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -214,7 +214,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
                     runner.stop_sampling()  # (done already by a run that got to its report)
         finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
             runner.progress.close()
-    _compact_if_worthwhile(writer, specs, report, merge_small=not (config.worker_parts and is_url(str(writer.path))))
+    _compact_if_worthwhile(writer, specs, report, merge_small=not ownparts.actors_write(config.worker_parts, writer.path))
     report.filtered = _filtered(writer, specs)
     report.seconds = time.perf_counter() - t0
     report.worker_kills = supervise.worker_kills()  # Ray's own count, as the parent read it from its lines

@@ -26,7 +26,7 @@ from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
 from pipeline.report import RunReport, late_record, shorter_record, streams_record
 from pipeline.schedule import CPU, CUDA, Call, Decode, FixedScheduler, Pool, Scheduler, Unit, Worker
-from store import StoreWriter, WrittenRows, is_url, partial_record
+from store import StoreWriter, WrittenRows, partial_record
 from store import fingerprint as store_fingerprint
 
 log = logging.getLogger("siqfeat")
@@ -261,7 +261,7 @@ class Runner:
     def store_target(self, call: Call) -> ownparts.StoreTarget | None:
         """On object storage, the call's items whose rows its actor writes to the store itself (those whole in
         this call: a long video's segments are joined here); None where every row comes here."""
-        if not self.config.worker_parts or self.writer is None or not is_url(str(self.writer.path)):
+        if self.writer is None or not ownparts.actors_write(self.config.worker_parts, self.writer.path):
             return None  # (no writer: bench/engine.py's runner, whose commits store nothing)
         feat = call.pool.feature
         pairs = [(u.item, self.pairs.get((feat, u.item))) for u in call.take if u.part == 0]
