@@ -28,8 +28,8 @@ from store import (
     ItemFeature,
     Store,
     gc_paused,
-    is_url,
     load_plan,
+    location,
     open_store,
     plan_cache_key,
     save_plan,
@@ -43,12 +43,6 @@ MISSING = "item missing, incomplete or damaged in a needed feature"
 # read lazily per sample were 5 ms of a 6 ms sample. Token states (~100 MB per part) stay lazy.
 READ_WHOLE_BYTES = 64 << 20
 _NO_STEPS = torch.zeros((0, 2), dtype=torch.float64)  # a text-only sample's reference intervals (shared, never written)
-
-
-def _location(store: str | Path) -> str | Path:
-    """A local store as a Path, a store in a bucket (s3://, gs://, az://) as its URL (a Path would fold s3://bucket
-    into s3:/bucket)."""
-    return str(store).rstrip("/") if is_url(store) else Path(store)
 
 
 class QASample(NamedTuple):
@@ -247,7 +241,7 @@ class _SocialIQ(Dataset):
         (up to `view_cache_bytes` of them per process)."""
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
-        self.path, self.modalities = _location(store), tuple(modalities)
+        self.path, self.modalities = location(store), tuple(modalities)
         self.split = SPLIT_NAMES.get(split.lower(), split) if split is not None else None  # "dev" is stored as "val"
         self.to, self.how, self.qa_feature, self.text = to, how, qa_feature, text
         self.fill_value, self.cache_items, self.seed = float(fill_value), int(cache_items), int(seed)
@@ -583,7 +577,7 @@ class SocratisReactions(Dataset):
                  fill_value: float = 0.0) -> None:
         if text not in ("tokens", "pooled"):
             raise ValueError(f"text must be 'tokens' or 'pooled', got {text!r}")
-        self.path, self.image_features, self.text = _location(store), tuple(image_features), text
+        self.path, self.image_features, self.text = location(store), tuple(image_features), text
         self.caption_feature, self.reactions_feature, self.fill_value = caption_feature, reactions_feature, fill_value
         s = open_store(self.path)
         needed = [*self.image_features, caption_feature, reactions_feature]

@@ -39,7 +39,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "compact_store": ("compact", "compact_store"), "verify_store": ("verify", "verify_store"),
     "migrate_store": ("migrate", "migrate_store"), "gc_paused": ("index", "gc_paused"),
     # local folders and object storage
-    "is_url": ("backends", "is_url"), "join": ("backends", "join"), "open_backend": ("backends", "open_backend"),
+    "is_url": ("backends", "is_url"), "location": ("backends", "location"), "join": ("backends", "join"),
+    "open_backend": ("backends", "open_backend"),
     "BackendError": ("backends", "BackendError"),
     # object storage's requests retried with backoff, by kind (the run report's `storage_retries`)
     "retries": ("backends", "retries"), "retries_since": ("backends", "retries_since"),
@@ -65,7 +66,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports each on first use
-    from store.backends import BackendError, is_url, join, open_backend, retries, retries_since
+    from store.backends import BackendError, is_url, join, location, open_backend, retries, retries_since
     from store.compact import compact_store
     from store.index import gc_paused
     from store.integrity import DamagedMetadata, part_problems

@@ -21,7 +21,7 @@ import zarr
 
 from manifests.records import MediaItem, QAItem, parse_jsonl_all
 from store import index, integrity, layout, parts
-from store.backends import Backend, Pinned, is_url, join, open_backend
+from store.backends import Backend, Pinned, join, location, open_backend
 from store.index import Index, attrs_of
 from store.integrity import DamagedItem, DamagedMetadata, DamagedPart, ItemCheck, damaged_item
 from store.rowview import RowView
@@ -140,7 +140,7 @@ class Store:
         even when the store's own zarr.json is unreadable (verify: the items are still checked through the
         indexes); feature attributes are then unavailable."""
         # a path stays a Path (callers join it); a URL stays its text, and every read goes through the backend
-        self.path: Any = str(path).rstrip("/") if is_url(path) else Path(path)
+        self.path: Any = location(path)
         self.backend: Backend = open_backend(self.path)
         self._zarr = self.backend.zarr_store(read_only=True)
         self.root, self.attrs = None, {}

@@ -19,8 +19,14 @@ from store.backends.base import (
     retries_since,
 )
 
-__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "open_backend",
+__all__ = ["Backend", "BackendError", "Conflict", "Locked", "ObjectInfo", "Pinned", "is_url", "join", "location", "open_backend",
            "retries", "retries_since"]
+
+
+def location(where: str | Path) -> str | Path:
+    """A store's location as given: a local path as a Path, an object-storage URL as its text without a trailing
+    slash (a Path would fold s3://bucket into s3:/bucket)."""
+    return str(where).rstrip("/") if is_url(where) else Path(where)
 
 
 def open_backend(location: str | Path) -> Backend:
