@@ -218,9 +218,13 @@ def test_extract_into_a_bucket_equals_a_local_run(tiny_root_template: Path, tmp_
     """`extract --out s3://…` with a local Ray: the same pairs committed, equal array for array to a local run's
     store (the per-item timings aside; the text model's rows within float rounding, which depends on the items
     batched together in the run), and the second run finds everything up to date."""
+    import ray
+
     from pipeline.config import load_config
     from pipeline.run import run_extract
 
+    if ray.is_initialized():  # an earlier test's Ray in this process: its workers lack the bucket's credentials,
+        ray.shutdown()        # which a user's run (one Ray, started with them) has; the run starts its own
     features = ["qa", "transcript"]
     local = run_extract("tiny", tiny_root_template, tmp_path / "local.zarr", load_config("sample"), only=features)
     remote = run_extract("tiny", tiny_root_template, s3_url, load_config("sample"), only=features)
