@@ -42,7 +42,8 @@ def _extract(args: argparse.Namespace) -> int:
         _generate_sample(dataset, raw)  # a bucket's sample is uploaded, never generated into it
     only = args.features.split(",") if args.features else None
     raystart.adopt_orphans()  # this process is the run: what its Ray leaves behind is its to end
-    with stop.on_signals(at_force_exit=raystart.kill_now):  # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
+    # SIGINT/SIGTERM: the run stops, saves its report and the summary says so
+    with stop.on_signals(at_force_exit=raystart.kill_now, echo=supervise.parent_death_echo):
         try:
             report = run_extract(dataset, raw, _store_arg(args.out), config, only=only, force=args.force,
                                  limit=args.limit, verify=args.verify, split=args.split)

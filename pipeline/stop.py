@@ -21,6 +21,7 @@ Ray or the store, and they may all import this.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -54,6 +55,7 @@ class _State:
         self.stage = "starting"  # what the run was doing, for the report
         self.previous: dict[int, Any] = {}
         self.at_force_exit: Callable[[], None] | None = None  # called before a second signal exits at once
+        self.echo: Callable[[int], bool] | None = None  # whether a second signal is the first one's echo
 
 
 _active: _State | None = None
@@ -63,10 +65,14 @@ def _handle(signum: int, frame: Any) -> None:
     state = _active
     if state is None:
         return
-    if state.signum is not None:  # the user insists: go now
-        sys.stderr.write(f"\n{signal.Signals(signum).name} again while stopping: exiting at once "
-                         "(committed pairs are kept; no run report)\n")
-        sys.stderr.flush()
+    if state.signum is not None:  # the user insists: go now, unless it is the first signal's echo
+        if state.echo is not None and state.echo(signum):
+            log.debug("%s again while stopping: the first one's echo, not a second request", signal.Signals(signum).name)
+            return
+        with contextlib.suppress(OSError):  # a terminal gone (a pipe to a killed parent) must not stop the exit
+            sys.stderr.write(f"\n{signal.Signals(signum).name} again while stopping: exiting at once "
+                             "(committed pairs are kept; no run report)\n")
+            sys.stderr.flush()
         if state.at_force_exit is not None:
             state.at_force_exit()  # the CLI's: the run's local Ray must not outlive the driver
         os._exit(128 + signum)
@@ -79,15 +85,18 @@ def _handle(signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def on_signals(at_force_exit: Callable[[], None] | None = None) -> Iterator[None]:
+def on_signals(at_force_exit: Callable[[], None] | None = None,
+               echo: Callable[[int], bool] | None = None) -> Iterator[None]:
     """SIGINT and SIGTERM raise `Stopped` inside the block (main thread only; elsewhere nothing changes).
-    `at_force_exit`: called when a second signal ends the process at once (what must not outlive it)."""
+    `at_force_exit`: called when a second signal ends the process at once (what must not outlive it).
+    `echo(signum)`: True when a second signal is no one insisting but the first one's repeat (a supervised
+    driver's: the kernel's SIGTERM for a killed parent comes once per thread of it), which is then ignored."""
     global _active
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     state = _State()
-    state.at_force_exit = at_force_exit
+    state.at_force_exit, state.echo = at_force_exit, echo
     state.previous = {s: signal.getsignal(s) for s in SIGNALS}
     _active = state
     reinstall()

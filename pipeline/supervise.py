@@ -267,6 +267,15 @@ def parent_gone() -> int | None:
         time.sleep(0.05)
 
 
+def parent_death_echo(signum: int) -> bool:
+    """In a supervised driver: whether a signal that came while stopping is the kernel's SIGTERM for the killed
+    parent once more. The kernel sends the parent-death signal each time the parent's thread holding the
+    driver ends and hands it to the next (kernel/exit.c, forget_original_parent): the parent's pump threads
+    make a SIGKILL of it several SIGTERMs, which a loaded machine delivers apart. A SIGTERM while the parent
+    lives is someone insisting."""
+    return signum == signal.SIGTERM and parent_gone() is not None
+
+
 PARENT_CHECK_S = 0.5  # how long a stopping driver looks for its parent's end (a forwarded signal: it never comes)
 
 

@@ -22,6 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# the server is on this machine: never reached through a proxy, whatever the environment names (a user's
+# HTTP_PROXY, or a test's dead one), and not through urllib.request.urlopen's opener either, which keeps the
+# proxies of the environment as it was at its first use in the process
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 # moto takes any keys; these are what clients sign with (an unsigned client would be refused by real S3 and is
 # not what the code under test does)
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key", "AWS_SECRET_ACCESS_KEY": "testing-secret",
@@ -82,7 +87,7 @@ class S3Server:
         """A new bucket (S3's CreateBucket, path-style, in us-east-1)."""
         request = urllib.request.Request(f"{self.url}/{name}", method="PUT", data=b"")
         try:
-            with urllib.request.urlopen(request, timeout=30) as got:
+            with _DIRECT.open(request, timeout=30) as got:
                 got.read()
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"{self.url}/{name}: cannot create the bucket: HTTP {e.code} {e.read()[:200]!r}") from None
@@ -96,7 +101,7 @@ class S3Server:
             # (a body with no type would go as a form, which the server's web framework parses first)
             request = urllib.request.Request(f"{self.url}/{bucket}/{urllib.parse.quote(key)}", method="PUT",
                                              data=f.read_bytes(), headers={"Content-Type": "application/octet-stream"})
-            with urllib.request.urlopen(request, timeout=300) as got:
+            with _DIRECT.open(request, timeout=300) as got:
                 got.read()
         return len(files)
 

@@ -79,6 +79,10 @@ def test_weights_offline_says_so_and_leaves_nothing(tmp_path: Path, monkeypatch:
         monkeypatch.setenv(var, "http://127.0.0.1:9")
     for var in ("no_proxy", "NO_PROXY"):
         monkeypatch.delenv(var, raising=False)
+    # urlopen's opener keeps the proxies of its first use for the whole process: this test's dead one must not
+    # outlive it (the S3 tests in the same worker were refused by it)
+    import urllib.request
+    monkeypatch.setattr(urllib.request, "_opener", None)
     target = tmp_path / "new" / "weights"
     caplog.set_level("INFO", logger="siqfeat")
     assert main(["weights", "--dir", str(target)]) == exitcodes.BAD_INPUT

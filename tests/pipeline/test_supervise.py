@@ -282,7 +282,7 @@ def test_a_run_whose_workers_ray_killed_says_so_in_its_summary_and_not_in_ray_s_
 # The real command line and stop path, the extraction itself faked: no manifests, then a wait in the driver (what a
 # run does between its commits) until a signal stops it.
 ORPHAN_SCRIPT = textwrap.dedent('''
-    import os, sys, time
+    import os, signal, sys, time
     from pipeline import cli, run, supervise
 
     cli._generate_sample = lambda dataset, raw: None
@@ -297,14 +297,26 @@ ORPHAN_SCRIPT = textwrap.dedent('''
         time.sleep(60)
 
     run._extract = waiting
+    if os.environ.get("ECHO"):  # the kernel's SIGTERM once more while the driver stops (one per parent thread)
+        kills = supervise.worker_kills
+
+        def echoed():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # its handler runs here
+            return kills()
+
+        supervise.worker_kills = echoed
     sys.exit(cli.main(sys.argv[1:], supervised=True))
 ''')
 
 
-def test_a_killed_parent_leaves_the_true_cause_the_summary_and_no_journal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("echo", [False, True])
+def test_a_killed_parent_leaves_the_true_cause_the_summary_and_no_journal(tmp_path: Path, echo: bool) -> None:
     """Issue 53 point 4: SIGKILL to the command line's process. The driver gets the kernel's SIGTERM, stops as for
     one, and says why: the report's `stopped` names the killed parent, the summary is written beside the report
-    (no terminal is left to show it), and the journal folder is removed."""
+    (no terminal is left to show it), and the journal folder is removed. `echo`: the kernel's SIGTERM comes
+    again while the driver stops (it sends one per thread of the killed parent; a loaded machine delivers them
+    apart): not a second request to exit at once, and no write to the dead terminal cuts the report's save."""
     import time
 
     (tmp_path / "cmd.py").write_text(ORPHAN_SCRIPT)
@@ -313,7 +325,7 @@ def test_a_killed_parent_leaves_the_true_cause_the_summary_and_no_journal(tmp_pa
     out = tmp_path / "s.zarr"
     proc = subprocess.Popen([sys.executable, str(tmp_path / "cmd.py"), "extract", "--dataset", "sample", "--raw",
                              str(tmp_path / "raw"), "--out", str(out), "--features", "qa"], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)},
+                            env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp), "ECHO": "1" if echo else ""},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
