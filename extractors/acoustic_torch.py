@@ -460,7 +460,8 @@ class TorchKernels:
         minus = np.round((np.arange(1, srh.N_HARMONICS)[:, None] + 0.5) * f[None]).astype(np.int64) - 1
         n_bins = int(plus.max()) + 1
         plus_t, minus_t, starts = self._t(plus), self._t(minus), self._t(centres - length // 2)
-        chunk = max(1, CHUNK_ELEMENTS // (2 * fs))
+        # on a CPU, srh.CHUNK frames at a time (their spectra stay in cache: whole-block batches ran 3x slower)
+        chunk = srh.CHUNK if self.device.type == "cpu" else max(1, CHUNK_ELEMENTS // (2 * fs))
         best = []
         for i in range(0, centres.size, chunk):
             frames = self._windows(res, starts[i : i + chunk], length) * win
