@@ -211,7 +211,10 @@ def test_torch_kernels_equal_numpy() -> None:
     reference's HMPDM moves by up to 1.6e-4 rad and its HMPDD by up to 0.035-0.052 (p99 0.015-0.024) on this vowel,
     arctic_a0007 and DB-cresc (PDD = sqrt(-2 ln R) magnifies a float32 rounding of R near 1), so HMPDM within 4e-4
     rad and HMPDD within 0.11 (p99 0.05); measured torch against the reference: HMPDM 1.6e-4, HMPDD 0.035-0.060
-    (p99 0.013-0.027). The whole 74-column set: every other column within 1e-3."""
+    (p99 0.013-0.027). The whole 74-column set: every other column within 1e-3, Rd within 1e-3 on 99 % of rows
+    and within Brent's tolerance (0.01) on all: its search is torch's too, and two MSP errors equal to rounding may
+    send it another way (test_acoustic_torch.py's assert_74_kernels_equal; measured through the whole extractor on
+    DB-cresc: 6 of 629 rows moved, by up to 1e-3)."""
     torch = pytest.importorskip("torch")
     from extractors import acoustic_torch
 
@@ -230,8 +233,11 @@ def test_torch_kernels_equal_numpy() -> None:
     ref = Covarep(CovarepConfig()).extract(audio).features
     got = Covarep(CovarepConfig(backend="torch", device="cpu")).extract(audio).features
     np.testing.assert_array_equal(np.isnan(ref), np.isnan(got))
-    first = COVAREP74_COLUMNS.index("HMPDM_0")
-    np.testing.assert_allclose(got[:, :first], ref[:, :first], rtol=0, atol=1e-3, equal_nan=True)
+    first, rd = COVAREP74_COLUMNS.index("HMPDM_0"), COVAREP74_COLUMNS.index("Rd")
+    others = [i for i in range(first) if i != rd]
+    np.testing.assert_allclose(got[:, others], ref[:, others], rtol=0, atol=1e-3, equal_nan=True)
+    d_rd = np.abs(got[:, rd] - ref[:, rd])[np.isfinite(ref[:, rd])]
+    assert d_rd.max() <= 0.01 and np.mean(d_rd > 1e-3) <= 0.01, (d_rd.max(), np.mean(d_rd > 1e-3))
     _check_hmpd(got[:, first:].astype(float), ref[:, first:].astype(float))
 
 
