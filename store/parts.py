@@ -7,12 +7,14 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
+from zarr.storage import MemoryStore
 
 from store import layout
 from store.backends import Backend, join
@@ -120,6 +122,37 @@ def stage(staging: Path, members: list[tuple[str, Any, dict[str, Any]]]
     return group, arrays, entries, spans, data_files(staging)
 
 
+class Staged(NamedTuple):
+    """A part staged in memory (`stage_in_memory`): its group (attributes still to be put), arrays, the items'
+    row entries, their spans, its data files hashed (`own`, as `data_files` gives them) and every file's
+    bytes (`files`: the part's own zarr.json too, as it is when read)."""
+
+    group: zarr.Group
+    arrays: dict[str, np.ndarray]
+    entries: list[list[Any]]
+    spans: dict[str, dict[str, list[int]]]
+    own: dict[str, list[Any]]
+    files: dict[str, Any]  # relative key -> zarr's Buffer of it
+
+    def bytes_of(self, rel: str) -> bytes:
+        return self.files[rel].to_bytes()
+
+
+def stage_in_memory(members: list[tuple[str, Any, dict[str, Any]]]) -> Staged:
+    """`stage` into memory (zarr's MemoryStore) instead of a folder: the same files, byte for byte (zarr encodes
+    alike whatever it writes to), for a part uploaded to object storage, where a local folder was only a
+    place to hash it from and cost a file write, a read back and a removal per file."""
+    arrays, entries, spans = concat(members)
+    files: dict[str, Any] = {}
+    group = zarr.open_group(MemoryStore(files), mode="w")
+    n_rows = len(arrays[layout.FEATURES])
+    for name, data in arrays.items():
+        write_array(group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
+    own = {rel: [len(b), hashlib.sha256(b).hexdigest()]
+           for rel in sorted(files) if rel != META for b in [files[rel].to_bytes()]}
+    return Staged(group, arrays, entries, spans, own, files)
+
+
 def data_files(part_dir: Path) -> dict[str, list[Any]]:
     """Size and SHA-256 of every file of the part but its own zarr.json: what the part's attributes keep, so
     that an index rebuilt from the parts still knows what the data files held when they were committed."""
@@ -140,12 +173,22 @@ def record_files(part_dir: Path, own: dict[str, Any]) -> tuple[dict[str, list[An
 
 def _record_files_at(backend: Backend, part: str, own: dict[str, Any],
                      ) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
-    raw = backend.get(join(part, META))
+    return _record_files(lambda rel: backend.get(join(part, rel)), own)
+
+
+def record_staged(staged: Staged) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """`record_files` of a part staged in memory, its attributes put."""
+    return _record_files(staged.bytes_of, staged.own)
+
+
+def _record_files(get: Callable[[str], bytes], own: dict[str, Any],
+                  ) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    raw = get(META)
     arrays = {}
     for rel in own:
         name, _, last = rel.rpartition("/")
         if last == META and name and "/" not in name:
-            meta = json.loads(backend.get(join(part, rel)))
+            meta = json.loads(get(rel))
             arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
     return {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}, arrays
 

@@ -11,7 +11,7 @@ import abc
 import hashlib
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -95,6 +95,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Write `data` as the whole object: a reader sees the old object or the new one, never a part."""
+
+    def put_many(self, objects: Mapping[str, bytes]) -> None:
+        """`put` each of `objects` (key -> bytes); every one written when this returns. On a failure the first
+        error is raised once no write is in flight any more (some objects may be written: the caller removes
+        them), so nothing lands after the caller has cleaned up."""
+        for key, data in objects.items():
+            self.put(key, data)
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:

@@ -7,12 +7,13 @@ name the URL and the variable to set (objectio/client.py)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import zarr
@@ -30,6 +31,9 @@ from store.backends import lease, log, pins
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned, count_retry, join
 
 log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
+
+PUT_THREADS = 8  # uploads in flight at once (`put_many`)
+
 
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
     return ObjectInfo(key, int(meta.get("size") or 0), str(meta.get("e_tag") or meta.get("version") or ""))
@@ -58,6 +62,7 @@ class ObjectBackend(Backend):
         _not_forked(self.url)
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
         self._unsigned = unsigned(url)
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None  # `put_many`'s, made on first use
         try:
             self._store = from_url(self.url, **_options(self.url, _NO_RETRY))
         except (oe.BaseError, ValueError) as e:
@@ -131,6 +136,30 @@ class ObjectBackend(Backend):
     def put(self, key: str, data: bytes) -> ObjectInfo:
         got = self._call(key, obstore.put, key, data)
         return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
+
+    def put_many(self, objects: Mapping[str, bytes]) -> None:
+        """The objects written PUT_THREADS at a time: a part is ~17 small objects, and a round trip to a real
+        endpoint (tens of ms) dwarfs sending one (docs/scale.md, "The store on S3"). Each is retried on its own
+        (`put`); the first failure is raised after the others have finished or were never started."""
+        if len(objects) < 2:
+            super().put_many(objects)
+            return
+        pool = self._pool()
+        futures = [pool.submit(self.put, key, data) for key, data in objects.items()]
+        try:
+            concurrent.futures.wait(futures)
+        except BaseException:  # interrupted: what has not started never will; what has, ends first
+            for f in futures:
+                f.cancel()
+            concurrent.futures.wait(futures)
+            raise
+        for f in futures:
+            f.result()
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(PUT_THREADS, thread_name_prefix="siq-put")
+        return self._threads
 
     def _put_conditional(self, key: str, data: bytes, mode: Any, why: str) -> ObjectInfo:
         tries = 0

@@ -31,6 +31,9 @@ def test_whole_objects_round_trip(backend: Backend) -> None:
     backend.put("a/b.bin", b"new")
     assert backend.get("a/b.bin") == b"new"
     assert backend.head("a/b.bin").version != info.version
+    many = {f"m/{k:02d}": bytes([k]) * (k + 1) for k in range(12)}  # (in a bucket, several in flight at once)
+    backend.put_many(many)
+    assert {i.key: backend.get(i.key) for i in backend.list("m")} == many
 
 
 def test_listing(backend: Backend) -> None:
