@@ -49,12 +49,23 @@ class ItemCheck:
         return self.problem is None
 
 
-def _read_json(backend: Backend, key: str, where: str) -> dict[str, Any]:
+def _get(backend: Backend, key: str, where: str) -> bytes:
     try:
-        meta = json.loads(backend.get(key))
+        return backend.get(key)
     except FileNotFoundError:
         raise DamagedItem(f"{where} is missing") from None
-    except (OSError, ValueError) as e:  # ValueError: invalid JSON or UTF-8
+    except OSError as e:
+        raise DamagedItem(f"{where} is unreadable ({type(e).__name__}: {e})") from None
+
+
+def _read_json(backend: Backend, key: str, where: str) -> dict[str, Any]:
+    return _json_object(_get(backend, key, where), where)
+
+
+def _json_object(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:  # invalid JSON or UTF-8
         raise DamagedItem(f"{where} is unreadable ({type(e).__name__}: {e})") from None
     if not isinstance(meta, dict):
         raise DamagedItem(f"{where} is not a JSON object")
@@ -68,24 +79,34 @@ def zarr_meta(path: Path, where: str, node_type: str) -> dict[str, Any]:
 
 def zarr_meta_at(backend: Backend, key: str, where: str, node_type: str) -> dict[str, Any]:
     """`zarr_meta` of the object `key` of a backend."""
-    meta = _read_json(backend, key, where)
+    return _zarr_meta(_get(backend, key, where), where, node_type)
+
+
+def _zarr_meta(raw: bytes, where: str, node_type: str) -> dict[str, Any]:
+    meta = _json_object(raw, where)
     if meta.get("zarr_format") != 3 or meta.get("node_type") != node_type:
         raise DamagedItem(f"{where} does not describe {'an' if node_type == 'array' else 'a'} {node_type}")
     return meta
 
 
-def _check_arrays(backend: Backend, part: str, arrays: dict[str, dict[str, Any]]) -> None:
+def _check_arrays(backend: Backend, part: str, arrays: dict[str, dict[str, Any]],
+                  metas: dict[str, bytes] | None = None) -> None:
     for name, want in arrays.items():
         where = f"{name}/{META}"
-        meta = zarr_meta_at(backend, join(part, where), where, "array")
+        raw = _get(backend, join(part, where), where)
+        meta = _zarr_meta(raw, where, "array")
+        if metas is not None:
+            metas[name] = raw
         if want.get("shape") is not None and meta.get("shape") != want["shape"]:
             raise DamagedItem(f"{where}: shape {meta.get('shape')}, committed as {want['shape']}")
         if want.get("dtype") is not None and str(meta.get("data_type")) != want["dtype"]:
             raise DamagedItem(f"{where}: dtype {meta.get('data_type')}, committed as {want['dtype']}")
 
 
-def _check_files(backend: Backend, part: str, files: dict[str, list[Any]], full: bool) -> None:
-    found = backend.sizes(part, files)  # in a bucket one listing, not a request per file
+def _check_files(backend: Backend, part: str, files: dict[str, list[Any]], full: bool,
+                 found: dict[str, int | None] | None) -> None:
+    if found is None:
+        found = backend.sizes(part, files)  # in a bucket one listing, not a request per file
     for rel, (size, digest) in sorted(files.items()):
         key = join(part, rel)
         actual = found[rel]
@@ -104,13 +125,16 @@ def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | 
     return check_part_at(LocalBackend(part_dir), "", record, full)
 
 
-def check_part_at(backend: Backend, part: str, record: PartRecord, full: bool = False) -> str | None:
-    """`check_part` of the part at key `part` of a backend."""
+def check_part_at(backend: Backend, part: str, record: PartRecord, full: bool = False,
+                  sizes: dict[str, int | None] | None = None, metas: dict[str, bytes] | None = None) -> str | None:
+    """`check_part` of the part at key `part` of a backend. `sizes`: its files' sizes (`Backend.sizes`) when
+    the caller asked for many parts' at once; `metas`: filled with each array's zarr.json as read and checked
+    here (a reader opens the arrays from them instead of asking for them again)."""
     try:
         if not record.files:
             return "its part folder is missing" if not backend.children(part) else "its index record lists no files"
-        _check_files(backend, part, record.files, full)
-        _check_arrays(backend, part, record.arrays)
+        _check_files(backend, part, record.files, full, sizes)
+        _check_arrays(backend, part, record.arrays, metas)
         if META not in record.files:  # its size unrecorded: parse it at least (it holds the part's own record,
             _read_json(backend, join(part, META), META)  # every item's row: ~128 KB for 512 items, half a plan's JSON)
     except DamagedItem as e:
@@ -133,12 +157,13 @@ def noted_parts(store: Path | Backend, feature: str) -> set[str]:
 
 
 def part_problem(store: Path | Backend, feature: str, part: str, record: PartRecord, full: bool,
-                 noted: set[str]) -> str | None:
+                 noted: set[str], sizes: dict[str, int | None] | None = None,
+                 metas: dict[str, bytes] | None = None) -> str | None:
     """The part's check: in full when `full` or when a read noted it damaged (in `noted`: `noted_parts`), whose
     note is removed (from the store and `noted`) when it reads as committed again (rewritten by hand, a false
-    alarm)."""
+    alarm). `sizes`, `metas`: as `check_part_at` takes them."""
     backend = _backend(store)
-    problem = check_part_at(backend, join(feature, layout.PARTS, part), record, full or part in noted)
+    problem = check_part_at(backend, join(feature, layout.PARTS, part), record, full or part in noted, sizes, metas)
     if problem is None and part in noted:
         with contextlib.suppress(OSError, RuntimeError):
             backend.delete(join(feature, layout.NOTES, part))
