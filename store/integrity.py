@@ -90,10 +90,15 @@ def _zarr_meta(raw: bytes, where: str, node_type: str) -> dict[str, Any]:
 
 
 def _check_arrays(backend: Backend, part: str, arrays: dict[str, dict[str, Any]],
-                  metas: dict[str, bytes] | None = None) -> None:
+                  metas: dict[str, bytes | None] | None = None) -> None:
     for name, want in arrays.items():
         where = f"{name}/{META}"
-        raw = _get(backend, join(part, where), where)
+        if metas is not None and name in metas:  # read by the caller (None: there was none)
+            raw = metas[name]
+            if raw is None:
+                raise DamagedItem(f"{where} is missing")
+        else:
+            raw = _get(backend, join(part, where), where)
         meta = _zarr_meta(raw, where, "array")
         if metas is not None:
             metas[name] = raw
@@ -126,10 +131,12 @@ def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | 
 
 
 def check_part_at(backend: Backend, part: str, record: PartRecord, full: bool = False,
-                  sizes: dict[str, int | None] | None = None, metas: dict[str, bytes] | None = None) -> str | None:
+                  sizes: dict[str, int | None] | None = None, metas: dict[str, bytes | None] | None = None,
+                  ) -> str | None:
     """`check_part` of the part at key `part` of a backend. `sizes`: its files' sizes (`Backend.sizes`) when
-    the caller asked for many parts' at once; `metas`: filled with each array's zarr.json as read and checked
-    here (a reader opens the arrays from them instead of asking for them again)."""
+    the caller asked for many parts' at once; `metas`: array -> its zarr.json's bytes (None: missing) as the
+    caller read them, the others read here and added (a reader opens the arrays from them instead of asking
+    for them again)."""
     try:
         if not record.files:
             return "its part folder is missing" if not backend.children(part) else "its index record lists no files"
@@ -158,7 +165,7 @@ def noted_parts(store: Path | Backend, feature: str) -> set[str]:
 
 def part_problem(store: Path | Backend, feature: str, part: str, record: PartRecord, full: bool,
                  noted: set[str], sizes: dict[str, int | None] | None = None,
-                 metas: dict[str, bytes] | None = None) -> str | None:
+                 metas: dict[str, bytes | None] | None = None) -> str | None:
     """The part's check: in full when `full` or when a read noted it damaged (in `noted`: `noted_parts`), whose
     note is removed (from the store and `noted`) when it reads as committed again (rewritten by hand, a false
     alarm). `sizes`, `metas`: as `check_part_at` takes them."""

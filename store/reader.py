@@ -368,13 +368,13 @@ class Store:
 
     def part_problem(self, feature: str, part: str, full: bool = False,
                      record: layout.PartRecord | None = None, sizes: dict[str, int | None] | None = None,
-                     ) -> str | None:
+                     metas: dict[str, bytes | None] | None = None) -> str | None:
         """The part's check (store/integrity.py; quick ones cached for this handle); `record`: the part's
-        index record, when the caller read the index itself (`scan_index`); `sizes`: its files' sizes, when
-        the caller asked for many parts' at once (`part_problems`)."""
+        index record, when the caller read the index itself (`scan_index`); `sizes`, `metas`: its files' sizes
+        and its arrays' zarr.json, when the caller asked for many parts' at once (`part_problems`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            metas: dict[str, bytes] = {}
+            metas = {} if metas is None else metas
             found = integrity.part_problem(self.backend, feature, part, record or self.index(feature).parts[part],
                                            full, self._noted(feature), sizes, metas)
             if found is None:  # the arrays' metadata as checked: what `_load` opens them from
@@ -395,12 +395,21 @@ class Store:
         names = list(records if only is None else only)
         todo = [p for p in names if full or (feature, p) not in self._part_checks]
         sizes: dict[str, dict[str, int | None]] = {}
-        if len(todo) > 1:  # every part's files asked at once: in a bucket a listing per 1,000, not one per part
-            found = self.backend.sizes(join(feature, layout.PARTS),
+        metas: dict[str, dict[str, bytes | None]] = {}
+        if len(todo) > 1:  # every part's files asked at once: in a bucket a listing per 1,000, not one per part,
+            found = self.backend.sizes(join(feature, layout.PARTS),  # and the arrays' metadata several at a time
                                        [f"{p}/{rel}" for p in todo for rel in records[p].files])
+            try:
+                raw = self.backend.get_many(join(_part_key(feature, p), name, layout.META)
+                                            for p in todo for name in records[p].arrays)
+            except OSError:  # one unreadable: each part's check reads its own and names what failed
+                raw = {}
             for p in todo:
                 sizes[p] = {rel: found[f"{p}/{rel}"] for rel in records[p].files}
-        return {p: q for p in names if (q := self.part_problem(feature, p, full, sizes=sizes.get(p))) is not None}
+                metas[p] = {name: raw[k] for name in records[p].arrays
+                            if (k := join(_part_key(feature, p), name, layout.META)) in raw}
+        return {p: q for p in names
+                if (q := self.part_problem(feature, p, full, sizes=sizes.get(p), metas=metas.get(p))) is not None}
 
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every current item of a feature, checked by its part against what the writer recorded at commit

@@ -51,6 +51,16 @@ class Backend(abc.ABC):
     def get(self, key: str) -> bytes:
         """The whole object; FileNotFoundError naming `where(key)` when there is none."""
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """key -> the whole object (`get`), None where there is none."""
+        out: dict[str, bytes | None] = {}
+        for key in keys:
+            try:
+                out[key] = self.get(key)
+            except FileNotFoundError:
+                out[key] = None
+        return out
+
     @abc.abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """`length` bytes from `start` (fewer at the object's end)."""

@@ -32,7 +32,7 @@ from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pin
 
 log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
 
-PUT_THREADS = 8  # uploads in flight at once (`put_many`)
+THREADS = 8  # requests in flight at once (`put_many`, `get_many`)
 
 
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
@@ -62,7 +62,7 @@ class ObjectBackend(Backend):
         _not_forked(self.url)
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
         self._unsigned = unsigned(url)
-        self._threads: concurrent.futures.ThreadPoolExecutor | None = None  # `put_many`'s, made on first use
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None  # `put_many`'s and `get_many`'s, made on first use
         try:
             self._store = from_url(self.url, **_options(self.url, _NO_RETRY))
         except (oe.BaseError, ValueError) as e:
@@ -138,14 +138,33 @@ class ObjectBackend(Backend):
         return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
 
     def put_many(self, objects: Mapping[str, bytes]) -> None:
-        """The objects written PUT_THREADS at a time: a part is ~17 small objects, and a round trip to a real
+        """The objects written THREADS at a time: a part is ~17 small objects, and a round trip to a real
         endpoint (tens of ms) dwarfs sending one (docs/scale.md, "The store on S3"). Each is retried on its own
         (`put`); the first failure is raised after the others have finished or were never started."""
         if len(objects) < 2:
             super().put_many(objects)
             return
         pool = self._pool()
-        futures = [pool.submit(self.put, key, data) for key, data in objects.items()]
+        self._all([pool.submit(self.put, key, data) for key, data in objects.items()])
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """The objects read THREADS at a time (a reader's quick checks ask for every array's zarr.json of every
+        part of a feature: a round trip each); the first failure but a missing object is raised once none is
+        in flight."""
+        keys = list(keys)
+        if len(keys) < 2:
+            return super().get_many(keys)
+
+        def one(key: str) -> bytes | None:
+            try:
+                return self.get(key)
+            except FileNotFoundError:
+                return None
+
+        return dict(zip(keys, self._all([self._pool().submit(one, key) for key in keys]), strict=True))
+
+    def _all(self, futures: list[concurrent.futures.Future]) -> list[Any]:
+        """The futures' results, in order, once every one is done (or cancelled before it started)."""
         try:
             concurrent.futures.wait(futures)
         except BaseException:  # interrupted: what has not started never will; what has, ends first
@@ -153,12 +172,11 @@ class ObjectBackend(Backend):
                 f.cancel()
             concurrent.futures.wait(futures)
             raise
-        for f in futures:
-            f.result()
+        return [f.result() for f in futures]
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._threads is None:
-            self._threads = concurrent.futures.ThreadPoolExecutor(PUT_THREADS, thread_name_prefix="siq-put")
+            self._threads = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="siq-objects")
         return self._threads
 
     def _put_conditional(self, key: str, data: bytes, mode: Any, why: str) -> ObjectInfo:

@@ -34,6 +34,7 @@ def test_whole_objects_round_trip(backend: Backend) -> None:
     many = {f"m/{k:02d}": bytes([k]) * (k + 1) for k in range(12)}  # (in a bucket, several in flight at once)
     backend.put_many(many)
     assert {i.key: backend.get(i.key) for i in backend.list("m")} == many
+    assert backend.get_many([*many, "m/none"]) == {**many, "m/none": None}
 
 
 def test_listing(backend: Backend) -> None:
