@@ -374,9 +374,10 @@ class Store:
         and its arrays' zarr.json, when the caller asked for many parts' at once (`part_problems`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            metas = {} if metas is None else metas
-            found = integrity.part_problem(self.backend, feature, part, record or self.index(feature).parts[part],
-                                           full, self._noted(feature), sizes, metas)
+            record = record or self.index(feature).parts[part]
+            metas = self._read_metas(feature, [(part, record)]).get(part, {}) if metas is None else metas
+            found = integrity.part_problem(self.backend, feature, part, record, full, self._noted(feature), sizes,
+                                           metas)
             if found is None:  # the arrays' metadata as checked: what `_load` opens them from
                 self._metas[key] = metas
                 while len(self._metas) > _METAS_KEPT:
@@ -399,17 +400,25 @@ class Store:
         if len(todo) > 1:  # every part's files asked at once: in a bucket a listing per 1,000, not one per part,
             found = self.backend.sizes(join(feature, layout.PARTS),  # and the arrays' metadata several at a time
                                        [f"{p}/{rel}" for p in todo for rel in records[p].files])
-            try:
-                raw = self.backend.get_many(join(_part_key(feature, p), name, layout.META)
-                                            for p in todo for name in records[p].arrays)
-            except OSError:  # one unreadable: each part's check reads its own and names what failed
-                raw = {}
+            metas = self._read_metas(feature, [(p, records[p]) for p in todo])
             for p in todo:
                 sizes[p] = {rel: found[f"{p}/{rel}"] for rel in records[p].files}
-                metas[p] = {name: raw[k] for name in records[p].arrays
-                            if (k := join(_part_key(feature, p), name, layout.META)) in raw}
         return {p: q for p in names
-                if (q := self.part_problem(feature, p, full, sizes=sizes.get(p), metas=metas.get(p))) is not None}
+                if (q := self.part_problem(feature, p, full, sizes=sizes.get(p), metas=metas.get(p, {}))) is not None}
+
+    def _read_metas(self, feature: str, records: list[tuple[str, layout.PartRecord]]) -> dict[str, dict[str, bytes | None]]:
+        """part -> array -> its zarr.json's bytes (None: missing), for the quick checks of these parts: read
+        several at a time (on object storage a round trip each). {} when one is unreadable: each part's
+        check then reads its own and names what failed."""
+        keys = {(p, name): join(_part_key(feature, p), name, layout.META) for p, r in records for name in r.arrays}
+        try:
+            raw = self.backend.get_many(keys.values())
+        except OSError:
+            return {}
+        out: dict[str, dict[str, bytes | None]] = {}
+        for (p, name), k in keys.items():
+            out.setdefault(p, {})[name] = raw[k]
+        return out
 
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every current item of a feature, checked by its part against what the writer recorded at commit
