@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -123,7 +123,7 @@ def stage(staging: Path, members: list[tuple[str, Any, dict[str, Any]]]
 
 
 class Staged(NamedTuple):
-    """A part staged in memory (`stage_in_memory`): its group (attributes still to be put), arrays, the items'
+    """A part staged in memory (`MemoryPart`): its group (attributes still to be put), arrays, the items'
     row entries, their spans, its data files hashed (`own`, as `data_files` gives them) and every file's
     bytes (`files`: the part's own zarr.json too, as it is when read)."""
 
@@ -138,19 +138,33 @@ class Staged(NamedTuple):
         return self.files[rel].to_bytes()
 
 
-def stage_in_memory(members: list[tuple[str, Any, dict[str, Any]]]) -> Staged:
-    """`stage` into memory (zarr's MemoryStore) instead of a folder: the same files, byte for byte (zarr encodes
-    alike whatever it writes to), for a part uploaded to object storage, where a local folder was only a
-    place to hash it from and cost a file write, a read back and a removal per file."""
-    arrays, entries, spans = concat(members)
-    files: dict[str, Any] = {}
-    group = zarr.open_group(MemoryStore(files), mode="w")
-    n_rows = len(arrays[layout.FEATURES])
-    for name, data in arrays.items():
-        write_array(group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
-    own = {rel: [len(b), hashlib.sha256(b).hexdigest()]
-           for rel in sorted(files) if rel != META for b in [files[rel].to_bytes()]}
-    return Staged(group, arrays, entries, spans, own, files)
+class MemoryPart:
+    """A part staged in memory (zarr's MemoryStore) instead of a folder: the same files, byte for byte (zarr
+    encodes alike whatever it writes to; tests/store/test_worker_parts.py compares them), for a part uploaded to
+    object storage, where a local folder was only a place to hash it from and cost a file write, a read back
+    and a removal per file. `write()` writes its arrays one by one and hands over each array's files as soon
+    as they are written (an uploader sends them while the next array is encoded); `staged()` then."""
+
+    def __init__(self, members: list[tuple[str, Any, dict[str, Any]]]) -> None:
+        self.arrays, self.entries, self.spans = concat(members)
+        self.files: dict[str, Any] = {}  # relative key -> zarr's Buffer of it
+        self.group = zarr.open_group(MemoryStore(self.files), mode="w")
+
+    def write(self) -> Iterator[tuple[str, bytes]]:
+        """Write the arrays; yields (relative key, bytes) of each data file once it is written (never the
+        part's own zarr.json: its attributes are still to come)."""
+        n_rows = len(self.arrays[layout.FEATURES])
+        for name, data in self.arrays.items():
+            before = set(self.files)
+            write_array(self.group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
+            for rel in sorted(set(self.files) - before - {META}):
+                yield rel, self.files[rel].to_bytes()
+
+    def staged(self) -> Staged:
+        """The part as written (`write()` run through), its data files hashed."""
+        own = {rel: [len(b), hashlib.sha256(b).hexdigest()]
+               for rel in sorted(self.files) if rel != META for b in [self.files[rel].to_bytes()]}
+        return Staged(self.group, self.arrays, self.entries, self.spans, own, self.files)
 
 
 def data_files(part_dir: Path) -> dict[str, list[Any]]:

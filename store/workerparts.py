@@ -82,14 +82,14 @@ def write(url: str, feature: str, members: list[tuple[str, FeatureRows]]) -> dic
 def _write_one(backend: Backend, feature: str, group: list[tuple[str, FeatureRows, dict[str, Any]]]) -> WrittenPart:
     # named by no sequence number: the driver numbers it when it publishes it
     name = f"w{uuid.uuid4().hex}"
-    staged = parts.stage_in_memory(group)  # hashed once, here, as the driver's are
-    _, shapes = parts.record_staged(staged)
-    key = join(feature, layout.PARTS, name)
+    part, key = parts.MemoryPart(group), join(feature, layout.PARTS, name)
     try:  # never its own zarr.json: the part is not whole until the driver writes it
-        backend.put_many({join(key, rel): staged.bytes_of(rel) for rel in staged.own})
+        backend.put_many((join(key, rel), data) for rel, data in part.write())
     except BaseException:
         backend.delete_prefix(key)
         raise
+    staged = part.staged()  # hashed once, here, as the driver's are
+    _, shapes = parts.record_staged(staged)
     entries = staged.entries
     return WrittenPart(name, tuple(e[0] for e in entries), tuple((int(e[1]), int(e[2])) for e in entries),
                        staged.own, shapes, staged.spans, int(sum(a.nbytes for a in staged.arrays.values())))

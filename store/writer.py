@@ -568,14 +568,14 @@ class _ObjectWriter(StoreWriter):
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
         if isinstance(members[0][1], WrittenRows):
             return self._finish_written(feature, name, seq, members)
-        staged = parts.stage_in_memory(members)
-        rows, spans = staged.entries, staged.spans
-        staged.group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
-                                                   "files": staged.own}})
-        files, shapes = parts.record_staged(staged)
-        key = join(feature, layout.PARTS, name)
-        try:  # its own zarr.json last, once the others are all there: a part without it was never whole
-            self.backend.put_many({join(key, rel): staged.bytes_of(rel) for rel in staged.own})
+        part, key = parts.MemoryPart(members), join(feature, layout.PARTS, name)
+        try:  # each array's files sent while the next is encoded; its own zarr.json last, once they are all there
+            self.backend.put_many((join(key, rel), data) for rel, data in part.write())
+            staged = part.staged()
+            rows, spans = staged.entries, staged.spans
+            staged.group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
+                                                       "files": staged.own}})
+            files, shapes = parts.record_staged(staged)
             self.backend.put(join(key, layout.META), staged.bytes_of(layout.META))
         except BaseException:
             self._remove_part(feature, name)

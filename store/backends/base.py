@@ -106,11 +106,12 @@ class Backend(abc.ABC):
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Write `data` as the whole object: a reader sees the old object or the new one, never a part."""
 
-    def put_many(self, objects: Mapping[str, bytes]) -> None:
-        """`put` each of `objects` (key -> bytes); every one written when this returns. On a failure the first
-        error is raised once no write is in flight any more (some objects may be written: the caller removes
-        them), so nothing lands after the caller has cleaned up."""
-        for key, data in objects.items():
+    def put_many(self, objects: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        """`put` each of `objects` (key -> bytes, or (key, bytes) pairs: taken as they come, so a producer may
+        still be making the next while the first is sent); every one written when this returns. On a failure
+        (the producer's too) the first error is raised once no write is in flight any more (some objects may be
+        written: the caller removes them), so nothing lands after the caller has cleaned up."""
+        for key, data in objects.items() if isinstance(objects, Mapping) else objects:
             self.put(key, data)
 
     @abc.abstractmethod

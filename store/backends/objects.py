@@ -137,15 +137,18 @@ class ObjectBackend(Backend):
         got = self._call(key, obstore.put, key, data)
         return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
 
-    def put_many(self, objects: Mapping[str, bytes]) -> None:
-        """The objects written THREADS at a time: a part is ~17 small objects, and a round trip to a real
-        endpoint (tens of ms) dwarfs sending one (docs/scale.md, "The store on S3"). Each is retried on its own
+    def put_many(self, objects: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        """The objects written THREADS at a time, each sent as soon as it comes: a part is ~17 small objects,
+        and a round trip to a real endpoint (tens of ms) dwarfs sending one. Each is retried on its own
         (`put`); the first failure is raised after the others have finished or were never started."""
-        if len(objects) < 2:
-            super().put_many(objects)
-            return
-        pool = self._pool()
-        self._all([pool.submit(self.put, key, data) for key, data in objects.items()])
+        pool, futures = self._pool(), []
+        try:
+            for key, data in objects.items() if isinstance(objects, Mapping) else objects:
+                futures.append(pool.submit(self.put, key, data))
+        except BaseException:  # the producer failed: nothing more starts, what has ends first
+            self._cancel(futures)
+            raise
+        self._all(futures)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
         """The objects read THREADS at a time (a reader's quick checks ask for every array's zarr.json of every
@@ -167,12 +170,17 @@ class ObjectBackend(Backend):
         """The futures' results, in order, once every one is done (or cancelled before it started)."""
         try:
             concurrent.futures.wait(futures)
-        except BaseException:  # interrupted: what has not started never will; what has, ends first
-            for f in futures:
-                f.cancel()
-            concurrent.futures.wait(futures)
+        except BaseException:  # interrupted
+            self._cancel(futures)
             raise
         return [f.result() for f in futures]
+
+    @staticmethod
+    def _cancel(futures: list[concurrent.futures.Future]) -> None:
+        """What has not started never will; what has, ends first."""
+        for f in futures:
+            f.cancel()
+        concurrent.futures.wait(futures)
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._threads is None:

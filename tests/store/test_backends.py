@@ -36,6 +36,15 @@ def test_whole_objects_round_trip(backend: Backend) -> None:
     assert {i.key: backend.get(i.key) for i in backend.list("m")} == many
     assert backend.get_many([*many, "m/none"]) == {**many, "m/none": None}
 
+    def producer():  # (a part's files, each sent as soon as it is encoded; the encoder fails at the third)
+        yield "n/0", b"first"
+        yield "n/1", b"second"
+        raise ValueError("cannot encode")
+
+    with pytest.raises(ValueError, match="cannot encode"):
+        backend.put_many(producer())
+    assert [(i.key, i.size) for i in backend.list("n")] == [("n/0", 5), ("n/1", 6)]  # none still in flight
+
 
 def test_listing(backend: Backend) -> None:
     for key in ("f/parts/2/x", "f/parts/1/zarr.json", "f/index.log", "g/y", "f.txt"):
