@@ -332,18 +332,23 @@ class Store:
 
     def features(self) -> list[str]:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
-        unreadable = self.unreadable_features()
+        groups = self._groups()
+        unreadable = self._unreadable_groups(groups)
         for why in unreadable.values():
             log.warning("%s (feature left out)", why)
-        return [name for name in self._feature_dirs()
-                if self.backend.exists(join(name, layout.META)) and name not in unreadable]
+        return [name for name in groups if name not in unreadable]
+
+    def _groups(self) -> list[str]:
+        """The folders at the store's top with a group's zarr.json (not _manifests, _runs: plain folders)."""
+        return [name for name in self._feature_dirs() if self.backend.exists(join(name, layout.META))]
 
     def unreadable_features(self) -> dict[str, str]:
         """Feature folders whose group metadata (zarr.json) does not read -> why, naming the file."""
+        return self._unreadable_groups(self._groups())
+
+    def _unreadable_groups(self, groups: list[str]) -> dict[str, str]:
         out = {}
-        for name in self._feature_dirs():
-            if not self.backend.exists(join(name, layout.META)):
-                continue  # _manifests, _runs: plain folders
+        for name in groups:
             try:
                 self._feature_group(name)
             except (ValueError, KeyError) as e:
