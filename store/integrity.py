@@ -182,5 +182,30 @@ def part_problems(store: Path | Backend, feature: str, records: dict[str, PartRe
                   ) -> dict[str, str]:
     """part -> its problem, for the parts in `records` that fail their check (`part_problem`); for a caller
     that holds the index itself (a run's writer; a `Store` checks its snapshot's parts once per handle)."""
-    noted = noted_parts(store, feature)
-    return {p: q for p, r in records.items() if (q := part_problem(store, feature, p, r, full, noted)) is not None}
+    backend = _backend(store)
+    noted = noted_parts(backend, feature)
+    sizes, metas = read_ahead(backend, feature, records)
+    return {p: q for p, r in records.items()
+            if (q := part_problem(backend, feature, p, r, full, noted, sizes.get(p), metas.get(p))) is not None}
+
+
+def read_ahead(backend: Backend, feature: str, records: dict[str, PartRecord],
+               ) -> tuple[dict[str, dict[str, int | None]], dict[str, dict[str, bytes | None]]]:
+    """What the quick checks of several parts read, asked for at once: part -> its files' sizes (one
+    `Backend.sizes` of the feature's parts: in a bucket a listing per 1,000 objects, not one per part) and
+    part -> its arrays' zarr.json's bytes (None: missing), read several at a time (`Backend.get_many`). For
+    one part only its metadata (its sizes are one request either way); no metadata when one does not read
+    (each part's check then reads its own and names what failed)."""
+    sizes: dict[str, dict[str, int | None]] = {}
+    if len(records) > 1:
+        found = backend.sizes(join(feature, layout.PARTS), [f"{p}/{rel}" for p, r in records.items() for rel in r.files])
+        sizes = {p: {rel: found[f"{p}/{rel}"] for rel in r.files} for p, r in records.items()}
+    keys = {(p, name): join(feature, layout.PARTS, p, name, META) for p, r in records.items() for name in r.arrays}
+    try:
+        raw = backend.get_many(keys.values())
+    except OSError:
+        return sizes, {}
+    metas: dict[str, dict[str, bytes | None]] = {}
+    for (p, name), k in keys.items():
+        metas.setdefault(p, {})[name] = raw[k]
+    return sizes, metas

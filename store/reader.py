@@ -380,7 +380,8 @@ class Store:
         key = (feature, part)
         if full or key not in self._part_checks:
             record = record or self.index(feature).parts[part]
-            metas = self._read_metas(feature, [(part, record)]).get(part, {}) if metas is None else metas
+            metas = integrity.read_ahead(self.backend, feature, {part: record})[1].get(part, {}) if metas is None \
+                else metas
             found = integrity.part_problem(self.backend, feature, part, record, full, self._noted(feature), sizes,
                                            metas)
             if found is None:  # the arrays' metadata as checked: what `_load` opens them from
@@ -394,36 +395,18 @@ class Store:
             self._part_checks[key] = found
         return self._part_checks[key]
 
-    def part_problems(self, feature: str, full: bool = False, only: list[str] | None = None) -> dict[str, str]:
+    def part_problems(self, feature: str, full: bool = False, only: list[str] | None = None,
+                      records: dict[str, layout.PartRecord] | None = None) -> dict[str, str]:
         """part -> its problem, for the feature's parts that fail their check (`only`: these parts, else all);
-        each part checked once, whatever the number of its items."""
-        records = self.index(feature).parts
+        each part checked once, whatever the number of its items. `records`: the parts to check and their
+        records, when the caller read the index itself (`scan_index`). What the checks read is asked for at
+        once (`integrity.read_ahead`)."""
+        records = self.index(feature).parts if records is None else records
         names = list(records if only is None else only)
-        todo = [p for p in names if full or (feature, p) not in self._part_checks]
-        sizes: dict[str, dict[str, int | None]] = {}
-        metas: dict[str, dict[str, bytes | None]] = {}
-        if len(todo) > 1:  # every part's files asked at once: in a bucket a listing per 1,000, not one per part,
-            found = self.backend.sizes(join(feature, layout.PARTS),  # and the arrays' metadata several at a time
-                                       [f"{p}/{rel}" for p in todo for rel in records[p].files])
-            metas = self._read_metas(feature, [(p, records[p]) for p in todo])
-            for p in todo:
-                sizes[p] = {rel: found[f"{p}/{rel}"] for rel in records[p].files}
+        todo = {p: records[p] for p in names if full or (feature, p) not in self._part_checks}
+        sizes, metas = integrity.read_ahead(self.backend, feature, todo) if len(todo) > 1 else ({}, {})
         return {p: q for p in names
-                if (q := self.part_problem(feature, p, full, sizes=sizes.get(p), metas=metas.get(p, {}))) is not None}
-
-    def _read_metas(self, feature: str, records: list[tuple[str, layout.PartRecord]]) -> dict[str, dict[str, bytes | None]]:
-        """part -> array -> its zarr.json's bytes (None: missing), for the quick checks of these parts: read
-        several at a time (on object storage a round trip each). {} when one is unreadable: each part's
-        check then reads its own and names what failed."""
-        keys = {(p, name): join(_part_key(feature, p), name, layout.META) for p, r in records for name in r.arrays}
-        try:
-            raw = self.backend.get_many(keys.values())
-        except OSError:
-            return {}
-        out: dict[str, dict[str, bytes | None]] = {}
-        for (p, name), k in keys.items():
-            out.setdefault(p, {})[name] = raw[k]
-        return out
+                if (q := self.part_problem(feature, p, full, records[p], sizes.get(p), metas.get(p))) is not None}
 
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every current item of a feature, checked by its part against what the writer recorded at commit
