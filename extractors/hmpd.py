@@ -205,6 +205,15 @@ def compress(pdm: np.ndarray, pdd: np.ndarray, fs: int, rng: np.random.Generator
     return np.concatenate([out_m, out_d], axis=1)
 
 
+def frames_to_rows(frames: np.ndarray, w: float) -> np.ndarray:
+    """(frames - 1, 38) rows between consecutive frames of `hmpd_rows`: (1 - w) of frame j plus w of frame j + 1,
+    the PDM phases along the shorter arc (COVAREP interpolates them unwrapped over time), PDD's cepstra linearly."""
+    a, b = frames[:-1], frames[1:]
+    m = PDM_ORDER + 1
+    pdm = wrap(a[:, :m] + w * wrap(b[:, :m] - a[:, :m]))
+    return np.concatenate([pdm, (1 - w) * a[:, m:] + w * b[:, m:]], axis=1)
+
+
 def hmpd_rows(
     h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None, phasors=None
 ) -> np.ndarray:
