@@ -753,9 +753,10 @@ def hmpd_columns(
     its script analyses HMPD on SRH's frames, at 10 ms steps on the row boundaries (160 k samples) from 50 ms in to
     50 ms before the end, each windowed by SRH's F0 (100 Hz where SRH gives 0) whatever the voicing, and reads its
     rows at (k + 0.5) * 10 ms - 1 sample by linear interpolation through a 5 ms grid (`hmpd.frames_to_rows`).
-    Measured against COVAREP's own HMPD steps under Octave, feeding our kernels its instants and F0 reproduces its
-    columns within its run-to-run spread; our refined F0 (1 % off SRH's on some rows) and row-centred frames put
-    HMPDD 30-120 spreads away. Rows outside the frames' span are NaN (COVAREP writes 0 there)."""
+    The harmonics are picked on its 4096-point DFT (`hmpd.SIN_DFTLEN`). Measured against COVAREP's own HMPD steps
+    under Octave, feeding our kernels its instants and F0 reproduces its columns within its run-to-run spread; our
+    refined F0 and row-centred frames put HMPDD 30-120 spreads away, the 1024-point DFT up to 20 more. Rows outside
+    the frames' span are NaN (COVAREP writes 0 there)."""
     n_rows = voiced.size
     half = round((round(srh.FRAME_S * FS_HZ) - 2) / 2)  # pitch_srh's half frame: its instants run half + 1 … len - half
     k = np.arange(-(-(half + 1) // HOP), (x.size - half) // HOP + 1)
@@ -765,8 +766,9 @@ def hmpd_columns(
     centres = k * HOP
     median = float(np.median(f0[voiced])) if voiced.any() else None
     f0k = kernels.srh_f0(x, centres, FS_HZ, median)
-    f0k = np.clip(np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ), 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
-    spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ)
+    f0k = np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ)
+    f0k = np.clip(f0k, 3.0 * FS_HZ / (hmpd.SIN_DFTLEN - 2), None)
+    spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
     h = kernels.pick(spec, f0k, FS_HZ)
     frames = hmpd.hmpd_rows(h, f0k, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
     rows = k[:-1]  # row j reads frames j and j + 1
@@ -855,7 +857,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "9"
+    version = "10"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

@@ -33,7 +33,10 @@ from scipy.fft import irfft, rfft
 from extractors import mcep
 from extractors.harmonics import Harmonics, wrap
 
-DFTLEN = 1024
+DFTLEN = 1024  # the bins PD is read on (hmpd_analysis' dftlen)
+# the DFT the harmonics are picked on (COVAREP's script gives sin_analysis 4096): on 1024 points the parabola
+# through coarser bins moves the peaks and their phases enough to put HMPDD ~20 run-to-run spreads off COVAREP's
+SIN_DFTLEN = 4096
 PDM_ROWS = 25  # round(6 periods * 4 instants / 2) * 2 + 1
 PDD_ROWS = 9  # round(2 periods * 4 instants / 2) * 2 + 1
 PDM_ORDER = 24
