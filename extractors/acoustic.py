@@ -782,8 +782,8 @@ def hmpd_columns(
 def spectral_rows(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
-    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"): one 3-period window
-    per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
+    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"); HMPD on its own
+    frames (`hmpd_columns`), the others on one 3-period window per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
     by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size

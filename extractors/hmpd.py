@@ -17,6 +17,9 @@ script gives `hmpd_analysis_features` (written from their description here, not 
 5. Compression: PDM to 25 bands, linear up to bin 8 then logarithmic-like along a quadratic Bézier curve
    (circular mean of the bins of each band); PDD to a mel cepstrum of order 12 (`mcep.mel_cepstrum` of ln PDD).
 
+The frames are COVAREP's (`acoustic.hmpd_columns`: SRH's instants and F0, harmonics on a 4096-point DFT), and the
+rows are read between them (`frames_to_rows`) as COVAREP resamples them.
+
 Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run); here
 they hold no phasor (cos = sin = 0, the expectation of a random phase), so their PDD is the value random phases give
 on average (`PDD_NO_PHASE`) and they take no part in PDM's band means; `rng` reproduces COVAREP's random filling
