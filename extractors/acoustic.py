@@ -746,11 +746,44 @@ def window_f0(
     return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
 
 
+def hmpd_columns(
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
+) -> np.ndarray:
+    """(rows, 38) HMPDM_*, HMPDD_* of a block, at COVAREP's instants and F0 (version 10; docs/acoustic.md, "HMPD"):
+    its script analyses HMPD on SRH's frames, at 10 ms steps on the row boundaries (160 k samples) from 50 ms in to
+    50 ms before the end, each windowed by SRH's F0 (100 Hz where SRH gives 0) whatever the voicing, and reads its
+    rows at (k + 0.5) * 10 ms - 1 sample by linear interpolation through a 5 ms grid (`hmpd.frames_to_rows`).
+    The harmonics are picked on its 4096-point DFT (`hmpd.SIN_DFTLEN`). Measured against COVAREP's own HMPD steps
+    under Octave, feeding our kernels its instants and F0 reproduces its columns within its run-to-run spread; our
+    refined F0 and row-centred frames put HMPDD 30-120 spreads away, the 1024-point DFT up to 20 more. Rows outside
+    the frames' span are NaN (COVAREP writes 0 there)."""
+    n_rows = voiced.size
+    half = round((round(srh.FRAME_S * FS_HZ) - 2) / 2)  # pitch_srh's half frame: its instants run half + 1 … len - half
+    k = np.arange(-(-(half + 1) // HOP), (x.size - half) // HOP + 1)
+    out = np.full((n_rows, hmpd.PDM_ORDER + hmpd.PDD_ORDER + 2), np.nan)
+    if k.size < 2:
+        return out
+    centres = k * HOP
+    median = float(np.median(f0[voiced])) if voiced.any() else None
+    f0k = kernels.srh_f0(x, centres, FS_HZ, median)
+    f0k = np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ)
+    f0k = np.clip(f0k, 3.0 * FS_HZ / (hmpd.SIN_DFTLEN - 2), None)
+    spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
+    h = kernels.pick(spec, f0k, FS_HZ)
+    frames = hmpd.hmpd_rows(h, f0k, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
+    rows = k[:-1]  # row j reads frames j and j + 1
+    keep = (rows >= 0) & (rows < n_rows)
+    # row j's time, (j + 0.5) * HOP - 1 samples, lies (HOP / 2 - 1) / (HOP / 2) of the way from frame j to the 5 ms
+    # grid point between frames j and j + 1, which holds their mean
+    out[rows[keep]] = hmpd.frames_to_rows(frames, (HOP / 2 - 1) / HOP)[keep]
+    return out
+
+
 def spectral_rows(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
-    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"): one 3-period window
-    per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
+    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"); HMPD on its own
+    frames (`hmpd_columns`), the others on one 3-period window per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
     by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
@@ -758,7 +791,7 @@ def spectral_rows(
     f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows), kernels.srh_f0)
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = kernels.pick(spec, f0w, FS_HZ)
-    pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
+    pd = hmpd_columns(x, f0, voiced, polarity, kernels)
     out = {"Rd_conf": kernels.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
     cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
     # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
@@ -824,7 +857,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "9"
+    version = "10"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

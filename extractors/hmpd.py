@@ -17,6 +17,9 @@ script gives `hmpd_analysis_features` (written from their description here, not 
 5. Compression: PDM to 25 bands, linear up to bin 8 then logarithmic-like along a quadratic Bézier curve
    (circular mean of the bins of each band); PDD to a mel cepstrum of order 12 (`mcep.mel_cepstrum` of ln PDD).
 
+The frames are COVAREP's (`acoustic.hmpd_columns`: SRH's instants and F0, harmonics on a 4096-point DFT), and the
+rows are read between them (`frames_to_rows`) as COVAREP resamples them.
+
 Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run); here
 they hold no phasor (cos = sin = 0, the expectation of a random phase), so their PDD is the value random phases give
 on average (`PDD_NO_PHASE`) and they take no part in PDM's band means; `rng` reproduces COVAREP's random filling
@@ -33,7 +36,10 @@ from scipy.fft import irfft, rfft
 from extractors import mcep
 from extractors.harmonics import Harmonics, wrap
 
-DFTLEN = 1024
+DFTLEN = 1024  # the bins PD is read on (hmpd_analysis' dftlen)
+# the DFT the harmonics are picked on (COVAREP's script gives sin_analysis 4096): on 1024 points the parabola
+# through coarser bins moves the peaks and their phases enough to put HMPDD ~20 run-to-run spreads off COVAREP's
+SIN_DFTLEN = 4096
 PDM_ROWS = 25  # round(6 periods * 4 instants / 2) * 2 + 1
 PDD_ROWS = 9  # round(2 periods * 4 instants / 2) * 2 + 1
 PDM_ORDER = 24
@@ -203,6 +209,15 @@ def compress(pdm: np.ndarray, pdd: np.ndarray, fs: int, rng: np.random.Generator
     x[x == 0] = 0.001
     out_d = mcep.mel_cepstrum(np.log(x), fs, PDD_ORDER)
     return np.concatenate([out_m, out_d], axis=1)
+
+
+def frames_to_rows(frames: np.ndarray, w: float) -> np.ndarray:
+    """(frames - 1, 38) rows between consecutive frames of `hmpd_rows`: (1 - w) of frame j plus w of frame j + 1,
+    the PDM phases along the shorter arc (COVAREP interpolates them unwrapped over time), PDD's cepstra linearly."""
+    a, b = frames[:-1], frames[1:]
+    m = PDM_ORDER + 1
+    pdm = wrap(a[:, :m] + w * wrap(b[:, :m] - a[:, :m]))
+    return np.concatenate([pdm, (1 - w) * a[:, m:] + w * b[:, m:]], axis=1)
 
 
 def hmpd_rows(

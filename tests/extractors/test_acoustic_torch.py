@@ -178,6 +178,7 @@ def assert_74_kernels_equal(k, x: np.ndarray) -> None:  # noqa: ANN001 (acoustic
     - harmonics (pick; float64): the same counts and NaN pattern, frequencies within 1e-9 relative, amplitudes 1e-12
       relative, phases 1e-12 rad: the peak positions are parabola vertices 0.5 b / a, so the last-digit differences
       of torch's and numpy's log and abs are divided by the curvature a (measured 3e-14, 4e-15, 8e-14).
+    - HMPD's 4096-point spectra (frame_spectra, float64) within 1e-12, their harmonics as above.
     - phase distortion phasors (pd_phasors; float64, rounded to float32 phasors as the reference): the same bins
       without a phase; |dz| within 1e-5, the float32 ULP of a phase of 128 rad, where a phase whose float64 values
       straddle a float32 rounding boundary may land (measured 8.4e-8: cos and sin of the same float32 phase in two
@@ -208,6 +209,14 @@ def assert_74_kernels_equal(k, x: np.ndarray) -> None:  # noqa: ANN001 (acoustic
     np.testing.assert_allclose(got.amp, ref.amp, rtol=1e-12, atol=0)
     np.testing.assert_allclose(np.nan_to_num(harmonics.wrap(got.phase - ref.phase)), 0.0, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(np.isnan(got.phase), np.isnan(ref.phase))
+    # HMPD's own frames (version 10, acoustic.hmpd_columns): on the row boundaries, 4096-point spectra
+    spec = mcep.frame_spectra(x, centres - HOP // 2, f0w, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
+    got_spec = k.frame_spectra(x, centres - HOP // 2, f0w, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
+    np.testing.assert_allclose(got_spec, spec, rtol=0, atol=1e-12)
+    ref, got = harmonics.pick(spec, f0w, FS_HZ), k.pick(spec, f0w, FS_HZ)
+    np.testing.assert_array_equal(got.count, ref.count)
+    np.testing.assert_allclose(got.freq, ref.freq, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(np.nan_to_num(harmonics.wrap(got.phase - ref.phase)), 0.0, rtol=0, atol=1e-12)
     z_ref, z_got = hmpd.pd_phasors(ref, f0w, FS_HZ), k.pd_phasors(ref, f0w, FS_HZ)
     np.testing.assert_array_equal(z_got == 0, z_ref == 0)
     assert np.abs(z_got - z_ref).max() <= 1e-5, np.abs(z_got - z_ref).max()
