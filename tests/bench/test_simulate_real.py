@@ -12,8 +12,8 @@ core-seconds less its process tree's, `utilisation.run.whole`), given to `simula
 machine with another job on it is a machine with fewer free cores; the big run's own calls are not used.
 
 DenseNet runs on one torch thread (`model_threads = 1`): a call of two threads beside other users' busy threads
-slows far beyond its share of the cores (12 frames took 57 s instead of 1.5-3 s beside one busy loop, at 6x the
-CPU seconds: the threads wait on each other at every layer), which the simulator does not model (docs/scale.md).
+spends 5-7x its CPU seconds (its threads spin waiting on each other: 12 frames 15-22 CPU-s against 2.8-3.4 quiet),
+which the simulator does not model; a call of one keeps its CPU seconds under load (docs/scale.md).
 docs/scale.md has the pairs measured."""
 
 from __future__ import annotations
