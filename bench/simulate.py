@@ -30,7 +30,7 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   the balanced one decodes while they load (as far as `max_inflight_bytes` lets it: about 20 clips of frames,
   docs/scale.md);
 - the CPU the run's processes used outside the timed calls (the report's `utilisation.run.whole`, or
-  `--outside-cores`) is taken from the node's cores for the whole run;
+  `--outside-cores`) asks for its cores beside the calls for the whole run (shared with them);
 - the driver's commits are one server (the committer thread), `commit:*` seconds per pair;
 - a report with its calls (`stages[*].per_call`, pipeline/stages.py) gives each stage's call as a cost per call
   plus per unit and an actor's first call's warm-up (`Fit`), and the run's own clips at their own sizes in turn
@@ -84,7 +84,7 @@ class Costs:
     # feature -> seconds from the run's start until its actors were ready (measured; else all at actors_start_s)
     ready_s: dict[str, float] = field(default_factory=dict)
     # cores the run's processes kept busy outside the timed calls (Ray, the driver, workers between calls: the
-    # report's `whole` CPU less its calls'), taken from the node's cores for the whole extraction
+    # report's `whole` CPU less its calls'), asked for beside the calls for the whole extraction
     outside_cores: float = 0.0
     clip_s: float = 0.0  # the report's seconds of media per clip (its audio's), what `scale_to` scales from
     gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
@@ -238,8 +238,7 @@ class Costs:
         actors ready when the report measured them. A start on a machine with more to do (more clips decoding,
         other users) then takes longer, as measured here (ready 9-11 s in runs of 2 clips, 18-21 s in runs of
         4). `cpus`, `gpus`, `clips`: the report's run (its clips at their own sizes: before `scale_to`).
-        Measured here (docs/scale.md) it predicts a bigger run's starts on a quiet machine, and overshoots them
-        beside other users' busy threads (+27-53 %): not the default."""
+        tests/bench/test_simulate_real.py predicts a bigger run with it (docs/scale.md has the pairs)."""
         if self.load_from_s is None or not self.ready_s:
             raise ValueError("the report has no actors' start (utilisation.actors_start_s, actors_ready_s)")
         others = self.others_cores if others_cores is None else others_cores
@@ -466,9 +465,10 @@ class Simulation:
         """Each running task's speed: the cores shared in proportion when asked for more than the node has,
         and each GPU likewise for the calls on it."""
         demand = sum(t.cores for t in self.running if t.uses_cpu)
-        # Ray's and the driver's own CPU (`outside_cores`), and other users'
-        free = max(0.1, self.cpus - self.costs.outside_cores - self.others_cores)
-        cpu = min(1.0, free / demand) if demand > 0 else 1.0
+        # other users' cores are not the run's; Ray's and the driver's own CPU (`outside_cores`) asks for its
+        # cores beside the calls and is shared with them (on a loaded machine it gets no more than its share)
+        free = max(0.1, self.cpus - self.others_cores)
+        cpu = min(1.0, free / (demand + self.costs.outside_cores)) if demand > 0 else 1.0
         on_gpu: dict[str, float] = defaultdict(float)
         on_engines: dict[str, float] = defaultdict(float)
         engines = self.costs.nvdec.engines if self.costs.nvdec else 1

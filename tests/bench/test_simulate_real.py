@@ -6,7 +6,8 @@ weights, acoustic), one local Ray for both.
 Both runs follow a smaller one in the same Ray (a fresh Ray's first run starts its worker processes and fills
 the OS's caches: a start neither measured run has). The prediction takes the costs from the small run's report
 only (`Costs.from_report`: each CPU call's work at full speed, its CPU seconds over its threads, fitted per stage
-as per call, per unit and an actor's first-call warm-up; its clips' sizes; the start as measured), and from the
+as per call, per unit and an actor's first-call warm-up; its clips' sizes; each feature's actor start as CPU work,
+`Costs.fit_starts`, fitted on the small run as loaded then, so that it slows with what runs beside it), and from the
 big run's report only the machine it ran on: the cores other users kept busy meanwhile (its machine's busy
 core-seconds less its process tree's, `utilisation.run.whole`), given to `simulate` as `others_cores`. A
 machine with another job on it is a machine with fewer free cores; the big run's own calls are not used.
@@ -79,6 +80,8 @@ def predict(report: dict, cpus: int, others: float, contended: bool = False) -> 
     config = RunConfig.model_validate(CONFIG)
     costs = Costs.from_report(report, uncontended=not contended, gpu_features=set(),
                               threads=report_threads(report, config))
+    if not contended:  # the actors' start as work, fitted on the small run as loaded then (its own other users)
+        costs.fit_starts(config, cpus, SMALL[0])
     costs.scale_to(float(BIG[1]), {s.name: s.extractor.input_kind for s in config.specs()})
     return simulate(costs, config, cpus=cpus, gpus=0, clips=BIG[0], others_cores=0.0 if contended else others)["window_s"]
 
