@@ -48,7 +48,8 @@ sample: install
 # lint-imports first: the layer contracts of pyproject.toml ([tool.importlinter]; docs/design.md draws them).
 # Then two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
 # tests stay together in one process, so its module fixtures are made once. The simulator's prediction of a real
-# run (tests/bench/test_simulate_real.py) needs the machine to itself: it is `make test-prediction`, alone
+# run (tests/bench/test_simulate_real.py) takes 74-164 s beside one busy loop, over 500 s beside two (docs/scale.md),
+# more than the suite's budget has room for: it is `make test-prediction`, alone
 test: install
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"

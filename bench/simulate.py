@@ -30,12 +30,14 @@ exactly as a run does; only Ray and the models are replaced, by a discrete-event
   the balanced one decodes while they load (as far as `max_inflight_bytes` lets it: about 20 clips of frames,
   docs/scale.md);
 - the CPU the run's processes used outside the timed calls (the report's `utilisation.run.whole`, or
-  `--outside-cores`) is taken from the node's cores for the whole run;
+  `--outside-cores`) asks for its cores beside the calls for the whole run (shared with them);
 - the driver's commits are one server (the committer thread), `commit:*` seconds per pair;
 - a report with its calls (`stages[*].per_call`, pipeline/stages.py) gives each stage's call as a cost per call
   plus per unit and an actor's first call's warm-up (`Fit`), and the run's own clips at their own sizes in turn
   instead of one average clip (`Costs.from_report`); `--warm` gives a report without calls a warm-up, and
-  `--others-cores` the node simulated other users.
+  `--others-cores` the node simulated other users;
+- `--fit-starts`: each feature's actor start as CPU work of one core (`Costs.fit_starts`), fitted on the report's
+  own run and then sharing the cores with the rest, instead of ready at the instants measured.
 
 It prints the projected wall time, each resource's busy fraction (pipeline/report.py's `utilisation`, computed
 from the simulated call records exactly as from a real run's), and the resource bound: the largest of the
@@ -82,7 +84,7 @@ class Costs:
     # feature -> seconds from the run's start until its actors were ready (measured; else all at actors_start_s)
     ready_s: dict[str, float] = field(default_factory=dict)
     # cores the run's processes kept busy outside the timed calls (Ray, the driver, workers between calls: the
-    # report's `whole` CPU less its calls'), taken from the node's cores for the whole extraction
+    # report's `whole` CPU less its calls'), asked for beside the calls for the whole extraction
     outside_cores: float = 0.0
     clip_s: float = 0.0  # the report's seconds of media per clip (its audio's), what `scale_to` scales from
     gpu_fraction: dict[str, float] = field(default_factory=dict)  # feature -> share of a call that needs the GPU
@@ -98,6 +100,11 @@ class Costs:
     # seconds from Ray up to the first decode task's start (the driver reading manifests, a fresh Ray's first
     # worker processes): measured where the report has Ray's start, else none
     decode_after_ray_s: float = 0.0
+    # An actor's start as CPU work sharing the cores (`fit_starts`): seconds from the run's start until the
+    # runner began loading the actors (measured: `utilisation.actors_start_s`), and feature -> one actor's start
+    # at full speed (one core); empty: each feature's actors ready at `ready_s` as measured, whatever else runs
+    load_from_s: float | None = None
+    start_work: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_report(cls, report: dict[str, Any], uncontended: bool = True,
@@ -169,6 +176,8 @@ class Costs:
                     ready_s={f: max(ray_start, t) for f, t in ready.items()}, outside_cores=outside, clip_s=audio_s)
         if ray and start:
             costs.decode_after_ray_s = max(0.0, first_decode - costs.ray_start_s)
+        if start and isinstance(util.get("actors_start_s"), (int, float)):
+            costs.load_from_s = max(costs.ray_start_s, util["actors_start_s"] - start)
         if all("per_call" in v for v in st.values()) and (whole and span or not uncontended):
             costs._from_calls(report, gpu_feats, threads or {}, uncontended)
         return costs
@@ -220,6 +229,26 @@ class Costs:
                     for k, v in st.items() if k.startswith("decode:") and v["per_call"]["of"] == v["calls"]}
         n = min((len(u) for u in per_kind.values()), default=0)
         self.clips = [{k: u[i] for k, u in per_kind.items()} for i in range(n)]
+
+    def fit_starts(self, config: RunConfig, cpus: int, clips: int, gpus: int = 0, others_cores: float | None = None,
+                   rounds: int = 12) -> None:
+        """Each feature's actor start as CPU work (`start_work`), fitted on the report's own run: the work that,
+        sharing the cores with what else ran meanwhile (decode tasks, the other features' starts and calls,
+        the report machine's other users: `others_cores`, default the report's), makes the simulated run's
+        actors ready when the report measured them. A start on a machine with more to do (more clips decoding,
+        other users) then takes longer, as measured here (ready 9-11 s in runs of 2 clips, 18-21 s in runs of
+        4). `cpus`, `gpus`, `clips`: the report's run (its clips at their own sizes: before `scale_to`).
+        tests/bench/test_simulate_real.py predicts a bigger run with it (docs/scale.md has the pairs)."""
+        if self.load_from_s is None or not self.ready_s:
+            raise ValueError("the report has no actors' start (utilisation.actors_start_s, actors_ready_s)")
+        others = self.others_cores if others_cores is None else others_cores
+        want = {f: max(0.05, t - self.load_from_s) for f, t in self.ready_s.items()}
+        self.start_work = {f: d / 2 for f, d in want.items()}
+        for _ in range(rounds):  # a start's duration grows with its work: a few multiplicative steps converge
+            sim = Simulation(self, config, cpus, gpus, clips, others_cores=others)
+            sim.run()
+            got = {f: sim.ready_at[f] - self.load_from_s for f in want}
+            self.start_work = {f: w * want[f] / max(1e-6, got[f]) for f, w in self.start_work.items()}
 
     def clip(self, index: int) -> dict[str, float]:
         """Input kind -> units of the simulated clip `index`: the run's own clips in turn."""
@@ -363,7 +392,7 @@ def _run_start(report: dict[str, Any]) -> float | None:
 class _Task:
     """Something running that needs CPU: a decode task or a model call."""
 
-    kind: str  # "decode" or "call"
+    kind: str  # "decode", "call" or "start" (an actor loading)
     left: float  # seconds of work left at full speed
     cores: float
     started: float
@@ -426,6 +455,9 @@ class Simulation:
         self.events: list[tuple[float, int, str]] = []  # timed events: actors ready, start of decoding
         self._seq = 0
         self.on_nvdec: set[str] = set()  # clips whose frames the video engines decode (`Nvdec`)
+        self.ready_at: dict[str, float] = {}  # feature -> when its actors were all ready
+        self.starting: dict[str, int] = {}  # feature -> its actors still loading (`Costs.start_work`)
+        self.actors = hosts  # feature -> its actors (a hosted feature's are its host's)
         self.engine_s = 0.0  # the video engines' seconds the calls asked for
 
     # -- the model of Ray and the machine ------------------------------------------------------------------------
@@ -433,9 +465,10 @@ class Simulation:
         """Each running task's speed: the cores shared in proportion when asked for more than the node has,
         and each GPU likewise for the calls on it."""
         demand = sum(t.cores for t in self.running if t.uses_cpu)
-        # Ray's and the driver's own CPU (`outside_cores`), and other users'
-        free = max(0.1, self.cpus - self.costs.outside_cores - self.others_cores)
-        cpu = min(1.0, free / demand) if demand > 0 else 1.0
+        # other users' cores are not the run's; Ray's and the driver's own CPU (`outside_cores`) asks for its
+        # cores beside the calls and is shared with them (on a loaded machine it gets no more than its share)
+        free = max(0.1, self.cpus - self.others_cores)
+        cpu = min(1.0, free / (demand + self.costs.outside_cores)) if demand > 0 else 1.0
         on_gpu: dict[str, float] = defaultdict(float)
         on_engines: dict[str, float] = defaultdict(float)
         engines = self.costs.nvdec.engines if self.costs.nvdec else 1
@@ -529,6 +562,13 @@ class Simulation:
     def _finish(self, task: _Task) -> None:
         self.running.remove(task)
         end = self.now
+        if task.kind == "start":
+            feats = task.what
+            self.starting[feats[0]] -= 1
+            if not self.starting[feats[0]]:
+                for f in feats:
+                    self._ready(f)
+            return
         if task.kind == "decode":
             job = task.what
             self.calls["decode:frames"].append(_record("decode:frames", task.started, end, task.cores, 1))
@@ -565,6 +605,28 @@ class Simulation:
         if not left:
             self.done_at.append(self.commit_free)
 
+    def _ready(self, feat: str) -> None:
+        self.ready_at[feat] = self.now
+        for w in self.sched.pools[feat].workers:
+            w.ready = True
+
+    def _load(self) -> None:
+        """Every actor begins to load at once (the runner starts them all together): one task of one core each,
+        `start_work` at full speed; a feature is ready when the last of its actors is (runner.py's `ready_at`),
+        a feature hosted by another's actors when its host's are."""
+        groups: dict[int, list[str]] = defaultdict(list)
+        for feat in self.sched.pools:
+            groups[id(self.actors[feat])].append(feat)
+        for feats in groups.values():
+            work = max(self.costs.start_work.get(f, 0.0) for f in feats)
+            if work <= 0:
+                for f in feats:
+                    self._ready(f)
+                continue
+            self.starting[feats[0]] = len(self.actors[feats[0]])
+            for _ in self.actors[feats[0]]:
+                self.running.append(_Task("start", work, 1.0, self.now, feats))
+
     def _at(self, when: float, what: str) -> None:
         self._seq += 1
         heapq.heappush(self.events, (when, self._seq, what))
@@ -573,8 +635,11 @@ class Simulation:
         c = self.costs
         decode_from = c.actors_start_s if self.sched.name == "fixed" else c.ray_start_s + c.decode_after_ray_s
         self._at(decode_from, "decode")
-        for feat in self.sched.pools:  # each feature's actors when they were ready in the report's run
-            self._at(c.ready_s.get(feat, c.actors_start_s), f"actors {feat}")
+        if c.start_work and c.load_from_s is not None:  # the actors load as CPU work beside the rest
+            self._at(c.load_from_s, "load")
+        else:
+            for feat in self.sched.pools:  # each feature's actors when they were ready in the report's run
+                self._at(c.ready_s.get(feat, c.actors_start_s), f"actors {feat}")
         decoding_allowed = False
         while True:
             t_event = self.events[0][0] if self.events else math.inf
@@ -585,8 +650,9 @@ class Simulation:
                 self._advance(t_event)
                 _, _, what = heapq.heappop(self.events)
                 if what.startswith("actors "):
-                    for w in self.sched.pools[what.removeprefix("actors ")].workers:
-                        w.ready = True
+                    self._ready(what.removeprefix("actors "))
+                elif what == "load":
+                    self._load()
                 else:
                     decoding_allowed = True
             else:
@@ -720,6 +786,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="seconds from the run's start until the model actors are ready (default: the report's, its "
                          "first model call; bench/actor_start.py measures what an actor's start is made of)")
     ap.add_argument("--seconds", type=float, help="clips of this many seconds (default: the report's own)")
+    ap.add_argument("--fit-starts", action="store_true",
+                    help="each feature's actor start as CPU work fitted on the report's own run (Costs.fit_starts), "
+                         "slowing with what runs beside it; default: ready when the report measured")
     ap.add_argument("--outside-cores", type=float, metavar="CORES",
                     help="cores the run's processes use outside the timed calls (Ray, the driver, workers between "
                          "calls), taken from the node's (default: the report's `whole` CPU less its calls', 0 "
@@ -750,6 +819,13 @@ def main(argv: list[str] | None = None) -> None:
     gpu_feats = {f for f, s in specs.items() if s.extractor.wants_gpu(s.config)} if had_gpu else set()
     costs = Costs.from_report(report, uncontended=not args.contended, gpu_features=gpu_feats,
                               threads=report_threads(report, config))
+    if args.fit_starts:
+        try:
+            costs.fit_starts(config, int(report["utilisation"]["cpus"]),
+                             max(v["items"] for k, v in report["stages"].items() if k.startswith("decode:")),
+                             gpus=int((report.get("cluster") or {}).get("resources", {}).get("GPU", 0)))
+        except (KeyError, ValueError) as e:
+            raise SystemExit(f"--fit-starts: {args.costs}: {e}") from None
     if args.seconds is not None:
         costs.scale_to(args.seconds, {f: s.extractor.input_kind for f, s in specs.items()})
     if args.gpu_busy_s is not None:

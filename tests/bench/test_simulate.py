@@ -273,3 +273,49 @@ def test_each_clip_costs_its_own_size_and_each_actor_s_first_call_warms_up() -> 
     acoustic = sorted(round(c["end_s"] - c["start_s"], 3) for c in sim.calls["model:acoustic"])
     # 0.1 + 0.03 a second: 1.0 s for a 30 s clip, 2.8 s for a 90 s one; the first (a 30 s clip) 2 s more
     assert acoustic == pytest.approx([1.0, 2.8, 2.8, 3.0])
+
+
+def test_the_actors_start_as_work_that_slows_with_what_runs_beside_it() -> None:
+    """`fit_starts`: each feature's actor start as CPU work, fitted so that the report's own run has its actors
+    ready when it measured them; with more clips decoding beside them, or other users, they are ready later
+    (the fixed instants, the default, cannot move)."""
+    report = json.loads(REPORT.read_text())
+    start = datetime.strptime(report["run_id"][:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+    report["utilisation"] = {"ray_start_s": [start + 1, start + 10.0], "actors_start_s": start + 10.0,
+                             "actors_ready_s": {"faces": start + 30.0, "frames": start + 28.0, "qa": start + 25.0,
+                                                "transcript": start + 25.0, "acoustic": start + 20.0}}
+    config = load_config("socialiq")
+    costs = Costs.from_report(report)
+    costs.decode_after_ray_s = 0.0  # decoding from Ray's start, beside the loading actors (the H100 run's was later)
+    costs.fit_starts(config, cpus=4, gpus=1, clips=2)
+    assert set(costs.start_work) == set(costs.ready_s) and all(w > 0 for w in costs.start_work.values())
+
+    def ready(clips: int, others: float = 0.0) -> dict[str, float]:
+        from bench.simulate import Simulation
+        sim = Simulation(costs, config, 4, 1, clips, others_cores=others)
+        sim.run()
+        return sim.ready_at
+
+    same = ready(2)
+    for feat, t in costs.ready_s.items():
+        assert same[feat] == pytest.approx(t, rel=0.05)
+    busier, loaded = ready(40), ready(2, others=2.0)
+    assert all(busier[f] >= same[f] - 1e-6 for f in same) and any(busier[f] > 1.05 * same[f] for f in same)
+    assert all(loaded[f] > 1.2 * same[f] for f in same)
+
+
+def test_ray_s_own_cpu_shares_the_cores_with_the_calls() -> None:
+    """The run's CPU outside its calls (Ray, the driver) asks for its cores beside the calls, not off the top: on
+    a node where other users leave one core, 0.9 of them outside calls leaves a decode task about half of it
+    (taken off the top it left 0.1 of a core: a 2-core machine's run predicted at 164 s took 88 s)."""
+    from bench.simulate import Simulation, _Task
+
+    costs = Costs.from_report(json.loads(REPORT.read_text()))
+    costs.outside_cores = 0.9
+    sim = Simulation(costs, load_config("socialiq"), cpus=2, gpus=1, clips=1, others_cores=1.0)
+    sim.running = [_Task("decode", 1.0, 1.0, 0.0, None)]
+    assert sim._speeds() == [pytest.approx(1 / 1.9)]
+    sim.running.append(_Task("decode", 1.0, 1.0, 0.0, None))
+    assert sim._speeds() == [pytest.approx(1 / 2.9)] * 2
+    costs.outside_cores = 0.0  # nothing outside calls: the decode task has the core left to itself
+    assert sim._speeds() == [pytest.approx(0.5)] * 2
