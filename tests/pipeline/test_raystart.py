@@ -333,3 +333,19 @@ def test_a_dead_raylet_is_seen_and_shutdown_ends_its_orphans(monkeypatch: pytest
         for p in (raylet, gcs):
             if p.poll() is None:
                 p.kill()
+
+
+def test_a_cluster_s_workers_get_every_package_below_the_pipeline() -> None:
+    """On a cluster whose nodes have no copy of the project, the code reaches them as the runtime env's
+    py_modules: each package of pyproject.toml's layers from pipeline down (objectio, the raw data's and the
+    store's object storage, was once left out: every S3 read on such a node would have failed to import)."""
+    import tomllib
+
+    contracts = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())[
+        "tool"]["importlinter"]["contracts"]
+    [layers] = [c["layers"] for c in contracts if c["type"] == "layers"]
+    below = {name.strip() for layer in layers[layers.index("pipeline"):] for name in layer.split("|")}
+    assert set(raystart.RUN_PACKAGES) == below
+    shipped = raystart.runtime_env("ray://head:10001")["py_modules"]
+    assert sorted(Path(p).name for p in shipped) == sorted(below)
+    assert all((Path(p) / "__init__.py").is_file() for p in shipped)
