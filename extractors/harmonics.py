@@ -43,35 +43,41 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     k = np.arange(1, h_max + 1)[None, :]
     step = dftlen * f0[:, None] / fs  # bins per harmonic
     nominal = step * k
-    # local maxima (interior bins) and their parabolic refinement
+    # local maxima (interior bins)
     peak = np.zeros_like(logm, dtype=bool)
     peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
-    b = 0.5 * (np.roll(logm, -1, axis=1) - np.roll(logm, 1, axis=1))
-    a = logm - b - np.roll(logm, 1, axis=1)
-    safe = np.where(a > 0, a, 1.0)
-    pos = np.arange(n_bins)[None, :] + np.where(a > 0, 0.5 * b / safe, 0.0)
-    val = logm + np.where(a > 0, 0.25 * b**2 / safe, 0.0)
-    # nearest peak on each side of every bin (-1 / n_bins where none)
-    idx = np.where(peak, np.arange(n_bins)[None, :], -1)
-    prev = np.maximum.accumulate(idx, axis=1)
-    idx_n = np.where(peak, np.arange(n_bins)[None, :], n_bins)
-    nxt = np.flip(np.minimum.accumulate(np.flip(idx_n, axis=1), axis=1), axis=1)
+    # nearest peak on each side of every bin (-1 / n_bins where none); int32 halves the scans' memory traffic
+    bins = np.arange(n_bins, dtype=np.int32)[None, :]
+    prev = np.maximum.accumulate(np.where(peak, bins, np.int32(-1)), axis=1)
+    nxt = np.minimum.accumulate(np.where(peak, bins, np.int32(n_bins))[:, ::-1], axis=1)[:, ::-1]
     valid_h = k <= count[:, None]
     base = np.clip(np.floor(nominal).astype(int), 0, n_bins - 1)
     r = np.arange(rows)[:, None]
     cand_l = prev[r, base]
     cand_r = nxt[r, np.minimum(base + 1, n_bins - 1)]
-    pos_l = np.where(cand_l >= 0, pos[r, np.maximum(cand_l, 0)], np.inf)
-    pos_r = np.where(cand_r < n_bins, pos[r, np.minimum(cand_r, n_bins - 1)], np.inf)
+
+    def refined(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Parabolic refinement (position, log amplitude) at bins c, read only where a candidate is (the whole
+        spectrum's would cost more); the outermost bins' neighbours wrap around, as np.roll's."""
+        here = logm[r, c]
+        left, right = logm[r, c - 1], logm[r, (c + 1) % n_bins]
+        b = 0.5 * (right - left)
+        a = here - b - left
+        safe = np.where(a > 0, a, 1.0)
+        return c + np.where(a > 0, 0.5 * b / safe, 0.0), here + np.where(a > 0, 0.25 * b**2 / safe, 0.0)
+
+    pos_l, val_l = refined(np.maximum(cand_l, 0))
+    pos_r, val_r = refined(np.minimum(cand_r, n_bins - 1))
+    pos_l = np.where(cand_l >= 0, pos_l, np.inf)
+    pos_r = np.where(cand_r < n_bins, pos_r, np.inf)
     d_l, d_r = np.abs(pos_l - nominal), np.abs(pos_r - nominal)
     use_r = d_r < d_l
-    best = np.where(use_r, cand_r, cand_l)
     best_pos = np.where(use_r, pos_r, pos_l)
+    best_val = np.where(use_r, val_r, val_l)
     found = (np.minimum(d_l, d_r) < step / 2) & valid_h
-    best = np.clip(best, 0, n_bins - 1)
     nearest_bin = np.clip(np.round(nominal).astype(int), 0, n_bins - 1)
     hpos = np.where(found, best_pos, nominal)
-    hamp = np.where(found, np.exp(val[r, best]), mag[r, nearest_bin])
+    hamp = np.where(found, np.exp(best_val), mag[r, nearest_bin])
     hpos_c = np.clip(hpos, 0, n_bins - 1)
     i0 = np.minimum(np.floor(hpos_c).astype(int), n_bins - 2)
     frac = hpos_c - i0

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.fft import irfft, rfft
 
+from extractors import glottal
+
 ORDER = 24
 DFTLEN = 1024  # holds a 3-period window down to 47 Hz; COVAREP's 4096 samples the same smooth spectrum 4x finer
 UNVOICED_F0_HZ = 100.0  # the F0 COVAREP's script gives frames whose SRH F0 is 0
@@ -47,16 +49,19 @@ def frame_spectra(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int, d
     half = int(lengths.max()) // 2
     if 2 * half + 1 > dftlen:
         raise ValueError(f"a 3-period window of {2 * half + 1} samples exceeds the {dftlen}-point DFT")
-    padded = np.pad(np.asarray(x, np.float64), (half, half))
     offsets = np.arange(-half, half + 1)
-    seg = padded[centres[:, None] + half + offsets[None, :]]
-    m = (lengths[:, None] - 1) / 2.0
+    seg = glottal.windows(np.asarray(x, np.float64), centres - half, 2 * half + 1)
+    # one window per distinct length (a few hundred for thousands of rows): the cosines are the windows' main cost
+    uniq, inv = np.unique(lengths, return_inverse=True)
+    m = (uniq[:, None] - 1) / 2.0
     arg = np.pi * offsets[None, :] / m
     win = np.where(np.abs(offsets)[None, :] <= m, 0.42 + 0.5 * np.cos(arg) + 0.08 * np.cos(2 * arg), 0.0)
     win /= win.sum(axis=1, keepdims=True)
+    seg *= win[inv]
     # centre at sample 0 (negative offsets wrap to the end): the phase is the centre's, as COVAREP's delay2spec gives
     frames = np.zeros((centres.size, dftlen))
-    frames[:, offsets % dftlen] = seg * win
+    frames[:, : half + 1] = seg[:, half:]
+    frames[:, dftlen - half :] = seg[:, :half]
     return rfft(frames, axis=1)
 
 
@@ -67,43 +72,62 @@ def _lifter(orders: np.ndarray, n_coef: int) -> np.ndarray:
     return np.where(k <= o, 0.54 + 0.46 * np.cos(np.pi * k / np.maximum(o, 1)), 0.0)
 
 
-def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = True) -> np.ndarray:
+def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = True, chunk: int = 256) -> np.ndarray:
     """True envelope of half log-amplitude spectra (rows, dftlen/2 + 1) at per-row cepstral orders; returns the
-    log envelope, same shape. Rows converge independently; all of them iterate as one array."""
+    log envelope, same shape. Rows converge independently; they iterate in chunks of `chunk` rows of similar
+    orders (`_iterate`)."""
     n_bins = log_amp.shape[1]
     dftlen = 2 * (n_bins - 1)
     orders = np.minimum(np.round(TE_SMOOTHING * np.asarray(orders)), dftlen // 2 - 1).astype(int)
     a = log_amp.copy()
     if presmooth:
-        pre = true_envelope(log_amp, np.round(orders / 2.0), presmooth=False)
+        pre = true_envelope(log_amp, np.round(orders / 2.0), presmooth=False, chunk=chunk)
         slim = np.round(0.25 * dftlen / orders).astype(int)
         k = np.arange(n_bins)[None, :]
         edge = (k < slim[:, None]) | (k > n_bins - slim[:, None])
         a = np.where(edge, pre, a)
+    out = np.empty_like(a)  # in the input's precision, as the envelope always was
+    by_order = np.argsort(orders, kind="stable")
+    for c in range(0, by_order.size, chunk):
+        sel = by_order[c : c + chunk]
+        out[sel] = _iterate(a[sel], orders[sel], dftlen)
+    return out
+
+
+def _iterate(a: np.ndarray, orders: np.ndarray, dftlen: int) -> np.ndarray:
+    """`true_envelope`'s iteration for rows of log amplitudes `a` at cepstral `orders` (after the smoothing factor).
+
+    Every step is per row, so which rows share a chunk changes nothing but the cepstrum's width (the chunk's
+    highest order + 1: coefficients above a row's order stay 0) and so the grouping of e_in's float sum. Chunks of
+    similar orders keep the arrays in cache and narrow (about 1.4x faster than all rows at the block's highest
+    order)."""
     n_coef = int(orders.max()) + 1
     lifter = _lifter(orders, n_coef)
     inside = np.arange(dftlen // 2)[None, :] <= orders[:, None]
     a0 = a.copy()
     dblim = np.log(10 ** (TE_PREC_DB / 20))
-    out = np.empty_like(a)
+    out = np.empty(a.shape)
     todo = np.arange(a.shape[0])
     cc = np.zeros((a.shape[0], n_coef))
+    weight = np.where(np.arange(n_coef) == 0, 1.0, 2.0)
+    lv = a
     for _ in range(TE_MAXIT):
         cep = irfft(a, axis=1)[:, : dftlen // 2]  # real cepstrum
-        ccp = cep[:, :n_coef] * np.where(np.arange(n_coef) == 0, 1.0, 2.0)
+        ccp = cep[:, :n_coef] * weight
         e_out = np.sqrt(np.sum(np.where(inside[:, 1:], 0.0, 2 * cep[:, 1:]) ** 2, axis=1))
         e_in = np.sqrt(np.sum(np.where(inside[:, :n_coef], ccp, 0.0) ** 2, axis=1))
         lam = (e_in + e_out) / np.maximum(e_in, 1e-300)  # Röbel et al. 2007's step factor: faster convergence
         cc = lam[:, None] * lifter * (ccp - cc) + cc
         lv = _cep_to_logspec(cc, dftlen)
         a = np.maximum(a, lv)
-        out[todo] = lv  # the last pass is the answer for rows that never converge
         done = np.max(a0 - lv, axis=1) <= dblim
         if done.any():
+            out[todo[done]] = lv[done]
             keep = ~done
-            todo, a, a0, cc, lifter, inside = todo[keep], a[keep], a0[keep], cc[keep], lifter[keep], inside[keep]
+            todo, a, a0, cc, lifter, inside, lv = (v[keep] for v in (todo, a, a0, cc, lifter, inside, lv))
             if todo.size == 0:
-                break
+                return out
+    out[todo] = lv  # the last pass is the answer for rows that never converge
     return out
 
 
