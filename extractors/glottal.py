@@ -439,7 +439,7 @@ def sedreams(x: np.ndarray, residual: np.ndarray, fs: int, f0_mean: float) -> np
 
 
 def iaif_gci(
-    x: np.ndarray, gcis: np.ndarray, fs: int, leak: float, max_period: float, chunk: int = 128
+    x: np.ndarray, gcis: np.ndarray, fs: int, leak: float, max_period: float, chunk: int = 256
 ) -> tuple[np.ndarray, np.ndarray]:
     """(flow, flow derivative) by pitch-synchronous IAIF as COVAREP's `iaif_gci` computes it: per GCI a 2-period
     frame (GCI +- T0, T0 the gap to the previous GCI, or to the next one where that is no period), Hann-windowed,

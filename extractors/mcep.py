@@ -181,7 +181,9 @@ def mcep_rows(spec: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> 
         pooled = np.empty((log_amp.shape[0], n + 1))
         pooled[:, 0] = log_amp[:, 0]
         # the maximum of TE_POOL strided slices: numpy's reduction over an axis of length 2 costs 5x more
-        pooled[:, 1:] = functools.reduce(np.maximum, (log_amp[:, 1 + i : 1 + n * TE_POOL : TE_POOL] for i in range(TE_POOL)))
+        pooled[:, 1:] = functools.reduce(
+            np.maximum, (log_amp[:, 1 + i : 1 + n * TE_POOL : TE_POOL] for i in range(TE_POOL))
+        )
         log_amp = pooled
     env = true_envelope(log_amp.astype(TE_DTYPE), np.round(0.5 * fs / f0))
     return mel_cepstrum(env.astype(float), fs, order)
