@@ -126,11 +126,14 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     u = (np.arange(DFTLEN // 2 + 1) * fs / DFTLEN)[None, :] / f0[:, None]  # position in harmonics
     k = np.clip(np.floor(u).astype(np.intp), 0, n - 1)
     frac = np.clip(u - k, 0.0, 1.0)
-    low = np.take_along_axis(ys, k, axis=1)
-    high = np.take_along_axis(ys, np.minimum(k + 1, n), axis=1)
+    flat, row0 = ys.reshape(-1), np.arange(rows)[:, None] * (n + 1)  # gathers by flat index: about 2x faster
+    low = np.take(flat, row0 + k)
+    high = np.take(flat, row0 + np.minimum(k + 1, n))
     val = low + frac * (high - low)
-    below = u < 1.0  # between the anchor at 0.95 f0 (phase 0) and the first harmonic
-    val[below] = (ys[:, 1:2] * np.clip((u - 0.95) / 0.05, 0.0, 1.0))[below]
+    # between the anchor at 0.95 f0 (phase 0) and the first harmonic: only the bins below the highest f0
+    m = int(np.searchsorted(u.min(axis=0) >= 1.0, True)) if rows else 0  # u grows along the bins
+    below = u[:, :m] < 1.0
+    val[:, :m][below] = (ys[:, 1:2] * np.clip((u[:, :m] - 0.95) / 0.05, 0.0, 1.0))[below]
     inside = (u <= count[:, None]) & (count[:, None] >= 1)
     out = np.zeros(val.shape, np.complex64)  # float32 phasors: what the time statistics run on
     v = val[inside].astype(np.float32)
