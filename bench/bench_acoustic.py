@@ -18,7 +18,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from extractors import acoustic, glottal, harmonics, hmpd, mcep, rd_conf  # noqa: E402
+from extractors import acoustic, glottal, harmonics, mcep, rd_conf  # noqa: E402
 from extractors.base import Audio  # noqa: E402
 from testing.realdata import realdata_dir  # noqa: E402
 from testing.synth_voice import FS_HZ, synth_vowel  # noqa: E402
@@ -91,7 +91,7 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         spec = timed("3-period spectra + harmonics", mcep.frame_spectra, sign * block, centres, f0w, FS_HZ)
         h = timed("3-period spectra + harmonics", harmonics.pick, spec, f0w, FS_HZ)
         timed("MCEP (true envelope)", mcep.mcep_rows, spec, f0w, FS_HZ)
-        timed("HMPD", hmpd.hmpd_rows, h, f0w, FS_HZ)
+        timed("HMPD (SRH F0, 4096-point spectra, harmonics, PD)", acoustic.hmpd_columns, block, f0, voiced, sign)
         timed("Rd_conf (MSP)", rd_conf.rd_conf_rows, h)
     timed("band check (Welch)", acoustic.low_band, x)
     return spent

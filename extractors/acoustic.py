@@ -262,6 +262,10 @@ class Kernels:
     mcep_rows: Callable = mcep.mcep_rows
     pdm_pdd: Callable = hmpd.pdm_pdd  # HMPD's time smoothing
     rd_conf_rows: Callable = rd_conf.rd_conf_rows
+    srh_f0: Callable = srh.srh_f0  # the 3-period windows' F0 on rows we call unvoiced
+    pick: Callable = harmonics.pick  # the rows' harmonics (HMPD, Rd_conf)
+    pd_phasors: Callable = hmpd.pd_phasors  # HMPD's per-row phase distortion
+    rd_covarep: Callable = glottal.rd_covarep  # COVAREP's Rd (Brent over the LF model)
 
 
 NUMPY_KERNELS = Kernels(
@@ -279,7 +283,8 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
-                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows)
+                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows,
+                   k.srh_f0, k.pick, k.pd_phasors, k.rd_covarep)
 
 
 def periodicity(
@@ -679,7 +684,7 @@ def glottal_rows(
     if cfg.rd_method == "covarep":  # in COVAREP's orientation, as COVAREP reads it
         if skew_sign is None:
             skew_sign = 1.0 if glottal.skewness(glottal.lp_residual(x_hp, FS_HZ)) >= 0 else -1.0
-        out["rd"] = glottal.rd_covarep(skew_sign * x_hp, f0, voiced, FS_HZ, HOP)[0]
+        out["rd"] = kernels.rd_covarep(skew_sign * x_hp, f0, voiced, FS_HZ, HOP)[0]
     elif cfg.rd_method == "msp":
         rows = np.flatnonzero(voiced)
         # the paper's MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness)
@@ -726,32 +731,67 @@ def glottal_rows(
     return out
 
 
-def window_f0(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def window_f0(
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray, srh_f0=srh.srh_f0
+) -> np.ndarray:
     """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
     from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
     tracker's F0 (`srh`; version 9, the block's median voiced F0 before), searched around that median. Clipped so a
-    window fits the DFT."""
+    window fits the DFT. `srh_f0`: the backend's."""
     is_voiced = voiced[rows] & (f0[rows] > 0)
     median = float(np.median(f0[voiced])) if voiced.any() else None
     out = np.where(is_voiced, f0[rows], mcep.UNVOICED_F0_HZ)
     if (~is_voiced).any():
-        out[~is_voiced] = srh.srh_f0(x, centres[~is_voiced], FS_HZ, median)
+        out[~is_voiced] = srh_f0(x, centres[~is_voiced], FS_HZ, median)
     return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
+
+
+def hmpd_columns(
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
+) -> np.ndarray:
+    """(rows, 38) HMPDM_*, HMPDD_* of a block, at COVAREP's instants and F0 (version 10; docs/acoustic.md, "HMPD"):
+    its script analyses HMPD on SRH's frames, at 10 ms steps on the row boundaries (160 k samples) from 50 ms in to
+    50 ms before the end, each windowed by SRH's F0 (100 Hz where SRH gives 0) whatever the voicing, and reads its
+    rows at (k + 0.5) * 10 ms - 1 sample by linear interpolation through a 5 ms grid (`hmpd.frames_to_rows`).
+    The harmonics are picked on its 4096-point DFT (`hmpd.SIN_DFTLEN`). Measured against COVAREP's own HMPD steps
+    under Octave, feeding our kernels its instants and F0 reproduces its columns within its run-to-run spread; our
+    refined F0 and row-centred frames put HMPDD 30-120 spreads away, the 1024-point DFT up to 20 more. Rows outside
+    the frames' span are NaN (COVAREP writes 0 there)."""
+    n_rows = voiced.size
+    half = round((round(srh.FRAME_S * FS_HZ) - 2) / 2)  # pitch_srh's half frame: its instants run half + 1 … len - half
+    k = np.arange(-(-(half + 1) // HOP), (x.size - half) // HOP + 1)
+    out = np.full((n_rows, hmpd.PDM_ORDER + hmpd.PDD_ORDER + 2), np.nan)
+    if k.size < 2:
+        return out
+    centres = k * HOP
+    median = float(np.median(f0[voiced])) if voiced.any() else None
+    f0k = kernels.srh_f0(x, centres, FS_HZ, median)
+    f0k = np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ)
+    f0k = np.clip(f0k, 3.0 * FS_HZ / (hmpd.SIN_DFTLEN - 2), None)
+    spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
+    h = kernels.pick(spec, f0k, FS_HZ)
+    frames = hmpd.hmpd_rows(h, f0k, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
+    rows = k[:-1]  # row j reads frames j and j + 1
+    keep = (rows >= 0) & (rows < n_rows)
+    # row j's time, (j + 0.5) * HOP - 1 samples, lies (HOP / 2 - 1) / (HOP / 2) of the way from frame j to the 5 ms
+    # grid point between frames j and j + 1, which holds their mean
+    out[rows[keep]] = hmpd.frames_to_rows(frames, (HOP / 2 - 1) / HOP)[keep]
+    return out
 
 
 def spectral_rows(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
-    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"): one 3-period window
-    per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
+    """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"); HMPD on its own
+    frames (`hmpd_columns`), the others on one 3-period window per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
     by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
     centres = np.arange(n_rows) * HOP + HOP // 2
-    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows))
+    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows), kernels.srh_f0)
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
-    h = harmonics.pick(spec, f0w, FS_HZ)
-    pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd)
+    h = kernels.pick(spec, f0w, FS_HZ)
+    pd = hmpd_columns(x, f0, voiced, polarity, kernels)
     out = {"Rd_conf": kernels.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
     cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
     # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
@@ -817,7 +857,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "9"
+    version = "10"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

@@ -17,6 +17,9 @@ script gives `hmpd_analysis_features` (written from their description here, not 
 5. Compression: PDM to 25 bands, linear up to bin 8 then logarithmic-like along a quadratic Bézier curve
    (circular mean of the bins of each band); PDD to a mel cepstrum of order 12 (`mcep.mel_cepstrum` of ln PDD).
 
+The frames are COVAREP's (`acoustic.hmpd_columns`: SRH's instants and F0, harmonics on a 4096-point DFT), and the
+rows are read between them (`frames_to_rows`) as COVAREP resamples them.
+
 Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run); here
 they hold no phasor (cos = sin = 0, the expectation of a random phase), so their PDD is the value random phases give
 on average (`PDD_NO_PHASE`) and they take no part in PDM's band means; `rng` reproduces COVAREP's random filling
@@ -33,7 +36,10 @@ from scipy.fft import irfft, rfft
 from extractors import mcep
 from extractors.harmonics import Harmonics, wrap
 
-DFTLEN = 1024
+DFTLEN = 1024  # the bins PD is read on (hmpd_analysis' dftlen)
+# the DFT the harmonics are picked on (COVAREP's script gives sin_analysis 4096): on 1024 points the parabola
+# through coarser bins moves the peaks and their phases enough to put HMPDD ~20 run-to-run spreads off COVAREP's
+SIN_DFTLEN = 4096
 PDM_ROWS = 25  # round(6 periods * 4 instants / 2) * 2 + 1
 PDD_ROWS = 9  # round(2 periods * 4 instants / 2) * 2 + 1
 PDM_ORDER = 24
@@ -172,6 +178,12 @@ def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
     return np.where(inside[:, 1:], wrap(pd), np.nan)
 
 
+def pd_phasors(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
+    """(rows, DFTLEN/2 + 1) phasors of each row's phase distortion on the bins (`phase_distortion`, then
+    `_phasors_on_bins`): the per-row part of HMPD, before the time smoothing."""
+    return _phasors_on_bins(phase_distortion(h, f0, fs), f0, fs)
+
+
 def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin PDM (phasors: unit where defined, 0 where no phase) and PDD of PD phasors (rows, bins)."""
     nb = z.shape[1]
@@ -226,13 +238,21 @@ def compress(pdm: np.ndarray, pdd: np.ndarray, fs: int, rng: np.random.Generator
     return np.concatenate([out_m, out_d], axis=1)
 
 
+def frames_to_rows(frames: np.ndarray, w: float) -> np.ndarray:
+    """(frames - 1, 38) rows between consecutive frames of `hmpd_rows`: (1 - w) of frame j plus w of frame j + 1,
+    the PDM phases along the shorter arc (COVAREP interpolates them unwrapped over time), PDD's cepstra linearly."""
+    a, b = frames[:-1], frames[1:]
+    m = PDM_ORDER + 1
+    pdm = wrap(a[:, :m] + w * wrap(b[:, :m] - a[:, :m]))
+    return np.concatenate([pdm, (1 - w) * a[:, m:] + w * b[:, m:]], axis=1)
+
+
 def hmpd_rows(
-    h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None
+    h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None, phasors=None
 ) -> np.ndarray:
-    """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them); `smooth`: the
-    backend's `pdm_pdd` (the reference's by default)."""
-    pd = phase_distortion(h, f0, fs)
-    z = _phasors_on_bins(pd, f0, fs)
+    """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them); `smooth` and
+    `phasors`: the backend's `pdm_pdd` and `pd_phasors` (the reference's by default)."""
+    z = (phasors or pd_phasors)(h, f0, fs)
     if rng is not None:  # COVAREP's filling: a random phase wherever there is none
         missing = np.abs(z) == 0
         z[missing] = np.exp(2j * np.pi * rng.random(int(missing.sum())))

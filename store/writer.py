@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -390,7 +389,7 @@ def _current_lines(state: index.Index, keep: set[str]) -> list[layout.PartLine]:
 class _ObjectWriter(StoreWriter):
     """The writer where the storage has no rename and no append (object storage; docs/design.md, "On object
     storage"), written against the backend contract alone. The one-writer lock is a lease object
-    (store/backends/lease.py). A part is written in a local temporary folder (hashed there, as locally),
+    (store/backends/lease.py). A part is staged in memory (hashed there, the same bytes as a local part's),
     then uploaded under its unique final name with its own zarr.json last: a part without that file, or
     named by no index record, is not data. It is published by creating the log's next segment at the log's
     end with a create-if-absent write (store/backends/log.py): of two writers racing for one sequence
@@ -569,20 +568,18 @@ class _ObjectWriter(StoreWriter):
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
         if isinstance(members[0][1], WrittenRows):
             return self._finish_written(feature, name, seq, members)
-        with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
-            staging = Path(tmp) / name
-            group, _, rows, spans, own = parts.stage(staging, members)
-            group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
-                                                "files": own}})
-            files, shapes = parts.record_files(staging, own)
-            key = join(feature, layout.PARTS, name)
-            try:
-                for rel in sorted(own):  # its own zarr.json last: a part without it was never whole
-                    self.backend.put(join(key, rel), (staging / rel).read_bytes())
-                self.backend.put(join(key, layout.META), (staging / layout.META).read_bytes())
-            except BaseException:
-                self._remove_part(feature, name)
-                raise
+        part, key = parts.MemoryPart(members), join(feature, layout.PARTS, name)
+        try:  # each array's files sent while the next is encoded; its own zarr.json last, once they are all there
+            self.backend.put_many((join(key, rel), data) for rel, data in part.write())
+            staged = part.staged()
+            rows, spans = staged.entries, staged.spans
+            staged.group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
+                                                       "files": staged.own}})
+            files, shapes = parts.record_staged(staged)
+            self.backend.put(join(key, layout.META), staged.bytes_of(layout.META))
+        except BaseException:
+            self._remove_part(feature, name)
+            raise
         return layout.PartLine(name, seq, rows, files, shapes, spans)
 
     def _finish_written(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:

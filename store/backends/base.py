@@ -11,7 +11,7 @@ import abc
 import hashlib
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -50,6 +50,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def get(self, key: str) -> bytes:
         """The whole object; FileNotFoundError naming `where(key)` when there is none."""
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """key -> the whole object (`get`), None where there is none."""
+        out: dict[str, bytes | None] = {}
+        for key in keys:
+            try:
+                out[key] = self.get(key)
+            except FileNotFoundError:
+                out[key] = None
+        return out
 
     @abc.abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:
@@ -95,6 +105,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Write `data` as the whole object: a reader sees the old object or the new one, never a part."""
+
+    def put_many(self, objects: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        """`put` each of `objects` (key -> bytes, or (key, bytes) pairs: taken as they come, so a producer may
+        still be making the next while the first is sent); every one written when this returns. On a failure
+        (the producer's too) the first error is raised once no write is in flight any more (some objects may be
+        written: the caller removes them), so nothing lands after the caller has cleaned up."""
+        for key, data in objects.items() if isinstance(objects, Mapping) else objects:
+            self.put(key, data)
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:

@@ -125,14 +125,18 @@ def test_layouts_share_their_common_columns() -> None:
     audio = Audio(voice.speech.astype(np.float32), FS_HZ, voice.speech.size / FS_HZ)
     wide = Covarep(CovarepConfig()).extract(audio)
     narrow = Covarep(CovarepConfig(layout="mfcc23", harmonic_filter="covarep", rd_method="covarep")).extract(audio)
-    assert Covarep.version == "9" and Covarep.columns(CovarepConfig()) == COVAREP74_COLUMNS
+    assert Covarep.version == "10" and Covarep.columns(CovarepConfig()) == COVAREP74_COLUMNS
     assert wide.features.shape == (60, 74) and narrow.features.shape == (60, 23)
     names23 = Covarep.columns(CovarepConfig(layout="mfcc23"))
     for ours, theirs in COVAREP74_SOURCES.items():
         np.testing.assert_array_equal(wide.features[:, COVAREP74_COLUMNS.index(ours)],
                                       narrow.features[:, names23.index(theirs)])
-    spectral = wide.features[:, COVAREP74_COLUMNS.index("MCEP_0") :]
-    assert np.isfinite(spectral).all()  # MCEP and HMPD: every row, as COVAREP computes them
+    hm = COVAREP74_COLUMNS.index("HMPDM_0")
+    assert np.isfinite(wide.features[:, COVAREP74_COLUMNS.index("MCEP_0") : hm]).all()  # MCEP: every row
+    # HMPD (version 10): the rows between SRH's frames, 50 ms in from each end (rows 5 … 54 of 60), as COVAREP's
+    # script computes them (it writes 0 outside them; NaN here)
+    defined = np.isfinite(wide.features[:, hm:]).all(axis=1)
+    assert defined[5:55].all() and not defined[:5].any() and not defined[55:].any(), np.flatnonzero(defined)
     silence = np.zeros(FS_HZ // 2, np.float32)
     silence[2400:4800] = voice.speech[1600:4000]  # 0.15-0.3 s: signal; rows 0-9 and 35-49 see only zeros
     rows = Covarep(CovarepConfig()).extract(Audio(silence, FS_HZ, 0.5)).features
@@ -167,14 +171,47 @@ def test_mcep_against_covarep(covarep_results: dict) -> None:
 
 
 def test_hmpd_against_covarep(covarep_results: dict) -> None:
-    """On rows both call voiced: HMPDD_0 r >= 0.9 and the median HMPDD column >= 0.7 on each file; HMPDM's circular
-    correlation, median over the bands that vary, >= 0.8 on three files and >= 0.35 on amfm_sample, whose bands
-    near 1-2 kHz disagree (measured, version 9: 0.87-0.98 and 0.43; HMPDD_0 0.95-0.99, median columns 0.82-0.93)."""
+    """On rows both call voiced: HMPDD_0 r >= 0.98, every HMPDD column >= 0.95, and HMPDM's circular correlation,
+    median over the bands that vary, >= 0.95 on each file (measured, version 10: HMPDD_0 0.993-1.000, columns min
+    0.969-0.996, HMPDM 0.984-0.997; version 9, its frames on our rows at our refined F0: HMPDD_0 0.95-0.99, columns
+    min 0.46-0.81, HMPDM 0.43-0.98). amfm_sample's HMPDM_20 and 21 stay low (r 0.41 and 0.18; not investigated):
+    the median holds them."""
     for name in LONG:
         r = covarep_results[name]
-        assert r.pdd[0] >= 0.9 and np.median(r.pdd) >= 0.7, (name, r.pdd.round(2))
-        floor = 0.35 if name == "amfm_sample" else 0.8
-        assert np.nanmedian(r.pdm) >= floor, (name, r.pdm.round(2))
+        assert r.pdd[0] >= 0.98 and r.pdd.min() >= 0.95, (name, r.pdd.round(3))
+        assert np.nanmedian(r.pdm) >= 0.95, (name, r.pdm.round(2))
+
+
+# our HMPD's distance from COVAREP's, in units of COVAREP's own run-to-run spread (bench.covarep_hmpd_spread): the
+# issue asks for 1 (within the spread). The random filling moves only the bins above the last harmonic, a few of 513
+# on a voiced row, so the spread is tiny (HMPDD 4e-4-1.5e-3 with rho >= 0.996 between runs; HMPDM_24 0.007-0.023
+# rad, rho >= 0.94). Measured, version 10 (HMPD at COVAREP's instants, SRH's F0, 4096-point harmonics): HMPDM_24
+# 1.8-7.2, HMPDD_* 2.4-21.7 (version 9: 5.8-32 and 15-119). Our kernels fed COVAREP's own frames and F0 (from its
+# intermediates under Octave) land at 1.0-1.6 and 2.5-3.0 with a random filling, 1.2-1.5 and 3.5-3.9 without: the
+# rest is SRH's F0, ours 1 Hz off COVAREP's on ~10 % of frames (its search range comes from our tracker's median,
+# not a first SRH pass; docs/acoustic.md, "COVAREP's HMPD run to run"). The bars are the measured worst rounded up:
+# a slip in our HMPD moves the distance past them (version 9's methods fail them on every file)
+K_SPREAD = {"HMPDM": 10.0, "HMPDD": 25.0}
+
+
+def test_hmpd_against_covareps_own_spread(covarep_results: dict) -> None:
+    """Per file and per HMPD column COVAREP's randomness moves: the median |difference| between our rows and
+    COVAREP's on rows both call voiced within K_SPREAD times COVAREP's own median run-to-run |difference|
+    (tests/data/covarep_hmpd_spread.json: 9 seeds per file). The columns COVAREP's seed moves are HMPDM_24 and
+    HMPDD_0..12 only: HMPDM_0..23 are identical in every run (compared by test_hmpd_against_covarep)."""
+    import json
+
+    from bench.covarep_hmpd_spread import COLUMNS, SPREAD_JSON
+
+    spread = json.loads(SPREAD_JSON.read_text())["files"]
+    assert set(spread) == set(LONG), sorted(spread)
+    for name, f in spread.items():
+        moved = [c for c in COLUMNS if f["columns"][c]["spread"] > 0]
+        assert moved == ["HMPDM_24"] + [f"HMPDD_{i}" for i in range(13)], (name, moved)
+        dist = dict(zip(COLUMNS, covarep_results[name].hmpd_dist, strict=True))
+        ratio = {c: dist[c] / f["columns"][c]["spread"] for c in moved}
+        bad = {c: round(r, 1) for c, r in ratio.items() if r > K_SPREAD[c[:5]]}
+        assert not bad, (name, bad)
 
 
 def test_rd_conf_against_covarep(covarep_results: dict) -> None:
@@ -195,7 +232,10 @@ def test_torch_kernels_equal_numpy() -> None:
     reference's HMPDM moves by up to 1.6e-4 rad and its HMPDD by up to 0.035-0.052 (p99 0.015-0.024) on this vowel,
     arctic_a0007 and DB-cresc (PDD = sqrt(-2 ln R) magnifies a float32 rounding of R near 1), so HMPDM within 4e-4
     rad and HMPDD within 0.11 (p99 0.05); measured torch against the reference: HMPDM 1.6e-4, HMPDD 0.035-0.060
-    (p99 0.013-0.027). The whole 74-column set: every other column within 1e-3."""
+    (p99 0.013-0.027). The whole 74-column set: every other column within 1e-3, Rd within 1e-3 on 99 % of rows
+    and within Brent's tolerance (0.01) on all: its search is torch's too, and two MSP errors equal to rounding may
+    send it another way (test_acoustic_torch.py's assert_74_kernels_equal; measured through the whole extractor on
+    DB-cresc: 6 of 629 rows moved, by up to 1e-3)."""
     torch = pytest.importorskip("torch")
     from extractors import acoustic_torch
 
@@ -214,13 +254,21 @@ def test_torch_kernels_equal_numpy() -> None:
     ref = Covarep(CovarepConfig()).extract(audio).features
     got = Covarep(CovarepConfig(backend="torch", device="cpu")).extract(audio).features
     np.testing.assert_array_equal(np.isnan(ref), np.isnan(got))
-    first = COVAREP74_COLUMNS.index("HMPDM_0")
-    np.testing.assert_allclose(got[:, :first], ref[:, :first], rtol=0, atol=1e-3, equal_nan=True)
+    first, rd = COVAREP74_COLUMNS.index("HMPDM_0"), COVAREP74_COLUMNS.index("Rd")
+    others = [i for i in range(first) if i != rd]
+    np.testing.assert_allclose(got[:, others], ref[:, others], rtol=0, atol=1e-3, equal_nan=True)
+    d_rd = np.abs(got[:, rd] - ref[:, rd])[np.isfinite(ref[:, rd])]
+    assert d_rd.max() <= 0.01 and np.mean(d_rd > 1e-3) <= 0.01, (d_rd.max(), np.mean(d_rd > 1e-3))
     _check_hmpd(got[:, first:].astype(float), ref[:, first:].astype(float))
 
 
 def _check_hmpd(got: np.ndarray, ref: np.ndarray) -> None:
-    """HMPDM (25 phases) within 4e-4 rad, HMPDD (13) within 0.11 and its p99 within 0.05 (the docstring above)."""
+    """HMPDM (25 phases) within 4e-4 rad, HMPDD (13) within 0.11 and its p99 within 0.05 (the docstring above), on
+    the rows the reference defines (since version 10 the rows within 50 ms of the ends are NaN: its frames' span;
+    the NaN pattern is compared by the caller)."""
+    defined = np.isfinite(ref).all(axis=1)
+    assert defined.sum() >= 0.8 * defined.size, defined.sum()
+    got, ref = got[defined], ref[defined]
     dm = np.abs(np.angle(np.exp(1j * (got[:, :25] - ref[:, :25]))))
     dd = np.abs(got[:, 25:] - ref[:, 25:])
     assert dm.max() <= 4e-4, dm.max()

@@ -31,6 +31,22 @@ def test_whole_objects_round_trip(backend: Backend) -> None:
     backend.put("a/b.bin", b"new")
     assert backend.get("a/b.bin") == b"new"
     assert backend.head("a/b.bin").version != info.version
+    many = {f"m/{k:02d}": bytes([k]) * (k + 1) for k in range(12)}  # (in a bucket, several in flight at once)
+    backend.put_many(many)
+    assert {i.key: backend.get(i.key) for i in backend.list("m")} == many
+    assert backend.get_many([*many, "m/none"]) == {**many, "m/none": None}
+
+    def producer():  # (a part's files, each sent as soon as it is encoded; the encoder fails at the third)
+        yield "n/0", b"first"
+        yield "n/1", b"second"
+        raise ValueError("cannot encode")
+
+    with pytest.raises(ValueError, match="cannot encode"):
+        backend.put_many(producer())
+    sent = backend.list("n")  # each written whole or not at all, and none still in flight to land later
+    assert {(i.key, i.size) for i in sent} <= {("n/0", 5), ("n/1", 6)}
+    time.sleep(0.2)
+    assert backend.list("n") == sent
 
 
 def test_listing(backend: Backend) -> None:
