@@ -363,23 +363,27 @@ def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
     return np.where(k <= n, 0.5 * (1 - np.cos(2 * np.pi * k / (n + 1))), 0.0)
 
 
-def lp_residual(x: np.ndarray, fs: int, order: int | None = None) -> np.ndarray:
+def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 256) -> np.ndarray:
     """LP residual by overlap-add (as COVAREP's `lpcresidual`, which its SEDREAMS and MDQ read): 25 ms Hann frames
     every 5 ms, order fs/1000 + 2 (SRH's: round(0.75 fs/1000), `srh`), each frame's residual scaled to the frame's
     energy (so the sum keeps the signal's level wherever the fit is good), the whole normalised to a peak of 1.
-    Closures are its positive peaks when the flow derivative's closing peak is negative (`polarity`)."""
+    Closures are its positive peaks when the flow derivative's closing peak is negative (`polarity`). Every step is
+    per frame, so the `chunk` (frames at a time) changes no bit."""
     length, shift = round(0.025 * fs) + 1, round(0.005 * fs)
     order = round(fs / 1000) + 2 if order is None else order
     starts = np.arange(0, max(0, x.size - length), shift)
     res = np.zeros(x.size)
     if starts.size == 0:
         return res
-    frames = windows(x, starts, length) * hann_sym(np.array([length]), length)
-    a = lpc_rows(frames, order, window=False)
-    inv = _fir_rows(a, np.pad(frames, ((0, 0), (order, 0))))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gain = np.sqrt(np.einsum("fn,fn->f", frames, frames) / np.einsum("fn,fn->f", inv, inv))
-    inv *= np.nan_to_num(gain, posinf=0.0)[:, None]
+    win = hann_sym(np.array([length]), length)
+    inv = np.empty((starts.size, length))
+    for c in range(0, starts.size, chunk):  # chunks of frames stay in cache through the fit and the filter
+        frames = windows(x, starts[c : c + chunk], length) * win
+        a = lpc_rows(frames, order, window=False)
+        part = _fir_rows(a, np.pad(frames, ((0, 0), (order, 0))))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gain = np.sqrt(np.einsum("fn,fn->f", frames, frames) / np.einsum("fn,fn->f", part, part))
+        inv[c : c + chunk] = part * np.nan_to_num(gain, posinf=0.0)[:, None]
     idx = starts[:, None] + np.arange(length)[None]
     res = np.bincount(idx.ravel(), inv.ravel(), minlength=x.size)[: x.size]
     peak = np.abs(res).max()
@@ -435,7 +439,7 @@ def sedreams(x: np.ndarray, residual: np.ndarray, fs: int, f0_mean: float) -> np
 
 
 def iaif_gci(
-    x: np.ndarray, gcis: np.ndarray, fs: int, leak: float, max_period: float, chunk: int = 128
+    x: np.ndarray, gcis: np.ndarray, fs: int, leak: float, max_period: float, chunk: int = 256
 ) -> tuple[np.ndarray, np.ndarray]:
     """(flow, flow derivative) by pitch-synchronous IAIF as COVAREP's `iaif_gci` computes it: per GCI a 2-period
     frame (GCI +- T0, T0 the gap to the previous GCI, or to the next one where that is no period), Hann-windowed,
@@ -465,6 +469,7 @@ def iaif_gci(
     def leaky(y: np.ndarray) -> np.ndarray:
         return lfilter([1.0], [1.0, -leak], y, axis=1)
 
+    idx, g_parts, dg_parts = [], [], []
     for c in range(0, centre.size, chunk):
         part = slice(c, c + chunk)
         n, s0 = length[part], start[part]
@@ -479,9 +484,13 @@ def iaif_gci(
         d = fir(lpc_rows(y * win, p_vt, window=False), sig)
         gf, d = leaky(d)[:, pre:], d[:, pre:]
         inside = win > 0
-        idx = (s0[:, None] + np.arange(width)[None])[inside]
-        g += np.bincount(idx, gf[inside], minlength=x.size)[: x.size]
-        dg += np.bincount(idx, d[inside], minlength=x.size)[: x.size]
+        idx.append((s0[:, None] + np.arange(width)[None])[inside])
+        g_parts.append(gf[inside])
+        dg_parts.append(d[inside])
+    # one overlap-add for all chunks (a whole-signal sum per chunk cost a fifth of this function)
+    idx = np.concatenate(idx)
+    g = np.bincount(idx, np.concatenate(g_parts), minlength=x.size)[: x.size]
+    dg = np.bincount(idx, np.concatenate(dg_parts), minlength=x.size)[: x.size]
     return g, dg
 
 
@@ -612,19 +621,24 @@ def harmonic_params(dg: np.ndarray, f0_rows: np.ndarray, rows: np.ndarray, hop: 
 
 def harmonics_at(
     dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, f0: np.ndarray, fs: int, rfft_mag=None,
-    search: float = 0.25, nfft: int = SPEC_NFFT, max_hz: float = HRF_MAX_HZ,
+    search: float = 0.25, nfft: int = SPEC_NFFT, max_hz: float = HRF_MAX_HZ, chunk: int = 256,
 ) -> dict:  # fmt: skip
     """H1-H2 and HRF (dB) of Hamming-windowed segments dg[start : start + length]: harmonic k's amplitude is the
     spectrum's maximum within +-search*F0 of k*F0 (nfft points), harmonics up to max_hz (HRF's sum)."""
-    width = int(lengths.max(initial=1))
-    n = np.arange(width)
-    seg = windows(dg, starts, width)
-    uniq, inv = np.unique(lengths, return_inverse=True)  # one Hamming window per distinct length
-    ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)[inv]
     half = np.maximum(1, np.round(search * f0 * nfft / fs)).astype(int)
     # bins above HRF_MAX_HZ plus the widest search half-width are never read: don't take their magnitude
     n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
-    mag = (rfft_mag or _rfft_mag)(seg * ham, nfft, n_bins)
+    mag = np.empty((lengths.size, n_bins))
+    # segments in chunks of similar lengths (sorted), each as wide as its longest: a row's windowed segment, zero
+    # beyond its length, and so its spectrum are the same whatever the chunk
+    order = np.argsort(lengths, kind="stable")
+    for c in range(0, order.size, chunk):
+        sel = order[c : c + chunk]
+        width = int(lengths[sel].max())
+        n = np.arange(width)
+        uniq, inv = np.unique(lengths[sel], return_inverse=True)  # one Hamming window per distinct length
+        ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)
+        mag[sel] = (rfft_mag or _rfft_mag)(windows(dg, starts[sel], width) * ham[inv], nfft, n_bins)
     for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-search*F0 of k*F0
         sel = half == w
         mag[sel] = maximum_filter1d(mag[sel], 2 * w + 1, axis=1, mode="nearest")

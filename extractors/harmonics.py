@@ -32,6 +32,14 @@ def wrap(p: np.ndarray) -> np.ndarray:
     return (p + np.pi) % (2 * np.pi) - np.pi
 
 
+def _median_head(d: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(rows,) median of each row's first n values (the rest NaN): np.nanmedian's result ((lo + hi) / 2 of the two
+    middle values of an even count) without its masked arrays, which cost more than the rest of `pick`'s gathers."""
+    srt = np.sort(d, axis=1)  # NaN sorts last
+    r = np.arange(d.shape[0])
+    return (srt[r, (n - 1) // 2] + srt[r, n // 2]) / 2
+
+
 def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     """Harmonics of complex half spectra (rows, dftlen/2 + 1) at per-row F0 (Hz)."""
     rows, n_bins = spec.shape
@@ -43,44 +51,55 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     k = np.arange(1, h_max + 1)[None, :]
     step = dftlen * f0[:, None] / fs  # bins per harmonic
     nominal = step * k
-    # local maxima (interior bins) and their parabolic refinement
+    # local maxima (interior bins)
     peak = np.zeros_like(logm, dtype=bool)
     peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
-    b = 0.5 * (np.roll(logm, -1, axis=1) - np.roll(logm, 1, axis=1))
-    a = logm - b - np.roll(logm, 1, axis=1)
-    safe = np.where(a > 0, a, 1.0)
-    pos = np.arange(n_bins)[None, :] + np.where(a > 0, 0.5 * b / safe, 0.0)
-    val = logm + np.where(a > 0, 0.25 * b**2 / safe, 0.0)
-    # nearest peak on each side of every bin (-1 / n_bins where none)
-    idx = np.where(peak, np.arange(n_bins)[None, :], -1)
-    prev = np.maximum.accumulate(idx, axis=1)
-    idx_n = np.where(peak, np.arange(n_bins)[None, :], n_bins)
-    nxt = np.flip(np.minimum.accumulate(np.flip(idx_n, axis=1), axis=1), axis=1)
+    # nearest peak on each side of every bin (-1 / n_bins where none); int32 halves the scans' memory traffic
+    bins = np.arange(n_bins, dtype=np.int32)[None, :]
+    prev = np.maximum.accumulate(np.where(peak, bins, np.int32(-1)), axis=1)
+    nxt = np.minimum.accumulate(np.where(peak, bins, np.int32(n_bins))[:, ::-1], axis=1)[:, ::-1]
     valid_h = k <= count[:, None]
     base = np.clip(np.floor(nominal).astype(int), 0, n_bins - 1)
     r = np.arange(rows)[:, None]
-    cand_l = prev[r, base]
-    cand_r = nxt[r, np.minimum(base + 1, n_bins - 1)]
-    pos_l = np.where(cand_l >= 0, pos[r, np.maximum(cand_l, 0)], np.inf)
-    pos_r = np.where(cand_r < n_bins, pos[r, np.minimum(cand_r, n_bins - 1)], np.inf)
+    row0 = r * n_bins  # gathers by flat index: numpy's 2-d fancy indexing costs about twice as much
+
+    def at(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return np.take(a.reshape(-1), row0 + c)
+
+    cand_l = at(prev, base)
+    cand_r = at(nxt, np.minimum(base + 1, n_bins - 1))
+
+    def refined(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Parabolic refinement (position, log amplitude) at bins c, read only where a candidate is (the whole
+        spectrum's would cost more); the outermost bins' neighbours wrap around, as np.roll's."""
+        here = at(logm, c)
+        left, right = at(logm, (c - 1) % n_bins), at(logm, (c + 1) % n_bins)
+        b = 0.5 * (right - left)
+        a = here - b - left
+        safe = np.where(a > 0, a, 1.0)
+        return c + np.where(a > 0, 0.5 * b / safe, 0.0), here + np.where(a > 0, 0.25 * b**2 / safe, 0.0)
+
+    pos_l, val_l = refined(np.maximum(cand_l, 0))
+    pos_r, val_r = refined(np.minimum(cand_r, n_bins - 1))
+    pos_l = np.where(cand_l >= 0, pos_l, np.inf)
+    pos_r = np.where(cand_r < n_bins, pos_r, np.inf)
     d_l, d_r = np.abs(pos_l - nominal), np.abs(pos_r - nominal)
     use_r = d_r < d_l
-    best = np.where(use_r, cand_r, cand_l)
     best_pos = np.where(use_r, pos_r, pos_l)
+    best_val = np.where(use_r, val_r, val_l)
     found = (np.minimum(d_l, d_r) < step / 2) & valid_h
-    best = np.clip(best, 0, n_bins - 1)
     nearest_bin = np.clip(np.round(nominal).astype(int), 0, n_bins - 1)
     hpos = np.where(found, best_pos, nominal)
-    hamp = np.where(found, np.exp(val[r, best]), mag[r, nearest_bin])
+    hamp = np.where(found, np.exp(best_val), at(mag, nearest_bin))
     hpos_c = np.clip(hpos, 0, n_bins - 1)
     i0 = np.minimum(np.floor(hpos_c).astype(int), n_bins - 2)
     frac = hpos_c - i0
     # the unwrapped phase read linearly between two bins: only their difference needs unwrapping
-    p0 = np.angle(spec[r, i0])  # the phase of the bins read only: atan2 over the whole spectrum would cost more
-    hph = wrap(p0 + frac * wrap(np.angle(spec[r, i0 + 1]) - p0))
+    p0 = np.angle(at(spec, i0))  # the phase of the bins read only: atan2 over the whole spectrum would cost more
+    hph = wrap(p0 + frac * wrap(np.angle(at(spec, i0 + 1)) - p0))
     freq_picked = np.where(valid_h, hpos * fs / dftlen, np.nan)
     with_dc = np.concatenate([np.zeros((rows, 1)), freq_picked], axis=1)
-    spacing = np.nanmedian(np.diff(with_dc, axis=1), axis=1)
+    spacing = _median_head(np.diff(with_dc, axis=1), count)
     kk = np.arange(h_max + 1)[None, :]
     inside = kk <= count[:, None]
     freq = np.where(inside, spacing[:, None] * kk, np.nan)

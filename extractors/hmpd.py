@@ -45,6 +45,7 @@ PDD_ROWS = 9  # round(2 periods * 4 instants / 2) * 2 + 1
 PDM_ORDER = 24
 PDD_ORDER = 12
 PDM_LINEAR_BANDS = 8
+ROW_BLOCK = 64  # rows per block of the time filters: 64 x 513 float32 stay in L2 through every tap
 # E[sqrt(-2 ln R)] of uniformly random phases through the PDD window (forward-backward 9-row mean after the trend):
 # measured once with `pdm_pdd` itself on 10^6 draws (20,000 rows x 50 bins, numpy's default_rng(0)): the value a bin
 # without harmonics gets
@@ -85,9 +86,14 @@ def _filtfilt(b: np.ndarray, x: np.ndarray) -> np.ndarray:
         start = pad - half
     else:
         k = np.convolve(b, b[::-1]).astype(x.dtype)
-        out = k[0] * x[: m - 2 * half]
-        for i in range(1, k.size):
-            out += k[i] * x[i : i + m - 2 * half]
+        taps = np.flatnonzero(k)  # a Hann window's zero end points give zero taps: adding 0 * x changes nothing
+        out = np.empty((m - 2 * half, *x.shape[1:]), x.dtype)
+        for r0 in range(0, out.shape[0], ROW_BLOCK):  # blocks of rows stay in cache through the taps
+            r1 = min(out.shape[0], r0 + ROW_BLOCK)
+            acc = k[taps[0]] * x[r0 + taps[0] : r1 + taps[0]]
+            for i in taps[1:]:
+                acc += k[i] * x[r0 + i : r1 + i]
+            out[r0:r1] = acc
         x, start = out, pad - half
     return x[start : start + n]
 
@@ -96,14 +102,23 @@ def _median_rows(x: np.ndarray, size: int) -> np.ndarray:
     """Running median over `size` rows (axis 0), zeros beyond the ends (MATLAB's medfilt1)."""
     half = size // 2
     padded = np.concatenate([np.zeros((half, *x.shape[1:]), x.dtype), x, np.zeros((half, *x.shape[1:]), x.dtype)])
-    p = [padded[i : i + x.shape[0]] for i in range(size)]
     if size != 9:
-        return np.median(np.stack(p, axis=-1), axis=-1)
-    # median of 9 by 19 compare-exchanges (Paeth's network), elementwise over the whole array
-    for a, c in ((1, 2), (4, 5), (7, 8), (0, 1), (3, 4), (6, 7), (1, 2), (4, 5), (7, 8), (0, 3), (5, 8), (4, 7),
-                 (3, 6), (1, 4), (2, 5), (4, 7), (4, 2), (6, 4), (4, 2)):  # fmt: skip
-        p[a], p[c] = np.minimum(p[a], p[c]), np.maximum(p[a], p[c])
-    return p[4]
+        return np.median(np.stack([padded[i : i + x.shape[0]] for i in range(size)], axis=-1), axis=-1)
+    # median of 9 by 19 compare-exchanges (Paeth's network), elementwise over the whole array. Its first 9 sort the
+    # triples (0, 1, 2), (3, 4, 5), (6, 7, 8): the triple of rows j … j + 2 is sorted once (3 exchanges) and read by
+    # the three windows containing it. Exchanges only select values: the result is the network's, bit for bit.
+    out = np.empty_like(x)
+    for r0 in range(0, x.shape[0], ROW_BLOCK):  # blocks of rows stay in cache through the exchanges
+        r1 = min(x.shape[0], r0 + ROW_BLOCK)
+        t = [padded[r0 + i : r1 + 6 + i] for i in range(3)]
+        for a, c in ((1, 2), (0, 1), (1, 2)):
+            t[a], t[c] = np.minimum(t[a], t[c]), np.maximum(t[a], t[c])
+        n = r1 - r0
+        p = [t[i % 3][3 * (i // 3) : 3 * (i // 3) + n] for i in range(9)]
+        for a, c in ((0, 3), (5, 8), (4, 7), (3, 6), (1, 4), (2, 5), (4, 7), (4, 2), (6, 4), (4, 2)):
+            p[a], p[c] = np.minimum(p[a], p[c]), np.maximum(p[a], p[c])
+        out[r0:r1] = p[4]
+    return out
 
 
 def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
@@ -117,11 +132,14 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     u = (np.arange(DFTLEN // 2 + 1) * fs / DFTLEN)[None, :] / f0[:, None]  # position in harmonics
     k = np.clip(np.floor(u).astype(np.intp), 0, n - 1)
     frac = np.clip(u - k, 0.0, 1.0)
-    low = np.take_along_axis(ys, k, axis=1)
-    high = np.take_along_axis(ys, np.minimum(k + 1, n), axis=1)
+    flat, row0 = ys.reshape(-1), np.arange(rows)[:, None] * (n + 1)  # gathers by flat index: about 2x faster
+    low = np.take(flat, row0 + k)
+    high = np.take(flat, row0 + np.minimum(k + 1, n))
     val = low + frac * (high - low)
-    below = u < 1.0  # between the anchor at 0.95 f0 (phase 0) and the first harmonic
-    val[below] = (ys[:, 1:2] * np.clip((u - 0.95) / 0.05, 0.0, 1.0))[below]
+    # between the anchor at 0.95 f0 (phase 0) and the first harmonic: only the bins below the highest f0
+    m = int(np.searchsorted(u.min(axis=0) >= 1.0, True)) if rows else 0  # u grows along the bins
+    below = u[:, :m] < 1.0
+    val[:, :m][below] = (ys[:, 1:2] * np.clip((u[:, :m] - 0.95) / 0.05, 0.0, 1.0))[below]
     inside = (u <= count[:, None]) & (count[:, None] >= 1)
     out = np.zeros(val.shape, np.complex64)  # float32 phasors: what the time statistics run on
     v = val[inside].astype(np.float32)
@@ -168,22 +186,31 @@ def pd_phasors(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
 
 def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin PDM (phasors: unit where defined, 0 where no phase) and PDD of PD phasors (rows, bins)."""
-    zc, zs = z.real.astype(np.float32), z.imag.astype(np.float32)  # float32: phases need no more
+    nb = z.shape[1]
+    # cos and sin side by side in one float32 array (phases need no more): the time filters run along rows, so
+    # each column is filtered as alone, and one call per filter halves the row loops' Python overhead
+    both = np.empty((z.shape[0], 2 * nb), np.float32)
+    both[:, :nb], both[:, nb:] = z.real, z.imag
+    zc, zs = both[:, :nb], both[:, nb:]
     rect_m = np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32)
-    m = _filtfilt(rect_m, zc) + 1j * _filtfilt(rect_m, zs)
+    mean = _filtfilt(rect_m, both)
+    m = mean[:, :nb] + 1j * mean[:, nb:]
     pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
     # MATLAB's medfilt1 pads with zeros
-    tc = _filtfilt(hann, _median_rows(zc, PDD_ROWS))
-    ts = _filtfilt(hann, _median_rows(zs, PDD_ROWS))
+    trend = _filtfilt(hann, _median_rows(both, PDD_ROWS))
+    tc, ts = trend[:, :nb], trend[:, nb:]
     norm = np.hypot(tc, ts)
     flat = norm == 0  # atan2(0, 0) = 0: the trend's phasor is 1 there
     norm = np.where(flat, 1.0, norm)
     cos_t, sin_t = np.where(flat, 1.0, tc / norm), ts / norm
-    dc, ds = zc * cos_t + zs * sin_t, zs * cos_t - zc * sin_t  # z times the trend's conjugate
+    d = np.empty_like(both)
+    d[:, :nb] = zc * cos_t + zs * sin_t  # z times the trend's conjugate
+    d[:, nb:] = zs * cos_t - zc * sin_t
     rect_d = np.full(PDD_ROWS, 1.0 / PDD_ROWS, np.float32)
-    r = np.hypot(_filtfilt(rect_d, dc), _filtfilt(rect_d, ds)).astype(float)
+    dm = _filtfilt(rect_d, d)
+    r = np.hypot(dm[:, :nb], dm[:, nb:]).astype(float)
     # r is 1 up to rounding where PD does not vary (below f0, where it is 0 by construction): PDD 0 there (written
     # 0.001 before the cepstrum, as COVAREP does), not the 1e-8 a rounding error below 1 would give, whose log
     # would pull HMPDD_0 down by about 0.6

@@ -21,8 +21,12 @@ frames too (here: the row's F0 where voiced, otherwise `UNVOICED_F0_HZ`).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.fft import irfft, rfft
+
+from extractors import glottal
 
 ORDER = 24
 DFTLEN = 1024  # holds a 3-period window down to 47 Hz; COVAREP's 4096 samples the same smooth spectrum 4x finer
@@ -47,16 +51,19 @@ def frame_spectra(x: np.ndarray, centres: np.ndarray, f0: np.ndarray, fs: int, d
     half = int(lengths.max()) // 2
     if 2 * half + 1 > dftlen:
         raise ValueError(f"a 3-period window of {2 * half + 1} samples exceeds the {dftlen}-point DFT")
-    padded = np.pad(np.asarray(x, np.float64), (half, half))
     offsets = np.arange(-half, half + 1)
-    seg = padded[centres[:, None] + half + offsets[None, :]]
-    m = (lengths[:, None] - 1) / 2.0
+    seg = glottal.windows(np.asarray(x, np.float64), centres - half, 2 * half + 1)
+    # one window per distinct length (a few hundred for thousands of rows): the cosines are the windows' main cost
+    uniq, inv = np.unique(lengths, return_inverse=True)
+    m = (uniq[:, None] - 1) / 2.0
     arg = np.pi * offsets[None, :] / m
     win = np.where(np.abs(offsets)[None, :] <= m, 0.42 + 0.5 * np.cos(arg) + 0.08 * np.cos(2 * arg), 0.0)
     win /= win.sum(axis=1, keepdims=True)
+    seg *= win[inv]
     # centre at sample 0 (negative offsets wrap to the end): the phase is the centre's, as COVAREP's delay2spec gives
     frames = np.zeros((centres.size, dftlen))
-    frames[:, offsets % dftlen] = seg * win
+    frames[:, : half + 1] = seg[:, half:]
+    frames[:, dftlen - half :] = seg[:, :half]
     return rfft(frames, axis=1)
 
 
@@ -67,43 +74,62 @@ def _lifter(orders: np.ndarray, n_coef: int) -> np.ndarray:
     return np.where(k <= o, 0.54 + 0.46 * np.cos(np.pi * k / np.maximum(o, 1)), 0.0)
 
 
-def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = True) -> np.ndarray:
+def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = True, chunk: int = 256) -> np.ndarray:
     """True envelope of half log-amplitude spectra (rows, dftlen/2 + 1) at per-row cepstral orders; returns the
-    log envelope, same shape. Rows converge independently; all of them iterate as one array."""
+    log envelope, same shape. Rows converge independently; they iterate in chunks of `chunk` rows of similar
+    orders (`_iterate`)."""
     n_bins = log_amp.shape[1]
     dftlen = 2 * (n_bins - 1)
     orders = np.minimum(np.round(TE_SMOOTHING * np.asarray(orders)), dftlen // 2 - 1).astype(int)
     a = log_amp.copy()
     if presmooth:
-        pre = true_envelope(log_amp, np.round(orders / 2.0), presmooth=False)
+        pre = true_envelope(log_amp, np.round(orders / 2.0), presmooth=False, chunk=chunk)
         slim = np.round(0.25 * dftlen / orders).astype(int)
         k = np.arange(n_bins)[None, :]
         edge = (k < slim[:, None]) | (k > n_bins - slim[:, None])
         a = np.where(edge, pre, a)
+    out = np.empty_like(a)  # in the input's precision, as the envelope always was
+    by_order = np.argsort(orders, kind="stable")
+    for c in range(0, by_order.size, chunk):
+        sel = by_order[c : c + chunk]
+        out[sel] = _iterate(a[sel], orders[sel], dftlen)
+    return out
+
+
+def _iterate(a: np.ndarray, orders: np.ndarray, dftlen: int) -> np.ndarray:
+    """`true_envelope`'s iteration for rows of log amplitudes `a` at cepstral `orders` (after the smoothing factor).
+
+    Every step is per row, so which rows share a chunk changes nothing but the cepstrum's width (the chunk's
+    highest order + 1: coefficients above a row's order stay 0) and so the grouping of e_in's float sum. Chunks of
+    similar orders keep the arrays in cache and narrow (about 1.4x faster than all rows at the block's highest
+    order)."""
     n_coef = int(orders.max()) + 1
     lifter = _lifter(orders, n_coef)
     inside = np.arange(dftlen // 2)[None, :] <= orders[:, None]
     a0 = a.copy()
     dblim = np.log(10 ** (TE_PREC_DB / 20))
-    out = np.empty_like(a)
+    out = np.empty(a.shape)
     todo = np.arange(a.shape[0])
     cc = np.zeros((a.shape[0], n_coef))
+    weight = np.where(np.arange(n_coef) == 0, 1.0, 2.0)
+    lv = a
     for _ in range(TE_MAXIT):
         cep = irfft(a, axis=1)[:, : dftlen // 2]  # real cepstrum
-        ccp = cep[:, :n_coef] * np.where(np.arange(n_coef) == 0, 1.0, 2.0)
+        ccp = cep[:, :n_coef] * weight
         e_out = np.sqrt(np.sum(np.where(inside[:, 1:], 0.0, 2 * cep[:, 1:]) ** 2, axis=1))
         e_in = np.sqrt(np.sum(np.where(inside[:, :n_coef], ccp, 0.0) ** 2, axis=1))
         lam = (e_in + e_out) / np.maximum(e_in, 1e-300)  # Röbel et al. 2007's step factor: faster convergence
         cc = lam[:, None] * lifter * (ccp - cc) + cc
         lv = _cep_to_logspec(cc, dftlen)
         a = np.maximum(a, lv)
-        out[todo] = lv  # the last pass is the answer for rows that never converge
         done = np.max(a0 - lv, axis=1) <= dblim
         if done.any():
+            out[todo[done]] = lv[done]
             keep = ~done
-            todo, a, a0, cc, lifter, inside = todo[keep], a[keep], a0[keep], cc[keep], lifter[keep], inside[keep]
+            todo, a, a0, cc, lifter, inside, lv = (v[keep] for v in (todo, a, a0, cc, lifter, inside, lv))
             if todo.size == 0:
-                break
+                return out
+    out[todo] = lv  # the last pass is the answer for rows that never converge
     return out
 
 
@@ -130,10 +156,21 @@ def mel_cepstrum(log_env: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray
     frac = idx - i0
     # the amplitude, not its log, is interpolated, as in COVAREP's hspec2fwcep
     amp = np.exp(log_env)
-    warped = np.log(amp[:, i0] * (1 - frac) + amp[:, i0 + 1] * frac)
-    cep = irfft(warped, axis=1)[:, : order + 1]
+    warped = np.log(np.take(amp, i0, axis=1) * (1 - frac) + np.take(amp, i0 + 1, axis=1) * frac)
+    # the first order + 1 coefficients of its real cepstrum (irfft of a real, even spectrum) as one product with
+    # their cosines: a full inverse DFT computes 1024 to keep 25
+    cep = warped @ _cepstrum_basis(n_bins, order)
     cep[:, 1:] *= 2.0
     return cep
+
+
+@functools.cache
+def _cepstrum_basis(n_bins: int, order: int) -> np.ndarray:
+    """(n_bins, order + 1): irfft's first order + 1 outputs as a matrix of a real half spectrum of n_bins bins."""
+    n = 2 * (n_bins - 1)
+    j = np.arange(n_bins)[:, None]
+    weight = np.where((j == 0) | (j == n_bins - 1), 1.0, 2.0) / n  # the bins between the ends stand for two
+    return weight * np.cos(2 * np.pi * j * np.arange(order + 1)[None] / n)
 
 
 def mcep_rows(spec: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray:
@@ -143,7 +180,10 @@ def mcep_rows(spec: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> 
         n = (log_amp.shape[1] - 1) // TE_POOL
         pooled = np.empty((log_amp.shape[0], n + 1))
         pooled[:, 0] = log_amp[:, 0]
-        pooled[:, 1:] = log_amp[:, 1:].reshape(log_amp.shape[0], n, TE_POOL).max(axis=2)
+        # the maximum of TE_POOL strided slices: numpy's reduction over an axis of length 2 costs 5x more
+        pooled[:, 1:] = functools.reduce(
+            np.maximum, (log_amp[:, 1 + i : 1 + n * TE_POOL : TE_POOL] for i in range(TE_POOL))
+        )
         log_amp = pooled
     env = true_envelope(log_amp.astype(TE_DTYPE), np.round(0.5 * fs / f0))
     return mel_cepstrum(env.astype(float), fs, order)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.fft import irfft
 from scipy.ndimage import median_filter
 from scipy.signal import filtfilt, freqz, lfilter
 
@@ -37,6 +38,12 @@ def test_true_envelope_follows_an_all_pole_filter() -> None:
     bins = np.round(np.arange(1, 60) * 125 * mcep.DFTLEN / FS_HZ).astype(int)
     db = 20 / np.log(10) * (env[:, bins] - np.log(np.abs(h[bins]))[None, :])
     assert np.abs(db - np.median(db)).max() < 2.0
+    # rows iterate in chunks of similar orders: any chunking gives every row's envelope (up to e_in's float sum)
+    rng = np.random.default_rng(0)
+    log_amp = np.log(np.abs(spec)) + rng.normal(0, 0.3, spec.shape)
+    orders = rng.integers(8, 70, spec.shape[0])
+    np.testing.assert_allclose(mcep.true_envelope(log_amp, orders, chunk=7),
+                               mcep.true_envelope(log_amp, orders, chunk=1000), rtol=0, atol=1e-9)  # fmt: skip
 
 
 def test_mel_cepstrum_of_flat_and_tilted_envelopes() -> None:
@@ -50,6 +57,9 @@ def test_mel_cepstrum_of_flat_and_tilted_envelopes() -> None:
     on_mel = mcep.mel_cepstrum(-3.0 * f_mel[None, :] / f_mel[-1], FS_HZ)[0, 1]  # falls linearly in mel
     on_linear = mcep.mel_cepstrum(-3.0 * f[None, :] / f[-1], FS_HZ)[0, 1]  # falls linearly in Hz
     assert 1.0 < on_linear < on_mel
+    # the first coefficients as one product with their cosines: the real cepstrum's (irfft of the half spectrum)
+    warped = np.random.default_rng(0).normal(size=(4, 513))
+    np.testing.assert_allclose(warped @ mcep._cepstrum_basis(513, 24), irfft(warped, axis=1)[:, :25], atol=1e-13)
 
 
 def test_filters_equal_scipys() -> None:
@@ -60,6 +70,10 @@ def test_filters_equal_scipys() -> None:
         ref = filtfilt(b, [1.0], x, axis=0, padlen=3 * (len(b) - 1))
         np.testing.assert_allclose(hmpd._filtfilt(b, x), ref, atol=1e-12)
     np.testing.assert_array_equal(hmpd._median_rows(x, 9), median_filter(x, size=(9, 1), mode="constant"))
+    # harmonics.pick's median spacing: np.nanmedian's of each row's first n values (odd and even counts)
+    n = np.arange(1, x.shape[0] + 1) % 40 + 1
+    d = np.where(np.arange(40)[None] < n[:, None], np.abs(np.resize(x, (x.shape[0], 40))), np.nan)
+    np.testing.assert_array_equal(harmonics._median_head(d, n), np.nanmedian(d, axis=1))
 
 
 @pytest.mark.parametrize("rd", [0.5, 2.0])
