@@ -171,7 +171,7 @@ def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list
     """Rebuild each damaged or missing index from its parts and adopt the parts no index line names, holding
     the store's write lock (which is not taken when nothing needs repair)."""
     def needs_repair(feature: str) -> bool:
-        state, why = repair.load(path, feature)
+        state, why, _ = repair.load(path, feature)
         return why is not None or (state is not None and bool(repair.unindexed(path, feature, state)))
 
     todo = [f for f in features if needs_repair(f)]
