@@ -1,9 +1,13 @@
 """The contract every storage backend of the engine keeps (zarr-python 3's `zarr.abc.store.Store` is the model):
 whole objects under `/`-separated keys relative to the store's root, written whole or not at all, and the two
 conditional writes the commit protocol needs where there is no rename and no append (create only if absent,
-replace only if unchanged since a version was read). One file per backend implements it (local.py: a POSIX
-folder; objects.py: object storage through obstore); tests/store/test_backends.py is the one conformance suite both
-pass. Code above this interface names keys, never paths or URLs, and never learns which backend it is on."""
+replace only if unchanged since a version was read). Where a local folder and object storage truly differ in
+how the writer commits, the difference is an operation here too, not a branch above: the one-writer `lock`, a
+part placed whole (`staged`, `sweep_staged`) and the index log as its writer sees it (`log_*`, conditional on a
+`LogEnd`). One file per backend implements it (local.py: a POSIX folder; objects.py: object storage through
+obstore, its log by log.py's conditional writes); tests/store/test_backends.py is the one conformance suite
+both pass. Code above this interface (the writer, store/writer.py, and its repairs, store/repair.py) names keys, never paths or
+URLs, and never learns which backend it is on."""
 
 from __future__ import annotations
 
