@@ -307,7 +307,7 @@ class StoreWriter:
             try:  # one record a line, written whole: a manifest is the store's truth
                 self.backend.put(key, "".join(r.model_dump_json() + "\n" for r in records).encode())
             except OSError as e:
-                raise StoreError(f"cannot write the store: {_os_problem(e, self.backend.where(key))}") from e
+                raise StoreError(f"cannot write the store: {_os_problem(e, self.backend.where(layout.MANIFESTS))}") from e
 
     def write_run_report(self, run_id: str, report: dict[str, Any]) -> str:
         key = join(layout.RUNS, f"{run_id}.json")
