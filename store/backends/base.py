@@ -6,8 +6,8 @@ how the writer commits, the difference is an operation here too, not a branch ab
 part placed whole (`staged`, `sweep_staged`) and the index log as its writer sees it (`log_*`, conditional on a
 `LogEnd`). One file per backend implements it (local.py: a POSIX folder; objects.py: object storage through
 obstore, its log by log.py's conditional writes); tests/store/test_backends.py is the one conformance suite
-both pass. Code above this interface (the writer, store/writer.py, and its repairs, store/repair.py) names keys, never paths or
-URLs, and never learns which backend it is on."""
+both pass. Code above this interface (the writer, store/writer.py, and its repairs, store/repair.py) names
+keys, never paths or URLs, and never learns which backend it is on."""
 
 from __future__ import annotations
 
