@@ -46,6 +46,7 @@ class FileResult:
     pdd: np.ndarray
     rd_conf_r: float
     rd_conf_median_diff: float
+    hmpd_dist: np.ndarray  # (38,) median |difference| per HMPD column on the rows of pdm / pdd (HMPDM: wrapped)
 
 
 def read_reference(root: Path, name: str) -> dict[str, np.ndarray]:
@@ -79,6 +80,13 @@ def circular_corr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum(sa * sb) / den) if den > 1e-12 else float("nan")
 
 
+def distance(column: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| per row; for the PDM columns (phases) the wrapped difference."""
+    if column in PDM:
+        return np.abs(np.angle(np.exp(1j * (a - b))))
+    return np.abs(a - b)
+
+
 def corr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(a, b)[0, 1]) if np.std(a) > 1e-12 and np.std(b) > 1e-12 else float("nan")
 
@@ -99,10 +107,12 @@ def compare(name: str, x: np.ndarray, ref: dict[str, np.ndarray], got: dict[str,
         np.full(len(PDM), np.nan)  # fmt: skip
     pdd = np.array([corr(got[c][:n][both], ref[c][:n][both]) for c in PDD]) if both.sum() > 10 else \
         np.full(len(PDD), np.nan)  # fmt: skip
+    dist = np.array([np.median(distance(c, got[c][:n][both], ref[c][:n][both])) if both.any() else np.nan
+                     for c in PDM + PDD])  # fmt: skip
     defined = (ref["Rd_conf"][:n] != 0) & np.isfinite(got["Rd_conf"][:n])
     rc_r = corr(got["Rd_conf"][:n][defined], ref["Rd_conf"][:n][defined])
     rc_d = float(np.median(got["Rd_conf"][:n][defined] - ref["Rd_conf"][:n][defined]))
-    return FileResult(name, n, mcep_method, mcep_rows, pdm, pdd, rc_r, rc_d)
+    return FileResult(name, n, mcep_method, mcep_rows, pdm, pdd, rc_r, rc_d, dist)
 
 
 def run(root: Path, names: tuple[str, ...] = FILES) -> list[FileResult]:

@@ -16,7 +16,6 @@ import argparse
 import os
 import shutil
 import socket
-import urllib.request
 from pathlib import Path
 
 KIB = 1024
@@ -40,6 +39,8 @@ def main() -> None:
 
     from moto.server import ThreadedMotoServer
 
+    from testing.s3server import create_bucket
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
 
     port = _free_port()
@@ -48,7 +49,7 @@ def main() -> None:
     endpoint = f"http://127.0.0.1:{port}"
     os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
                        "AWS_REGION": "us-east-1", "SIQ_CALIBRATION_FILE": str(args.work / "calibration.json")})
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT")).read()  # the bucket
+    create_bucket(endpoint, "bench")
 
     from manifests.sample import make_sample
     from pipeline.config import load_config

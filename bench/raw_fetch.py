@@ -65,13 +65,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes-mb", default="5,25,100")
     args = p.parse_args(argv)
     import socket
-    import urllib.request
 
     from moto.server import ThreadedMotoServer
 
     from objectio import cache, raw_root
     from objectio.client import obstore
     from objectio.paths import client
+    from testing.s3server import create_bucket
 
     requests = _Requests()
     server_log = logging.getLogger("werkzeug")
@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
                        "AWS_ENDPOINT_URL": endpoint, "SIQ_RAW_CACHE": str(work / "cache")})
     try:
-        # moto creates a bucket on an unsigned PUT (a bucket is not an object: obstore has no call for it)
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/raw", method="PUT")).close()
+        create_bucket(endpoint, "raw")
         sizes = [int(s) for s in args.sizes_mb.split(",")]
         for mb in sizes:
             clip = work / f"clip-{mb}mb.mp4"

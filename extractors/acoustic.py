@@ -262,6 +262,10 @@ class Kernels:
     mcep_rows: Callable = mcep.mcep_rows
     pdm_pdd: Callable = hmpd.pdm_pdd  # HMPD's time smoothing
     rd_conf_rows: Callable = rd_conf.rd_conf_rows
+    srh_f0: Callable = srh.srh_f0  # the 3-period windows' F0 on rows we call unvoiced
+    pick: Callable = harmonics.pick  # the rows' harmonics (HMPD, Rd_conf)
+    pd_phasors: Callable = hmpd.pd_phasors  # HMPD's per-row phase distortion
+    rd_covarep: Callable = glottal.rd_covarep  # COVAREP's Rd (Brent over the LF model)
 
 
 NUMPY_KERNELS = Kernels(
@@ -279,7 +283,8 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
 
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
-                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows)
+                   k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows,
+                   k.srh_f0, k.pick, k.pd_phasors, k.rd_covarep)
 
 
 def periodicity(
@@ -679,7 +684,7 @@ def glottal_rows(
     if cfg.rd_method == "covarep":  # in COVAREP's orientation, as COVAREP reads it
         if skew_sign is None:
             skew_sign = 1.0 if glottal.skewness(glottal.lp_residual(x_hp, FS_HZ)) >= 0 else -1.0
-        out["rd"] = glottal.rd_covarep(skew_sign * x_hp, f0, voiced, FS_HZ, HOP)[0]
+        out["rd"] = kernels.rd_covarep(skew_sign * x_hp, f0, voiced, FS_HZ, HOP)[0]
     elif cfg.rd_method == "msp":
         rows = np.flatnonzero(voiced)
         # the paper's MSP reads phases, so polarity matters: COVAREP's own orientation (the residual's skewness)
@@ -726,16 +731,18 @@ def glottal_rows(
     return out
 
 
-def window_f0(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def window_f0(
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray, srh_f0=srh.srh_f0
+) -> np.ndarray:
     """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
     from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
     tracker's F0 (`srh`; version 9, the block's median voiced F0 before), searched around that median. Clipped so a
-    window fits the DFT."""
+    window fits the DFT. `srh_f0`: the backend's."""
     is_voiced = voiced[rows] & (f0[rows] > 0)
     median = float(np.median(f0[voiced])) if voiced.any() else None
     out = np.where(is_voiced, f0[rows], mcep.UNVOICED_F0_HZ)
     if (~is_voiced).any():
-        out[~is_voiced] = srh.srh_f0(x, centres[~is_voiced], FS_HZ, median)
+        out[~is_voiced] = srh_f0(x, centres[~is_voiced], FS_HZ, median)
     return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
 
 
@@ -748,10 +755,10 @@ def spectral_rows(
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
     centres = np.arange(n_rows) * HOP + HOP // 2
-    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows))
+    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows), kernels.srh_f0)
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
-    h = harmonics.pick(spec, f0w, FS_HZ)
-    pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd)
+    h = kernels.pick(spec, f0w, FS_HZ)
+    pd = hmpd.hmpd_rows(h, f0w, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
     out = {"Rd_conf": kernels.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
     cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
     # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)

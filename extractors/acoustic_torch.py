@@ -30,7 +30,7 @@ import scipy.fft
 import torch
 from scipy.signal import lfilter
 
-from extractors import glottal, hmpd, mcep, rd_conf, world_f0
+from extractors import glottal, harmonics, hmpd, mcep, rd_conf, srh, world_f0
 
 # Elements (rows x offsets x samples) one chunk of an NCCF or spectrum batch may hold: bounds the memory of a
 # long block (about 256 MB of float64 at most) without splitting the work into calls too small for a GPU.
@@ -77,9 +77,10 @@ class TorchKernels:
         return world_f0.dio_stonemask(self._t(y), fs, f0_floor, f0_ceil, frame_period_ms, speed).cpu().numpy()
 
     # -- LPC and inverse filters ----------------------------------------------------------------------------------
-    def _lpc(self, frames: torch.Tensor, order: int) -> torch.Tensor:
-        """glottal.lpc_rows ("autocorrelation"): Levinson-Durbin on the Hann-windowed rows' autocorrelation."""
-        win = frames * self._hanning(frames.shape[1])
+    def _lpc(self, frames: torch.Tensor, order: int, window: bool = True) -> torch.Tensor:
+        """glottal.lpc_rows ("autocorrelation"): Levinson-Durbin on the Hann-windowed rows' autocorrelation
+        (`window=False`: on the rows as given)."""
+        win = frames * self._hanning(frames.shape[1]) if window else frames
         n = win.shape[1]
         r = torch.stack([(win[:, k:] * win[:, : n - k]).sum(1) for k in range(order + 1)], dim=1)
         a = torch.zeros((len(win), order + 1), dtype=win.dtype, device=self.device)
@@ -417,3 +418,338 @@ class TorchKernels:
             err = torch.mean(pd**2, dim=2).amin(dim=1)
             out[idx] = (1 - torch.sqrt(err) / torch.pi).cpu().numpy()
         return out
+
+    # -- the 74-column layout: SRH, harmonic picking, HMPD's phase distortion, COVAREP's Rd ------------------------
+    @functools.cache  # noqa: B019
+    def _hann_sym(self, length: int) -> torch.Tensor:
+        return self._t(glottal.hann_sym(np.array([length]), length)[0])
+
+    def _lp_residual(self, x: torch.Tensor, fs: int, order: int) -> torch.Tensor:
+        """glottal.lp_residual: 25 ms Hann frames every 5 ms, each frame's LP residual scaled to the frame's energy,
+        overlap-added (index_add in place of bincount: the same sums in another order), peak normalised to 1."""
+        length, shift = round(0.025 * fs) + 1, round(0.005 * fs)
+        starts = torch.arange(0, max(0, x.numel() - length), shift, device=self.device)
+        res = torch.zeros_like(x)
+        if starts.numel() == 0:
+            return res
+        frames = self._windows(x, starts, length) * self._hann_sym(length)
+        a = self._lpc(frames, order, window=False)
+        inv = self._fir(a, torch.nn.functional.pad(frames, (order, 0)))
+        gain = torch.sqrt((frames * frames).sum(1) / (inv * inv).sum(1))
+        inv = inv * torch.nan_to_num(gain, nan=0.0, posinf=0.0)[:, None]
+        idx = starts[:, None] + torch.arange(length, device=self.device)[None]
+        res = res.index_add(0, idx.reshape(-1), inv.reshape(-1))
+        peak = res.abs().max()
+        return res / peak if bool(peak > 0) else res
+
+    def srh_f0(self, x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:
+        """srh.srh_f0: the LP residual's 100 ms Blackman frames, their fs-point DFT (float32, as the reference's)
+        read at the harmonics and between them, the argmax of SRH over the search range; batched over frames."""
+        centres = np.asarray(centres, dtype=np.int64)
+        out = np.full(centres.size, np.nan)
+        if centres.size == 0:
+            return out
+        res = self._lp_residual(self._t(np.asarray(x, np.float64)), fs, round(0.75 * fs / 1000))
+        length = round((round(srh.FRAME_S * fs) - 2) / 2) * 2
+        n = np.arange(length)
+        win = self._t(0.42 - 0.5 * np.cos(2 * np.pi * n / (length - 1)) + 0.08 * np.cos(4 * np.pi * n / (length - 1)))
+        alt_sign = self._t(np.where(n % 2 == 0, 1.0, -1.0))
+        lo, hi = srh.search_range(f0_median)
+        f = np.arange(lo, hi + 1)
+        plus = np.arange(1, srh.N_HARMONICS + 1)[:, None] * f[None] - 1  # as srh_f0: E(k f) at bin k f - 1
+        minus = np.round((np.arange(1, srh.N_HARMONICS)[:, None] + 0.5) * f[None]).astype(np.int64) - 1
+        n_bins = int(plus.max()) + 1
+        plus_t, minus_t, starts = self._t(plus), self._t(minus), self._t(centres - length // 2)
+        # on a CPU, srh.CHUNK frames at a time (their spectra stay in cache: whole-block batches ran 3x slower)
+        chunk = srh.CHUNK if self.device.type == "cpu" else max(1, CHUNK_ELEMENTS // (2 * fs))
+        best = []
+        for i in range(0, centres.size, chunk):
+            frames = self._windows(res, starts[i : i + chunk], length) * win
+            frames = frames - frames.mean(1, keepdim=True)
+            alt = frames @ alt_sign
+            norm = torch.sqrt(torch.clamp(0.5 * (fs * (frames * frames).sum(1) - alt**2), min=1e-300))
+            spec = torch.fft.rfft(frames.float(), fs, dim=1)[:, :n_bins].abs().double() / norm[:, None]
+            best.append((spec[:, plus_t].sum(1) - spec[:, minus_t].sum(1)).argmax(1))
+        out[:] = f[torch.cat(best).cpu().numpy()]
+        return out
+
+    def pick(self, spec: np.ndarray, f0: np.ndarray, fs: int) -> harmonics.Harmonics:
+        """harmonics.pick, batched over rows: local maxima of the log amplitude with parabolic refinement, the one
+        nearest each harmonic within half a spacing (the nearest peak on either side by running max/min of peak
+        indices), phases read linearly between bins, frequencies on the median spacing."""
+        s = self._t(spec)
+        f0 = np.asarray(f0, np.float64)
+        rows, n_bins = s.shape
+        dftlen = 2 * (n_bins - 1)
+        dev, f64 = self.device, torch.float64
+        mag = torch.clamp(s.abs(), min=1e-300)
+        logm = torch.log(mag)
+        count_np = np.round((fs / 2 - f0 / 2) / f0).astype(int)
+        h_max = int(count_np.max())
+        count = self._t(count_np)
+        k = torch.arange(1, h_max + 1, device=dev, dtype=f64)[None, :]
+        step = dftlen * self._t(f0)[:, None] / fs
+        nominal = step * k
+        peak = torch.zeros_like(logm, dtype=torch.bool)
+        peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
+        left, right = torch.roll(logm, 1, 1), torch.roll(logm, -1, 1)
+        b = 0.5 * (right - left)
+        a = logm - b - left
+        convex = a > 0
+        safe = torch.where(convex, a, torch.ones_like(a))
+        bins = torch.arange(n_bins, device=dev)
+        zero = torch.zeros((), dtype=f64, device=dev)
+        pos = bins[None, :] + torch.where(convex, 0.5 * b / safe, zero)
+        val = logm + torch.where(convex, 0.25 * b**2 / safe, zero)
+        prev = torch.cummax(torch.where(peak, bins[None, :], -1), 1).values
+        nxt = torch.cummin(torch.where(peak, bins[None, :], n_bins).flip(1), 1).values.flip(1)
+        valid_h = k <= count[:, None]
+        base = torch.clamp(torch.floor(nominal).long(), 0, n_bins - 1)
+        cand_l = prev.gather(1, base)
+        cand_r = nxt.gather(1, torch.clamp(base + 1, max=n_bins - 1))
+        inf = torch.full((), torch.inf, dtype=f64, device=dev)
+        pos_l = torch.where(cand_l >= 0, pos.gather(1, cand_l.clamp(min=0)), inf)
+        pos_r = torch.where(cand_r < n_bins, pos.gather(1, cand_r.clamp(max=n_bins - 1)), inf)
+        d_l, d_r = (pos_l - nominal).abs(), (pos_r - nominal).abs()
+        use_r = d_r < d_l
+        best = torch.where(use_r, cand_r, cand_l).clamp(0, n_bins - 1)
+        found = (torch.minimum(d_l, d_r) < step / 2) & valid_h
+        nearest_bin = torch.clamp(torch.round(nominal).long(), 0, n_bins - 1)
+        hpos = torch.where(found, torch.where(use_r, pos_r, pos_l), nominal)
+        hamp = torch.where(found, torch.exp(val.gather(1, best)), mag.gather(1, nearest_bin))
+        hpos_c = hpos.clamp(0, n_bins - 1)
+        i0 = torch.clamp(torch.floor(hpos_c).long(), max=n_bins - 2)
+        frac = hpos_c - i0
+        p0 = torch.angle(s.gather(1, i0))
+        hph = _wrap(p0 + frac * _wrap(torch.angle(s.gather(1, i0 + 1)) - p0))
+        nan = torch.full((), torch.nan, dtype=f64, device=dev)
+        with_dc = torch.cat([torch.zeros((rows, 1), dtype=f64, device=dev), torch.where(valid_h, hpos * fs / dftlen, nan)], 1)
+        spacing = _nanmedian_rows(torch.diff(with_dc, dim=1))
+        kk = torch.arange(h_max + 1, device=dev)[None, :]
+        inside = kk <= count[:, None]
+        freq = torch.where(inside, spacing[:, None] * kk, nan)
+        amp = torch.where(inside, torch.cat([mag[:, :1], hamp], 1), nan)
+        phase = torch.where(inside, torch.cat([torch.angle(s[:, :1]), hph], 1), nan)
+        np_ = lambda t: t.cpu().numpy()  # noqa: E731
+        return harmonics.Harmonics(np_(freq), np_(amp), np_(phase), count_np, np_(spacing))
+
+    def pd_phasors(self, h: harmonics.Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
+        """hmpd.pd_phasors: the phase distortion per harmonic (minimum phase of the linear-in-log envelope through
+        the harmonics removed; np.interp's own knot search and formula), then its phasors on the DFT bins (float32
+        phasors, as the reference's), batched over rows."""
+        dev, f64, n_fft = self.device, torch.float64, hmpd.DFTLEN
+        freq, amp, phase = self._t(h.freq), self._t(h.amp), self._t(h.phase)
+        rows, n_h = amp.shape
+        count = self._t(np.asarray(h.count))
+        c = count.clamp(min=1)[:, None]
+        bins = self._t(np.arange(n_fft // 2 + 1) * fs / n_fft)[None, :]
+        # np.interp(bins, [0, f_1 … f_c], [a_1, a_1 … a_c]): freq[:, 0] is the 0 knot
+        fp = torch.log(amp)
+        fp = torch.cat([fp[:, 1:2], fp[:, 1:]], 1)
+        xp = freq
+        spacing = freq[:, 1:2]
+        j = torch.clamp(torch.floor(bins / spacing).long(), min=0)
+        j = torch.minimum(j, c - 1)
+        j = torch.where(xp.gather(1, j) > bins, (j - 1).clamp(min=0), j)  # the knot search's own answer at a knot
+        j = torch.where((j + 1 < c) & (xp.gather(1, torch.minimum(j + 1, c)) <= bins), j + 1, j)
+        x0, y0 = xp.gather(1, j), fp.gather(1, j)
+        slope = (fp.gather(1, j + 1) - y0) / (xp.gather(1, j + 1) - x0)
+        log_env = torch.where(bins == x0, y0, slope * (bins - x0) + y0)
+        log_env = torch.where(bins >= xp.gather(1, c), fp.gather(1, c), log_env)
+        cep = torch.fft.irfft(log_env, dim=1)
+        fold = torch.zeros_like(cep[:, : n_fft // 2 + 1])
+        fold[:, 0] = cep[:, 0]
+        fold[:, 1 : n_fft // 2] = 2 * cep[:, 1 : n_fft // 2]
+        fold[:, n_fft // 2] = cep[:, n_fft // 2]
+        minphase = torch.fft.rfft(fold, n=n_fft, dim=1).imag
+        pos = torch.clamp(torch.nan_to_num(freq, nan=float(fs)) * n_fft / fs, 0, n_fft / 2)
+        i0 = torch.clamp(torch.floor(pos).long(), max=n_fft // 2 - 1)
+        frac = pos - i0
+        vtf = minphase.gather(1, i0) * (1 - frac) + minphase.gather(1, i0 + 1) * frac
+        phi = _wrap(phase - vtf)
+        phi[:, 0] = 0.0
+        k = torch.arange(n_h, device=dev)[None, :]
+        rps = torch.where(k <= count[:, None], phi - k * phi[:, 1:2], torch.zeros((), dtype=f64, device=dev))
+        pd = torch.diff(_unwrap_rows(rps), dim=1)
+        defined = k[:, 1:] <= count[:, None]
+        # hmpd._phasors_on_bins
+        n = n_h - 1
+        cnt = defined.sum(1)
+        ys = _unwrap_rows(torch.where(defined, _wrap(pd), torch.zeros((), dtype=f64, device=dev)))
+        ys = torch.cat([torch.zeros((rows, 1), dtype=f64, device=dev), ys], 1)
+        u = bins / self._t(np.asarray(f0, np.float64))[:, None]
+        kb = torch.clamp(torch.floor(u).long(), 0, n - 1)
+        fr = torch.clamp(u - kb, 0.0, 1.0)
+        low, high = ys.gather(1, kb), ys.gather(1, torch.clamp(kb + 1, max=n))
+        v = torch.where(u < 1.0, ys[:, 1:2] * torch.clamp((u - 0.95) / 0.05, 0.0, 1.0), low + fr * (high - low))
+        v = v.float()
+        inside = (u <= cnt[:, None]) & (cnt[:, None] >= 1)
+        zero32 = torch.zeros((), dtype=torch.float32, device=dev)
+        z = torch.complex(torch.where(inside, torch.cos(v), zero32), torch.where(inside, torch.sin(v), zero32))
+        return z.cpu().numpy()
+
+    def _harmonic_spectrum(self, x: torch.Tensor, centres: np.ndarray, f0: np.ndarray, half: np.ndarray, fs: int,
+                           n_harm: int, nfft: int) -> torch.Tensor:  # fmt: skip
+        """glottal.harmonic_spectrum on an nfft-point DFT: 3-period Blackman windows (half-lengths `half`) centred
+        on `centres`, phase relative to the centre, read at harmonics 1 … n_harm linearly between bins."""
+        hb = int(half.max())
+        n = torch.arange(-hb, hb + 1, device=self.device)
+        frames = self._windows(x, self._t(centres - hb), 2 * hb + 1)
+        ht = self._t(half)[:, None]
+        nd = n[None, :].double()
+        win = torch.where(n.abs()[None, :] <= ht, 0.42 + 0.5 * torch.cos(torch.pi * nd / ht)
+                          + 0.08 * torch.cos(2 * torch.pi * nd / ht), torch.zeros((), dtype=torch.float64, device=self.device))  # fmt: skip
+        win = win / win.sum(1, keepdim=True)
+        buf = torch.zeros((len(centres), nfft), dtype=torch.float64, device=self.device)
+        buf[:, n % nfft] = frames * win
+        spec = torch.fft.rfft(buf, dim=1)
+        pos = torch.arange(1, n_harm + 1, device=self.device)[None, :] * self._t(f0)[:, None] * nfft / fs
+        lo = torch.clamp(torch.floor(pos).long(), max=spec.shape[1] - 2)
+        frac = pos - lo
+        return (1 - frac) * spec.gather(1, lo) + frac * spec.gather(1, lo + 1)
+
+    @staticmethod
+    def _min_phase_harm(mag: torch.Tensor, n_out: int) -> torch.Tensor:
+        """glottal._min_phase: the folded real cepstrum of the mirrored magnitudes at harmonics 0 … h."""
+        h = mag.shape[-1] - 1
+        rcc = torch.fft.irfft(torch.log(mag), 2 * h, dim=-1)
+        fold = torch.cat([rcc[..., :1], 2 * rcc[..., 1:h], rcc[..., h : h + 1]], dim=-1)
+        return torch.fft.fft(fold, 2 * h, dim=-1).imag[..., :n_out]
+
+    def rd_covarep(self, x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int,
+                   hop: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """glottal.rd_covarep: the frames on voiced rows' boundaries (the reference's bookkeeping), their harmonic
+        spectra batched per DFT length (each harmonic count's zero padding as the reference's per-count call
+        chooses it), the phase remainder per harmonic count, and one Brent search (`brent_min_rows`, in torch) over
+        every frame."""
+        n_rows = voiced.size
+        rd_rows, err_rows = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+        if not voiced.any():
+            return rd_rows, err_rows
+        fv = np.where(voiced, f0, 0.0)
+        w = voiced.astype(float)
+        num = np.concatenate([[0.0], fv]) + np.concatenate([fv, [0.0]])
+        den = np.concatenate([[0.0], w]) + np.concatenate([w, [0.0]])
+        bounds = np.flatnonzero(den > 0)
+        fb = num[bounds] / den[bounds]
+        n_h = np.floor(glottal.MSP_MAX_HZ / fb).astype(int)
+        k = glottal.MSP_HARMONICS + 1
+        sel = np.flatnonzero(n_h >= k)  # fewer harmonics: no phase error (F0 above ~890 Hz)
+        rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
+        if sel.size:
+            hs, fsel = n_h[sel], fb[sel]
+            half = np.round(1.5 * fs / fsel).astype(int)
+            counts = np.unique(hs)
+            nfft_of = {h: 1 << int(2 * (2 * int(half[hs == h].max()) + 1) - 1).bit_length() for h in counts}
+            nfft = np.array([nfft_of[h] for h in hs])
+            xt = self._t(np.asarray(x, np.float64))
+            frame = torch.empty((sel.size, k - 1), dtype=torch.float64, device=self.device)
+            for size in np.unique(nfft):
+                part = np.flatnonzero(nfft == size)
+                m = self._harmonic_spectrum(xt, bounds[sel[part]] * hop, fsel[part], half[part], fs,
+                                            int(hs[part].max()), int(size))  # fmt: skip
+                for h in np.unique(hs[part]):
+                    mine = np.flatnonzero(hs[part] == h)
+                    mm = m[self._t(mine), :h]
+                    a = mm.abs()
+                    edge = torch.cat([a[:, :1], a[:, :-1], a[:, -2:-1]], dim=1)  # glottal._edge_mags
+                    frame[self._t(part[mine])] = torch.angle(mm[:, : k - 1]) - self._min_phase_harm(edge, k)[:, 1:]
+            which = self._t(np.searchsorted(counts, hs))
+            table = self._t(np.stack([glottal._lf_phase_unwrapped(int(h)) for h in counts]))
+            rd0, last = float(glottal.MSP_RD[0]), glottal.MSP_RD.size - 1 - 1e-9
+
+            def error(rd: torch.Tensor) -> torch.Tensor:  # glottal._interp_rows, then glottal._msp_error
+                pos = torch.clamp((rd - rd0) / 0.01, 0, last)
+                j = pos.long()
+                t = (pos - j)[:, None]
+                p = frame - ((1 - t) * table[which, j] + t * table[which, j + 1])
+                p = torch.nn.functional.pad(p, (1, 0))
+                d2 = torch.diff(p, dim=1)[:, 1:] - p[:, 1:2]
+                return torch.mean((torch.remainder(d2 + torch.pi, 2 * torch.pi) - torch.pi) ** 2, dim=1)
+
+            rd_t, err_t = _brent_min_rows(error, sel.size, *glottal.COVAREP_RD_RANGE, glottal.BRENT_TOL,
+                                          glottal.BRENT_MAX_ITER, self.device)  # fmt: skip
+            rd_b[bounds[sel]], err_b[bounds[sel]] = rd_t.cpu().numpy(), err_t.cpu().numpy()
+        rows = np.flatnonzero(voiced)
+        rd_rows[rows] = (rd_b[rows] + rd_b[rows + 1]) / 2
+        err_rows[rows] = (err_b[rows] + err_b[rows + 1]) / 2
+        return rd_rows, err_rows
+
+
+def _wrap(p: torch.Tensor) -> torch.Tensor:
+    """harmonics.wrap: phase in [-pi, pi)."""
+    return torch.remainder(p + torch.pi, 2 * torch.pi) - torch.pi
+
+
+def _unwrap_rows(p: torch.Tensor) -> torch.Tensor:
+    """np.unwrap along dim 1 (period 2 pi, discontinuity pi; a jump of exactly pi upwards stays pi)."""
+    dd = torch.diff(p, dim=1)
+    ddmod = torch.remainder(dd + torch.pi, 2 * torch.pi) - torch.pi
+    ddmod = torch.where((ddmod == -torch.pi) & (dd > 0), torch.full_like(ddmod, torch.pi), ddmod)
+    correct = torch.where(dd.abs() < torch.pi, torch.zeros_like(dd), ddmod - dd)
+    return torch.cat([p[:, :1], p[:, 1:] + torch.cumsum(correct, dim=1)], dim=1)
+
+
+def _nanmedian_rows(d: torch.Tensor) -> torch.Tensor:
+    """np.nanmedian along dim 1 (the mean of the two middle values for an even count; NaN for none): torch's own
+    nanmedian takes the lower one."""
+    s = torch.sort(d, dim=1).values  # NaN sorts last
+    m = (~torch.isnan(d)).sum(1)
+    lo, hi = ((m - 1) // 2).clamp(min=0), (m // 2).clamp(min=0)
+    out = (s.gather(1, lo[:, None]) + s.gather(1, hi[:, None]))[:, 0] / 2
+    return torch.where(m > 0, out, torch.full_like(out, torch.nan))
+
+
+def _brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """glottal.brent_min_rows in torch, step for step (Brent's bounded minimisation, MATLAB's fminbnd, on n rows
+    at once; each row stops on its own criterion or after max_iter steps)."""
+    golden_c = 0.5 * (3.0 - np.sqrt(5.0))
+    sqrt_eps = float(np.sqrt(np.finfo(float).eps))
+    full = functools.partial(torch.full, (n,), dtype=torch.float64, device=device)
+    a, b = full(lo), full(hi)
+    x = full(lo + golden_c * (hi - lo))
+    fx = f(x)
+    v, w, fv, fw = x.clone(), x.clone(), fx.clone(), fx.clone()
+    d, e = full(0.0), full(0.0)
+    one, zero = full(1.0), full(0.0)
+    for _ in range(max_iter):
+        xm = 0.5 * (a + b)
+        tol1 = sqrt_eps * x.abs() + xtol / 3.0
+        tol2 = 2.0 * tol1
+        active = (x - xm).abs() > tol2 - 0.5 * (b - a)
+        if not bool(active.any()):
+            break
+        r = (x - w) * (fx - fv)
+        q = (x - v) * (fx - fw)
+        p = (x - v) * q - (x - w) * r
+        q = 2.0 * (q - r)
+        p = torch.where(q > 0, -p, p)
+        q = q.abs()
+        try_parab = e.abs() > tol1
+        parab = try_parab & (p.abs() < (0.5 * q * e).abs()) & (p > q * (a - x)) & (p < q * (b - x))
+        step_p = torch.where(parab, p / torch.where(q == 0, one, q), zero)
+        u_p = x + step_p
+        near_edge = ((u_p - a) < tol2) | ((b - u_p) < tol2)
+        sign_m = torch.where(xm - x >= 0, one, -one)
+        step_p = torch.where(near_edge, tol1 * sign_m, step_p)
+        e_golden = torch.where(x >= xm, a - x, b - x)
+        e_new = torch.where(parab, torch.where(try_parab, d, e), e_golden)
+        d_new = torch.where(parab, step_p, golden_c * e_golden)
+        sign_d = torch.where(d_new >= 0, one, -one)
+        u = x + sign_d * torch.maximum(d_new.abs(), tol1)
+        fu = f(u)
+        e, d = torch.where(active, e_new, e), torch.where(active, d_new, d)
+        better = active & (fu <= fx)
+        worse = active & ~better
+        a = torch.where(better, torch.where(u >= x, x, a), torch.where(worse & (u < x), u, a))
+        b = torch.where(better, torch.where(u >= x, b, x), torch.where(worse & (u >= x), u, b))
+        to_w = worse & ((fu <= fw) | (w == x))
+        to_v = worse & ~to_w & ((fu <= fv) | (v == x) | (v == w))
+        v_new = torch.where(better | to_w, w, torch.where(to_v, u, v))
+        fv_new = torch.where(better | to_w, fw, torch.where(to_v, fu, fv))
+        w_new = torch.where(better, x, torch.where(to_w, u, w))
+        fw_new = torch.where(better, fx, torch.where(to_w, fu, fw))
+        x, fx = torch.where(better, u, x), torch.where(better, fu, fx)
+        v, fv, w, fw = v_new, fv_new, w_new, fw_new
+    return x, fx

@@ -154,6 +154,12 @@ def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
     return np.where(inside[:, 1:], wrap(pd), np.nan)
 
 
+def pd_phasors(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
+    """(rows, DFTLEN/2 + 1) phasors of each row's phase distortion on the bins (`phase_distortion`, then
+    `_phasors_on_bins`): the per-row part of HMPD, before the time smoothing."""
+    return _phasors_on_bins(phase_distortion(h, f0, fs), f0, fs)
+
+
 def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin PDM (phasors: unit where defined, 0 where no phase) and PDD of PD phasors (rows, bins)."""
     zc, zs = z.real.astype(np.float32), z.imag.astype(np.float32)  # float32: phases need no more
@@ -200,12 +206,11 @@ def compress(pdm: np.ndarray, pdd: np.ndarray, fs: int, rng: np.random.Generator
 
 
 def hmpd_rows(
-    h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None
+    h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None, phasors=None
 ) -> np.ndarray:
-    """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them); `smooth`: the
-    backend's `pdm_pdd` (the reference's by default)."""
-    pd = phase_distortion(h, f0, fs)
-    z = _phasors_on_bins(pd, f0, fs)
+    """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them); `smooth` and
+    `phasors`: the backend's `pdm_pdd` and `pd_phasors` (the reference's by default)."""
+    z = (phasors or pd_phasors)(h, f0, fs)
     if rng is not None:  # COVAREP's filling: a random phase wherever there is none
         missing = np.abs(z) == 0
         z[missing] = np.exp(2j * np.pi * rng.random(int(missing.sum())))

@@ -267,18 +267,19 @@ class _SocialIQ(Dataset):
     def _cached_plan(self, s: Store, exclude_filtered: bool) -> list[QASample]:
         """The plan, read from the store's plan cache when neither the store nor the manifest changed since it
         was made (store/plancache.py), else made and saved."""
-        self._needed(s)  # a missing feature is an error, cached plan or not
+        present = s.features()  # once: in a bucket a listing and a request per feature each time
+        self._needed(s, present)  # a missing feature is an error, cached plan or not
         options = {"task": type(self).__name__, "split": self.split, "modalities": list(self.modalities),
                    "to": self.to if self.modalities and isinstance(self.to, str | int | float) else None,
                    "qa": self.qa_feature, "exclude_filtered": exclude_filtered, "seed": self.seed}
-        k = plan_cache_key(s, options, s.features())
+        k = plan_cache_key(s, options, present)
         cached = load_plan(s.path, k)
         if cached is not None:
             self.dropped.update(cached["dropped"])
             self._restore(cached.get("extra", {}))
             return [QASample(qid, item, q_row, tuple(a_rows), label, c_row)
                     for qid, item, q_row, a_rows, label, c_row in cached["samples"]]
-        samples = self._plan(s, *self._usable_items(s, exclude_filtered))
+        samples = self._plan(s, *self._usable_items(s, exclude_filtered, present))
         save_plan(s.path, k, {"samples": samples,  # named tuples: JSON lists in field order
                                    "dropped": dict(self.dropped), "extra": self._extra()})
         return samples
@@ -290,10 +291,11 @@ class _SocialIQ(Dataset):
     def _restore(self, extra: dict[str, Any]) -> None:
         pass
 
-    def _needed(self, s: Store) -> list[str]:
+    def _needed(self, s: Store, present: list[str] | None = None) -> list[str]:
         """The features every sample reads: the QA texts, the modalities and, when something is aligned, the
-        reference feature. A missing one is an error that says what the store has and what to pass."""
-        present = s.features()
+        reference feature. A missing one is an error that says what the store has and what to pass.
+        `present`: the store's features, when the caller has them."""
+        present = s.features() if present is None else present
         if self.qa_feature not in present:
             raise ValueError(f"{self.path}: no feature {self.qa_feature!r}; present: {present}")
         absent = [f for f in self.modalities if f not in present]
@@ -312,11 +314,12 @@ class _SocialIQ(Dataset):
             needed.append(self.to)
         return list(dict.fromkeys(needed))
 
-    def _usable_items(self, s: Store, exclude_filtered: bool) -> tuple[set[str], set[str]]:
-        """(items complete in every needed feature, items a policy filtered in any feature when excluded)."""
-        needed = self._needed(s)
+    def _usable_items(self, s: Store, exclude_filtered: bool, present: list[str]) -> tuple[set[str], set[str]]:
+        """(items complete in every needed feature, items a policy filtered in any feature when excluded);
+        `present`: the store's features."""
+        needed = self._needed(s, present)
         usable = set.intersection(*(set(s.items(f, include_filtered=True)) for f in needed))
-        filtered = {i for f in s.features() for i in s.filtered(f)} if exclude_filtered else set()
+        filtered = {i for f in present for i in s.filtered(f)} if exclude_filtered else set()
         return usable, filtered  # with exclude_filtered, an item filtered in any feature (faces) is out of the task
 
     def _plan(self, s: Store, usable: set[str], filtered: set[str]) -> list[QASample]:

@@ -7,12 +7,14 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
+from zarr.storage import MemoryStore
 
 from store import layout
 from store.backends import Backend, join
@@ -107,17 +109,49 @@ def files_of(part_dir: Path) -> list[str]:
     return sorted(out)
 
 
-def stage(staging: Path, members: list[tuple[str, Any, dict[str, Any]]]
-          ) -> tuple[zarr.Group, dict[str, np.ndarray], list[list[Any]], list[Any], dict[str, list[Any]]]:
-    """A part's arrays written into `staging` (a new folder) from its members' rows: (its group, the arrays,
-    the items' row entries, their spans, its data files hashed). The driver's writer and a model actor writing
-    its own parts (store/workerparts.py) stage a part alike, so the bytes are the same whoever wrote them."""
-    arrays, entries, spans = concat(members)
-    group = zarr.open_group(staging, mode="w")
-    n_rows = len(arrays[layout.FEATURES])
-    for name, data in arrays.items():
-        write_array(group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
-    return group, arrays, entries, spans, data_files(staging)
+class Staged(NamedTuple):
+    """A part staged in memory (`MemoryPart`): its group (attributes still to be put), arrays, the items'
+    row entries, their spans, its data files hashed (`own`, as `data_files` gives them) and every file's
+    bytes (`files`: the part's own zarr.json too, as it is when read)."""
+
+    group: zarr.Group
+    arrays: dict[str, np.ndarray]
+    entries: list[list[Any]]
+    spans: dict[str, dict[str, list[int]]]
+    own: dict[str, list[Any]]
+    files: dict[str, Any]  # relative key -> zarr's Buffer of it
+
+    def bytes_of(self, rel: str) -> bytes:
+        return self.files[rel].to_bytes()
+
+
+class MemoryPart:
+    """A part staged in memory (zarr's MemoryStore) instead of a folder: the same files, byte for byte (zarr
+    encodes alike whatever it writes to; tests/store/test_worker_parts.py compares them), for a part uploaded to
+    object storage, where a local folder was only a place to hash it from and cost a file write, a read back
+    and a removal per file. `write()` writes its arrays one by one and hands over each array's files as soon
+    as they are written (an uploader sends them while the next array is encoded); `staged()` then."""
+
+    def __init__(self, members: list[tuple[str, Any, dict[str, Any]]]) -> None:
+        self.arrays, self.entries, self.spans = concat(members)
+        self.files: dict[str, Any] = {}  # relative key -> zarr's Buffer of it
+        self.group = zarr.open_group(MemoryStore(self.files), mode="w")
+
+    def write(self) -> Iterator[tuple[str, bytes]]:
+        """Write the arrays; yields (relative key, bytes) of each data file once it is written (never the
+        part's own zarr.json: its attributes are still to come)."""
+        n_rows = len(self.arrays[layout.FEATURES])
+        for name, data in self.arrays.items():
+            before = set(self.files)
+            write_array(self.group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
+            for rel in sorted(set(self.files) - before - {META}):
+                yield rel, self.files[rel].to_bytes()
+
+    def staged(self) -> Staged:
+        """The part as written (`write()` run through), its data files hashed."""
+        own = {rel: [len(b), hashlib.sha256(b).hexdigest()]
+               for rel in sorted(self.files) if rel != META for b in [self.files[rel].to_bytes()]}
+        return Staged(self.group, self.arrays, self.entries, self.spans, own, self.files)
 
 
 def data_files(part_dir: Path) -> dict[str, list[Any]]:
@@ -140,12 +174,22 @@ def record_files(part_dir: Path, own: dict[str, Any]) -> tuple[dict[str, list[An
 
 def _record_files_at(backend: Backend, part: str, own: dict[str, Any],
                      ) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
-    raw = backend.get(join(part, META))
+    return _record_files(lambda rel: backend.get(join(part, rel)), own)
+
+
+def record_staged(staged: Staged) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """`record_files` of a part staged in memory, its attributes put."""
+    return _record_files(staged.bytes_of, staged.own)
+
+
+def _record_files(get: Callable[[str], bytes], own: dict[str, Any],
+                  ) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    raw = get(META)
     arrays = {}
     for rel in own:
         name, _, last = rel.rpartition("/")
         if last == META and name and "/" not in name:
-            meta = json.loads(backend.get(join(part, rel)))
+            meta = json.loads(get(rel))
             arrays[name] = {"shape": meta.get("shape"), "dtype": str(meta.get("data_type"))}
     return {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}, arrays
 

@@ -124,8 +124,7 @@ class _Current:
         cur = cls(wanted)
         if not store.scan_index(feature, cur._visit):
             return None
-        problems = {p: q for p in cur.records
-                    if (q := store.part_problem(feature, p, verify, cur.records[p])) is not None}
+        problems = store.part_problems(feature, verify, records=cur.records)
         if problems:
             cur.bad = {k for k, p in enumerate(cur.parts) if p in problems}
             held = [*((w.item, k) for w, k in zip(wanted, cur.part_of, strict=True) if k is not None),

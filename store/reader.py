@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.core.array import AsyncArray
+from zarr.storage import StorePath, WrapperStore
 
 from manifests.records import MediaItem, QAItem, parse_jsonl_all
 from store import index, integrity, layout, parts
@@ -42,6 +44,7 @@ def _default_cache_bytes() -> int:
 
 
 PART_CACHE_BYTES = _default_cache_bytes()
+_METAS_KEPT = 256  # parts whose arrays' metadata a reader keeps from their quick checks (`Store._metas`)
 # A (feature, array) whose parts are all up to this size gets a slab (parts read whole): for random access, a
 # larger part would cost a big read for one item (a part's tokens, ~64 MiB: 0.5 s a read)
 WHOLE_ARRAY_BYTES = 16 << 20
@@ -66,21 +69,58 @@ class _Array:
 
 def _guarded(ref: weakref.ref, where: tuple[str, str, str], get: Callable[[Any], Any], key: Any) -> Any:
     """A read of a part's array through zarr (`RowView`'s guard), with what zarr does not check: a chunk that
-    fails its checksum raises DamagedPart (zarr's own error names no part), and a chunk file missing after
-    the read (zarr reads one as zeros) SnapshotGone or DamagedPart (`_check_present`). `ref`: the store,
+    fails its checksum raises DamagedPart (zarr's own error names no part), and a chunk file missing at the
+    read (zarr would read one as zeros: `_Committed`) SnapshotGone or DamagedPart. `ref`: the store,
     weakly (it caches the view: a cycle would keep a dropped store, and its lease, alive until the next
     cyclic collection)."""
     store = ref()
     if store is None or store._closed:  # its lease is gone: the part may be too
         raise RuntimeError("this store handle is closed: open the store again")
     try:
-        value = get(key)
+        return get(key)
     except (IndexError, TypeError, MemoryError):  # the caller's key, or the machine: not the part
         raise
+    except _Missing as e:
+        feature, part, _ = where
+        store._gone(feature, store._part_at(feature, part))
+        raise DamagedPart(store._part_at(feature, part),
+                          f"{e.args[0][len(_part_key(feature, part)) + 1:]} is missing") from None
     except Exception as e:
         raise store._unreadable(*where, e) from None
-    store._check_present(*where)
-    return value
+
+
+class _Missing(FileNotFoundError):
+    """A file a part's record names is not there (its key the argument)."""
+
+
+class _Committed(WrapperStore):
+    """zarr's store for the reader's part arrays, with the check zarr lacks: a file that the part's record names
+    (a key in `committed`) and that is not there raises `_Missing`, where zarr would read a missing chunk as
+    its fill value (zeros). A chunk gone during a read (a compaction removing the part, damage) is so caught
+    in the request that finds it gone, instead of by asking for the array's files again after each read (in
+    a bucket a listing per read). Chunks that no record names are read as zarr reads them: all fill value,
+    never written."""
+
+    def __init__(self, store: Any, committed: set[str]) -> None:
+        super().__init__(store)
+        self._committed = committed
+
+    def _with_store(self, store: Any) -> _Committed:
+        return _Committed(store, self._committed)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        got = await self._store.get(key, prototype, byte_range)
+        if got is None and key in self._committed:
+            raise _Missing(key)
+        return got
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list[Any]:
+        key_ranges = list(key_ranges)
+        got = await self._store.get_partial_values(prototype, key_ranges)
+        for (key, _), value in zip(key_ranges, got, strict=True):
+            if value is None and key in self._committed:
+                raise _Missing(key)
+        return got
 
 
 class SnapshotGone(RuntimeError):
@@ -163,6 +203,11 @@ class Store:
         self._feature_attrs: dict[str, dict[str, Any]] = {}
         self._states: dict[str, Index] = {}
         self._part_checks: dict[tuple[str, str], str | None] = {}
+        # (feature, part) -> its arrays' zarr.json as its quick check read them, for the last _METAS_KEPT parts
+        # checked: a part's arrays are opened from them, not asked for again (in a bucket a request each)
+        self._metas: dict[tuple[str, str], dict[str, bytes]] = {}
+        self._committed: set[str] = set()  # keys of the files of the part arrays opened, as their records name them
+        self._parts_zarr = _Committed(self._zarr, self._committed)
         self._ok: dict[str, np.ndarray] = {}  # feature -> part number -> passed its quick check (cached)
         self._notes: dict[str, set[str]] = {}  # feature -> parts a read found damaged (`_note`)
         self._arrays: dict[tuple[str, str], _Array] = {}  # the part cache: slabs (`_array`), their loaded bytes
@@ -287,18 +332,23 @@ class Store:
 
     def features(self) -> list[str]:
         """Features whose group metadata reads (one with damaged metadata is logged and left out)."""
-        unreadable = self.unreadable_features()
+        groups = self._groups()
+        unreadable = self._unreadable_groups(groups)
         for why in unreadable.values():
             log.warning("%s (feature left out)", why)
-        return [name for name in self._feature_dirs()
-                if self.backend.exists(join(name, layout.META)) and name not in unreadable]
+        return [name for name in groups if name not in unreadable]
+
+    def _groups(self) -> list[str]:
+        """The folders at the store's top with a group's zarr.json (not _manifests, _runs: plain folders)."""
+        return [name for name in self._feature_dirs() if self.backend.exists(join(name, layout.META))]
 
     def unreadable_features(self) -> dict[str, str]:
         """Feature folders whose group metadata (zarr.json) does not read -> why, naming the file."""
+        return self._unreadable_groups(self._groups())
+
+    def _unreadable_groups(self, groups: list[str]) -> dict[str, str]:
         out = {}
-        for name in self._feature_dirs():
-            if not self.backend.exists(join(name, layout.META)):
-                continue  # _manifests, _runs: plain folders
+        for name in groups:
             try:
                 self._feature_group(name)
             except (ValueError, KeyError) as e:
@@ -322,13 +372,22 @@ class Store:
         return self._feature_attrs[feature]
 
     def part_problem(self, feature: str, part: str, full: bool = False,
-                     record: layout.PartRecord | None = None) -> str | None:
+                     record: layout.PartRecord | None = None, sizes: dict[str, int | None] | None = None,
+                     metas: dict[str, bytes | None] | None = None) -> str | None:
         """The part's check (store/integrity.py; quick ones cached for this handle); `record`: the part's
-        index record, when the caller read the index itself (`scan_index`)."""
+        index record, when the caller read the index itself (`scan_index`); `sizes`, `metas`: its files' sizes
+        and its arrays' zarr.json, when the caller asked for many parts' at once (`part_problems`)."""
         key = (feature, part)
         if full or key not in self._part_checks:
-            found = integrity.part_problem(self.backend, feature, part, record or self.index(feature).parts[part],
-                                           full, self._noted(feature))
+            record = record or self.index(feature).parts[part]
+            metas = integrity.read_ahead(self.backend, feature, {part: record})[1].get(part, {}) if metas is None \
+                else metas
+            found = integrity.part_problem(self.backend, feature, part, record, full, self._noted(feature), sizes,
+                                           metas)
+            if found is None:  # the arrays' metadata as checked: what `_load` opens them from
+                self._metas[key] = metas
+                while len(self._metas) > _METAS_KEPT:
+                    self._metas.pop(next(iter(self._metas)))
             if found is not None and "is missing" in found:  # removed by a compaction, or being removed
                 self._gone(feature, self._part_at(feature, part))
             if full:
@@ -336,11 +395,18 @@ class Store:
             self._part_checks[key] = found
         return self._part_checks[key]
 
-    def part_problems(self, feature: str, full: bool = False, only: list[str] | None = None) -> dict[str, str]:
+    def part_problems(self, feature: str, full: bool = False, only: list[str] | None = None,
+                      records: dict[str, layout.PartRecord] | None = None) -> dict[str, str]:
         """part -> its problem, for the feature's parts that fail their check (`only`: these parts, else all);
-        each part checked once, whatever the number of its items."""
-        names = self.index(feature).parts if only is None else only
-        return {p: q for p in names if (q := self.part_problem(feature, p, full)) is not None}
+        each part checked once, whatever the number of its items. `records`: the parts to check and their
+        records, when the caller read the index itself (`scan_index`). What the checks read is asked for at
+        once (`integrity.read_ahead`)."""
+        records = self.index(feature).parts if records is None else records
+        names = list(records if only is None else only)
+        todo = {p: records[p] for p in names if full or (feature, p) not in self._part_checks}
+        sizes, metas = integrity.read_ahead(self.backend, feature, todo) if len(todo) > 1 else ({}, {})
+        return {p: q for p in names
+                if (q := self.part_problem(feature, p, full, records[p], sizes.get(p), metas.get(p))) is not None}
 
     def check(self, feature: str, full: bool = False) -> list[ItemCheck]:
         """Every current item of a feature, checked by its part against what the writer recorded at commit
@@ -591,23 +657,30 @@ class Store:
     def _load(self, feature: str, part: str, name: str, whole: bool) -> Any:
         """A part's array through zarr: whole (a numpy array) or lazy. A missing or unusable array raises
         DamagedItem (or SnapshotGone when a compaction removed its part)."""
-        folder = self._part_at(feature, part)
+        folder, key = self._part_at(feature, part), join(_part_key(feature, part), name)
+        record = self.index(feature).parts.get(part)
+        self._committed.update(join(_part_key(feature, part), rel) for rel in (record.files if record else ())
+                               if rel.startswith(f"{name}/"))
+        meta = self._metas.get((feature, part), {}).get(name)
         try:
-            # zarr_format: parts are Zarr v3 (the quick check holds them to it); unsaid, zarr also asks for v2's
-            # .zarray and .zattrs, two requests more per array in a bucket
-            arr = zarr.open_array(self._zarr, path=join(_part_key(feature, part), name), mode="r", zarr_format=3)
+            if meta is not None:  # as its quick check read it
+                arr = zarr.Array(AsyncArray(metadata=json.loads(meta), store_path=StorePath(self._parts_zarr, key)))
+            else:
+                # zarr_format: parts are Zarr v3 (the quick check holds them to it); unsaid, zarr also asks for
+                # v2's .zarray and .zattrs, two requests more per array in a bucket
+                arr = zarr.open_array(self._parts_zarr, path=key, mode="r", zarr_format=3)
             if not whole:
                 return RowView(arr, 0, arr.shape[0], arr.shape[1:],
                                guard=functools.partial(_guarded, weakref.ref(self), (feature, part, name)))
             value = arr[...]
-        except FileNotFoundError:
+        except FileNotFoundError as e:
             self._gone(feature, folder)
-            raise DamagedPart(folder, f"{name} is missing") from None
+            gone = e.args[0][len(_part_key(feature, part)) + 1:] if isinstance(e, _Missing) else name
+            raise DamagedPart(folder, f"{gone} is missing") from None
         except MemoryError:
             raise
         except Exception as e:  # metadata that passed the quick check but zarr cannot use, a chunk failing its checksum
             raise self._unreadable(feature, part, name, e) from None
-        self._check_present(feature, part, name)
         return value
 
     def _unreadable(self, feature: str, part: str, name: str, e: Exception) -> DamagedPart:

@@ -11,13 +11,12 @@ swept, as a local run's `.staging/` is."""
 from __future__ import annotations
 
 import logging
-import tempfile
 import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import zarr
+from zarr.storage import MemoryStore
 
 from rows import FeatureRows
 from store import layout, parts
@@ -83,26 +82,24 @@ def write(url: str, feature: str, members: list[tuple[str, FeatureRows]]) -> dic
 def _write_one(backend: Backend, feature: str, group: list[tuple[str, FeatureRows, dict[str, Any]]]) -> WrittenPart:
     # named by no sequence number: the driver numbers it when it publishes it
     name = f"w{uuid.uuid4().hex}"
-    with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
-        staging = Path(tmp) / name
-        _, arrays, entries, spans, own = parts.stage(staging, group)  # hashed once, here, as the driver's are
-        _, shapes = parts.record_files(staging, own)
-        key = join(feature, layout.PARTS, name)
-        try:
-            for rel in sorted(own):  # never its own zarr.json: the part is not whole until the driver writes it
-                backend.put(join(key, rel), (staging / rel).read_bytes())
-        except BaseException:
-            backend.delete_prefix(key)
-            raise
+    part, key = parts.MemoryPart(group), join(feature, layout.PARTS, name)
+    try:  # never its own zarr.json: the part is not whole until the driver writes it
+        backend.put_many((join(key, rel), data) for rel, data in part.write())
+    except BaseException:
+        backend.delete_prefix(key)
+        raise
+    staged = part.staged()  # hashed once, here, as the driver's are
+    _, shapes = parts.record_staged(staged)
+    entries = staged.entries
     return WrittenPart(name, tuple(e[0] for e in entries), tuple((int(e[1]), int(e[2])) for e in entries),
-                       own, shapes, spans, int(sum(a.nbytes for a in arrays.values())))
+                       staged.own, shapes, staged.spans, int(sum(a.nbytes for a in staged.arrays.values())))
 
 
 def part_meta(feature: str, seq: int, part: WrittenPart, rows: list[list[Any]]) -> bytes:
     """The bytes of a worker's part's own zarr.json with its record (`rows`: its items' `item_row`s, in the
     part's row order): made by zarr itself, as the writer's own parts' are, so both are the same format."""
-    with tempfile.TemporaryDirectory(prefix="siq-meta-") as tmp:
-        g = zarr.open_group(Path(tmp), mode="w")
-        g.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": part.spans,
-                                        "files": part.files}})
-        return (Path(tmp) / layout.META).read_bytes()
+    files: dict[str, Any] = {}
+    g = zarr.open_group(MemoryStore(files), mode="w")
+    g.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": part.spans,
+                                    "files": part.files}})
+    return bytes(files[layout.META].to_bytes())

@@ -277,11 +277,18 @@ class StoreWriter:
     def _write_part(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:
         if isinstance(members[0][1], WrittenRows):
             return self._finish_written(feature, name, seq, members)
-        with self.backend.staged(join(feature, layout.PARTS, name), layout.META) as staging:
-            group, _, rows, spans, own = parts.stage(staging, members)  # hashed once: kept in its attributes and line
-            group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": rows, "spans": spans,
-                                                "files": own}})
-            files, shapes = parts.record_files(staging, own)
+        part, made = parts.MemoryPart(members), {}  # staged in memory: the same bytes whichever backend
+
+        def finish() -> bytes:  # once its data files are placed: its own zarr.json, with its record
+            staged = made["staged"] = part.staged()
+            staged.group.attrs.put({layout.PART_ATTR: {"feature": feature, "seq": seq, "items": staged.entries,
+                                                       "spans": staged.spans, "files": staged.own}})
+            made["record"] = parts.record_staged(staged)
+            return staged.bytes_of(layout.META)
+
+        # each array's files handed over as soon as it is encoded (object storage sends them meanwhile)
+        self.backend.place(join(feature, layout.PARTS, name), part.write(), layout.META, finish)
+        rows, spans, (files, shapes) = made["staged"].entries, made["staged"].spans, made["record"]
         return layout.PartLine(name, seq, rows, files, shapes, spans)
 
     def _finish_written(self, feature: str, name: str, seq: int, members: list[Member]) -> layout.PartLine:

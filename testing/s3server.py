@@ -49,6 +49,17 @@ def _serialized(app: Callable[..., Any], counts: Counter[str]) -> Callable[..., 
     return app_in_turn
 
 
+def create_bucket(endpoint: str, name: str) -> None:
+    """A new bucket on the local server at `endpoint` (S3's CreateBucket, path-style, in us-east-1; moto takes
+    it unsigned). obstore has no call for it: a bucket is not an object."""
+    request = urllib.request.Request(f"{endpoint}/{name}", method="PUT", data=b"")
+    try:
+        with _DIRECT.open(request, timeout=30) as got:
+            got.read()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{endpoint}/{name}: cannot create the bucket: HTTP {e.code} {e.read()[:200]!r}") from None
+
+
 class S3Server:
     """moto's S3 on `host`:`port` (0: a free port), its WSGI app served one request at a time (`_serialized`),
     in a thread of this process. A context manager: started on entry, stopped on exit."""
@@ -85,12 +96,7 @@ class S3Server:
 
     def create_bucket(self, name: str) -> None:
         """A new bucket (S3's CreateBucket, path-style, in us-east-1)."""
-        request = urllib.request.Request(f"{self.url}/{name}", method="PUT", data=b"")
-        try:
-            with _DIRECT.open(request, timeout=30) as got:
-                got.read()
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(f"{self.url}/{name}: cannot create the bucket: HTTP {e.code} {e.read()[:200]!r}") from None
+        create_bucket(self.url, name)
 
     def upload(self, folder: Path, bucket: str, prefix: str) -> int:
         """Every file under `folder` into `bucket` under `prefix` (as `aws s3 sync folder s3://bucket/prefix`

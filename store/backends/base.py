@@ -3,7 +3,7 @@ whole objects under `/`-separated keys relative to the store's root, written who
 conditional writes the commit protocol needs where there is no rename and no append (create only if absent,
 replace only if unchanged since a version was read). Where a local folder and object storage truly differ in
 how the writer commits, the difference is an operation here too, not a branch above: the one-writer `lock`, a
-part placed whole (`staged`, `sweep_staged`) and the index log as its writer sees it (`log_*`, conditional on a
+part placed whole (`place`, `sweep_staged`) and the index log as its writer sees it (`log_*`, conditional on a
 `LogEnd`). One file per backend implements it (local.py: a POSIX folder; objects.py: object storage through
 obstore, its log by log.py's conditional writes); tests/store/test_backends.py is the one conformance suite
 both pass. Code above this interface (the writer, store/writer.py, and its repairs, store/repair.py) names
@@ -14,13 +14,10 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
-import os
-import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any, NamedTuple
 
 
@@ -78,6 +75,16 @@ class Backend(abc.ABC):
     def get(self, key: str) -> bytes:
         """The whole object; FileNotFoundError naming `where(key)` when there is none."""
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """key -> the whole object (`get`), None where there is none."""
+        out: dict[str, bytes | None] = {}
+        for key in keys:
+            try:
+                out[key] = self.get(key)
+            except FileNotFoundError:
+                out[key] = None
+        return out
+
     @abc.abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """`length` bytes from `start` (fewer at the object's end)."""
@@ -122,6 +129,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo:
         """Write `data` as the whole object: a reader sees the old object or the new one, never a part."""
+
+    def put_many(self, objects: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        """`put` each of `objects` (key -> bytes, or (key, bytes) pairs: taken as they come, so a producer may
+        still be making the next while the first is sent); every one written when this returns. On a failure
+        (the producer's too) the first error is raised once no write is in flight any more (some objects may be
+        written: the caller removes them), so nothing lands after the caller has cleaned up."""
+        for key, data in objects.items() if isinstance(objects, Mapping) else objects:
+            self.put(key, data)
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> ObjectInfo:
@@ -198,29 +213,23 @@ class Backend(abc.ABC):
 
     # ---- a tree of files (a part) placed whole ----
 
-    @contextlib.contextmanager
-    def staged(self, key: str, last: str) -> Iterator[Path]:
-        """A new local folder (not yet there: the caller makes it) to write a tree of files in, a part's; when
-        the block ends without an error the tree is the objects under `key/`, durable, its file `last` (a
-        part's own zarr.json, the mark of a whole part) written after every other. On an error nothing of it
-        is left. Here: uploaded file by file from a temporary folder, so a writer killed midway leaves a tree
-        without `last` (never read as data; the next writer removes it). The local backend renames the
-        folder into place whole instead."""
-        with tempfile.TemporaryDirectory(prefix="siq-part-") as tmp:
-            folder = Path(tmp) / key.rstrip("/").rsplit("/", 1)[-1]
-            yield folder
-            names = sorted(os.path.relpath(os.path.join(d, n), folder).replace(os.sep, "/")
-                           for d, _, files in os.walk(folder) for n in files)
-            try:
-                for rel in [*(n for n in names if n != last), *(n for n in names if n == last)]:
-                    self.put(join(key, rel), (folder / rel).read_bytes())
-            except BaseException:
-                with contextlib.suppress(OSError, RuntimeError):
-                    self.delete_prefix(key)
-                raise
+    def place(self, key: str, files: Iterable[tuple[str, bytes]], last: str, finish: Callable[[], bytes]) -> None:
+        """The tree `files` ((relative key, bytes), taken as they come: a producer may still be making the next)
+        as the objects under `key/`, then its file `last` (a part's own zarr.json, the mark of a whole part)
+        with the bytes `finish()` makes once every other file is written; durable when this returns. On an
+        error nothing of it is left. Here: uploaded as they come (`put_many`), `last` after all of them, so a
+        writer killed midway leaves a tree without `last` (never read as data; the next writer removes it).
+        The local backend writes the tree in `.staging/` and renames it into place whole instead."""
+        try:
+            self.put_many((join(key, rel), data) for rel, data in files)
+            self.put(join(key, last), finish())
+        except BaseException:
+            with contextlib.suppress(OSError, RuntimeError):
+                self.delete_prefix(key)
+            raise
 
     def sweep_staged(self) -> int:
-        """Remove what killed writers' `staged` blocks left outside the store's tree (the caller holds the
+        """Remove what killed writers' `place` calls left outside the store's tree (the caller holds the
         store's lock); how many trees. Here there is nothing: a temporary folder is its own process's, and a
         tree cut short inside the store lacks `last` (the writer finds it with the part folders)."""
         return 0

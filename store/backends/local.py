@@ -15,7 +15,7 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,15 +234,17 @@ class LocalBackend(Backend):
 
     # ---- a part: written in `.staging/`, renamed into place whole ----
 
-    @contextlib.contextmanager
-    def staged(self, key: str, last: str) -> Iterator[Path]:
-        """`.staging/<name>` under the store, fsynced file by file and renamed into place: a reader finds the
-        whole tree or none of it (so `last` needs no order here), and a kill leaves it in `.staging/`
-        (`sweep_staged`)."""
+    def place(self, key: str, files: Iterable[tuple[str, bytes]], last: str, finish: Callable[[], bytes]) -> None:
+        """Written in `.staging/<name>` under the store, fsynced file by file and renamed into place: a reader
+        finds the whole tree or none of it, and a kill leaves it in `.staging/` (`sweep_staged`)."""
         staging = self.root / STAGING / key.rstrip("/").rsplit("/", 1)[-1]
-        staging.parent.mkdir(parents=True, exist_ok=True)
         try:
-            yield staging
+            staging.mkdir(parents=True)
+            for rel, data in files:
+                path = staging / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            (staging / last).write_bytes(finish())
             _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
             target = self._path(key)
             target.parent.mkdir(parents=True, exist_ok=True)

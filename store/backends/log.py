@@ -56,16 +56,21 @@ def read(backend: Backend, key: str, generation: str | None = None) -> Snapshot 
         if found is None:
             return None
         generation = found[0]
-    pieces, length = [], 0
+    chain, length, sealed = [], 0, False
     for info in backend.list(_segments(key, generation)):
         at = int(info.key.rsplit("/", 1)[-1])
         if at != length:  # the chain ends where no segment starts at its end
             break
         if info.size == 0:
-            return Snapshot(generation, b"".join(pieces), True)
-        pieces.append(backend.get(info.key))
+            sealed = True
+            break
+        chain.append(info.key)
         length += info.size
-    return Snapshot(generation, b"".join(pieces))
+    got = backend.get_many(chain)  # several at a time: a log has a segment per commit
+    if any(got[k] is None for k in chain):  # a listed segment is never removed while its generation is current
+        raise FileNotFoundError(f"{backend.where(_segments(key, generation))}: a segment listed is gone; "
+                                "the generation was replaced meanwhile: open the store again")
+    return Snapshot(generation, b"".join(got[k] or b"" for k in chain), sealed)
 
 
 def append(backend: Backend, key: str, generation: str, at: int, data: bytes) -> int:

@@ -7,12 +7,13 @@ name the URL and the variable to set (objectio/client.py)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import zarr
@@ -30,6 +31,9 @@ from store.backends import lease, log, pins
 from store.backends.base import Backend, BackendError, Conflict, ObjectInfo, Pinned, count_retry, join
 
 log_ = logging.getLogger(__name__)  # (`log` is the index log's module)
+
+THREADS = 8  # requests in flight at once (`put_many`, `get_many`)
+
 
 def _info(meta: dict[str, Any], key: str) -> ObjectInfo:
     return ObjectInfo(key, int(meta.get("size") or 0), str(meta.get("e_tag") or meta.get("version") or ""))
@@ -58,6 +62,7 @@ class ObjectBackend(log.ConditionalLog, Backend):  # the index log by conditiona
         _not_forked(self.url)
         # S3 with nothing to sign with: a refusal then means "no credentials", not "these may not"
         self._unsigned = unsigned(url)
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None  # `put_many`'s and `get_many`'s, made on first use
         try:
             self._store = from_url(self.url, **_options(self.url, _NO_RETRY))
         except (oe.BaseError, ValueError) as e:
@@ -131,6 +136,56 @@ class ObjectBackend(log.ConditionalLog, Backend):  # the index log by conditiona
     def put(self, key: str, data: bytes) -> ObjectInfo:
         got = self._call(key, obstore.put, key, data)
         return ObjectInfo(key, len(data), str(got.get("e_tag") or got.get("version") or ""))
+
+    def put_many(self, objects: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        """The objects written THREADS at a time, each sent as soon as it comes: a part is ~17 small objects,
+        and a round trip to a real endpoint (tens of ms) dwarfs sending one. Each is retried on its own
+        (`put`); the first failure is raised after the others have finished or were never started."""
+        pool, futures = self._pool(), []
+        try:
+            for key, data in objects.items() if isinstance(objects, Mapping) else objects:
+                futures.append(pool.submit(self.put, key, data))
+        except BaseException:  # the producer failed: nothing more starts, what has ends first
+            self._cancel(futures)
+            raise
+        self._all(futures)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """The objects read THREADS at a time (a reader's quick checks ask for every array's zarr.json of every
+        part of a feature: a round trip each); the first failure but a missing object is raised once none is
+        in flight."""
+        keys = list(keys)
+        if len(keys) < 2:
+            return super().get_many(keys)
+
+        def one(key: str) -> bytes | None:
+            try:
+                return self.get(key)
+            except FileNotFoundError:
+                return None
+
+        return dict(zip(keys, self._all([self._pool().submit(one, key) for key in keys]), strict=True))
+
+    def _all(self, futures: list[concurrent.futures.Future]) -> list[Any]:
+        """The futures' results, in order, once every one is done (or cancelled before it started)."""
+        try:
+            concurrent.futures.wait(futures)
+        except BaseException:  # interrupted
+            self._cancel(futures)
+            raise
+        return [f.result() for f in futures]
+
+    @staticmethod
+    def _cancel(futures: list[concurrent.futures.Future]) -> None:
+        """What has not started never will; what has, ends first."""
+        for f in futures:
+            f.cancel()
+        concurrent.futures.wait(futures)
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(THREADS, thread_name_prefix="siq-objects")
+        return self._threads
 
     def _put_conditional(self, key: str, data: bytes, mode: Any, why: str) -> ObjectInfo:
         tries = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from extractors import acoustic, glottal
+from extractors import acoustic, glottal, harmonics, hmpd, mcep, srh
 from extractors.acoustic import FS_HZ, HOP, Covarep, CovarepConfig
 from extractors.base import Audio
 from pipeline.config import RunConfig
@@ -168,6 +168,70 @@ def test_each_kernel_equals_its_numpy_twin(block: tuple, device: str) -> None:
                                acoustic.nccf(x_hp, rows, lag, length, tuple(range(-7, 8))), atol=1e-12)
     np.testing.assert_allclose(k.mfcc(x_hp, FS_HZ, HOP, 40, 20.0, 13),
                                acoustic.librosa_mfcc(x_hp, FS_HZ, HOP, 40, 20.0, 13), atol=1e-9)
+
+
+def assert_74_kernels_equal(k, x: np.ndarray) -> None:  # noqa: ANN001 (acoustic_torch.TorchKernels)
+    """The 74-column layout's kernels of the block x (its own F0 track, as analyse_block gives them) against their
+    numpy twins, with these tolerances (measured on the five recordings of ../shared/realdata/speech, all rows):
+    - SRH F0 (srh_f0; an integer argmax over a float32 fs-point DFT in both): equal on at least 99 % of frames,
+      since another FFT library's float32 rounding may flip a near tie (measured: equal on all 1547 frames).
+    - harmonics (pick; float64): the same counts and NaN pattern, frequencies within 1e-9 relative, amplitudes 1e-12
+      relative, phases 1e-12 rad: the peak positions are parabola vertices 0.5 b / a, so the last-digit differences
+      of torch's and numpy's log and abs are divided by the curvature a (measured 3e-14, 4e-15, 8e-14).
+    - phase distortion phasors (pd_phasors; float64, rounded to float32 phasors as the reference): the same bins
+      without a phase; |dz| within 1e-5, the float32 ULP of a phase of 128 rad, where a phase whose float64 values
+      straddle a float32 rounding boundary may land (measured 8.4e-8: cos and sin of the same float32 phase in two
+      libms). Through the time smoothing, HMPD's 38 columns within `_check_hmpd`'s bars (test_covarep74.py: HMPDD's
+      sqrt(-2 ln R) magnifies float32 roundings near R = 1).
+    - Rd (rd_covarep; float64, the same Brent steps): every row within Brent's own tolerance TolX = 0.01 and 99 %
+      of rows within 1e-9: a comparison of two MSP errors equal to rounding can send one search another way, which
+      then stops elsewhere within its tolerance (measured: 4 of 1030 voiced rows differ, by up to 3.3e-4, all in
+      DB-cresc; the rest within 5e-13).
+    """
+    from tests.extractors.test_covarep74 import _check_hmpd
+
+    n = x.size // HOP
+    x = np.asarray(x[: n * HOP], np.float64)
+    x_hp = glottal.highpass(x, FS_HZ)
+    f0, voiced = acoustic.track(x, x_hp, n, CovarepConfig())
+    assert voiced.sum() >= 20, "too few voiced rows to compare"
+    centres = np.arange(n) * HOP + HOP // 2
+    median = float(np.median(f0[voiced]))
+    some = centres[::3]  # SRH's fs-point DFTs are the costliest part here
+    ref_srh, got_srh = srh.srh_f0(x, some, FS_HZ, median), k.srh_f0(x, some, FS_HZ, median)
+    assert np.mean(ref_srh != got_srh) <= 0.01, np.mean(ref_srh != got_srh)
+    f0w = acoustic.window_f0(x, f0, voiced, centres, np.arange(n))
+    spec = mcep.frame_spectra(x, centres, f0w, FS_HZ)
+    ref, got = harmonics.pick(spec, f0w, FS_HZ), k.pick(spec, f0w, FS_HZ)
+    np.testing.assert_array_equal(got.count, ref.count)
+    np.testing.assert_allclose(got.freq, ref.freq, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got.amp, ref.amp, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(np.nan_to_num(harmonics.wrap(got.phase - ref.phase)), 0.0, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.isnan(got.phase), np.isnan(ref.phase))
+    z_ref, z_got = hmpd.pd_phasors(ref, f0w, FS_HZ), k.pd_phasors(ref, f0w, FS_HZ)
+    np.testing.assert_array_equal(z_got == 0, z_ref == 0)
+    assert np.abs(z_got - z_ref).max() <= 1e-5, np.abs(z_got - z_ref).max()
+    _check_hmpd(hmpd.hmpd_rows(ref, f0w, FS_HZ, phasors=k.pd_phasors), hmpd.hmpd_rows(ref, f0w, FS_HZ))
+    skew = 1.0 if glottal.skewness(glottal.lp_residual(x_hp, FS_HZ)) >= 0 else -1.0
+    rd_ref, rd_got = glottal.rd_covarep(skew * x_hp, f0, voiced, FS_HZ, HOP)[0], k.rd_covarep(skew * x_hp, f0, voiced,
+                                                                                                FS_HZ, HOP)[0]  # fmt: skip
+    np.testing.assert_array_equal(np.isnan(rd_got), np.isnan(rd_ref))
+    d = np.abs(rd_got - rd_ref)[voiced]
+    assert d.max() <= glottal.BRENT_TOL and np.mean(d > 1e-9) <= 0.01, (d.max(), np.mean(d > 1e-9))
+
+
+@pytest.mark.parametrize("source", ["lf_vowels", "arctic_a0007"])
+def test_74_column_kernels_equal_their_numpy_twins(source: str, device: str, request: pytest.FixtureRequest) -> None:
+    """SRH, harmonic picking, HMPD's phase distortion and COVAREP's Rd (assert_74_kernels_equal's tolerances) on
+    the first LF vowel and 2 s of a real recording (skipped without ../shared/realdata)."""
+    from extractors.acoustic_torch import TorchKernels
+    from testing.speech import speech_16k
+
+    if source == "lf_vowels":
+        x = request.getfixturevalue(source)[: FS_HZ]
+    else:
+        x = speech_16k(request.getfixturevalue("realdata"), source)[FS_HZ // 2 : FS_HZ // 2 + 2 * FS_HZ]
+    assert_74_kernels_equal(TorchKernels(torch.device(device), HOP, FS_HZ), np.asarray(x, np.float64))
 
 
 def test_backend_is_config_and_not_fingerprint() -> None:

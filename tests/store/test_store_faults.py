@@ -79,15 +79,17 @@ def test_cut_connections_are_retried_counted_and_the_store_equals_an_unhurt_one(
 
 
 def test_throttling_is_retried_with_backoff_and_counted(s3_url: str, proxy: FaultProxy) -> None:
-    """503 SlowDown to the first three tries of a part's upload: the fourth succeeds, each retry waited at least
-    half its exponential step (0.05, 0.1, 0.2 s), and the three are counted as throttled."""
+    """503 SlowDown to the first three tries of a part's chunk upload (one object: a part's files go up several
+    at once): the fourth succeeds, each retry waited at least half its exponential step (0.05, 0.1, 0.2 s),
+    and the three are counted as throttled."""
     with StoreWriter(s3_url, "demo") as w:
         w.set_feature("feat", ATTRS)
         before = retries()
-        proxy.fail("slowdown", "PUT", "/parts/", times=3)
+        proxy.fail("slowdown", "PUT", "/features/c/", times=3)
         w.commit("feat", "a", rows(3, 1.0), {"spec_hash": "s1", "fingerprint": "fa"})
         assert retries_since(before) == {"throttled": 3}
-    tries = [(path, t) for method, path, t in proxy.requests if method == "PUT" and "/parts/" in path][:4]
+    tries = [(path, t) for method, path, t in proxy.requests if method == "PUT" and "/features/c/" in path]
+    assert len(tries) == 4
     assert len({path for path, _ in tries}) == 1  # one object, tried four times
     policy = objects_backend.RETRY
     gaps = np.diff([t for _, t in tries])
@@ -120,12 +122,13 @@ def test_an_actors_throttled_upload_is_counted_in_what_goes_back_to_the_driver(
 
 def test_a_request_failing_on_every_try_fails_its_pair_alone_naming_the_url(
         s3_url: str, proxy: FaultProxy, fast_retries: RetryPolicy) -> None:
-    """Every try of a batch's first upload cut, then every try of its first pair's alone (the committer commits a
+    """Every try of a batch's chunk upload cut, then every try of its first pair's alone (the committer commits a
     failed batch again pair by pair): that pair fails with one line naming the object's URL, the three others
-    are committed, and the failed pair left no part behind."""
+    are committed, and the failed pair left no part behind. (One object's uploads: a part's files go up
+    several at once.)"""
     with StoreWriter(s3_url, "demo") as w:
         w.set_feature("feat", ATTRS)
-        proxy.fail("cut_upload", "PUT", "/parts/", times=2 * fast_retries.attempts)
+        proxy.fail("cut_upload", "PUT", "/features/c/", times=2 * fast_retries.attempts)
         committer = Committer(w, batch_items=2)
         for k, item in enumerate("abcd"):
             committer.put("feat", item, rows(2, float(k)), {"spec_hash": "s1", "fingerprint": f"f{item}"})

@@ -299,7 +299,9 @@ def test_requests_a_commit_and_an_open_do_not_need(s3_url: str, s3_server: str, 
     """Requests saved, counted as they reach the server (through the tests' TCP proxy): the writer holding the
     lease asks whether the feature's group exists once, not at every commit, and a commit to a feature with
     no group is still refused; opening the store asks for no Zarr v2 metadata (.zgroup, .zattrs, .zmetadata:
-    the store is v3)."""
+    the store is v3); its parts' quick checks list the feature's parts once, not once per part; a read then
+    asks for its arrays' chunks alone (an array's zarr.json is the one its check read, and no listing checks
+    the array's files afterwards)."""
     proxy = FaultProxy(s3_server)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:
@@ -317,6 +319,12 @@ def test_requests_a_commit_and_an_open_do_not_need(s3_url: str, s3_server: str, 
         assert s.items("feat") == [f"i{k}" for k in range(4)]
         v2 = [t for _, t, _ in proxy.requests if t.split("?")[0].endswith((".zgroup", ".zattrs", ".zmetadata"))]
         assert proxy.requests and not v2, v2
+        listings = [t for m, t, _ in proxy.requests if m == "GET" and "list-type" in t and "feat%2Fparts" in t]
+        assert len(listings) == 1 and len(s.index("feat").parts) == 4, listings
+        proxy.requests.clear()
+        np.testing.assert_array_equal(np.asarray(s.read("feat", "i2").features[...]), rows(2, 2).features)
+        got = sorted((m, t.split("/parts/")[-1].split("/", 1)[-1]) for m, t, _ in proxy.requests)
+        assert got == [("GET", "features/c/0/0"), ("GET", "intervals/c/0/0")], proxy.requests
         s.close()
     finally:
         proxy.close()

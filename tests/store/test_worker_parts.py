@@ -40,11 +40,12 @@ def part_records(url: str, feature: str) -> list[tuple[dict, bytes]]:
     return sorted(out, key=lambda r: r[0]["seq"])
 
 
-def test_a_part_a_worker_wrote_is_the_part_the_driver_would_write(s3_url: str) -> None:
+def test_a_part_a_worker_wrote_is_the_part_the_driver_would_write(s3_url: str, tmp_path: Path) -> None:
     """The same commits, rows uploaded by the 'worker' and published by the driver, against the driver's own
-    parts: equal item for item and array for array, and each part's record (chunk hashes included) the same."""
-    by_driver, by_worker = f"{s3_url}-driver", f"{s3_url}-worker"
-    for url in (by_driver, by_worker):
+    parts: equal item for item and array for array, and each part's record (chunk hashes included) the same,
+    and the same as a local store's (a part staged in memory for a bucket holds a local part's bytes)."""
+    by_driver, by_worker, local = f"{s3_url}-driver", f"{s3_url}-worker", str(tmp_path / "local.zarr")
+    for url in (by_driver, by_worker, local):
         with StoreWriter(url, "demo") as w:
             w.set_feature("feat", ATTRS)
             for batch in BATCHES:
@@ -54,7 +55,7 @@ def test_a_part_a_worker_wrote_is_the_part_the_driver_would_write(s3_url: str) -
                     batch = [(i, written[i], attrs) for i, _, attrs in batch]
                 w.commit_batch("feat", batch)
     assert everything(by_worker) == everything(by_driver)
-    assert part_records(by_worker, "feat") == part_records(by_driver, "feat")
+    assert part_records(by_worker, "feat") == part_records(by_driver, "feat") == part_records(local, "feat")
     assert len(part_records(by_worker, "feat")) == 3
     assert all(c.ok for c in open_store(by_worker).check("feat", full=True))
 
