@@ -162,7 +162,7 @@ def compact_store(path: Path | str, features: list[str] | None = None, force: bo
 
         writer = StoreWriter(path, str(Store(path).attrs.get("dataset", "")))
     try:
-        names = features or sorted(p.parent.name for p in Path(writer.path).glob(f"*/{layout.INDEX}"))
+        names = features or [f for f in writer.backend.children() if writer.backend.exists(join(f, layout.INDEX))]
         return [c for f in names if (c := compact_feature(writer, f, force, merge_small)) is not None]
     finally:
         if own:

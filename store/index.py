@@ -1,6 +1,6 @@
 """A feature's index (docs/design.md, "Store layout" and "Reads"): the log `<feature>/index.log` folded into
-columns, the one form a writer and a reader hold, and the log's writes (appends after the good prefix, whole
-new generations renamed over it). Columns, not an `Entry` object per item: those cost ~900 B resident each."""
+columns, the one form a writer and a reader hold (the log's writes are its backend's: store/backends/base.py,
+`log_append` and `log_replace`). Columns, not an `Entry` object per item: those cost ~900 B resident each."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from atomicio import atomic_write
 from store.layout import (
     Entry,
     Header,
@@ -26,7 +25,6 @@ from store.layout import (
     PartRecord,
     Record,
     decode,
-    encode,
     fold,
 )
 
@@ -126,6 +124,7 @@ class Index:
 
     def __init__(self) -> None:
         self.generation, self.length, self.torn, self.last_seq = "", 0, False, 0
+        self.token = ""  # the backend's name of the log generation read (store/backends/base.py `LogEnd`)
         self.order = LogOrder()  # `order.problem`: the first part line out of order, None while the log keeps it
         self.rebuilt = False  # from the parts' own records, not from the log
         self.parts: dict[str, PartRecord] = {}
@@ -174,13 +173,6 @@ class Index:
         # no names per part: they would keep every decoded name alive (the columns answer `live_parts`)
         self.parts[part] = PartRecord(part, seq, rec.files, rec.arrays)
         self.last_seq = max(self.last_seq, seq)
-
-    def publish(self, path: Path, records: list[PartLine]) -> None:
-        """Append records to the log after this index's good prefix (a torn tail cut off first), then fold them in."""
-        records = chained(records, self.order.prev)  # type: ignore[arg-type]
-        self.length, self.torn = append(path, records, self.length), False
-        for rec in records:
-            self.add(rec)
 
     def _spec(self, spec: str) -> int:
         found = self._spec_id.get(spec)
@@ -393,33 +385,6 @@ def generation_in(data: bytes | bytearray | None, where: Any) -> str:
     if not isinstance(rec, Header):
         raise IndexDamaged(f"{where}: line 1 is not a header")
     return rec.generation
-
-
-def append(path: Path, records: list[PartLine], good_length: int) -> int:
-    """Append records after the log's good prefix (cutting a torn tail first); fsynced. Returns the new length."""
-    data = b"".join(encode(r) for r in records)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        if os.fstat(fd).st_size != good_length:
-            os.ftruncate(fd, good_length)
-        written = os.pwrite(fd, data, good_length)
-        if written != len(data):
-            raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
-        os.fsync(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, good_length)  # a failed append (disk full) must not leave a torn line behind
-        raise
-    finally:
-        os.close(fd)
-    return good_length + len(data)
-
-
-def replace(path: Path, records: list[Record]) -> int:
-    """Write a whole new log (a new generation) and rename it over the old one atomically (durable)."""
-    data = b"".join(encode(r) for r in records)
-    atomic_write(path, data)
-    return len(data)
 
 
 def attrs_of(text: str) -> tuple[dict[str, Any] | None, str | None]:

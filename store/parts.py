@@ -109,19 +109,6 @@ def files_of(part_dir: Path) -> list[str]:
     return sorted(out)
 
 
-def stage(staging: Path, members: list[tuple[str, Any, dict[str, Any]]]
-          ) -> tuple[zarr.Group, dict[str, np.ndarray], list[list[Any]], list[Any], dict[str, list[Any]]]:
-    """A part's arrays written into `staging` (a new folder) from its members' rows: (its group, the arrays,
-    the items' row entries, their spans, its data files hashed). The driver's writer and a model actor writing
-    its own parts (store/workerparts.py) stage a part alike, so the bytes are the same whoever wrote them."""
-    arrays, entries, spans = concat(members)
-    group = zarr.open_group(staging, mode="w")
-    n_rows = len(arrays[layout.FEATURES])
-    for name, data in arrays.items():
-        write_array(group, name, data, "row" if len(data) == n_rows else f"{name}_dim0")
-    return group, arrays, entries, spans, data_files(staging)
-
-
 class Staged(NamedTuple):
     """A part staged in memory (`MemoryPart`): its group (attributes still to be put), arrays, the items'
     row entries, their spans, its data files hashed (`own`, as `data_files` gives them) and every file's

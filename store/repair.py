@@ -1,20 +1,19 @@
-"""The index's bad states and their repair, under the store's write lock (docs/design.md, "Commit"): a damaged
-or missing log rebuilt from the parts' own records, parts no line names adopted, parts of retired logs no
-reader leases any more removed (`release_retired`)."""
+"""The index's bad states and their repair, under the store's write lock (docs/design.md, "Commit"), on any
+backend (store/backends/base.py): a damaged or missing log rebuilt from the parts' own records, parts no
+record names adopted (or removed, when they were never finished: no zarr.json), and the parts of replaced
+log generations that no reader holds any more removed (`release_retired`). The writer opens every index
+through `open_index`; `python -m pipeline verify` repairs through it too."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atomicio import fsync_path
 from store import index, layout, parts
+from store.backends import Backend, join
+from store.backends.base import LogEnd
+from store.backends.local import LocalBackend
 
 log = logging.getLogger(__name__)
 
@@ -34,120 +33,161 @@ class Rebuilt:
                 f"{self.items} item(s){lost}")
 
 
-def load(store: Path, feature: str) -> tuple[index.Index | None, str | None]:
-    """The feature's index read once: (its state, None), or (None, why it cannot be used as it is), or
-    (None, None) when there is neither a log nor a part (a new feature)."""
-    path = layout.index_path(store, feature)
+def _backend(store: Path | Backend) -> Backend:
+    return store if isinstance(store, Backend) else LocalBackend(store)
+
+
+def _key(feature: str) -> str:
+    return join(feature, layout.INDEX)
+
+
+def load(store: Path | Backend, feature: str) -> tuple[index.Index | None, str | None, LogEnd | None]:
+    """The feature's index read once: (its state, None, where its log ended), or (None, why it cannot be used
+    as it is, where its log ended: None when there is none), or (None, None, ...) when there is neither a log
+    nor a part (a new feature). A state's `token` is its generation's name (`LogEnd`)."""
+    backend = _backend(store)
+    key = _key(feature)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, "index missing" if parts.part_names(store, feature) else None
+        got = backend.log_read(key)
     except OSError as e:
-        return None, f"index unreadable ({e.strerror or e})"
+        return None, f"index unreadable ({e.strerror or e})", None
+    end = None if got is None else LogEnd(got[0], len(got[1]))
+    if got is None or not got[1]:  # (object storage: a generation without its first segment has no log)
+        return None, "index missing" if parts.part_names(backend, feature) else None, end
     try:
-        return index.parse(data, path), None
+        state = index.parse(got[1], backend.where(key))  # type: ignore[arg-type]
     except layout.IndexOutOfOrder as e:
-        return None, str(e).split(": ", 1)[1].split("; ")[0]
+        return None, str(e).split(": ", 1)[1].split("; ")[0], end
     except layout.IndexDamaged as e:
-        return None, str(e).split(": ", 1)[1].split(" (")[0]
+        return None, str(e).split(": ", 1)[1].split(" (")[0], end
+    state.token = got[0]
+    return state, None, end
 
 
-def rebuild(store: Path, feature: str, reason: str) -> tuple[Rebuilt, index.Index]:
-    """Write the feature's index anew from its parts (caller holds the write lock); the new state."""
-    out = Rebuilt(feature, reason)
-    found, unreadable = parts.records_on_disk(store, feature)
+def _write_new(backend: Backend, feature: str, records: list[layout.Record], end: LogEnd | None) -> index.Index:
+    """`records` as the feature's whole new log (a rebuilt or a new one: the old, if any, not kept for readers)."""
+    data = b"".join(layout.encode(r) for r in records)
+    token = backend.log_replace(_key(feature), data, end, retire=False)
+    state = index.of_records(records, len(data))
+    state.token = token
+    return state
+
+
+def _unfinished(backend: Backend, feature: str, unreadable: dict[str, str], what: str) -> dict[str, str]:
+    """Of the parts whose records do not read, remove those never finished (no zarr.json: a part's own zarr.json
+    is placed last, so a killed upload leaves one without it) and say the others; those others."""
+    left = {}
     for name, why in unreadable.items():
-        log.warning("%s: unreadable part left out of the rebuilt index (%s)", layout.part_dir(store, feature, name), why)
-    out.unreadable = list(unreadable)
-    records = index.chained([layout.new_header(), *found])
-    state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
+        key = join(feature, layout.PARTS, name)
+        if not backend.exists(join(key, layout.META)):
+            log.info("%s: removing a part that was never finished (no %s)", backend.where(key), layout.META)
+            backend.delete_prefix(key)
+            continue
+        log.warning("%s: %s (%s)", backend.where(key), what, why)
+        left[name] = why
+    return left
+
+
+def rebuild(store: Path | Backend, feature: str, reason: str, end: LogEnd | None = None,
+            ) -> tuple[Rebuilt, index.Index]:
+    """Write the feature's index anew from its parts (caller holds the write lock); the new state. `end`: where
+    the log it replaces ended, as `load` read it."""
+    backend = _backend(store)
+    out = Rebuilt(feature, reason)
+    found, unreadable = parts.records_on_disk(backend, feature)
+    out.unreadable = list(_unfinished(backend, feature, unreadable, "unreadable part left out of the rebuilt index"))
+    state = _write_new(backend, feature, index.chained([layout.new_header(), *found]), end)
     out.parts, out.items = len(found), len(state.entries)
     log.warning("%s", out.line().strip())
     return out, state
 
 
-def retire_current(store: Path, feature: str) -> Path:
-    """Keep the feature's current index log reachable (a hard link under `retired/`) before a compaction
-    renames a new one over it: readers pin that file (a shared flock on it: store/reader.py), and its
-    parts are removed only once none does (`release_retired`)."""
-    folder = layout.retired_dir(store, feature)
-    folder.mkdir(exist_ok=True)
-    link = folder / f"{uuid.uuid4().hex}.log"
-    os.link(layout.index_path(store, feature), link)
-    fsync_path(folder)
-    return link
+def publish(backend: Backend, feature: str, state: index.Index, lines: list[layout.PartLine]) -> None:
+    """Append part records to the feature's log after the end `state` was read at, then fold them into `state`.
+    Conflict (nothing published) when another writer published there first."""
+    records = index.chained(lines, state.order.prev)  # type: ignore[arg-type]
+    data = b"".join(layout.encode(r) for r in records)
+    state.length = backend.log_append(_key(feature), LogEnd(state.token, state.length), data)
+    state.torn = False
+    for rec in records:
+        state.add(rec)
 
 
-def _named(log_path: Path) -> set[str] | None:
+def _named(data: bytes | None, where: str) -> set[str] | None:
     """The parts a log names; None when it cannot be read whole (then nothing it names is removed)."""
+    if data is None:
+        return None
     names: set[str] = set()
     try:
-        layout.fold(log_path.read_bytes(), log_path,
-                    lambda rec: names.add(rec.part) if isinstance(rec, layout.PartLine) else None)
-    except (OSError, ValueError, KeyError):
+        layout.fold(data, where, lambda rec: names.add(rec.part) if isinstance(rec, layout.PartLine) else None)
+    except (ValueError, KeyError):
         return None
     return names
 
 
-def retired_parts(store: Path, feature: str) -> set[str]:
-    """Parts named by a retired log (kept for readers, removed by `release_retired`): not unindexed."""
-    out: set[str] = set()
-    for log_path in sorted(layout.retired_dir(store, feature).glob("*.log")):
-        out |= _named(log_path) or set()
-    return out
+def retired_parts(store: Path | Backend, feature: str) -> set[str]:
+    """Parts named by a replaced log generation (kept for readers, removed by `release_retired`): not unindexed."""
+    backend = _backend(store)
+    key = _key(feature)
+    with backend.log_retired(key) as found:
+        return {n for r in found for n in _named(r.data, backend.where(key)) or ()}
 
 
-def release_retired(store: Path, feature: str, state: index.Index) -> list[str]:
-    """Remove the parts of retired logs that no reader pins any more (no shared flock held on them) and that
-    neither the current index (`state`) nor a still pinned log names; then those logs. The caller holds the
-    write lock. Returns the removed parts."""
-    pinned: set[str] = set()
-    free: list[tuple[Path, int, set[str]]] = []
+def release_retired(store: Path | Backend, feature: str, state: index.Index) -> set[str]:
+    """Remove the parts of replaced log generations that no reader holds any more and that neither the current
+    index (`state`) nor a held generation names; then those generations. The caller holds the write lock. The
+    parts the kept generations name are returned (not unindexed: readers may still read them). A failure here
+    is said and left to the next writer: what was published stays published."""
+    backend = _backend(store)
+    key = _key(feature)
+    where = backend.where(key)
+    kept: set[str] = set()
+    removed: list[str] = []
+    free: list[tuple[str, set[str]]] = []
     try:
-        for log_path in sorted(layout.retired_dir(store, feature).glob("*.log")):
-            fd = os.open(log_path, os.O_RDONLY)
-            names = _named(log_path)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until its parts are gone
-            except OSError:  # a reader holds it (or flock fails here): its parts stay
-                os.close(fd)
-                pinned |= names or set()
-                continue
-            if names is None:  # unreadable: which parts it names is unknown, so none is removed
-                log.warning("%s: unreadable retired index, kept with its parts", log_path)
-                os.close(fd)
-                continue
-            free.append((log_path, fd, names))
-        removed = []
-        for log_path, _, names in free:
-            done = True
-            for name in sorted(names - set(state.parts) - pinned):
-                folder = layout.part_dir(store, feature, name)
-                if folder.exists():
-                    shutil.rmtree(folder, ignore_errors=True)
-                    if folder.exists():  # kept with its log, so that a later writer tries again
-                        log.warning("%s: could not remove this superseded part; a later writer tries again", folder)
+        with backend.log_retired(key) as found:
+            for retired in found:
+                names = _named(retired.data, where)
+                if retired.held:
+                    kept |= names or set()
+                elif names is None:  # unreadable: which parts it names is unknown, so none is removed
+                    log.warning("%s: a replaced generation (%s) is unreadable, kept with its parts", where, retired.token)
+                else:
+                    free.append((retired.token, names))
+            for token, names in free:
+                done = True
+                for name in sorted(names - set(state.parts) - kept):
+                    part = join(feature, layout.PARTS, name)
+                    try:
+                        backend.delete_prefix(part)
+                    except (OSError, RuntimeError) as e:  # kept with its log, so that a later writer tries again
+                        log.warning("%s: could not remove this superseded part (%s); a later writer tries again",
+                                    backend.where(part), e)
                         done = False
                         continue
                     removed.append(name)
-                (layout.notes_dir(store, feature) / name).unlink(missing_ok=True)  # a damage note of the part, if any
-            if done:
-                log_path.unlink()
-    finally:
-        for _, fd, _ in free:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+                    backend.delete(join(feature, layout.NOTES, name))  # a damage note of the part, if any
+                if done:
+                    backend.log_drop(key, token)  # after its parts: a failure retries them
+                else:
+                    kept |= names
+    except (OSError, RuntimeError) as e:
+        log.warning("%s: could not remove the parts a compaction replaced (%s); the next writer tries again",
+                    backend.where(feature), e)
+        return kept | {n for _, names in free for n in names}
     if removed:  # housekeeping: their rows live on in the compacted parts (the run's summary says what was reclaimed)
-        log.debug("%s: removed %d part(s) superseded by a compaction (no reader holds them)", store / feature,
+        log.debug("%s: removed %d part(s) superseded by a compaction (no reader holds them)", backend.where(feature),
                   len(removed))
-    return removed
+    return kept
 
 
-def unindexed(store: Path, feature: str, state: index.Index) -> list[str]:
-    """Part folders on disk that the index does not name (nor a retired log kept for readers)."""
-    names = [n for n in parts.part_names(store, feature) if n not in state.parts]
+def unindexed(store: Path | Backend, feature: str, state: index.Index, kept: set[str] | None = None) -> list[str]:
+    """Part folders that the index does not name (nor a replaced generation kept for readers: `kept`, else
+    every replaced generation's)."""
+    backend = _backend(store)
+    names = [n for n in parts.part_names(backend, feature) if n not in state.parts]
     if names:
-        retired = retired_parts(store, feature)
+        retired = retired_parts(backend, feature) if kept is None else kept
         names = [n for n in names if n not in retired]
     return names
 
@@ -168,40 +208,43 @@ class Adopted:
                 f"{lost}")
 
 
-def adopt(store: Path, feature: str, state: index.Index, names: list[str]) -> tuple[index.Index, Adopted]:
+def adopt(store: Path | Backend, feature: str, state: index.Index, names: list[str]) -> tuple[index.Index, Adopted]:
     """Put unindexed parts back into the index (caller holds the write lock): appended after the log when
-    each is newer than its last part, else the log is rebuilt from every part in sequence order."""
-    found, unreadable = parts.records_on_disk(store, feature, names)
-    for name, why in unreadable.items():
-        log.warning("%s: a part no index line names, with unreadable metadata: left as it is (%s)",
-                    layout.part_dir(store, feature, name), why)
+    each is newer than its last part, else the log is rebuilt from every part in sequence order. Parts never
+    finished (no zarr.json) are removed."""
+    backend = _backend(store)
+    found, unreadable = parts.records_on_disk(backend, feature, names)
+    unreadable = _unfinished(backend, feature, unreadable,
+                             "a part no index record names, with unreadable metadata: left as it is")
     adopted = Adopted(feature, [r.part for r in found], sum(len(r.rows) for r in found), list(unreadable))
     if found and found[0].seq <= state.last_seq:  # no crash leaves one: a middle line was deleted
         adopted.damage = True
-        _, state = rebuild(store, feature, f"{len(found)} part(s) no index line names, older than its last line")
+        _, state = rebuild(backend, feature, f"{len(found)} part(s) no index line names, older than its last line",
+                           LogEnd(state.token, state.length))
     elif found:
-        state.publish(layout.index_path(store, feature), found)
+        publish(backend, feature, state, found)
     if found:
         log.warning("%s", adopted.line().strip())
     return state, adopted
 
 
-def open_index(store: Path, feature: str, reports: list[Rebuilt | Adopted] | None = None) -> index.Index:
+def open_index(store: Path | Backend, feature: str, reports: list[Rebuilt | Adopted] | None = None) -> index.Index:
     """The writer's view of a feature's index, its log read once: repaired first when it must be (see the
-    module docstring; each repair's report appended to `reports`), and the parts compactions retired removed
-    where no reader pins them any more."""
+    module docstring; each repair's report appended to `reports`), and the parts compactions replaced removed
+    where no reader holds them any more."""
+    backend = _backend(store)
     reports = [] if reports is None else reports
-    state, why = load(store, feature)
+    state, why, end = load(backend, feature)
     if why is not None:
-        rebuilt, state = rebuild(store, feature, why)
+        rebuilt, state = rebuild(backend, feature, why, end)
         rebuilt.damage = why.startswith(index.DISORDER)
         reports.append(rebuilt)
     elif state is None:  # a new feature
-        records: list[layout.Record] = [layout.new_header()]
-        state = index.of_records(records, index.replace(layout.index_path(store, feature), records))
-    orphans = unindexed(store, feature, state)
+        state = _write_new(backend, feature, [layout.new_header()], end)
+    kept = release_retired(backend, feature, state)
+    orphans = unindexed(backend, feature, state, kept)
     if orphans:
-        state, adopted = adopt(store, feature, state, orphans)
-        reports.append(adopted)
-    release_retired(store, feature, state)
+        state, adopted = adopt(backend, feature, state, orphans)
+        if adopted.parts or adopted.unreadable:
+            reports.append(adopted)
     return state

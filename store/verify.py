@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from manifests.records import MediaItem, QAItem, one_line, read_jsonl_all
-from store import layout, parts, repair
+from store import layout, repair
 from store.backends import is_url
 from store.integrity import DamagedItem, ItemCheck, zarr_meta
 from store.partial import partial_line, partial_record
@@ -131,29 +131,17 @@ def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyR
 def _verify_objects(url: str, features: list[str] | None, t0: float) -> VerifyReport:
     """`verify_store` of a store on object storage: every item checked in full (each file's size and SHA-256
     against its index record), a missing or damaged index written anew from the parts and parts no record
-    names adopted (by the object-storage writer, which does both when it loads an index), each reported."""
+    names adopted (`_repair_indexes`, as locally), each reported."""
     store = Store(url)
     present = store.features()
     unknown = set(features or []) - set(present)
     if unknown:
         raise ValueError(f"{url}: no feature(s) {sorted(unknown)}; present: {present}")
     chosen = features or present
-    rebuilt, adopted = [], []
-    for f in chosen:
-        state = store.index(f)
-        loose = [p for p in parts.part_names(store.backend, f) if p not in state.parts]
-        if state.rebuilt:
-            rebuilt.append(repair.Rebuilt(f, "index missing or damaged", len(state.parts), len(state)))
-        elif loose:
-            adopted.append(repair.Adopted(f, loose, 0, []))
+    rebuilt, adopted = _repair_indexes(url, chosen, store)
     if rebuilt or adopted:
-        from store.writer import StoreWriter
-
-        with StoreWriter(url, str(store.attrs.get("dataset", ""))) as w:
-            for r in [*rebuilt, *adopted]:
-                w.index(r.feature)
         store.close()
-        store = Store(url)
+        store = Store(url)  # the repaired indexes
     try:
         checks = [c for f in chosen for c in store.check(f, full=True)]
         partial = [p for c in checks if c.ok and (p := _partial(store, c)) is not None]
@@ -167,12 +155,13 @@ def _partial(store: Store, check: ItemCheck) -> dict[str, Any] | None:
     return partial_record(check.feature, check.item, entry.attrs(), entry.duration_s)  # attrs: checked to parse
 
 
-def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list[repair.Rebuilt], list[repair.Adopted]]:
+def _repair_indexes(path: Path | str, features: list[str], store: Store,
+                    ) -> tuple[list[repair.Rebuilt], list[repair.Adopted]]:
     """Rebuild each damaged or missing index from its parts and adopt the parts no index line names, holding
     the store's write lock (which is not taken when nothing needs repair)."""
     def needs_repair(feature: str) -> bool:
-        state, why = repair.load(path, feature)
-        return why is not None or (state is not None and bool(repair.unindexed(path, feature, state)))
+        state, why, _ = repair.load(store.backend, feature)
+        return why is not None or (state is not None and bool(repair.unindexed(store.backend, feature, state)))
 
     todo = [f for f in features if needs_repair(f)]
     if not todo:
@@ -180,7 +169,7 @@ def _repair_indexes(path: Path, features: list[str], store: Store) -> tuple[list
     from store.writer import StoreWriter
 
     reports: list[repair.Rebuilt | repair.Adopted] = []
-    with StoreWriter(path, str(store.attrs.get("dataset", ""))):
+    with StoreWriter(path, str(store.attrs.get("dataset", ""))) as w:
         for f in todo:
-            repair.open_index(path, f, reports)
+            repair.open_index(w.backend, f, reports)
     return ([r for r in reports if isinstance(r, repair.Rebuilt)], [r for r in reports if isinstance(r, repair.Adopted)])

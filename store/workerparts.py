@@ -4,7 +4,7 @@ straight to the store under a unique name, and hands the driver only a `WrittenR
 name, files and shapes, and the item's place in it. The driver's writer then writes the part's own
 `zarr.json` (its record: the items with the attributes only the driver knows, the sequence number) and
 publishes it in its batched commit. A part without its `zarr.json` is not whole: no reader takes it for data,
-and the next writer to open the feature removes it (store/writer.py `_ObjectWriter.index`), as it removes a
+and the next writer to open the feature removes it (store/repair.py `open_index`), as it removes a
 killed upload's. So a worker's part that was never published (its run was killed, its pair failed later) is
 swept, as a local run's `.staging/` is."""
 

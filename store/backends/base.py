@@ -1,17 +1,22 @@
 """The contract every storage backend of the engine keeps (zarr-python 3's `zarr.abc.store.Store` is the model):
 whole objects under `/`-separated keys relative to the store's root, written whole or not at all, and the two
 conditional writes the commit protocol needs where there is no rename and no append (create only if absent,
-replace only if unchanged since a version was read). One file per backend implements it (local.py: a POSIX
-folder; objects.py: object storage through obstore); tests/store/test_backends.py is the one conformance suite both
-pass. Code above this interface names keys, never paths or URLs, and never learns which backend it is on."""
+replace only if unchanged since a version was read). Where a local folder and object storage truly differ in
+how the writer commits, the difference is an operation here too, not a branch above: the one-writer `lock`, a
+part placed whole (`place`, `sweep_staged`) and the index log as its writer sees it (`log_*`, conditional on a
+`LogEnd`). One file per backend implements it (local.py: a POSIX folder; objects.py: object storage through
+obstore, its log by log.py's conditional writes); tests/store/test_backends.py is the one conformance suite
+both pass. Code above this interface (the writer, store/writer.py, and its repairs, store/repair.py) names
+keys, never paths or URLs, and never learns which backend it is on."""
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -23,6 +28,25 @@ class ObjectInfo(NamedTuple):
     key: str
     size: int
     version: str
+
+
+class LogEnd(NamedTuple):
+    """Where the writer holding the store's lock last saw an index log's end: the backend's name for the log's
+    current generation (opaque above the backend: "" locally, where the flock alone keeps other writers out)
+    and the bytes published in it. The writer's appends and replacements are conditional on it."""
+
+    generation: str
+    length: int
+
+
+class Retired(NamedTuple):
+    """A replaced generation of an index log (a compaction's old log), as the writer finds it: `token` for
+    `log_drop`, its bytes (None when they cannot be read: then which parts it names is unknown), and whether a
+    reader still holds it (a pin: its parts must stay)."""
+
+    token: str
+    data: bytes | None
+    held: bool
 
 
 class BackendError(RuntimeError):
@@ -129,7 +153,8 @@ class Backend(abc.ABC):
         """Remove one object (no error when there is none)."""
 
     def delete_prefix(self, prefix: str) -> None:
-        """Remove every object under `prefix/`."""
+        """Remove every object under `prefix/` (none there: no error); OSError or BackendError when one could
+        not be removed."""
         for info in self.list(prefix):
             self.delete(info.key)
 
@@ -150,6 +175,64 @@ class Backend(abc.ABC):
             return bytes(pin.read(limit))
         finally:
             pin.close()
+
+    # ---- the index log as its one writer sees it (the caller holds the store's lock) ----
+    # Where the backends truly differ: locally a log is appended to in place and replaced by a rename (the old
+    # file kept under a hard link while readers hold it); on object storage it is segments created by
+    # create-if-absent writes and generations switched by a replace-if-unchanged of its head (log.py).
+
+    @abc.abstractmethod
+    def log_read(self, key: str) -> tuple[str, bytes] | None:
+        """The log's current generation (its name, as `LogEnd.generation`) and published bytes; None when
+        there is no log. OSError when it exists but cannot be read."""
+
+    @abc.abstractmethod
+    def log_append(self, key: str, end: LogEnd, data: bytes) -> int:
+        """Publish `data` at `end.length` of generation `end.generation`, durable when this returns; the log's
+        new length. Anything after `end.length` that was never published (a torn line a killed append left on
+        a disk) is cut first; a failed append leaves the log as it was. Conflict, having written nothing, when
+        another writer published there first or the generation was replaced (object storage: its lease was
+        taken over; a local log is written only under the flock, which keeps any second writer out)."""
+
+    @abc.abstractmethod
+    def log_replace(self, key: str, data: bytes, expect: LogEnd | None, retire: bool) -> str:
+        """Publish `data` as the log's new generation, whole and durable; its name. `expect`: the end of the
+        generation this writer read and rewrote (None: it found no log). `retire`: the old generation stays
+        readable for the readers that hold it, and `log_retired` lists it (a compaction's); else it goes (a
+        rebuild replacing a damaged log). Conflict, the log as it was, when it changed since `expect`. Another
+        failure may come after the switch (a folder's fsync): the caller reads the log to know."""
+
+    @abc.abstractmethod
+    def log_retired(self, key: str) -> AbstractContextManager[list[Retired]]:
+        """The log's replaced generations (`retire=True`), each one that no reader holds kept so until the
+        block ends (locally: an exclusive flock, which a reader's snapshot, a shared one, cannot then take)."""
+
+    @abc.abstractmethod
+    def log_drop(self, key: str, token: str) -> None:
+        """Remove a replaced generation (`Retired.token`), once the parts only it names are gone."""
+
+    # ---- a tree of files (a part) placed whole ----
+
+    def place(self, key: str, files: Iterable[tuple[str, bytes]], last: str, finish: Callable[[], bytes]) -> None:
+        """The tree `files` ((relative key, bytes), taken as they come: a producer may still be making the next)
+        as the objects under `key/`, then its file `last` (a part's own zarr.json, the mark of a whole part)
+        with the bytes `finish()` makes once every other file is written; durable when this returns. On an
+        error nothing of it is left. Here: uploaded as they come (`put_many`), `last` after all of them, so a
+        writer killed midway leaves a tree without `last` (never read as data; the next writer removes it).
+        The local backend writes the tree in `.staging/` and renames it into place whole instead."""
+        try:
+            self.put_many((join(key, rel), data) for rel, data in files)
+            self.put(join(key, last), finish())
+        except BaseException:
+            with contextlib.suppress(OSError, RuntimeError):
+                self.delete_prefix(key)
+            raise
+
+    def sweep_staged(self) -> int:
+        """Remove what killed writers' `place` calls left outside the store's tree (the caller holds the
+        store's lock); how many trees. Here there is nothing: a temporary folder is its own process's, and a
+        tree cut short inside the store lacks `last` (the writer finds it with the part folders)."""
+        return 0
 
     # ---- what the layers above need besides bytes ----
 

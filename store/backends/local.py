@@ -1,6 +1,9 @@
 """The local backend: a POSIX folder. Whole-object writes are atomicio's temp file renamed into place; a
 create-if-absent is a hard link of the finished temp file (which fails, atomically, where the name exists);
-a replace-if-unchanged holds a flock on a sidecar lock file around its check and rename."""
+a replace-if-unchanged holds a flock on a sidecar lock file around its check and rename. The store's lock is
+a flock (the kernel lets it go when its holder dies); an index log is appended to in place (fsynced) and
+replaced by a rename, the old file kept under `retired/` while a reader's shared flock holds it; a part is
+written in `.staging/` and renamed into place whole (docs/design.md, "Commit")."""
 
 from __future__ import annotations
 
@@ -12,14 +15,15 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import zarr
 
 import atomicio
-from store.backends.base import Backend, BackendError, Conflict, Locked, ObjectInfo, Pinned
+from store.backends.base import Backend, BackendError, Conflict, Locked, LogEnd, ObjectInfo, Pinned, Retired
+from store.layout import RETIRED, STAGING
 
 
 def _version(st: os.stat_result) -> str:
@@ -150,7 +154,113 @@ class LocalBackend(Backend):
         self._path(key).unlink(missing_ok=True)
 
     def delete_prefix(self, prefix: str) -> None:
-        shutil.rmtree(self._path(prefix), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self._path(prefix))
+
+    # ---- the index log: appended in place, replaced by a rename ----
+
+    def log_read(self, key: str) -> tuple[str, bytes] | None:
+        try:
+            return "", self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def log_append(self, key: str, end: LogEnd, data: bytes) -> int:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != end.length:
+                os.ftruncate(fd, end.length)
+            written = os.pwrite(fd, data, end.length)
+            if written != len(data):
+                raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end.length)  # a failed append (disk full) must not leave a torn line behind
+            raise
+        finally:
+            os.close(fd)
+        return end.length + len(data)
+
+    def log_replace(self, key: str, data: bytes, expect: LogEnd | None, retire: bool) -> str:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        link = None
+        if retire and path.exists():
+            # readers pin the log file itself (a shared flock): a hard link keeps the old one reachable for
+            # `log_retired` after the rename, until no reader holds it
+            folder = path.parent / RETIRED
+            folder.mkdir(exist_ok=True)
+            link = folder / f"{uuid.uuid4().hex}.log"
+            os.link(path, link)
+            atomicio.fsync_path(folder)
+        try:
+            atomicio.atomic_write(path, data)
+        except BaseException:
+            if link is not None and not _starts_with(path, data.split(b"\n", 1)[0]):  # not renamed: not retired
+                link.unlink(missing_ok=True)
+            raise
+        return ""
+
+    @contextlib.contextmanager
+    def log_retired(self, key: str) -> Iterator[list[Retired]]:
+        folder = self._path(key).parent / RETIRED
+        out, held = [], []
+        try:
+            for path in sorted(folder.glob("*.log")):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    data: bytes | None = path.read_bytes()
+                except OSError:
+                    data = None
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the block ends (its parts gone)
+                except OSError:  # a reader holds it (or flock fails here): its parts stay
+                    os.close(fd)
+                    out.append(Retired(path.name, data, True))
+                    continue
+                held.append(fd)
+                out.append(Retired(path.name, data, False))
+            yield out
+        finally:
+            for fd in held:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def log_drop(self, key: str, token: str) -> None:
+        (self._path(key).parent / RETIRED / token).unlink(missing_ok=True)
+
+    # ---- a part: written in `.staging/`, renamed into place whole ----
+
+    def place(self, key: str, files: Iterable[tuple[str, bytes]], last: str, finish: Callable[[], bytes]) -> None:
+        """Written in `.staging/<name>` under the store, fsynced file by file and renamed into place: a reader
+        finds the whole tree or none of it, and a kill leaves it in `.staging/` (`sweep_staged`)."""
+        staging = self.root / STAGING / key.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            staging.mkdir(parents=True)
+            for rel, data in files:
+                path = staging / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            (staging / last).write_bytes(finish())
+            _fsync_tree(staging)  # on disk before it becomes visible: a power cut cannot leave empty chunks
+            target = self._path(key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging.rename(target)
+            atomicio.fsync_path(target.parent)  # the rename itself
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def sweep_staged(self) -> int:
+        staging = self.root / STAGING
+        if not staging.exists():
+            return 0
+        found = len(os.listdir(staging))
+        shutil.rmtree(staging)
+        return found
 
     def pin_log(self, key: str) -> Pinned | None:
         fd = _lease(self._path(key))
@@ -158,7 +268,7 @@ class LocalBackend(Backend):
 
     def check(self) -> None:
         if self.root.exists() and not self.root.is_dir():
-            raise BackendError(f"{self.root}: is a file, not a store folder")
+            raise BackendError(f"{self.root}: is a file, not a store folder; give --out a folder (new or a store)")
 
     def zarr_store(self, prefix: str = "", read_only: bool = False) -> Any:
         return zarr.storage.LocalStore(self._path(prefix), read_only=read_only)
@@ -173,7 +283,7 @@ class LocalBackend(Backend):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                who = os.pread(fd, 400, 0).decode(errors="replace").strip() or "another process"
+                who = _lock_holder(fd)
                 raise Locked(f"{self.url}: another run is writing to this store ({who}); wait for it to finish "
                              "or write to another store") from None
             os.pwrite(fd, holder.encode(), 0)
@@ -183,6 +293,49 @@ class LocalBackend(Backend):
                 os.ftruncate(fd, 0)
         finally:
             os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            atomicio.fsync_path(os.path.join(folder, name))
+        atomicio.fsync_path(folder)
+
+
+def _starts_with(path: Path, first: bytes) -> bool:
+    """Whether the file at `path` begins with the line `first` (a log's header names its generation)."""
+    try:
+        with path.open("rb") as f:
+            return f.readline().rstrip(b"\n") == first
+    except OSError:
+        return False
+
+
+def _flock_pid(fd: int) -> int | None:
+    """The pid holding a flock on fd's file, from the kernel's table (Linux /proc/locks; None elsewhere)."""
+    st = os.fstat(fd)
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; waiters have "->"
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].count(":") != 2:
+            continue
+        major, minor, inode = fields[5].split(":")
+        if (int(major, 16), int(minor, 16), int(inode)) == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino):
+            return int(fields[4])
+    return None
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the lock: the kernel's pid for it where the lock file does not name that pid (the holder
+    is between its flock and its write, or a crashed run left its name), else what the holder wrote."""
+    written = os.pread(fd, 200, 0).decode(errors="replace").strip()
+    pid = _flock_pid(fd)
+    if pid is not None and not written.startswith(f"pid {pid} "):
+        return f"pid {pid} on {os.uname().nodename}"
+    return written or "a process on another machine that has not written its name yet"
 
 
 class _LocalPin(Pinned):

@@ -10,11 +10,14 @@ a byte length, as a local log's is an open file and its length."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import Iterator
 from typing import NamedTuple
 
-from store.backends.base import Backend, Conflict
+from store.backends import pins
+from store.backends.base import Backend, Conflict, LogEnd, Retired
 
 _WIDTH = 16  # digits of a segment's offset: names sort as numbers
 
@@ -112,3 +115,40 @@ def remove_generation(backend: Backend, key: str, generation: str) -> None:
 def generations(backend: Backend, key: str) -> list[str]:
     """Every generation with segments, the current one included."""
     return backend.children(f"{key}.d")
+
+
+class ConditionalLog:
+    """The contract's index-log operations (base.py, `Backend.log_*`) by this module's protocol, for a backend
+    with no append and no rename (store/backends/objects.py): a log's generation is its segments' folder, a
+    replaced one is kept while a reader's pin (pins.py) holds it."""
+
+    def log_read(self: Backend, key: str) -> tuple[str, bytes] | None:  # type: ignore[misc]
+        snap = read(self, key)
+        return None if snap is None else (snap.generation, snap.data)
+
+    def log_append(self: Backend, key: str, end: LogEnd, data: bytes) -> int:  # type: ignore[misc]
+        return append(self, key, end.generation, end.length, data)
+
+    def log_replace(self: Backend, key: str, data: bytes, expect: LogEnd | None,  # type: ignore[misc]
+                    retire: bool) -> str:
+        generation = replace(self, key, data, None if expect is None else tuple(expect))  # type: ignore[arg-type]
+        if not retire and expect is not None and expect.generation != generation:
+            remove_generation(self, key, expect.generation)  # a damaged log rebuilt: no reader's to keep
+            pins.clear(self, key, expect.generation)
+        return generation
+
+    @contextlib.contextmanager
+    def log_retired(self: Backend, key: str) -> Iterator[list[Retired]]:  # type: ignore[misc]
+        # nothing to hold: a reader pins only the generation the head names, and this one is no longer it
+        found = head(self, key)
+        out = []
+        for generation in generations(self, key):
+            if found is not None and generation == found[0]:
+                continue
+            snap = read(self, key, generation)
+            out.append(Retired(generation, b"" if snap is None else snap.data, pins.alive(self, key, generation)))
+        yield out
+
+    def log_drop(self: Backend, key: str, token: str) -> None:  # type: ignore[misc]
+        remove_generation(self, key, token)
+        pins.clear(self, key, token)

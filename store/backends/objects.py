@@ -56,7 +56,7 @@ def _not_forked(url: str) -> None:
                            "spawn or forkserver, e.g. DataLoader(..., multiprocessing_context='forkserver')")
 
 
-class ObjectBackend(Backend):
+class ObjectBackend(log.ConditionalLog, Backend):  # the index log by conditional writes (log.py)
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         _not_forked(self.url)

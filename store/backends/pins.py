@@ -2,7 +2,7 @@
 `<log>.pins/<generation>/<random>` naming its host, pid and expiry, written when the reader opens the log,
 renewed in the background while it stays open and removed when it closes. A writer removes the parts of a
 replaced generation (a compaction's old parts) only once no pin of that generation is alive
-(store/writer.py `_ObjectWriter.release_retired`), as a local writer waits for the readers' shared flocks on
+(store/repair.py `release_retired`), as a local writer waits for the readers' shared flocks on
 a retired log. A reader killed without closing leaves its pin; it stops holding anything `TTL_S` after its
 last renewal. Written against the backend contract alone."""
 

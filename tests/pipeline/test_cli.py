@@ -63,14 +63,17 @@ def test_a_read_only_store_is_one_line(tiny_root: Path, tmp_path: Path, caplog: 
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux) to produce a real ENOSPC")
-def test_disk_full_before_the_first_commit_is_one_line(tiny_root: Path, tmp_path: Path,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_disk_full_before_the_first_commit_is_one_line(tiny_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A real ENOSPC from the kernel: the manifest file the run writes first is /dev/full."""
-    import atomicio
+    from store.backends import local
 
+    real_temp = local._temp
     out = tmp_path / "s.zarr"
     (out / "_manifests").mkdir(parents=True)
-    atomicio.temp_path(out / "_manifests" / "items.jsonl").symlink_to("/dev/full")  # this process writes there
+    temp = out / "_manifests" / ".items.jsonl.partial"
+    temp.symlink_to("/dev/full")  # the store's temporary file for the manifest: this process writes there
+    monkeypatch.setattr(local, "_temp", lambda path: temp if path.name == "items.jsonl" else real_temp(path))
     assert extract(tiny_root, out) == exitcodes.STORE
     [line] = error_lines(caplog)
     assert line == f"cannot write the store: {out / '_manifests'}: No space left on device"

@@ -4,6 +4,8 @@ and against object storage on a real S3 server (moto on 127.0.0.1, a bucket per 
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import time
 
@@ -13,6 +15,7 @@ import zarr
 
 from store.backends import Backend, BackendError, Conflict, Locked, open_backend
 from store.backends import lease as leases
+from store.backends.base import LogEnd
 from tests import s3server
 
 s3_server, s3_url, backend = s3server.s3_server, s3server.s3_url, s3server.backend  # fixtures, used by name
@@ -141,10 +144,71 @@ def test_zarr_groups_through_the_backend(backend: Backend) -> None:
     assert back.attrs["siqfeat_part"] == {"seq": 1}
 
 
+def test_index_log_appended_replaced_and_retired(backend: Backend) -> None:
+    """The writer's log operations: a new log, records appended at its end, a new generation published whole
+    (the old one listed as replaced while a reader's snapshot holds it, then dropped), and a rebuild's
+    replacement, which keeps nothing."""
+    key = "f/index.log"
+    assert backend.log_read(key) is None
+    first = backend.log_replace(key, b"header 1\n", None, retire=False)
+    assert backend.log_read(key) == (first, b"header 1\n")
+    assert backend.log_append(key, LogEnd(first, 9), b"rec a\n") == 15
+    assert backend.log_append(key, LogEnd(first, 15), b"rec b\n") == 21
+    assert backend.log_read(key) == (first, b"header 1\nrec a\nrec b\n")
+    pin = backend.pin_log(key)  # a reader's snapshot of generation 1
+    assert pin is not None and bytes(pin.read()) == b"header 1\nrec a\nrec b\n"
+    second = backend.log_replace(key, b"header 2\n", LogEnd(first, 21), retire=True)
+    assert backend.log_read(key) == (second, b"header 2\n")
+    with backend.log_retired(key) as found:
+        assert [(r.data, r.held) for r in found] == [(b"header 1\nrec a\nrec b\n", True)]
+    assert bytes(pin.read()) == b"header 1\nrec a\nrec b\n"  # the reader still reads its snapshot whole
+    pin.close()
+    with backend.log_retired(key) as found:
+        assert [(r.data, r.held) for r in found] == [(b"header 1\nrec a\nrec b\n", False)]
+        backend.log_drop(key, found[0].token)
+    with backend.log_retired(key) as found:
+        assert found == []
+    third = backend.log_replace(key, b"header 3\n", LogEnd(second, 9), retire=False)
+    assert backend.log_read(key) == (third, b"header 3\n")
+    with backend.log_retired(key) as found:
+        assert found == []
+
+
+def test_a_tree_is_placed_whole_or_not_at_all(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`place`: nothing under the key until it returns, then every file, the marking file (made by `finish`
+    once the others are written) last where files are written one by one; an error midway leaves nothing
+    (and nothing for `sweep_staged`)."""
+    order: list[str] = []
+    put = backend.put
+    monkeypatch.setattr(backend, "put", lambda key, data: (order.append(key), put(key, data))[1])
+    seen = []
+
+    def files():  # noqa: ANN202
+        yield "features/c/0", b"chunk"
+        seen.append(backend.children("f/parts"))  # midway: not there yet, locally (a bucket's files go as they come)
+        yield "features/zarr.json", b"{}"
+
+    backend.place("f/parts/p1", files(), "zarr.json", lambda: b'{"part": 1}')
+    assert [i.key for i in backend.list("f/parts")] == ["f/parts/p1/features/c/0", "f/parts/p1/features/zarr.json",
+                                                        "f/parts/p1/zarr.json"]
+    assert backend.get("f/parts/p1/features/c/0") == b"chunk" and backend.get("f/parts/p1/zarr.json") == b'{"part": 1}'
+    assert order[-1:] in ([], ["f/parts/p1/zarr.json"]) and seen in ([[]], [["p1"]])
+
+    def cut():  # noqa: ANN202
+        yield "features/c/0", b"chunk"
+        raise RuntimeError("cut")
+
+    with pytest.raises(RuntimeError, match="cut"):
+        backend.place("f/parts/p2", cut(), "zarr.json", lambda: b"{}")
+    assert backend.children("f/parts") == ["p1"] and backend.sweep_staged() == 0
+
+
 def test_lock_names_its_holder(backend: Backend) -> None:
-    with backend.lock(".lock", "pid 1 on node-a") as held:
+    me = f"pid {os.getpid()} on {os.uname().nodename}"  # as the writer names itself (locally checked against the kernel's)
+    with backend.lock(".lock", me) as held:
         assert held
-        with pytest.raises(Locked, match="node-a|pid 1"), backend.lock(".lock", "pid 2 on node-b"):
+        with pytest.raises(Locked, match=rf"another run is writing to this store \({re.escape(me)}"), \
+                backend.lock(".lock", "pid 2 on node-b"):
             pass
     with backend.lock(".lock", "pid 3 on node-c"):  # released: free again
         pass

@@ -1,4 +1,4 @@
-"""The parts a compaction replaced, on object storage (store/backends/pins.py, `_ObjectWriter.release_retired`),
+"""The parts a compaction replaced, on object storage (store/backends/pins.py, store/repair.py `release_retired`),
 against a real S3 server (moto on 127.0.0.1): kept while a reader holds a snapshot of the old generation (it
 reads them during and after the compaction), never adopted back into the index, and removed with that
 generation once the reader lets go, or once a killed reader's pin has expired."""

@@ -154,7 +154,7 @@ def test_a_replacement_killed_before_its_index_line_keeps_the_old_version(tmp_pa
     whole version, never absent, never half: with no run writing, the new one with a warning (issue 53: a part
     newer than the log is never silently passed over); the next writer adopts the new part, whole (its rows were
     complete before the rename: nothing written whole is deleted), and readers then get it from the log."""
-    import store.index as si
+    from store.backends.local import LocalBackend
 
     path = tmp_path / "s.zarr"
     w = StoreWriter(path, "demo")
@@ -165,7 +165,7 @@ def test_a_replacement_killed_before_its_index_line_keeps_the_old_version(tmp_pa
         raise KeyboardInterrupt
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(si, "append", dying)
+        m.setattr(LocalBackend, "log_append", dying)
         m.setattr("shutil.rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
         with pytest.raises(KeyboardInterrupt):
             w.commit("feat", "i", rows(2, 7.0), {"spec_hash": "s1"})

@@ -112,8 +112,8 @@ def test_a_writer_that_lost_the_race_publishes_nothing(s3_url: str) -> None:
     write_run(s3_url)
     backend = open_backend(s3_url)
     with StoreWriter(s3_url, "demo") as w:
-        w.index("feat")
-        generation, at = w._heads["feat"]
+        state = w.index("feat")
+        generation, at = state.token, state.length
         log.append(backend, join("feat", layout.INDEX), generation, at, b"")  # nothing: not a conflict
         winner = log.append(backend, join("feat", layout.INDEX), generation, at,
                             layout.encode(layout.PartLine("000000099-0000000a", 99, [])))

@@ -285,17 +285,17 @@ def test_a_kill_mid_append_leaves_a_torn_line_that_is_no_commit(store: Path) -> 
     is no record; a reader warns and serves the whole part past it, the next writer cuts the line and adopts the
     part (its rows are complete: nothing that was written whole is deleted), and the store goes on."""
     import store.index as si
+    from store.backends.local import LocalBackend
 
     log_path = store / "feat" / "index.log"
     good = log_path.read_bytes()
-    def torn(path: Path, records: list, good_length: int) -> int:
-        data = b"".join(si.encode(r) for r in records)
-        with open(path, "ab") as f:
+    def torn(backend: LocalBackend, key: str, end: object, data: bytes) -> int:
+        with open(backend.root / key, "ab") as f:
             f.write(data[: len(data) // 2])  # what reached the disk before the kill
         raise KeyboardInterrupt
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(si, "append", torn)
+        m.setattr(LocalBackend, "log_append", torn)
         m.setattr("shutil.rmtree", lambda *a, **k: None)  # a killed process cleans nothing up
         w = StoreWriter(store, "demo")
         with pytest.raises(KeyboardInterrupt):
