@@ -599,6 +599,12 @@ class TorchKernels:
         inside = (u <= cnt[:, None]) & (cnt[:, None] >= 1)
         zero32 = torch.zeros((), dtype=torch.float32, device=dev)
         z = torch.complex(torch.where(inside, torch.cos(v), zero32), torch.where(inside, torch.sin(v), zero32))
+        # the expected phasor of COVAREP's random PD past the last harmonic (hmpd._phasors_on_bins)
+        w = u - cnt[:, None]
+        gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1) & (cnt[:, None] < n)
+        last = ys.gather(1, cnt[:, None]).float()
+        sw = torch.sinc(w).float()
+        z = torch.where(gap, torch.complex(torch.cos(last) * sw, torch.sin(last) * sw), z)
         return z.cpu().numpy()
 
     def _harmonic_spectrum(self, x: torch.Tensor, centres: np.ndarray, f0: np.ndarray, half: np.ndarray, fs: int,
