@@ -54,9 +54,9 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
     """Seconds per stage over `cfg.block_s` blocks (the calls analyse_block and extract make, in their order)."""
     spent: dict[str, float] = {}
 
-    def timed(key: str, fn, *args):  # noqa: ANN001, ANN202
+    def timed(key: str, fn, *args, **kwargs):  # noqa: ANN001, ANN202, ANN003
         t0 = time.perf_counter()
-        out = fn(*args)
+        out = fn(*args, **kwargs)
         spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
         return out
 
@@ -87,11 +87,13 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         # spectral_rows, stage by stage
         sign = float(cols.get("polarity", np.ones(1))[0])
         centres = np.arange(n) * acoustic.HOP + acoustic.HOP // 2
-        f0w = timed("window F0 (SRH on unvoiced rows)", acoustic.window_f0, block, f0, voiced, centres, np.arange(n))
+        track = timed("SRH's two passes (HMPD's F0, the median)", acoustic.srh_track, block)
+        f0w = timed("window F0 (SRH on unvoiced rows)", acoustic.window_f0, block, f0, voiced, centres, np.arange(n),
+                    srh_median=track[2])
         spec = timed("3-period spectra + harmonics", mcep.frame_spectra, sign * block, centres, f0w, FS_HZ)
         h = timed("3-period spectra + harmonics", harmonics.pick, spec, f0w, FS_HZ)
         timed("MCEP (true envelope)", mcep.mcep_rows, spec, f0w, FS_HZ)
-        timed("HMPD (SRH F0, 4096-point spectra, harmonics, PD)", acoustic.hmpd_columns, block, f0, voiced, sign)
+        timed("HMPD (4096-point spectra, harmonics, PD)", acoustic.hmpd_columns, block, f0, voiced, sign, track=track)
         timed("Rd_conf (MSP)", rd_conf.rd_conf_rows, h)
     timed("band check (Welch)", acoustic.low_band, x)
     return spent

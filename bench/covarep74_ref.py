@@ -66,7 +66,7 @@ def mcep_as_covarep_places_it(x: np.ndarray, n_rows: int) -> np.ndarray:
     m = (x.size - 799 - 800) // 160 + 1
     centres = 800 + 160 * np.arange(m)
     row = np.minimum(centres // HOP, n - 1)
-    f0w = acoustic.window_f0(x, f0, voiced, centres, row)
+    f0w = acoustic.window_f0(x, f0, voiced, centres, row, srh_median=acoustic.srh_track(x)[2])
     frames = mcep.mcep_rows(mcep.frame_spectra(x, centres, f0w, FS_HZ), f0w, FS_HZ)
     placed = np.round(np.linspace(1, x.size, m))
     at = 80 + 160 * np.arange(n_rows)

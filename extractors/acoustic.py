@@ -266,6 +266,7 @@ class Kernels:
     pick: Callable = harmonics.pick  # the rows' harmonics (HMPD, Rd_conf)
     pd_phasors: Callable = hmpd.pd_phasors  # HMPD's per-row phase distortion
     rd_covarep: Callable = glottal.rd_covarep  # COVAREP's Rd (Brent over the LF model)
+    srh_track: Callable = srh.srh_track  # SRH's two passes at COVAREP's instants (HMPD's F0, the median for srh_f0)
 
 
 NUMPY_KERNELS = Kernels(
@@ -284,7 +285,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
                    k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows,
-                   k.srh_f0, k.pick, k.pd_phasors, k.rd_covarep)
+                   k.srh_f0, k.pick, k.pd_phasors, k.rd_covarep, k.srh_track)
 
 
 def periodicity(
@@ -732,40 +733,58 @@ def glottal_rows(
 
 
 def window_f0(
-    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray, srh_f0=srh.srh_f0
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray, srh_f0=srh.srh_f0, *,
+    srh_median: float | None,
 ) -> np.ndarray:
     """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
     from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
-    tracker's F0 (`srh`; version 9, the block's median voiced F0 before), searched around that median. Clipped so a
-    window fits the DFT. `srh_f0`: the backend's."""
+    tracker's F0 (`srh`), searched in the range pitch_srh's first pass narrows to around `srh_median` (`srh_track`'s
+    median; before version 11, our tracker's median voiced F0). Clipped so a window fits the DFT. `srh_f0`: the
+    backend's."""
     is_voiced = voiced[rows] & (f0[rows] > 0)
-    median = float(np.median(f0[voiced])) if voiced.any() else None
     out = np.where(is_voiced, f0[rows], mcep.UNVOICED_F0_HZ)
     if (~is_voiced).any():
-        out[~is_voiced] = srh_f0(x, centres[~is_voiced], FS_HZ, median)
+        out[~is_voiced] = srh_f0(x, centres[~is_voiced], FS_HZ, srh_median)
     return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
 
 
+def srh_instants(n_samples: int) -> np.ndarray:
+    """The rows k whose boundaries k * HOP are pitch_srh's instants in a block of n_samples: its 100 ms frames'
+    1-based centres run half + 1 … n - half in 10 ms steps, half = 799 at 16 kHz, so they fall on the row
+    boundaries from 50 ms in to 50 ms before the end (COVAREP's t·fs = k * HOP)."""
+    half = srh.frame_length(FS_HZ) // 2
+    return np.arange(-(-(half + 1) // HOP), (n_samples - half) // HOP + 1)
+
+
+def srh_track(x: np.ndarray, kernels: Kernels = NUMPY_KERNELS) -> tuple[np.ndarray, np.ndarray, float | None]:
+    """(instants' rows k, SRH F0 there, the median pitch_srh's first pass found) of the block x: pitch_srh's two
+    passes over [50, 500] Hz and around that median (`srh.srh_track`)."""
+    k = srh_instants(x.size)
+    if k.size == 0:
+        return k, np.zeros(0), None
+    f0k, median = kernels.srh_track(x, k * HOP, FS_HZ)
+    return k, f0k, median
+
+
 def hmpd_columns(
-    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS,
+    track: tuple[np.ndarray, np.ndarray, float | None] | None = None,
 ) -> np.ndarray:
-    """(rows, 38) HMPDM_*, HMPDD_* of a block, at COVAREP's instants and F0 (version 10; docs/acoustic.md, "HMPD"):
-    its script analyses HMPD on SRH's frames, at 10 ms steps on the row boundaries (160 k samples) from 50 ms in to
-    50 ms before the end, each windowed by SRH's F0 (100 Hz where SRH gives 0) whatever the voicing, and reads its
-    rows at (k + 0.5) * 10 ms - 1 sample by linear interpolation through a 5 ms grid (`hmpd.frames_to_rows`).
-    The harmonics are picked on its 4096-point DFT (`hmpd.SIN_DFTLEN`). Measured against COVAREP's own HMPD steps
-    under Octave, feeding our kernels its instants and F0 reproduces its columns within its run-to-run spread; our
-    refined F0 and row-centred frames put HMPDD 30-120 spreads away, the 1024-point DFT up to 20 more. Rows outside
-    the frames' span are NaN (COVAREP writes 0 there)."""
+    """(rows, 38) HMPDM_*, HMPDD_* of a block, at COVAREP's instants and F0 (docs/acoustic.md, "HMPD"): its script
+    analyses HMPD on SRH's frames, at 10 ms steps on the row boundaries (160 k samples) from 50 ms in to 50 ms
+    before the end (`srh_instants`), each windowed by SRH's F0 after its two passes (`srh_track`, given as `track`
+    or computed here; 100 Hz where SRH gives 0) whatever the voicing, and reads its rows at (k + 0.5) * 10 ms - 1
+    sample by linear interpolation through a 5 ms grid (`hmpd.frames_to_rows`). The harmonics are picked on its
+    4096-point DFT (`hmpd.SIN_DFTLEN`). Measured against COVAREP's own HMPD steps under Octave, feeding our kernels
+    its instants and F0 reproduces its columns within its run-to-run spread; our refined F0 and row-centred frames
+    put HMPDD 30-120 spreads away, the 1024-point DFT up to 20 more. Rows outside the frames' span are NaN (COVAREP
+    writes 0 there). `f0`, `voiced`: unused since SRH gives every frame's F0; kept for the callers' signature."""
     n_rows = voiced.size
-    half = round((round(srh.FRAME_S * FS_HZ) - 2) / 2)  # pitch_srh's half frame: its instants run half + 1 … len - half
-    k = np.arange(-(-(half + 1) // HOP), (x.size - half) // HOP + 1)
+    k, f0k, _ = srh_track(x, kernels) if track is None else track
     out = np.full((n_rows, hmpd.PDM_ORDER + hmpd.PDD_ORDER + 2), np.nan)
     if k.size < 2:
         return out
     centres = k * HOP
-    median = float(np.median(f0[voiced])) if voiced.any() else None
-    f0k = kernels.srh_f0(x, centres, FS_HZ, median)
     f0k = np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ)
     f0k = np.clip(f0k, 3.0 * FS_HZ / (hmpd.SIN_DFTLEN - 2), None)
     spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
@@ -783,15 +802,16 @@ def spectral_rows(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
 ) -> dict[str, np.ndarray]:
     """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"); HMPD on its own
-    frames (`hmpd_columns`), the others on one 3-period window per row, of the row's F0 where voiced and of the block's median voiced F0 elsewhere (COVAREP windows every frame
-    by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
+    frames (`hmpd_columns`), the others on one 3-period window per row, of the row's F0 where voiced and of SRH's
+    elsewhere (`window_f0`; COVAREP windows every frame by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
     centres = np.arange(n_rows) * HOP + HOP // 2
-    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows), kernels.srh_f0)
+    track = srh_track(x, kernels)  # one set of SRH spectra: HMPD's F0 and the median for the rows' windows
+    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows), kernels.srh_f0, srh_median=track[2])
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = kernels.pick(spec, f0w, FS_HZ)
-    pd = hmpd_columns(x, f0, voiced, polarity, kernels)
+    pd = hmpd_columns(x, f0, voiced, polarity, kernels, track)
     out = {"Rd_conf": kernels.rd_conf_rows(h), "creak": np.full(n_rows, np.nan)}
     cols = np.concatenate([kernels.mcep_rows(spec, f0w, FS_HZ), pd], axis=1)
     # a window of digital silence has no envelope and no phases (COVAREP's log(0) becomes its 0 in the file)
@@ -857,7 +877,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "10"
+    version = "11"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)

@@ -442,36 +442,49 @@ class TorchKernels:
         peak = res.abs().max()
         return res / peak if bool(peak > 0) else res
 
-    def srh_f0(self, x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:
-        """srh.srh_f0: the LP residual's 100 ms Blackman frames, their fs-point DFT (float32, as the reference's)
-        read at the harmonics and between them, the argmax of SRH over the search range; batched over frames."""
+    def srh_values(self, x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) -> np.ndarray:
+        """srh.srh_values: the LP residual's 100 ms Blackman frames, their fs-point DFT (float32, as the reference's)
+        read at the harmonics and between them (a gather of `srh.candidates`' bins where the reference reads strided
+        slices: the same values, summed in the same order), SRH over lo … hi; batched over frames."""
         centres = np.asarray(centres, dtype=np.int64)
-        out = np.full(centres.size, np.nan)
+        f, plus, minus = srh.candidates(lo, hi)
         if centres.size == 0:
-            return out
-        res = self._lp_residual(self._t(np.asarray(x, np.float64)), fs, round(0.75 * fs / 1000))
-        length = round((round(srh.FRAME_S * fs) - 2) / 2) * 2
+            return np.zeros((0, f.size))
+        res = self._lp_residual(self._t(np.asarray(x, np.float64)), fs, srh.matlab_round(0.75 * fs / 1000))
+        length = srh.frame_length(fs)
         n = np.arange(length)
         win = self._t(0.42 - 0.5 * np.cos(2 * np.pi * n / (length - 1)) + 0.08 * np.cos(4 * np.pi * n / (length - 1)))
         alt_sign = self._t(np.where(n % 2 == 0, 1.0, -1.0))
-        lo, hi = srh.search_range(f0_median)
-        f = np.arange(lo, hi + 1)
-        plus = np.arange(1, srh.N_HARMONICS + 1)[:, None] * f[None] - 1  # as srh_f0: E(k f) at bin k f - 1
-        minus = np.round((np.arange(1, srh.N_HARMONICS)[:, None] + 0.5) * f[None]).astype(np.int64) - 1
         n_bins = int(plus.max()) + 1
-        plus_t, minus_t, starts = self._t(plus), self._t(minus), self._t(centres - length // 2)
+        plus_t, minus_t, starts = self._t(plus), self._t(minus), self._t(centres - length // 2 - 1)
         # on a CPU, srh.CHUNK frames at a time (their spectra stay in cache: whole-block batches ran 3x slower)
         chunk = srh.CHUNK if self.device.type == "cpu" else max(1, CHUNK_ELEMENTS // (2 * fs))
-        best = []
+        values = []
         for i in range(0, centres.size, chunk):
             frames = self._windows(res, starts[i : i + chunk], length) * win
             frames = frames - frames.mean(1, keepdim=True)
             alt = frames @ alt_sign
             norm = torch.sqrt(torch.clamp(0.5 * (fs * (frames * frames).sum(1) - alt**2), min=1e-300))
             spec = torch.fft.rfft(frames.float(), fs, dim=1)[:, :n_bins].abs().double() / norm[:, None]
-            best.append((spec[:, plus_t].sum(1) - spec[:, minus_t].sum(1)).argmax(1))
-        out[:] = f[torch.cat(best).cpu().numpy()]
-        return out
+            p, m = spec[:, plus_t], spec[:, minus_t]
+            # pitch_srh's order: the harmonics one after another, then the difference
+            plus_sum, minus_sum = p[:, 0].clone(), m[:, 0].clone()
+            for k in range(1, srh.N_HARMONICS):
+                plus_sum += p[:, k]
+            for k in range(1, srh.N_HARMONICS - 1):
+                minus_sum += m[:, k]
+            values.append(plus_sum - minus_sum)
+        return torch.cat(values).cpu().numpy()
+
+    def srh_f0(self, x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:
+        """srh.srh_f0 on `srh_values`."""
+        lo, hi = srh.search_range(f0_median)
+        return srh.best(self.srh_values(x, centres, fs, lo, hi), np.arange(lo, hi + 1))[0]
+
+    def srh_track(self, x: np.ndarray, centres: np.ndarray, fs: int) -> tuple[np.ndarray, float | None]:
+        """srh.srh_track on `srh_values`."""
+        value = self.srh_values(x, centres, fs, srh.F0_MIN_HZ, srh.F0_MAX_HZ)
+        return srh.narrowed(value, np.arange(srh.F0_MIN_HZ, srh.F0_MAX_HZ + 1))
 
     def pick(self, spec: np.ndarray, f0: np.ndarray, fs: int) -> harmonics.Harmonics:
         """harmonics.pick, batched over rows: local maxima of the log amplitude with parabolic refinement, the one
@@ -586,6 +599,12 @@ class TorchKernels:
         inside = (u <= cnt[:, None]) & (cnt[:, None] >= 1)
         zero32 = torch.zeros((), dtype=torch.float32, device=dev)
         z = torch.complex(torch.where(inside, torch.cos(v), zero32), torch.where(inside, torch.sin(v), zero32))
+        # the expected phasor of COVAREP's random PD past the last harmonic (hmpd._phasors_on_bins)
+        w = u - cnt[:, None]
+        gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1) & (cnt[:, None] < n)
+        last = ys.gather(1, cnt[:, None]).float()
+        sw = torch.sinc(w).float()
+        z = torch.where(gap, torch.complex(torch.cos(last) * sw, torch.sin(last) * sw), z)
         return z.cpu().numpy()
 
     def _harmonic_spectrum(self, x: torch.Tensor, centres: np.ndarray, f0: np.ndarray, half: np.ndarray, fs: int,

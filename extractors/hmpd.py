@@ -20,10 +20,13 @@ script gives `hmpd_analysis_features` (written from their description here, not 
 The frames are COVAREP's (`acoustic.hmpd_columns`: SRH's instants and F0, harmonics on a 4096-point DFT), and the
 rows are read between them (`frames_to_rows`) as COVAREP resamples them.
 
-Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run); here
-they hold no phasor (cos = sin = 0, the expectation of a random phase), so their PDD is the value random phases give
-on average (`PDD_NO_PHASE`) and they take no part in PDM's band means; `rng` reproduces COVAREP's random filling
-(for measuring its run-to-run spread). docs/acoustic.md, "74 columns", measures the difference.
+Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run): it
+draws a random PD for every harmonic a frame lacks up to the file's highest count and interpolates the bins through
+them, so the bins between a frame's last harmonic and the next hold the expected phasor of that interpolation
+(e^{ia} sinc(w), `_phasors_on_bins`; version 11) and the bins past it no phasor (cos = sin = 0, the expectation of
+a random phase), so their PDD is the value random phases give on average (`PDD_NO_PHASE`) and they take no part in
+PDM's band means; `rng` fills the bins without a phasor at random (for measuring a random filling's spread).
+docs/acoustic.md, "74 columns", measures the difference.
 """
 
 from __future__ import annotations
@@ -144,6 +147,15 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     out = np.zeros(val.shape, np.complex64)  # float32 phasors: what the time statistics run on
     v = val[inside].astype(np.float32)
     out[inside] = np.cos(v) + 1j * np.sin(v)
+    # COVAREP draws a random PD for the harmonics count + 1 … n (n: the most any frame has) and interpolates the bins
+    # through them as through the others: a bin w of the way from the last harmonic (unwrapped PD a) to the next
+    # reads a + w (b - a) with b - a uniform over a turn, whose expected phasor is e^{ia} sinc(w); past harmonic
+    # count + 1 it is 0 (sinc(1) = 0). Zero there instead put HMPDM_24 7 of COVAREP's run-to-run spreads from it on
+    # DB-cresc (docs/acoustic.md, "COVAREP's HMPD run to run")
+    w = u - count[:, None]
+    gap = (w > 0) & (w < 1) & (count[:, None] >= 1) & (count[:, None] < n)
+    last = np.broadcast_to(ys[np.arange(rows), count].astype(np.float32)[:, None], gap.shape)[gap]
+    out[gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap]).astype(np.float32)
     return out
 
 

@@ -2,18 +2,21 @@
 estimation based on residual harmonics", Interspeech 2011), as COVAREP's `pitch_srh` computes it (read at
 covarep/covarep 5a2be5d6 to learn the method; written here from that description).
 
-Used for one thing: the F0 of the 74-column layout's 3-period windows on rows we call unvoiced. COVAREP windows
-every frame of its MCEP, HMPD and Rd_conf analysis by SRH's F0, which SRH gives on unvoiced frames too; with the
-block's median F0 there instead, MCEP's worst column agreed with COVAREP's at r 0.93-0.94 on the ARCTIC files (0.85-
-0.87 on their unvoiced rows alone, 0.98 on the voiced), with this 0.98-0.99 (docs/acoustic.md, "74 columns").
+Used for the F0 of the 74-column layout's frames COVAREP windows by SRH: HMPD's, at SRH's own instants (every frame,
+`acoustic.hmpd_columns`), and the 3-period windows of rows we call unvoiced (`acoustic.window_f0`). With the block's
+median F0 there instead, MCEP's worst column agreed with COVAREP's at r 0.93-0.94 on the ARCTIC files, with SRH's
+0.98-0.99 (docs/acoustic.md, "74 columns").
 
 Per frame: the LP residual (order round(0.75 fs/1000), 25 ms frames every 5 ms), 100 ms of it (1598 samples at
-16 kHz, the frame's centre at sample 799) under a Blackman window, its mean removed, the magnitude spectrum on a 1 Hz
-grid (an fs-point DFT) divided by its norm over 0 … fs/2, and SRH(f) = sum_{k=1..5} E(k f) - sum_{k=1..4}
-E((k + 1/2) f) for integer f, F0 = its argmax. As in COVAREP, E(g) is read at bin g - 1 (MATLAB's 1-based index g is
-frequency g - 1 Hz), and the search range [50, 500] Hz is narrowed to [round(F0med / 2), round(2 F0med)] where
-that is inside it. COVAREP takes F0med from a first SRH pass (the median F0 of frames whose SRH exceeds 0.1); here
-it is the block's median voiced F0 from our tracker, which saves that pass.
+16 kHz, samples c - 800 … c + 797 for an instant c = t·fs) under a Blackman window, its mean removed, the magnitude
+spectrum on a 1 Hz grid (an fs-point DFT) divided by its norm over 0 … fs/2, and SRH(f) = sum_{k=1..5} E(k f) -
+sum_{k=1..4} E((k + 1/2) f) for integer f, F0 = its argmax. As in COVAREP, E(g) is read at bin g - 1 (MATLAB's
+1-based index g is frequency g - 1 Hz), (k + 1/2) f and the range's ends are rounded as MATLAB rounds (halves up),
+and pitch_srh's two passes set the range (`srh_track`): [50, 500] Hz first, then [round(F0med / 2), round(2 F0med)]
+where that is inside it, F0med the first pass's median F0 over the frames whose SRH exceeds 0.1. Measured against
+COVAREP's pitch_srh under Octave on the five recordings of ../shared/realdata/speech: the same F0 on 99.7-100 % of
+its frames (the rest 1 Hz off: its LPC's last digits) and the same median; version 10 (numpy's rounding, the range
+from our tracker's median) 86-99 % (docs/acoustic.md, "HMPD").
 """
 
 from __future__ import annotations
@@ -26,45 +29,125 @@ from extractors import glottal
 F0_MIN_HZ, F0_MAX_HZ = 50, 500  # COVAREP_feature_extraction.m's F0min / F0max
 N_HARMONICS = 5
 FRAME_S = 0.1
+ITER_THRESHOLD = 0.1  # pitch_srh's SRHiterThresh: frames whose SRH exceeds it set the median of its second pass
 CHUNK = 32  # frames per DFT batch: 32 x (fs/2) complex64 stays in cache
+
+
+def matlab_round(v: float) -> int:
+    """MATLAB's round (halves away from zero; the values here are positive), not Python's (halves to even)."""
+    return int(np.floor(v + 0.5))
 
 
 def search_range(f0_median: float | None) -> tuple[int, int]:
     """pitch_srh's range after its adjustment to the median F0 (none: the full range)."""
     lo, hi = F0_MIN_HZ, F0_MAX_HZ
     if f0_median is not None and np.isfinite(f0_median):
-        if round(0.5 * f0_median) > lo:
-            lo = round(0.5 * f0_median)
-        if round(2 * f0_median) < hi:
-            hi = round(2 * f0_median)
+        if matlab_round(0.5 * f0_median) > lo:
+            lo = matlab_round(0.5 * f0_median)
+        if matlab_round(2 * f0_median) < hi:
+            hi = matlab_round(2 * f0_median)
     return lo, max(lo, hi)
 
 
-def srh_f0(x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:
-    """(len(centres),) SRH F0 in Hz (integers) of the frames centred on `centres` (samples of x; beyond its ends
-    x reads as zeros)."""
+def frame_length(fs: int) -> int:
+    """pitch_srh's frame: 100 ms minus 2 samples, even; frame i covers samples centre - length/2 - 1 … centre +
+    length/2 - 2 (its 1-based instants are COVAREP's t·fs)."""
+    return matlab_round((matlab_round(FRAME_S * fs) - 2) / 2) * 2
+
+
+def candidates(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(F0 candidates lo … hi, the bins read at their harmonics (N_HARMONICS, n), between them (N_HARMONICS - 1,
+    n)). E(g) is read at bin g - 1 (MATLAB's 1-based index g is frequency g - 1 Hz), and (k + 1/2) f is rounded
+    as MATLAB rounds, halves up (numpy's round takes halves to even: for half of the odd f it read the bin below,
+    which moved F0 by 1 Hz on about a tenth of the frames)."""
+    f = np.arange(lo, hi + 1)
+    plus = np.arange(1, N_HARMONICS + 1)[:, None] * f[None] - 1
+    minus = np.floor((np.arange(1, N_HARMONICS)[:, None] + 0.5) * f[None] + 0.5).astype(np.int64) - 1
+    return f, plus, minus
+
+
+def best(value: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(F0, SRH) of each row of `value` (SRH over the candidates f): the argmax. pitch_srh keeps the sums in a
+    matrix whose rows for 1 … lo - 1 Hz are zero, so where no candidate is positive its F0 is 1 Hz and its SRH 0."""
+    i = np.argmax(value, axis=1)
+    v = value[np.arange(len(value)), i]
+    return np.where(v > 0, f[i], 1).astype(float), np.maximum(v, 0.0)
+
+
+def second_pass_median(f0: np.ndarray, value: np.ndarray) -> float | None:
+    """The median F0 of the first pass's frames whose SRH exceeds ITER_THRESHOLD (None where none does)."""
+    keep = value > ITER_THRESHOLD
+    return float(np.median(f0[keep])) if keep.any() else None
+
+
+def srh_values(x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) -> np.ndarray:
+    """(len(centres), hi - lo + 1): SRH(f) for f = lo … hi of the frames at `centres` (samples of x, as COVAREP's
+    instants t·fs; beyond x's ends x reads as zeros)."""
     centres = np.asarray(centres, dtype=int)
-    out = np.full(centres.size, np.nan)
+    f, plus, _ = candidates(lo, hi)
+    out = np.zeros((centres.size, f.size))
     if centres.size == 0:
         return out
-    res = glottal.lp_residual(np.asarray(x, np.float64), fs, order=round(0.75 * fs / 1000))
-    length = round((round(FRAME_S * fs) - 2) / 2) * 2  # pitch_srh's frame: 100 ms minus 2 samples, even
-    half = length // 2
+    res = glottal.lp_residual(np.asarray(x, np.float64), fs, order=matlab_round(0.75 * fs / 1000))
+    length = frame_length(fs)
     n = np.arange(length)
     win = 0.42 - 0.5 * np.cos(2 * np.pi * n / (length - 1)) + 0.08 * np.cos(4 * np.pi * n / (length - 1))
-    lo, hi = search_range(f0_median)
-    f = np.arange(lo, hi + 1)
-    plus = np.arange(1, N_HARMONICS + 1)[:, None] * f[None] - 1  # E at k f: bin k f - 1 (the 1-based index)
-    minus = np.round((np.arange(1, N_HARMONICS)[:, None] + 0.5) * f[None]).astype(int) - 1
     n_bins = int(plus.max()) + 1
     for i in range(0, centres.size, CHUNK):
-        frames = glottal.windows(res, centres[i : i + CHUNK] - half, length) * win
+        frames = glottal.windows(res, centres[i : i + CHUNK] - length // 2 - 1, length) * win
         frames -= frames.mean(axis=1, keepdims=True)
         # the norm over bins 0 … fs/2 - 1 of the fs-point DFT by Parseval (the mean is gone: bin 0 is 0), so only
         # the bins SRH reads are transformed
         alt = frames @ np.where(n % 2 == 0, 1.0, -1.0)  # the bin at fs/2
         norm = np.sqrt(np.maximum(0.5 * (fs * np.einsum("fn,fn->f", frames, frames) - alt**2), 1e-300))
         spec = np.abs(rfft(frames.astype(np.float32), fs, axis=1)[:, :n_bins]) / norm[:, None]
-        value = spec[:, plus].sum(axis=1) - spec[:, minus].sum(axis=1)  # (frames, len(f))
-        out[i : i + CHUNK] = f[np.argmax(value, axis=1)]
+        out[i : i + CHUNK] = harmonic_sum(spec, lo, hi)
     return out
+
+
+def harmonic_sum(spec: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """SRH(f), f = lo … hi, of spectra on a 1 Hz grid (frames, bins): `candidates`' bins read as strided slices (a
+    gather over all of [50, 500] Hz cost 4 ms per audio second more), summed in pitch_srh's order. E(k f) runs
+    through bins k lo - 1, k (lo + 1) - 1, …; E((k + 1/2) f) through (2k + 1) m - 1 at even f = 2m and
+    (2k + 1) m + k at odd f = 2m + 1."""
+    n = hi - lo + 1
+    plus = spec[:, lo - 1 : hi : 1].copy()
+    for k in range(2, N_HARMONICS + 1):
+        plus += spec[:, k * lo - 1 : k * hi : k]
+    minus = np.zeros_like(plus)
+    first_even, first_odd = lo + lo % 2, lo + 1 - lo % 2
+    n_even, n_odd = len(range(first_even, hi + 1, 2)), len(range(first_odd, hi + 1, 2))
+    for k in range(1, N_HARMONICS):
+        step = 2 * k + 1
+        a = step * (first_even // 2) - 1
+        minus[:, first_even - lo :: 2] += spec[:, a : a + step * n_even : step]
+        b = step * (first_odd // 2) + k
+        minus[:, first_odd - lo :: 2] += spec[:, b : b + step * n_odd : step]
+    assert minus.shape[1] == n
+    return plus - minus
+
+
+def srh_f0(x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:
+    """(len(centres),) SRH F0 in Hz (integers) of the frames at `centres`, searched in the range pitch_srh narrows
+    to around `f0_median` (None: the full range)."""
+    lo, hi = search_range(f0_median)
+    return best(srh_values(x, centres, fs, lo, hi), np.arange(lo, hi + 1))[0]
+
+
+def srh_track(x: np.ndarray, centres: np.ndarray, fs: int) -> tuple[np.ndarray, float | None]:
+    """(SRH F0 of the frames at `centres`, the median that narrowed its range) by pitch_srh's two passes: the
+    full range, then the range around the median F0 of the frames whose SRH exceeds ITER_THRESHOLD. SRH(f) does not
+    depend on the range, so the second pass is the first's sums read over the narrower range: one set of spectra."""
+    value = srh_values(x, centres, fs, F0_MIN_HZ, F0_MAX_HZ)
+    f = np.arange(F0_MIN_HZ, F0_MAX_HZ + 1)
+    return narrowed(value, f)
+
+
+def narrowed(value: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, float | None]:
+    """srh_track's two passes on SRH over the full range (value: (frames, len(f)))."""
+    f0, v = best(value, f)
+    if not v.size or v.max() <= ITER_THRESHOLD:
+        return f0, None
+    median = second_pass_median(f0, v)
+    lo, hi = search_range(median)
+    return best(value[:, lo - f[0] : hi - f[0] + 1], f[lo - f[0] : hi - f[0] + 1])[0], median

@@ -75,7 +75,9 @@ def test_rd_covarep_fits_the_time_reversed_lf_pulse() -> None:
 def test_srh_reads_the_f0_of_a_steady_vowel_and_searches_covareps_range() -> None:
     """SRH (extractors/srh.py, the F0 of the 74-column layout's windows on unvoiced rows) on LF vowels at a steady
     F0: every frame within 1 Hz of it (its grid is 1 Hz; MATLAB's 1-based bins move the first harmonic's peak by 1 Hz);
-    the range narrows to [F0med / 2, 2 F0med] inside [50, 500] as pitch_srh's does."""
+    the range narrows to [F0med / 2, 2 F0med] inside [50, 500] as pitch_srh's does, after a first pass over the full
+    range whose median it takes (`srh_track`), with MATLAB's rounding (halves up: Python's and numpy's take them to
+    even, which moved F0 by 1 Hz on ~10 % of COVAREP's frames)."""
     from extractors import srh
     from testing.synth_voice import synth_vowel
 
@@ -83,5 +85,10 @@ def test_srh_reads_the_f0_of_a_steady_vowel_and_searches_covareps_range() -> Non
         x = synth_vowel(1.0, lambda t, f0=f0: f0 + 0 * t, 1.0).speech.astype(float)
         got = srh.srh_f0(x, np.arange(30, 70) * HOP + HOP // 2, FS, f0)
         assert np.abs(got - f0).max() <= 1.0, (f0, got)
+    tracked, median = srh.srh_track(x, np.arange(30, 70) * HOP, FS)  # the 210 Hz vowel
+    assert abs(median - 210.0) <= 1.0 and np.abs(tracked - 210.0).max() <= 1.0, (median, tracked)
+    f, _, minus = srh.candidates(51, 53)  # E(1.5 f) for f = 51, 52, 53: 76.5, 78, 79.5 Hz, at bins 76, 77, 79
+    assert f.tolist() == [51, 52, 53] and minus[0].tolist() == [76, 77, 79]
+    assert srh.search_range(125.0) == (63, 250) and srh.search_range(127.5) == (64, 255)
     assert srh.search_range(None) == (50, 500) and srh.search_range(120.0) == (60, 240)
     assert srh.search_range(80.0) == (50, 160) and srh.search_range(300.0) == (150, 500)
