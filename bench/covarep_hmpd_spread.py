@@ -72,7 +72,7 @@ def measure(runs_dir: Path, root: Path) -> dict:
         "median over pairs of runs (different rand('state', seed)) of the median |difference| (HMPDM: wrapped), its "
         "largest pair, and Spearman's rho between runs (median, smallest)",
         "command": "python -m bench.covarep_hmpd_spread --runs DIR (docs/acoustic.md, \"COVAREP's HMPD run to run\")",
-        "covarep": "covarep/covarep 5a2be5d6 under GNU Octave 7.3.0, octave-signal 1.4.3",
+        "reference": "covarep/covarep 5a2be5d6 under GNU Octave 7.3.0, octave-signal 1.4.3",
         "files": files,
     }
 
