@@ -48,8 +48,8 @@ def fake_decode(item_id: str, kinds: list[str], seconds: float, frames: int) -> 
     return [DecodeReport(item_id, inputs, None, (call,)), *values]
 
 
-def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | None = None
-         ) -> tuple[float, list[float]]:
+def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | None = None,
+         features: dict[str, str] = FEATURES) -> tuple[float, list[float]]:
     """Our runner, with its policy, on the scaled work: when the first decode started, and when each clip's last
     feature reached the driver."""
     from manifests.records import MediaItem
@@ -58,7 +58,7 @@ def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | 
     from pipeline.runner import Runner
 
     feats = {f: {"extractor": f"wait_{k}_{'cpu' if f == 'acoustic' else 'gpu'}", "seconds": costs.model_s[f] * scale}
-             for f, k in FEATURES.items()}
+             for f, k in features.items()}
     config = RunConfig.model_validate({"features": feats, "scheduler": policy, "cpu_actors": cpu_actors})
     if policy == "fixed":
         config = config.model_copy(update={"max_inflight_items": 8, "items_per_batch": 8})
@@ -69,8 +69,8 @@ def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | 
 
     class BenchRunner(Runner):
         def start_actors(self, features: set[str]) -> None:
-            # every actor loaded before the first decode: an actor here imports torch, which on a small machine
-            # takes seconds each, and Ray Data's sleeping actors import nothing
+            # every actor loaded before the first decode: an actor's start here (a worker process importing the
+            # project) takes a second or more on a small machine, and Ray Data's sleeping actors import nothing
             super().start_actors(features)
             refs = list(self.readying)
             self.get_sliced(refs)
@@ -92,16 +92,21 @@ def ours(costs: Costs, scale: float, clips: int, policy: str, cpu_actors: int | 
 
     from pipeline.runner import _Pair
 
-    left, done = dict.fromkeys((f"c{i:05d}" for i in range(clips)), len(FEATURES)), []
+    left, done = dict.fromkeys((f"c{i:05d}" for i in range(clips)), len(features)), []
     runner = BenchRunner(config, specs, None, report)  # type: ignore[arg-type]
     runner.start_ray()
     runner.fake = runner.ray.remote(fake_decode)
     items = {f"c{i:05d}": MediaItem(id=f"c{i:05d}", dataset="bench") for i in range(clips)}
-    runner.run({i: list(FEATURES) for i in items}, items, {})
+    try:
+        runner.run({i: list(features) for i in items}, items, {})
+    finally:  # its actors hold their logical CPUs and GPU share until they end: the next engine in this Ray needs them
+        for worker in {id(w.handle): w for pool in runner.sched.pools.values() for w in pool.workers}.values():
+            runner.ray.kill(worker.handle)
     return min(v["first_start_s"] for k, v in report.stages.items() if k.startswith("decode:")), sorted(done)
 
 
-def ray_data(costs: Costs, scale: float, clips: int, cpus: int, gpus: int) -> tuple[float, list[float]]:
+def ray_data(costs: Costs, scale: float, clips: int, cpus: int, gpus: int,
+             features: dict[str, str] = FEATURES) -> tuple[float, list[float]]:
     """Ray Data's streaming executor on the same work: a `map` of decodes, then one `map_batches` actor pool per
     feature, GPU features at a quarter GPU each, acoustic on an autoscaling pool of up to one actor per core."""
     import ray
@@ -120,14 +125,15 @@ def ray_data(costs: Costs, scale: float, clips: int, cpus: int, gpus: int) -> tu
             time.sleep(self.seconds * len(batch["id"]))
             return batch
 
-    gpu_feats = [f for f in FEATURES if f != "acoustic"]
+    gpu_feats = [f for f in features if f != "acoustic"]
     ds = ray.data.range(clips, override_num_blocks=clips).map(decode, num_cpus=1)
     for f in gpu_feats:
-        per_call = max(1, 256 // frames) if FEATURES[f] == "frames" else 8
+        per_call = max(1, 256 // frames) if features[f] == "frames" else 8
         ds = ds.map_batches(Stage, fn_constructor_kwargs={"seconds": costs.model_s[f] * scale}, concurrency=gpus,
                             num_gpus=1 / len(gpu_feats), num_cpus=0, batch_size=per_call)
-    ds = ds.map_batches(Stage, fn_constructor_kwargs={"seconds": costs.model_s["acoustic"] * scale},
-                        concurrency=(1, cpus), num_cpus=1, batch_size=1)
+    if "acoustic" in features:
+        ds = ds.map_batches(Stage, fn_constructor_kwargs={"seconds": costs.model_s["acoustic"] * scale},
+                            concurrency=(1, cpus), num_cpus=1, batch_size=1)
     first, done = None, []
     for batch in ds.iter_batches(batch_size=None):
         first = min(batch["t0"]) if first is None else min(first, min(batch["t0"]))
@@ -136,9 +142,9 @@ def ray_data(costs: Costs, scale: float, clips: int, cpus: int, gpus: int) -> tu
     return first - decode_s, done
 
 
-def bound(costs: Costs, scale: float, clips: int, cpus: int) -> float:
-    cpu = clips * scale * (costs.decode_s + sum(costs.model_s.values())) / cpus
-    return max(cpu, clips * scale * max(costs.model_s[f] for f in FEATURES if f != "acoustic"))
+def bound(costs: Costs, scale: float, clips: int, cpus: int, features: dict[str, str] = FEATURES) -> float:
+    cpu = clips * scale * (costs.decode_s + sum(costs.model_s[f] for f in features)) / cpus
+    return max(cpu, clips * scale * max((costs.model_s[f] for f in features if f != "acoustic"), default=0.0))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,23 +155,32 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cpus", type=int, default=16)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--engines", default="balanced,fixed,ray-data")
+    ap.add_argument("--features", default=",".join(FEATURES), help="which of the five features run (fewer: fewer "
+                    "actors to start, for a quick check that the engines run)")
+    ap.add_argument("--one-ray", action="store_true", help="the engines one after another in one Ray (quicker; "
+                    "the default starts a Ray of its own for each, so that none finds another's workers)")
     ap.add_argument("--cpu-actors", type=int, help="acoustic actors (`cpu_actors`; default: the policy's). The "
                     "fixed policy gives each a Ray CPU, and each GPU actor one: a small --cpus needs fewer")
     args = ap.parse_args(argv)
     import ray
 
     costs = Costs.from_report(json.loads(args.costs.read_text()))
+    unknown = set(args.features.split(",")) - set(FEATURES)
+    if unknown:
+        ap.error(f"--features: {', '.join(sorted(unknown))} not one of {', '.join(FEATURES)}")
+    features = {f: k for f, k in FEATURES.items() if f in args.features.split(",")}
     here = str(Path(__file__).parents[1])
-    b = bound(costs, args.scale, args.clips, args.cpus)
+    b = bound(costs, args.scale, args.clips, args.cpus, features)
     print(f"{args.clips} clips, costs x {args.scale} as sleeps, {args.cpus} CPU + {args.gpus} GPU (logical): "
           f"resource bound {b:.1f} s")
     results = {}
     for engine in args.engines.split(","):
-        ray.shutdown()
-        ray.init(address="local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False,
-                 log_to_driver=False, runtime_env={"env_vars": {
-                     "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p),
-                     "SIQ_CALIBRATE": "0"}})
+        if not (args.one_ray and ray.is_initialized()):
+            ray.shutdown()
+            ray.init(address="local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False,
+                     log_to_driver=False, runtime_env={"env_vars": {
+                         "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p),
+                         "SIQ_CALIBRATE": "0"}})
         try:
             if engine == "ray-data":  # noqa: SIM108
                 try:
@@ -176,11 +191,12 @@ def main(argv: list[str] | None = None) -> None:
                 from ray.data import DataContext
 
                 DataContext.get_current().enable_progress_bars = False
-                start, done = ray_data(costs, args.scale, args.clips, args.cpus, args.gpus)
+                start, done = ray_data(costs, args.scale, args.clips, args.cpus, args.gpus, features)
             else:
-                start, done = ours(costs, args.scale, args.clips, engine, args.cpu_actors)
+                start, done = ours(costs, args.scale, args.clips, engine, args.cpu_actors, features)
         finally:
-            ray.shutdown()
+            if not args.one_ray:
+                ray.shutdown()
         wall = done[-1] - start
         # the last three quarters of the clips: each engine's pace once its actors are up
         quarter = len(done) // 4
@@ -188,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         results[engine] = {"wall_s": wall, "steady_s": steady}
         print(f"  {engine:>9}: {wall:6.1f} s first decode to last clip ({wall / b:.2f} x the bound); at its pace "
               f"after the first quarter, {steady:6.1f} s ({steady / b:.2f} x)", flush=True)
+    ray.shutdown()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"bound_s": b, "wall_s": results}, f)
     print(f"  figures in {f.name}", file=sys.stderr)
