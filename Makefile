@@ -48,9 +48,8 @@ sample: install
 # lint-imports first: the layer contracts of pyproject.toml ([tool.importlinter]; docs/design.md draws them).
 # Then two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
 # tests stay together in one process, so its module fixtures are made once. Last, alone on the machine the suite
-# has left quiet, the simulator's prediction of a real run (tests/bench/test_simulate_real.py, ~45 s): beside
-# other work its runs slow down unevenly (74-164 s beside one busy loop, docs/scale.md), which the model only
-# sees as an average
+# has left quiet, the simulator's prediction of a real run (tests/bench/test_simulate_real.py, ~37 s): beside
+# other work its runs slow down unevenly, which the model only sees as an average (docs/scale.md)
 test: install
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"
