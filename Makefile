@@ -49,10 +49,13 @@ sample: install
 # Then two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
 # tests stay together in one process, so its module fixtures are made once. The simulator's prediction of a real
 # run (tests/bench/test_simulate_real.py) takes 74-164 s beside one busy loop, over 500 s beside two (docs/scale.md),
-# more than the suite's budget has room for: it is `make test-prediction`, alone
+# more than the suite's budget has room for: it is `make test-prediction`, alone.
+# PYTHONDONTWRITEBYTECODE (set in some images) is cleared for the suite: without cached bytecode each of its
+# several hundred processes (pytest's workers, every run's driver and Ray workers) compiles the project's modules
+# again, and each pytest worker rewrites the assertions of every test module (about 6 CPU-s a worker here).
 test: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"
 
 test-prediction: install
 	$(PY) -m pytest -q -s -p no:xdist -m prediction tests/bench/test_simulate_real.py
