@@ -379,7 +379,10 @@ def test_a_driver_killed_during_a_commit_on_s3_is_finished_by_the_next_run(
     # actors upload their parts' data and the driver their zarr.json, it may be whole, to be adopted
     torn = [p for p in unpublished if not backend.exists(f"loudness/parts/{p}/zarr.json")]
     assert unpublished and (torn or len(unpublished) == 1), unpublished
-    assert open_store(s3_url).items("loudness", include_filtered=True, include_stale=True) == acked
+    served = open_store(s3_url).items("loudness", include_filtered=True, include_stale=True)
+    # the commit acknowledged; a whole part no record names too (no run holds the store: served with a warning,
+    # as locally, and adopted by the next run), never a torn one
+    assert served == acked if len(torn) == len(unpublished) else set(acked) < set(served), (served, acked)
     proxy = FaultProxy(s3_server)  # the next run's publishes throttled twice, one's answer lost: counted
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
