@@ -102,6 +102,14 @@ def rebuild(store: Path | Backend, feature: str, reason: str, end: LogEnd | None
     return out, state
 
 
+def reset(backend: Backend, feature: str) -> None:
+    """The feature's log, where there is one, replaced by an empty one (its header alone; the caller holds the
+    write lock and has removed the parts): a migration started over."""
+    got = backend.log_read(_key(feature))
+    if got is not None:
+        _write_new(backend, feature, [layout.new_header()], LogEnd(got[0], len(got[1])))
+
+
 def publish(backend: Backend, feature: str, state: index.Index, lines: list[layout.PartLine]) -> None:
     """Append part records to the feature's log after the end `state` was read at, then fold them into `state`.
     Conflict (nothing published) when another writer published there first."""
