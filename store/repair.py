@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import index, layout, parts
-from store.backends import Backend, join
+from store.backends import Backend, join, open_backend
 from store.backends.base import LogEnd
-from store.backends.local import LocalBackend
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ class Rebuilt:
 
 
 def _backend(store: Path | Backend) -> Backend:
-    return store if isinstance(store, Backend) else LocalBackend(store)
+    return store if isinstance(store, Backend) else open_backend(store)
 
 
 def _key(feature: str) -> str:
