@@ -13,6 +13,7 @@ one line naming the URL and what to set; an object that is not there is FileNotF
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import io
 import stat as stat_mod
@@ -90,6 +91,12 @@ class ObjectPath:
     def cache(self) -> tuple[str | None, str | None, int | None] | None:
         """Where the decoders' copies of this object go (its listing's, as `raw_root` was given it)."""
         return self._listing.cache if self._listing is not None else self._cache
+
+    def with_cache(self, cache: tuple[str | None, str | None, int | None] | None) -> ObjectPath:
+        """This path, and every one made from it, with the decoders' copies going where `cache` says (a root
+        listed before the run that reads it was set up: the CLI lists it first, to fail before any work)."""
+        listing = None if self._listing is None else dataclasses.replace(self._listing, cache=cache)
+        return ObjectPath(self.bucket, self.key, listing, self._info, cache)
 
     # ---- pure path ----
     def __str__(self) -> str:

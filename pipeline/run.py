@@ -53,9 +53,11 @@ def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, 
     t0 = time.perf_counter()
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     if is_url(raw):  # a bucket's prefix (--raw s3://...): listed once, its objects read where they are decoded
-        # (from copies in the run's own folder on each node, removed as it ends, or in a kept `raw_cache`)
-        raw = raw_root(str(raw), cache=raw_cache.spec(run_id, config.raw_cache, config.raw_cache_bytes))
-    elif not isinstance(raw, ObjectPath):
+        raw = raw_root(str(raw))
+    if isinstance(raw, ObjectPath):  # (the CLI lists it before calling): the copies in the run's own folder on
+        # each node, removed as it ends, or in a kept `raw_cache`
+        raw = raw.with_cache(raw_cache.spec(run_id, config.raw_cache, config.raw_cache_bytes))
+    else:
         raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
