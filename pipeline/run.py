@@ -216,7 +216,7 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
                     try:
                         runner.run(dict(todo), {i.id: i for i in items}, questions)
                     finally:  # the run's copies of raw objects go with it (a kept `raw_cache` stays)
-                        if config.raw_cache is None and _in_bucket(items):
+                        if config.raw_cache is None and runner.ray is not None and _in_bucket(items):
                             cluster.remove_raw_copies(runner.ray, report.run_id)
                 finally:
                     runner.stop_sampling()  # (done already by a run that got to its report)
