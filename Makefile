@@ -49,11 +49,14 @@ sample: install
 # Then two test processes on a 2-core machine (at most 4 elsewhere: each Ray test starts a Ray of its own); a file's
 # tests stay together in one process, so its module fixtures are made once. Last, alone on the machine the suite
 # has left quiet, the simulator's prediction of a real run (tests/bench/test_simulate_real.py, ~37 s): beside
-# other work its runs slow down unevenly, which the model only sees as an average (docs/scale.md)
+# other work its runs slow down unevenly, which the model only sees as an average (docs/scale.md).
+# PYTHONDONTWRITEBYTECODE (set in some images) is cleared for the suite: without cached bytecode each of its
+# several hundred processes (pytest's workers, every run's driver and Ray workers) compiles the project's modules
+# again, and each pytest worker rewrites the assertions of every test module (about 6 CPU-s a worker here).
 test: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"
-	$(MAKE) --no-print-directory test-prediction
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not prediction"
+	PYTHONDONTWRITEBYTECODE= $(MAKE) --no-print-directory test-prediction
 
 test-prediction: install
 	$(PY) -m pytest -q -s -p no:xdist -m prediction tests/bench/test_simulate_real.py

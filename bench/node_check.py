@@ -298,23 +298,30 @@ import json, shutil, sys, torch
 from pathlib import Path
 from transformers import BertConfig, BertModel
 from deploy.bundle import TOKENIZER_FILES
-dest, tokenizer = Path(sys.argv[1]), sys.argv[2]
+dest, tokenizer, shape = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 if tokenizer == "-":
     from extractors.text_model import BUNDLED_MINILM, resolve_model_dir
     tokenizer = resolve_model_dir(BUNDLED_MINILM)
 partial = dest.with_name(dest.name + ".partial")  # complete or absent: a later call reuses it
 shutil.rmtree(partial, ignore_errors=True)
 torch.manual_seed(0)
-BertModel(BertConfig()).save_pretrained(partial)  # BertConfig's defaults are bert-base's shape
+BertModel(BertConfig(**shape)).save_pretrained(partial)  # BertConfig's defaults are bert-base's shape
 for name in TOKENIZER_FILES:
     if (Path(tokenizer) / name).exists():
         shutil.copy(Path(tokenizer) / name, partial / name)
 partial.rename(dest)
-print(json.dumps({"bert_base": str(dest), "files": sorted(p.name for p in dest.iterdir())}))
+print(json.dumps({"bert_base": str(dest), "shape": shape or "bert-base",
+                  "files": sorted(p.name for p in dest.iterdir())}))
 """
 
 
-def weights_step(check: Check) -> Callable[[float], dict[str, Any]]:
+# --tiny-bert: BERT's architecture and vocabulary at a dry run's size. A CPU machine checks that the steps run as
+# written; bert-base's compute is what the node measures, and on 2 CPU cores its load and its calls in the two runs'
+# four actors cost about a minute of the suite.
+TINY_BERT = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 512}
+
+
+def weights_step(check: Check, tiny: bool = False) -> Callable[[float], dict[str, Any]]:
     def run(timeout: float) -> dict[str, Any]:
         weights = check.work / "weights"
         kit_tokenizer = check.work / "kit" / "tokenizers" / "bert-base-uncased"
@@ -322,7 +329,8 @@ def weights_step(check: Check) -> Callable[[float], dict[str, Any]]:
         check.env["SIQ_WEIGHTS_DIR"] = str(weights)
         if (weights / "bert-base-uncased" / "config.json").is_file():  # an earlier call's, on this machine
             return {"bert_base": str(weights / "bert-base-uncased"), "reused": True}
-        out = check.sh([sys.executable, "-c", WEIGHTS, str(weights / "bert-base-uncased"), tokenizer], timeout)
+        shape = json.dumps(TINY_BERT if tiny else {})
+        out = check.sh([sys.executable, "-c", WEIGHTS, str(weights / "bert-base-uncased"), tokenizer, shape], timeout)
         return json.loads(out.strip().splitlines()[-1])
     return run
 
@@ -567,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", action="append", default=[], metavar="STEP=S", help="a step's own timeout")
     ap.add_argument("--work", type=Path, default=REPO / "build" / "node-check",
                     help="scratch (the set's links must be on the same file system as the carried clips)")
+    ap.add_argument("--tiny-bert", action="store_true",
+                    help="the weights step's BERT at a dry run's size (2 layers, 128 wide) instead of bert-base's")
     ap.add_argument("--prepare", type=Path, metavar="DIR", help="here, before: write the carried folder and exit")
     ap.add_argument("--python", default="3.12", help="--prepare: the node's Python, for the kit")
     ap.add_argument("--no-kit", action="store_true", help="--prepare: everything but the kit")
@@ -590,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         return make_raw(REPO / "build" / "scale", 2, 60)
 
     runners = {"kit": lambda: kit_step(check, args.kit), "facts": lambda: facts_step(check),
-               "weights": lambda: weights_step(check), "tests_gpu": lambda: tests_step(check, args.kit),
+               "weights": lambda: weights_step(check, args.tiny_bert), "tests_gpu": lambda: tests_step(check, args.kit),
                "profile_decode": lambda: profile_step(check, raw()), "actor_start": lambda: actor_start_step(check),
                "extract": lambda: extract_step(check, raw(), args.clips), "compare": lambda: compare_step(check, raw)}
     for name in STEPS:

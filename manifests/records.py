@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from atomicio import atomic_path
+from manifests.jsonfile import QAFileError, Row, json_rows
 from objectio import ObjectPath, is_url
 
 Split = Literal["train", "val", "test", "unknown"]
@@ -150,6 +151,22 @@ def note_empty_qa_file(notes: list[ManifestNote] | None, path: Path) -> None:
         notes.append(ManifestNote(kind="note", what="QA file", id=path.name, file=str(path),
                                   reason="QA file holds no questions",
                                   detail=f"{path.stat().st_size} bytes"))
+
+
+def qa_file_rows(path: Path, notes: list[ManifestNote] | None) -> list[Row] | None:
+    """A question file's rows (any form `json_rows` reads); None when the whole file is unreadable: its questions
+    are lost, which is logged and noted as a failed QA file (the run says so and fails). An empty file is noted."""
+    try:
+        found = json_rows(path)
+    except QAFileError as e:
+        log.warning("%s", e)
+        if notes is not None:
+            notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
+                                      reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
+        return None
+    if not found:
+        note_empty_qa_file(notes, path)
+    return found
 
 
 def note_dropped(notes: list[ManifestNote] | None, what: str, id_: str, where: str | Path, reason: str,

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from manifests import jsonfile
-from manifests.jsonfile import QAFileError, json_rows
 from manifests.layouts import Layout, register_layout
 from manifests.limits import InputTooLarge, not_a_file
 from manifests.questions import unique_questions
@@ -40,6 +39,7 @@ from manifests.records import (
     check_id,
     note_dropped,
     note_empty_qa_file,
+    qa_file_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -161,16 +161,8 @@ def read_siq2_qa(qa_dir: Path, notes: list[ManifestNote] | None = None) -> list[
         if split == "unknown":
             notes.append(ManifestNote(kind="note", what="QA file", id=path.name, file=str(path),
                                       reason="not qa_{train,val,test}.json: its questions get split 'unknown'"))
-        try:
-            found = json_rows(path)
-        except QAFileError as e:  # the whole file: its questions are lost, the run says so and fails
-            log.warning("%s", e)
-            notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
-                                      reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
-            continue
-        if not found:
-            note_empty_qa_file(notes, path)
-        for r in found:
+        found = qa_file_rows(path, notes)
+        for r in found or ():
             row: Any = None
             try:
                 row = r.parsed()

@@ -26,9 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from manifests.jsonfile import QAFileError, json_rows
 from manifests.layouts import Layout, Sample, register_layout, register_sample
-from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped, note_empty_qa_file
+from manifests.records import ManifestNote, MediaItem, QAItem, check_id, note_dropped, qa_file_rows
 from objectio import as_path
 
 log = logging.getLogger(__name__)
@@ -118,17 +117,8 @@ def read_qa(qa_dir: Path, clips: dict[str, ClipRow], dataset: str = DATASET,
     out: list[QAItem] = []
     seen: set[str] = set()
     for path in sorted(qa_dir.glob("qa_*.jsonl")):
-        try:
-            found = json_rows(path)  # JSON Lines, or an array/object of questions (manifests/jsonfile.py)
-        except QAFileError as e:
-            log.warning("%s", e)
-            if notes is not None:
-                notes.append(ManifestNote(kind="failed", what="QA file", id=path.name, file=str(path),
-                                          reason="unreadable QA file", detail=str(e).removeprefix(f"{path}: ")))
-            continue
-        if not found:
-            note_empty_qa_file(notes, path)
-        for r in found:
+        found = qa_file_rows(path, notes)  # JSON Lines, or an array/object of questions (manifests/jsonfile.py)
+        for r in found or ():
             where = r.where
             try:
                 row = QARow.model_validate(r.parsed())

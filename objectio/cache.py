@@ -6,8 +6,12 @@ of both for 5-100 MB clips against the local S3 server). A pair decodes its vide
 and the audio track are three decodes), and a decoder seeks: a copy costs one GET of the whole object, ranged
 reads one GET per buffer and per seek.
 
-Where: `SIQ_RAW_CACHE` (a folder), else `siq-raw-cache-<uid>` in the node's temporary folder; its bound:
-`SIQ_RAW_CACHE_BYTES` (default 8 GiB, and never less than the one object being read). A copy is named by the
+Where: the run's own folder in the node's temporary folder (`siq-raw-<uid>-<run id>`: the driver lists its raw
+root with a `spec` naming the run, which every object carries to the worker that decodes it, and removes that
+folder on every node when the run ends, so nothing of a run is left on a node), or, asked for (a run's
+`raw_cache`), one folder kept across runs, where a re-run finds its copies. Outside a run: `SIQ_RAW_CACHE`, else a
+folder of this process, removed when it exits. The bound: a run's `raw_cache_bytes`, else `SIQ_RAW_CACHE_BYTES`
+(default 8 GiB, and never less than the one object being read). A copy is named by the
 object's URL, size and ETag: a changed object is never read from a stale copy, and the GET asks for that ETag
 (If-Match), so an object replaced after the run listed it fails its pair, naming the URL, rather than being
 decoded under the old identity. Written beside its name and renamed into place: a copy is whole or absent, also
@@ -17,10 +21,12 @@ a copy used within the last minute is kept (an actor of the node may be about to
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -33,22 +39,77 @@ KEEP_RECENT_S = 60.0  # a copy used this recently is not evicted: another actor 
 CHUNK = 8 << 20
 
 
-def cache_dir() -> Path:
-    where = os.environ.get("SIQ_RAW_CACHE")
-    if where:
-        return Path(where)
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"siq-raw-cache-{os.getuid()}"
+KEPT_ENV = "SIQ_RAW_CACHE"  # outside a run: a folder kept across processes
+BYTES_ENV = "SIQ_RAW_CACHE_BYTES"  # outside a run: the bound
 
 
-def bound() -> int:
-    return int(os.environ.get("SIQ_RAW_CACHE_BYTES") or DEFAULT_BYTES)
+def spec(run_id: str, kept: Path | str | None, bound_bytes: int | None) -> tuple[str | None, str | None, int | None]:
+    """What a run's driver gives its raw root (`raw_root(url, cache=…)`), so that every object it lists carries
+    it to whichever worker decodes it: the run's id (its own folder on each node), the folder kept across runs
+    instead (RunConfig `raw_cache`), the bound (`raw_cache_bytes`). Carried by the objects rather than a worker's
+    environment, which a Ray reused from an earlier run of the same process would have from that run."""
+    return run_id, None if kept is None else str(kept), bound_bytes
+
+
+def _temp() -> Path:
+    return Path(os.environ.get("TMPDIR") or "/tmp")
+
+
+def run_dir(run_id: str) -> Path:
+    """The run's folder of copies on this node (the node's temporary folder: TMPDIR where this process runs)."""
+    return _temp() / f"siq-raw-{os.getuid()}-{run_id}"
+
+
+def cache_dir(where: tuple[str | None, str | None, int | None] | None = None) -> Path:
+    """The folder for copies: the kept one, else the run's, as `where` (a `spec`) says; without one,
+    `SIQ_RAW_CACHE`, else a folder of this process removed when it exits."""
+    run, kept, _ = where or (None, None, None)
+    if kept:
+        return Path(kept)
+    if run:
+        return run_dir(run)
+    if os.environ.get(KEPT_ENV):
+        return Path(os.environ[KEPT_ENV])
+    return _process_dir()
+
+
+_mine: Path | None = None
+
+
+def _process_dir() -> Path:
+    """A folder of this process's own, removed when it exits (a decoder used outside a run)."""
+    global _mine
+    if _mine is None or os.getpid() != int(_mine.name.rsplit("-p", 1)[-1]):
+        _mine = _temp() / f"siq-raw-{os.getuid()}-p{os.getpid()}"
+        atexit.register(_remove_if_mine, _mine, os.getpid())
+    return _mine
+
+
+def _remove_if_mine(folder: Path, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child inherits the handler, not the folder
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_run(run_id: str) -> int:
+    """Remove the run's folder of copies on this node (the driver runs this on every node as the run ends);
+    the bytes it held."""
+    folder = run_dir(run_id)
+    held = 0
+    with contextlib.suppress(FileNotFoundError):
+        held = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    shutil.rmtree(folder, ignore_errors=True)
+    return held
+
+
+def bound(where: tuple[str | None, str | None, int | None] | None = None) -> int:
+    return (where[2] if where else None) or int(os.environ.get(BYTES_ENV) or DEFAULT_BYTES)
 
 
 def local_copy(path: ObjectPath) -> Path:
     """The object's bytes in a file on this node (fetched now, or found from an earlier fetch)."""
     size, etag = path.stat().st_size, path.stat().etag
     name = hashlib.sha256(f"{path}\0{size}\0{etag}".encode()).hexdigest()[:24] + "-" + path.name
-    folder = cache_dir()
+    folder = cache_dir(path.cache)
     copy = folder / name
     if copy.is_file() and copy.stat().st_size == size:
         os.utime(copy)  # used now: the last to be evicted
@@ -63,7 +124,7 @@ def local_copy(path: ObjectPath) -> Path:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    evict(folder, bound(), keep=copy)
+    evict(folder, bound(path.cache), keep=copy)
     return copy
 
 

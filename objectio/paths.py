@@ -13,6 +13,7 @@ one line naming the URL and what to set; an object that is not there is FileNotF
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import io
 import stat as stat_mod
@@ -49,6 +50,9 @@ class _Listing:
 
     files: dict[str, tuple[int, str]]
     dirs: set[str]
+    # where a decoder's copies of these objects go (objectio/cache.py `spec`: a run's own folder or a kept one,
+    # and their bound); None: as the environment says
+    cache: tuple[str | None, str | None, int | None] | None = None
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -75,12 +79,24 @@ class ObjectPath:
     """An object (or a prefix) in a bucket. Built by `raw_root` (listed) or by `/` from one; compared, hashed and
     ordered by its URL. Never a str path: `Path(obj)` is a TypeError, not a silently folded `s3:/bucket`."""
 
-    __slots__ = ("bucket", "key", "_listing", "_info")
+    __slots__ = ("bucket", "key", "_listing", "_info", "_cache")
 
     def __init__(self, bucket: str, key: str = "", listing: _Listing | None = None,
-                 info: tuple[int, str] | None = None) -> None:
+                 info: tuple[int, str] | None = None, cache: tuple[str | None, str | None, int | None] | None = None,
+                 ) -> None:
         self.bucket, self.key = bucket.rstrip("/"), key.strip("/")
-        self._listing, self._info = listing, info
+        self._listing, self._info, self._cache = listing, info, cache
+
+    @property
+    def cache(self) -> tuple[str | None, str | None, int | None] | None:
+        """Where the decoders' copies of this object go (its listing's, as `raw_root` was given it)."""
+        return self._listing.cache if self._listing is not None else self._cache
+
+    def with_cache(self, cache: tuple[str | None, str | None, int | None] | None) -> ObjectPath:
+        """This path, and every one made from it, with the decoders' copies going where `cache` says (a root
+        listed before the run that reads it was set up: the CLI lists it first, to fail before any work)."""
+        listing = None if self._listing is None else dataclasses.replace(self._listing, cache=cache)
+        return ObjectPath(self.bucket, self.key, listing, self._info, cache)
 
     # ---- pure path ----
     def __str__(self) -> str:
@@ -90,8 +106,9 @@ class ObjectPath:
         return f"ObjectPath({str(self)!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # a worker gets the object's URL and its size and ETag as the driver listed them, not the whole listing
-        return ObjectPath, (self.bucket, self.key, None, self._found())
+        # a worker gets the object's URL and its size and ETag as the driver listed them, not the whole listing,
+        # and where the run wants its copies made
+        return ObjectPath, (self.bucket, self.key, None, self._found(), self.cache)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ObjectPath) and str(self) == str(other)
@@ -254,9 +271,10 @@ def _failure(e: BaseException, path: ObjectPath) -> Exception:
     return FileNotFoundError(line) if what == "missing" else RawUnavailable(line)
 
 
-def raw_root(url: str) -> ObjectPath:
+def raw_root(url: str, cache: tuple[str | None, str | None, int | None] | None = None) -> ObjectPath:
     """The raw root at `url`, listed once (one LIST of the prefix, paged): RawUnavailable naming the URL when the
-    storage cannot be read, FileNotFoundError when nothing is under the prefix."""
+    storage cannot be read, FileNotFoundError when nothing is under the prefix. `cache`: where the decoders'
+    copies of its objects go, on whatever node decodes them (objectio/cache.py `spec`)."""
     from objectio.client import obstore, oe
 
     bucket, prefix = _split(url.rstrip("/"))
@@ -280,7 +298,7 @@ def raw_root(url: str) -> ObjectPath:
     for k in files:
         parts = k.split("/")[:-1]
         dirs.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return ObjectPath(bucket, prefix, _Listing(files, dirs))
+    return ObjectPath(bucket, prefix, _Listing(files, dirs, cache))
 
 
 def as_path(location: Any) -> Any:

@@ -83,6 +83,38 @@ def describe(ray: Any, address: str | None) -> dict[str, Any]:
             "work": {}}
 
 
+def remove_raw_copies(ray: Any, run_id: str, timeout_s: float = 60.0) -> int:
+    """As a run whose raw data is in a bucket ends: every alive node removes the run's folder of raw copies
+    (objectio/cache.py), one small task pinned to each node, so nothing of the run is left on a node. A node
+    that does not answer in time keeps its folder (bounded; its temporary folder's own cleaning removes it),
+    said in one line. The bytes removed."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from objectio.cache import remove_run
+
+    try:
+        task = ray.remote(num_cpus=0, max_retries=0)(remove_run)
+        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(run_id) for n in ray.nodes() if n["Alive"]]
+        done, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 - Ray itself failing as the run ends: that run's error is the one to see
+        log.warning("could not remove this run's copies of raw objects on its nodes (siq-raw-*-%s in their "
+                    "temporary folder): %s", run_id, str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        return 0
+    removed = 0
+    for ref in done:
+        try:
+            removed += ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - a node gone meanwhile: its folder went with it or stays bounded
+            late.append(ref)
+            log.debug("removing the run's raw copies: %s", e)
+    if late:
+        log.warning("%d node(s) did not remove this run's copies of raw objects (siq-raw-*-%s in their temporary "
+                    "folder) in %.0f s", len(late), run_id, timeout_s)
+    log.info("removed this run's copies of raw objects from %d node(s): %.1f MB", len(refs) - len(late), removed / 1e6)
+    return removed
+
+
 def count_work(cluster: dict[str, Any], node_id: str | None, what: str) -> None:
     counts = cluster["work"].setdefault(node_id or "unknown", {})
     counts[what] = counts.get(what, 0) + 1

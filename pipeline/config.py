@@ -96,6 +96,12 @@ class RunConfig(BaseModel):
     # a store on object storage: each model actor uploads the parts of its calls' rows itself and the driver
     # receives their records only (pipeline/ownparts.py); False: every row goes through the driver
     worker_parts: bool = True
+    # raw data in a bucket (--raw s3://…): each node decodes from copies in the run's own folder in its temporary
+    # folder, removed when the run ends (objectio/cache.py); `raw_cache`: one folder on every node kept across
+    # runs instead, where a re-run finds its copies (each checked against the object's ETag). `raw_cache_bytes`:
+    # the copies' bound per node, least recently used removed first (None: SIQ_RAW_CACHE_BYTES, else 8 GiB)
+    raw_cache: Path | None = None
+    raw_cache_bytes: int | None = Field(None, ge=1)
     # what one input file may cost before it fails alone (manifests/limits.py; README, "Input limits"): bytes and
     # nesting of QA/annotation JSON, bytes and cues of a caption file
     limits: InputLimits = Field(default_factory=InputLimits)

@@ -18,7 +18,8 @@ from typing import Any
 from manifests.records import ManifestNote, MediaItem, QAItem
 from media import kinds, nvdec
 from objectio import ObjectPath, raw_root
-from pipeline import ownparts, raystart, stop, supervise
+from objectio import cache as raw_cache
+from pipeline import cluster, ownparts, raystart, stop, supervise
 from pipeline.actors import Failure
 from pipeline.config import FeatureSpec, RunConfig
 from pipeline.progress import Progress
@@ -53,7 +54,10 @@ def run_extract(dataset: str, raw: Path, out: Path | str, config: RunConfig, *, 
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     if is_url(raw):  # a bucket's prefix (--raw s3://...): listed once, its objects read where they are decoded
         raw = raw_root(str(raw))
-    elif not isinstance(raw, ObjectPath):
+    if isinstance(raw, ObjectPath):  # (the CLI lists it before calling): the copies in the run's own folder on
+        # each node, removed as it ends, or in a kept `raw_cache`
+        raw = raw.with_cache(raw_cache.spec(run_id, config.raw_cache, config.raw_cache_bytes))
+    else:
         raw = Path(os.path.abspath(raw))  # workers may run elsewhere (another cwd, a cluster): no relative paths
     specs = config.specs(only)
     report = RunReport(run_id, dataset, str(out), {s.name: dict.fromkeys(("done", "skipped", "failed", "n/a"), 0)
@@ -209,7 +213,11 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             with stop.deferred():  # a signal never raises inside a Ray call (pipeline/stop.py): checked each second
                 try:
                     runner.start_ray()
-                    runner.run(dict(todo), {i.id: i for i in items}, questions)
+                    try:
+                        runner.run(dict(todo), {i.id: i for i in items}, questions)
+                    finally:  # the run's copies of raw objects go with it (a kept `raw_cache` stays)
+                        if config.raw_cache is None and runner.ray is not None and _in_bucket(items):
+                            cluster.remove_raw_copies(runner.ray, report.run_id)
                 finally:
                     runner.stop_sampling()  # (done already by a run that got to its report)
         finally:  # Ray failing to start, a signal: the bar goes before the summary's lines
@@ -226,6 +234,11 @@ def _extract(writer: StoreWriter, config: RunConfig, specs: list[FeatureSpec], r
             log.error("%s", e)
             report.not_saved = str(e)
     return report
+
+
+def _in_bucket(items: list[MediaItem]) -> bool:
+    """Whether any of the items' files is an object (--raw s3://…): decoded from copies on the nodes."""
+    return any(isinstance(f, ObjectPath) for i in items for f in (i.video, i.audio, i.transcript, i.image))
 
 
 def planned_identity(writer: StoreWriter, spec: FeatureSpec, item: MediaItem, kind: kinds.Kind,

@@ -11,7 +11,6 @@ from typing import Any
 
 from store import layout
 from store.backends import Backend, join, open_backend
-from store.backends.local import LocalBackend
 from store.layout import META, PartRecord
 
 
@@ -72,13 +71,9 @@ def _json_object(raw: bytes, where: str) -> dict[str, Any]:
     return meta
 
 
-def zarr_meta(path: Path, where: str, node_type: str) -> dict[str, Any]:
-    """A zarr.json that describes a Zarr v3 `node_type` ("group" or "array"); else DamagedItem naming `where`."""
-    return zarr_meta_at(LocalBackend(path.parent), path.name, where, node_type)
-
-
 def zarr_meta_at(backend: Backend, key: str, where: str, node_type: str) -> dict[str, Any]:
-    """`zarr_meta` of the object `key` of a backend."""
+    """The zarr.json at `key` of a backend, describing a Zarr v3 `node_type` ("group" or "array"); else
+    DamagedItem naming `where`."""
     return _zarr_meta(_get(backend, key, where), where, node_type)
 
 
@@ -127,7 +122,7 @@ def _check_files(backend: Backend, part: str, files: dict[str, list[Any]], full:
 
 def check_part(part_dir: Path, record: PartRecord, full: bool = False) -> str | None:
     """None when the part is as committed, else the problem (naming the file within the part)."""
-    return check_part_at(LocalBackend(part_dir), "", record, full)
+    return check_part_at(open_backend(part_dir), "", record, full)
 
 
 def check_part_at(backend: Backend, part: str, record: PartRecord, full: bool = False,

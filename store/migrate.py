@@ -3,16 +3,17 @@
 Under the store's write lock: each feature's complete items are read (metadata, every array decoded) and
 committed in batches into packed parts with an index, exactly as a run would have written them (their
 attributes kept, their integrity recorded anew); then the root's schema becomes version 2 in one atomic
-rename, and only then are the old item folders removed. Until that rename the store stays a version-1 store
-(readers refuse it with this command's name); a killed migration is started over by the next one. An item
-that does not read (damaged, incomplete) is not carried over: it is listed, and the next run recomputes it.
+write of the root's zarr.json (whole or not at all, on any backend), and only then are the old item folders
+removed. Until that write the store stays a version-1 store (readers refuse it with this command's name); a
+killed migration is started over by the next one. An item that does not read (damaged, incomplete) is not
+carried over: it is listed, and the next run recomputes it. Written against the backend contract alone: a
+version-1 store uploaded to a bucket as it was is migrated where it is.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from atomicio import atomic_write
 from rows import FeatureRows
-from store import layout
-from store.backends import is_url, open_backend
+from store import layout, repair
+from store.backends import Backend, join, location, open_backend
 from store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ _V1_INTERNAL = ("integrity", "complete", "n_rows")  # version-1 attributes the n
 
 @dataclass
 class Migration:
-    store: Path
+    store: Path | str  # as given: a folder's Path, or a URL
     items: dict[str, int] = field(default_factory=dict)  # feature -> items carried over
     skipped: list[str] = field(default_factory=list)  # "<feature>/<item>: why"
     already: bool = False  # the store was at version 2 before: nothing was converted
@@ -57,13 +57,16 @@ class _MigrationWriter(StoreWriter):
             raise ValueError(f"{self.path}: schema {attrs.get('schema')!r} is not a version-1 store")
 
 
-def _v1_items(feature_dir: Path) -> list[Path]:
-    return sorted(p for p in feature_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
-                  and p.name not in layout.RESERVED)
+def _v1_items(backend: Backend, feature: str) -> list[str]:
+    """The feature's version-1 item groups (a folder with its zarr.json), and nothing of version 2's (parts/,
+    the index log and whatever the backend keeps beside it, its own zarr.json) or the engine's."""
+    return [name for name in backend.children(feature)
+            if not name.startswith(".") and name not in (*layout.RESERVED, layout.META, layout.RETIRED, layout.NOTES)
+            and not name.startswith(layout.INDEX) and backend.exists(join(feature, name, layout.META))]
 
 
-def _read_v1(item_dir: Path) -> tuple[FeatureRows, dict]:
-    group = zarr.open_group(item_dir, mode="r")
+def _read_v1(backend: Backend, key: str) -> tuple[FeatureRows, dict]:
+    group = zarr.open_group(backend.zarr_store(key, read_only=True), mode="r", zarr_format=3)
     attrs = dict(group.attrs)
     if attrs.get("complete") is not True:
         raise ValueError("not marked complete")
@@ -74,47 +77,51 @@ def _read_v1(item_dir: Path) -> tuple[FeatureRows, dict]:
 
 
 def migrate_store(path: Path | str) -> Migration:
-    if is_url(path):  # version 1 predates object storage: only a store uploaded as it was can be one
-        return _migrate_in_bucket(str(path))
-    path = Path(path)
-    meta = json.loads((path / layout.META).read_bytes())
+    """Through the backend contract: a folder, or a version-1 store uploaded to a bucket as it was (no run ever
+    wrote one there: version 1 predates object storage)."""
+    where = location(path)
+    backend = open_backend(where)
+    try:
+        meta = json.loads(backend.get(layout.META))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{where}: not a feature store (no {layout.META})") from None
     schema = meta.get("attributes", {}).get("schema")
     if schema == layout.SCHEMA:
-        _remove_v1_folders(path)  # what a migration killed after its rename left
-        return Migration(path, already=True)
+        _remove_v1_folders(backend)  # what a migration killed after its switch left
+        return Migration(where, already=True)
     if schema != layout.SCHEMA_V1:
-        raise ValueError(f"{path}: schema {schema!r} is not a version-1 store; nothing to migrate")
-    out = Migration(path)
-    writer = _MigrationWriter(path, str(meta["attributes"].get("dataset", "")))
+        raise ValueError(f"{where}: schema {schema!r} is not a version-1 store; nothing to migrate")
+    out = Migration(where)
+    writer = _MigrationWriter(where, str(meta["attributes"].get("dataset", "")))
     try:
-        features = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / layout.META).exists()
-                    and p.name not in layout.RESERVED]
-        for feature_dir in features:
-            _restart(feature_dir)
-            out.items[feature_dir.name] = _migrate_feature(writer, feature_dir, out.skipped)
+        features = [n for n in backend.children() if n not in layout.RESERVED and not n.startswith(".")
+                    and backend.exists(join(n, layout.META))]
+        for feature in features:
+            _restart(backend, feature)
+            out.items[feature] = _migrate_feature(writer, backend, feature, out.skipped)
         meta["attributes"]["schema"] = layout.SCHEMA
-        atomic_write(path / layout.META, json.dumps(meta, indent=2))  # the moment the store becomes version 2
-        _remove_v1_folders(path)
+        backend.put(layout.META, json.dumps(meta, indent=2).encode())  # whole: the moment the store becomes version 2
+        _remove_v1_folders(backend)
     finally:
         writer.close()
     return out
 
 
-def _restart(feature_dir: Path) -> None:
-    """Parts and index an interrupted migration wrote: started over."""
-    shutil.rmtree(layout.parts_dir(feature_dir.parent, feature_dir.name), ignore_errors=True)
-    layout.index_path(feature_dir.parent, feature_dir.name).unlink(missing_ok=True)
+def _restart(backend: Backend, feature: str) -> None:
+    """Parts and index an interrupted migration wrote: started over (an empty index in place of its log)."""
+    backend.delete_prefix(join(feature, layout.PARTS))
+    repair.reset(backend, feature)
 
 
-def _migrate_feature(writer: StoreWriter, feature_dir: Path, skipped: list[str]) -> int:
-    feature, batch, n = feature_dir.name, [], 0
-    for item_dir in _v1_items(feature_dir):
+def _migrate_feature(writer: StoreWriter, backend: Backend, feature: str, skipped: list[str]) -> int:
+    batch, n = [], 0
+    for item in _v1_items(backend, feature):
         try:
-            rows, attrs = _read_v1(item_dir)
+            rows, attrs = _read_v1(backend, join(feature, item))
         except Exception as e:  # damaged or incomplete: recomputed by the next run
-            skipped.append(f"{feature}/{item_dir.name}: {type(e).__name__}: {str(e)[:200]}")
+            skipped.append(f"{feature}/{item}: {type(e).__name__}: {str(e)[:200]}")
             continue
-        batch.append((item_dir.name, rows, attrs))
+        batch.append((item, rows, attrs))
         if len(batch) >= BATCH_ITEMS:
             writer.commit_batch(feature, batch)
             n, batch = n + len(batch), []
@@ -125,25 +132,8 @@ def _migrate_feature(writer: StoreWriter, feature_dir: Path, skipped: list[str])
     return n
 
 
-def _remove_v1_folders(path: Path) -> None:
-    for feature_dir in sorted(path.iterdir()):
-        if feature_dir.is_dir() and layout.index_path(path, feature_dir.name).exists():
-            for item_dir in _v1_items(feature_dir):
-                shutil.rmtree(item_dir)
-
-
-def _migrate_in_bucket(url: str) -> Migration:
-    """A store in a bucket at version 2 has nothing to migrate; a version-1 store uploaded as it was is converted
-    on a local disk (its item folders are renamed and removed, which a bucket has no operation for)."""
-    backend = open_backend(url)
-    try:
-        meta = json.loads(backend.get(layout.META))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{url}: not a feature store (no {layout.META})") from None
-    schema = meta.get("attributes", {}).get("schema")
-    if schema == layout.SCHEMA:
-        return Migration(url, already=True)  # type: ignore[arg-type]
-    if schema == layout.SCHEMA_V1:
-        raise ValueError(f"{url}: a version-1 store in a bucket: download it, run `python -m pipeline migrate DIR` "
-                         "there, and upload the result")
-    raise ValueError(f"{url}: schema {schema!r} is not a feature store's")
+def _remove_v1_folders(backend: Backend) -> None:
+    for feature in backend.children():
+        if not feature.startswith(".") and backend.exists(join(feature, layout.INDEX)):
+            for item in _v1_items(backend, feature):
+                backend.delete_prefix(join(feature, item))

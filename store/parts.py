@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,8 +16,7 @@ from zarr.codecs import ZstdCodec
 from zarr.storage import MemoryStore
 
 from store import layout
-from store.backends import Backend, join
-from store.backends.local import LocalBackend
+from store.backends import Backend, join, open_backend
 from store.layout import META
 
 _CHUNK_BYTES = 1 << 20  # inner chunks of ~1 MiB along N; one shard holds the whole array
@@ -96,22 +94,9 @@ def concat(items: list[tuple[str, Any, dict[str, Any]]]) -> tuple[dict[str, np.n
     return out, entries, spans
 
 
-def sha256_file(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def files_of(part_dir: Path) -> list[str]:
-    out = []
-    for folder, _, names in os.walk(part_dir):
-        for name in names:
-            out.append(os.path.relpath(os.path.join(folder, name), part_dir).replace(os.sep, "/"))
-    return sorted(out)
-
-
 class Staged(NamedTuple):
     """A part staged in memory (`MemoryPart`): its group (attributes still to be put), arrays, the items'
-    row entries, their spans, its data files hashed (`own`, as `data_files` gives them) and every file's
+    row entries, their spans, its data files hashed (`own`, each [size, SHA-256]) and every file's
     bytes (`files`: the part's own zarr.json too, as it is when read)."""
 
     group: zarr.Group
@@ -154,22 +139,9 @@ class MemoryPart:
         return Staged(self.group, self.arrays, self.entries, self.spans, own, self.files)
 
 
-def data_files(part_dir: Path) -> dict[str, list[Any]]:
-    """Size and SHA-256 of every file of the part but its own zarr.json: what the part's attributes keep, so
-    that an index rebuilt from the parts still knows what the data files held when they were committed."""
-    return {rel: [(part_dir / rel).stat().st_size, sha256_file(part_dir / rel)]
-            for rel in files_of(part_dir) if rel != META}
-
-
 def _data_files_at(backend: Backend, part: str) -> dict[str, list[Any]]:
     at = len(part) + 1
     return {i.key[at:]: [i.size, backend.sha256(i.key)] for i in backend.list(part) if i.key[at:] != META}
-
-
-def record_files(part_dir: Path, own: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
-    """The part's files (the data files' `own` sizes and hashes, as recorded at commit, and its zarr.json's
-    hashed now) and each array's shape and dtype, from the arrays' zarr.json."""
-    return _record_files_at(LocalBackend(part_dir), "", own)
 
 
 def _record_files_at(backend: Backend, part: str, own: dict[str, Any],
@@ -194,13 +166,6 @@ def _record_files(get: Callable[[str], bytes], own: dict[str, Any],
     return {**{rel: list(v) for rel, v in own.items()}, META: [len(raw), hashlib.sha256(raw).hexdigest()]}, arrays
 
 
-def record_from_part(part_dir: Path) -> layout.PartLine:
-    """An index record made from a part's own metadata (rebuilding a lost index, adopting a part no index
-    line names): its data files keep the sizes and hashes recorded at commit (so damage since then is still
-    found, and they are not read here)."""
-    return _record_at(LocalBackend(part_dir.parent), part_dir.name)
-
-
 def _record_at(backend: Backend, part: str) -> layout.PartLine:
     meta = json.loads(backend.get(join(part, META)))["attributes"][layout.PART_ATTR]
     own = meta.get("files")
@@ -212,19 +177,15 @@ def _record_at(backend: Backend, part: str) -> layout.PartLine:
 
 def part_names(store: Path | Backend, feature: str) -> list[str]:
     """The part folders of a feature in the store, indexed or not."""
-    if isinstance(store, Backend):
-        return store.children(join(feature, layout.PARTS))
-    try:
-        return sorted(p.name for p in layout.parts_dir(store, feature).iterdir() if p.is_dir())
-    except FileNotFoundError:
-        return []
+    backend = store if isinstance(store, Backend) else open_backend(store)
+    return backend.children(join(feature, layout.PARTS))
 
 
 def records_on_disk(store: Path | Backend, feature: str, names: list[str] | None = None,
                     ) -> tuple[list[layout.PartLine], dict[str, str]]:
     """The records of the feature's parts (`names`, else all) read from their own metadata, in commit order
     (as a log holds them: later parts supersede), and part -> why for those whose metadata does not read."""
-    backend = store if isinstance(store, Backend) else LocalBackend(store)
+    backend = store if isinstance(store, Backend) else open_backend(store)
     found, unreadable = [], {}
     for name in part_names(store, feature) if names is None else names:
         try:

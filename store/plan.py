@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from store import layout
-from store.backends import is_url, open_backend
+from store.backends import Backend, join, open_backend
 from store.index import Index, gc_paused
 from store.integrity import ItemCheck, part_problems
 from store.layout import Header, PartRecord, Record
@@ -39,11 +39,6 @@ class Plan:
         for w in getattr(self, which):
             counts[w.feature] += 1
         return dict(counts)
-
-
-def _part_at(store: Path | str, feature: str, part: str) -> Path | str:
-    """A part's folder as messages name it: a Path in a local store, else its URL."""
-    return f"{store}/{feature}/{layout.PARTS}/{part}" if is_url(store) else layout.part_dir(Path(store), feature, part)
 
 
 def make_plan(store_path: Path, wanted: list[Wanted], force: bool = False, verify: bool = False,
@@ -79,12 +74,12 @@ def _decide(store_path: Path, wanted: list[Wanted], verify: bool, indexes: Calla
             if store is None:
                 state = indexes(feature)
                 problems = part_problems(backend, feature, state.parts, full=verify)
-                found[feature] = _from_entries(store_path, feature, state, problems, ws, damaged)
+                found[feature] = _from_entries(backend, feature, state, problems, ws, damaged)
                 continue
             got = _Current.scan(store, feature, ws, verify, damaged)
             if got is None:
                 state = store.index(feature)
-                got = _from_entries(store.path, feature, state, store.part_problems(feature, full=verify), ws, damaged)
+                got = _from_entries(backend, feature, state, store.part_problems(feature, full=verify), ws, damaged)
             found[feature] = got if isinstance(got, list) else got.up_to_date()
     finally:
         if store is not None:
@@ -131,7 +126,7 @@ class _Current:
                     *cur.unwanted.items()]
             hit = sorted({(item, cur.parts[k if k >= 0 else -1 - k]) for item, k in held
                           if (k if k >= 0 else -1 - k) in cur.bad})
-            _report(store.path, feature, hit, problems, damaged)
+            _report(store.backend, feature, hit, problems, damaged)
         return cur
 
     def _visit(self, rec: Record) -> None:
@@ -158,24 +153,24 @@ class _Current:
         return [k is not None and k >= 0 and k not in bad for k in self.part_of]
 
 
-def _from_entries(store_path: Path, feature: str, state: Index, problems: dict[str, str], wanted: list[Wanted],
+def _from_entries(backend: Backend, feature: str, state: Index, problems: dict[str, str], wanted: list[Wanted],
                   damaged: list[ItemCheck]) -> list[bool]:
     """`_Current.up_to_date` from a whole index (a writer's, or `Store.index`: rebuilt from the parts when
     the log is missing or damaged) and its parts' problems."""
     bad = {state.part_id[p] for p in problems if p in state.part_id}
     if bad:
         hit = np.flatnonzero(np.isin(state.part, list(bad))).tolist()
-        _report(store_path, feature, sorted((state.ids[k], state.part_names[state.part[k]]) for k in hit), problems,
+        _report(backend, feature, sorted((state.ids[k], state.part_names[state.part[k]]) for k in hit), problems,
                 damaged)
     return [(k := state.pos.get(w.item)) is not None and state.part.item(k) not in bad
             and state.fingerprint(k) == w.fingerprint for w in wanted]
 
 
-def _report(store_path: Path, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
+def _report(backend: Backend, feature: str, hit: list[tuple[str, str]], problems: dict[str, str],
             damaged: list[ItemCheck]) -> None:
     """The current items of damaged parts go to `damaged` (sorted by item), their parts logged."""
-    damaged.extend(ItemCheck(feature, item, _part_at(store_path, feature, part), problems[part])
+    damaged.extend(ItemCheck(feature, item, backend.describe(join(feature, layout.PARTS, part)), problems[part])
                    for item, part in hit)
     for part in sorted({part for _, part in hit}):
-        log.warning("%s: damaged part, recomputing its items (%s)", _part_at(store_path, feature, part),
+        log.warning("%s: damaged part, recomputing its items (%s)", backend.describe(join(feature, layout.PARTS, part)),
                     problems[part])

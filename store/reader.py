@@ -4,7 +4,6 @@ One read path: positions in the index's columns, each part checked once per hand
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import logging
@@ -156,23 +155,6 @@ def _first_error(e: BaseException) -> str:
     return f"line {line}: {text}" if line else text
 
 
-def _writing(store: Path) -> bool:
-    """Whether a writer holds the store's lock (store/writer.py takes it exclusively for a run's whole life)."""
-    try:
-        fd = os.open(store / layout.LOCK, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
-
-
 class Store:
     def __init__(self, path: Path | str, part_cache_bytes: int = PART_CACHE_BYTES,
                  whole_array_bytes: int = WHOLE_ARRAY_BYTES, damaged_root: bool = False) -> None:
@@ -224,8 +206,8 @@ class Store:
     # ---- the snapshot ----
 
     def _at(self, key: str) -> Any:
-        """Where a key of the store is, for messages and callers: a Path in a local store, else its URL."""
-        return self.path / key if isinstance(self.path, Path) else self.backend.where(key)
+        """Where a key of the store is, for messages and callers (the backend's `describe`)."""
+        return self.backend.describe(key)
 
     def _pin(self) -> dict[str, Pinned]:
         """feature -> its index log held as it is now (locally: open and leased): the snapshot this handle reads."""
@@ -276,23 +258,18 @@ class Store:
         return self._states[feature]
 
     def _newer_parts(self, feature: str, last: int, known: Container[str], pin: Pinned) -> list[str]:
-        """Part folders newer than the snapshot's last line (by the seq their names begin with) that no later
-        line can name: the log on disk is still the pinned one, as long, and no writer holds the store's lock.
-        A part a running writer has renamed into place is not committed until its line is written. On object
-        storage every part is uploaded before its record is published, so a part newer than the log is a commit
-        in flight or a writer's leftover (the next writer sweeps or adopts it), never damage a reader can tell."""
-        fd = getattr(pin, "fd", None)
-        if not isinstance(self.path, Path) or fd is None:
-            return []
+        """Whole parts (their own zarr.json there) newer than the snapshot's last line (by the seq their names
+        begin with) that no later line can name: the log is still the pinned one, as long (`Pinned.unchanged`),
+        and no writer holds the store's lock (`Backend.lock_held`). A part a running writer has placed is not
+        committed until its line is published, and a tree still being uploaded has no zarr.json yet; a killed
+        writer's placed part reads as the index's damage here, as it is adopted by the next writer."""
         newer = [n for n in parts.part_names(self.backend, feature)
                  if n.split("-", 1)[0].isdigit() and int(n.split("-", 1)[0]) > last and n not in known]
         if not newer:
             return []
-        try:
-            now, mine = os.stat(self.path / feature / layout.INDEX), os.fstat(fd)
-        except OSError:
-            return []
-        if (now.st_ino, now.st_dev, now.st_size) != (mine.st_ino, mine.st_dev, pin.length) or _writing(self.path):
+        whole = self.backend.get_many([join(_part_key(feature, n), layout.META) for n in newer])
+        newer = [n for n in newer if whole[join(_part_key(feature, n), layout.META)] is not None]
+        if not newer or not pin.unchanged() or self.backend.lock_held(layout.LOCK):
             return []  # the log moved on since this snapshot, or a run is committing: not this snapshot's damage
         return newer
 
@@ -575,7 +552,7 @@ class Store:
                 return self._gather(feature, name, pid, at)
             return a.data.take(a.offsets[pid] + at, axis=0)
         except DamagedPart as e:
-            bad = cols.part_id[e.folder.name]
+            bad = cols.part_id[str(e.folder).rstrip("/").rsplit("/", 1)[-1]]  # a Path or a URL: its last name
             raise self._damaged(feature, bad, sorted({items[i] for i in np.flatnonzero(pid == bad)}), e.problem) from None
 
     def _gather(self, feature: str, name: str, pid: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -802,13 +779,12 @@ class Store:
         return out
 
     def part_location(self, feature: str, part: str) -> Any:
-        """Where a part is, as messages name it: its folder (a Path) in a local store, else its URL."""
+        """Where a part is, as messages name it (the backend's `describe` of its folder)."""
         return self._part_at(feature, part)
 
     def _part_at(self, feature: str, part: str) -> Any:
-        """A part's folder (a Path in a local store, else its URL): what messages and checks name."""
-        return layout.part_dir(self.path, feature, part) if isinstance(self.path, Path) else \
-            self.backend.where(_part_key(feature, part))
+        """A part's folder as messages and checks name it (the backend's `describe`)."""
+        return self.backend.describe(_part_key(feature, part))
 
 
 def _part_key(feature: str, part: str) -> str:

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import index, layout, parts
-from store.backends import Backend, join
+from store.backends import Backend, join, open_backend
 from store.backends.base import LogEnd
-from store.backends.local import LocalBackend
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ class Rebuilt:
 
 
 def _backend(store: Path | Backend) -> Backend:
-    return store if isinstance(store, Backend) else LocalBackend(store)
+    return store if isinstance(store, Backend) else open_backend(store)
 
 
 def _key(feature: str) -> str:
@@ -100,6 +99,14 @@ def rebuild(store: Path | Backend, feature: str, reason: str, end: LogEnd | None
     out.parts, out.items = len(found), len(state.entries)
     log.warning("%s", out.line().strip())
     return out, state
+
+
+def reset(backend: Backend, feature: str) -> None:
+    """The feature's log, where there is one, replaced by an empty one (its header alone; the caller holds the
+    write lock and has removed the parts): a migration started over."""
+    got = backend.log_read(_key(feature))
+    if got is not None:
+        _write_new(backend, feature, [layout.new_header()], LogEnd(got[0], len(got[1])))
 
 
 def publish(backend: Backend, feature: str, state: index.Index, lines: list[layout.PartLine]) -> None:

@@ -1,6 +1,7 @@
 """`python -m pipeline verify` / `make verify`: every part checked in full, every index (a damaged or deleted one
-rebuilt from the parts), and every metadata file of the store. The store is walked on disk, so a feature or
-root with damaged metadata is reported and its items are still checked through the index."""
+rebuilt from the parts), and every metadata file of the store. The store is walked through its backend (a
+local folder and a bucket alike), so a feature or root with damaged metadata is reported and its items are still
+checked through the index."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from manifests.records import MediaItem, QAItem, one_line, read_jsonl_all
+from manifests.records import MediaItem, QAItem, one_line, parse_jsonl_all
 from store import layout, repair
-from store.backends import is_url
-from store.integrity import DamagedItem, ItemCheck, zarr_meta
+from store.backends import Backend, join, location, open_backend
+from store.integrity import DamagedItem, ItemCheck, zarr_meta_at
 from store.partial import partial_line, partial_record
 from store.reader import Store
 
@@ -25,10 +26,11 @@ _REPAIR = {"root": "the store's own metadata: repair it by hand (its items are c
 
 @dataclass(frozen=True)
 class VerifyReport:
-    store: Path
+    store: Path | str  # as given: a folder's Path, or a URL
     checks: list[ItemCheck]
     seconds: float
-    metadata: list[tuple[Path, str]] = field(default_factory=list)  # (file, problem) per damaged metadata file
+    # (file, problem) per damaged metadata file; the file as the backend describes it (a Path, or a URL)
+    metadata: list[tuple[Any, str]] = field(default_factory=list)
     rebuilt: list[repair.Rebuilt] = field(default_factory=list)
     adopted: list[repair.Adopted] = field(default_factory=list)  # parts on disk that no index line named
     # intact items committed with seconds that did not decode (`missing_s`): as committed, so not damage (the exit
@@ -62,92 +64,82 @@ class VerifyReport:
         return "\n".join(map(one_line, lines))
 
 
-def _metadata(path: Path, features: list[str]) -> list[tuple[Path, str]]:
+def _metadata(backend: Backend, features: list[str]) -> list[tuple[Any, str]]:
     problems = []
-    for meta_path, which in [(path / layout.META, "root"), *((path / f / layout.META, "feature") for f in features)]:
+    for key, which in [(layout.META, "root"), *((join(f, layout.META), "feature") for f in features)]:
         try:
-            meta = zarr_meta(meta_path, layout.META, "group")
+            meta = zarr_meta_at(backend, key, layout.META, "group")
             if which == "root" and meta.get("attributes", {}).get("schema") is None:
                 raise DamagedItem(f"{layout.META} has no schema attribute")
         except DamagedItem as e:
-            problems.append((meta_path, f"{e}; {_REPAIR[which]}"))
-    problems += _run_reports(path)
+            problems.append((backend.describe(key), f"{e}; {_REPAIR[which]}"))
+    problems += _run_reports(backend)
     for name, kind in (("items.jsonl", MediaItem), ("qa.jsonl", QAItem)):
-        file = layout.manifest_dir(path) / name
+        key = join(layout.MANIFESTS, name)
         try:
-            if file.exists():
-                read_jsonl_all(file, kind)  # a file that does not validate: the error names its line
+            parse_jsonl_all(backend.get(key), kind, backend.describe(key))  # an error names the line
+        except FileNotFoundError:
+            continue
         except (OSError, ValueError) as e:
-            problems.append((file, f"unreadable ({' '.join(str(e).split())[:300]}); {_REPAIR['manifest']}"))
+            problems.append((backend.describe(key), f"unreadable ({' '.join(str(e).split())[:300]}); "
+                                                    f"{_REPAIR['manifest']}"))
     return problems
 
 
-def _run_reports(path: Path) -> list[tuple[Path, str]]:
+def _run_reports(backend: Backend) -> list[tuple[Any, str]]:
     """Run reports (`_runs/<run id>.json`, written whole) that do not parse as one: only damage does that."""
     problems = []
-    for file in sorted(layout.runs_dir(path).glob("*.json")):
+    for name in backend.children(layout.RUNS):
+        if not name.endswith(".json"):
+            continue
+        key = join(layout.RUNS, name)
         try:
-            rep = json.loads(file.read_bytes())
+            rep = json.loads(backend.get(key))
             why = None if isinstance(rep, dict) and isinstance(rep.get("counts"), dict) and "run_id" in rep else \
                 "not a run report (an object with run_id and counts)"
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError) as e:  # a folder of that name too (no such object)
             why = f"unreadable ({' '.join(str(e).split())[:200]})"
         if why is not None:
-            problems.append((file, f"{why}; {_REPAIR['run']}"))
+            problems.append((backend.describe(key), f"{why}; {_REPAIR['run']}"))
     return problems
 
 
-def _is_store(path: Path) -> bool:
-    return any((path / name).exists() for name in (layout.META, layout.LOCK, layout.MANIFESTS, layout.RUNS))
+def _is_store(backend: Backend) -> bool:
+    """Anything of a store at its root (its zarr.json may be the damage verify is to report)."""
+    return backend.exists(layout.META) or backend.exists(layout.LOCK) or \
+        any(backend.children(name) for name in (layout.MANIFESTS, layout.RUNS))
+
+
+def _feature_there(backend: Backend, feature: str) -> bool:
+    """A feature's group metadata, index log or parts are there (any one of them may be damaged or gone)."""
+    return backend.exists(join(feature, layout.META)) or backend.exists(join(feature, layout.INDEX)) or \
+        bool(backend.children(join(feature, layout.PARTS)))
 
 
 def verify_store(path: Path | str, features: list[str] | None = None) -> VerifyReport:
+    """One walk over the backend contract (store/backends/base.py), a local folder and a bucket alike."""
     t0 = time.perf_counter()
-    if is_url(path):
-        return _verify_objects(str(path), features, t0)
-    path = Path(path)
-    if not _is_store(path):
-        raise FileNotFoundError(f"{path}: not a feature store (no zarr.json); run `make extract` first")
-    store = Store(path, damaged_root=True)
-    present = [f for f in store._feature_dirs() if (path / f / layout.META).exists()
-               or (path / f / layout.INDEX).exists() or (path / f / layout.PARTS).exists()]
+    where = location(path)  # as given: a Path, or a URL's text (the report names it)
+    backend = open_backend(where)
+    if not _is_store(backend):
+        raise FileNotFoundError(f"{where}: not a feature store (no {layout.META}); run `make extract` first")
+    store = Store(where, damaged_root=True)
+    present = [f for f in store._feature_dirs() if _feature_there(backend, f)]
     unknown = set(features or []) - set(present)
     if unknown:
-        raise ValueError(f"{path}: no feature(s) {sorted(unknown)}; present: {present}")
+        raise ValueError(f"{where}: no feature(s) {sorted(unknown)}; present: {present}")
     chosen = features or present
-    metadata = _metadata(path, chosen)
-    rebuilt, adopted = _repair_indexes(path, chosen, store) if store.root is not None else ([], [])
+    metadata = _metadata(backend, chosen)
+    rebuilt, adopted = _repair_indexes(where, chosen, store) if store.root is not None else ([], [])
     if rebuilt or adopted:
         store.close()
-        store = Store(path, damaged_root=True)  # the repaired indexes
+        store = Store(where, damaged_root=True)  # the repaired indexes
     try:
         checks = [c for f in chosen for c in store.check(f, full=True)]
         partial = [p for c in checks if c.ok and (p := _partial(store, c)) is not None]
     finally:
         store.close()
-    return VerifyReport(path, checks, time.perf_counter() - t0, metadata, rebuilt, adopted, partial)
-
-
-def _verify_objects(url: str, features: list[str] | None, t0: float) -> VerifyReport:
-    """`verify_store` of a store on object storage: every item checked in full (each file's size and SHA-256
-    against its index record), a missing or damaged index written anew from the parts and parts no record
-    names adopted (`_repair_indexes`, as locally), each reported."""
-    store = Store(url)
-    present = store.features()
-    unknown = set(features or []) - set(present)
-    if unknown:
-        raise ValueError(f"{url}: no feature(s) {sorted(unknown)}; present: {present}")
-    chosen = features or present
-    rebuilt, adopted = _repair_indexes(url, chosen, store)
-    if rebuilt or adopted:
-        store.close()
-        store = Store(url)  # the repaired indexes
-    try:
-        checks = [c for f in chosen for c in store.check(f, full=True)]
-        partial = [p for c in checks if c.ok and (p := _partial(store, c)) is not None]
-    finally:
-        store.close()
-    return VerifyReport(url, checks, time.perf_counter() - t0, [], rebuilt, adopted, partial)  # type: ignore[arg-type]
+    return VerifyReport(where, checks, time.perf_counter() - t0, metadata, rebuilt, adopted, partial)
 
 
 def _partial(store: Store, check: ItemCheck) -> dict[str, Any] | None:

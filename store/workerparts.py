@@ -34,8 +34,8 @@ class WrittenPart:
     name: str
     items: tuple[str, ...]  # in row order: every item the part holds (the driver publishes all or none)
     rows: tuple[tuple[int, int], ...]  # (first row, rows) of each item
-    files: dict[str, list[Any]]  # data file -> [size, SHA-256], as `parts.data_files` gives them
-    arrays: dict[str, dict[str, Any]]  # array -> shape and dtype, as `parts.record_files` gives them
+    files: dict[str, list[Any]]  # data file -> [size, SHA-256], as a part's record keeps them
+    arrays: dict[str, dict[str, Any]]  # array -> shape and dtype, as a part's record keeps them
     spans: dict[str, dict[str, list[int]]]  # the spans of arrays that are not row-aligned, as `parts.concat`
     nbytes: int = 0  # the arrays' bytes as uploaded: what did not travel to the driver
 

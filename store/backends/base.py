@@ -69,6 +69,12 @@ class Backend(abc.ABC):
         """A key as a user would name it: the store's URL or path joined with it."""
         return f"{self.url.rstrip('/')}/{key}" if key else self.url
 
+    def describe(self, key: str) -> Any:
+        """Where a key is, as messages, reports and checks name it (`where`'s text): its URL here, and the file's
+        Path in a local folder (callers there compare it with paths they hold, and may open it). The one place
+        that answers "a path or a URL", so that no code above the interface asks which backend it is on."""
+        return self.where(key)
+
     # ---- reading ----
 
     @abc.abstractmethod
@@ -246,6 +252,12 @@ class Backend(abc.ABC):
         on object storage (store/backends/lease.py). Raises `Locked` naming the holder when another has it."""
 
     @abc.abstractmethod
+    def lock_held(self, key: str) -> bool:
+        """Whether a writer holds the store's lock at `key` now (`lock`'s): locally a flock someone has, on
+        object storage a lease neither released nor expired. A reader asks it before taking parts no line of
+        its snapshot names for damage (store/reader.py `_newer_parts`): a writer may be committing them."""
+
+    @abc.abstractmethod
     def check(self) -> None:
         """Raise BackendError when the storage cannot be used at all (before any work is done)."""
 
@@ -258,6 +270,11 @@ class Pinned(abc.ABC):
     @abc.abstractmethod
     def read(self, limit: int | None = None) -> bytes | bytearray:
         """The pinned bytes (the first `limit` of them)."""
+
+    @abc.abstractmethod
+    def unchanged(self) -> bool:
+        """Whether the log is still what this pin holds: the same generation (locally the same file) with nothing
+        published after `length`, so no later record can be read through the log's key than through the pin."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -138,6 +138,21 @@ def _gone(record: dict) -> bool:
     return False
 
 
+def alive(backend: Backend, key: str, now: float | None = None) -> bool:
+    """Whether a writer holds the lease at `key` now: there, not released, not past its expiry, and its
+    holder not a process of this machine that is gone (what `take` would take over at once)."""
+    try:
+        record = json.loads(backend.get(key))
+    except FileNotFoundError:
+        return False
+    except ValueError:  # not a lease this code wrote: held, to be safe
+        return True
+    if not isinstance(record, dict):
+        return True
+    expires = float(record.get("expires") or 0)  # a released lease expires at 0
+    return expires > (time.time() if now is None else now) and not _gone(record)
+
+
 @contextlib.contextmanager
 def held(backend: Backend, key: str, holder: str, ttl_s: float = TTL_S) -> Iterator[Lease]:
     """The lease on `key`, renewed in the background until the block ends, then released."""

@@ -51,6 +51,9 @@ class LocalBackend(Backend):
             raise ValueError(f"{self.where(key)}: a key may not name . or ..")
         return self.root.joinpath(*parts)
 
+    def describe(self, key: str) -> Path:
+        return self._path(key)
+
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
@@ -263,8 +266,25 @@ class LocalBackend(Backend):
         return found
 
     def pin_log(self, key: str) -> Pinned | None:
-        fd = _lease(self._path(key))
-        return None if fd is None else _LocalPin(fd)
+        path = self._path(key)
+        fd = _lease(path)
+        return None if fd is None else _LocalPin(fd, path)
+
+    def lock_held(self, key: str) -> bool:
+        """A shared flock refused: the writer's exclusive one is held (the writer takes it for a run's life)."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # flock refused here (some network filesystems): no holder can be seen
+            return False
+        finally:
+            os.close(fd)
+        return False
 
     def check(self) -> None:
         if self.root.exists() and not self.root.is_dir():
@@ -341,8 +361,19 @@ def _lock_holder(fd: int) -> str:
 class _LocalPin(Pinned):
     """An open log file under a shared flock (docs/design.md, "Snapshots"), and its length when opened."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd, self.length = fd, os.fstat(fd).st_size
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path, self.length = fd, path, os.fstat(fd).st_size
+
+    def unchanged(self) -> bool:
+        """The file at the log's path is the one open here (a replacement is a rename: another inode) and as
+        long as when pinned (an append writes in place)."""
+        if self.fd < 0:
+            return False
+        try:
+            now, mine = os.stat(self.path), os.fstat(self.fd)
+        except OSError:
+            return False
+        return (now.st_ino, now.st_dev, now.st_size) == (mine.st_ino, mine.st_dev, self.length)
 
     def read(self, limit: int | None = None) -> bytearray:
         """The bytes into one buffer (no second copy of a large index)."""

@@ -73,6 +73,14 @@ def read(backend: Backend, key: str, generation: str | None = None) -> Snapshot 
     return Snapshot(generation, b"".join(got[k] or b"" for k in chain), sealed)
 
 
+def unchanged(backend: Backend, key: str, generation: str, length: int) -> bool:
+    """Whether the log is still `generation` published up to `length`: its head names that generation and no
+    segment starts at `length` (an append there would, and so would the seal a replacement writes before it
+    switches the head)."""
+    found = head(backend, key)
+    return found is not None and found[0] == generation and not backend.exists(_segment(key, generation, length))
+
+
 def append(backend: Backend, key: str, generation: str, at: int, data: bytes) -> int:
     """Publish `data` at byte `at` of the generation (its end as this writer knows it); the new length.
     Conflict, having written nothing, when another writer published there first or the generation was sealed."""

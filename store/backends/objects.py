@@ -269,7 +269,7 @@ class ObjectBackend(log.ConditionalLog, Backend):  # the index log by conditiona
                     if snap is None or not snap.data:  # a generation without its first segment: no log
                         _close(pin)
                         return None
-                    return _Snapshot(snap.data, pin)
+                    return _Snapshot(snap.data, pin, self, key, found[0])
             except FileNotFoundError:
                 _close(pin)
                 return None
@@ -287,6 +287,9 @@ class ObjectBackend(log.ConditionalLog, Backend):  # the index log by conditiona
             return None
         return snap.data if limit is None else snap.data[:limit]
 
+    def lock_held(self, key: str) -> bool:
+        return lease.alive(self, key)
+
     def check(self) -> None:
         """One request that fails as the storage would (no bucket, no credentials, denied, unreachable)."""
         self._call("", obstore.list_with_delimiter, None)
@@ -301,8 +304,13 @@ def _close(pin: pins.Pin | None) -> None:
 
 
 class _Snapshot(Pinned):
-    def __init__(self, data: bytes, pin: pins.Pin | None) -> None:
+    def __init__(self, data: bytes, pin: pins.Pin | None, backend: Backend, key: str, generation: str) -> None:
         self.data, self.length, self.pin = data, len(data), pin
+        self.backend, self.key, self.generation = backend, key, generation
+
+    def unchanged(self) -> bool:
+        """The head still names this generation and no segment was created at its end (log.py)."""
+        return log.unchanged(self.backend, self.key, self.generation, self.length)
 
     def read(self, limit: int | None = None) -> bytes:
         return self.data if limit is None else self.data[:limit]

@@ -142,11 +142,12 @@ def test_the_node_check_s_cpu_steps_run_on_a_tiny_set(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
     kit = _kit(tmp_path, Path(resolve_model_dir(BUNDLED_MINILM)))
     assert node_check.main(["--out", str(out), "--kit", str(kit), "--raw", str(raw),
-                            "--work", str(work), "--clips", "2", "--budget-s", "900",
+                            "--work", str(work), "--clips", "2", "--budget-s", "900", "--tiny-bert",
                             "--steps", "kit,facts,weights,tests_gpu,extract,compare"]) == 0
     steps = json.loads((out / "summary.json").read_text())["steps"]
     assert steps["tests_gpu"]["status"] == "skipped" and "CUDA" in steps["tests_gpu"]["reason"]
     for step in ("kit", "facts", "weights", "extract", "compare"):
         assert steps[step]["status"] == "ok", (step, steps[step], (out / "steps.log").read_text()[-3000:])
+    assert steps["weights"]["figures"]["shape"] == node_check.TINY_BERT, steps["weights"]
     extract = steps["extract"]["figures"]
     assert extract["clips_done"] == 2 and extract["failed_pairs"] == 0, extract

@@ -171,6 +171,38 @@ def test_the_nodes_copies_are_bounded_least_recently_used_first(raw_url: str, tm
     assert third.read_bytes() == videos[2].read_bytes() and copies[0].read_bytes() == videos[0].read_bytes()
 
 
+def test_a_runs_copies_are_its_own_unless_a_kept_folder_is_asked_for(raw_url: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw root listed for a run carries where its copies go to any worker (pickled as Ray sends it): by default
+    the run's own folder in the node's temporary folder, which `remove_run` (what each node runs as the run ends)
+    removes whole; with a kept folder (`raw_cache`) the next run finds its copies there, checked against the ETag:
+    not fetched again while it is the same, fetched anew once it changed."""
+    import pickle
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv(object_cache.KEPT_ENV, raising=False)
+
+    def video(cache: tuple) -> ObjectPath:  # as a worker gets it
+        return pickle.loads(pickle.dumps(raw_root(raw_url, cache=cache) / "siq2/video/tiny-a.mp4"))
+
+    copy = object_cache.local_copy(video(object_cache.spec("run1", None, None)))
+    assert copy.parent == tmp_path / f"siq-raw-{os.getuid()}-run1" and copy.read_bytes() == video(None).read_bytes()
+    size = copy.stat().st_size
+    assert object_cache.remove_run("run1") == size > 0
+    assert not list(tmp_path.glob("siq-raw-*"))
+    kept = tmp_path / "kept"
+    first = object_cache.local_copy(video(object_cache.spec("run2", kept, None)))
+    assert first.parent == kept and object_cache.remove_run("run2") == 0 and first.exists()
+    fetched = []
+    real_fetch = object_cache._fetch
+    monkeypatch.setattr(object_cache, "_fetch", lambda *a: (fetched.append(a[0]), real_fetch(*a))[1])
+    assert object_cache.local_copy(video(object_cache.spec("run3", kept, None))) == first and fetched == []
+    data = first.read_bytes()
+    put(str(video(None)), data[:-1] + bytes([data[-1] ^ 1]))  # the same size, a new ETag
+    again = object_cache.local_copy(video(object_cache.spec("run3", kept, None)))
+    assert again != first and fetched and again.read_bytes()[-1] == data[-1] ^ 1
+
+
 @pytest.mark.parametrize("problem", ["no bucket", "no credentials", "nothing there"])
 def test_a_raw_root_that_cannot_be_read_is_one_line_and_exit_2(raw_url: str, tmp_path: Path, problem: str,
                                                                monkeypatch: pytest.MonkeyPatch, caplog) -> None:
@@ -206,23 +238,32 @@ extractor = "rms_loudness"
 
 @pytest.mark.slow
 def test_extract_from_a_bucket_equals_a_local_run_and_recomputes_only_what_changed(
-        s3_url: str, tiny_root_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        s3_url: str, tiny_root_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     """`extract --raw s3://…` with a local Ray, the audio decoded from each video's own track (the wav files are
     not uploaded): the store equals a run on the same files in a folder; a second run recomputes nothing; a
-    replaced video recomputes its pair alone; a deleted one fails its pair, naming the URL."""
+    replaced video recomputes its pair alone; a deleted one fails its pair, naming the URL. The copies a run
+    decodes from are its own and removed when it ends; with `raw_cache` they are kept there for the next run."""
+    import logging
     import shutil
+    import tempfile
 
     from pipeline.run import run_extract
     from store.reader import open_store
 
-    monkeypatch.setenv("SIQ_RAW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SIQ_RAW_CACHE", raising=False)
     local_raw = tmp_path / "raw"
     shutil.copytree(tiny_root_template, local_raw, ignore=shutil.ignore_patterns("wav"))
     url = upload(local_raw, s3_url.removesuffix("/store") + "/raw")
     (tmp_path / "loudness.toml").write_text(LOUDNESS)
     config = load_config(tmp_path / "loudness.toml")
     local = run_extract("sample", local_raw, tmp_path / "local.zarr", config)
-    remote = run_extract("sample", url, tmp_path / "s3raw.zarr", config)
+    with caplog.at_level(logging.INFO, logger="siqfeat"):
+        remote = run_extract("sample", url, tmp_path / "s3raw.zarr", config)
+    removed = [r.getMessage() for r in caplog.records if "removed this run's copies of raw objects" in r.getMessage()]
+    assert removed and removed[0].startswith("removed this run's copies of raw objects from 1 node(s): ") and \
+        float(removed[0].rsplit(" ", 2)[-2]) > 0, removed  # the three videos' copies, made in the run's folder
+    assert not list(Path(tempfile.gettempdir()).glob(f"siq-raw-{os.getuid()}-{remote.run_id}"))
     assert local.exit_code == remote.exit_code == 0
     assert remote.counts["loudness"] == local.counts["loudness"] == {"done": 3, "skipped": 0, "failed": 0, "n/a": 0}
     a, b = open_store(tmp_path / "local.zarr"), open_store(tmp_path / "s3raw.zarr")
@@ -237,7 +278,11 @@ def test_extract_from_a_bucket_equals_a_local_run_and_recomputes_only_what_chang
     put(f"{url}/siq2/video/tiny-b.mp4", video[:-1] + bytes([video[-1] ^ 1]))  # same size, new ETag
     bucket, key = f"{url}/siq2/video/tiny-c.mp4".removeprefix("s3://").split("/", 1)
     _client().delete_object(Bucket=bucket, Key=key)
-    changed = run_extract("sample", url, tmp_path / "s3raw.zarr", config)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="siqfeat"):  # copies kept across runs, asked for in the config
+        changed = run_extract("sample", url, tmp_path / "s3raw.zarr", config.model_copy(update={"raw_cache": tmp_path / "kept"}))
+    assert "removed this run's copies" not in caplog.text
+    assert any(p.name.endswith("-tiny-b.mp4") for p in (tmp_path / "kept").iterdir())
     assert changed.counts["loudness"]["done"] == 1 and changed.counts["loudness"]["skipped"] == 1
     assert changed.counts["loudness"]["failed"] == 1
     assert f"{url}/siq2/video/tiny-c.mp4" in changed.summary() or "tiny-c" in changed.summary()

@@ -1,6 +1,7 @@
 """Reading a store in a bucket as a local one (s3://, against the moto server, a bucket per test): every PyTorch
 dataset of reading/datasets.py built from the same commits gives the same samples, item for item, with its plan
-cached in the bucket; `pipeline report` renders the same page; `pipeline migrate` finds nothing to do there."""
+cached in the bucket; `pipeline report` renders the same page (`pipeline migrate` in a bucket:
+tests/store/test_store_s3.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from manifests.records import MediaItem
 from pipeline.cli import main
 from reading.datasets import SocialIQA3, SocialIQA4, SocratisReactions
 from rows import FeatureRows
-from store import layout
 from store.backends import open_backend
 from testing.synthetic_store import build_synthetic_store
 from tests import s3server
@@ -111,12 +111,6 @@ def test_socialiqa3_and_socratis_over_a_bucket(tmp_path: Path, s3_url: str) -> N
     want, got = SocratisReactions(tmp_path / "s.zarr", text="pooled"), SocratisReactions(s3_url, text="pooled")
     assert len(got) == len(want) > 0
     same(every_sample(got), every_sample(want))
-
-
-def test_migrate_in_a_bucket_says_there_is_nothing_to_migrate(stores: tuple[Path, str], capsys) -> None:
-    _, s3_url = stores
-    assert main(["migrate", s3_url]) == 0
-    assert capsys.readouterr().out.strip() == f"nothing to migrate: {s3_url} is already {layout.SCHEMA}"
 
 
 @pytest.mark.slow  # ~17 s on 2 shared cores: the page's reads of the S3 store take ~10 s, the local one's ~4 s

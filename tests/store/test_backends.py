@@ -174,6 +174,32 @@ def test_index_log_appended_replaced_and_retired(backend: Backend) -> None:
         assert found == []
 
 
+def test_a_pin_knows_whether_the_log_moved_on(backend: Backend) -> None:
+    """`Pinned.unchanged` (a reader's test that a part newer than its snapshot cannot be named by a later
+    record): true while the log is as pinned, however often asked; false once a record is appended, and once a
+    new generation of the same length replaces it."""
+    key = "f/index.log"
+    first = backend.log_replace(key, b"header 1\n", None, retire=False)
+    pin = backend.pin_log(key)
+    assert pin is not None and pin.unchanged() and pin.unchanged()
+    backend.log_append(key, LogEnd(first, 9), b"rec a\n")
+    assert not pin.unchanged()
+    pin.close()
+    pin = backend.pin_log(key)
+    assert pin is not None and pin.unchanged()
+    backend.log_replace(key, b"header 2\nrec b\n", LogEnd(first, 15), retire=True)  # as long as the pinned one
+    assert not pin.unchanged()
+    pin.close()
+
+
+def test_lock_held_while_a_writer_has_the_lock(backend: Backend) -> None:
+    """`lock_held`: no lock yet, then held while a writer is inside `lock`, free again after it."""
+    assert not backend.lock_held(".lock")
+    with backend.lock(".lock", "pid 1 on node-a"):
+        assert backend.lock_held(".lock")
+    assert not backend.lock_held(".lock")
+
+
 def test_a_tree_is_placed_whole_or_not_at_all(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """`place`: nothing under the key until it returns, then every file, the marking file (made by `finish`
     once the others are written) last where files are written one by one; an error midway leaves nothing
@@ -219,6 +245,7 @@ def test_lease_taken_over_after_expiry(backend: Backend, caplog: pytest.LogCaptu
     one is refused naming its holder; a holder that was taken over cannot renew."""
     dead = leases.Lease(backend, "lease", "run dead", ttl_s=30)
     dead.take(now=1000.0)
+    assert leases.alive(backend, "lease", now=1020.0) and not leases.alive(backend, "lease", now=1031.0)
     with pytest.raises(Locked, match="run dead"):
         leases.Lease(backend, "lease", "run early", ttl_s=30).take(now=1020.0)
     with caplog.at_level("WARNING"):

@@ -379,7 +379,12 @@ def test_a_driver_killed_during_a_commit_on_s3_is_finished_by_the_next_run(
     # actors upload their parts' data and the driver their zarr.json, it may be whole, to be adopted
     torn = [p for p in unpublished if not backend.exists(f"loudness/parts/{p}/zarr.json")]
     assert unpublished and (torn or len(unpublished) == 1), unpublished
-    assert open_store(s3_url).items("loudness", include_filtered=True, include_stale=True) == acked
+    served = open_store(s3_url).items("loudness", include_filtered=True, include_stale=True)
+    # the commit acknowledged, never a torn part; a whole part no record names is served too (with a warning, as
+    # locally: no run holds the store) only when its name says it is newer than the log's last line: an actor's
+    # part (`w<random>`) never is, the next run adopts it
+    newer = [p for p in unpublished if p not in torn and p.split("-", 1)[0].isdigit()]
+    assert (served == acked) if not newer else set(acked) < set(served), (served, acked, unpublished)
     proxy = FaultProxy(s3_server)  # the next run's publishes throttled twice, one's answer lost: counted
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)

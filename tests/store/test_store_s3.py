@@ -6,6 +6,7 @@ compaction's new generation while a reader holds its snapshot."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +46,8 @@ def write_run(out: str | Path) -> None:
                                 ("c", rows(1, 3.0), {"spec_hash": "s1", "fingerprint": "fc"})])
         w.commit_batch("other", [(f"i{k}", rows(2 + k, k), {"spec_hash": "s1", "fingerprint": f"f{k}"}) for k in range(6)])
         w.write_manifests([], [])
-        w.write_run_report("20261129T080000Z-run", {"dataset": "demo", "counts": {"feat": {"done": 3, "skipped": 0,
-                                                                                       "failed": 0}}})
+        w.write_run_report("20261129T080000Z-run", {"run_id": "20261129T080000Z-run", "dataset": "demo",
+                                                    "counts": {"feat": {"done": 3, "skipped": 0, "failed": 0}}})
 
 
 def everything(out: str | Path) -> dict:
@@ -86,9 +87,11 @@ def test_one_writer_at_a_time(s3_url: str) -> None:
         pass
 
 
-def test_a_killed_commit_leaves_nothing_read_as_data(s3_url: str) -> None:
+def test_a_killed_commit_leaves_nothing_read_as_data(s3_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """A part uploaded whole but never published is adopted by the next writer; one cut short (its own
-    zarr.json, uploaded last, missing) is removed; readers never see either before."""
+    zarr.json, uploaded last, missing) is removed. Before, readers never see the cut one; the whole one they see
+    as a local store's readers do (tests/store/test_store.py): not while a run holds the store (a commit in
+    flight), else with a warning (a part newer than the log is never silently passed over)."""
     write_run(s3_url)
     backend = open_backend(s3_url)
     with StoreWriter(s3_url, "demo") as w:
@@ -97,8 +100,11 @@ def test_a_killed_commit_leaves_nothing_read_as_data(s3_url: str) -> None:
         w._write_part("feat", "000000010-cafef00d", 10, [("e", rows(2, 6.0), {"spec_hash": "s1", "fingerprint": "fe",
                                                                            "n_rows": 2, "complete": True})])
     backend.delete("feat/parts/000000010-cafef00d/zarr.json")  # as a kill mid-upload leaves it
-    assert "d" not in open_store(s3_url).items("feat")  # unpublished: not data
+    with caplog.at_level(logging.WARNING):
+        assert open_store(s3_url).items("feat") == ["b", "c", "d"]
+    assert "1 part(s) committed after its last line (000000009-deadbeef)" in caplog.text
     with StoreWriter(s3_url, "demo") as w:
+        assert open_store(s3_url).items("feat") == ["b", "c"]  # a run holds the lease: maybe a commit in flight
         assert "d" in w.index("feat").pos
     s = open_store(s3_url)
     assert s.items("feat") == ["b", "c", "d"]
@@ -198,6 +204,15 @@ def test_verify_finds_changed_bytes_and_repairs_the_index_on_s3(s3_url: str, cap
     backend.delete_prefix(f"{log_key}.d/{generation}")  # the index lost: rebuilt from the parts' own records
     assert main(["verify", "--out", s3_url]) == 0
     assert "REBUILT feat/index.log" in capsys.readouterr().out
+    # damaged metadata is found in a bucket as on a disk (one walk over the backend), and the items of a feature
+    # whose zarr.json is damaged are still checked through its index
+    backend.put("other/zarr.json", b"{")
+    backend.put("_runs/20261129T090000Z-cut.json", b'{"run_id": ')
+    assert main(["verify", "--out", s3_url]) == 4
+    out = capsys.readouterr().out
+    assert f"DAMAGED METADATA {s3_url}/other/zarr.json: zarr.json is unreadable" in out
+    assert f"DAMAGED METADATA {s3_url}/_runs/20261129T090000Z-cut.json: unreadable" in out
+    assert f"  {'other':<12}{6:>6}{0:>9}{0:>9}" in out, out
     assert open_store(s3_url).items("feat", include_filtered=True) == ["a", "b", "c"]
 
 
@@ -299,7 +314,7 @@ def test_requests_a_commit_and_an_open_do_not_need(s3_url: str, s3_server: str, 
     """Requests saved, counted as they reach the server (through the tests' TCP proxy): the writer holding the
     lease asks whether the feature's group exists once, not at every commit, and a commit to a feature with
     no group is still refused; opening the store asks for no Zarr v2 metadata (.zgroup, .zattrs, .zmetadata:
-    the store is v3); its parts' quick checks list the feature's parts once, not once per part; a read then
+    the store is v3); its parts' quick checks list the feature's parts' files once, not once per part; a read then
     asks for its arrays' chunks alone (an array's zarr.json is the one its check read, and no listing checks
     the array's files afterwards)."""
     proxy = FaultProxy(s3_server)
@@ -320,7 +335,10 @@ def test_requests_a_commit_and_an_open_do_not_need(s3_url: str, s3_server: str, 
         v2 = [t for _, t, _ in proxy.requests if t.split("?")[0].endswith((".zgroup", ".zattrs", ".zmetadata"))]
         assert proxy.requests and not v2, v2
         listings = [t for m, t, _ in proxy.requests if m == "GET" and "list-type" in t and "feat%2Fparts" in t]
-        assert len(listings) == 1 and len(s.index("feat").parts) == 4, listings
+        # one listing of every part's files (the quick checks' sizes), and one of the parts' names alone (is any
+        # part newer than the log? store/reader.py `_newer_parts`), per feature opened
+        assert sorted("delimiter" in t for t in listings) == [False, True] and len(s.index("feat").parts) == 4, \
+            listings
         proxy.requests.clear()
         np.testing.assert_array_equal(np.asarray(s.read("feat", "i2").features[...]), rows(2, 2).features)
         got = sorted((m, t.split("/parts/")[-1].split("/", 1)[-1]) for m, t, _ in proxy.requests)
@@ -328,3 +346,27 @@ def test_requests_a_commit_and_an_open_do_not_need(s3_url: str, s3_server: str, 
         s.close()
     finally:
         proxy.close()
+
+
+def test_a_version_1_store_uploaded_to_a_bucket_is_migrated_there(tmp_path: Path, s3_url: str, capsys) -> None:
+    """Version 1 predates object storage: only a store uploaded as it was can be one in a bucket. Readers refuse
+    it naming `migrate`, which converts it where it is, through the backend contract as a folder, into a store
+    equal to the folder's migration array for array, the item folders gone."""
+    from tests.store.test_store_v2 import _v1_store
+
+    local = tmp_path / "old.zarr"
+    _v1_store(local)
+    backend = open_backend(s3_url)
+    backend.put_many({p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()})
+    with pytest.raises(ValueError, match=f"version-1 store.*python -m pipeline migrate {s3_url}"):
+        open_store(s3_url)
+    assert main(["migrate", s3_url]) == 0
+    out = capsys.readouterr().out
+    assert f"migrated {s3_url} to {layout.SCHEMA}" in out and "NOT CARRIED OVER feat/half: " in out
+    assert main(["migrate", str(local)]) == 0
+    capsys.readouterr()
+    remote = everything(s3_url)
+    assert remote == everything(local) and remote["feat", "b"][1]["fingerprint"] == "fb"
+    assert not [i.key for i in backend.list("feat") if i.key.split("/")[1] in ("a", "b", "half")]
+    assert main(["migrate", s3_url]) == 0  # (replaces tests/reading/test_reading_s3.py's check of this line)
+    assert capsys.readouterr().out.strip() == f"nothing to migrate: {s3_url} is already {layout.SCHEMA}"
