@@ -483,8 +483,8 @@ class TorchKernels:
 
     def srh_track(self, x: np.ndarray, centres: np.ndarray, fs: int) -> tuple[np.ndarray, float | None]:
         """srh.srh_track on `srh_values`."""
-        value = self.srh_values(x, centres, fs, srh.F0_MIN_HZ, srh.F0_MAX_HZ)
-        return srh.narrowed(value, np.arange(srh.F0_MIN_HZ, srh.F0_MAX_HZ + 1))
+        f0, median, _ = srh.srh_track_and_f0(x, centres, np.zeros(0, int), fs, values=self.srh_values)
+        return f0, median
 
     def pick(self, spec: np.ndarray, f0: np.ndarray, fs: int) -> harmonics.Harmonics:
         """harmonics.pick, batched over rows: local maxima of the log amplitude with parabolic refinement, the one
