@@ -55,8 +55,11 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     peak = np.zeros_like(logm, dtype=bool)
     peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
     valid_h = k <= count[:, None]
+    # the harmonics rows have, flattened (row-major): every step below is per harmonic, and rows of a high F0 have
+    # far fewer than the block's most (h_max), so the (rows, h_max) grid would mostly be read and thrown away
+    r = np.nonzero(valid_h)[0]
+    nominal, step = nominal[valid_h], step[r, 0]
     base = np.clip(np.floor(nominal).astype(int), 0, n_bins - 1)
-    r = np.arange(rows)[:, None]
     row0 = r * n_bins  # gathers by flat index: numpy's 2-d fancy indexing costs about twice as much
 
     def at(a: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -89,17 +92,18 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     use_r = d_r < d_l
     best_pos = np.where(use_r, pos_r, pos_l)
     best_val = np.where(use_r, val_r, val_l)
-    found = (np.minimum(d_l, d_r) < step / 2) & valid_h
+    found = np.minimum(d_l, d_r) < step / 2
     nearest_bin = np.clip(np.round(nominal).astype(int), 0, n_bins - 1)
     hpos = np.where(found, best_pos, nominal)
-    hamp = np.where(found, np.exp(best_val), at(mag, nearest_bin))
     hpos_c = np.clip(hpos, 0, n_bins - 1)
     i0 = np.minimum(np.floor(hpos_c).astype(int), n_bins - 2)
     frac = hpos_c - i0
     # the unwrapped phase read linearly between two bins: only their difference needs unwrapping
     p0 = np.angle(at(spec, i0))  # the phase of the bins read only: atan2 over the whole spectrum would cost more
-    hph = wrap(p0 + frac * wrap(np.angle(at(spec, i0 + 1)) - p0))
-    freq_picked = np.where(valid_h, hpos * fs / dftlen, np.nan)
+    hamp, hph, freq_picked = (np.full((rows, h_max), np.nan) for _ in range(3))
+    hamp[valid_h] = np.where(found, np.exp(best_val), at(mag, nearest_bin))
+    hph[valid_h] = wrap(p0 + frac * wrap(np.angle(at(spec, i0 + 1)) - p0))
+    freq_picked[valid_h] = hpos * fs / dftlen
     with_dc = np.concatenate([np.zeros((rows, 1)), freq_picked], axis=1)
     spacing = _median_head(np.diff(with_dc, axis=1), count)
     kk = np.arange(h_max + 1)[None, :]
