@@ -47,6 +47,7 @@ FS_HZ = 16000
 HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
 PEAK_SLOPE_WINDOW_S = 0.04
+HMPD_CHUNK = 512  # HMPD frames per batch of 4096-point spectra and harmonic picking (17 MB of spectra: `hmpd_columns`)
 F0_REFINE_PERIODS = 3.0  # refinement segment in tracked periods: chosen on LF vowels (2, 2.5, 3, 3.5 measured)
 GROW_SEARCH = 0.06  # a row grown from its neighbour may differ from it by up to 6 % in period (1 semitone per 10 ms)
 SEED_DIVISOR_SLACK = 0.02  # a peak at an integer part of the best lag this close to it wins (seed_voicing)
@@ -806,8 +807,14 @@ def hmpd_columns(
     centres = k * HOP
     f0k = np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ)
     f0k = np.clip(f0k, 3.0 * FS_HZ / (hmpd.SIN_DFTLEN - 2), None)
-    spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
-    h = kernels.pick(spec, f0k, FS_HZ)
+    # the 4096-point spectra and their harmonics in chunks of frames: a block's spectra at once (100 MB per 30 s)
+    # are past the size the allocator keeps for reuse, so every call paid their page faults again (~12 % of the
+    # whole set); each frame's harmonics are its own, so the rows are the same
+    xs = polarity * x
+    h = harmonics.concat([
+        kernels.pick(kernels.frame_spectra(xs, centres[c], f0k[c], FS_HZ, dftlen=hmpd.SIN_DFTLEN), f0k[c], FS_HZ)
+        for c in (slice(i, i + HMPD_CHUNK) for i in range(0, centres.size, HMPD_CHUNK))
+    ])
     frames = hmpd.hmpd_rows(h, f0k, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
     rows = k[:-1]  # row j reads frames j and j + 1
     keep = (rows >= 0) & (rows < n_rows)

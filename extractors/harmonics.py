@@ -27,6 +27,18 @@ class Harmonics:
     spacing: np.ndarray  # (rows,) median spacing of the picked peaks, Hz
 
 
+def concat(parts: list[Harmonics]) -> Harmonics:
+    """The rows of several `pick` calls as one: each part's harmonic axis padded with NaN to the widest (entries
+    past a row's count are NaN in every part), so the rows are those one call on all of them gives."""
+    width = max(p.freq.shape[1] for p in parts)
+
+    def pad(a: np.ndarray) -> np.ndarray:
+        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=np.nan)
+
+    return Harmonics(*(np.concatenate([pad(getattr(p, f)) for p in parts]) for f in ("freq", "amp", "phase")),
+                     np.concatenate([p.count for p in parts]), np.concatenate([p.spacing for p in parts]))  # fmt: skip
+
+
 def wrap(p: np.ndarray) -> np.ndarray:
     """Phase in [-π, π)."""
     return (p + np.pi) % (2 * np.pi) - np.pi
