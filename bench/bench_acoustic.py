@@ -87,9 +87,9 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         # spectral_rows, stage by stage
         sign = float(cols.get("polarity", np.ones(1))[0])
         centres = np.arange(n) * acoustic.HOP + acoustic.HOP // 2
-        track = timed("SRH's two passes (HMPD's F0, the median)", acoustic.srh_track, block)
-        f0w = timed("window F0 (SRH on unvoiced rows)", acoustic.window_f0, block, f0, voiced, centres, np.arange(n),
-                    srh_median=track[2])
+        track, f0_srh = timed("SRH (COVAREP's instants, unvoiced rows' windows)", acoustic.srh_frames, block,
+                              centres[acoustic.srh_rows(f0, voiced, np.arange(n))])
+        f0w = acoustic.window_f0(block, f0, voiced, centres, np.arange(n), srh_median=track[2], srh_f0_rows=f0_srh)
         spec = timed("3-period spectra + harmonics", mcep.frame_spectra, sign * block, centres, f0w, FS_HZ)
         h = timed("3-period spectra + harmonics", harmonics.pick, spec, f0w, FS_HZ)
         timed("MCEP (true envelope)", mcep.mcep_rows, spec, f0w, FS_HZ)

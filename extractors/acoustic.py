@@ -47,6 +47,7 @@ FS_HZ = 16000
 HOP_S = 0.01
 HOP = round(FS_HZ * HOP_S)
 PEAK_SLOPE_WINDOW_S = 0.04
+HMPD_CHUNK = 512  # HMPD frames per batch of 4096-point spectra and harmonic picking (17 MB of spectra: `hmpd_columns`)
 F0_REFINE_PERIODS = 3.0  # refinement segment in tracked periods: chosen on LF vowels (2, 2.5, 3, 3.5 measured)
 GROW_SEARCH = 0.06  # a row grown from its neighbour may differ from it by up to 6 % in period (1 semitone per 10 ms)
 SEED_DIVISOR_SLACK = 0.02  # a peak at an integer part of the best lag this close to it wins (seed_voicing)
@@ -266,7 +267,7 @@ class Kernels:
     pick: Callable = harmonics.pick  # the rows' harmonics (HMPD, Rd_conf)
     pd_phasors: Callable = hmpd.pd_phasors  # HMPD's per-row phase distortion
     rd_covarep: Callable = glottal.rd_covarep  # COVAREP's Rd (Brent over the LF model)
-    srh_track: Callable = srh.srh_track  # SRH's two passes at COVAREP's instants (HMPD's F0, the median for srh_f0)
+    srh_values: Callable = srh.srh_values  # SRH's sums per frame and F0 (COVAREP's instants, unvoiced rows' windows)
 
 
 NUMPY_KERNELS = Kernels(
@@ -285,7 +286,7 @@ def kernels_for(cfg: CovarepConfig, device: str = "cpu") -> Kernels:
     k = acoustic_torch.TorchKernels(acoustic_torch.resolve_device(cfg.device, device), HOP, FS_HZ)
     return Kernels(k.dio, k.nccf, k.iaif_filters, k.gfm_filters, k.lpc_rows, k.inverse_filter, k.rfft_mag,
                    k.mdq_dispersion, k.peak_slope, k.mfcc, k.frame_spectra, k.mcep_rows, k.pdm_pdd, k.rd_conf_rows,
-                   k.srh_f0, k.pick, k.pd_phasors, k.rd_covarep, k.srh_track)
+                   k.srh_f0, k.pick, k.pd_phasors, k.rd_covarep, k.srh_values)
 
 
 def periodicity(
@@ -734,18 +735,28 @@ def glottal_rows(
 
 def window_f0(
     x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, centres: np.ndarray, rows: np.ndarray, srh_f0=srh.srh_f0, *,
-    srh_median: float | None,
+    srh_median: float | None, srh_f0_rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
     from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
     tracker's F0 (`srh`), searched in the range pitch_srh's first pass narrows to around `srh_median` (`srh_track`'s
     median; before version 11, our tracker's median voiced F0). Clipped so a window fits the DFT. `srh_f0`: the
-    backend's."""
-    is_voiced = voiced[rows] & (f0[rows] > 0)
-    out = np.where(is_voiced, f0[rows], mcep.UNVOICED_F0_HZ)
-    if (~is_voiced).any():
-        out[~is_voiced] = srh_f0(x, centres[~is_voiced], FS_HZ, srh_median)
+    backend's; `srh_f0_rows`: SRH's F0 of the windows on `srh_rows(...)` where the caller has it already
+    (`srh_frames`)."""
+    needs = srh_rows(f0, voiced, rows)
+    out = np.where(needs, mcep.UNVOICED_F0_HZ, f0[rows])
+    if srh_f0_rows is not None:
+        if srh_f0_rows.shape != (int(needs.sum()),):
+            raise ValueError(f"window_f0: {srh_f0_rows.shape} SRH F0 values for {int(needs.sum())} unvoiced windows")
+        out[needs] = srh_f0_rows
+    elif needs.any():
+        out[needs] = srh_f0(x, centres[needs], FS_HZ, srh_median)
     return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
+
+
+def srh_rows(f0: np.ndarray, voiced: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of `window_f0`'s windows take SRH's F0: those on rows not voiced or without an F0."""
+    return ~(voiced[rows] & (f0[rows] > 0))
 
 
 def srh_instants(n_samples: int) -> np.ndarray:
@@ -759,11 +770,20 @@ def srh_instants(n_samples: int) -> np.ndarray:
 def srh_track(x: np.ndarray, kernels: Kernels = NUMPY_KERNELS) -> tuple[np.ndarray, np.ndarray, float | None]:
     """(instants' rows k, SRH F0 there, the median pitch_srh's first pass found) of the block x: pitch_srh's two
     passes over [50, 500] Hz and around that median (`srh.srh_track`)."""
+    return srh_frames(x, np.zeros(0, int), kernels)[0]
+
+
+def srh_frames(
+    x: np.ndarray, others: np.ndarray, kernels: Kernels = NUMPY_KERNELS
+) -> tuple[tuple[np.ndarray, np.ndarray, float | None], np.ndarray]:
+    """(`srh_track`'s triple, SRH F0 of the frames centred on `others` in the range its median narrows to): one LP
+    residual and one batch of spectra for COVAREP's instants and `window_f0`'s unvoiced windows
+    (`srh.srh_track_and_f0`; two calls computed the residual twice)."""
     k = srh_instants(x.size)
-    if k.size == 0:
-        return k, np.zeros(0), None
-    f0k, median = kernels.srh_track(x, k * HOP, FS_HZ)
-    return k, f0k, median
+    if k.size == 0 and others.size == 0:
+        return (k, np.zeros(0), None), np.zeros(0)
+    f0k, median, f0_others = srh.srh_track_and_f0(x, k * HOP, others, FS_HZ, values=kernels.srh_values)
+    return (k, f0k, median), f0_others
 
 
 def hmpd_columns(
@@ -787,8 +807,14 @@ def hmpd_columns(
     centres = k * HOP
     f0k = np.where(np.isfinite(f0k) & (f0k > 0), f0k, mcep.UNVOICED_F0_HZ)
     f0k = np.clip(f0k, 3.0 * FS_HZ / (hmpd.SIN_DFTLEN - 2), None)
-    spec = kernels.frame_spectra(polarity * x, centres, f0k, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
-    h = kernels.pick(spec, f0k, FS_HZ)
+    # the 4096-point spectra and their harmonics in chunks of frames: a block's spectra at once (100 MB per 30 s)
+    # are past the size the allocator keeps for reuse, so every call paid their page faults again (~12 % of the
+    # whole set); each frame's harmonics are its own, so the rows are the same
+    xs = polarity * x
+    h = harmonics.concat([
+        kernels.pick(kernels.frame_spectra(xs, centres[c], f0k[c], FS_HZ, dftlen=hmpd.SIN_DFTLEN), f0k[c], FS_HZ)
+        for c in (slice(i, i + HMPD_CHUNK) for i in range(0, centres.size, HMPD_CHUNK))
+    ])
     frames = hmpd.hmpd_rows(h, f0k, FS_HZ, smooth=kernels.pdm_pdd, phasors=kernels.pd_phasors)
     rows = k[:-1]  # row j reads frames j and j + 1
     keep = (rows >= 0) & (rows < n_rows)
@@ -807,8 +833,10 @@ def spectral_rows(
     corrects the polarity first: the harmonic phases depend on it)."""
     n_rows = voiced.size
     centres = np.arange(n_rows) * HOP + HOP // 2
-    track = srh_track(x, kernels)  # one set of SRH spectra: HMPD's F0 and the median for the rows' windows
-    f0w = window_f0(x, f0, voiced, centres, np.arange(n_rows), kernels.srh_f0, srh_median=track[2])
+    rows = np.arange(n_rows)
+    # one set of SRH spectra: HMPD's F0, the median, and the F0 of the rows' windows that need SRH's
+    track, f0_unvoiced = srh_frames(x, centres[srh_rows(f0, voiced, rows)], kernels)
+    f0w = window_f0(x, f0, voiced, centres, rows, srh_median=track[2], srh_f0_rows=f0_unvoiced)
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = kernels.pick(spec, f0w, FS_HZ)
     pd = hmpd_columns(x, f0, voiced, polarity, kernels, track)

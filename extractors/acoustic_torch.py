@@ -483,8 +483,8 @@ class TorchKernels:
 
     def srh_track(self, x: np.ndarray, centres: np.ndarray, fs: int) -> tuple[np.ndarray, float | None]:
         """srh.srh_track on `srh_values`."""
-        value = self.srh_values(x, centres, fs, srh.F0_MIN_HZ, srh.F0_MAX_HZ)
-        return srh.narrowed(value, np.arange(srh.F0_MIN_HZ, srh.F0_MAX_HZ + 1))
+        f0, median, _ = srh.srh_track_and_f0(x, centres, np.zeros(0, int), fs, values=self.srh_values)
+        return f0, median
 
     def pick(self, spec: np.ndarray, f0: np.ndarray, fs: int) -> harmonics.Harmonics:
         """harmonics.pick, batched over rows: local maxima of the log amplitude with parabolic refinement, the one
@@ -639,8 +639,8 @@ class TorchKernels:
                    hop: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """glottal.rd_covarep: the frames on voiced rows' boundaries (the reference's bookkeeping), their harmonic
         spectra batched per DFT length (each harmonic count's zero padding as the reference's per-count call
-        chooses it), the phase remainder per harmonic count, and one Brent search (`brent_min_rows`, in torch) over
-        every frame."""
+        chooses it), the phase remainder per harmonic count, and one Brent search over every frame
+        (`glottal.brent_min_rows`, given torch as its array namespace)."""
         n_rows = voiced.size
         rd_rows, err_rows = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
         if not voiced.any():
@@ -686,8 +686,8 @@ class TorchKernels:
                 d2 = torch.diff(p, dim=1)[:, 1:] - p[:, 1:2]
                 return torch.mean((torch.remainder(d2 + torch.pi, 2 * torch.pi) - torch.pi) ** 2, dim=1)
 
-            rd_t, err_t = _brent_min_rows(error, sel.size, *glottal.COVAREP_RD_RANGE, glottal.BRENT_TOL,
-                                          glottal.BRENT_MAX_ITER, self.device)  # fmt: skip
+            rd_t, err_t = glottal.brent_min_rows(error, sel.size, *glottal.COVAREP_RD_RANGE, glottal.BRENT_TOL,
+                                                 glottal.BRENT_MAX_ITER, xp=torch, device=self.device)  # fmt: skip
             rd_b[bounds[sel]], err_b[bounds[sel]] = rd_t.cpu().numpy(), err_t.cpu().numpy()
         rows = np.flatnonzero(voiced)
         rd_rows[rows] = (rd_b[rows] + rd_b[rows + 1]) / 2
@@ -717,58 +717,3 @@ def _nanmedian_rows(d: torch.Tensor) -> torch.Tensor:
     lo, hi = ((m - 1) // 2).clamp(min=0), (m // 2).clamp(min=0)
     out = (s.gather(1, lo[:, None]) + s.gather(1, hi[:, None]))[:, 0] / 2
     return torch.where(m > 0, out, torch.full_like(out, torch.nan))
-
-
-def _brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int,
-                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """glottal.brent_min_rows in torch, step for step (Brent's bounded minimisation, MATLAB's fminbnd, on n rows
-    at once; each row stops on its own criterion or after max_iter steps)."""
-    golden_c = 0.5 * (3.0 - np.sqrt(5.0))
-    sqrt_eps = float(np.sqrt(np.finfo(float).eps))
-    full = functools.partial(torch.full, (n,), dtype=torch.float64, device=device)
-    a, b = full(lo), full(hi)
-    x = full(lo + golden_c * (hi - lo))
-    fx = f(x)
-    v, w, fv, fw = x.clone(), x.clone(), fx.clone(), fx.clone()
-    d, e = full(0.0), full(0.0)
-    one, zero = full(1.0), full(0.0)
-    for _ in range(max_iter):
-        xm = 0.5 * (a + b)
-        tol1 = sqrt_eps * x.abs() + xtol / 3.0
-        tol2 = 2.0 * tol1
-        active = (x - xm).abs() > tol2 - 0.5 * (b - a)
-        if not bool(active.any()):
-            break
-        r = (x - w) * (fx - fv)
-        q = (x - v) * (fx - fw)
-        p = (x - v) * q - (x - w) * r
-        q = 2.0 * (q - r)
-        p = torch.where(q > 0, -p, p)
-        q = q.abs()
-        try_parab = e.abs() > tol1
-        parab = try_parab & (p.abs() < (0.5 * q * e).abs()) & (p > q * (a - x)) & (p < q * (b - x))
-        step_p = torch.where(parab, p / torch.where(q == 0, one, q), zero)
-        u_p = x + step_p
-        near_edge = ((u_p - a) < tol2) | ((b - u_p) < tol2)
-        sign_m = torch.where(xm - x >= 0, one, -one)
-        step_p = torch.where(near_edge, tol1 * sign_m, step_p)
-        e_golden = torch.where(x >= xm, a - x, b - x)
-        e_new = torch.where(parab, torch.where(try_parab, d, e), e_golden)
-        d_new = torch.where(parab, step_p, golden_c * e_golden)
-        sign_d = torch.where(d_new >= 0, one, -one)
-        u = x + sign_d * torch.maximum(d_new.abs(), tol1)
-        fu = f(u)
-        e, d = torch.where(active, e_new, e), torch.where(active, d_new, d)
-        better = active & (fu <= fx)
-        worse = active & ~better
-        a = torch.where(better, torch.where(u >= x, x, a), torch.where(worse & (u < x), u, a))
-        b = torch.where(better, torch.where(u >= x, b, x), torch.where(worse & (u >= x), u, b))
-        to_w = worse & ((fu <= fw) | (w == x))
-        to_v = worse & ~to_w & ((fu <= fv) | (v == x) | (v == w))
-        v_new = torch.where(better | to_w, w, torch.where(to_v, u, v))
-        fv_new = torch.where(better | to_w, fw, torch.where(to_v, fu, fv))
-        w_new = torch.where(better, x, torch.where(to_w, u, w))
-        fw_new = torch.where(better, fx, torch.where(to_w, fu, fw))
-        x, fx = torch.where(better, u, x), torch.where(better, fu, fx)
-        v, fv, w, fw = v_new, fv_new, w_new, fw_new
-    return x, fx

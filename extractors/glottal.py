@@ -985,26 +985,34 @@ BRENT_TOL = 0.01  # fminbnd's TolX in rd_msp
 BRENT_MAX_ITER = 32  # fminbnd's MaxIter in rd_msp
 
 
-def brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+def brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int, xp=np, device=None):  # noqa: ANN001
     """(x, f(x)) per row: Brent's bounded minimisation (golden section with parabolic steps; Forsythe, Malcolm &
     Moler, "Computer methods for mathematical computations", 1977, the algorithm of MATLAB's `fminbnd` and scipy's
     `fminbound`) run on n rows at once. `f(x)` maps (n,) abscissae to (rows,) values; each row stops on its own
     criterion (|x - midpoint| <= 2 tol - (b - a) / 2, tol = sqrt(eps) |x| + xtol / 3) or after max_iter steps, and
-    then keeps its x (later evaluations of it are discarded)."""
-    golden_c = 0.5 * (3.0 - np.sqrt(5.0))
-    sqrt_eps = np.sqrt(np.finfo(float).eps)
-    a, b = np.full(n, lo), np.full(n, hi)
-    x = np.full(n, lo + golden_c * (hi - lo))
+    then keeps its x (later evaluations of it are discarded).
+
+    `xp` is the array namespace, numpy or torch (the torch backend passes torch and its `device`): only `full`,
+    `where`, `abs` and `maximum` are used, which both spell alike, so both backends run this one loop step for step.
+    No array is changed in place (each update makes a new one), so x, v and w may start as the same array."""
+    golden_c = 0.5 * (3.0 - float(np.sqrt(5.0)))
+    sqrt_eps = float(np.sqrt(np.finfo(float).eps))
+
+    def full(value: float):  # noqa: ANN202
+        return xp.full((n,), value, dtype=xp.float64, device=device)
+
+    a, b = full(lo), full(hi)
+    one, zero = full(1.0), full(0.0)
+    x = full(lo + golden_c * (hi - lo))
     fx = f(x)
-    v, w = x.copy(), x.copy()
-    fv, fw = fx.copy(), fx.copy()
-    d, e = np.zeros(n), np.zeros(n)
+    v, w, fv, fw = x, x, fx, fx
+    d, e = zero, zero
     for _ in range(max_iter):
         xm = 0.5 * (a + b)
-        tol1 = sqrt_eps * np.abs(x) + xtol / 3.0
+        tol1 = sqrt_eps * xp.abs(x) + xtol / 3.0
         tol2 = 2.0 * tol1
-        active = np.abs(x - xm) > tol2 - 0.5 * (b - a)
-        if not active.any():
+        active = xp.abs(x - xm) > tol2 - 0.5 * (b - a)
+        if not bool(active.any()):
             break
         # parabola through (x, w, v), accepted when it falls inside the bracket and moves less than half the step
         # before last
@@ -1012,34 +1020,34 @@ def brent_min_rows(f, n: int, lo: float, hi: float, xtol: float, max_iter: int) 
         q = (x - v) * (fx - fw)
         p = (x - v) * q - (x - w) * r
         q = 2.0 * (q - r)
-        p = np.where(q > 0, -p, p)
-        q = np.abs(q)
-        try_parab = np.abs(e) > tol1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            parab = try_parab & (np.abs(p) < np.abs(0.5 * q * e)) & (p > q * (a - x)) & (p < q * (b - x))
-            step_p = np.where(parab, p / np.where(q == 0, 1.0, q), 0.0)
+        p = xp.where(q > 0, -p, p)
+        q = xp.abs(q)
+        try_parab = xp.abs(e) > tol1
+        with np.errstate(divide="ignore", invalid="ignore"):  # numpy's warnings on rows not taken; torch has none
+            parab = try_parab & (xp.abs(p) < xp.abs(0.5 * q * e)) & (p > q * (a - x)) & (p < q * (b - x))
+            step_p = xp.where(parab, p / xp.where(q == 0, one, q), zero)
         u_p = x + step_p
         near_edge = ((u_p - a) < tol2) | ((b - u_p) < tol2)
-        sign_m = np.where(xm - x >= 0, 1.0, -1.0)
-        step_p = np.where(near_edge, tol1 * sign_m, step_p)
-        e_golden = np.where(x >= xm, a - x, b - x)
-        e_new = np.where(parab, np.where(try_parab, d, e), e_golden)  # e takes the last step before d is replaced
-        d_new = np.where(parab, step_p, golden_c * e_golden)
-        sign_d = np.where(d_new >= 0, 1.0, -1.0)
-        u = x + sign_d * np.maximum(np.abs(d_new), tol1)
+        sign_m = xp.where(xm - x >= 0, one, -one)
+        step_p = xp.where(near_edge, tol1 * sign_m, step_p)
+        e_golden = xp.where(x >= xm, a - x, b - x)
+        e_new = xp.where(parab, xp.where(try_parab, d, e), e_golden)  # e takes the last step before d is replaced
+        d_new = xp.where(parab, step_p, golden_c * e_golden)
+        sign_d = xp.where(d_new >= 0, one, -one)
+        u = x + sign_d * xp.maximum(xp.abs(d_new), tol1)
         fu = f(u)
-        e, d = np.where(active, e_new, e), np.where(active, d_new, d)
+        e, d = xp.where(active, e_new, e), xp.where(active, d_new, d)
         better = active & (fu <= fx)
         worse = active & ~better
-        a = np.where(better, np.where(u >= x, x, a), np.where(worse & (u < x), u, a))
-        b = np.where(better, np.where(u >= x, b, x), np.where(worse & (u >= x), u, b))
+        a = xp.where(better, xp.where(u >= x, x, a), xp.where(worse & (u < x), u, a))
+        b = xp.where(better, xp.where(u >= x, b, x), xp.where(worse & (u >= x), u, b))
         to_w = worse & ((fu <= fw) | (w == x))
         to_v = worse & ~to_w & ((fu <= fv) | (v == x) | (v == w))
-        v_new = np.where(better | to_w, w, np.where(to_v, u, v))
-        fv_new = np.where(better | to_w, fw, np.where(to_v, fu, fv))
-        w_new = np.where(better, x, np.where(to_w, u, w))
-        fw_new = np.where(better, fx, np.where(to_w, fu, fw))
-        x, fx = np.where(better, u, x), np.where(better, fu, fx)
+        v_new = xp.where(better | to_w, w, xp.where(to_v, u, v))
+        fv_new = xp.where(better | to_w, fw, xp.where(to_v, fu, fv))
+        w_new = xp.where(better, x, xp.where(to_w, u, w))
+        fw_new = xp.where(better, fx, xp.where(to_w, fu, fw))
+        x, fx = xp.where(better, u, x), xp.where(better, fu, fx)
         v, fv, w, fw = v_new, fv_new, w_new, fw_new
     return x, fx
 

@@ -27,6 +27,18 @@ class Harmonics:
     spacing: np.ndarray  # (rows,) median spacing of the picked peaks, Hz
 
 
+def concat(parts: list[Harmonics]) -> Harmonics:
+    """The rows of several `pick` calls as one: each part's harmonic axis padded with NaN to the widest (entries
+    past a row's count are NaN in every part), so the rows are those one call on all of them gives."""
+    width = max(p.freq.shape[1] for p in parts)
+
+    def pad(a: np.ndarray) -> np.ndarray:
+        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=np.nan)
+
+    return Harmonics(*(np.concatenate([pad(getattr(p, f)) for p in parts]) for f in ("freq", "amp", "phase")),
+                     np.concatenate([p.count for p in parts]), np.concatenate([p.spacing for p in parts]))  # fmt: skip
+
+
 def wrap(p: np.ndarray) -> np.ndarray:
     """Phase in [-π, π)."""
     return (p + np.pi) % (2 * np.pi) - np.pi
@@ -54,20 +66,25 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     # local maxima (interior bins)
     peak = np.zeros_like(logm, dtype=bool)
     peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
-    # nearest peak on each side of every bin (-1 / n_bins where none); int32 halves the scans' memory traffic
-    bins = np.arange(n_bins, dtype=np.int32)[None, :]
-    prev = np.maximum.accumulate(np.where(peak, bins, np.int32(-1)), axis=1)
-    nxt = np.minimum.accumulate(np.where(peak, bins, np.int32(n_bins))[:, ::-1], axis=1)[:, ::-1]
     valid_h = k <= count[:, None]
+    # the harmonics rows have, flattened (row-major): every step below is per harmonic, and rows of a high F0 have
+    # far fewer than the block's most (h_max), so the (rows, h_max) grid would mostly be read and thrown away
+    r = np.nonzero(valid_h)[0]
+    nominal, step = nominal[valid_h], step[r, 0]
     base = np.clip(np.floor(nominal).astype(int), 0, n_bins - 1)
-    r = np.arange(rows)[:, None]
     row0 = r * n_bins  # gathers by flat index: numpy's 2-d fancy indexing costs about twice as much
 
     def at(a: np.ndarray, c: np.ndarray) -> np.ndarray:
         return np.take(a.reshape(-1), row0 + c)
 
-    cand_l = at(prev, base)
-    cand_r = at(nxt, np.minimum(base + 1, n_bins - 1))
+    # the nearest peak at or below `base` and at or above base + 1 (-1 / n_bins where the row has none): a binary
+    # search of the peaks' flat indices, between sentinels that lie outside every row, for the harmonics only
+    # (running max / min scans over every bin cost 3x more)
+    flat = np.concatenate([[-1], np.flatnonzero(peak), [rows * n_bins]])
+    below = flat[np.searchsorted(flat, row0 + base, side="right") - 1]
+    cand_l = np.where(below >= row0, below - row0, -1)
+    above = flat[np.searchsorted(flat, row0 + np.minimum(base + 1, n_bins - 1), side="left")]
+    cand_r = np.where(above < row0 + n_bins, above - row0, n_bins)
 
     def refined(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Parabolic refinement (position, log amplitude) at bins c, read only where a candidate is (the whole
@@ -87,17 +104,18 @@ def pick(spec: np.ndarray, f0: np.ndarray, fs: int) -> Harmonics:
     use_r = d_r < d_l
     best_pos = np.where(use_r, pos_r, pos_l)
     best_val = np.where(use_r, val_r, val_l)
-    found = (np.minimum(d_l, d_r) < step / 2) & valid_h
+    found = np.minimum(d_l, d_r) < step / 2
     nearest_bin = np.clip(np.round(nominal).astype(int), 0, n_bins - 1)
     hpos = np.where(found, best_pos, nominal)
-    hamp = np.where(found, np.exp(best_val), at(mag, nearest_bin))
     hpos_c = np.clip(hpos, 0, n_bins - 1)
     i0 = np.minimum(np.floor(hpos_c).astype(int), n_bins - 2)
     frac = hpos_c - i0
     # the unwrapped phase read linearly between two bins: only their difference needs unwrapping
     p0 = np.angle(at(spec, i0))  # the phase of the bins read only: atan2 over the whole spectrum would cost more
-    hph = wrap(p0 + frac * wrap(np.angle(at(spec, i0 + 1)) - p0))
-    freq_picked = np.where(valid_h, hpos * fs / dftlen, np.nan)
+    hamp, hph, freq_picked = (np.full((rows, h_max), np.nan) for _ in range(3))
+    hamp[valid_h] = np.where(found, np.exp(best_val), at(mag, nearest_bin))
+    hph[valid_h] = wrap(p0 + frac * wrap(np.angle(at(spec, i0 + 1)) - p0))
+    freq_picked[valid_h] = hpos * fs / dftlen
     with_dc = np.concatenate([np.zeros((rows, 1)), freq_picked], axis=1)
     spacing = _median_head(np.diff(with_dc, axis=1), count)
     kk = np.arange(h_max + 1)[None, :]

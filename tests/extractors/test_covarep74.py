@@ -293,3 +293,37 @@ def _check_hmpd(got: np.ndarray, ref: np.ndarray) -> None:
     dd = np.abs(got[:, 25:] - ref[:, 25:])
     assert dm.max() <= 4e-4, dm.max()
     assert dd.max() <= 0.11 and np.percentile(dd, 99) <= 0.05, (dd.max(), np.percentile(dd, 99))
+
+
+def test_pick_finds_the_nearest_peaks_and_chunks_join_as_one_call() -> None:
+    """harmonics.pick's amplitudes equal a per-harmonic loop over the local maxima (the nearest peak at or below
+    the harmonic's bin or above it, the closer after the parabola, kept within half a spacing; otherwise the
+    nearest bin's magnitude), on rows of 80-300 Hz, one of noise and one of silence; and picking the rows in two
+    chunks joined by harmonics.concat gives the one call's arrays exactly (acoustic.hmpd_columns picks in chunks)."""
+    rng = np.random.default_rng(1)
+    x = synth_vowel(1.0, lambda t: 80 + 220 * t, lambda t: 1.0 + 0 * t, [(0.0, 0.8)], noise_rms=1e-3).speech
+    x = np.concatenate([x, rng.normal(0, 0.1, 1600), np.zeros(1600)])
+    centres = np.r_[np.arange(10, 80, 7) * 160, 16000 + 800, 17600 + 800]
+    f0 = np.r_[80 + 220 * np.arange(10, 80, 7) / 100, 120.0, 150.0]
+    spec = mcep.frame_spectra(x, centres, f0, FS_HZ, dftlen=hmpd.SIN_DFTLEN)
+    h = harmonics.pick(spec, f0, FS_HZ)
+    logm = np.log(np.maximum(np.abs(spec), 1e-300))
+    n_bins = spec.shape[1]
+    for i in range(len(f0)):
+        peaks = [b for b in range(1, n_bins - 1) if logm[i, b] > logm[i, b - 1] and logm[i, b] >= logm[i, b + 1]]
+        step = 2 * (n_bins - 1) * f0[i] / FS_HZ
+        for k in range(1, h.count[i] + 1):
+            base = min(int(np.floor(step * k)), n_bins - 1)
+            best = None
+            for c in ([p for p in peaks if p <= base][-1:] + [p for p in peaks if p >= min(base + 1, n_bins - 1)][:1]):
+                left, here, right = logm[i, (c - 1) % n_bins], logm[i, c], logm[i, (c + 1) % n_bins]
+                b, a = 0.5 * (right - left), here - 0.5 * (right - left) - left
+                pos, val = (c + 0.5 * b / a, here + 0.25 * b**2 / a) if a > 0 else (c, here)
+                if abs(pos - step * k) < step / 2 and (best is None or abs(pos - step * k) < best[0]):
+                    best = (abs(pos - step * k), val)
+            nearest = np.abs(spec[i, min(int(np.round(step * k)), n_bins - 1)])
+            want = np.exp(best[1]) if best else max(nearest, 1e-300)
+            np.testing.assert_allclose(h.amp[i, k], want, rtol=1e-12, err_msg=f"row {i} harmonic {k}")
+    parts = harmonics.concat([harmonics.pick(spec[:5], f0[:5], FS_HZ), harmonics.pick(spec[5:], f0[5:], FS_HZ)])
+    for field in ("freq", "amp", "phase", "count", "spacing"):
+        np.testing.assert_array_equal(getattr(parts, field), getattr(h, field), err_msg=field)
