@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import io
+import os
 import stat as stat_mod
 import threading
 from collections.abc import Iterator
@@ -55,18 +56,38 @@ class _Listing:
     cache: tuple[str | None, str | None, int | None] | None = None
 
 
-_CLIENTS: dict[str, Any] = {}
+# The environment variables the object-storage clients read (objectio/client.py `options`, and obstore itself for
+# credentials): endpoint, region, credentials, profile.
+SETTINGS_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
+
+
+def settings_key() -> str:
+    """A fingerprint of the object-storage settings this process has now (every AWS_*, GOOGLE_* and AZURE_*
+    variable): a client, or a Ray whose workers were started, under other settings is not used under these (a
+    notebook that points AWS_ENDPOINT_URL elsewhere, or refreshes AWS_SESSION_TOKEN, between two runs). A hash:
+    the values, secrets among them, are kept nowhere else."""
+    import hashlib
+
+    found = sorted((k, v) for k, v in os.environ.items() if k.startswith(SETTINGS_PREFIXES))
+    return hashlib.sha256(repr(found).encode()).hexdigest()
+
+
+_CLIENTS: dict[tuple[str, str], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
 def client(bucket_url: str) -> Any:
-    """One obstore client per bucket per process (it holds the connection pool)."""
+    """One obstore client per bucket per process (it holds the connection pool), made again when the settings
+    (`settings_key`) changed since it was made."""
+    key = (bucket_url, settings_key())
     with _CLIENTS_LOCK:
-        if bucket_url not in _CLIENTS:
+        if key not in _CLIENTS:
             from objectio.client import from_url, options
 
-            _CLIENTS[bucket_url] = from_url(bucket_url, **options(bucket_url))
-        return _CLIENTS[bucket_url]
+            for old in [k for k in _CLIENTS if k[0] == bucket_url]:  # made under other settings: never used again
+                del _CLIENTS[old]
+            _CLIENTS[key] = from_url(bucket_url, **options(bucket_url))
+        return _CLIENTS[key]
 
 
 def _split(url: str) -> tuple[str, str]:

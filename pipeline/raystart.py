@@ -109,6 +109,11 @@ class _Session:
 
 
 _session: _Session | None = None
+# The local Ray `start` started in this process: (its node, `objectio.paths.settings_key()` when it started). Its
+# workers inherited the driver's environment then; a later run in this process reuses that Ray (a start costs
+# seconds), unless the object-storage settings changed since: then its workers would read another endpoint or
+# stale credentials, so it is started again.
+_ours: tuple[Any, str] | None = None
 
 
 def runtime_env(address: str | None) -> dict[str, Any]:
@@ -138,10 +143,21 @@ RUN_PACKAGES = ("pipeline", "reading", "store", "media", "extractors", "manifest
 def start(address: str | None) -> Any:
     """`ray.init` for a run (a local Ray, or the cluster at `address`); a second attempt waits longer. Returns
     the `ray` module; `RayFailed` when Ray did not come up twice, `cluster.ClusterError` for an unusable address.
-    A Ray already initialized in this process (a test's) is used as it is."""
-    global _session
+    A Ray already initialized in this process (a test's, an earlier run's) is used as it is, except a local one an
+    earlier run started under other object-storage settings (AWS_ENDPOINT_URL, credentials): that one is started
+    again, so the workers have the settings the driver has now."""
+    global _session, _ours
     import ray
 
+    from objectio.paths import settings_key
+
+    if (not address and ray.is_initialized() and _ours is not None and _ours[0] is _node(ray)
+            and _ours[1] != settings_key()):
+        log.info("the object-storage settings (AWS_*, GOOGLE_*, AZURE_* variables) changed since this process "
+                 "started its Ray: starting it again, so that its workers have them")
+        if _session is None or _session.node is not _ours[0]:
+            _session = _Session(ray, None)  # for `shutdown` to end its processes
+        shutdown()
     if not ray.is_initialized():
         if not sys.stderr.isatty():  # a log file or a pipe: the workers' lines without Ray's colour codes
             os.environ.setdefault("RAY_COLOR_PREFIX", "0")
@@ -163,9 +179,15 @@ def start(address: str | None) -> Any:
                                     f"{RETRY_WAIT_S} s): {first}", START_HINT) from e
                 log.warning("Ray did not start (%s): trying once more, waiting up to %d s", first, RETRY_WAIT_S)
         stop.reinstall()  # ray.init sets its own SIGTERM handler
+        _ours = None if address or _node(ray) is None else (_node(ray), settings_key())
     _session = _Session(ray, address)
     supervise.note_ray({name: proc.pid for name, proc in _session.watched.items()})
     return ray
+
+
+def _node(ray: Any) -> Any:
+    """The process's Ray node (None when there is none, or it is a cluster's)."""
+    return getattr(ray._private.worker, "_global_node", None)
 
 
 def _init(ray: Any, address: str | None, env: dict[str, Any]) -> None:

@@ -78,6 +78,21 @@ def test_the_listing_answers_as_pathlib_does(raw_url: str, tiny_root_template: P
         Path(video)  # type: ignore[arg-type]
 
 
+def test_a_bucket_s_client_follows_the_settings_of_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client a process keeps per bucket is made again when AWS_ENDPOINT_URL or a credential changed (a
+    notebook that runs twice against two endpoints, or with a refreshed session token), never the old one's."""
+    from objectio.paths import client
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
+    first = client("s3://siq-settings-test")
+    assert client("s3://siq-settings-test") is first and first.config["endpoint"] == "http://127.0.0.1:1111"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2222")
+    second = client("s3://siq-settings-test")
+    assert second.config["endpoint"] == "http://127.0.0.1:2222"
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "refreshed")
+    assert client("s3://siq-settings-test") is not second
+
+
 def test_the_manifests_read_from_a_bucket_equal_a_local_folders(raw_url: str, tiny_root_template: Path) -> None:
     config = load_config("sample")
     items, qa, notes = load_items("sample", tiny_root_template, config)

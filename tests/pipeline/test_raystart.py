@@ -189,6 +189,56 @@ def test_a_start_up_that_times_out_is_tried_once_more_with_longer_waits(monkeypa
     assert line.startswith("Ray did not start (The current node timed out during startup.") and "once more" in line
 
 
+def test_a_local_ray_started_under_other_storage_settings_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later run in the process reuses the local Ray an earlier one started (its workers inherited the driver's
+    environment then), unless AWS_ENDPOINT_URL or a credential changed since: then the run's workers would read
+    the old endpoint (a test file whose S3 server had stopped, before the next file's run: "the endpoint is
+    unreachable"). That Ray is started again, with the driver's settings of now; a Ray the caller started itself
+    is never touched. `ray.init` is faked: what is checked is which environment each started Ray inherits."""
+    import types
+
+    import ray
+
+    state = types.SimpleNamespace(up=False, inits=[], shutdowns=0)
+
+    def fake_init(**kwargs: object) -> None:
+        state.up = True
+        state.inits.append(os.environ.get("AWS_ENDPOINT_URL"))  # what a raylet started now gives its workers
+        monkeypatch.setattr(ray._private.worker, "_global_node",
+                            types.SimpleNamespace(all_processes={}), raising=False)
+
+    def fake_shutdown() -> None:
+        state.up, state.shutdowns = False, state.shutdowns + 1
+        ray._private.worker._global_node = None
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(ray, "shutdown", fake_shutdown)
+    monkeypatch.setattr(ray, "is_initialized", lambda: state.up)
+    monkeypatch.setattr(raystart._Session, "processes", lambda self: [])  # the test process's own children: none
+    monkeypatch.setattr(raystart, "_session", None)
+    monkeypatch.setattr(raystart, "_ours", None)
+    monkeypatch.setattr(ray._private.worker, "_global_node", None, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
+    try:
+        raystart.start(None)
+        raystart.start(None)  # the same settings: the same Ray
+        assert state.inits == ["http://127.0.0.1:1111"] and state.shutdowns == 0
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2222")
+        raystart.start(None)
+        assert state.inits == ["http://127.0.0.1:1111", "http://127.0.0.1:2222"] and state.shutdowns == 1
+        monkeypatch.setenv("AWS_SESSION_TOKEN", "refreshed")  # a credential, too
+        raystart.start(None)
+        assert len(state.inits) == 3 and state.shutdowns == 2
+        # a Ray started by someone else (the caller's own `ray.init`) is used as it is
+        ray._private.worker._global_node = types.SimpleNamespace(all_processes={})
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:3333")
+        raystart.start(None)
+        assert len(state.inits) == 3 and state.shutdowns == 2
+    finally:
+        raystart._session = raystart._ours = None
+        raystart._become_subreaper(False)
+
+
 def test_the_longer_wait_keeps_asking_for_the_raylet_until_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray fixes its raylet wait at 30 s inside Node.__init__, asking `services.get_node` until then; the retry
     makes each of those calls keep asking. If Ray stops polling that way, this fails and the retry must change."""
