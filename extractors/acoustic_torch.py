@@ -357,7 +357,8 @@ class TorchKernels:
         return out[start : start + n]
 
     def pdm_pdd(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """hmpd.pdm_pdd: per-bin PDM and PDD of PD phasors (rows, bins), float32 as the reference."""
+        """hmpd.pdm_pdd: per-bin PDM and PDD of PD phasors (rows, bins), PDM in float32 and PDD in float64 as the
+        reference."""
         zt = self._t(z)
         zc, zs = zt.real.float(), zt.imag.float()
         rect_m = np.full(hmpd.PDM_ROWS, 1.0 / hmpd.PDM_ROWS, np.float32)
@@ -374,6 +375,7 @@ class TorchKernels:
             zeros = x.new_zeros((h, x.shape[1]))
             return torch.cat([zeros, x, zeros]).unfold(0, hmpd.PDD_ROWS, 1).median(dim=-1).values
 
+        zc, zs = zc.double(), zs.double()  # PDD in float64, as the reference (hmpd.pdm_pdd says why)
         tc = self._filtfilt_rows(hann, median_rows(zc))
         ts = self._filtfilt_rows(hann, median_rows(zs))
         norm = torch.hypot(tc, ts)
@@ -381,9 +383,10 @@ class TorchKernels:
         norm = torch.where(flat, torch.ones_like(norm), norm)
         cos_t, sin_t = torch.where(flat, torch.ones_like(tc), tc / norm), ts / norm
         dc, ds = zc * cos_t + zs * sin_t, zs * cos_t - zc * sin_t
-        rect_d = np.full(hmpd.PDD_ROWS, 1.0 / hmpd.PDD_ROWS, np.float32)
-        r = torch.hypot(self._filtfilt_rows(rect_d, dc), self._filtfilt_rows(rect_d, ds)).double()
-        pdd = torch.where(r < 1 - 1e-5, torch.sqrt(-2 * torch.log(torch.clamp(r, 1e-300, 1.0))), torch.zeros_like(r))
+        rect_d = np.full(hmpd.PDD_ROWS, 1.0 / hmpd.PDD_ROWS)
+        r = torch.hypot(self._filtfilt_rows(rect_d, dc), self._filtfilt_rows(rect_d, ds))
+        pdd = torch.where(r < 1 - hmpd.PDD_ROUNDING, torch.sqrt(-2 * torch.log(torch.clamp(r, 1e-300, 1.0))),
+                          torch.zeros_like(r))  # fmt: skip
         pdd = torch.where((zc != 0) | (zs != 0), pdd, torch.full_like(pdd, hmpd.PDD_NO_PHASE))
         return pdm.cpu().numpy(), pdd.cpu().numpy()
 
@@ -601,7 +604,7 @@ class TorchKernels:
         z = torch.complex(torch.where(inside, torch.cos(v), zero32), torch.where(inside, torch.sin(v), zero32))
         # the expected phasor of COVAREP's random PD past the last harmonic (hmpd._phasors_on_bins)
         w = u - cnt[:, None]
-        gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1) & (cnt[:, None] < n)
+        gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1)
         last = ys.gather(1, cnt[:, None]).float()
         sw = torch.sinc(w).float()
         z = torch.where(gap, torch.complex(torch.cos(last) * sw, torch.sin(last) * sw), z)
