@@ -375,7 +375,7 @@ class TorchKernels:
             zeros = x.new_zeros((h, x.shape[1]))
             return torch.cat([zeros, x, zeros]).unfold(0, hmpd.PDD_ROWS, 1).median(dim=-1).values
 
-        zc, zs = zc.double(), zs.double()  # PDD in float64, as the reference (hmpd.pdm_pdd says why)
+        zc, zs = zt.real.double(), zt.imag.double()  # PDD in float64, as the reference (hmpd.pdm_pdd says why)
         tc = self._filtfilt_rows(hann, median_rows(zc))
         ts = self._filtfilt_rows(hann, median_rows(zs))
         norm = torch.hypot(tc, ts)
@@ -551,7 +551,7 @@ class TorchKernels:
 
     def pd_phasors(self, h: harmonics.Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
         """hmpd.pd_phasors: the phase distortion per harmonic (minimum phase of the linear-in-log envelope through
-        the harmonics removed; np.interp's own knot search and formula), then its phasors on the DFT bins (float32
+        the harmonics removed; np.interp's own knot search and formula), then its phasors on the DFT bins (float64
         phasors, as the reference's), batched over rows."""
         dev, f64, n_fft = self.device, torch.float64, hmpd.DFTLEN
         freq, amp, phase = self._t(h.freq), self._t(h.amp), self._t(h.phase)
@@ -598,15 +598,14 @@ class TorchKernels:
         fr = torch.clamp(u - kb, 0.0, 1.0)
         low, high = ys.gather(1, kb), ys.gather(1, torch.clamp(kb + 1, max=n))
         v = torch.where(u < 1.0, ys[:, 1:2] * torch.clamp((u - 0.95) / 0.05, 0.0, 1.0), low + fr * (high - low))
-        v = v.float()
         inside = (u <= cnt[:, None]) & (cnt[:, None] >= 1)
-        zero32 = torch.zeros((), dtype=torch.float32, device=dev)
-        z = torch.complex(torch.where(inside, torch.cos(v), zero32), torch.where(inside, torch.sin(v), zero32))
+        zero = torch.zeros((), dtype=f64, device=dev)
+        z = torch.complex(torch.where(inside, torch.cos(v), zero), torch.where(inside, torch.sin(v), zero))
         # the expected phasor of COVAREP's random PD past the last harmonic (hmpd._phasors_on_bins)
         w = u - cnt[:, None]
         gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1)
-        last = ys.gather(1, cnt[:, None]).float()
-        sw = torch.sinc(w).float()
+        last = ys.gather(1, cnt[:, None])
+        sw = torch.sinc(w)
         z = torch.where(gap, torch.complex(torch.cos(last) * sw, torch.sin(last) * sw), z)
         return z.cpu().numpy()
 

@@ -158,8 +158,10 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     below = u[:, :m] < 1.0
     val[:, :m][below] = (ys[:, 1:2] * np.clip((u[:, :m] - 0.95) / 0.05, 0.0, 1.0))[below]
     inside = (u <= count[:, None]) & (count[:, None] >= 1)
-    out = np.zeros(val.shape, np.complex64)  # float32 phasors: what the time statistics run on
-    v = val[inside].astype(np.float32)
+    # float64 phasors: PDD resolves deviations down to 1e-7 rad (`pdm_pdd`), which float32's rounding of the phase
+    # (3e-8) would blur
+    out = np.zeros(val.shape, np.complex128)
+    v = val[inside]
     out[inside] = np.cos(v) + 1j * np.sin(v)
     # COVAREP draws a random PD for the harmonics count + 1 … n + 1 (n: the most any frame has) and interpolates the
     # bins through them as through the others: a bin w of the way from the last harmonic (unwrapped PD a) to the
@@ -167,8 +169,8 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     # count + 1 it is 0 (sinc(1) = 0). Zero there instead put HMPDM_24 7 of COVAREP's run-to-run spreads from it on
     # DB-cresc (docs/acoustic.md, "COVAREP's HMPD run to run")
     w, gap, _ = random_cells(count, f0, fs)
-    last = np.broadcast_to(ys[np.arange(rows), count].astype(np.float32)[:, None], gap.shape)[gap]
-    out[gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap]).astype(np.float32)
+    last = np.broadcast_to(ys[np.arange(rows), count][:, None], gap.shape)[gap]
+    out[gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap])
     return out
 
 
@@ -190,7 +192,7 @@ def _draw_filling(z: np.ndarray, w: np.ndarray, gap: np.ndarray, past: np.ndarra
     delta = rng.uniform(-np.pi, np.pi, (rows, draws, 1))
     phase = np.where(past[:, None, :], rng.uniform(-np.pi, np.pi, (rows, draws, nb)),
                      np.angle(z)[:, None, :] + w[:, None, :] * delta)  # fmt: skip
-    drawn = (np.cos(phase) + 1j * np.sin(phase)).astype(np.complex64)
+    drawn = np.cos(phase) + 1j * np.sin(phase)
     return np.where((gap | past)[:, None, :], drawn, z[:, None, :])
 
 
@@ -264,7 +266,7 @@ def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = _filtfilt(rect_m, both)
     m = mean[:, :nb] + 1j * mean[:, nb:]
     pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
-    both = both.astype(np.float64)
+    both = np.concatenate([z.real, z.imag], axis=1).astype(np.float64)
     zc, zs = both[:, :nb], both[:, nb:]
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
