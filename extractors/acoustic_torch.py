@@ -376,8 +376,11 @@ class TorchKernels:
             return torch.cat([zeros, x, zeros]).unfold(0, hmpd.PDD_ROWS, 1).median(dim=-1).values
 
         zc, zs = zt.real.double(), zt.imag.double()  # PDD in float64, as the reference (hmpd.pdm_pdd says why)
-        tc = self._filtfilt_rows(hann, median_rows(zc))
-        ts = self._filtfilt_rows(hann, median_rows(zs))
+        mc_, ms_ = median_rows(zc), median_rows(zs)
+        tc, ts = self._filtfilt_rows(hann, mc_), self._filtfilt_rows(hann, ms_)
+        for r in (0, -1):  # hmpd.pdm_pdd: no trend where the end rows' medians are 0 (its phasor then 1)
+            undefined = (mc_[r] == 0) & (ms_[r] == 0)
+            tc[r, undefined], ts[r, undefined] = 0.0, 0.0
         norm = torch.hypot(tc, ts)
         flat = norm == 0
         norm = torch.where(flat, torch.ones_like(norm), norm)

@@ -271,8 +271,16 @@ def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
     # MATLAB's medfilt1 pads with zeros
-    trend = _filtfilt(hann, _median_rows(both, PDD_ROWS))
+    med = _median_rows(both, PDD_ROWS)
+    trend = _filtfilt(hann, med)
     tc, ts = trend[:, :nb], trend[:, nb:]
+    # the first and last rows' trend is their median exactly (the odd reflection), and that median is 0 in cos and
+    # sin where 1-4 of the 5 rows it reads are negative (zeros beyond the ends): the trend has no direction there,
+    # and its angle is whatever the rounding of the sums gives (COVAREP's too, so its PDD of the first and last ~9
+    # rows varies with it: docs/acoustic.md). Here its phasor is 1 there (atan2(0, 0) = 0), in both backends alike
+    for r in (0, -1):
+        undefined = (med[r, :nb] == 0) & (med[r, nb:] == 0)
+        tc[r, undefined], ts[r, undefined] = 0.0, 0.0
     norm = np.hypot(tc, ts)
     flat = norm == 0  # atan2(0, 0) = 0: the trend's phasor is 1 there
     norm = np.where(flat, 1.0, norm)
