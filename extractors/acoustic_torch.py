@@ -356,17 +356,19 @@ class TorchKernels:
         start = pad - half
         return out[start : start + n]
 
-    def pdm_pdd(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def pdm_pdd(self, z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
         """hmpd.pdm_pdd: per-bin PDM and PDD of PD phasors (rows, bins), PDM in float32 and PDD in float64 as the
         reference."""
         zt = self._t(z)
-        zc, zs = zt.real.float(), zt.imag.float()
-        rect_m = np.full(hmpd.PDM_ROWS, 1.0 / hmpd.PDM_ROWS, np.float32)
-        mc, ms = self._filtfilt_rows(rect_m, zc), self._filtfilt_rows(rect_m, zs)
-        mag = torch.hypot(mc, ms)
-        big = mag > 1e-6
-        scale = torch.where(big, 1.0 / torch.clamp(mag, min=1e-30), torch.zeros_like(mag))
-        pdm = torch.complex(mc * scale, ms * scale)
+        pdm = None
+        if with_pdm:
+            zc, zs = zt.real.float(), zt.imag.float()
+            rect_m = np.full(hmpd.PDM_ROWS, 1.0 / hmpd.PDM_ROWS, np.float32)
+            mc, ms = self._filtfilt_rows(rect_m, zc), self._filtfilt_rows(rect_m, zs)
+            mag = torch.hypot(mc, ms)
+            big = mag > 1e-6
+            scale = torch.where(big, 1.0 / torch.clamp(mag, min=1e-30), torch.zeros_like(mag))
+            pdm = torch.complex(mc * scale, ms * scale).cpu().numpy()
         hann = np.hanning(hmpd.PDD_ROWS)
         hann /= hann.sum()
 
@@ -391,7 +393,7 @@ class TorchKernels:
         pdd = torch.where(r < 1 - hmpd.PDD_ROUNDING, torch.sqrt(-2 * torch.log(torch.clamp(r, 1e-300, 1.0))),
                           torch.zeros_like(r))  # fmt: skip
         pdd = torch.where((zc != 0) | (zs != 0), pdd, torch.full_like(pdd, hmpd.PDD_NO_PHASE))
-        return pdm.cpu().numpy(), pdd.cpu().numpy()
+        return pdm, pdd.cpu().numpy()
 
     def _min_phase_half(self, log_amp: torch.Tensor, n_out: int) -> torch.Tensor:
         """rd_conf._min_phase: minimum phase at bins 0 … n_out-1 of half log amplitudes on a 2H grid."""

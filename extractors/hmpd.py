@@ -55,9 +55,9 @@ ROW_BLOCK = 64  # rows per block of the time filters: 64 x 513 float32 stay in L
 PDD_NO_PHASE = 1.509
 # COVAREP's PDD is the mean of a random variable (its filling of the bins past the last harmonic): estimated as the
 # mean of ln PDD (what HMPDD, a cepstrum of ln PDD, is linear in) over this many draws of that filling, from a fixed
-# seed so that the output is deterministic. 16 draws: HMPDD 0.6-0.8 of COVAREP's run-to-run spread from its output on
+# seed so that the output is deterministic. 8 draws: HMPDD 0.6-0.8 of COVAREP's run-to-run spread from its output on
 # the reference files (the mean of 8 COVAREP runs: 0.6-0.7); docs/acoustic.md, "COVAREP's HMPD run to run"
-PDD_DRAWS = 16
+PDD_DRAWS = 8
 PDD_SEED = 20140914
 # R within this of 1 is rounding (float64 sums of 9 unit phasors): PD does not vary there and PDD is 0 (then 0.001
 # before the log, as COVAREP writes it). COVAREP's own arithmetic gives 0 or 1.5e-8 (one ulp below 1) in such cells
@@ -197,17 +197,18 @@ def _draw_filling(z: np.ndarray, w: np.ndarray, gap: np.ndarray, past: np.ndarra
 
 
 def expected_pdd(z: np.ndarray, count: np.ndarray, f0: np.ndarray, fs: int, pdd: np.ndarray, smooth=None,
-                 draws: int = PDD_DRAWS) -> np.ndarray:
+                 draws: int | None = None) -> np.ndarray:
     """pdd with the bins where COVAREP's PD is random (`random_cells`, in any row) replaced by exp(E[ln PDD]) over
     its random filling, estimated on `draws` draws (fixed seed): the HMPDD cepstrum of ln PDD is then COVAREP's
     expected HMPDD. Only those bins are smoothed again (the top ~20 of 513 on speech: the last harmonic is within
     one F0 of 8 kHz)."""
+    draws = draws or PDD_DRAWS
     w, gap, past = random_cells(count, f0, fs)
     cols = np.flatnonzero((gap | past).any(axis=0))
     if cols.size == 0:
         return pdd
     zd = _draw_filling(z[:, cols], w[:, cols], gap[:, cols], past[:, cols], draws, np.random.default_rng(PDD_SEED))
-    _, p = (smooth or pdm_pdd)(zd.reshape(z.shape[0], -1))
+    _, p = (smooth or pdm_pdd)(zd.reshape(z.shape[0], -1), with_pdm=False)
     p = p.reshape(z.shape[0], draws, cols.size)
     out = pdd.copy()
     out[:, cols] = np.exp(np.log(np.where(p == 0, 0.001, p)).mean(axis=1))  # 0 is written 0.001 before the log
@@ -251,21 +252,23 @@ def pd_phasors(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
     return _phasors_on_bins(phase_distortion(h, f0, fs), f0, fs)
 
 
-def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin PDM (phasors: unit where defined, 0 where no phase) and PDD of PD phasors (rows, bins). PDM in
+def pdm_pdd(z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """Per-bin PDM (phasors: unit where defined, 0 where no phase; None without `with_pdm`) and PDD of PD phasors
+    (rows, bins). PDM in
     float32 (a phase: float32 is plenty); PDD's trend and deviation in float64, as COVAREP computes them: PDD =
     sqrt(-2 ln R) magnifies a rounding of R near 1 (float32's 6e-8 is a PDD of 3e-4, and ln PDD, which HMPDD is a
     cepstrum of, reads 1e-5 and 3e-4 as 3.4 apart; in float32 with those cells set to 0 HMPDD was 1-3 COVAREP
     run-to-run spreads from its output on the reference files)."""
     nb = z.shape[1]
-    # cos and sin side by side in one array: the time filters run along rows, so each column is filtered as alone,
-    # and one call per filter halves the row loops' Python overhead
-    both = np.empty((z.shape[0], 2 * nb), np.float32)
-    both[:, :nb], both[:, nb:] = z.real, z.imag
-    rect_m = np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32)
-    mean = _filtfilt(rect_m, both)
-    m = mean[:, :nb] + 1j * mean[:, nb:]
-    pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
+    pdm = None
+    if with_pdm:
+        # cos and sin side by side in one array: the time filters run along rows, so each column is filtered as
+        # alone, and one call per filter halves the row loops' Python overhead
+        both = np.empty((z.shape[0], 2 * nb), np.float32)
+        both[:, :nb], both[:, nb:] = z.real, z.imag
+        mean = _filtfilt(np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32), both)
+        m = mean[:, :nb] + 1j * mean[:, nb:]
+        pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
     both = np.concatenate([z.real, z.imag], axis=1).astype(np.float64)
     zc, zs = both[:, :nb], both[:, nb:]
     hann = np.hanning(PDD_ROWS)
