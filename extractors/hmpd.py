@@ -21,11 +21,12 @@ The frames are COVAREP's (`acoustic.hmpd_columns`: SRH's instants and F0, harmon
 rows are read between them (`frames_to_rows`) as COVAREP resamples them.
 
 Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run): it
-draws a random PD for every harmonic a frame lacks up to the file's highest count and interpolates the bins through
-them, so the bins between a frame's last harmonic and the next hold the expected phasor of that interpolation
-(e^{ia} sinc(w), `_phasors_on_bins`; version 11) and the bins past it no phasor (cos = sin = 0, the expectation of
-a random phase), so their PDD is the value random phases give on average (`PDD_NO_PHASE`) and they take no part in
-PDM's band means; `rng` fills the bins without a phasor at random (for measuring a random filling's spread).
+draws a random PD for every harmonic a frame lacks up to the file's highest count plus one and interpolates the
+bins through them. For PDM the bins between a frame's last harmonic and the next hold the expected phasor of that
+interpolation (e^{ia} sinc(w), `_phasors_on_bins`; version 11) and the bins past it no phasor (cos = sin = 0, the
+expectation of a random phase: no part in PDM's band means). For PDD those bins get exp(E[ln PDD]) over draws of
+COVAREP's filling (`expected_pdd`; version 12): HMPDD, a cepstrum of ln PDD, is then COVAREP's expected HMPDD.
+PDD runs in float64 (`pdm_pdd`). `rng` makes one random filling as COVAREP does (for measuring its spread).
 docs/acoustic.md, "74 columns", measures the difference.
 """
 
