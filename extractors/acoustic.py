@@ -825,18 +825,25 @@ def hmpd_columns(
 
 
 def spectral_rows(
-    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS
+    x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, polarity: float, kernels: Kernels = NUMPY_KERNELS,
+    n_samples: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Rd_conf, creak, MCEP_*, HMPDM_*, HMPDD_* of a block (docs/acoustic.md, "74 columns"); HMPD on its own
     frames (`hmpd_columns`), the others on one 3-period window per row, of the row's F0 where voiced and of SRH's
     elsewhere (`window_f0`; COVAREP windows every frame by its tracker's F0, which it estimates on unvoiced frames too); the signal in the flow's polarity (COVAREP
-    corrects the polarity first: the harmonic phases depend on it)."""
+    corrects the polarity first: the harmonic phases depend on it). `n_samples`: x's samples of the clip itself
+    (`analyse_block`): SRH's frames stop 50 ms before the clip's end, not the zeros that fill its last row, as
+    COVAREP's on the file (one frame more moved the last rows' HMPD smoothing: amfm_sample's HMPDD 2.9 → 5.7 of
+    COVAREP's run-to-run spread)."""
     n_rows = voiced.size
     centres = np.arange(n_rows) * HOP + HOP // 2
     rows = np.arange(n_rows)
-    # one set of SRH spectra: HMPD's F0, the median, and the F0 of the rows' windows that need SRH's
-    track, f0_unvoiced = srh_frames(x, centres[srh_rows(f0, voiced, rows)], kernels)
-    f0w = window_f0(x, f0, voiced, centres, rows, srh_median=track[2], srh_f0_rows=f0_unvoiced)
+    if n_samples is None or n_samples == x.size:
+        # one set of SRH spectra: HMPD's F0, the median, and the F0 of the rows' windows that need SRH's
+        track, f0_unvoiced = srh_frames(x, centres[srh_rows(f0, voiced, rows)], kernels)
+    else:  # a clip's last block, its last row filled with zeros: SRH's frames on the clip's own samples only
+        track, f0_unvoiced = srh_track(x[:n_samples], kernels), None
+    f0w = window_f0(x, f0, voiced, centres, rows, kernels.srh_f0, srh_median=track[2], srh_f0_rows=f0_unvoiced)
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = kernels.pick(spec, f0w, FS_HZ)
     pd = hmpd_columns(x, f0, voiced, polarity, kernels, track)
@@ -880,11 +887,13 @@ def track(
 
 
 def analyse_block(
-    x: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None, kernels: Kernels = NUMPY_KERNELS
+    x: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | None = None, kernels: Kernels = NUMPY_KERNELS,
+    n_samples: int | None = None,
 ) -> np.ndarray:
     """(len(x) // HOP, D) rows for one block whose first sample sits on a row boundary; `floor_dbfs`: the block's
     rows of `relative_floor_dbfs` (computed on the whole clip; None = computed on this block alone); `kernels`:
-    the backend's (the default is the numpy reference, whatever cfg.backend says)."""
+    the backend's (the default is the numpy reference, whatever cfg.backend says); `n_samples`: the block's samples
+    of the clip itself, the rest being the zeros that fill its last row (None: all of x)."""
     n_rows = x.size // HOP
     x = np.asarray(x[: n_rows * HOP], dtype=np.float64)
     x_hp = glottal.highpass(x, FS_HZ)
@@ -895,7 +904,7 @@ def analyse_block(
     cols["peak_slope"] = peak_slope_rows(x_hp, n_rows, cfg, kernels)
     if cfg.layout == "covarep74":
         polarity = float(cols.pop("polarity", np.ones(1))[0])
-        cols.update(spectral_rows(x, f0, voiced, polarity, kernels))
+        cols.update(spectral_rows(x, f0, voiced, polarity, kernels, n_samples))
         return np.column_stack([cols[COVAREP74_SOURCES.get(c, c)] for c in COVAREP74_COLUMNS])
     mfcc = mfcc_rows(x, n_rows, cfg, kernels)
     names = Covarep.columns(cfg)
@@ -905,7 +914,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "11"
+    version = "12"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)
@@ -963,7 +972,8 @@ class Covarep(Extractor[CovarepConfig]):
             r1 = min(n_rows, r0 + step)
             a, b = max(0, r0 - margin), min(n_rows, r1 + margin)
             block_floor = None if floor_dbfs is None else floor_dbfs[a:b]
-            block = analyse_block(padded[a * HOP : b * HOP], self.config, block_floor, self.kernels)
+            own = min(samples.size, b * HOP) - a * HOP  # the block's samples of the clip, before the last row's fill
+            block = analyse_block(padded[a * HOP : b * HOP], self.config, block_floor, self.kernels, own)
             features[r0:r1] = block[r0 - a : r1 - a]
         if x.duration_s < PEAK_SLOPE_WINDOW_S:  # shorter than one analysis window: the padding would be measured
             names = self.columns(self.config)

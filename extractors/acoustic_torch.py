@@ -356,16 +356,19 @@ class TorchKernels:
         start = pad - half
         return out[start : start + n]
 
-    def pdm_pdd(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """hmpd.pdm_pdd: per-bin PDM and PDD of PD phasors (rows, bins), float32 as the reference."""
+    def pdm_pdd(self, z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """hmpd.pdm_pdd: per-bin PDM and PDD of PD phasors (rows, bins), PDM in float32 and PDD in float64 as the
+        reference."""
         zt = self._t(z)
-        zc, zs = zt.real.float(), zt.imag.float()
-        rect_m = np.full(hmpd.PDM_ROWS, 1.0 / hmpd.PDM_ROWS, np.float32)
-        mc, ms = self._filtfilt_rows(rect_m, zc), self._filtfilt_rows(rect_m, zs)
-        mag = torch.hypot(mc, ms)
-        big = mag > 1e-6
-        scale = torch.where(big, 1.0 / torch.clamp(mag, min=1e-30), torch.zeros_like(mag))
-        pdm = torch.complex(mc * scale, ms * scale)
+        pdm = None
+        if with_pdm:
+            zc, zs = zt.real.float(), zt.imag.float()
+            rect_m = np.full(hmpd.PDM_ROWS, 1.0 / hmpd.PDM_ROWS, np.float32)
+            mc, ms = self._filtfilt_rows(rect_m, zc), self._filtfilt_rows(rect_m, zs)
+            mag = torch.hypot(mc, ms)
+            big = mag > 1e-6
+            scale = torch.where(big, 1.0 / torch.clamp(mag, min=1e-30), torch.zeros_like(mag))
+            pdm = torch.complex(mc * scale, ms * scale).cpu().numpy()
         hann = np.hanning(hmpd.PDD_ROWS)
         hann /= hann.sum()
 
@@ -374,18 +377,23 @@ class TorchKernels:
             zeros = x.new_zeros((h, x.shape[1]))
             return torch.cat([zeros, x, zeros]).unfold(0, hmpd.PDD_ROWS, 1).median(dim=-1).values
 
-        tc = self._filtfilt_rows(hann, median_rows(zc))
-        ts = self._filtfilt_rows(hann, median_rows(zs))
+        zc, zs = zt.real.double(), zt.imag.double()  # PDD in float64, as the reference (hmpd.pdm_pdd says why)
+        mc_, ms_ = median_rows(zc), median_rows(zs)
+        tc, ts = self._filtfilt_rows(hann, mc_), self._filtfilt_rows(hann, ms_)
+        for r in (0, -1):  # hmpd.pdm_pdd: no trend where the end rows' medians are 0 (its phasor then 1)
+            undefined = (mc_[r] == 0) & (ms_[r] == 0)
+            tc[r, undefined], ts[r, undefined] = 0.0, 0.0
         norm = torch.hypot(tc, ts)
         flat = norm == 0
         norm = torch.where(flat, torch.ones_like(norm), norm)
         cos_t, sin_t = torch.where(flat, torch.ones_like(tc), tc / norm), ts / norm
         dc, ds = zc * cos_t + zs * sin_t, zs * cos_t - zc * sin_t
-        rect_d = np.full(hmpd.PDD_ROWS, 1.0 / hmpd.PDD_ROWS, np.float32)
-        r = torch.hypot(self._filtfilt_rows(rect_d, dc), self._filtfilt_rows(rect_d, ds)).double()
-        pdd = torch.where(r < 1 - 1e-5, torch.sqrt(-2 * torch.log(torch.clamp(r, 1e-300, 1.0))), torch.zeros_like(r))
+        rect_d = np.full(hmpd.PDD_ROWS, 1.0 / hmpd.PDD_ROWS)
+        r = torch.hypot(self._filtfilt_rows(rect_d, dc), self._filtfilt_rows(rect_d, ds))
+        pdd = torch.where(r < 1 - hmpd.PDD_ROUNDING, torch.sqrt(-2 * torch.log(torch.clamp(r, 1e-300, 1.0))),
+                          torch.zeros_like(r))  # fmt: skip
         pdd = torch.where((zc != 0) | (zs != 0), pdd, torch.full_like(pdd, hmpd.PDD_NO_PHASE))
-        return pdm.cpu().numpy(), pdd.cpu().numpy()
+        return pdm, pdd.cpu().numpy()
 
     def _min_phase_half(self, log_amp: torch.Tensor, n_out: int) -> torch.Tensor:
         """rd_conf._min_phase: minimum phase at bins 0 … n_out-1 of half log amplitudes on a 2H grid."""
@@ -548,7 +556,7 @@ class TorchKernels:
 
     def pd_phasors(self, h: harmonics.Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
         """hmpd.pd_phasors: the phase distortion per harmonic (minimum phase of the linear-in-log envelope through
-        the harmonics removed; np.interp's own knot search and formula), then its phasors on the DFT bins (float32
+        the harmonics removed; np.interp's own knot search and formula), then its phasors on the DFT bins (float64
         phasors, as the reference's), batched over rows."""
         dev, f64, n_fft = self.device, torch.float64, hmpd.DFTLEN
         freq, amp, phase = self._t(h.freq), self._t(h.amp), self._t(h.phase)
@@ -595,15 +603,14 @@ class TorchKernels:
         fr = torch.clamp(u - kb, 0.0, 1.0)
         low, high = ys.gather(1, kb), ys.gather(1, torch.clamp(kb + 1, max=n))
         v = torch.where(u < 1.0, ys[:, 1:2] * torch.clamp((u - 0.95) / 0.05, 0.0, 1.0), low + fr * (high - low))
-        v = v.float()
         inside = (u <= cnt[:, None]) & (cnt[:, None] >= 1)
-        zero32 = torch.zeros((), dtype=torch.float32, device=dev)
-        z = torch.complex(torch.where(inside, torch.cos(v), zero32), torch.where(inside, torch.sin(v), zero32))
+        zero = torch.zeros((), dtype=f64, device=dev)
+        z = torch.complex(torch.where(inside, torch.cos(v), zero), torch.where(inside, torch.sin(v), zero))
         # the expected phasor of COVAREP's random PD past the last harmonic (hmpd._phasors_on_bins)
         w = u - cnt[:, None]
-        gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1) & (cnt[:, None] < n)
-        last = ys.gather(1, cnt[:, None]).float()
-        sw = torch.sinc(w).float()
+        gap = (w > 0) & (w < 1) & (cnt[:, None] >= 1)
+        last = ys.gather(1, cnt[:, None])
+        sw = torch.sinc(w)
         z = torch.where(gap, torch.complex(torch.cos(last) * sw, torch.sin(last) * sw), z)
         return z.cpu().numpy()
 

@@ -21,11 +21,12 @@ The frames are COVAREP's (`acoustic.hmpd_columns`: SRH's instants and F0, harmon
 rows are read between them (`frames_to_rows`) as COVAREP resamples them.
 
 Bins above the highest harmonic have no phase. COVAREP fills them with random phases (a new draw each run): it
-draws a random PD for every harmonic a frame lacks up to the file's highest count and interpolates the bins through
-them, so the bins between a frame's last harmonic and the next hold the expected phasor of that interpolation
-(e^{ia} sinc(w), `_phasors_on_bins`; version 11) and the bins past it no phasor (cos = sin = 0, the expectation of
-a random phase), so their PDD is the value random phases give on average (`PDD_NO_PHASE`) and they take no part in
-PDM's band means; `rng` fills the bins without a phasor at random (for measuring a random filling's spread).
+draws a random PD for every harmonic a frame lacks up to the file's highest count plus one and interpolates the
+bins through them. For PDM the bins between a frame's last harmonic and the next hold the expected phasor of that
+interpolation (e^{ia} sinc(w), `_phasors_on_bins`; version 11) and the bins past it no phasor (cos = sin = 0, the
+expectation of a random phase: no part in PDM's band means). For PDD those bins get exp(E[ln PDD]) over draws of
+COVAREP's filling (`expected_pdd`; version 12): HMPDD, a cepstrum of ln PDD, is then COVAREP's expected HMPDD.
+PDD runs in float64 (`pdm_pdd`). `rng` makes one random filling as COVAREP does (for measuring its spread).
 docs/acoustic.md, "74 columns", measures the difference.
 """
 
@@ -53,6 +54,17 @@ ROW_BLOCK = 64  # rows per block of the time filters: 64 x 513 float32 stay in L
 # measured once with `pdm_pdd` itself on 10^6 draws (20,000 rows x 50 bins, numpy's default_rng(0)): the value a bin
 # without harmonics gets
 PDD_NO_PHASE = 1.509
+# COVAREP's PDD is the mean of a random variable (its filling of the bins past the last harmonic): estimated as the
+# mean of ln PDD (what HMPDD, a cepstrum of ln PDD, is linear in) over this many draws of that filling, from a fixed
+# seed so that the output is deterministic. 8 draws: HMPDD 0.6-0.8 of COVAREP's run-to-run spread from its output on
+# the reference files (the mean of 8 COVAREP runs: 0.6-0.7); docs/acoustic.md, "COVAREP's HMPD run to run"
+PDD_DRAWS = 8
+PDD_SEED = 20140914
+# R within this of 1 is rounding (float64 sums of 9 unit phasors): PD does not vary there and PDD is 0 (then 0.001
+# before the log, as COVAREP writes it). COVAREP's own arithmetic gives 0 or 1.5e-8 (one ulp below 1) in such cells
+# by accident; real small deviations (1e-6 rad and up, where the PD of the bins under the lowest F0 around moves a
+# little) stay, as in COVAREP
+PDD_ROUNDING = 1e-14
 
 
 @functools.cache
@@ -70,8 +82,9 @@ def pdm_bands(n_bins: int = DFTLEN // 2, order: int = PDM_ORDER + 1, linear: int
 def _filtfilt(b: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Zero-phase FIR along rows (axis 0): the signal extended by odd reflection (3·(len(b) − 1) rows, as MATLAB's
     filtfilt; fewer for short inputs), then convolved with b's autocorrelation, which is what filtering forwards and
-    backwards does away from the ends (filtfilt's initial conditions are not reproduced: rows within the padding
-    of a block's ends may differ slightly). A constant b is two running means (cumulative sums)."""
+    backwards does away from the ends (filtfilt's initial conditions do not reach the rows kept when the input has
+    more than 3·(len(b) − 1) rows, as MATLAB and Octave require). A constant b on float32 is two running means
+    (cumulative sums)."""
     n, half = x.shape[0], len(b) - 1
     pad = min(3 * half, n - 1)
     if pad > 0:
@@ -80,7 +93,9 @@ def _filtfilt(b: np.ndarray, x: np.ndarray) -> np.ndarray:
         x = np.concatenate([np.repeat(x[:1], half - pad, 0), x, np.repeat(x[-1:], half - pad, 0)])
         pad = half
     m = x.shape[0]
-    if np.all(b == b[0]):
+    # running means by cumulative sums only in float32 (PDM): in float64 (PDD) the sums of a long column lose the
+    # last digits that small deviations live in (R = 1 - 1e-13 reads as 1 +- 1e-13), so the taps are added directly
+    if np.all(b == b[0]) and x.dtype == np.float32:
         for _ in range(2):
             c = np.concatenate([np.zeros((1, *x.shape[1:]), x.dtype), x])
             for i in range(1, c.shape[0]):  # row by row: numpy's cumsum along axis 0 strides through memory, ~2x slower
@@ -144,18 +159,60 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     below = u[:, :m] < 1.0
     val[:, :m][below] = (ys[:, 1:2] * np.clip((u[:, :m] - 0.95) / 0.05, 0.0, 1.0))[below]
     inside = (u <= count[:, None]) & (count[:, None] >= 1)
-    out = np.zeros(val.shape, np.complex64)  # float32 phasors: what the time statistics run on
-    v = val[inside].astype(np.float32)
+    # float64 phasors: PDD resolves deviations down to 1e-7 rad (`pdm_pdd`), which float32's rounding of the phase
+    # (3e-8) would blur
+    out = np.zeros(val.shape, np.complex128)
+    v = val[inside]
     out[inside] = np.cos(v) + 1j * np.sin(v)
-    # COVAREP draws a random PD for the harmonics count + 1 … n (n: the most any frame has) and interpolates the bins
-    # through them as through the others: a bin w of the way from the last harmonic (unwrapped PD a) to the next
-    # reads a + w (b - a) with b - a uniform over a turn, whose expected phasor is e^{ia} sinc(w); past harmonic
+    # COVAREP draws a random PD for the harmonics count + 1 … n + 1 (n: the most any frame has) and interpolates the
+    # bins through them as through the others: a bin w of the way from the last harmonic (unwrapped PD a) to the
+    # next reads a + w (b - a) with b - a uniform over a turn, whose expected phasor is e^{ia} sinc(w); past harmonic
     # count + 1 it is 0 (sinc(1) = 0). Zero there instead put HMPDM_24 7 of COVAREP's run-to-run spreads from it on
     # DB-cresc (docs/acoustic.md, "COVAREP's HMPD run to run")
-    w = u - count[:, None]
-    gap = (w > 0) & (w < 1) & (count[:, None] >= 1) & (count[:, None] < n)
-    last = np.broadcast_to(ys[np.arange(rows), count].astype(np.float32)[:, None], gap.shape)[gap]
-    out[gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap]).astype(np.float32)
+    w, gap, _ = random_cells(count, f0, fs)
+    last = np.broadcast_to(ys[np.arange(rows), count][:, None], gap.shape)[gap]
+    out[gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap])
+    return out
+
+
+def random_cells(count: np.ndarray, f0: np.ndarray, fs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(w, gap, past), each (rows, DFTLEN/2 + 1): where COVAREP's PD on the bins is random. w: a bin's position past
+    the frame's last harmonic, in harmonics; gap (0 < w < 1): between the last harmonic (PD a) and the first random
+    one, a + w Δ with Δ uniform over a turn; past (w >= 1, or a frame without harmonics): uniformly random."""
+    u = (np.arange(DFTLEN // 2 + 1) * fs / DFTLEN)[None, :] / np.asarray(f0, float)[:, None]
+    c = np.asarray(count)[:, None]
+    w = u - c
+    return w, (w > 0) & (w < 1) & (c >= 1), (w >= 1) | ((c < 1) & (u > 0))
+
+
+def _draw_filling(z: np.ndarray, w: np.ndarray, gap: np.ndarray, past: np.ndarray, draws: int,
+                  rng: np.random.Generator) -> np.ndarray:
+    """(rows, draws, bins) phasors: z with COVAREP's random filling drawn `draws` times (`random_cells`; the gap
+    bins' a is z's angle there, whose phasor is e^{ia} sinc(w))."""
+    rows, nb = z.shape
+    delta = rng.uniform(-np.pi, np.pi, (rows, draws, 1))
+    phase = np.where(past[:, None, :], rng.uniform(-np.pi, np.pi, (rows, draws, nb)),
+                     np.angle(z)[:, None, :] + w[:, None, :] * delta)  # fmt: skip
+    drawn = np.cos(phase) + 1j * np.sin(phase)
+    return np.where((gap | past)[:, None, :], drawn, z[:, None, :])
+
+
+def expected_pdd(z: np.ndarray, count: np.ndarray, f0: np.ndarray, fs: int, pdd: np.ndarray, smooth=None,
+                 draws: int | None = None) -> np.ndarray:
+    """pdd with the bins where COVAREP's PD is random (`random_cells`, in any row) replaced by exp(E[ln PDD]) over
+    its random filling, estimated on `draws` draws (fixed seed): the HMPDD cepstrum of ln PDD is then COVAREP's
+    expected HMPDD. Only those bins are smoothed again (the top ~20 of 513 on speech: the last harmonic is within
+    one F0 of 8 kHz)."""
+    draws = draws or PDD_DRAWS
+    w, gap, past = random_cells(count, f0, fs)
+    cols = np.flatnonzero((gap | past).any(axis=0))
+    if cols.size == 0:
+        return pdd
+    zd = _draw_filling(z[:, cols], w[:, cols], gap[:, cols], past[:, cols], draws, np.random.default_rng(PDD_SEED))
+    _, p = (smooth or pdm_pdd)(zd.reshape(z.shape[0], -1), with_pdm=False)
+    p = p.reshape(z.shape[0], draws, cols.size)
+    out = pdd.copy()
+    out[:, cols] = np.exp(np.log(np.where(p == 0, 0.001, p)).mean(axis=1))  # 0 is written 0.001 before the log
     return out
 
 
@@ -196,23 +253,38 @@ def pd_phasors(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
     return _phasors_on_bins(phase_distortion(h, f0, fs), f0, fs)
 
 
-def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin PDM (phasors: unit where defined, 0 where no phase) and PDD of PD phasors (rows, bins)."""
+def pdm_pdd(z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """Per-bin PDM (phasors: unit where defined, 0 where no phase; None without `with_pdm`) and PDD of PD phasors
+    (rows, bins). PDM in
+    float32 (a phase: float32 is plenty); PDD's trend and deviation in float64, as COVAREP computes them: PDD =
+    sqrt(-2 ln R) magnifies a rounding of R near 1 (float32's 6e-8 is a PDD of 3e-4, and ln PDD, which HMPDD is a
+    cepstrum of, reads 1e-5 and 3e-4 as 3.4 apart; in float32 with those cells set to 0 HMPDD was 1-3 COVAREP
+    run-to-run spreads from its output on the reference files)."""
     nb = z.shape[1]
-    # cos and sin side by side in one float32 array (phases need no more): the time filters run along rows, so
-    # each column is filtered as alone, and one call per filter halves the row loops' Python overhead
-    both = np.empty((z.shape[0], 2 * nb), np.float32)
-    both[:, :nb], both[:, nb:] = z.real, z.imag
+    pdm = None
+    if with_pdm:
+        # cos and sin side by side in one array: the time filters run along rows, so each column is filtered as
+        # alone, and one call per filter halves the row loops' Python overhead
+        both = np.empty((z.shape[0], 2 * nb), np.float32)
+        both[:, :nb], both[:, nb:] = z.real, z.imag
+        mean = _filtfilt(np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32), both)
+        m = mean[:, :nb] + 1j * mean[:, nb:]
+        pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
+    both = np.concatenate([z.real, z.imag], axis=1).astype(np.float64)
     zc, zs = both[:, :nb], both[:, nb:]
-    rect_m = np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32)
-    mean = _filtfilt(rect_m, both)
-    m = mean[:, :nb] + 1j * mean[:, nb:]
-    pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
     # MATLAB's medfilt1 pads with zeros
-    trend = _filtfilt(hann, _median_rows(both, PDD_ROWS))
+    med = _median_rows(both, PDD_ROWS)
+    trend = _filtfilt(hann, med)
     tc, ts = trend[:, :nb], trend[:, nb:]
+    # the first and last rows' trend is their median exactly (the odd reflection), and that median is 0 in cos and
+    # sin where 1-4 of the 5 rows it reads are negative (zeros beyond the ends): the trend has no direction there,
+    # and its angle is whatever the rounding of the sums gives (COVAREP's too, so its PDD of the first and last ~9
+    # rows varies with it: docs/acoustic.md). Here its phasor is 1 there (atan2(0, 0) = 0), in both backends alike
+    for r in (0, -1):
+        undefined = (med[r, :nb] == 0) & (med[r, nb:] == 0)
+        tc[r, undefined], ts[r, undefined] = 0.0, 0.0
     norm = np.hypot(tc, ts)
     flat = norm == 0  # atan2(0, 0) = 0: the trend's phasor is 1 there
     norm = np.where(flat, 1.0, norm)
@@ -220,13 +292,9 @@ def pdm_pdd(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     d = np.empty_like(both)
     d[:, :nb] = zc * cos_t + zs * sin_t  # z times the trend's conjugate
     d[:, nb:] = zs * cos_t - zc * sin_t
-    rect_d = np.full(PDD_ROWS, 1.0 / PDD_ROWS, np.float32)
-    dm = _filtfilt(rect_d, d)
-    r = np.hypot(dm[:, :nb], dm[:, nb:]).astype(float)
-    # r is 1 up to rounding where PD does not vary (below f0, where it is 0 by construction): PDD 0 there (written
-    # 0.001 before the cepstrum, as COVAREP does), not the 1e-8 a rounding error below 1 would give, whose log
-    # would pull HMPDD_0 down by about 0.6
-    pdd = np.where(r < 1 - 1e-5, np.sqrt(-2 * np.log(np.clip(r, 1e-300, 1.0))), 0.0)
+    dm = _filtfilt(np.full(PDD_ROWS, 1.0 / PDD_ROWS), d)
+    r = np.hypot(dm[:, :nb], dm[:, nb:])
+    pdd = np.where(r < 1 - PDD_ROUNDING, np.sqrt(-2 * np.log(np.clip(r, 1e-300, 1.0))), 0.0)
     pdd = np.where((zc != 0) | (zs != 0), pdd, PDD_NO_PHASE)
     return pdm, pdd
 
@@ -263,10 +331,14 @@ def hmpd_rows(
     h: Harmonics, f0: np.ndarray, fs: int, rng: np.random.Generator | None = None, smooth=None, phasors=None
 ) -> np.ndarray:
     """(rows, 38): HMPDM_0..24, HMPDD_0..12 for consecutive rows (the time smoothing runs along them); `smooth` and
-    `phasors`: the backend's `pdm_pdd` and `pd_phasors` (the reference's by default)."""
+    `phasors`: the backend's `pdm_pdd` and `pd_phasors` (the reference's by default). PDM from the expected phasors
+    of COVAREP's random filling, PDD its expected ln (`expected_pdd`); with `rng` one random filling as COVAREP
+    makes it (PDM and PDD from the same draw, an empty PDM band a random phase), for measuring its spread."""
     z = (phasors or pd_phasors)(h, f0, fs)
-    if rng is not None:  # COVAREP's filling: a random phase wherever there is none
-        missing = np.abs(z) == 0
-        z[missing] = np.exp(2j * np.pi * rng.random(int(missing.sum())))
-    pdm, pdd = (smooth or pdm_pdd)(z)
+    if rng is not None:  # COVAREP's filling, one draw
+        w, gap, past = random_cells(h.count, f0, fs)
+        pdm, pdd = (smooth or pdm_pdd)(_draw_filling(z, w, gap, past, 1, rng)[:, 0])
+    else:
+        pdm, pdd = (smooth or pdm_pdd)(z)
+        pdd = expected_pdd(z, h.count, f0, fs, pdd, smooth)
     return compress(pdm, pdd, fs, rng)

@@ -179,11 +179,9 @@ def assert_74_kernels_equal(k, x: np.ndarray) -> None:  # noqa: ANN001 (acoustic
       relative, phases 1e-12 rad: the peak positions are parabola vertices 0.5 b / a, so the last-digit differences
       of torch's and numpy's log and abs are divided by the curvature a (measured 3e-14, 4e-15, 8e-14).
     - HMPD's 4096-point spectra (frame_spectra, float64) within 1e-12, their harmonics as above.
-    - phase distortion phasors (pd_phasors; float64, rounded to float32 phasors as the reference): the same bins
-      without a phase; |dz| within 1e-5, the float32 ULP of a phase of 128 rad, where a phase whose float64 values
-      straddle a float32 rounding boundary may land (measured 8.4e-8: cos and sin of the same float32 phase in two
-      libms). Through the time smoothing, HMPD's 38 columns within `_check_hmpd`'s bars (test_covarep74.py: HMPDD's
-      sqrt(-2 ln R) magnifies float32 roundings near R = 1).
+    - phase distortion phasors (pd_phasors; float64 phasors, as the reference since version 12): the same bins
+      without a phase; |dz| within 1e-5 (measured 6e-14 on arctic_a0007). Through the time smoothing, HMPD's 38
+      columns within `_check_hmpd`'s bars (test_covarep74.py: PDM float32, PDD float64 on both sides).
     - Rd (rd_covarep; float64, the same Brent steps): every row within Brent's own tolerance TolX = 0.01 and 99 %
       of rows within 1e-9: a comparison of two MSP errors equal to rounding can send one search another way, which
       then stops elsewhere within its tolerance (measured: 4 of 1030 voiced rows differ, by up to 3.3e-4, all in

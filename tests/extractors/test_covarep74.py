@@ -144,7 +144,7 @@ def test_layouts_share_their_common_columns() -> None:
     audio = Audio(voice.speech.astype(np.float32), FS_HZ, voice.speech.size / FS_HZ)
     wide = Covarep(CovarepConfig()).extract(audio)
     narrow = Covarep(CovarepConfig(layout="mfcc23", harmonic_filter="covarep", rd_method="covarep")).extract(audio)
-    assert Covarep.version == "11" and Covarep.columns(CovarepConfig()) == COVAREP74_COLUMNS
+    assert Covarep.version == "12" and Covarep.columns(CovarepConfig()) == COVAREP74_COLUMNS
     assert wide.features.shape == (60, 74) and narrow.features.shape == (60, 23)
     names23 = Covarep.columns(CovarepConfig(layout="mfcc23"))
     for ours, theirs in COVAREP74_SOURCES.items():
@@ -204,14 +204,17 @@ def test_hmpd_against_covarep(covarep_results: dict) -> None:
 # our HMPD's distance from COVAREP's, in units of COVAREP's own run-to-run spread (bench.covarep_hmpd_spread): the
 # issue asks for 1 (within the spread). The random filling moves only the bins above the last harmonic, a few of 513
 # on a voiced row, so the spread is tiny (HMPDD 4e-4-1.5e-3 with rho >= 0.996 between runs; HMPDM_24 0.007-0.023
-# rad, rho >= 0.94). Measured, version 11 (HMPD at COVAREP's instants, SRH's F0 after pitch_srh's two passes, the
-# expected phasor of COVAREP's random PD between the last harmonic and the next, 4096-point harmonics): HMPDM_24
-# 0.3-0.9, HMPDD_* 0.9-5.7 (version 10, SRH's range from our tracker's median, numpy's half-to-even rounding between
-# harmonics, no phasor past the last harmonic: 1.8-7.2 and 2.4-21.7; version 9: 5.8-32 and 15-119). The bars: the
-# issue's 1 for HMPDM_24, and HMPDD's measured worst rounded up (amfm_sample's HMPDD_0, a 0.9 s file; the others
-# 0.9-2.2): version 10's filling fails HMPDM_24 on every file, its SRH HMPDD on covarep_0011.arctic_bdl1
-# (docs/acoustic.md, "COVAREP's HMPD run to run")
-K_SPREAD = {"HMPDM": 1.0, "HMPDD": 6.0}
+# rad, rho >= 0.94). Measured, version 12 (PDD in float64, exp(E[ln PDD]) over 8 draws of COVAREP's random filling,
+# SRH's frames on the clip's own samples): HMPDM_24 0.3-0.9, HMPDD_* 0.5-0.8 (the mean of 8 other COVAREP runs
+# against this one: 0.6-0.7). Version 11 (float32 PDD with deviations below 4.5e-3 read as 0, the expected phasor's
+# PDD, one frame past the clip's end): HMPDD 0.9-5.7, fails on every file; version 10: HMPDM_24 1.8-7.2, HMPDD
+# 2.4-21.7. The bar: the issue's 1, except HMPDD on a file under 1 s (100 rows), 1.5: other seeds and draw
+# counts of the expectation (8-32 draws, 4 seeds) keep the three long files within 0.45-0.91 but put the 0.9 s
+# amfm_sample (61 rows) at 0.5-1.4, a quarter of its rows lying within the first and last frames' reach, whose
+# trend has no direction (COVAREP's angle there is rounding noise; docs/acoustic.md, "COVAREP's HMPD run to run")
+K_SPREAD = {"HMPDM": 1.0, "HMPDD": 1.0}
+K_SPREAD_SHORT = {"HMPDM": 1.0, "HMPDD": 1.5}
+SHORT_ROWS = 100
 
 
 def test_hmpd_against_covareps_own_spread(covarep_results: dict) -> None:
@@ -230,7 +233,8 @@ def test_hmpd_against_covareps_own_spread(covarep_results: dict) -> None:
         assert moved == ["HMPDM_24"] + [f"HMPDD_{i}" for i in range(13)], (name, moved)
         dist = dict(zip(COLUMNS, covarep_results[name].hmpd_dist, strict=True))
         ratio = {c: dist[c] / f["columns"][c]["spread"] for c in moved}
-        bad = {c: round(r, 1) for c, r in ratio.items() if r > K_SPREAD[c[:5]]}
+        bars = K_SPREAD_SHORT if covarep_results[name].rows < SHORT_ROWS else K_SPREAD
+        bad = {c: round(r, 2) for c, r in ratio.items() if r > bars[c[:5]]}
         assert not bad, (name, bad)
 
 
@@ -246,13 +250,12 @@ def test_rd_conf_against_covarep(covarep_results: dict) -> None:
 def test_torch_kernels_equal_numpy() -> None:
     """The torch backend's 3-period spectra (float64) equal the reference to 1e-12; its MCEP (the true envelope in
     float32 on both sides, summed in another order) within 1e-4 (measured: 2e-6 on arctic_a0007); Rd_conf (float64)
-    within 1e-12 (3e-15); HMPD's time smoothing (float32 on both sides, as the reference: running means as one
-    convolution instead of cumulative sums) within twice what the reference's own float32 arithmetic moves it (two
-    computations, each that far from the exact one, can differ by twice it): against its float64 twin the
-    reference's HMPDM moves by up to 1.6e-4 rad and its HMPDD by up to 0.035-0.052 (p99 0.015-0.024) on this vowel,
-    arctic_a0007 and DB-cresc (PDD = sqrt(-2 ln R) magnifies a float32 rounding of R near 1), so HMPDM within 4e-4
-    rad and HMPDD within 0.11 (p99 0.05); measured torch against the reference: HMPDM 1.6e-4, HMPDD 0.035-0.060
-    (p99 0.013-0.027). The whole 74-column set: every other column within 1e-3, Rd within 1e-3 on 99 % of rows
+    within 1e-12 (3e-15); HMPD's time smoothing (`_check_hmpd`): PDM in float32 on both sides (running means as one
+    convolution instead of cumulative sums), within twice what the reference's own float32 arithmetic moves it
+    (against its float64 twin HMPDM moves by up to 1.6e-4 rad on this vowel, arctic_a0007 and DB-cresc), so 4e-4
+    rad; PDD in float64 on both sides (version 12), HMPDD within 1e-5 (the float32 the store keeps of values up to
+    ~10; measured: kernels 1e-12, the whole extractor 0 on those three). The whole 74-column set: every other
+    column within 1e-3, Rd within 1e-3 on 99 % of rows
     and within Brent's tolerance (0.01) on all: its search is torch's too, and two MSP errors equal to rounding may
     send it another way (test_acoustic_torch.py's assert_74_kernels_equal; measured through the whole extractor on
     DB-cresc: 6 of 629 rows moved, by up to 1e-3)."""
@@ -283,7 +286,7 @@ def test_torch_kernels_equal_numpy() -> None:
 
 
 def _check_hmpd(got: np.ndarray, ref: np.ndarray) -> None:
-    """HMPDM (25 phases) within 4e-4 rad, HMPDD (13) within 0.11 and its p99 within 0.05 (the docstring above), on
+    """HMPDM (25 phases) within 4e-4 rad, HMPDD (13) within 1e-5 (test_torch_kernels_equal_numpy's docstring), on
     the rows the reference defines (since version 10 the rows within 50 ms of the ends are NaN: its frames' span;
     the NaN pattern is compared by the caller)."""
     defined = np.isfinite(ref).all(axis=1)
@@ -292,7 +295,7 @@ def _check_hmpd(got: np.ndarray, ref: np.ndarray) -> None:
     dm = np.abs(np.angle(np.exp(1j * (got[:, :25] - ref[:, :25]))))
     dd = np.abs(got[:, 25:] - ref[:, 25:])
     assert dm.max() <= 4e-4, dm.max()
-    assert dd.max() <= 0.11 and np.percentile(dd, 99) <= 0.05, (dd.max(), np.percentile(dd, 99))
+    assert dd.max() <= 1e-5, dd.max()
 
 
 def test_pick_finds_the_nearest_peaks_and_chunks_join_as_one_call() -> None:
