@@ -649,15 +649,9 @@ class TorchKernels:
         chooses it), the phase remainder per harmonic count, and one Brent search over every frame
         (`glottal.brent_min_rows`, given torch as its array namespace)."""
         n_rows = voiced.size
-        rd_rows, err_rows = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
         if not voiced.any():
-            return rd_rows, err_rows
-        fv = np.where(voiced, f0, 0.0)
-        w = voiced.astype(float)
-        num = np.concatenate([[0.0], fv]) + np.concatenate([fv, [0.0]])
-        den = np.concatenate([[0.0], w]) + np.concatenate([w, [0.0]])
-        bounds = np.flatnonzero(den > 0)
-        fb = num[bounds] / den[bounds]
+            return np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+        bounds, fb = glottal.rd_boundaries(f0, voiced)
         n_h = np.floor(glottal.MSP_MAX_HZ / fb).astype(int)
         k = glottal.MSP_HARMONICS + 1
         sel = np.flatnonzero(n_h >= k)  # fewer harmonics: no phase error (F0 above ~890 Hz)
@@ -696,10 +690,7 @@ class TorchKernels:
             rd_t, err_t = glottal.brent_min_rows(error, sel.size, *glottal.COVAREP_RD_RANGE, glottal.BRENT_TOL,
                                                  glottal.BRENT_MAX_ITER, xp=torch, device=self.device)  # fmt: skip
             rd_b[bounds[sel]], err_b[bounds[sel]] = rd_t.cpu().numpy(), err_t.cpu().numpy()
-        rows = np.flatnonzero(voiced)
-        rd_rows[rows] = (rd_b[rows] + rd_b[rows + 1]) / 2
-        err_rows[rows] = (err_b[rows] + err_b[rows + 1]) / 2
-        return rd_rows, err_rows
+        return glottal.rd_rows_of(voiced, rd_b, err_b)
 
 
 def _wrap(p: torch.Tensor) -> torch.Tensor:

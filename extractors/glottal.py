@@ -1075,15 +1075,9 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
     harmonics as `harmonic_spectrum`, the time-reversed LF model, Brent over [0.3, 2.5]; a row is the mean of its
     two boundaries. x in COVAREP's orientation (the LP residual's skewness positive, `covarep_cycles`)."""
     n_rows = voiced.size
-    rd_rows, err_rows = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
     if not voiced.any():
-        return rd_rows, err_rows
-    fv = np.where(voiced, f0, 0.0)
-    w = voiced.astype(float)
-    num = np.concatenate([[0.0], fv]) + np.concatenate([fv, [0.0]])
-    den = np.concatenate([[0.0], w]) + np.concatenate([w, [0.0]])
-    bounds = np.flatnonzero(den > 0)  # boundaries k (sample k * hop) next to a voiced row
-    fb = num[bounds] / den[bounds]
+        return np.full(n_rows, np.nan), np.full(n_rows, np.nan)
+    bounds, fb = rd_boundaries(f0, voiced)
     rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
     n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
     k = MSP_HARMONICS + 1
@@ -1107,6 +1101,23 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
         rd_b[bounds[sel]], err_b[bounds[sel]] = brent_min_rows(
             error, sel.size, *COVAREP_RD_RANGE, BRENT_TOL, BRENT_MAX_ITER
         )
+    return rd_rows_of(voiced, rd_b, err_b)
+
+
+def rd_boundaries(f0: np.ndarray, voiced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`rd_covarep`'s frames, for both backends: the row boundaries k (sample k * hop) next to a voiced row, and
+    each one's F0, the mean of the voiced rows either side."""
+    fv = np.where(voiced, f0, 0.0)
+    w = voiced.astype(float)
+    num = np.concatenate([[0.0], fv]) + np.concatenate([fv, [0.0]])
+    den = np.concatenate([[0.0], w]) + np.concatenate([w, [0.0]])
+    bounds = np.flatnonzero(den > 0)
+    return bounds, num[bounds] / den[bounds]
+
+
+def rd_rows_of(voiced: np.ndarray, rd_b: np.ndarray, err_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Rd, MSP error) per row from the values on its two boundaries (their mean), NaN on unvoiced rows."""
+    rd_rows, err_rows = np.full(voiced.size, np.nan), np.full(voiced.size, np.nan)
     rows = np.flatnonzero(voiced)
     rd_rows[rows] = (rd_b[rows] + rd_b[rows + 1]) / 2
     err_rows[rows] = (err_b[rows] + err_b[rows + 1]) / 2
