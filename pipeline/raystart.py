@@ -109,11 +109,17 @@ class _Session:
 
 
 _session: _Session | None = None
-# The local Ray `start` started in this process: (its node, `objectio.paths.settings_key()` when it started). Its
-# workers inherited the driver's environment then; a later run in this process reuses that Ray (a start costs
-# seconds), unless the object-storage settings changed since: then its workers would read another endpoint or
-# stale credentials, so it is started again.
-_ours: tuple[Any, str] | None = None
+# The local Ray `start` started in this process: (its node, `objectio.paths.settings_key()` when it started, the
+# SIQ_* settings its runtime env gave the workers). Its workers inherited the driver's environment then; a later
+# run in this process reuses that Ray (a start costs seconds), unless those settings changed since: then its
+# workers would read another endpoint or stale credentials, or another weights folder or cache bound (a notebook
+# that sets SIQ_WEIGHTS_DIR after a first run), so it is started again.
+_ours: tuple[Any, str, dict[str, str]] | None = None
+
+
+def _siq_settings() -> dict[str, str]:
+    """The SIQ_* variables `runtime_env` gives the workers (not secrets: paths and sizes)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("SIQ_")}
 
 
 def runtime_env(address: str | None) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def runtime_env(address: str | None) -> dict[str, Any]:
     # CPU-s and 3-23 s by default, 3.9-4.4 CPU-s and 3.4-6.8 s passive, on 2 cores at load 5)
     env: dict[str, Any] = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
-                                        **{k: v for k, v in os.environ.items() if k.startswith("SIQ_")}}}
+                                        **_siq_settings()}}
     if address:
         import importlib
 
@@ -144,17 +150,17 @@ def start(address: str | None) -> Any:
     """`ray.init` for a run (a local Ray, or the cluster at `address`); a second attempt waits longer. Returns
     the `ray` module; `RayFailed` when Ray did not come up twice, `cluster.ClusterError` for an unusable address.
     A Ray already initialized in this process (a test's, an earlier run's) is used as it is, except a local one an
-    earlier run started under other object-storage settings (AWS_ENDPOINT_URL, credentials): that one is started
-    again, so the workers have the settings the driver has now."""
+    earlier run started under other object-storage settings (AWS_ENDPOINT_URL, credentials) or other SIQ_*
+    settings: that one is started again, so the workers have the settings the driver has now."""
     global _session, _ours
     import ray
 
     from objectio.paths import settings_key
 
-    if (not address and ray.is_initialized() and _ours is not None and _ours[0] is _node(ray)
-            and _ours[1] != settings_key()):
-        log.info("the object-storage settings (AWS_*, GOOGLE_*, AZURE_* variables) changed since this process "
-                 "started its Ray: starting it again, so that its workers have them")
+    changed = _changed_since(_ours, settings_key()) if not address and ray.is_initialized() else None
+    if changed and _ours is not None and _ours[0] is _node(ray):
+        log.info("%s changed since this process started its Ray: starting it again, so that its workers have them",
+                 changed)
         if _session is None or _session.node is not _ours[0]:
             _session = _Session(ray, None)  # for `shutdown` to end its processes
         shutdown()
@@ -179,10 +185,22 @@ def start(address: str | None) -> Any:
                                     f"{RETRY_WAIT_S} s): {first}", START_HINT) from e
                 log.warning("Ray did not start (%s): trying once more, waiting up to %d s", first, RETRY_WAIT_S)
         stop.reinstall()  # ray.init sets its own SIGTERM handler
-        _ours = None if address or _node(ray) is None else (_node(ray), settings_key())
+        _ours = None if address or _node(ray) is None else (_node(ray), settings_key(), _siq_settings())
     _session = _Session(ray, address)
     supervise.note_ray({name: proc.pid for name, proc in _session.watched.items()})
     return ray
+
+
+def _changed_since(ours: tuple[Any, str, dict[str, str]] | None, storage_key: str) -> str | None:
+    """What of the workers' settings differs now from when this process started its Ray (None: nothing, or no
+    Ray of ours): the object-storage settings (named by kind only: they hold secrets), the SIQ_* ones by name."""
+    if ours is None:
+        return None
+    siq = _siq_settings()
+    what = ["the object-storage settings (AWS_*, GOOGLE_*, AZURE_* variables)"] if ours[1] != storage_key else []
+    if names := sorted(k for k in ours[2].keys() | siq.keys() if ours[2].get(k) != siq.get(k)):
+        what.append(f"the SIQ_* settings ({', '.join(names)})")
+    return " and ".join(what) or None
 
 
 def _node(ray: Any) -> Any:

@@ -189,7 +189,8 @@ def test_a_start_up_that_times_out_is_tried_once_more_with_longer_waits(monkeypa
     assert line.startswith("Ray did not start (The current node timed out during startup.") and "once more" in line
 
 
-def test_a_local_ray_started_under_other_storage_settings_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_local_ray_started_under_other_storage_settings_is_started_again(monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
     """A later run in the process reuses the local Ray an earlier one started (its workers inherited the driver's
     environment then), unless AWS_ENDPOINT_URL or a credential changed since: then the run's workers would read
     the old endpoint (a test file whose S3 server had stopped, before the next file's run: "the endpoint is
@@ -229,11 +230,22 @@ def test_a_local_ray_started_under_other_storage_settings_is_started_again(monke
         monkeypatch.setenv("AWS_SESSION_TOKEN", "refreshed")  # a credential, too
         raystart.start(None)
         assert len(state.inits) == 3 and state.shutdowns == 2
+        # the SIQ_* settings travel in the runtime env the Ray was started with (a weights folder set after a
+        # first run in a notebook): a change starts it again too, and the line names the variable
+        monkeypatch.setenv("SIQ_WEIGHTS_DIR", "/elsewhere")
+        with caplog.at_level(logging.INFO, logger=raystart.log.name):
+            raystart.start(None)
+        assert len(state.inits) == 4 and state.shutdowns == 3
+        assert [r.getMessage() for r in caplog.records if "changed since" in r.getMessage()] == [
+            "the SIQ_* settings (SIQ_WEIGHTS_DIR) changed since this process started its Ray: starting it again, "
+            "so that its workers have them"]
+        raystart.start(None)
+        assert len(state.inits) == 4 and state.shutdowns == 3
         # a Ray started by someone else (the caller's own `ray.init`) is used as it is
         ray._private.worker._global_node = types.SimpleNamespace(all_processes={})
         monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:3333")
         raystart.start(None)
-        assert len(state.inits) == 3 and state.shutdowns == 2
+        assert len(state.inits) == 4 and state.shutdowns == 3
     finally:
         raystart._session = raystart._ours = None
         raystart._become_subreaper(False)
