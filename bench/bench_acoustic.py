@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 
 from extractors import acoustic, glottal, harmonics, mcep, rd_conf  # noqa: E402
 from extractors.base import Audio  # noqa: E402
+from pipeline.actors import keep_heap  # noqa: E402
 from testing.realdata import realdata_dir  # noqa: E402
 from testing.synth_voice import FS_HZ, synth_vowel  # noqa: E402
 
@@ -129,7 +130,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--repeats", type=int, default=5, help="whole-set calls; the first pays page faults")
+    parser.add_argument("--default-heap", action="store_true",
+                        help="leave glibc's malloc thresholds as they are (the pipeline's workers set them)")
     args = parser.parse_args()
+    # the run's extractor workers keep big temporaries in the heap (pipeline.actors.keep_heap): without it each call
+    # pays their page faults again (about 5 % of the 74-column set), so the figure is a worker's only with it
+    heap = "glibc's defaults" if args.default_heap or not keep_heap() else "as the pipeline's extractor workers set them"
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     files = real_speech()
@@ -142,7 +148,7 @@ def main() -> None:
         x, what = speech_like(args.seconds), "synthetic speech-like LF vowels (no ../shared/realdata)"
     audio = Audio(x.astype(np.float32), FS_HZ, x.size / FS_HZ)
     cfg = acoustic.CovarepConfig()
-    print(f"covarep on {args.seconds:.0f} s of {what}, one core")
+    print(f"covarep on {args.seconds:.0f} s of {what}, one core, malloc thresholds {heap}")
     for layout in ("covarep74", "mfcc23"):
         times, cpu, rows = [], [], None
         for _ in range(max(2, args.repeats)):
