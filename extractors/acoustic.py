@@ -358,11 +358,14 @@ def refine_f0(
 
 def voicing(
     x: np.ndarray, x_hp: np.ndarray, f0: np.ndarray, cfg: CovarepConfig, floor_dbfs: np.ndarray | float | None = None,
-    kernels: Kernels = NUMPY_KERNELS,
+    kernels: Kernels = NUMPY_KERNELS, loud: np.ndarray | None = None,
 ) -> np.ndarray:
     """Voiced rows: F0 inside [floor, ceiling], 25 ms RMS above silence_dbfs and above `floor_dbfs` (per row: the
-    relative gate of `relative_floor_dbfs`, computed on the whole clip), periodic at the tracked period."""
-    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & loud_rows(x, f0.size, cfg, floor_dbfs)
+    relative gate of `relative_floor_dbfs`, computed on the whole clip), periodic at the tracked period. `loud`:
+    `loud_rows(x, f0.size, cfg, floor_dbfs)` where the caller has it already."""
+    if loud is None:
+        loud = loud_rows(x, f0.size, cfg, floor_dbfs)
+    voiced = (f0 >= cfg.f0_floor_hz) & (f0 <= cfg.f0_ceil_hz) & loud
     if cfg.voicing_nccf > 0:
         rows = np.flatnonzero(voiced)
         voiced[rows] = periodicity(x_hp, f0, rows, kernels=kernels) >= cfg.voicing_nccf
@@ -600,7 +603,13 @@ def relative_floor_dbfs(x: np.ndarray, n_rows: int, cfg: CovarepConfig) -> np.nd
 
 def rms_dbfs(x: np.ndarray, n_rows: int, win: int = 400) -> np.ndarray:
     """RMS in dB re full scale over `win` samples centred on each row."""
-    c = np.concatenate([[0.0], np.cumsum(np.pad(x.astype(np.float64) ** 2, (win, win)))])
+    # the running sum of the squares with `win` zeros on each side, a 0 first; written into place (the same sums
+    # as np.concatenate([[0.0], np.cumsum(np.pad(x ** 2, (win, win)))]) without three copies of the block)
+    sq = np.zeros(x.size + 2 * win)
+    np.square(x, out=sq[win : win + x.size], dtype=np.float64)
+    c = np.empty(sq.size + 1)
+    c[0] = 0.0
+    np.cumsum(sq, out=c[1:])
     start = np.arange(n_rows) * HOP + HOP // 2 - win // 2 + win
     return 10 * np.log10((c[start + win] - c[start]) / win + 1e-20)
 
@@ -889,8 +898,8 @@ def track(
     f0 = f0_rows(x, n_rows, cfg, kernels)
     if floor_dbfs is None:
         floor_dbfs = relative_floor_dbfs(x, n_rows, cfg)
-    voiced = voicing(x, x_hp, f0, cfg, floor_dbfs, kernels)
     loud = loud_rows(x, n_rows, cfg, floor_dbfs)
+    voiced = voicing(x, x_hp, f0, cfg, floor_dbfs, kernels, loud=loud)
     f0, voiced = grow_voicing(x_hp, f0, voiced, loud, cfg, kernels=kernels)
     if cfg.seed_acf > 0:
         f0, seeded = seed_voicing(x_hp, f0, voiced, loud, cfg, kernels)
