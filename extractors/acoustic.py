@@ -536,8 +536,8 @@ def harmonic_check(
     if not segments:
         return f0, voiced
     # 1. subharmonic test, on up to SUBHARMONIC_ROWS rows spread over each segment, all segments in one call per k
-    k_max = np.array([max((k for k in (1, 2, 3, 4) if np.median(f0[s]) / k >= cfg.f0_floor_hz), default=1)
-                      for s in segments])  # fmt: skip
+    medians = [np.median(f0[s]) for s in segments]  # once per segment (per k, it was a third of this stage)
+    k_max = np.array([max((k for k in (1, 2, 3, 4) if m / k >= cfg.f0_floor_hz), default=1) for m in medians])
     tested = [j for j in range(len(segments)) if k_max[j] > 1]
     if tested:
         picks = [np.unique(segments[j][np.linspace(0, segments[j].size - 1, SUBHARMONIC_ROWS).round().astype(int)])
