@@ -21,7 +21,7 @@ import numpy as np
 from scipy.fft import irfft, rfft
 
 from extractors import glottal
-from extractors.harmonics import Harmonics, wrap
+from extractors.harmonics import Harmonics
 
 RD_SEARCH = np.round(np.arange(0.3, 2.5001, 0.02), 2)
 N_PD = 8  # harmonics whose phase distortion is measured
@@ -97,8 +97,43 @@ def rd_conf_rows(hm: Harmonics) -> np.ndarray:
         a = ph - mp  # (rows, N_PD + 1)
         # PD_k = P_k+1 - P_k - P_1 (k = 1 … N_PD - 1) with P = a - model: the row's part and each Rd's part are
         # formed apart and subtracted once (a (rows, rd, k) array per step cost 3x more; float-noise difference)
-        pd = wrap(_pd_terms(a)[:, None, :] - _model_pd(int(h))[None, :, :])
-        err = np.mean(pd**2, axis=2).min(axis=1)
+        err = min_mean_square(_pd_terms(a), _model_pd(int(h)))
         out[idx] = 1 - np.sqrt(err) / np.pi
     return out
+
+
+def min_mean_square(row_pd: np.ndarray, model_pd: np.ndarray, chunk: int = 64) -> np.ndarray:
+    """(rows,) min over the models of mean_k wrap(row_pd[:, k] - model_pd[:, k])², bit for bit what
+    `np.mean(wrap(row_pd[:, None] - model_pd[None]) ** 2, axis=2).min(axis=1)` gives, 3x faster.
+
+    Why: that expression spent its time in three (rows, Rd, k) temporaries (18 MB per 30 s block, page-faulted on
+    every call) and in np.remainder (9 ns an element). Here a chunk of rows at a time stays in cache, k outermost
+    so the sum over k adds whole (rows, Rd) planes in numpy's order (k = 0, 1, … sequentially), and the remainder
+    y mod 2π (y = pd + π) is y - floor(y / 2π)·2π, which equals numpy's (fmod, then + 2π if negative) to the bit
+    wherever floor(y / 2π) is in -2 … 2: 2π times those is exact, the fmod result is exact and y + 2π rounds
+    once in both; should a quotient round up to the next integer, the remainder falls just below 0 and numpy's
+    answer is exactly 2π more (a guard: not met in 10^6 draws). A chunk with a larger quotient (not seen on
+    speech; the formula held there too on random draws, but without the proof) takes np.remainder."""
+    rows, (n_rd, k) = row_pd.shape[0], model_pd.shape
+    out = np.empty(rows)
+    model_t = np.ascontiguousarray(model_pd.T)  # (k, Rd)
+    buf = np.empty((k, min(chunk, rows), n_rd))
+    for c in range(0, rows, chunk):
+        part = row_pd[c : c + chunk]
+        y = np.subtract(part.T[:, :, None], model_t[:, None, :], out=buf[:, : part.shape[0]])  # (k, rows, Rd)
+        y += np.pi
+        q = np.floor(y / (2 * np.pi))
+        if q.min() >= -2 and q.max() <= 2:
+            q *= 2 * np.pi
+            y -= q
+            np.add(y, 2 * np.pi, out=y, where=y < 0)
+        else:
+            np.remainder(y, 2 * np.pi, out=y)
+        y -= np.pi  # harmonics.wrap's result
+        np.square(y, out=y)
+        total = y[0].copy()
+        for j in range(1, k):
+            total += y[j]
+        out[c : c + chunk] = total.min(axis=1)
+    return out / k  # the mean's division, after the min: dividing by k is monotonic, so the same value
 

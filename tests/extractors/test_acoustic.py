@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 from scipy.linalg import solve_toeplitz
-from scipy.signal import butter, convolve, lfilter, sosfilt
+from scipy.signal import butter, convolve, lfilter, sosfilt, welch
 
 from extractors import glottal
 from extractors.acoustic import (
@@ -22,6 +22,7 @@ from extractors.acoustic import (
     f0_rows,
     glottal_flow,
     harmonic_check,
+    long_term_spectrum,
     loud_rows,
     refine_f0,
     relative_floor_dbfs,
@@ -333,6 +334,20 @@ def test_inverted_polarity_gives_same_naq(rd_sweep: dict) -> None:
     voice = synth_vowel(1.0, lambda t: 110 + 20 * t, 1.0)
     flipped = np.nanmedian(run(-voice.speech)["naq"][10:90])
     assert flipped == pytest.approx(np.nanmedian(rd_sweep[1.0][0]["naq"][10:90]), rel=0.05)
+
+
+def test_long_term_spectrum_equals_welch() -> None:
+    """The band check's spectrum (one batch of segment FFTs) against scipy.signal.welch's, whose estimate it
+    computes: same frequencies, densities within float rounding, also for a signal shorter than a segment."""
+    rng = np.random.default_rng(3)
+    for n in (700, 1024, 5000, 3 * FS_HZ + 17):
+        x = rng.normal(size=n) * np.linspace(0.1, 1, n) + 0.05
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # welch's "nperseg is greater than the signal length"
+            f, p = welch(x, FS_HZ, nperseg=1024, noverlap=0)
+            g, q = long_term_spectrum(x)
+        np.testing.assert_array_equal(g, f)
+        np.testing.assert_allclose(q, p, rtol=1e-12, atol=0)
 
 
 def test_mfcc_equal_direct_librosa_call() -> None:

@@ -137,6 +137,23 @@ def test_rd_conf_is_high_for_an_lf_vowel_through_a_minimum_phase_tract() -> None
     assert np.isnan(rd_conf.rd_conf_rows(h)).all()  # 900 Hz: 9 harmonics
 
 
+def test_rd_conf_fit_equals_the_plain_expression_to_the_bit() -> None:
+    """rd_conf.min_mean_square (chunked, its own remainder) against the one-line numpy expression it replaces, on
+    phases in the range speech gives (quotients -2 … 2), on both sides of each multiple of 2π and far outside
+    (numpy's remainder), with one model (every element reaches the result) and 111; NaN rows stay NaN."""
+    rng = np.random.default_rng(5)
+    model = rng.uniform(-4, 4, (111, rd_conf.N_PD - 1))
+    # rows whose y = row - model[0] + π lies within a few ulps of j·2π, j = -3 … 3
+    ulps = np.arange(-4, 5)[:, None, None] * 4e-16 * np.abs(np.arange(-3, 4))[:, None].clip(1)
+    edges = (np.arange(-3, 4)[:, None] * 2 * np.pi - np.pi + model[0]) * (1 + ulps)
+    for rows in (rng.uniform(-6, 6, (300, 7)), rng.uniform(-30, 30, (70, 7)), edges.reshape(-1, 7)):
+        rows[3] = np.nan
+        for m in (model[:1], model):
+            want = np.mean(harmonics.wrap(rows[:, None, :] - m[None]) ** 2, axis=2).min(axis=1)
+            got = rd_conf.min_mean_square(rows, m, chunk=16)
+            assert np.array_equal(got, want, equal_nan=True) and np.isnan(got[3])
+
+
 def test_layouts_share_their_common_columns() -> None:
     """The 74 columns (version 8; version 9's defaults): COVAREP's names and order; the columns both layouts have
     are the same numbers under the same options (the layouts' defaults for H1H2 and Rd differ: test_covarep_ref)."""
