@@ -148,31 +148,39 @@ def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
     count = np.sum(~np.isnan(pd), axis=1)
     ys = np.unwrap(np.where(np.isnan(pd), 0.0, pd), axis=1)  # the NaN tail is masked below
     ys = np.concatenate([np.zeros((rows, 1)), ys], axis=1)  # index k: harmonic k (k = 0: the 0.95 f0 anchor)
-    u = (np.arange(DFTLEN // 2 + 1) * fs / DFTLEN)[None, :] / f0[:, None]  # position in harmonics
-    k = np.clip(np.floor(u).astype(np.intp), 0, n - 1)
-    frac = np.clip(u - k, 0.0, 1.0)
-    flat, row0 = ys.reshape(-1), np.arange(rows)[:, None] * (n + 1)  # gathers by flat index: about 2x faster
-    low = np.take(flat, row0 + k)
-    high = np.take(flat, row0 + np.minimum(k + 1, n))
-    val = low + frac * (high - low)
-    # between the anchor at 0.95 f0 (phase 0) and the first harmonic: only the bins below the highest f0
-    m = int(np.searchsorted(u.min(axis=0) >= 1.0, True)) if rows else 0  # u grows along the bins
-    below = u[:, :m] < 1.0
-    val[:, :m][below] = (ys[:, 1:2] * np.clip((u[:, :m] - 0.95) / 0.05, 0.0, 1.0))[below]
-    inside = (u <= count[:, None]) & (count[:, None] >= 1)
+    flat = ys.reshape(-1)  # gathers by flat index: about 2x faster
+    bins = np.arange(DFTLEN // 2 + 1) * fs / DFTLEN
     # float64 phasors: PDD resolves deviations down to 1e-7 rad (`pdm_pdd`), which float32's rounding of the phase
     # (3e-8) would blur
-    out = np.zeros(val.shape, np.complex128)
-    v = val[inside]
-    out[inside] = np.cos(v) + 1j * np.sin(v)
-    # COVAREP draws a random PD for the harmonics count + 1 … n + 1 (n: the most any frame has) and interpolates the
-    # bins through them as through the others: a bin w of the way from the last harmonic (unwrapped PD a) to the
-    # next reads a + w (b - a) with b - a uniform over a turn, whose expected phasor is e^{ia} sinc(w); past harmonic
-    # count + 1 it is 0 (sinc(1) = 0). Zero there instead put HMPDM_24 7 of COVAREP's run-to-run spreads from it on
-    # DB-cresc (docs/acoustic.md, "COVAREP's HMPD run to run")
-    w, gap, _ = random_cells(count, f0, fs)
-    last = np.broadcast_to(ys[np.arange(rows), count][:, None], gap.shape)[gap]
-    out[gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap])
+    out = np.zeros((rows, bins.size), np.complex128)
+    parts = out.view(np.float64).reshape(rows, bins.size, 2)  # cos and sin written straight into the phasors
+    step = max(1, BLOCK_VALUES // bins.size)
+    for r0 in range(0, rows, step):  # blocks of rows that stay in cache through every step (each row is its own)
+        r1 = min(rows, r0 + step)
+        u = bins[None, :] / f0[r0:r1, None]  # position in harmonics
+        k = np.clip(np.floor(u).astype(np.intp), 0, n - 1)
+        frac = np.clip(u - k, 0.0, 1.0)
+        row0 = np.arange(r0, r1)[:, None] * (n + 1)
+        low = np.take(flat, row0 + k)
+        high = np.take(flat, row0 + np.minimum(k + 1, n))
+        val = low + frac * (high - low)
+        # between the anchor at 0.95 f0 (phase 0) and the first harmonic: only the bins below the highest f0
+        m = int(np.searchsorted(u.min(axis=0) >= 1.0, True))  # u grows along the bins
+        below = u[:, :m] < 1.0
+        val[:, :m][below] = (ys[r0:r1, 1:2] * np.clip((u[:, :m] - 0.95) / 0.05, 0.0, 1.0))[below]
+        c = count[r0:r1, None]
+        inside = (u <= c) & (c >= 1)  # nearly every bin: the phasors of all, then the others' left 0
+        np.copyto(parts[r0:r1, :, 0], np.cos(val), where=inside)
+        np.copyto(parts[r0:r1, :, 1], np.sin(val), where=inside)
+        # COVAREP draws a random PD for the harmonics count + 1 … n + 1 (n: the most any frame has) and
+        # interpolates the bins through them as through the others: a bin w of the way from the last harmonic
+        # (unwrapped PD a) to the next reads a + w (b - a) with b - a uniform over a turn, whose expected phasor is
+        # e^{ia} sinc(w); past harmonic count + 1 it is 0 (sinc(1) = 0). Zero there instead put HMPDM_24 7 of
+        # COVAREP's run-to-run spreads from it on DB-cresc (docs/acoustic.md, "COVAREP's HMPD run to run")
+        w = u - c  # `random_cells`
+        gap = (w > 0) & (w < 1) & (c >= 1)
+        last = np.broadcast_to(ys[np.arange(r0, r1), count[r0:r1]][:, None], gap.shape)[gap]
+        out[r0:r1][gap] = (np.cos(last) + 1j * np.sin(last)) * np.sinc(w[gap])
     return out
 
 
