@@ -512,7 +512,7 @@ class TorchKernels:
         step = dftlen * self._t(f0)[:, None] / fs
         nominal = step * k
         peak = torch.zeros_like(logm, dtype=torch.bool)
-        peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
+        peak[:, 1:-1] = (mag[:, 1:-1] > mag[:, :-2]) & (mag[:, 1:-1] >= mag[:, 2:])  # harmonics.pick: the amplitude's
         left, right = torch.roll(logm, 1, 1), torch.roll(logm, -1, 1)
         b = 0.5 * (right - left)
         a = logm - b - left
