@@ -201,10 +201,14 @@ def _draw_filling(z: np.ndarray, w: np.ndarray, gap: np.ndarray, past: np.ndarra
     bins' a is z's angle there, whose phasor is e^{ia} sinc(w))."""
     rows, nb = z.shape
     delta = rng.uniform(-np.pi, np.pi, (rows, draws, 1))
-    phase = np.where(past[:, None, :], rng.uniform(-np.pi, np.pi, (rows, draws, nb)),
-                     np.angle(z)[:, None, :] + w[:, None, :] * delta)  # fmt: skip
-    drawn = np.cos(phase) + 1j * np.sin(phase)
-    return np.where((gap | past)[:, None, :], drawn, z[:, None, :])
+    uniform = rng.uniform(-np.pi, np.pi, (rows, draws, nb))
+    out = np.repeat(z[:, None, :], draws, axis=1)
+    # the phases of the random cells only (a third of the bins drawn for): r, d, b their row, draw and bin
+    r, d, b = np.nonzero(np.broadcast_to((gap | past)[:, None, :], out.shape))
+    phase = np.where(past[r, b], uniform[r, d, b], np.angle(z[r, b]) + w[r, b] * delta[r, d, 0])
+    parts = out.view(np.float64).reshape(*out.shape, 2)
+    parts[r, d, b, 0], parts[r, d, b, 1] = np.cos(phase), np.sin(phase)
+    return out
 
 
 def expected_pdd(z: np.ndarray, count: np.ndarray, f0: np.ndarray, fs: int, pdd: np.ndarray, smooth=None,
@@ -270,17 +274,33 @@ def pdm_pdd(z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np
     sqrt(-2 ln R) magnifies a rounding of R near 1 (float32's 6e-8 is a PDD of 3e-4, and ln PDD, which HMPDD is a
     cepstrum of, reads 1e-5 and 3e-4 as 3.4 apart; in float32 with those cells set to 0 HMPDD was 1-3 COVAREP
     run-to-run spreads from its output on the reference files)."""
-    nb = z.shape[1]
-    pdm = None
-    if with_pdm:
-        # cos and sin side by side in one array: the time filters run along rows, so each column is filtered as
-        # alone, and one call per filter halves the row loops' Python overhead
-        both = np.empty((z.shape[0], 2 * nb), np.float32)
-        both[:, :nb], both[:, nb:] = z.real, z.imag
-        mean = _filtfilt(np.full(PDM_ROWS, 1.0 / PDM_ROWS, np.float32), both)
-        m = mean[:, :nb] + 1j * mean[:, nb:]
-        pdm = np.where(np.abs(m) > 1e-6, m / np.maximum(np.abs(m), 1e-30), 0.0)
-    return pdm, _pdd(z)
+    return (_pdm(z) if with_pdm else None), _pdd(z)
+
+
+def _pdm(z: np.ndarray) -> np.ndarray:
+    """(rows, bins) complex64 PDM phasors of PD phasors z: their 25-row mean forwards and backwards (`_filtfilt`'s
+    odd reflection at the ends; `_box_twice`) normalised to 1, 0 where it is 0 (below 1e-6). In float32, cos and sin
+    side by side (the filters run along rows: each column is filtered as alone), in blocks of rows."""
+    n, nb = z.shape
+    half = PDM_ROWS - 1
+    ext = np.empty((n + 2 * half, 2 * nb), np.float32)
+    ext[half : half + n, :nb], ext[half : half + n, nb:] = z.real, z.imag
+    _extend_ends(ext, n, half)
+    out = np.empty((n, nb), np.complex64)
+    parts = out.view(np.float32).reshape(n, nb, 2)
+    rows = max(2 * half, 2 * BLOCK_VALUES // (2 * nb))  # float32: twice the rows of `_pdd`'s blocks
+    acc, tmp = np.empty((rows, 2 * nb), np.float32), np.empty((rows + half, 2 * nb), np.float32)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        m = _box_twice(ext, PDM_ROWS, r0, r1, acc, tmp)
+        c, s = m[:, :nb], m[:, nb:]
+        mag = np.multiply(c, c, out=tmp[: r1 - r0, :nb])
+        mag += np.multiply(s, s, out=tmp[: r1 - r0, nb:])
+        np.sqrt(mag, out=mag)
+        mag[mag <= 1e-6] = np.inf  # no direction: 0
+        np.divide(c, mag, out=parts[r0:r1, :, 0])
+        np.divide(s, mag, out=parts[r0:r1, :, 1])
+    return out
 
 
 def _pdd(z: np.ndarray) -> np.ndarray:
@@ -335,7 +355,7 @@ def _pdd(z: np.ndarray) -> np.ndarray:
     _extend_ends(dev, n, half)
     pdd = np.empty((n, nb))
     for r0, r1 in blocks:  # the deviation's 9-row mean forwards and backwards, then sqrt(-2 ln R)
-        dm = _box_twice(dev, r0, r1, acc, tmp)
+        dm = _box_twice(dev, PDD_ROWS, r0, r1, acc, tmp)
         q = np.multiply(dm[:, :nb], dm[:, :nb], out=tmp[: r1 - r0, :nb])
         q += np.multiply(dm[:, nb:], dm[:, nb:], out=tmp[: r1 - r0, nb:])  # R², and -2 ln R = -ln R²
         rounding = q >= (1 - PDD_ROUNDING) ** 2
@@ -371,26 +391,35 @@ def _symmetric(k: np.ndarray, ext: np.ndarray, r0: int, r1: int, out: np.ndarray
     return out
 
 
-def _box_twice(ext: np.ndarray, r0: int, r1: int, acc: np.ndarray, tmp: np.ndarray) -> np.ndarray:
-    """Rows r0 … r1 - 1 of the 9-row running mean forwards and backwards (the 17-tap triangle 1 … 9 … 1 / 81) of
-    ext (`_filtfilt`'s padding of 8 rows at each end): sums of 9 rows by pairs (2, 4, 8, then the 9th), twice, then
-    / 81. 9 passes instead of the taps' 34; every sum a fixed tree of at most 81 terms, so no drift along the rows
-    (as a running sum's) and rounding within a few ulps of the taps'."""
+def _box_twice(ext: np.ndarray, length: int, r0: int, r1: int, out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+    """out = rows r0 … r1 - 1 of the `length`-row running mean forwards and backwards (the triangle 1 … length … 1
+    / length²) of ext (`_filtfilt`'s padding of length - 1 rows at each end): `_window_sums` twice, then / length².
+    A fixed tree of sums per row: no drift along the rows (as a running sum's cumulative sums), rounding within a few
+    ulps of the taps', in a quarter of their passes."""
     m = r1 - r0
-    x = ext[r0 : r1 + 16]
-    s = tmp[: m + 8]
+    _window_sums(ext[r0 : r1 + 2 * (length - 1)], length, tmp[: m + length - 1])
+    _window_sums(tmp[: m + length - 1], length, out[:m])
+    out[:m] /= length * length
+    return out[:m]
 
-    def nine(x: np.ndarray, out: np.ndarray) -> np.ndarray:  # out[j] = x[j] + … + x[j + 8]
-        n = out.shape[0]
-        p = x[: n + 7] + x[1 : n + 8]  # pairs
-        p4 = p[: n + 5] + p[2 : n + 7]
-        np.add(p4[:n], p4[4 : n + 4], out=out)
-        out += x[8 : n + 8]
-        return out
 
-    t = nine(x, s)
-    out = nine(t, acc[:m])
-    out /= 81.0
+def _window_sums(x: np.ndarray, length: int, out: np.ndarray) -> np.ndarray:
+    """out[j] = x[j] + … + x[j + length - 1] for the rows j of out (x: len(out) + length - 1 rows): sums of 2, 4, 8 …
+    rows by pairs, then those of `length`'s binary digits added (9 = 8 + 1: 4 passes; 25 = 16 + 8 + 1: 6)."""
+    n = out.shape[0]
+    sums, p, size = {1: x}, x, 1
+    while 2 * size <= length:
+        p = p[:-size] + p[size:]
+        size *= 2
+        sums[size] = p
+    offset = 0
+    for size in sorted(sums, reverse=True):
+        if length & size:
+            if offset == 0:
+                np.copyto(out, sums[size][:n])
+            else:
+                out += sums[size][offset : offset + n]
+            offset += size
     return out
 
 
