@@ -234,18 +234,23 @@ def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
     """(rows, h_max) PD at harmonics 1 … count (NaN after), the vocal tract's minimum phase removed."""
     rows, n_h = h.amp.shape
     bins = np.arange(DFTLEN // 2 + 1) * fs / DFTLEN
-    log_env = np.empty((rows, bins.size))
-    for i in range(rows):  # the amplitude envelope: linear in log amplitude through the harmonics, flat at the ends
+    # the amplitude envelope: linear in log amplitude through the harmonics, flat at the ends; knots [0, f_1 … f_c]
+    # and values [ln a_1, ln a_1 … ln a_c] read from rows of these
+    xp, fp = h.freq.copy(), np.log(h.amp)
+    xp[:, 0], fp[:, 0] = 0.0, fp[:, 1]
+    # written straight into the real part of the complex array irfft reads, and the folded cepstrum straight into
+    # the zero-padded array rfft reads: scipy's own conversion and padding allocate and copy them again
+    log_env = np.zeros((rows, bins.size), complex)
+    env = log_env.real
+    for i in range(rows):
         c = h.count[i]
-        fk = h.freq[i, 1 : c + 1]
-        ak = np.log(h.amp[i, 1 : c + 1])
-        log_env[i] = np.interp(bins, np.concatenate([[0.0], fk]), np.concatenate([ak[:1], ak]))
+        env[i] = np.interp(bins, xp[i, : c + 1], fp[i, : c + 1])
     cep = irfft(log_env, axis=1)
-    fold = np.zeros_like(cep[:, : DFTLEN // 2 + 1])
+    fold = np.zeros((rows, DFTLEN))
     fold[:, 0] = cep[:, 0]
     fold[:, 1 : DFTLEN // 2] = 2 * cep[:, 1 : DFTLEN // 2]
     fold[:, DFTLEN // 2] = cep[:, DFTLEN // 2]
-    minphase = rfft(fold, n=DFTLEN, axis=1).imag
+    minphase = rfft(fold, axis=1).imag
     pos = np.clip(np.nan_to_num(h.freq, nan=fs) * DFTLEN / fs, 0, DFTLEN / 2)
     i0 = np.minimum(np.floor(pos).astype(int), DFTLEN // 2 - 1)
     frac = pos - i0
