@@ -49,7 +49,6 @@ PDD_ROWS = 9  # round(2 periods * 4 instants / 2) * 2 + 1
 PDM_ORDER = 24
 PDD_ORDER = 12
 PDM_LINEAR_BANDS = 8
-ROW_BLOCK = 64  # rows per block of the time filters: 64 x 513 float32 stay in L2 through every tap
 BLOCK_VALUES = 32768  # float64 values per block of rows in `_pdd`'s passes (256 KB: a block stays in L2)
 # E[sqrt(-2 ln R)] of uniformly random phases through the PDD window (forward-backward 9-row mean after the trend):
 # measured once with `pdm_pdd` itself on 10^6 draws (20,000 rows x 50 bins, numpy's default_rng(0)): the value a bin
@@ -79,66 +78,6 @@ def pdm_bands(n_bins: int = DFTLEN // 2, order: int = PDM_ORDER + 1, linear: int
     h = np.arange(1, n_bins + 1, dtype=float)
     h[linear:] = np.interp(h[linear:], curve[:, 0], curve[:, 1])
     return np.round(h).astype(int)
-
-
-def _filtfilt(b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Zero-phase FIR along rows (axis 0): the signal extended by odd reflection (3·(len(b) − 1) rows, as MATLAB's
-    filtfilt; fewer for short inputs), then convolved with b's autocorrelation, which is what filtering forwards and
-    backwards does away from the ends (filtfilt's initial conditions do not reach the rows kept when the input has
-    more than 3·(len(b) − 1) rows, as MATLAB and Octave require). A constant b on float32 is two running means
-    (cumulative sums)."""
-    n, half = x.shape[0], len(b) - 1
-    pad = min(3 * half, n - 1)
-    if pad > 0:
-        x = np.concatenate([2 * x[:1] - x[pad:0:-1], x, 2 * x[-1:] - x[-2 : -pad - 2 : -1]])
-    if pad < half:  # too short for the shifted sums below
-        x = np.concatenate([np.repeat(x[:1], half - pad, 0), x, np.repeat(x[-1:], half - pad, 0)])
-        pad = half
-    m = x.shape[0]
-    # running means by cumulative sums only in float32 (PDM): in float64 (PDD) the sums of a long column lose the
-    # last digits that small deviations live in (R = 1 - 1e-13 reads as 1 +- 1e-13), so the taps are added directly
-    if np.all(b == b[0]) and x.dtype == np.float32:
-        for _ in range(2):
-            c = np.concatenate([np.zeros((1, *x.shape[1:]), x.dtype), x])
-            for i in range(1, c.shape[0]):  # row by row: numpy's cumsum along axis 0 strides through memory, ~2x slower
-                c[i] += c[i - 1]
-            x = (c[len(b) :] - c[: -len(b)]) * b[0]
-        start = pad - half
-    else:
-        k = np.convolve(b, b[::-1]).astype(x.dtype)
-        taps = np.flatnonzero(k)  # a Hann window's zero end points give zero taps: adding 0 * x changes nothing
-        out = np.empty((m - 2 * half, *x.shape[1:]), x.dtype)
-        for r0 in range(0, out.shape[0], ROW_BLOCK):  # blocks of rows stay in cache through the taps
-            r1 = min(out.shape[0], r0 + ROW_BLOCK)
-            acc = k[taps[0]] * x[r0 + taps[0] : r1 + taps[0]]
-            for i in taps[1:]:
-                acc += k[i] * x[r0 + i : r1 + i]
-            out[r0:r1] = acc
-        x, start = out, pad - half
-    return x[start : start + n]
-
-
-def _median_rows(x: np.ndarray, size: int) -> np.ndarray:
-    """Running median over `size` rows (axis 0), zeros beyond the ends (MATLAB's medfilt1)."""
-    half = size // 2
-    padded = np.concatenate([np.zeros((half, *x.shape[1:]), x.dtype), x, np.zeros((half, *x.shape[1:]), x.dtype)])
-    if size != 9:
-        return np.median(np.stack([padded[i : i + x.shape[0]] for i in range(size)], axis=-1), axis=-1)
-    # median of 9 by 19 compare-exchanges (Paeth's network), elementwise over the whole array. Its first 9 sort the
-    # triples (0, 1, 2), (3, 4, 5), (6, 7, 8): the triple of rows j … j + 2 is sorted once (3 exchanges) and read by
-    # the three windows containing it. Exchanges only select values: the result is the network's, bit for bit.
-    out = np.empty_like(x)
-    for r0 in range(0, x.shape[0], ROW_BLOCK):  # blocks of rows stay in cache through the exchanges
-        r1 = min(x.shape[0], r0 + ROW_BLOCK)
-        t = [padded[r0 + i : r1 + 6 + i] for i in range(3)]
-        for a, c in ((1, 2), (0, 1), (1, 2)):
-            t[a], t[c] = np.minimum(t[a], t[c]), np.maximum(t[a], t[c])
-        n = r1 - r0
-        p = [t[i % 3][3 * (i // 3) : 3 * (i // 3) + n] for i in range(9)]
-        for a, c in ((0, 3), (5, 8), (4, 7), (3, 6), (1, 4), (2, 5), (4, 7), (4, 2), (6, 4), (4, 2)):
-            p[a], p[c] = np.minimum(p[a], p[c]), np.maximum(p[a], p[c])
-        out[r0:r1] = p[4]
-    return out
 
 
 def _phasors_on_bins(pd: np.ndarray, f0: np.ndarray, fs: int) -> np.ndarray:
@@ -283,9 +222,9 @@ def pdm_pdd(z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np
 
 
 def _pdm(z: np.ndarray) -> np.ndarray:
-    """(rows, bins) complex64 PDM phasors of PD phasors z: their 25-row mean forwards and backwards (`_filtfilt`'s
-    odd reflection at the ends; `_box_twice`) normalised to 1, 0 where it is 0 (below 1e-6). In float32, cos and sin
-    side by side (the filters run along rows: each column is filtered as alone), in blocks of rows."""
+    """(rows, bins) complex64 PDM phasors of PD phasors z: their 25-row mean forwards and backwards (`_extend_ends`,
+    `_box_twice`) normalised to 1, 0 where it is 0 (below 1e-6). In float32 (a phase: float32 is plenty), cos and
+    sin side by side (the filters run along rows: each column is filtered as alone), in blocks of rows."""
     n, nb = z.shape
     half = PDM_ROWS - 1
     ext = np.empty((n + 2 * half, 2 * nb), np.float32)
@@ -310,18 +249,17 @@ def _pdm(z: np.ndarray) -> np.ndarray:
 
 def _pdd(z: np.ndarray) -> np.ndarray:
     """PDD of PD phasors (rows, bins) in float64: the trend (9-row median, MATLAB's medfilt1 with zeros beyond the
-    ends, then the Hann window forwards and backwards: `_median_rows`, `_filtfilt`), the phasors times the trend's
-    conjugate, their 9-row mean forwards and backwards, sqrt(-2 ln R). In three passes over blocks of rows that
-    stay in cache, each pass's elementwise steps on a block right after its sums (the same operations in the same
-    order as on whole arrays: the same numbers, at about half the time, which the whole arrays' passes through
-    memory took)."""
+    ends, `_median9`; then the Hann window forwards and backwards, `_symmetric`), the phasors times the trend's
+    conjugate, their 9-row mean forwards and backwards (`_box_twice`), sqrt(-ln R²). In three passes over blocks of
+    rows that stay in cache, each pass's elementwise steps on a block right after its sums (each step over whole
+    arrays went through memory: twice the time)."""
     n, nb = z.shape
     half, h9 = PDD_ROWS - 1, PDD_ROWS // 2  # the filters' reach (b's autocorrelation), the median's
     rows = max(2 * half, BLOCK_VALUES // (2 * nb))
     hann = np.hanning(PDD_ROWS)
     hann /= hann.sum()
     k_t = np.convolve(hann, hann[::-1])  # forwards and backwards: the window's autocorrelation
-    # the median and the deviation phasors with `half` rows of `_filtfilt`'s padding at each end
+    # the median and the deviation phasors with `half` rows of filtfilt's padding at each end (`_extend_ends`)
     med, dev = np.empty((n + 2 * half, 2 * nb)), np.empty((n + 2 * half, 2 * nb))
     win = np.zeros((rows + 2 * h9, 2 * nb))
     acc, tmp = np.empty((rows, 2 * nb)), np.empty((rows + 8, 2 * nb))  # tmp: also `_box_twice`'s first sums
@@ -398,9 +336,10 @@ def _symmetric(k: np.ndarray, ext: np.ndarray, r0: int, r1: int, out: np.ndarray
 
 def _box_twice(ext: np.ndarray, length: int, r0: int, r1: int, out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     """out = rows r0 … r1 - 1 of the `length`-row running mean forwards and backwards (the triangle 1 … length … 1
-    / length²) of ext (`_filtfilt`'s padding of length - 1 rows at each end): `_window_sums` twice, then / length².
-    A fixed tree of sums per row: no drift along the rows (as a running sum's cumulative sums), rounding within a few
-    ulps of the taps', in a quarter of their passes."""
+    / length²) of ext (`_extend_ends`' padding of length - 1 rows at each end): `_window_sums` twice, then
+    / length². A fixed tree of sums per row: no drift along the rows (cumulative sums lost the last digits of long
+    columns: float32 PDM angles off by up to 0.01 rad where the mean is small), rounding within a few ulps of the
+    2·length - 1 taps', in a quarter of their passes."""
     m = r1 - r0
     _window_sums(ext[r0 : r1 + 2 * (length - 1)], length, tmp[: m + length - 1])
     _window_sums(tmp[: m + length - 1], length, out[:m])
@@ -429,8 +368,9 @@ def _window_sums(x: np.ndarray, length: int, out: np.ndarray) -> np.ndarray:
 
 
 def _extend_ends(ext: np.ndarray, n: int, half: int) -> None:
-    """Fill the `half` rows at each end of ext (rows half … half + n - 1 hold x) as `_filtfilt` pads x: odd
-    reflection of min(3 half, n - 1) rows, then its outermost row repeated."""
+    """Fill the `half` rows at each end of ext (rows half … half + n - 1 hold x) as the zero-phase filters read x
+    beyond its ends: MATLAB's filtfilt reflects 3·half rows oddly (x_0 - (x_i - x_0)), and with that many its initial
+    conditions do not reach the rows kept (for shorter x: the n - 1 rows there are, then the outermost repeated)."""
     pad = min(3 * half, n - 1)
     first, last = ext[half], ext[half + n - 1]
     for i in range(1, half + 1):
@@ -439,18 +379,11 @@ def _extend_ends(ext: np.ndarray, n: int, half: int) -> None:
         ext[half + n - 1 + i] = 2 * last - ext[half + n - 1 - j] if pad else last
 
 
-def _correlate(k: np.ndarray, taps: np.ndarray, ext: np.ndarray, r0: int, r1: int, out: np.ndarray,
-               tmp: np.ndarray) -> np.ndarray:
-    """out = the sum over taps i of k[i] * ext[r0 + i : r1 + i], added in `_filtfilt`'s order (the same sums)."""
-    np.multiply(ext[r0 + taps[0] : r1 + taps[0]], k[taps[0]], out=out)
-    for i in taps[1:]:
-        out += np.multiply(ext[r0 + i : r1 + i], k[i], out=tmp)
-    return out
-
-
 def _median9(p: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
-    """out = the median of rows j … j + 8 of p (n + 8 rows), j < n: `_median_rows`' network (the same selections),
-    each exchange computing only the min or the max that a later one reads (18 passes instead of 26)."""
+    """out = the median of rows j … j + 8 of p (n + 8 rows), j < n: Paeth's 19-exchange network, elementwise. Its
+    first 9 exchanges sort the triples (0, 1, 2), (3, 4, 5), (6, 7, 8): the triple of rows j … j + 2 is sorted once
+    and read by the three windows containing it; of the other exchanges only the min or the max that a later one
+    reads is computed (12 passes instead of 20). Exchanges only select values: the median exactly."""
     t = [p[i : n + 6 + i].copy() for i in range(3)]  # the triples (j, j + 1, j + 2), sorted once for 3 windows
     spare = np.empty_like(t[0])
     for a, c in ((1, 2), (0, 1), (1, 2)):
