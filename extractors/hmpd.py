@@ -142,11 +142,12 @@ def _draw_filling(z: np.ndarray, w: np.ndarray, gap: np.ndarray, past: np.ndarra
     delta = rng.uniform(-np.pi, np.pi, (rows, draws, 1))
     uniform = rng.uniform(-np.pi, np.pi, (rows, draws, nb))
     out = np.repeat(z[:, None, :], draws, axis=1)
-    # the phases of the random cells only (a third of the bins drawn for): r, d, b their row, draw and bin
-    r, d, b = np.nonzero(np.broadcast_to((gap | past)[:, None, :], out.shape))
-    phase = np.where(past[r, b], uniform[r, d, b], np.angle(z[r, b]) + w[r, b] * delta[r, d, 0])
+    # the phases of the random cells only (a third of the bins drawn for): r, b their row and bin, every draw
+    r, b = np.nonzero(gap | past)
+    phase = np.where(past[r, b][:, None], uniform[r, :, b],
+                     np.angle(z[r, b])[:, None] + w[r, b][:, None] * delta[r, :, 0])  # fmt: skip
     parts = out.view(np.float64).reshape(*out.shape, 2)
-    parts[r, d, b, 0], parts[r, d, b, 1] = np.cos(phase), np.sin(phase)
+    parts[r, :, b, 0], parts[r, :, b, 1] = np.cos(phase), np.sin(phase)
     return out
 
 
