@@ -340,8 +340,9 @@ class TorchKernels:
 
     # -- the 74-column layout: HMPD's time smoothing and Rd_conf (extractors/hmpd.py, extractors/rd_conf.py) --------
     def _filtfilt_rows(self, b: np.ndarray, x: torch.Tensor) -> torch.Tensor:
-        """hmpd._filtfilt: odd reflection of 3 (len(b) - 1) rows at each end, then b's autocorrelation along the rows
-        (the reference sums a constant b as two running means: the same sums in another order)."""
+        """hmpd's zero-phase filters: odd reflection of 3 (len(b) - 1) rows at each end (hmpd._extend_ends), then b's
+        autocorrelation along the rows (the reference sums a constant b as sums of rows twice, hmpd._box_twice, and
+        folds a symmetric one, hmpd._symmetric: the same sums in another order)."""
         n, half = x.shape[0], len(b) - 1
         pad = min(3 * half, n - 1)
         if pad > 0:
@@ -372,7 +373,7 @@ class TorchKernels:
         hann = np.hanning(hmpd.PDD_ROWS)
         hann /= hann.sum()
 
-        def median_rows(x: torch.Tensor) -> torch.Tensor:  # hmpd._median_rows: zeros beyond the ends
+        def median_rows(x: torch.Tensor) -> torch.Tensor:  # hmpd._median9: zeros beyond the ends
             h = hmpd.PDD_ROWS // 2
             zeros = x.new_zeros((h, x.shape[1]))
             return torch.cat([zeros, x, zeros]).unfold(0, hmpd.PDD_ROWS, 1).median(dim=-1).values
@@ -512,7 +513,7 @@ class TorchKernels:
         step = dftlen * self._t(f0)[:, None] / fs
         nominal = step * k
         peak = torch.zeros_like(logm, dtype=torch.bool)
-        peak[:, 1:-1] = (logm[:, 1:-1] > logm[:, :-2]) & (logm[:, 1:-1] >= logm[:, 2:])
+        peak[:, 1:-1] = (mag[:, 1:-1] > mag[:, :-2]) & (mag[:, 1:-1] >= mag[:, 2:])  # harmonics.pick: the amplitude's
         left, right = torch.roll(logm, 1, 1), torch.roll(logm, -1, 1)
         b = 0.5 * (right - left)
         a = logm - b - left

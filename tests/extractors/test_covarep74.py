@@ -62,14 +62,32 @@ def test_mel_cepstrum_of_flat_and_tilted_envelopes() -> None:
     np.testing.assert_allclose(warped @ mcep._cepstrum_basis(513, 24), irfft(warped, axis=1)[:, :25], atol=1e-13)
 
 
-def test_filters_equal_scipys() -> None:
+def test_filters_equal_scipys(monkeypatch: pytest.MonkeyPatch) -> None:
     """hmpd's zero-phase filters and running median equal scipy's filtfilt (odd padding, 3(n-1) rows) and
-    median_filter (zeros beyond the ends), the functions COVAREP's MATLAB calls are."""
+    median_filter (zeros beyond the ends), the functions COVAREP's MATLAB calls are; PDM and PDD, which run them
+    over blocks of rows, are the same for any size of block."""
     x = np.random.default_rng(0).normal(size=(300, 5))
+    n = x.shape[0]
     for b in (np.ones(9) / 9, np.ones(25) / 25, np.hanning(9) / np.hanning(9).sum()):
-        ref = filtfilt(b, [1.0], x, axis=0, padlen=3 * (len(b) - 1))
-        np.testing.assert_allclose(hmpd._filtfilt(b, x), ref, atol=1e-12)
-    np.testing.assert_array_equal(hmpd._median_rows(x, 9), median_filter(x, size=(9, 1), mode="constant"))
+        half = len(b) - 1
+        ext = np.zeros((n + 2 * half, x.shape[1]))
+        ext[half : half + n] = x
+        hmpd._extend_ends(ext, n, half)
+        out, tmp = np.empty_like(x), np.empty((n + half, x.shape[1]))
+        got = (hmpd._box_twice(ext, len(b), 0, n, out, tmp) if np.all(b == b[0])
+               else hmpd._symmetric(np.convolve(b, b[::-1]), ext, 0, n, out, tmp[:n]))  # fmt: skip
+        np.testing.assert_allclose(got, filtfilt(b, [1.0], x, axis=0, padlen=3 * half), atol=1e-12)
+    padded = np.pad(x, ((4, 4), (0, 0)))
+    np.testing.assert_array_equal(hmpd._median9(padded, n, np.empty_like(x)), median_filter(x, size=(9, 1), mode="constant"))
+    rng = np.random.default_rng(1)
+    z = np.exp(1j * np.cumsum(rng.normal(0, 0.3, (200, 40)), axis=0))
+    z[:, 30:] = 0.0  # no phase
+    z[50:60, 10:20] = 1.0  # PD constant over rows
+    pdm, pdd = hmpd.pdm_pdd(z)
+    monkeypatch.setattr(hmpd, "BLOCK_VALUES", 1)  # the smallest blocks (their rows at least the filters' reach)
+    pdm_small, pdd_small = hmpd.pdm_pdd(z)
+    np.testing.assert_array_equal(pdm_small, pdm)
+    np.testing.assert_array_equal(pdd_small, pdd)
     # harmonics.pick's median spacing: np.nanmedian's of each row's first n values (odd and even counts)
     n = np.arange(1, x.shape[0] + 1) % 40 + 1
     d = np.where(np.arange(40)[None] < n[:, None], np.abs(np.resize(x, (x.shape[0], 40))), np.nan)
