@@ -93,6 +93,9 @@ def srh_values(x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) ->
     n = np.arange(length)
     win = 0.42 - 0.5 * np.cos(2 * np.pi * n / (length - 1)) + 0.08 * np.cos(4 * np.pi * n / (length - 1))
     n_bins = int(plus.max()) + 1
+    # the frames zero-padded to fs samples in one buffer kept across chunks (rfft's own padding of each chunk cost
+    # a fresh buffer and its page faults every call); the samples past `length` stay 0
+    padded = np.zeros((min(CHUNK, centres.size), fs), np.float32)
     for i in range(0, centres.size, CHUNK):
         frames = glottal.windows(res, centres[i : i + CHUNK] - length // 2 - 1, length) * win
         frames -= frames.mean(axis=1, keepdims=True)
@@ -100,8 +103,10 @@ def srh_values(x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) ->
         # the bins SRH reads are transformed
         alt = frames @ np.where(n % 2 == 0, 1.0, -1.0)  # the bin at fs/2
         norm = np.sqrt(np.maximum(0.5 * (fs * np.einsum("fn,fn->f", frames, frames) - alt**2), 1e-300))
-        spec = np.abs(rfft(frames.astype(np.float32), fs, axis=1)[:, :n_bins]) / norm[:, None]
-        out[i : i + CHUNK] = harmonic_sum(spec, lo, hi)
+        buf = padded[: frames.shape[0]]
+        buf[:, :length] = frames
+        spec = np.abs(rfft(buf, axis=1)[:, :n_bins])
+        out[i : i + CHUNK] = harmonic_sum(spec, lo, hi) / norm[:, None]
     return out
 
 
@@ -111,7 +116,7 @@ def harmonic_sum(spec: np.ndarray, lo: int, hi: int) -> np.ndarray:
     through bins k lo - 1, k (lo + 1) - 1, …; E((k + 1/2) f) through (2k + 1) m - 1 at even f = 2m and
     (2k + 1) m + k at odd f = 2m + 1."""
     n = hi - lo + 1
-    plus = spec[:, lo - 1 : hi : 1].copy()
+    plus = spec[:, lo - 1 : hi : 1].astype(float)
     for k in range(2, N_HARMONICS + 1):
         plus += spec[:, k * lo - 1 : k * hi : k]
     minus = np.zeros_like(plus)
