@@ -459,8 +459,8 @@ class TorchKernels:
 
     def srh_values(self, x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) -> np.ndarray:
         """srh.srh_values: the LP residual's 100 ms Blackman frames, their fs-point DFT (float32, as the reference's)
-        read at the harmonics and between them (a gather of `srh.candidates`' bins where the reference reads strided
-        slices: the same values, summed in the same order), SRH over lo … hi; batched over frames."""
+        read at the harmonics and between them (gathers of `srh.candidates`' bins, summed in the reference's order),
+        SRH over lo … hi; batched over frames."""
         centres = np.asarray(centres, dtype=np.int64)
         f, plus, minus = srh.candidates(lo, hi)
         if centres.size == 0:
