@@ -88,8 +88,8 @@ def stages(x: np.ndarray, cfg: acoustic.CovarepConfig) -> dict[str, float]:
         # spectral_rows, stage by stage
         sign = float(cols.get("polarity", np.ones(1))[0])
         centres = np.arange(n) * acoustic.HOP + acoustic.HOP // 2
-        track, f0_srh = timed("SRH (COVAREP's instants, unvoiced rows' windows)", acoustic.srh_frames, block,
-                              centres[acoustic.srh_rows(f0, voiced, np.arange(n))])
+        track = timed("SRH (COVAREP's instants)", acoustic.srh_track, block)
+        f0_srh = acoustic.srh_instant_f0(track, np.flatnonzero(acoustic.srh_rows(f0, voiced, np.arange(n))))
         f0w = acoustic.window_f0(block, f0, voiced, centres, np.arange(n), srh_median=track[2], srh_f0_rows=f0_srh)
         spec = timed("3-period spectra + harmonics", mcep.frame_spectra, sign * block, centres, f0w, FS_HZ)
         h = timed("3-period spectra + harmonics", harmonics.pick, spec, f0w, FS_HZ)

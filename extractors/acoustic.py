@@ -765,10 +765,10 @@ def window_f0(
 ) -> np.ndarray:
     """F0 (Hz) of the 74-column layout's 3-period windows centred on `centres` (samples of the block x), each read
     from its row in `rows`: the row's F0 where voiced; elsewhere SRH's, as COVAREP windows every frame by its SRH
-    tracker's F0 (`srh`), searched in the range pitch_srh's first pass narrows to around `srh_median` (`srh_track`'s
-    median; before version 11, our tracker's median voiced F0). Clipped so a window fits the DFT. `srh_f0`: the
-    backend's; `srh_f0_rows`: SRH's F0 of the windows on `srh_rows(...)` where the caller has it already
-    (`srh_frames`)."""
+    tracker's F0 (`srh`): `srh_f0_rows` where the caller has it (`spectral_rows`: SRH's F0 at its own instants,
+    `srh_instant_f0`), otherwise SRH run on the windows themselves, searched in the range pitch_srh's first pass
+    narrows to around `srh_median` (`srh_track`'s median; before version 11, our tracker's median voiced F0).
+    Clipped so a window fits the DFT. `srh_f0`: the backend's."""
     needs = srh_rows(f0, voiced, rows)
     out = np.where(needs, mcep.UNVOICED_F0_HZ, f0[rows])
     if srh_f0_rows is not None:
@@ -778,6 +778,19 @@ def window_f0(
     elif needs.any():
         out[needs] = srh_f0(x, centres[needs], FS_HZ, srh_median)
     return np.clip(out, 3.0 * FS_HZ / (mcep.DFTLEN - 2), None)
+
+
+def srh_instant_f0(track: tuple[np.ndarray, np.ndarray, float | None], rows: np.ndarray) -> np.ndarray | None:
+    """SRH's F0 for the windows on `rows` from `srh_track`'s own frames: the instant on each row's start boundary
+    (k = row; rows before the first instant or past the last take that one), None where the block has no instant.
+    COVAREP windows its MCEP and Rd frames at these instants with their SRH F0; a row centre lies 5 ms from the two
+    instants around it. SRH run on the unvoiced rows' own windows instead (versions 9-12) cost another 100 ms frame
+    and its 16000-point DFT per unvoiced row (40 % of the bench's SRH frames); measured against COVAREP on the five
+    recordings, MCEP's rows and Rd_conf agree as before within the files' noise (docs/acoustic.md, "74 columns")."""
+    k, f0k = track[0], track[1]
+    if k.size == 0:
+        return None
+    return f0k[np.clip(np.asarray(rows) - k[0], 0, k.size - 1)]
 
 
 def srh_rows(f0: np.ndarray, voiced: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -795,21 +808,12 @@ def srh_instants(n_samples: int) -> np.ndarray:
 
 def srh_track(x: np.ndarray, kernels: Kernels = NUMPY_KERNELS) -> tuple[np.ndarray, np.ndarray, float | None]:
     """(instants' rows k, SRH F0 there, the median pitch_srh's first pass found) of the block x: pitch_srh's two
-    passes over [50, 500] Hz and around that median (`srh.srh_track`)."""
-    return srh_frames(x, np.zeros(0, int), kernels)[0]
-
-
-def srh_frames(
-    x: np.ndarray, others: np.ndarray, kernels: Kernels = NUMPY_KERNELS
-) -> tuple[tuple[np.ndarray, np.ndarray, float | None], np.ndarray]:
-    """(`srh_track`'s triple, SRH F0 of the frames centred on `others` in the range its median narrows to): one LP
-    residual and one batch of spectra for COVAREP's instants and `window_f0`'s unvoiced windows
-    (`srh.srh_track_and_f0`; two calls computed the residual twice)."""
+    passes over [50, 500] Hz and around that median (`srh.srh_track_and_f0`: one set of spectra for both)."""
     k = srh_instants(x.size)
-    if k.size == 0 and others.size == 0:
-        return (k, np.zeros(0), None), np.zeros(0)
-    f0k, median, f0_others = srh.srh_track_and_f0(x, k * HOP, others, FS_HZ, values=kernels.srh_values)
-    return (k, f0k, median), f0_others
+    if k.size == 0:
+        return k, np.zeros(0), None
+    f0k, median, _ = srh.srh_track_and_f0(x, k * HOP, np.zeros(0, int), FS_HZ, values=kernels.srh_values)
+    return k, f0k, median
 
 
 def hmpd_columns(
@@ -864,12 +868,11 @@ def spectral_rows(
     n_rows = voiced.size
     centres = np.arange(n_rows) * HOP + HOP // 2
     rows = np.arange(n_rows)
-    if n_samples is None or n_samples == x.size:
-        # one set of SRH spectra: HMPD's F0, the median, and the F0 of the rows' windows that need SRH's
-        track, f0_unvoiced = srh_frames(x, centres[srh_rows(f0, voiced, rows)], kernels)
-    else:  # a clip's last block, its last row filled with zeros: SRH's frames on the clip's own samples only
-        track, f0_unvoiced = srh_track(x[:n_samples], kernels), None
-    f0w = window_f0(x, f0, voiced, centres, rows, kernels.srh_f0, srh_median=track[2], srh_f0_rows=f0_unvoiced)
+    # one set of SRH frames: HMPD's F0, the median, and the F0 of the rows' windows that need SRH's; a clip's last
+    # block, its last row filled with zeros, on the clip's own samples only
+    track = srh_track(x if n_samples is None else x[:n_samples], kernels)
+    f0w = window_f0(x, f0, voiced, centres, rows, kernels.srh_f0, srh_median=track[2],
+                    srh_f0_rows=srh_instant_f0(track, rows[srh_rows(f0, voiced, rows)]))  # fmt: skip
     spec = kernels.frame_spectra(polarity * x, centres, f0w, FS_HZ)
     h = kernels.pick(spec, f0w, FS_HZ)
     pd = hmpd_columns(x, f0, voiced, polarity, kernels, track)

@@ -286,7 +286,9 @@ class TorchKernels:
         return torch.fft.rfft(frames, dim=1).cpu().numpy()
 
     def _true_envelope(self, log_amp: torch.Tensor, orders: torch.Tensor, presmooth: bool = True) -> torch.Tensor:
-        """mcep.true_envelope on the device (same passes, same stopping rule per row)."""
+        """mcep.true_envelope on the device (same passes, same stopping rule per row; each pass's transforms as
+        products with `mcep._te_basis`' cosines and the energy above the order by Parseval, as mcep._iterate; the
+        spread about c0 summed directly, which float32 would otherwise lose to c0's square)."""
         n_bins = log_amp.shape[1]
         dftlen = 2 * (n_bins - 1)
         orders = torch.clamp(torch.round(mcep.TE_SMOOTHING * orders), max=dftlen // 2 - 1).long()
@@ -298,30 +300,35 @@ class TorchKernels:
             edge = (k < slim[:, None]) | (k > n_bins - slim[:, None])
             a = torch.where(edge, pre, a)
         n_coef = int(orders.max()) + 1
+        fwd, back = (self._t(m).to(a.dtype) for m in mcep._te_basis(n_bins, n_coef))
+        energy = self._t(np.where((np.arange(n_bins) == 0) | (np.arange(n_bins) == n_bins - 1), 1.0, 2.0) / dftlen)
+        energy = energy.to(a.dtype)
         kk = torch.arange(n_coef, device=self.device)[None, :]
         o = orders[:, None].to(a.dtype)
         lifter = torch.where(kk <= o, 0.54 + 0.46 * torch.cos(torch.pi * kk / torch.clamp(o, min=1)),
                              torch.zeros((), dtype=a.dtype, device=self.device))  # fmt: skip
-        inside = torch.arange(dftlen // 2, device=self.device)[None, :] <= orders[:, None]
-        doubling = torch.where(kk[0] == 0, 1.0, 2.0).to(a.dtype)
-        a0, out = a.clone(), torch.empty_like(a)
+        inside = kk <= orders[:, None]
+        floor = a - float(np.log(10 ** (mcep.TE_PREC_DB / 20)))
+        out = torch.empty_like(a)
         todo = torch.arange(a.shape[0], device=self.device)
         cc = torch.zeros((a.shape[0], n_coef), dtype=a.dtype, device=self.device)
-        dblim = float(np.log(10 ** (mcep.TE_PREC_DB / 20)))
         for _ in range(mcep.TE_MAXIT):
-            cep = torch.fft.irfft(a, dim=1)[:, : dftlen // 2]
-            ccp = cep[:, :n_coef] * doubling
-            e_out = torch.sqrt(torch.sum(torch.where(inside[:, 1:], 0.0, 2 * cep[:, 1:]) ** 2, dim=1))
-            e_in = torch.sqrt(torch.sum(torch.where(inside[:, :n_coef], ccp, 0.0) ** 2, dim=1))
-            lam = (e_in + e_out) / torch.clamp(e_in, min=1e-30)
+            prod = a @ fwd  # [c0, 2 c1, …, 2 c_{n_coef-1}, c_{dftlen/2}]
+            ccp = prod[:, :-1]
+            c0 = ccp[:, 0]
+            e_in_sq = torch.sum(torch.where(inside, ccp, 0.0) ** 2, dim=1)
+            spread = ((a - c0[:, None]) ** 2) @ energy  # the log spectrum's energy less c0's (the weights sum to 1)
+            e_out_sq = 2 * (spread - prod[:, -1] ** 2) - (e_in_sq - c0**2)
+            e_in = torch.sqrt(e_in_sq)
+            lam = (e_in + torch.sqrt(torch.clamp(e_out_sq, min=0.0))) / torch.clamp(e_in, min=1e-30)
             cc = lam[:, None] * lifter * (ccp - cc) + cc
-            lv = torch.fft.rfft(cc, n=dftlen, dim=1).real
+            lv = cc @ back
             a = torch.maximum(a, lv)
             out[todo] = lv
-            done = torch.amax(a0 - lv, dim=1) <= dblim
+            done = torch.all(lv >= floor, dim=1)
             if bool(done.any()):
                 keep = ~done
-                todo, a, a0, cc, lifter, inside = todo[keep], a[keep], a0[keep], cc[keep], lifter[keep], inside[keep]
+                todo, a, floor, cc, lifter, inside = todo[keep], a[keep], floor[keep], cc[keep], lifter[keep], inside[keep]
                 if todo.numel() == 0:
                     break
         return out
@@ -453,8 +460,8 @@ class TorchKernels:
 
     def srh_values(self, x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) -> np.ndarray:
         """srh.srh_values: the LP residual's 100 ms Blackman frames, their fs-point DFT (float32, as the reference's)
-        read at the harmonics and between them (a gather of `srh.candidates`' bins where the reference reads strided
-        slices: the same values, summed in the same order), SRH over lo … hi; batched over frames."""
+        read at the harmonics and between them (gathers of `srh.candidates`' bins, summed in the reference's order),
+        SRH over lo … hi; batched over frames."""
         centres = np.asarray(centres, dtype=np.int64)
         f, plus, minus = srh.candidates(lo, hi)
         if centres.size == 0:
@@ -474,15 +481,15 @@ class TorchKernels:
             frames = frames - frames.mean(1, keepdim=True)
             alt = frames @ alt_sign
             norm = torch.sqrt(torch.clamp(0.5 * (fs * (frames * frames).sum(1) - alt**2), min=1e-300))
-            spec = torch.fft.rfft(frames.float(), fs, dim=1)[:, :n_bins].abs().double() / norm[:, None]
+            spec = torch.fft.rfft(frames.float(), fs, dim=1)[:, :n_bins].abs().double()
             p, m = spec[:, plus_t], spec[:, minus_t]
-            # pitch_srh's order: the harmonics one after another, then the difference
+            # pitch_srh's order: the harmonics one after another, then the difference, then the norm (as srh_values)
             plus_sum, minus_sum = p[:, 0].clone(), m[:, 0].clone()
             for k in range(1, srh.N_HARMONICS):
                 plus_sum += p[:, k]
             for k in range(1, srh.N_HARMONICS - 1):
                 minus_sum += m[:, k]
-            values.append(plus_sum - minus_sum)
+            values.append((plus_sum - minus_sum) / norm[:, None])
         return torch.cat(values).cpu().numpy()
 
     def srh_f0(self, x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:

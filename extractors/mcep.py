@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.fft import irfft, rfft
+from scipy.fft import rfft
 
 from extractors import glottal
 
@@ -107,43 +107,65 @@ def true_envelope(log_amp: np.ndarray, orders: np.ndarray, presmooth: bool = Tru
 def _iterate(a: np.ndarray, orders: np.ndarray, dftlen: int) -> np.ndarray:
     """`true_envelope`'s iteration for rows of log amplitudes `a` at cepstral `orders` (after the smoothing factor).
 
-    Every step is per row, so which rows share a chunk changes nothing but the cepstrum's width (the chunk's
-    highest order + 1: coefficients above a row's order stay 0) and so the grouping of e_in's float sum. Chunks of
-    similar orders keep the arrays in cache and narrow (about 1.4x faster than all rows at the block's highest
-    order)."""
+    A pass needs only the cepstrum up to the chunk's highest order and the energy above each row's order, and sets
+    the log spectrum from those coefficients alone, so both transforms are products with a cosine basis as wide as
+    the chunk's order (`_te_basis`), and the energy above the order is the whole cepstrum's (Parseval: the log
+    spectrum's over dftlen) less the energy up to it (the 512-point real DFTs of every pass, with their full-length
+    outputs, took twice the time; the cosines' symmetry about bin dftlen/4, which halves the products, cost more in
+    strided passes than it saved). Every step is per row, so which rows share a chunk changes nothing but the
+    basis' width (the chunk's highest order + 1: coefficients above a row's order stay 0) and so the grouping of
+    float sums. Chunks of similar orders keep the arrays in cache and narrow (about 1.4x faster than all rows at the
+    block's highest order; 256 rows: 128 and 512 were slower)."""
     n_coef = int(orders.max()) + 1
+    fwd, back = _te_basis(a.shape[1], n_coef)
     lifter = _lifter(orders, n_coef)
-    inside = np.arange(dftlen // 2)[None, :] <= orders[:, None]
-    a0 = a.copy()
-    dblim = np.log(10 ** (TE_PREC_DB / 20))
+    inside = np.arange(n_coef)[None, :] <= orders[:, None]
+    a = a.astype(float)  # float64 from here on, as the FFT path always ran after its first pass
+    floor = a - np.log(10 ** (TE_PREC_DB / 20))  # done: the envelope within 2 dB of every bin of the input
     out = np.empty(a.shape)
     todo = np.arange(a.shape[0])
     cc = np.zeros((a.shape[0], n_coef))
-    weight = np.where(np.arange(n_coef) == 0, 1.0, 2.0)
-    lv = a
+    lv, keep = a, slice(None)
     for _ in range(TE_MAXIT):
-        cep = irfft(a, axis=1)[:, : dftlen // 2]  # real cepstrum
-        ccp = cep[:, :n_coef] * weight
-        e_out = np.sqrt(np.sum(np.where(inside[:, 1:], 0.0, 2 * cep[:, 1:]) ** 2, axis=1))
-        e_in = np.sqrt(np.sum(np.where(inside[:, :n_coef], ccp, 0.0) ** 2, axis=1))
-        lam = (e_in + e_out) / np.maximum(e_in, 1e-300)  # Röbel et al. 2007's step factor: faster convergence
-        cc = lam[:, None] * lifter * (ccp - cc) + cc
-        lv = _cep_to_logspec(cc, dftlen)
-        a = np.maximum(a, lv)
-        done = np.max(a0 - lv, axis=1) <= dblim
+        prod = a @ fwd  # [c0, 2 c1, …, 2 c_{n_coef-1}, c_{dftlen/2}]
+        ccp = prod[:, :-1]
+        c0_sq = ccp[:, 0] ** 2
+        e_in_sq = np.einsum("ij,ij->i", np.where(inside, ccp, 0.0), ccp)
+        # (2 c_k)^2 summed over k = 1 … dftlen/2 - 1 (Parseval: the whole cepstrum's energy is the log spectrum's,
+        # bins 1 … n_bins - 2 counted twice, over dftlen), less the rows' own coefficients up to their order
+        total = (2.0 * np.einsum("ij,ij->i", a, a) - a[:, 0] ** 2 - a[:, -1] ** 2) / dftlen
+        e_out_sq = 2.0 * (total - c0_sq - prod[:, -1] ** 2) - (e_in_sq - c0_sq)
+        e_in = np.sqrt(e_in_sq)
+        lam = (e_in + np.sqrt(np.maximum(e_out_sq, 0.0))) / np.maximum(e_in, 1e-300)  # Röbel et al. 2007's step
+        cc += lam[:, None] * lifter * (ccp - cc)
+        lv = cc @ back
+        np.maximum(a, lv, out=a)
+        done = (lv >= floor).all(axis=1)
         if done.any():
             out[todo[done]] = lv[done]
             keep = ~done
-            todo, a, a0, cc, lifter, inside, lv = (v[keep] for v in (todo, a, a0, cc, lifter, inside, lv))
+            todo, a, floor, cc, lifter, inside = (v[keep] for v in (todo, a, floor, cc, lifter, inside))
             if todo.size == 0:
                 return out
-    out[todo] = lv  # the last pass is the answer for rows that never converge
+        else:
+            keep = slice(None)
+    out[todo] = lv[keep]  # the last pass is the answer for rows that never converge
     return out
 
 
-def _cep_to_logspec(cc: np.ndarray, dftlen: int) -> np.ndarray:
-    """One-sided cepstrum [c0, 2c1, ...] -> log amplitude at the dftlen/2 + 1 bins (the real part of its DFT)."""
-    return rfft(cc, n=dftlen, axis=1).real
+@functools.cache
+def _te_basis(n_bins: int, n_coef: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fwd (n_bins, n_coef + 1), back (n_coef, n_bins)) for half log spectra of n_bins bins (dftlen = 2 (n_bins -
+    1)): a @ fwd is the one-sided real cepstrum [c0, 2 c1, …, 2 c_{n_coef-1}] (irfft's first outputs, doubled past
+    c0), then c_{dftlen/2}; cc @ back is the log spectrum (the real part of the DFT) of a one-sided cepstrum cc."""
+    dftlen = 2 * (n_bins - 1)
+    j = np.arange(n_bins)[:, None]
+    k = np.arange(n_coef)[None, :]
+    weight = np.where((j == 0) | (j == n_bins - 1), 1.0, 2.0) / dftlen  # the bins between the ends stand for two
+    cep = weight * np.cos(2 * np.pi * j * k / dftlen) * np.where(k == 0, 1.0, 2.0)
+    half = weight[:, 0] * np.where(j[:, 0] % 2 == 0, 1.0, -1.0)
+    fwd = np.ascontiguousarray(np.column_stack([cep, half]))
+    return fwd, np.ascontiguousarray(np.cos(2 * np.pi * k.T * j.T / dftlen))
 
 
 def mel_axis(n_bins: int, fs: int) -> np.ndarray:
@@ -183,15 +205,15 @@ def _cepstrum_basis(n_bins: int, order: int) -> np.ndarray:
 
 def mcep_rows(spec: np.ndarray, f0: np.ndarray, fs: int, order: int = ORDER) -> np.ndarray:
     """(rows, order + 1) MCEP of the rows' `frame_spectra`; f0: the F0 (Hz, > 0) their windows were cut for."""
-    log_amp = np.log(np.maximum(np.abs(spec), LOG_FLOOR))
+    amp = np.abs(spec)
     if TE_POOL > 1:  # the envelope's grid: the largest of each TE_POOL bins keeps every peak's level
-        n = (log_amp.shape[1] - 1) // TE_POOL
-        pooled = np.empty((log_amp.shape[0], n + 1))
-        pooled[:, 0] = log_amp[:, 0]
-        # the maximum of TE_POOL strided slices: numpy's reduction over an axis of length 2 costs 5x more
-        pooled[:, 1:] = functools.reduce(
-            np.maximum, (log_amp[:, 1 + i : 1 + n * TE_POOL : TE_POOL] for i in range(TE_POOL))
-        )
-        log_amp = pooled
+        n = (amp.shape[1] - 1) // TE_POOL
+        pooled = np.empty((amp.shape[0], n + 1))
+        pooled[:, 0] = amp[:, 0]
+        # the maximum of TE_POOL strided slices: numpy's reduction over an axis of length 2 costs 5x more; taken
+        # before the log (monotonic: the same values), which then runs on 1 / TE_POOL of the bins
+        pooled[:, 1:] = functools.reduce(np.maximum, (amp[:, 1 + i : 1 + n * TE_POOL : TE_POOL] for i in range(TE_POOL)))
+        amp = pooled
+    log_amp = np.log(np.maximum(amp, LOG_FLOOR))
     env = true_envelope(log_amp.astype(TE_DTYPE), np.round(0.5 * fs / f0))
     return mel_cepstrum(env.astype(float), fs, order)

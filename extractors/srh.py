@@ -84,7 +84,7 @@ def srh_values(x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) ->
     """(len(centres), hi - lo + 1): SRH(f) for f = lo … hi of the frames at `centres` (samples of x, as COVAREP's
     instants t·fs; beyond x's ends x reads as zeros)."""
     centres = np.asarray(centres, dtype=int)
-    f, plus, _ = candidates(lo, hi)
+    f, plus, minus = candidates(lo, hi)
     out = np.zeros((centres.size, f.size))
     if centres.size == 0:
         return out
@@ -93,38 +93,38 @@ def srh_values(x: np.ndarray, centres: np.ndarray, fs: int, lo: int, hi: int) ->
     n = np.arange(length)
     win = 0.42 - 0.5 * np.cos(2 * np.pi * n / (length - 1)) + 0.08 * np.cos(4 * np.pi * n / (length - 1))
     n_bins = int(plus.max()) + 1
+    # the frames zero-padded to fs samples in one buffer kept across chunks (rfft's own padding of each chunk cost
+    # a fresh buffer every call); the samples past `length` stay 0
+    padded = np.zeros((min(CHUNK, centres.size), fs), np.float32)
+    # the magnitudes bins x frames: each candidate's bins are then whole rows to gather (the same sums in the same
+    # order as strided slices of frames x bins, 1.5x faster)
+    spec_t = np.empty((n_bins, padded.shape[0]), np.float32)
+    # frames read from a strided view of the residual, zero-padded where a frame passes x's ends: one copy per frame
+    # (glottal.windows assembles its rows in two); the frame at c covers samples c - length/2 - 1 … c + length/2 - 2
+    lo_pad = max(0, length // 2 + 1 - int(centres.min()))
+    hi_pad = max(0, int(centres.max()) + length // 2 - 1 - res.size)
+    view = np.lib.stride_tricks.sliding_window_view(np.pad(res, (lo_pad, hi_pad)), length)
+    first = centres - length // 2 - 1 + lo_pad
     for i in range(0, centres.size, CHUNK):
-        frames = glottal.windows(res, centres[i : i + CHUNK] - length // 2 - 1, length) * win
+        frames = view[first[i : i + CHUNK]]
+        frames *= win
         frames -= frames.mean(axis=1, keepdims=True)
         # the norm over bins 0 … fs/2 - 1 of the fs-point DFT by Parseval (the mean is gone: bin 0 is 0), so only
         # the bins SRH reads are transformed
         alt = frames @ np.where(n % 2 == 0, 1.0, -1.0)  # the bin at fs/2
         norm = np.sqrt(np.maximum(0.5 * (fs * np.einsum("fn,fn->f", frames, frames) - alt**2), 1e-300))
-        spec = np.abs(rfft(frames.astype(np.float32), fs, axis=1)[:, :n_bins]) / norm[:, None]
-        out[i : i + CHUNK] = harmonic_sum(spec, lo, hi)
+        buf, spec = padded[: frames.shape[0]], spec_t[:, : frames.shape[0]]
+        buf[:, :length] = frames
+        np.abs(rfft(buf, axis=1)[:, :n_bins].T, out=spec)
+        out[i : i + CHUNK] = (harmonic_sum(spec, plus, minus) / norm).T  # normalised once per candidate
     return out
 
 
-def harmonic_sum(spec: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """SRH(f), f = lo … hi, of spectra on a 1 Hz grid (frames, bins): `candidates`' bins read as strided slices (a
-    gather over all of [50, 500] Hz cost 4 ms per audio second more), summed in pitch_srh's order. E(k f) runs
-    through bins k lo - 1, k (lo + 1) - 1, …; E((k + 1/2) f) through (2k + 1) m - 1 at even f = 2m and
-    (2k + 1) m + k at odd f = 2m + 1."""
-    n = hi - lo + 1
-    plus = spec[:, lo - 1 : hi : 1].copy()
-    for k in range(2, N_HARMONICS + 1):
-        plus += spec[:, k * lo - 1 : k * hi : k]
-    minus = np.zeros_like(plus)
-    first_even, first_odd = lo + lo % 2, lo + 1 - lo % 2
-    n_even, n_odd = len(range(first_even, hi + 1, 2)), len(range(first_odd, hi + 1, 2))
-    for k in range(1, N_HARMONICS):
-        step = 2 * k + 1
-        a = step * (first_even // 2) - 1
-        minus[:, first_even - lo :: 2] += spec[:, a : a + step * n_even : step]
-        b = step * (first_odd // 2) + k
-        minus[:, first_odd - lo :: 2] += spec[:, b : b + step * n_odd : step]
-    assert minus.shape[1] == n
-    return plus - minus
+def harmonic_sum(spec: np.ndarray, plus: np.ndarray, minus: np.ndarray) -> np.ndarray:
+    """SRH(f) (candidates, frames) of magnitude spectra on a 1 Hz grid (bins, frames), unnormalised: `candidates`'
+    bins at the harmonics (plus) and between them (minus), each summed over k in float64 in pitch_srh's order (E(f)
+    + E(2f) + …, then the difference)."""
+    return np.add.reduce(spec[plus], axis=0, dtype=np.float64) - np.add.reduce(spec[minus], axis=0, dtype=np.float64)
 
 
 def srh_f0(x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None) -> np.ndarray:

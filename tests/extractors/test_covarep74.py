@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.fft import irfft
+from scipy.fft import irfft, rfft
 from scipy.ndimage import median_filter
 from scipy.signal import filtfilt, freqz, lfilter
 
@@ -44,6 +44,45 @@ def test_true_envelope_follows_an_all_pole_filter() -> None:
     orders = rng.integers(8, 70, spec.shape[0])
     np.testing.assert_allclose(mcep.true_envelope(log_amp, orders, chunk=7),
                                mcep.true_envelope(log_amp, orders, chunk=1000), rtol=0, atol=1e-9)  # fmt: skip
+
+
+def test_true_envelope_passes_equal_the_dft_iteration() -> None:
+    """mcep._iterate's passes as products with cosine bases and the energy above the order by Parseval equal the
+    iteration written with 512-point DFTs (the cepstrum by irfft, the log spectrum by rfft, the energy above the
+    order summed over the cepstrum), the same rows to within float sums."""
+    rng = np.random.default_rng(1)
+    a = np.log(np.abs(rng.normal(size=(40, 257))) + 0.05) + np.linspace(0, -3, 257)
+    orders = rng.integers(10, 90, a.shape[0])
+    dftlen, dblim = 512, np.log(10 ** (mcep.TE_PREC_DB / 20))
+
+    def by_dft(row: np.ndarray, order: int) -> np.ndarray:
+        lifter = mcep._lifter(np.array([order]), order + 1)[0]
+        x0, x, cc = row.copy(), row.copy(), np.zeros(order + 1)
+        for _ in range(mcep.TE_MAXIT):
+            cep = irfft(x)[: dftlen // 2]
+            ccp = cep[: order + 1] * np.where(np.arange(order + 1) == 0, 1.0, 2.0)
+            e_in, e_out = np.sqrt(np.sum(ccp**2)), np.sqrt(np.sum((2 * cep[order + 1 :]) ** 2))
+            cc = (e_in + e_out) / e_in * lifter * (ccp - cc) + cc
+            lv = rfft(cc, n=dftlen).real
+            x = np.maximum(x, lv)
+            if np.max(x0 - lv) <= dblim:
+                break
+        return lv
+
+    want = np.stack([by_dft(r, o) for r, o in zip(a, orders, strict=True)])
+    np.testing.assert_allclose(mcep._iterate(a, orders, dftlen), want, rtol=0, atol=1e-9)
+
+
+def test_unvoiced_windows_take_srh_f0_at_the_rows_start_instant() -> None:
+    """acoustic.srh_instant_f0: row j's window takes SRH's F0 of the frame at instant k = j (the row's start
+    boundary; COVAREP's frames), rows before the first instant or past the last that one; None without instants
+    (window_f0 then runs SRH on the windows themselves)."""
+    from extractors import acoustic
+
+    k, f0k = np.arange(5, 11), np.array([100.0, 110, 120, 130, 140, 150])
+    got = acoustic.srh_instant_f0((k, f0k, 120.0), np.array([0, 5, 7, 10, 11, 40]))
+    np.testing.assert_array_equal(got, [100, 100, 120, 150, 150, 150])
+    assert acoustic.srh_instant_f0((np.zeros(0, int), np.zeros(0), None), np.array([3])) is None
 
 
 def test_mel_cepstrum_of_flat_and_tilted_envelopes() -> None:
