@@ -375,17 +375,27 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
     res = np.zeros(x.size)
     if starts.size == 0:
         return res
-    win = hann_sym(np.array([length]), length)
+    win = hann_sym(np.array([length]), length)[0]
+    framed = np.lib.stride_tricks.sliding_window_view(x, length)[::shift]  # frame f = x[f * shift :][:length]
     inv = np.empty((starts.size, length))
+    ext = np.zeros((min(chunk, starts.size), order + length))  # `order` zeros of history, then the frame
     for c in range(0, starts.size, chunk):  # chunks of frames stay in cache through the fit and the filter
-        frames = windows(x, starts[c : c + chunk], length) * win
+        m = min(chunk, starts.size - c)
+        frames = ext[:m, order:]
+        np.multiply(framed[c : c + m], win, out=frames)
         a = lpc_rows(frames, order, window=False)
-        part = _fir_rows(a, np.pad(frames, ((0, 0), (order, 0))))
+        part = _fir_rows(a, ext[:m])
         with np.errstate(divide="ignore", invalid="ignore"):
             gain = np.sqrt(np.einsum("fn,fn->f", frames, frames) / np.einsum("fn,fn->f", part, part))
-        inv[c : c + chunk] = part * np.nan_to_num(gain, posinf=0.0)[:, None]
-    idx = starts[:, None] + np.arange(length)[None]
-    res = np.bincount(idx.ravel(), inv.ravel(), minlength=x.size)[: x.size]
+        np.multiply(part, np.nan_to_num(gain, posinf=0.0)[:, None], out=inv[c : c + m])
+    # overlap-add: output block q (shift samples) sums the frames f <= q that reach it, in increasing f (as a
+    # sequential sum over the frames would), by one slice-add per block of the frames
+    n_blk = -(-length // shift)
+    acc = np.zeros((starts.size + n_blk, shift))
+    for j in range(n_blk - 1, -1, -1):
+        w = min(shift, length - j * shift)
+        acc[j : j + starts.size, :w] += inv[:, j * shift : j * shift + w]
+    res = acc.reshape(-1)[: x.size]
     peak = np.abs(res).max()
     return res / peak if peak > 0 else res
 
@@ -507,8 +517,11 @@ def covarep_cycle_params(
     shift = round(0.0005 * fs)
     n_bins = PSP_NFFT // 8
     naq, qoq, a = (np.empty(start.size) for _ in range(3))
+    # cycles in chunks of similar lengths (sorted), each as wide as its longest: every step below reads a cycle's
+    # own samples only (the rest of its row is masked), so its values are the same whatever the chunk
+    order = np.argsort(length, kind="stable")
     for c in range(0, start.size, 128):
-        part = slice(c, c + 128)
+        part = order[c : c + 128]
         s0, n0 = start[part], length[part]
         width = int(n0.max(initial=1)) + shift + 1
         n = np.arange(width)[None]
@@ -531,21 +544,56 @@ def covarep_cycle_params(
             naq[part] = f_ac / (d_peak * n0)
             qoq[part] = (t2 - t1) / n0
             pulse = np.nan_to_num(raw / np.nanmax(raw, axis=1, keepdims=True))
-        a[part] = psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins, rfft_mag))
+        a[part] = psp_of(pulse, rfft_mag)
     uniq, inv = np.unique(length, return_inverse=True)
     boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
-    psp = a / psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins, rfft_mag))[inv]
+    psp = a / psp_of(boxes, rfft_mag)[inv]
     psp[psp > 1] = np.nan  # as cycle_params: no glottal pulse
     return {"centre": (start + length).astype(float), "naq": naq, "qoq": qoq, "psp": psp}
 
 
+# Spectra of short rows at a few low bins of a long transform (the PSP pulses: <= ~400 samples, bins < 256 of 2048;
+# H1-H2's 3-period segments: bins up to 2.5 F0) are read from one matrix product with the DFT's cosines and sines
+# (BLAS), 3-6x faster here than the zero-padded FFT, whose output is mostly never read; equal to it within ~4e-15 of
+# the largest magnitude (rounding). Rows wider than DFT_MAX_WIDTH, or more bins, take the FFT.
+DFT_MAX_WIDTH, DFT_MAX_BINS = 512, 256
+
+
+@functools.cache
+def _dft_table(nfft: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, -sin) of 2 pi n k / nfft, (DFT_MAX_WIDTH, DFT_MAX_BINS) each, from one period's table at (n k) mod nfft
+    (exact phases: no large arguments to the trigonometric functions)."""
+    phase = 2 * np.pi * np.arange(nfft) / nfft
+    idx = (np.arange(DFT_MAX_WIDTH)[:, None] * np.arange(DFT_MAX_BINS)[None]) % nfft
+    return np.cos(phase)[idx], -np.sin(phase)[idx]
+
+
 def _rfft_mag(rows: np.ndarray, nfft: int, n_bins: int, chunk: int = 128) -> np.ndarray:
     """|rfft(rows, nfft)| up to bin n_bins, in chunks of rows: each chunk's spectra stay in cache and the full
-    spectra, far larger than the bins kept, are never held at once (about 2x faster than one call here)."""
+    spectra, far larger than the bins kept, are never held at once (about 2x faster than one call here). Short rows
+    and few bins by the DFT's matrix product instead (DFT_MAX_WIDTH)."""
     out = np.empty((len(rows), n_bins))
+    width = rows.shape[1]
+    if width <= min(DFT_MAX_WIDTH, nfft) and n_bins <= DFT_MAX_BINS:
+        cos, sin = _dft_table(nfft)
+        cos, sin = cos[:width, :n_bins], sin[:width, :n_bins]
+        for i in range(0, len(rows), chunk):
+            re, im = rows[i : i + chunk] @ cos, rows[i : i + chunk] @ sin
+            out[i : i + chunk] = np.sqrt(re * re + im * im)
+        return out
     for i in range(0, len(rows), chunk):
         out[i : i + chunk] = np.abs(rfft(rows[i : i + chunk], nfft, axis=1)[:, :n_bins])
     return out
+
+
+def psp_of(pulses: np.ndarray, rfft_mag=None, first_bins: int = 128) -> np.ndarray:
+    """`psp_a` of the pulses' PSP_NFFT-point dB spectra (bins below PSP_NFFT // 8), taking the spectra of the first
+    `first_bins` bins first and all bins only for the rows whose fit goes on past them (as `psp_a` refits them)."""
+    a, stopped = _psp_fit(_spectrum_db(pulses, PSP_NFFT, first_bins, rfft_mag), 0.01)
+    late = np.flatnonzero(~stopped)
+    if late.size:
+        a[late] = _psp_fit(_spectrum_db(pulses[late], PSP_NFFT, PSP_NFFT // 8, rfft_mag), 0.01)[0]
+    return a
 
 
 def _spectrum_db(pulses: np.ndarray, nfft: int, n_bins: int, rfft_mag=None) -> np.ndarray:
@@ -629,16 +677,8 @@ def harmonics_at(
     # bins above HRF_MAX_HZ plus the widest search half-width are never read: don't take their magnitude
     n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
     mag = np.empty((lengths.size, n_bins))
-    # segments in chunks of similar lengths (sorted), each as wide as its longest: a row's windowed segment, zero
-    # beyond its length, and so its spectrum are the same whatever the chunk
-    order = np.argsort(lengths, kind="stable")
-    for c in range(0, order.size, chunk):
-        sel = order[c : c + chunk]
-        width = int(lengths[sel].max())
-        n = np.arange(width)
-        uniq, inv = np.unique(lengths[sel], return_inverse=True)  # one Hamming window per distinct length
-        ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)
-        mag[sel] = (rfft_mag or _rfft_mag)(windows(dg, starts[sel], width) * ham[inv], nfft, n_bins)
+    for sel, spectra in _hamming_spectra(dg, starts, lengths, chunk):
+        mag[sel] = (rfft_mag or _rfft_mag)(spectra, nfft, n_bins)
     for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-search*F0 of k*F0
         sel = half == w
         mag[sel] = maximum_filter1d(mag[sel], 2 * w + 1, axis=1, mode="nearest")
@@ -650,6 +690,45 @@ def harmonics_at(
             "h1h2": 20 * np.log10(amp[:, 0] / amp[:, 1]),
             "hrf": 20 * np.log10(amp[:, 1:].sum(axis=1) / amp[:, 0]),
         }
+
+
+def _hamming_spectra(dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, chunk: int):  # noqa: ANN202
+    """(rows, Hamming-windowed segments dg[start : start + length]) in chunks of similar lengths (sorted), each as
+    wide as its longest: a row's windowed segment, zero beyond its length, and so its spectrum are the same whatever
+    the chunk."""
+    order = np.argsort(lengths, kind="stable")
+    for c in range(0, order.size, chunk):
+        sel = order[c : c + chunk]
+        width = int(lengths[sel].max())
+        n = np.arange(width)
+        uniq, inv = np.unique(lengths[sel], return_inverse=True)  # one Hamming window per distinct length
+        ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)
+        yield sel, windows(dg, starts[sel], width) * ham[inv]
+
+
+def h1h2_at(
+    dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, f0: np.ndarray, fs: int, rfft_mag=None,
+    nfft: int = SPEC_NFFT, chunk: int = 256,
+) -> np.ndarray:  # fmt: skip
+    """H1-H2 (dB) as `harmonics_at(..., search=0.5, max_hz=2 * f0.max())` gives it, bit for bit, reading only what
+    H1 and H2 need: each chunk's magnitudes up to its rows' last bin within F0/2 of 2 F0 (the full reading took the
+    magnitude of every bin below twice the highest F0, a pitch-synchronous period of a few samples reaching 5 kHz),
+    and each amplitude the maximum of the bins within +-F0/2 of k F0 (what the maximum filter gave there)."""
+    half = np.maximum(1, np.round(0.5 * f0 * nfft / fs)).astype(int)
+    max_hz = 2 * float(f0.max(initial=0))
+    n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
+    k = np.arange(1, 3)
+    bins = np.minimum(np.round(k[None] * f0[:, None] * nfft / fs).astype(int), n_bins - 1)
+    offsets = np.arange(-int(half.max(initial=1)), int(half.max(initial=1)) + 1)
+    amp = np.empty((lengths.size, 2))
+    for sel, spectra in _hamming_spectra(dg, starts, lengths, chunk):
+        n_read = min(n_bins, int((bins[sel, 1] + half[sel]).max()) + 1)
+        mag = (rfft_mag or _rfft_mag)(spectra, nfft, n_read)
+        idx = np.clip(bins[sel, :, None] + offsets, 0, n_read - 1)  # the filter's "nearest" edge: clipped reads
+        vals = mag[np.arange(sel.size)[:, None, None], idx]
+        amp[sel] = np.where(np.abs(offsets) <= half[sel, None, None], vals, -np.inf).max(axis=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 20 * np.log10(amp[:, 0] / amp[:, 1])
 
 
 def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, rfft_mag=None) -> np.ndarray:
@@ -667,8 +746,7 @@ def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, r
         return out
     half = np.round(1.5 * t0[ok]).astype(int)
     f0 = fs / t0[ok]
-    harm = harmonics_at(dg, gcis[ok] - half, 2 * half + 1, f0, fs, rfft_mag, search=0.5, max_hz=2 * float(f0.max()))
-    out[ok] = harm["h1h2"]
+    out[ok] = h1h2_at(dg, gcis[ok] - half, 2 * half + 1, f0, fs, rfft_mag)
     return out
 
 
