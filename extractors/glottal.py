@@ -806,12 +806,19 @@ def _mdq_dispersion(residual: np.ndarray, gcis: np.ndarray, search: np.ndarray) 
 
 def peak_slope(x: np.ndarray, n_rows: int, hop: int) -> np.ndarray:
     """Per row: slope of the regression line of log10 band maxima (7 octave bands, 40 ms window) against band index."""
-    bands = np.abs(wavelet_bands(x, [64, 32, 16, 8, 4, 2, 1]))  # low to high frequency
-    sub = hop // 2  # maxima over half-hop chunks, then over the 8 chunks of each row's 40 ms window
+    bands = wavelet_bands(x, [64, 32, 16, 8, 4, 2, 1])  # low to high frequency
+    sub = hop // 2  # maxima of |band| over half-hop chunks, then over the 8 chunks of each row's 40 ms window
     n_sub = 2 * n_rows + 8
-    padded = np.zeros((bands.shape[0], n_sub * sub))
-    padded[:, 3 * sub : 3 * sub + x.size] = bands[:, : n_sub * sub - 3 * sub]
-    chunk = padded.reshape(bands.shape[0], n_sub, sub).max(axis=2)
+    # chunk j holds samples [(j - 3) sub, (j - 2) sub) of x (zeros outside): |band|'s maximum as max(max, -min),
+    # read from the bands in place (no |band| or zero-padded copy of seven whole bands)
+    chunk = np.zeros((bands.shape[0], n_sub))
+    usable = max(0, min(x.size, (n_sub - 3) * sub))
+    full = usable // sub
+    blocks = bands[:, : full * sub].reshape(bands.shape[0], full, sub)
+    chunk[:, 3 : 3 + full] = np.maximum(blocks.max(axis=2, initial=-np.inf), -blocks.min(axis=2, initial=np.inf))
+    if usable > full * sub:  # a last, partial chunk: the zeros after x count
+        tail = bands[:, full * sub : usable]
+        chunk[:, 3 + full] = np.maximum(np.maximum(tail.max(axis=1), -tail.min(axis=1)), 0.0)
     win = np.lib.stride_tricks.sliding_window_view(chunk, 8, axis=1)[:, 0 : 2 * n_rows : 2].max(axis=2)
     t = np.arange(1, bands.shape[0] + 1) - (bands.shape[0] + 1) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
