@@ -1166,19 +1166,26 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
     rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
     n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
     k = MSP_HARMONICS + 1
-    sels, frames, tables = [], [], []
-    for h in np.unique(n_h):
-        if h < k:
-            continue  # too few harmonics for the phase error (F0 above ~890 Hz)
-        sel = np.flatnonzero(n_h == h)
-        m = harmonic_spectrum(x, bounds[sel] * hop, fb[sel], fs, int(h))
-        sels.append(sel)
-        frames.append(np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:])
-        tables.append(_lf_phase_unwrapped(int(h)))
-    if sels:  # one search for every frame (the model table chosen per frame by its harmonic count)
-        sel, frame = np.concatenate(sels), np.concatenate(frames)
-        which = np.repeat(np.arange(len(sels)), [s.size for s in sels])
-        table = np.stack(tables)
+    sel = np.flatnonzero(n_h >= k)  # fewer harmonics: no phase error (F0 above ~890 Hz)
+    if sel.size:
+        hs, fsel = n_h[sel], fb[sel]
+        half = np.round(1.5 * fs / fsel).astype(int)
+        counts = np.unique(hs)
+        # each harmonic count's DFT length: twice its widest window (as `harmonic_spectrum` called per count chose
+        # it); the frames are transformed together per length, not per count (~80 counts a block: fewer calls)
+        nfft_of = {h: 1 << int(2 * (2 * int(half[hs == h].max()) + 1) - 1).bit_length() for h in counts}
+        nfft = np.array([nfft_of[h] for h in hs])
+        frame = np.empty((sel.size, k - 1))
+        for size in np.unique(nfft):
+            part = np.flatnonzero(nfft == size)
+            m = _harmonic_spectra(x, bounds[sel[part]] * hop, fsel[part], half[part], fs, int(hs[part].max()),
+                                  int(size))  # fmt: skip
+            for h in np.unique(hs[part]):
+                mine = np.flatnonzero(hs[part] == h)
+                mm = m[mine, :h]
+                frame[part[mine]] = np.angle(mm[:, : k - 1]) - _min_phase(_edge_mags(mm), k)[:, 1:]
+        which = np.searchsorted(counts, hs)  # one search for every frame, the model table chosen by its count
+        table = np.stack([_lf_phase_unwrapped(int(h)) for h in counts])
 
         def error(rd: np.ndarray) -> np.ndarray:
             return _msp_error(frame, _interp_rows(table, rd, which)[:, None])[:, 0]
@@ -1187,6 +1194,36 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
             error, sel.size, *COVAREP_RD_RANGE, BRENT_TOL, BRENT_MAX_ITER
         )
     return rd_rows_of(voiced, rd_b, err_b)
+
+
+def _harmonic_spectra(
+    x: np.ndarray, centres: np.ndarray, f0: np.ndarray, half: np.ndarray, fs: int, n_harm: int, nfft: int,
+    chunk: int = 256,
+) -> np.ndarray:  # fmt: skip
+    """`harmonic_spectrum` with each row's Blackman half-length `half` and one DFT length nfft for all rows:
+    (rows, n_harm) complex amplitudes at harmonics 1..n_harm, phase relative to the centre. A row's window is zero
+    beyond its half-length, so the rows share one placement in the nfft-point buffer; the windows are computed once
+    per distinct half-length."""
+    hb = int(half.max())
+    n = np.arange(-hb, hb + 1)
+    uh, inv = np.unique(half, return_inverse=True)
+    win = np.where(np.abs(n)[None] <= uh[:, None], 0.42 + 0.5 * np.cos(np.pi * n / uh[:, None])
+                   + 0.08 * np.cos(2 * np.pi * n / uh[:, None]), 0.0)  # MATLAB's blackman(2 half + 1)  # fmt: skip
+    win /= win.sum(axis=1, keepdims=True)
+    col = n % nfft  # each row's centre at index 0 (its phases relative to it), wrapped
+    k = np.arange(1, n_harm + 1)[None]
+    out = np.empty((len(centres), n_harm), dtype=complex)
+    for i in range(0, len(centres), chunk):
+        part = slice(i, i + chunk)
+        buf = np.zeros((len(centres[part]), nfft))
+        buf[:, col] = windows(x, centres[part] - hb, n.size) * win[inv[part]]
+        spec = rfft(buf, axis=1)
+        pos = k * f0[part, None] * nfft / fs
+        lo = np.minimum(np.floor(pos).astype(int), spec.shape[1] - 2)
+        frac = pos - lo
+        r = np.arange(len(buf))[:, None]
+        out[part] = (1 - frac) * spec[r, lo] + frac * spec[r, lo + 1]
+    return out
 
 
 def rd_boundaries(f0: np.ndarray, voiced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
