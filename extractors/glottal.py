@@ -403,8 +403,9 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
 def skewness(x: np.ndarray) -> float:
     """Sample skewness of x (0 for a constant)."""
     d = x - x.mean()
-    sd = np.sqrt(np.mean(d**2))
-    return float(np.mean(d**3) / sd**3) if sd > 0 else 0.0
+    d2 = d * d
+    sd = np.sqrt(np.mean(d2))
+    return float(np.mean(d2 * d) / sd**3) if sd > 0 else 0.0  # d2 * d: d**3 is a pow() per sample
 
 
 def sedreams(x: np.ndarray, residual: np.ndarray, fs: int, f0_mean: float) -> np.ndarray:
@@ -754,7 +755,8 @@ def wavelet_bands(x: np.ndarray, scales: list[int], nfft: int = 8192) -> np.ndar
     """Zero-phase filtering with -cos(pi n/s) exp(-(n/s)^2/2): octave bands centred at fs/(2s) (d'Alessandro 2011).
 
     Overlap-save with one FFT of the signal's segments shared by all bands (scipy's oaconvolve would transform the
-    signal once per band); the wavelets are even, so their spectra are real.
+    signal once per band); the wavelets are even, so their spectra are real. Returns a (len(scales), x.size) view
+    of rows a little longer (the segments' whole length), each band written there once from its transform.
     """
     half = 5 * max(scales)
     nfft = max(nfft, 1 << (8 * half).bit_length())  # segments well longer than the widest wavelet
@@ -762,15 +764,24 @@ def wavelet_bands(x: np.ndarray, scales: list[int], nfft: int = 8192) -> np.ndar
     n_seg = max(1, -(-x.size // step))
     xp = np.pad(x, (half, n_seg * step - x.size + half))
     spec = rfft(np.lib.stride_tricks.sliding_window_view(xp, nfft)[::step], axis=1)
-    out = np.empty((len(scales), x.size))
+    out = np.empty((len(scales), n_seg * step))
+    prod = np.empty_like(spec)
     for i, s in enumerate(scales):
-        t = np.arange(5 * s + 1) / s
-        kern = np.zeros(nfft)
-        kern[: 5 * s + 1] = -np.cos(np.pi * t) * np.exp(-(t**2) / 2)
-        kern[nfft - 5 * s :] = kern[5 * s : 0 : -1]  # taps at negative lags wrap to the end
-        y = irfft(spec * rfft(kern).real, nfft, axis=1)[:, half : half + step]
-        out[i] = y.reshape(-1)[: x.size]
-    return out
+        np.multiply(spec, _wavelet_spectrum(s, nfft), out=prod)
+        out[i].reshape(n_seg, step)[:] = irfft(prod, nfft, axis=1)[:, half : half + step]
+    return out[:, : x.size]
+
+
+@functools.cache
+def _wavelet_spectrum(s: int, nfft: int) -> np.ndarray:
+    """The real nfft-point spectrum of `wavelet_bands`' wavelet of scale s (taps at negative lags wrapped)."""
+    t = np.arange(5 * s + 1) / s
+    kern = np.zeros(nfft)
+    kern[: 5 * s + 1] = -np.cos(np.pi * t) * np.exp(-(t**2) / 2)
+    kern[nfft - 5 * s :] = kern[5 * s : 0 : -1]  # taps at negative lags wrap to the end
+    spec = rfft(kern).real
+    spec.flags.writeable = False  # shared by every call
+    return spec
 
 
 MDQ_SCALES = (4, 8, 16, 32, 64)  # 2 kHz .. 125 Hz at 16 kHz
