@@ -359,8 +359,8 @@ def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
     """(len(n), width): for each length n, the Hann window without zero end points (MATLAB's `hanning(n)`, which
     COVAREP's frames use), zero from n on."""
     k = np.arange(1, width + 1)[None]
-    n = np.asarray(n)[:, None]
-    return np.where(k <= n, 0.5 * (1 - np.cos(2 * np.pi * k / (n + 1))), 0.0)
+    uniq, inv = np.unique(np.asarray(n), return_inverse=True)  # one window per distinct length
+    return np.where(k <= uniq[:, None], 0.5 * (1 - np.cos(2 * np.pi * k / (uniq[:, None] + 1))), 0.0)[inv]
 
 
 def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 256) -> np.ndarray:
@@ -474,25 +474,28 @@ def iaif_gci(
     order = np.argsort(length, kind="stable")  # chunks of similar lengths: little zero padding to compute
     start, length = start[order], length[order]
 
-    def fir(a: np.ndarray, sig: np.ndarray) -> np.ndarray:  # zero initial state, output the frame's samples
-        return _fir_rows(a, np.pad(sig, ((0, 0), (a.shape[1] - 1, 0))))
+    def fir(a: np.ndarray, ext: np.ndarray) -> np.ndarray:  # ext: p_vt zeros (zero initial state), then the input
+        return _fir_rows(a, ext[:, p_vt + 1 - a.shape[1] :])
 
     def leaky(y: np.ndarray) -> np.ndarray:
         return lfilter([1.0], [1.0, -leak], y, axis=1)
 
+    ramp_shape = np.linspace(-1.0, 1.0, pre)[None]
     idx, g_parts, dg_parts = [], [], []
     for c in range(0, centre.size, chunk):
         part = slice(c, c + chunk)
         n, s0 = length[part], start[part]
         width = int(n.max())
         win = hann_sym(n, width)
-        frame = windows(x, s0, width) * win  # COVAREP windows the frame, then IAIF windows each fit again
-        ramp = frame[:, :1] * np.linspace(-1.0, 1.0, pre)[None]
-        sig = np.concatenate([ramp, frame], axis=1)
-        y = fir(lpc_rows(frame * win, 1, window=False), sig)[:, pre:]
-        g1 = leaky(fir(lpc_rows(y * win, p_vt, window=False), sig))[:, pre:]
-        y = leaky(fir(lpc_rows(g1 * win, p_gl, window=False), sig))[:, pre:]
-        d = fir(lpc_rows(y * win, p_vt, window=False), sig)
+        # one buffer: p_vt zeros (the filters' zero initial state), the start-up ramp, the frame
+        ext = np.zeros((n.size, p_vt + pre + width))
+        sig, frame = ext[:, p_vt:], ext[:, p_vt + pre :]
+        np.multiply(windows(x, s0, width), win, out=frame)  # COVAREP windows the frame, then IAIF each fit again
+        np.multiply(frame[:, :1], ramp_shape, out=sig[:, :pre])
+        y = fir(lpc_rows(frame * win, 1, window=False), ext)[:, pre:]
+        g1 = leaky(fir(lpc_rows(y * win, p_vt, window=False), ext))[:, pre:]
+        y = leaky(fir(lpc_rows(g1 * win, p_gl, window=False), ext))[:, pre:]
+        d = fir(lpc_rows(y * win, p_vt, window=False), ext)
         gf, d = leaky(d)[:, pre:], d[:, pre:]
         inside = win > 0
         idx.append((s0[:, None] + np.arange(width)[None])[inside])
