@@ -54,9 +54,12 @@ def windows(x: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     starts = np.asarray(starts)
     if x.size < length:
         x = np.pad(x, (0, length - x.size))
+    view = np.lib.stride_tricks.sliding_window_view(x, length)
+    if starts.size and starts.min() >= 0 and starts.max() + length <= x.size:
+        return view[starts]  # all inside (the common case): one gathering copy
     out = np.empty((starts.size, length), dtype=x.dtype)
     inside = (starts >= 0) & (starts + length <= x.size)
-    out[inside] = np.lib.stride_tricks.sliding_window_view(x, length)[starts[inside]]
+    out[inside] = view[starts[inside]]
     edge = np.flatnonzero(~inside)
     if edge.size:
         idx = starts[edge, None] + np.arange(length)[None]
@@ -723,9 +726,9 @@ def h1h2_at(
     n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
     k = np.arange(1, 3)
     bins = np.minimum(np.round(k[None] * f0[:, None] * nfft / fs).astype(int), n_bins - 1)
-    offsets = np.arange(-int(half.max(initial=1)), int(half.max(initial=1)) + 1)
     amp = np.empty((lengths.size, 2))
     for sel, spectra in _hamming_spectra(dg, starts, lengths, chunk):
+        offsets = np.arange(-int(half[sel].max()), int(half[sel].max()) + 1)
         n_read = min(n_bins, int((bins[sel, 1] + half[sel]).max()) + 1)
         mag = (rfft_mag or _rfft_mag)(spectra, nfft, n_read)
         idx = np.clip(bins[sel, :, None] + offsets, 0, n_read - 1)  # the filter's "nearest" edge: clipped reads
