@@ -560,10 +560,11 @@ def covarep_cycle_params(
 
 
 # Spectra of short rows at a few low bins of a long transform (the PSP pulses: <= ~400 samples, bins < 256 of 2048;
-# H1-H2's 3-period segments: bins up to 2.5 F0) are read from one matrix product with the DFT's cosines and sines
-# (BLAS), 3-6x faster here than the zero-padded FFT, whose output is mostly never read; equal to it within ~4e-15 of
-# the largest magnitude (rounding). Rows wider than DFT_MAX_WIDTH, or more bins, take the FFT.
-DFT_MAX_WIDTH, DFT_MAX_BINS = 512, 256
+# H1-H2's 3-period segments, <= ~1000 samples: bins up to 2.5 F0) are read from one matrix product with the DFT's
+# cosines and sines (BLAS), 3-6x faster here than the zero-padded FFT, whose output is mostly never read; equal to it
+# within ~4e-15 of the largest magnitude (rounding). Rows wider than DFT_MAX_WIDTH, or more bins, take the FFT. The
+# tables: 4 MB, made once.
+DFT_MAX_WIDTH, DFT_MAX_BINS = 1024, 256
 
 
 @functools.cache
@@ -726,14 +727,20 @@ def h1h2_at(
     n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
     k = np.arange(1, 3)
     bins = np.minimum(np.round(k[None] * f0[:, None] * nfft / fs).astype(int), n_bins - 1)
+    need = np.minimum(n_bins, bins[:, 1] + half + 1)  # bins each row reads
     amp = np.empty((lengths.size, 2))
     for sel, spectra in _hamming_spectra(dg, starts, lengths, chunk):
-        offsets = np.arange(-int(half[sel].max()), int(half[sel].max()) + 1)
-        n_read = min(n_bins, int((bins[sel, 1] + half[sel]).max()) + 1)
-        mag = (rfft_mag or _rfft_mag)(spectra, nfft, n_read)
-        idx = np.clip(bins[sel, :, None] + offsets, 0, n_read - 1)  # the filter's "nearest" edge: clipped reads
-        vals = mag[np.arange(sel.size)[:, None, None], idx]
-        amp[sel] = np.where(np.abs(offsets) <= half[sel, None, None], vals, -np.inf).max(axis=2)
+        # a chunk's shortest segments may be periods of a few samples reaching far up: their rows apart, so that
+        # the others read only their own few bins (`_rfft_mag`'s matrix product)
+        far = need[sel] > DFT_MAX_BINS
+        for rows in (np.flatnonzero(~far), np.flatnonzero(far)) if far.any() else (slice(None),):
+            r = sel[rows]
+            offsets = np.arange(-int(half[r].max()), int(half[r].max()) + 1)
+            n_read = int(need[r].max())
+            mag = (rfft_mag or _rfft_mag)(spectra[rows], nfft, n_read)
+            idx = np.clip(bins[r, :, None] + offsets, 0, n_read - 1)  # the filter's "nearest" edge: clipped reads
+            vals = mag[np.arange(len(r))[:, None, None], idx]
+            amp[r] = np.where(np.abs(offsets) <= half[r, None, None], vals, -np.inf).max(axis=2)
     with np.errstate(divide="ignore", invalid="ignore"):
         return 20 * np.log10(amp[:, 0] / amp[:, 1])
 
