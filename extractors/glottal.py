@@ -78,18 +78,32 @@ def lpc_rows(frames: np.ndarray, order: int, method: str = "autocorrelation", wi
     win = frames * np.hanning(frames.shape[1]) if window else frames
     if method == "burg":
         a = librosa.lpc(win, order=order, axis=-1)
-    else:
-        n = win.shape[1]  # lags 0..order directly: cheaper than an FFT for order << n, and exact
-        r = np.stack([np.einsum("fn,fn->f", win[:, k:], win[:, : n - k]) for k in range(order + 1)], axis=1)
-        a = np.zeros((len(win), order + 1))
-        a[:, 0] = 1.0
-        err = r[:, 0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for i in range(1, order + 1):
-                k = -(r[:, i] + np.einsum("fj,fj->f", a[:, 1:i], r[:, i - 1 : 0 : -1])) / err
-                a[:, 1:i] += k[:, None] * a[:, i - 1 : 0 : -1]
-                a[:, i] = k
-                err = err * (1 - k * k)
+        bad = ~np.all(np.isfinite(a), axis=1)
+        a[bad] = np.eye(1, order + 1)
+        return a
+    return levinson_rows(autocorr_rows(win, order))
+
+
+def autocorr_rows(win: np.ndarray, order: int) -> np.ndarray:
+    """(F, order+1) autocorrelation of each row at lags 0..order (no window applied here)."""
+    n = win.shape[1]  # lags 0..order directly: cheaper than an FFT for order << n, and exact
+    return np.stack([np.einsum("fn,fn->f", win[:, k:], win[:, : n - k]) for k in range(order + 1)], axis=1)
+
+
+def levinson_rows(r: np.ndarray) -> np.ndarray:
+    """LPC polynomials (F, order+1) from autocorrelations (F, order+1) by Levinson-Durbin, vectorised over rows
+    (each row's numbers the same whatever the other rows: callers batch rows freely); rows without signal get the
+    identity filter."""
+    order = r.shape[1] - 1
+    a = np.zeros((len(r), order + 1))
+    a[:, 0] = 1.0
+    err = r[:, 0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(1, order + 1):
+            k = -(r[:, i] + np.einsum("fj,fj->f", a[:, 1:i], r[:, i - 1 : 0 : -1])) / err
+            a[:, 1:i] += k[:, None] * a[:, i - 1 : 0 : -1]
+            a[:, i] = k
+            err = err * (1 - k * k)
     bad = ~np.all(np.isfinite(a), axis=1)
     a[bad] = np.eye(1, order + 1)
     return a
@@ -382,14 +396,18 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
     framed = np.lib.stride_tricks.sliding_window_view(x, length)[::shift]  # frame f = x[f * shift :][:length]
     inv = np.empty((starts.size, length))
     ext = np.zeros((min(chunk, starts.size), order + length))  # `order` zeros of history, then the frame
-    for c in range(0, starts.size, chunk):  # chunks of frames stay in cache through the fit and the filter
+    frames = ext[:, order:]
+    r = np.empty((starts.size, order + 1))
+    for c in range(0, starts.size, chunk):  # chunks of frames stay in cache
         m = min(chunk, starts.size - c)
-        frames = ext[:m, order:]
-        np.multiply(framed[c : c + m], win, out=frames)
-        a = lpc_rows(frames, order, window=False)
-        part = _fir_rows(a, ext[:m])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gain = np.sqrt(np.einsum("fn,fn->f", frames, frames) / np.einsum("fn,fn->f", part, part))
+        r[c : c + m] = autocorr_rows(np.multiply(framed[c : c + m], win, out=frames[:m]), order)
+    a = levinson_rows(r)  # one recursion for all frames: its Python loop once, not once per chunk
+    for c in range(0, starts.size, chunk):
+        m = min(chunk, starts.size - c)
+        np.multiply(framed[c : c + m], win, out=frames[:m])
+        part = _fir_rows(a[c : c + m], ext[:m])
+        with np.errstate(divide="ignore", invalid="ignore"):  # r[:, 0]: the frame's energy
+            gain = np.sqrt(r[c : c + m, 0] / np.einsum("fn,fn->f", part, part))
         np.multiply(part, np.nan_to_num(gain, posinf=0.0)[:, None], out=inv[c : c + m])
     # overlap-add: output block q (shift samples) sums the frames f <= q that reach it, in increasing f (as a
     # sequential sum over the frames would), by one slice-add per block of the frames
@@ -484,24 +502,34 @@ def iaif_gci(
         return lfilter([1.0], [1.0, -leak], y, axis=1)
 
     ramp_shape = np.linspace(-1.0, 1.0, pre)[None]
-    idx, g_parts, dg_parts = [], [], []
+    wins, exts = [], []
     for c in range(0, centre.size, chunk):
-        part = slice(c, c + chunk)
-        n, s0 = length[part], start[part]
+        n = length[c : c + chunk]
         width = int(n.max())
-        win = hann_sym(n, width)
+        wins.append(hann_sym(n, width))
         # one buffer: p_vt zeros (the filters' zero initial state), the start-up ramp, the frame
         ext = np.zeros((n.size, p_vt + pre + width))
-        sig, frame = ext[:, p_vt:], ext[:, p_vt + pre :]
-        np.multiply(windows(x, s0, width), win, out=frame)  # COVAREP windows the frame, then IAIF each fit again
-        np.multiply(frame[:, :1], ramp_shape, out=sig[:, :pre])
-        y = fir(lpc_rows(frame * win, 1, window=False), ext)[:, pre:]
-        g1 = leaky(fir(lpc_rows(y * win, p_vt, window=False), ext))[:, pre:]
-        y = leaky(fir(lpc_rows(g1 * win, p_gl, window=False), ext))[:, pre:]
-        d = fir(lpc_rows(y * win, p_vt, window=False), ext)
+        frame = ext[:, p_vt + pre :]
+        np.multiply(windows(x, start[c : c + chunk], width), wins[-1], out=frame)  # COVAREP windows the frame,
+        np.multiply(frame[:, :1], ramp_shape, out=ext[:, p_vt : p_vt + pre])  # then IAIF windows each fit again
+        exts.append(ext)
+    bounds = np.cumsum([len(w) for w in wins])[:-1]
+
+    def fits(ys: list[np.ndarray], order: int) -> list[np.ndarray]:  # each chunk's LPC of its windowed rows
+        r = np.concatenate([autocorr_rows(y * w, order) for y, w in zip(ys, wins, strict=True)])
+        return np.split(levinson_rows(r), bounds)  # one recursion for all chunks: its Python loop once
+
+    # the four fits stage by stage over all chunks (chunk by chunk, each fit's Levinson loop ran once per chunk)
+    ys = [e[:, p_vt + pre :] for e in exts]
+    ys = [fir(a, e)[:, pre:] for a, e in zip(fits(ys, 1), exts, strict=True)]
+    ys = [leaky(fir(a, e))[:, pre:] for a, e in zip(fits(ys, p_vt), exts, strict=True)]  # g1
+    ys = [leaky(fir(a, e))[:, pre:] for a, e in zip(fits(ys, p_gl), exts, strict=True)]
+    idx, g_parts, dg_parts = [], [], []
+    for c, a, e, win in zip(range(0, centre.size, chunk), fits(ys, p_vt), exts, wins, strict=True):
+        d = fir(a, e)
         gf, d = leaky(d)[:, pre:], d[:, pre:]
         inside = win > 0
-        idx.append((s0[:, None] + np.arange(width)[None])[inside])
+        idx.append((start[c : c + chunk, None] + np.arange(win.shape[1])[None])[inside])
         g_parts.append(gf[inside])
         dg_parts.append(d[inside])
     # one overlap-add for all chunks (a whole-signal sum per chunk cost a fifth of this function)
