@@ -550,7 +550,6 @@ def covarep_cycle_params(
     keep = (length >= fs / f0_range_hz[1] * 0.8) & (length <= fs / f0_range_hz[0] * 1.2)
     start, length = start[keep], length[keep]
     shift = round(0.0005 * fs)
-    n_bins = PSP_NFFT // 8
     naq, qoq, a = (np.empty(start.size) for _ in range(3))
     # cycles in chunks of similar lengths (sorted), each as wide as its longest: every step below reads a cycle's
     # own samples only (the rest of its row is masked), so its values are the same whatever the chunk
