@@ -54,9 +54,12 @@ def windows(x: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     starts = np.asarray(starts)
     if x.size < length:
         x = np.pad(x, (0, length - x.size))
+    view = np.lib.stride_tricks.sliding_window_view(x, length)
+    if starts.size and starts.min() >= 0 and starts.max() + length <= x.size:
+        return view[starts]  # all inside (the common case): one gathering copy
     out = np.empty((starts.size, length), dtype=x.dtype)
     inside = (starts >= 0) & (starts + length <= x.size)
-    out[inside] = np.lib.stride_tricks.sliding_window_view(x, length)[starts[inside]]
+    out[inside] = view[starts[inside]]
     edge = np.flatnonzero(~inside)
     if edge.size:
         idx = starts[edge, None] + np.arange(length)[None]
@@ -75,18 +78,32 @@ def lpc_rows(frames: np.ndarray, order: int, method: str = "autocorrelation", wi
     win = frames * np.hanning(frames.shape[1]) if window else frames
     if method == "burg":
         a = librosa.lpc(win, order=order, axis=-1)
-    else:
-        n = win.shape[1]  # lags 0..order directly: cheaper than an FFT for order << n, and exact
-        r = np.stack([np.einsum("fn,fn->f", win[:, k:], win[:, : n - k]) for k in range(order + 1)], axis=1)
-        a = np.zeros((len(win), order + 1))
-        a[:, 0] = 1.0
-        err = r[:, 0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for i in range(1, order + 1):
-                k = -(r[:, i] + np.einsum("fj,fj->f", a[:, 1:i], r[:, i - 1 : 0 : -1])) / err
-                a[:, 1:i] += k[:, None] * a[:, i - 1 : 0 : -1]
-                a[:, i] = k
-                err = err * (1 - k * k)
+        bad = ~np.all(np.isfinite(a), axis=1)
+        a[bad] = np.eye(1, order + 1)
+        return a
+    return levinson_rows(autocorr_rows(win, order))
+
+
+def autocorr_rows(win: np.ndarray, order: int) -> np.ndarray:
+    """(F, order+1) autocorrelation of each row at lags 0..order (no window applied here)."""
+    n = win.shape[1]  # lags 0..order directly: cheaper than an FFT for order << n, and exact
+    return np.stack([np.einsum("fn,fn->f", win[:, k:], win[:, : n - k]) for k in range(order + 1)], axis=1)
+
+
+def levinson_rows(r: np.ndarray) -> np.ndarray:
+    """LPC polynomials (F, order+1) from autocorrelations (F, order+1) by Levinson-Durbin, vectorised over rows
+    (each row's numbers the same whatever the other rows: callers batch rows freely); rows without signal get the
+    identity filter."""
+    order = r.shape[1] - 1
+    a = np.zeros((len(r), order + 1))
+    a[:, 0] = 1.0
+    err = r[:, 0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(1, order + 1):
+            k = -(r[:, i] + np.einsum("fj,fj->f", a[:, 1:i], r[:, i - 1 : 0 : -1])) / err
+            a[:, 1:i] += k[:, None] * a[:, i - 1 : 0 : -1]
+            a[:, i] = k
+            err = err * (1 - k * k)
     bad = ~np.all(np.isfinite(a), axis=1)
     a[bad] = np.eye(1, order + 1)
     return a
@@ -359,8 +376,8 @@ def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
     """(len(n), width): for each length n, the Hann window without zero end points (MATLAB's `hanning(n)`, which
     COVAREP's frames use), zero from n on."""
     k = np.arange(1, width + 1)[None]
-    n = np.asarray(n)[:, None]
-    return np.where(k <= n, 0.5 * (1 - np.cos(2 * np.pi * k / (n + 1))), 0.0)
+    uniq, inv = np.unique(np.asarray(n), return_inverse=True)  # one window per distinct length
+    return np.where(k <= uniq[:, None], 0.5 * (1 - np.cos(2 * np.pi * k / (uniq[:, None] + 1))), 0.0)[inv]
 
 
 def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 256) -> np.ndarray:
@@ -375,17 +392,31 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
     res = np.zeros(x.size)
     if starts.size == 0:
         return res
-    win = hann_sym(np.array([length]), length)
+    win = hann_sym(np.array([length]), length)[0]
+    framed = np.lib.stride_tricks.sliding_window_view(x, length)[::shift]  # frame f = x[f * shift :][:length]
     inv = np.empty((starts.size, length))
-    for c in range(0, starts.size, chunk):  # chunks of frames stay in cache through the fit and the filter
-        frames = windows(x, starts[c : c + chunk], length) * win
-        a = lpc_rows(frames, order, window=False)
-        part = _fir_rows(a, np.pad(frames, ((0, 0), (order, 0))))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gain = np.sqrt(np.einsum("fn,fn->f", frames, frames) / np.einsum("fn,fn->f", part, part))
-        inv[c : c + chunk] = part * np.nan_to_num(gain, posinf=0.0)[:, None]
-    idx = starts[:, None] + np.arange(length)[None]
-    res = np.bincount(idx.ravel(), inv.ravel(), minlength=x.size)[: x.size]
+    ext = np.zeros((min(chunk, starts.size), order + length))  # `order` zeros of history, then the frame
+    frames = ext[:, order:]
+    r = np.empty((starts.size, order + 1))
+    for c in range(0, starts.size, chunk):  # chunks of frames stay in cache
+        m = min(chunk, starts.size - c)
+        r[c : c + m] = autocorr_rows(np.multiply(framed[c : c + m], win, out=frames[:m]), order)
+    a = levinson_rows(r)  # one recursion for all frames: its Python loop once, not once per chunk
+    for c in range(0, starts.size, chunk):
+        m = min(chunk, starts.size - c)
+        np.multiply(framed[c : c + m], win, out=frames[:m])
+        part = _fir_rows(a[c : c + m], ext[:m])
+        with np.errstate(divide="ignore", invalid="ignore"):  # r[:, 0]: the frame's energy
+            gain = np.sqrt(r[c : c + m, 0] / np.einsum("fn,fn->f", part, part))
+        np.multiply(part, np.nan_to_num(gain, posinf=0.0)[:, None], out=inv[c : c + m])
+    # overlap-add: output block q (shift samples) sums the frames f <= q that reach it, in increasing f (as a
+    # sequential sum over the frames would), by one slice-add per block of the frames
+    n_blk = -(-length // shift)
+    acc = np.zeros((starts.size + n_blk, shift))
+    for j in range(n_blk - 1, -1, -1):
+        w = min(shift, length - j * shift)
+        acc[j : j + starts.size, :w] += inv[:, j * shift : j * shift + w]
+    res = acc.reshape(-1)[: x.size]
     peak = np.abs(res).max()
     return res / peak if peak > 0 else res
 
@@ -393,8 +424,9 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
 def skewness(x: np.ndarray) -> float:
     """Sample skewness of x (0 for a constant)."""
     d = x - x.mean()
-    sd = np.sqrt(np.mean(d**2))
-    return float(np.mean(d**3) / sd**3) if sd > 0 else 0.0
+    d2 = d * d
+    sd = np.sqrt(np.mean(d2))
+    return float(np.mean(d2 * d) / sd**3) if sd > 0 else 0.0  # d2 * d: d**3 is a pow() per sample
 
 
 def sedreams(x: np.ndarray, residual: np.ndarray, fs: int, f0_mean: float) -> np.ndarray:
@@ -463,28 +495,41 @@ def iaif_gci(
     order = np.argsort(length, kind="stable")  # chunks of similar lengths: little zero padding to compute
     start, length = start[order], length[order]
 
-    def fir(a: np.ndarray, sig: np.ndarray) -> np.ndarray:  # zero initial state, output the frame's samples
-        return _fir_rows(a, np.pad(sig, ((0, 0), (a.shape[1] - 1, 0))))
+    def fir(a: np.ndarray, ext: np.ndarray) -> np.ndarray:  # ext: p_vt zeros (zero initial state), then the input
+        return _fir_rows(a, ext[:, p_vt + 1 - a.shape[1] :])
 
     def leaky(y: np.ndarray) -> np.ndarray:
         return lfilter([1.0], [1.0, -leak], y, axis=1)
 
-    idx, g_parts, dg_parts = [], [], []
+    ramp_shape = np.linspace(-1.0, 1.0, pre)[None]
+    wins, exts = [], []
     for c in range(0, centre.size, chunk):
-        part = slice(c, c + chunk)
-        n, s0 = length[part], start[part]
+        n = length[c : c + chunk]
         width = int(n.max())
-        win = hann_sym(n, width)
-        frame = windows(x, s0, width) * win  # COVAREP windows the frame, then IAIF windows each fit again
-        ramp = frame[:, :1] * np.linspace(-1.0, 1.0, pre)[None]
-        sig = np.concatenate([ramp, frame], axis=1)
-        y = fir(lpc_rows(frame * win, 1, window=False), sig)[:, pre:]
-        g1 = leaky(fir(lpc_rows(y * win, p_vt, window=False), sig))[:, pre:]
-        y = leaky(fir(lpc_rows(g1 * win, p_gl, window=False), sig))[:, pre:]
-        d = fir(lpc_rows(y * win, p_vt, window=False), sig)
+        wins.append(hann_sym(n, width))
+        # one buffer: p_vt zeros (the filters' zero initial state), the start-up ramp, the frame
+        ext = np.zeros((n.size, p_vt + pre + width))
+        frame = ext[:, p_vt + pre :]
+        np.multiply(windows(x, start[c : c + chunk], width), wins[-1], out=frame)  # COVAREP windows the frame,
+        np.multiply(frame[:, :1], ramp_shape, out=ext[:, p_vt : p_vt + pre])  # then IAIF windows each fit again
+        exts.append(ext)
+    bounds = np.cumsum([len(w) for w in wins])[:-1]
+
+    def fits(ys: list[np.ndarray], order: int) -> list[np.ndarray]:  # each chunk's LPC of its windowed rows
+        r = np.concatenate([autocorr_rows(y * w, order) for y, w in zip(ys, wins, strict=True)])
+        return np.split(levinson_rows(r), bounds)  # one recursion for all chunks: its Python loop once
+
+    # the four fits stage by stage over all chunks (chunk by chunk, each fit's Levinson loop ran once per chunk)
+    ys = [e[:, p_vt + pre :] for e in exts]
+    ys = [fir(a, e)[:, pre:] for a, e in zip(fits(ys, 1), exts, strict=True)]
+    ys = [leaky(fir(a, e))[:, pre:] for a, e in zip(fits(ys, p_vt), exts, strict=True)]  # g1
+    ys = [leaky(fir(a, e))[:, pre:] for a, e in zip(fits(ys, p_gl), exts, strict=True)]
+    idx, g_parts, dg_parts = [], [], []
+    for c, a, e, win in zip(range(0, centre.size, chunk), fits(ys, p_vt), exts, wins, strict=True):
+        d = fir(a, e)
         gf, d = leaky(d)[:, pre:], d[:, pre:]
         inside = win > 0
-        idx.append((s0[:, None] + np.arange(width)[None])[inside])
+        idx.append((start[c : c + chunk, None] + np.arange(win.shape[1])[None])[inside])
         g_parts.append(gf[inside])
         dg_parts.append(d[inside])
     # one overlap-add for all chunks (a whole-signal sum per chunk cost a fifth of this function)
@@ -505,10 +550,12 @@ def covarep_cycle_params(
     keep = (length >= fs / f0_range_hz[1] * 0.8) & (length <= fs / f0_range_hz[0] * 1.2)
     start, length = start[keep], length[keep]
     shift = round(0.0005 * fs)
-    n_bins = PSP_NFFT // 8
     naq, qoq, a = (np.empty(start.size) for _ in range(3))
+    # cycles in chunks of similar lengths (sorted), each as wide as its longest: every step below reads a cycle's
+    # own samples only (the rest of its row is masked), so its values are the same whatever the chunk
+    order = np.argsort(length, kind="stable")
     for c in range(0, start.size, 128):
-        part = slice(c, c + 128)
+        part = order[c : c + 128]
         s0, n0 = start[part], length[part]
         width = int(n0.max(initial=1)) + shift + 1
         n = np.arange(width)[None]
@@ -531,21 +578,57 @@ def covarep_cycle_params(
             naq[part] = f_ac / (d_peak * n0)
             qoq[part] = (t2 - t1) / n0
             pulse = np.nan_to_num(raw / np.nanmax(raw, axis=1, keepdims=True))
-        a[part] = psp_a(_spectrum_db(pulse, PSP_NFFT, n_bins, rfft_mag))
+        a[part] = psp_of(pulse, rfft_mag)
     uniq, inv = np.unique(length, return_inverse=True)
     boxes = (np.arange(int(uniq.max(initial=1)))[None] < uniq[:, None]) / uniq[:, None]
-    psp = a / psp_a(_spectrum_db(boxes, PSP_NFFT, n_bins, rfft_mag))[inv]
+    psp = a / psp_of(boxes, rfft_mag)[inv]
     psp[psp > 1] = np.nan  # as cycle_params: no glottal pulse
     return {"centre": (start + length).astype(float), "naq": naq, "qoq": qoq, "psp": psp}
 
 
+# Spectra of short rows at a few low bins of a long transform (the PSP pulses: <= ~400 samples, bins < 256 of 2048;
+# H1-H2's 3-period segments, <= ~1000 samples: bins up to 2.5 F0) are read from one matrix product with the DFT's
+# cosines and sines (BLAS), 3-6x faster here than the zero-padded FFT, whose output is mostly never read; equal to it
+# within ~4e-15 of the largest magnitude (rounding). Rows wider than DFT_MAX_WIDTH, or more bins, take the FFT. The
+# tables: 4 MB, made once.
+DFT_MAX_WIDTH, DFT_MAX_BINS = 1024, 256
+
+
+@functools.cache
+def _dft_table(nfft: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, -sin) of 2 pi n k / nfft, (DFT_MAX_WIDTH, DFT_MAX_BINS) each, from one period's table at (n k) mod nfft
+    (exact phases: no large arguments to the trigonometric functions)."""
+    phase = 2 * np.pi * np.arange(nfft) / nfft
+    idx = (np.arange(DFT_MAX_WIDTH)[:, None] * np.arange(DFT_MAX_BINS)[None]) % nfft
+    return np.cos(phase)[idx], -np.sin(phase)[idx]
+
+
 def _rfft_mag(rows: np.ndarray, nfft: int, n_bins: int, chunk: int = 128) -> np.ndarray:
     """|rfft(rows, nfft)| up to bin n_bins, in chunks of rows: each chunk's spectra stay in cache and the full
-    spectra, far larger than the bins kept, are never held at once (about 2x faster than one call here)."""
+    spectra, far larger than the bins kept, are never held at once (about 2x faster than one call here). Short rows
+    and few bins by the DFT's matrix product instead (DFT_MAX_WIDTH)."""
     out = np.empty((len(rows), n_bins))
+    width = rows.shape[1]
+    if width <= min(DFT_MAX_WIDTH, nfft) and n_bins <= DFT_MAX_BINS:
+        cos, sin = _dft_table(nfft)
+        cos, sin = cos[:width, :n_bins], sin[:width, :n_bins]
+        for i in range(0, len(rows), chunk):
+            re, im = rows[i : i + chunk] @ cos, rows[i : i + chunk] @ sin
+            out[i : i + chunk] = np.sqrt(re * re + im * im)
+        return out
     for i in range(0, len(rows), chunk):
         out[i : i + chunk] = np.abs(rfft(rows[i : i + chunk], nfft, axis=1)[:, :n_bins])
     return out
+
+
+def psp_of(pulses: np.ndarray, rfft_mag=None, first_bins: int = 128) -> np.ndarray:
+    """`psp_a` of the pulses' PSP_NFFT-point dB spectra (bins below PSP_NFFT // 8), taking the spectra of the first
+    `first_bins` bins first and all bins only for the rows whose fit goes on past them (as `psp_a` refits them)."""
+    a, stopped = _psp_fit(_spectrum_db(pulses, PSP_NFFT, first_bins, rfft_mag), 0.01)
+    late = np.flatnonzero(~stopped)
+    if late.size:
+        a[late] = _psp_fit(_spectrum_db(pulses[late], PSP_NFFT, PSP_NFFT // 8, rfft_mag), 0.01)[0]
+    return a
 
 
 def _spectrum_db(pulses: np.ndarray, nfft: int, n_bins: int, rfft_mag=None) -> np.ndarray:
@@ -629,16 +712,8 @@ def harmonics_at(
     # bins above HRF_MAX_HZ plus the widest search half-width are never read: don't take their magnitude
     n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
     mag = np.empty((lengths.size, n_bins))
-    # segments in chunks of similar lengths (sorted), each as wide as its longest: a row's windowed segment, zero
-    # beyond its length, and so its spectrum are the same whatever the chunk
-    order = np.argsort(lengths, kind="stable")
-    for c in range(0, order.size, chunk):
-        sel = order[c : c + chunk]
-        width = int(lengths[sel].max())
-        n = np.arange(width)
-        uniq, inv = np.unique(lengths[sel], return_inverse=True)  # one Hamming window per distinct length
-        ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)
-        mag[sel] = (rfft_mag or _rfft_mag)(windows(dg, starts[sel], width) * ham[inv], nfft, n_bins)
+    for sel, spectra in _hamming_spectra(dg, starts, lengths, chunk):
+        mag[sel] = (rfft_mag or _rfft_mag)(spectra, nfft, n_bins)
     for w in np.unique(half):  # harmonic amplitude = spectral maximum within +-search*F0 of k*F0
         sel = half == w
         mag[sel] = maximum_filter1d(mag[sel], 2 * w + 1, axis=1, mode="nearest")
@@ -650,6 +725,51 @@ def harmonics_at(
             "h1h2": 20 * np.log10(amp[:, 0] / amp[:, 1]),
             "hrf": 20 * np.log10(amp[:, 1:].sum(axis=1) / amp[:, 0]),
         }
+
+
+def _hamming_spectra(dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, chunk: int):  # noqa: ANN202
+    """(rows, Hamming-windowed segments dg[start : start + length]) in chunks of similar lengths (sorted), each as
+    wide as its longest: a row's windowed segment, zero beyond its length, and so its spectrum are the same whatever
+    the chunk."""
+    order = np.argsort(lengths, kind="stable")
+    for c in range(0, order.size, chunk):
+        sel = order[c : c + chunk]
+        width = int(lengths[sel].max())
+        n = np.arange(width)
+        uniq, inv = np.unique(lengths[sel], return_inverse=True)  # one Hamming window per distinct length
+        ham = np.where(n < uniq[:, None], 0.54 - 0.46 * np.cos(2 * np.pi * n / np.maximum(uniq[:, None] - 1, 1)), 0)
+        yield sel, windows(dg, starts[sel], width) * ham[inv]
+
+
+def h1h2_at(
+    dg: np.ndarray, starts: np.ndarray, lengths: np.ndarray, f0: np.ndarray, fs: int, rfft_mag=None,
+    nfft: int = SPEC_NFFT, chunk: int = 256,
+) -> np.ndarray:  # fmt: skip
+    """H1-H2 (dB) as `harmonics_at(..., search=0.5, max_hz=2 * f0.max())` gives it, bit for bit, reading only what
+    H1 and H2 need: each chunk's magnitudes up to its rows' last bin within F0/2 of 2 F0 (the full reading took the
+    magnitude of every bin below twice the highest F0, a pitch-synchronous period of a few samples reaching 5 kHz),
+    and each amplitude the maximum of the bins within +-F0/2 of k F0 (what the maximum filter gave there)."""
+    half = np.maximum(1, np.round(0.5 * f0 * nfft / fs)).astype(int)
+    max_hz = 2 * float(f0.max(initial=0))
+    n_bins = min(nfft // 2 + 1, round(max_hz * nfft / fs) + int(half.max(initial=1)) + 2)
+    k = np.arange(1, 3)
+    bins = np.minimum(np.round(k[None] * f0[:, None] * nfft / fs).astype(int), n_bins - 1)
+    need = np.minimum(n_bins, bins[:, 1] + half + 1)  # bins each row reads
+    amp = np.empty((lengths.size, 2))
+    for sel, spectra in _hamming_spectra(dg, starts, lengths, chunk):
+        # a chunk's shortest segments may be periods of a few samples reaching far up: their rows apart, so that
+        # the others read only their own few bins (`_rfft_mag`'s matrix product)
+        far = need[sel] > DFT_MAX_BINS
+        for rows in (np.flatnonzero(~far), np.flatnonzero(far)) if far.any() else (slice(None),):
+            r = sel[rows]
+            offsets = np.arange(-int(half[r].max()), int(half[r].max()) + 1)
+            n_read = int(need[r].max())
+            mag = (rfft_mag or _rfft_mag)(spectra[rows], nfft, n_read)
+            idx = np.clip(bins[r, :, None] + offsets, 0, n_read - 1)  # the filter's "nearest" edge: clipped reads
+            vals = mag[np.arange(len(r))[:, None, None], idx]
+            amp[r] = np.where(np.abs(offsets) <= half[r, None, None], vals, -np.inf).max(axis=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 20 * np.log10(amp[:, 0] / amp[:, 1])
 
 
 def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, rfft_mag=None) -> np.ndarray:
@@ -667,8 +787,7 @@ def covarep_h1h2(dg: np.ndarray, gcis: np.ndarray, fs: int, max_period: float, r
         return out
     half = np.round(1.5 * t0[ok]).astype(int)
     f0 = fs / t0[ok]
-    harm = harmonics_at(dg, gcis[ok] - half, 2 * half + 1, f0, fs, rfft_mag, search=0.5, max_hz=2 * float(f0.max()))
-    out[ok] = harm["h1h2"]
+    out[ok] = h1h2_at(dg, gcis[ok] - half, 2 * half + 1, f0, fs, rfft_mag)
     return out
 
 
@@ -676,7 +795,8 @@ def wavelet_bands(x: np.ndarray, scales: list[int], nfft: int = 8192) -> np.ndar
     """Zero-phase filtering with -cos(pi n/s) exp(-(n/s)^2/2): octave bands centred at fs/(2s) (d'Alessandro 2011).
 
     Overlap-save with one FFT of the signal's segments shared by all bands (scipy's oaconvolve would transform the
-    signal once per band); the wavelets are even, so their spectra are real.
+    signal once per band); the wavelets are even, so their spectra are real. Returns a (len(scales), x.size) view
+    of rows a little longer (the segments' whole length), each band written there once from its transform.
     """
     half = 5 * max(scales)
     nfft = max(nfft, 1 << (8 * half).bit_length())  # segments well longer than the widest wavelet
@@ -684,15 +804,24 @@ def wavelet_bands(x: np.ndarray, scales: list[int], nfft: int = 8192) -> np.ndar
     n_seg = max(1, -(-x.size // step))
     xp = np.pad(x, (half, n_seg * step - x.size + half))
     spec = rfft(np.lib.stride_tricks.sliding_window_view(xp, nfft)[::step], axis=1)
-    out = np.empty((len(scales), x.size))
+    out = np.empty((len(scales), n_seg * step))
+    prod = np.empty_like(spec)
     for i, s in enumerate(scales):
-        t = np.arange(5 * s + 1) / s
-        kern = np.zeros(nfft)
-        kern[: 5 * s + 1] = -np.cos(np.pi * t) * np.exp(-(t**2) / 2)
-        kern[nfft - 5 * s :] = kern[5 * s : 0 : -1]  # taps at negative lags wrap to the end
-        y = irfft(spec * rfft(kern).real, nfft, axis=1)[:, half : half + step]
-        out[i] = y.reshape(-1)[: x.size]
-    return out
+        np.multiply(spec, _wavelet_spectrum(s, nfft), out=prod)
+        out[i].reshape(n_seg, step)[:] = irfft(prod, nfft, axis=1)[:, half : half + step]
+    return out[:, : x.size]
+
+
+@functools.cache
+def _wavelet_spectrum(s: int, nfft: int) -> np.ndarray:
+    """The real nfft-point spectrum of `wavelet_bands`' wavelet of scale s (taps at negative lags wrapped)."""
+    t = np.arange(5 * s + 1) / s
+    kern = np.zeros(nfft)
+    kern[: 5 * s + 1] = -np.cos(np.pi * t) * np.exp(-(t**2) / 2)
+    kern[nfft - 5 * s :] = kern[5 * s : 0 : -1]  # taps at negative lags wrap to the end
+    spec = rfft(kern).real
+    spec.flags.writeable = False  # shared by every call
+    return spec
 
 
 MDQ_SCALES = (4, 8, 16, 32, 64)  # 2 kHz .. 125 Hz at 16 kHz
@@ -728,12 +857,19 @@ def _mdq_dispersion(residual: np.ndarray, gcis: np.ndarray, search: np.ndarray) 
 
 def peak_slope(x: np.ndarray, n_rows: int, hop: int) -> np.ndarray:
     """Per row: slope of the regression line of log10 band maxima (7 octave bands, 40 ms window) against band index."""
-    bands = np.abs(wavelet_bands(x, [64, 32, 16, 8, 4, 2, 1]))  # low to high frequency
-    sub = hop // 2  # maxima over half-hop chunks, then over the 8 chunks of each row's 40 ms window
+    bands = wavelet_bands(x, [64, 32, 16, 8, 4, 2, 1])  # low to high frequency
+    sub = hop // 2  # maxima of |band| over half-hop chunks, then over the 8 chunks of each row's 40 ms window
     n_sub = 2 * n_rows + 8
-    padded = np.zeros((bands.shape[0], n_sub * sub))
-    padded[:, 3 * sub : 3 * sub + x.size] = bands[:, : n_sub * sub - 3 * sub]
-    chunk = padded.reshape(bands.shape[0], n_sub, sub).max(axis=2)
+    # chunk j holds samples [(j - 3) sub, (j - 2) sub) of x (zeros outside): |band|'s maximum as max(max, -min),
+    # read from the bands in place (no |band| or zero-padded copy of seven whole bands)
+    chunk = np.zeros((bands.shape[0], n_sub))
+    usable = max(0, min(x.size, (n_sub - 3) * sub))
+    full = usable // sub
+    blocks = bands[:, : full * sub].reshape(bands.shape[0], full, sub)
+    chunk[:, 3 : 3 + full] = np.maximum(blocks.max(axis=2, initial=-np.inf), -blocks.min(axis=2, initial=np.inf))
+    if usable > full * sub:  # a last, partial chunk: the zeros after x count
+        tail = bands[:, full * sub : usable]
+        chunk[:, 3 + full] = np.maximum(np.maximum(tail.max(axis=1), -tail.min(axis=1)), 0.0)
     win = np.lib.stride_tricks.sliding_window_view(chunk, 8, axis=1)[:, 0 : 2 * n_rows : 2].max(axis=2)
     t = np.arange(1, bands.shape[0] + 1) - (bands.shape[0] + 1) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -1081,19 +1217,26 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
     rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
     n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
     k = MSP_HARMONICS + 1
-    sels, frames, tables = [], [], []
-    for h in np.unique(n_h):
-        if h < k:
-            continue  # too few harmonics for the phase error (F0 above ~890 Hz)
-        sel = np.flatnonzero(n_h == h)
-        m = harmonic_spectrum(x, bounds[sel] * hop, fb[sel], fs, int(h))
-        sels.append(sel)
-        frames.append(np.angle(m[:, : k - 1]) - _min_phase(_edge_mags(m), k)[:, 1:])
-        tables.append(_lf_phase_unwrapped(int(h)))
-    if sels:  # one search for every frame (the model table chosen per frame by its harmonic count)
-        sel, frame = np.concatenate(sels), np.concatenate(frames)
-        which = np.repeat(np.arange(len(sels)), [s.size for s in sels])
-        table = np.stack(tables)
+    sel = np.flatnonzero(n_h >= k)  # fewer harmonics: no phase error (F0 above ~890 Hz)
+    if sel.size:
+        hs, fsel = n_h[sel], fb[sel]
+        half = np.round(1.5 * fs / fsel).astype(int)
+        counts = np.unique(hs)
+        # each harmonic count's DFT length: twice its widest window (as `harmonic_spectrum` called per count chose
+        # it); the frames are transformed together per length, not per count (~80 counts a block: fewer calls)
+        nfft_of = {h: 1 << int(2 * (2 * int(half[hs == h].max()) + 1) - 1).bit_length() for h in counts}
+        nfft = np.array([nfft_of[h] for h in hs])
+        frame = np.empty((sel.size, k - 1))
+        for size in np.unique(nfft):
+            part = np.flatnonzero(nfft == size)
+            m = _harmonic_spectra(x, bounds[sel[part]] * hop, fsel[part], half[part], fs, int(hs[part].max()),
+                                  int(size))  # fmt: skip
+            for h in np.unique(hs[part]):
+                mine = np.flatnonzero(hs[part] == h)
+                mm = m[mine, :h]
+                frame[part[mine]] = np.angle(mm[:, : k - 1]) - _min_phase(_edge_mags(mm), k)[:, 1:]
+        which = np.searchsorted(counts, hs)  # one search for every frame, the model table chosen by its count
+        table = np.stack([_lf_phase_unwrapped(int(h)) for h in counts])
 
         def error(rd: np.ndarray) -> np.ndarray:
             return _msp_error(frame, _interp_rows(table, rd, which)[:, None])[:, 0]
@@ -1102,6 +1245,36 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
             error, sel.size, *COVAREP_RD_RANGE, BRENT_TOL, BRENT_MAX_ITER
         )
     return rd_rows_of(voiced, rd_b, err_b)
+
+
+def _harmonic_spectra(
+    x: np.ndarray, centres: np.ndarray, f0: np.ndarray, half: np.ndarray, fs: int, n_harm: int, nfft: int,
+    chunk: int = 256,
+) -> np.ndarray:  # fmt: skip
+    """`harmonic_spectrum` with each row's Blackman half-length `half` and one DFT length nfft for all rows:
+    (rows, n_harm) complex amplitudes at harmonics 1..n_harm, phase relative to the centre. A row's window is zero
+    beyond its half-length, so the rows share one placement in the nfft-point buffer; the windows are computed once
+    per distinct half-length."""
+    hb = int(half.max())
+    n = np.arange(-hb, hb + 1)
+    uh, inv = np.unique(half, return_inverse=True)
+    win = np.where(np.abs(n)[None] <= uh[:, None], 0.42 + 0.5 * np.cos(np.pi * n / uh[:, None])
+                   + 0.08 * np.cos(2 * np.pi * n / uh[:, None]), 0.0)  # MATLAB's blackman(2 half + 1)  # fmt: skip
+    win /= win.sum(axis=1, keepdims=True)
+    col = n % nfft  # each row's centre at index 0 (its phases relative to it), wrapped
+    k = np.arange(1, n_harm + 1)[None]
+    out = np.empty((len(centres), n_harm), dtype=complex)
+    for i in range(0, len(centres), chunk):
+        part = slice(i, i + chunk)
+        buf = np.zeros((len(centres[part]), nfft))
+        buf[:, col] = windows(x, centres[part] - hb, n.size) * win[inv[part]]
+        spec = rfft(buf, axis=1)
+        pos = k * f0[part, None] * nfft / fs
+        lo = np.minimum(np.floor(pos).astype(int), spec.shape[1] - 2)
+        frac = pos - lo
+        r = np.arange(len(buf))[:, None]
+        out[part] = (1 - frac) * spec[r, lo] + frac * spec[r, lo + 1]
+    return out
 
 
 def rd_boundaries(f0: np.ndarray, voiced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -136,3 +136,56 @@ def test_rd_msp_recovers_lf_vowels(rd: float, f0: float) -> None:
     centres = np.arange(1500, 6500, 160)
     est = np.median(glottal.rd_msp(x, centres, np.full(centres.size, f0), FS_HZ)[0])
     assert abs(est - rd) <= 0.1, est
+
+
+@pytest.mark.parametrize(("width", "n_bins"), [(37, 20), (300, 128), (512, 256), (1000, 60), (1100, 40), (200, 300)])
+def test_spectra_by_dft_product_equal_the_fft(width: int, n_bins: int) -> None:
+    """`_rfft_mag`'s DFT matrix product (short rows, few bins) and its FFT path (wider rows or more bins) give
+    |rfft(rows, 2048)| up to n_bins within rounding (1e-12 of the largest magnitude; measured ~4e-15)."""
+    rows = np.random.default_rng(7).standard_normal((150, width))
+    ref = np.abs(np.fft.rfft(rows, 2048, axis=1)[:, :n_bins])
+    np.testing.assert_allclose(glottal._rfft_mag(rows, 2048, n_bins), ref, rtol=0, atol=1e-12 * ref.max())
+
+
+def test_psp_of_equals_the_full_spectrum_fit() -> None:
+    """PSP's parabola coefficient from the first 128 bins' spectra (all 256 only where the fit goes on) equals
+    `psp_a` on the pulses' full 256-bin dB spectra from the FFT (1e-9 relative: the DFT product's rounding)."""
+    rng = np.random.default_rng(8)
+    n = np.arange(300)[None]
+    lengths = rng.integers(10, 300, 60)[:, None]  # the short ones' fits run past 128 bins: the second stage
+    pulses = np.where(n < lengths, np.abs(np.sin(np.pi * n / lengths)) ** rng.uniform(0.5, 4, (60, 1)), 0.0)
+    boxes = np.where(n < lengths, 1.0 / lengths, 0.0)
+    stopped = glottal._psp_fit(20 * np.log10(glottal._rfft_mag(pulses, glottal.PSP_NFFT, 128) + 1e-9), 0.01)[1]
+    assert stopped.any() and not stopped.all()
+    for rows in (pulses, boxes):
+        spec = 20 * np.log10(np.abs(np.fft.rfft(rows, glottal.PSP_NFFT, axis=1)[:, :256]) + 1e-9)
+        np.testing.assert_allclose(glottal.psp_of(rows), glottal.psp_a(spec), rtol=1e-9)
+
+
+def test_h1h2_at_equals_the_maximum_filter_reading() -> None:
+    """H1-H2 read from H1's and H2's own bins equals `harmonics_at`'s reading (every bin's magnitude, a maximum
+    filter of +-F0/2, the harmonics' bins) within 1e-9 dB, periods from a few samples (reaching past 256 bins) to
+    COVAREP's longest."""
+    rng = np.random.default_rng(9)
+    dg = rng.standard_normal(40000)
+    t0 = np.concatenate([[5, 7, 9], rng.integers(30, 320, 400)]).astype(float)
+    half = np.round(1.5 * t0).astype(int)
+    starts = rng.integers(400, 39000 - 1000, t0.size) - half
+    f0 = FS_HZ / t0
+    ref = glottal.harmonics_at(dg, starts, 2 * half + 1, f0, FS_HZ, search=0.5, max_hz=2 * float(f0.max()))["h1h2"]
+    np.testing.assert_allclose(glottal.h1h2_at(dg, starts, 2 * half + 1, f0, FS_HZ), ref, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("size", [16000, 16050, 300])
+def test_peak_slope_equals_a_row_loop(size: int) -> None:
+    """Peak slope per row from the bands' maxima of |band| over the row's 40 ms window (row centre +-20 ms, zeros
+    outside the signal), regressed on the band index by np.polyfit."""
+    x = np.random.default_rng(10).standard_normal(size) * np.repeat(np.linspace(0.1, 1, 10), -(-size // 10))[:size]
+    n_rows = size // 160 + (size % 160 > 0)
+    bands = np.abs(glottal.wavelet_bands(x, [64, 32, 16, 8, 4, 2, 1]))
+    ref = np.empty(n_rows)
+    for r in range(n_rows):
+        c = r * 160 + 80
+        peaks = bands[:, max(0, c - 320) : max(0, c + 320)].max(axis=1, initial=0.0)
+        ref[r] = np.polyfit(np.arange(7), np.log10(peaks), 1)[0]
+    np.testing.assert_allclose(glottal.peak_slope(x, n_rows, 160), ref, rtol=1e-9, atol=1e-12)
