@@ -35,6 +35,8 @@ from scipy.fft import irfft, rfft
 from scipy.ndimage import maximum_filter1d
 from scipy.signal import butter, ellip, ellipord, find_peaks, lfilter, sosfiltfilt
 
+from extractors import lp_jit
+
 IAIF_FRAME_S = 0.032
 PSP_NFFT = 2048  # as in Alku et al. (1997)
 SPEC_NFFT = 2048
@@ -84,35 +86,29 @@ def lpc_rows(frames: np.ndarray, order: int, method: str = "autocorrelation", wi
     return levinson_rows(autocorr_rows(win, order))
 
 
-def autocorr_rows(win: np.ndarray, order: int) -> np.ndarray:
-    """(F, order+1) autocorrelation of each row at lags 0..order (no window applied here)."""
-    n = win.shape[1]  # lags 0..order directly: cheaper than an FFT for order << n, and exact
-    return np.stack([np.einsum("fn,fn->f", win[:, k:], win[:, : n - k]) for k in range(order + 1)], axis=1)
+def _f64c(x: np.ndarray) -> np.ndarray:
+    """x as a C-contiguous float64 array (a copy only when it is not one): the compiled kernels' one layout."""
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def autocorr_rows(win: np.ndarray, order: int, start: int = 0) -> np.ndarray:
+    """(F, order+1) autocorrelation of each row win[f, start:] at lags 0..order (no window applied here); `start`
+    lets a caller pass the C-contiguous buffer its rows sit in rather than a strided view of it."""
+    # lags 0..order directly: cheaper than an FFT for order << n, and exact; compiled (extractors/lp_jit.py)
+    return lp_jit.autocorr(_f64c(win), order, start)
 
 
 def levinson_rows(r: np.ndarray) -> np.ndarray:
-    """LPC polynomials (F, order+1) from autocorrelations (F, order+1) by Levinson-Durbin, vectorised over rows
-    (each row's numbers the same whatever the other rows: callers batch rows freely); rows without signal get the
-    identity filter."""
-    order = r.shape[1] - 1
-    a = np.zeros((len(r), order + 1))
-    a[:, 0] = 1.0
-    err = r[:, 0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for i in range(1, order + 1):
-            k = -(r[:, i] + np.einsum("fj,fj->f", a[:, 1:i], r[:, i - 1 : 0 : -1])) / err
-            a[:, 1:i] += k[:, None] * a[:, i - 1 : 0 : -1]
-            a[:, i] = k
-            err = err * (1 - k * k)
-    bad = ~np.all(np.isfinite(a), axis=1)
-    a[bad] = np.eye(1, order + 1)
-    return a
+    """LPC polynomials (F, order+1) from autocorrelations (F, order+1) by Levinson-Durbin, row by row, compiled
+    (extractors/lp_jit.py; each row's numbers the same whatever the other rows: callers batch rows freely); rows
+    without signal get the identity filter."""
+    return lp_jit.levinson(_f64c(r))
 
 
-def _fir_rows(a: np.ndarray, ext: np.ndarray) -> np.ndarray:
-    """Row-wise FIR: ext holds `order` samples of history before each frame; returns the frame-length output."""
-    lagged = np.lib.stride_tricks.sliding_window_view(ext, a.shape[1], axis=1)  # [f, n, k] = ext[f, n + k]
-    return (lagged @ a[:, ::-1, None])[..., 0]  # matmul on the strided view: no copy, faster than einsum
+def _fir_rows(a: np.ndarray, ext: np.ndarray, start: int = 0) -> np.ndarray:
+    """Row-wise FIR: ext[:, start:] holds `order` samples of history before each frame; returns the frame-length
+    output (compiled: extractors/lp_jit.py; `start` spares a strided view of a C-contiguous buffer)."""
+    return lp_jit.fir(_f64c(a), _f64c(ext), start)
 
 
 def iaif_filters(
@@ -128,10 +124,10 @@ def iaif_filters(
         return y - y.mean(axis=1, keepdims=True)
 
     frame = ext[:, p_vt:]
-    tilt = _fir_rows(lpc_rows(frame, 1, lpc_method), ext[:, p_vt - 1 :])  # 1st pass: remove a 1-pole tilt
+    tilt = _fir_rows(lpc_rows(frame, 1, lpc_method), ext, p_vt - 1)  # 1st pass: remove a 1-pole tilt
     g1 = integrate(_fir_rows(lpc_rows(tilt, p_vt, lpc_method), ext))
     a_gl = lpc_rows(g1, p_gl, lpc_method)  # 2nd pass: glottal contribution of order p_gl from the 1st flow estimate
-    y = integrate(_fir_rows(a_gl, ext[:, p_vt - p_gl :]))
+    y = integrate(_fir_rows(a_gl, ext, p_vt - p_gl))
     return lpc_rows(y, p_vt, lpc_method)
 
 
@@ -400,7 +396,8 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
     r = np.empty((starts.size, order + 1))
     for c in range(0, starts.size, chunk):  # chunks of frames stay in cache
         m = min(chunk, starts.size - c)
-        r[c : c + m] = autocorr_rows(np.multiply(framed[c : c + m], win, out=frames[:m]), order)
+        np.multiply(framed[c : c + m], win, out=frames[:m])
+        r[c : c + m] = autocorr_rows(ext[:m], order, order)  # the frames sit after `order` columns
     a = levinson_rows(r)  # one recursion for all frames: its Python loop once, not once per chunk
     for c in range(0, starts.size, chunk):
         m = min(chunk, starts.size - c)
@@ -496,7 +493,7 @@ def iaif_gci(
     start, length = start[order], length[order]
 
     def fir(a: np.ndarray, ext: np.ndarray) -> np.ndarray:  # ext: p_vt zeros (zero initial state), then the input
-        return _fir_rows(a, ext[:, p_vt + 1 - a.shape[1] :])
+        return _fir_rows(a, ext, p_vt + 1 - a.shape[1])
 
     def leaky(y: np.ndarray) -> np.ndarray:
         return lfilter([1.0], [1.0, -leak], y, axis=1)
