@@ -59,8 +59,8 @@ def autocorr(win: np.ndarray, order: int, start: int) -> np.ndarray:
 
 @numba.njit(cache=True)
 def levinson(r: np.ndarray) -> np.ndarray:
-    """(F, order+1) LPC polynomials by glottal.levinson_rows' Levinson-Durbin recursion, one row at a time; a row
-    whose recursion meets a zero or non-finite error (no signal) gets the identity filter."""
+    """(F, order+1) LPC polynomials by the Levinson-Durbin recursion, one row at a time; a row whose coefficients
+    end non-finite (no signal: a zero error) gets the identity filter."""
     n_rows, taps = r.shape
     a = np.zeros((n_rows, taps))
     prev = np.zeros(taps)
@@ -69,22 +69,19 @@ def levinson(r: np.ndarray) -> np.ndarray:
         rf = r[f]
         row[0] = 1.0
         err = rf[0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
-        ok = True
         for i in range(1, taps):
             s = rf[i]
             back = rf[i - 1 : 0 : -1] if i > 1 else rf[1:1]  # r[i-1], ..., r[1]
             for j in range(i - 1):
                 s += row[j + 1] * back[j]
-            k = -s / err if err != 0.0 else np.nan
-            if not np.isfinite(k):
-                ok = False
-                break
+            k = -s / err if err != 0.0 else np.nan  # numba raises on a division by zero; numpy's nan/inf instead
             prev[:i] = row[:i]
             for j in range(1, i):
                 row[j] = prev[j] + k * prev[i - j]
             row[i] = k
             err = err * (1 - k * k)
-        for j in range(taps):
+        ok = True
+        for j in range(taps):  # as numpy's: a non-finite coefficient anywhere marks the row
             ok = ok and np.isfinite(row[j])
         if not ok:
             row[:] = 0.0

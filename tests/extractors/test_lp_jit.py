@@ -1,0 +1,71 @@
+"""The compiled LP kernels (extractors/lp_jit.py, behind glottal.autocorr_rows, levinson_rows and _fir_rows) against
+the numpy formulations they replaced, kept here as the references: per-lag einsums, the row-vectorised
+Levinson-Durbin recursion, a matmul on a strided lag view. Same sums in another order, so they agree to rounding
+(the FIR keeps numpy's order). Random rows of the sizes the extractor uses (orders 1..18, 25 ms frames), rows
+shorter than the order, silent rows (identity filter) and the `start` column the callers pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from extractors import glottal
+
+
+def autocorr_ref(win: np.ndarray, order: int) -> np.ndarray:
+    n = win.shape[1]
+    return np.stack(
+        [np.einsum("fn,fn->f", win[:, k:], win[:, : n - k]) if k < n else np.zeros(len(win)) for k in range(order + 1)],
+        axis=1)  # fmt: skip
+
+
+def levinson_ref(r: np.ndarray) -> np.ndarray:
+    order = r.shape[1] - 1
+    a = np.zeros((len(r), order + 1))
+    a[:, 0] = 1.0
+    err = r[:, 0] * (1 + 1e-9)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(1, order + 1):
+            k = -(r[:, i] + np.einsum("fj,fj->f", a[:, 1:i], r[:, i - 1 : 0 : -1])) / err
+            a[:, 1:i] += k[:, None] * a[:, i - 1 : 0 : -1]
+            a[:, i] = k
+            err = err * (1 - k * k)
+    a[~np.all(np.isfinite(a), axis=1)] = np.eye(1, order + 1)
+    return a
+
+
+def fir_ref(a: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    lagged = np.lib.stride_tricks.sliding_window_view(ext, a.shape[1], axis=1)
+    return (lagged @ a[:, ::-1, None])[..., 0]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 12, 18])
+def test_kernels_match_numpy_references(order: int) -> None:
+    rng = np.random.default_rng(order)
+    n = 401
+    buf = rng.standard_normal((37, 20 + n)) * np.hanning(20 + n)  # 20 columns of history, then the rows
+    buf[3] = 0.0  # a silent row: zero autocorrelation, the identity filter
+    win = buf[:, 20:]
+    r = glottal.autocorr_rows(buf, order, start=20)  # the buffer and its start column, as lp_residual passes them
+    r_ref = autocorr_ref(win, order)
+    np.testing.assert_allclose(r, r_ref, rtol=0, atol=1e-12 * np.abs(r_ref).max())
+    np.testing.assert_array_equal(glottal.autocorr_rows(win, order), r)  # a strided view: the same numbers
+    a, a_ref = glottal.levinson_rows(r_ref), levinson_ref(r_ref)
+    np.testing.assert_allclose(a, a_ref, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(a[3], np.eye(1, order + 1)[0])
+    y, y_ref = glottal._fir_rows(a_ref, buf, 20 - order), fir_ref(a_ref, buf[:, 20 - order :])
+    assert y.shape == y_ref.shape == win.shape
+    np.testing.assert_allclose(y, y_ref, rtol=0, atol=1e-12 * np.abs(y_ref).max())
+
+
+def test_short_rows_and_breakdowns() -> None:
+    """Rows shorter than the order (lags past the row's end are 0) and recursions that break down (a zero or
+    non-finite error) end as numpy's did: finite coefficients or the identity filter."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((5, 6))
+    np.testing.assert_allclose(glottal.autocorr_rows(w, 8), autocorr_ref(w, 8), rtol=0, atol=1e-12)
+    r = autocorr_ref(rng.standard_normal((6, 40)), 4)
+    r[1] = 0.0
+    r[2, 0] = np.nan
+    r[4, 2] = np.inf
+    np.testing.assert_allclose(glottal.levinson_rows(r), levinson_ref(r), rtol=0, atol=1e-9)
