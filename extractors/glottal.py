@@ -376,12 +376,11 @@ def hann_sym(n: np.ndarray, width: int) -> np.ndarray:
     return np.where(k <= uniq[:, None], 0.5 * (1 - np.cos(2 * np.pi * k / (uniq[:, None] + 1))), 0.0)[inv]
 
 
-def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 256) -> np.ndarray:
+def lp_residual(x: np.ndarray, fs: int, order: int | None = None) -> np.ndarray:
     """LP residual by overlap-add (as COVAREP's `lpcresidual`, which its SEDREAMS and MDQ read): 25 ms Hann frames
     every 5 ms, order fs/1000 + 2 (SRH's: round(0.75 fs/1000), `srh`), each frame's residual scaled to the frame's
     energy (so the sum keeps the signal's level wherever the fit is good), the whole normalised to a peak of 1.
-    Closures are its positive peaks when the flow derivative's closing peak is negative (`polarity`). Every step is
-    per frame, so the `chunk` (frames at a time) changes no bit."""
+    Closures are its positive peaks when the flow derivative's closing peak is negative (`polarity`)."""
     length, shift = round(0.025 * fs) + 1, round(0.005 * fs)
     order = round(fs / 1000) + 2 if order is None else order
     starts = np.arange(0, max(0, x.size - length), shift)
@@ -389,31 +388,10 @@ def lp_residual(x: np.ndarray, fs: int, order: int | None = None, chunk: int = 2
     if starts.size == 0:
         return res
     win = hann_sym(np.array([length]), length)[0]
-    framed = np.lib.stride_tricks.sliding_window_view(x, length)[::shift]  # frame f = x[f * shift :][:length]
-    inv = np.empty((starts.size, length))
-    ext = np.zeros((min(chunk, starts.size), order + length))  # `order` zeros of history, then the frame
-    frames = ext[:, order:]
-    r = np.empty((starts.size, order + 1))
-    for c in range(0, starts.size, chunk):  # chunks of frames stay in cache
-        m = min(chunk, starts.size - c)
-        np.multiply(framed[c : c + m], win, out=frames[:m])
-        r[c : c + m] = autocorr_rows(ext[:m], order, order)  # the frames sit after `order` columns
-    a = levinson_rows(r)  # one recursion for all frames: its Python loop once, not once per chunk
-    for c in range(0, starts.size, chunk):
-        m = min(chunk, starts.size - c)
-        np.multiply(framed[c : c + m], win, out=frames[:m])
-        part = _fir_rows(a[c : c + m], ext[:m])
-        with np.errstate(divide="ignore", invalid="ignore"):  # r[:, 0]: the frame's energy
-            gain = np.sqrt(r[c : c + m, 0] / np.einsum("fn,fn->f", part, part))
-        np.multiply(part, np.nan_to_num(gain, posinf=0.0)[:, None], out=inv[c : c + m])
-    # overlap-add: output block q (shift samples) sums the frames f <= q that reach it, in increasing f (as a
-    # sequential sum over the frames would), by one slice-add per block of the frames
-    n_blk = -(-length // shift)
-    acc = np.zeros((starts.size + n_blk, shift))
-    for j in range(n_blk - 1, -1, -1):
-        w = min(shift, length - j * shift)
-        acc[j : j + starts.size, :w] += inv[:, j * shift : j * shift + w]
-    res = acc.reshape(-1)[: x.size]
+    # compiled frame by frame (extractors/lp_jit.py): window, autocorrelation, Levinson, FIR, gain and overlap-add
+    # in one pass over each frame while it is in cache; the overlap-add sums the frames reaching a sample in
+    # increasing frame order
+    res = lp_jit.lp_residual(np.ascontiguousarray(x, dtype=np.float64), win, shift, starts.size, order)
     peak = np.abs(res).max()
     return res / peak if peak > 0 else res
 

@@ -16,91 +16,144 @@ import numpy as np
 
 
 @numba.njit(cache=True)
+def _autocorr_row(w: np.ndarray, order: int, out: np.ndarray) -> None:
+    """out[k] = sum_n w[n] * w[n + k] for k = 0..order (0 past the row's end)."""
+    n = w.size
+    out[:] = 0.0
+    if order < 4:  # few lags: per lag, four interleaved partial sums (a fixed pattern), then their sum
+        for k in range(min(order + 1, n)):
+            m = n - k
+            a = w[k:]
+            s0 = s1 = s2 = s3 = 0.0
+            mb = m // 4 * 4
+            for i in range(0, mb, 4):
+                s0 += a[i] * w[i]
+                s1 += a[i + 1] * w[i + 1]
+                s2 += a[i + 2] * w[i + 2]
+                s3 += a[i + 3] * w[i + 3]
+            s = (s0 + s1) + (s2 + s3)
+            for i in range(mb, m):
+                s += a[i] * w[i]
+            out[k] = s
+        return
+    # many lags: for each sample, for each lag (the lag loop vectorises; each lag sums in increasing n)
+    full = max(n - order, 0)  # samples with every lag inside the row
+    for i in range(full):
+        wi = w[i]
+        seg = w[i : i + order + 1]
+        for k in range(order + 1):
+            out[k] += wi * seg[k]
+    for i in range(full, n):
+        wi = w[i]
+        seg = w[i:]
+        for k in range(n - i):
+            out[k] += wi * seg[k]
+
+
+@numba.njit(cache=True)
+def _levinson_row(r: np.ndarray, row: np.ndarray, prev: np.ndarray) -> None:
+    """row (order+1): the LPC polynomial of autocorrelation r by Levinson-Durbin, the identity filter where its
+    coefficients end non-finite (no signal: a zero error); prev: scratch of the same size."""
+    taps = r.size
+    row[:] = 0.0
+    row[0] = 1.0
+    err = r[0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
+    for i in range(1, taps):
+        s = r[i]
+        back = r[i - 1 : 0 : -1] if i > 1 else r[1:1]  # r[i-1], ..., r[1]
+        for j in range(i - 1):
+            s += row[j + 1] * back[j]
+        k = -s / err if err != 0.0 else np.nan  # numba raises on a division by zero; numpy's nan/inf instead
+        prev[:i] = row[:i]
+        for j in range(1, i):
+            row[j] = prev[j] + k * prev[i - j]
+        row[i] = k
+        err = err * (1 - k * k)
+    ok = True
+    for j in range(taps):  # as numpy's: a non-finite coefficient anywhere marks the row
+        ok = ok and np.isfinite(row[j])
+    if not ok:
+        row[:] = 0.0
+        row[0] = 1.0
+
+
+@numba.njit(cache=True)
+def _fir_row(a: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """out[n] = sum_k a[taps-1-k] * x[n + k], k increasing (numpy's matmul order); for each tap, for each sample:
+    the sample loop vectorises."""
+    taps = a.size
+    n_out = out.size
+    out[:] = 0.0
+    for k in range(taps):
+        c = a[taps - 1 - k]
+        seg = x[k : k + n_out]
+        for n in range(n_out):
+            out[n] += c * seg[n]
+
+
+@numba.njit(cache=True)
 def autocorr(win: np.ndarray, order: int, start: int) -> np.ndarray:
     """(F, order+1): r[f, k] = sum_n w[n] * w[n + k] with w = win[f, start:]."""
-    n_rows = win.shape[0]
-    n = win.shape[1] - start
-    r = np.zeros((n_rows, order + 1))
-    acc = np.zeros(max(order + 1, 4))
-    for f in range(n_rows):
-        w = win[f, start:]
-        if order < 4:  # few lags: per lag, four interleaved partial sums (a fixed pattern), then their sum
-            for k in range(min(order + 1, n)):
-                m = n - k
-                a = w[k:]
-                s0 = s1 = s2 = s3 = 0.0
-                mb = m // 4 * 4
-                for i in range(0, mb, 4):
-                    s0 += a[i] * w[i]
-                    s1 += a[i + 1] * w[i + 1]
-                    s2 += a[i + 2] * w[i + 2]
-                    s3 += a[i + 3] * w[i + 3]
-                s = (s0 + s1) + (s2 + s3)
-                for i in range(mb, m):
-                    s += a[i] * w[i]
-                r[f, k] = s
-            continue
-        # many lags: for each sample, for each lag (the lag loop vectorises; each lag sums in increasing n)
-        acc[:] = 0.0
-        full = max(n - order, 0)  # samples with every lag inside the row
-        for i in range(full):
-            wi = w[i]
-            seg = w[i : i + order + 1]
-            for k in range(order + 1):
-                acc[k] += wi * seg[k]
-        for i in range(full, n):
-            wi = w[i]
-            seg = w[i:]
-            for k in range(n - i):
-                acc[k] += wi * seg[k]
-        r[f] = acc[: order + 1]
+    r = np.zeros((win.shape[0], order + 1))
+    for f in range(win.shape[0]):
+        _autocorr_row(win[f, start:], order, r[f])
     return r
 
 
 @numba.njit(cache=True)
 def levinson(r: np.ndarray) -> np.ndarray:
-    """(F, order+1) LPC polynomials by the Levinson-Durbin recursion, one row at a time; a row whose coefficients
-    end non-finite (no signal: a zero error) gets the identity filter."""
-    n_rows, taps = r.shape
-    a = np.zeros((n_rows, taps))
-    prev = np.zeros(taps)
-    for f in range(n_rows):
-        row = a[f]
-        rf = r[f]
-        row[0] = 1.0
-        err = rf[0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
-        for i in range(1, taps):
-            s = rf[i]
-            back = rf[i - 1 : 0 : -1] if i > 1 else rf[1:1]  # r[i-1], ..., r[1]
-            for j in range(i - 1):
-                s += row[j + 1] * back[j]
-            k = -s / err if err != 0.0 else np.nan  # numba raises on a division by zero; numpy's nan/inf instead
-            prev[:i] = row[:i]
-            for j in range(1, i):
-                row[j] = prev[j] + k * prev[i - j]
-            row[i] = k
-            err = err * (1 - k * k)
-        ok = True
-        for j in range(taps):  # as numpy's: a non-finite coefficient anywhere marks the row
-            ok = ok and np.isfinite(row[j])
-        if not ok:
-            row[:] = 0.0
-            row[0] = 1.0
+    """(F, order+1) LPC polynomials of the autocorrelations r (F, order+1), row by row (_levinson_row)."""
+    a = np.zeros(r.shape)
+    prev = np.zeros(r.shape[1])
+    for f in range(r.shape[0]):
+        _levinson_row(r[f], a[f], prev)
     return a
 
 
 @numba.njit(cache=True)
 def fir(a: np.ndarray, ext: np.ndarray, start: int) -> np.ndarray:
-    """(F, n_out): out[f, n] = sum_k a[f, taps-1-k] * ext[f, start + n + k], k increasing (numpy's matmul order);
-    for each tap, for each sample: the sample loop vectorises."""
-    n_rows, taps = a.shape
-    n_out = ext.shape[1] - start - taps + 1
-    out = np.zeros((n_rows, n_out))
-    for f in range(n_rows):
-        o = out[f]
-        for k in range(taps):
-            c = a[f, taps - 1 - k]
-            x = ext[f, start + k : start + k + n_out]
-            for n in range(n_out):
-                o[n] += c * x[n]
+    """(F, n_out): row f of ext[:, start:] (taps-1 samples of history, then the frame) through filter a[f]."""
+    n_out = ext.shape[1] - start - a.shape[1] + 1
+    out = np.zeros((a.shape[0], n_out))
+    for f in range(a.shape[0]):
+        _fir_row(a[f], ext[f, start:], out[f])
     return out
+
+
+@numba.njit(cache=True)
+def lp_residual(x: np.ndarray, win: np.ndarray, shift: int, n_frames: int, order: int) -> np.ndarray:
+    """glottal.lp_residual's overlap-add before its peak normalisation, one frame at a time: frame f (x[f * shift:]
+    times win) through its own order-`order` LPC inverse filter (zero initial state), scaled to the frame's energy,
+    added into the output in increasing f."""
+    length = win.size
+    res = np.zeros(x.size)
+    ext = np.zeros(order + length)  # `order` zeros of history, then the windowed frame
+    frame = ext[order:]
+    r = np.zeros(order + 1)
+    a = np.zeros(order + 1)
+    prev = np.zeros(order + 1)
+    part = np.zeros(length)
+    for f in range(n_frames):
+        seg = x[f * shift : f * shift + length]
+        for n in range(length):
+            frame[n] = seg[n] * win[n]
+        _autocorr_row(frame, order, r)
+        _levinson_row(r, a, prev)
+        _fir_row(a, ext, part)
+        s0 = s1 = s2 = s3 = 0.0  # the residual's energy: four interleaved partial sums, then their sum
+        mb = length // 4 * 4
+        for i in range(0, mb, 4):
+            s0 += part[i] * part[i]
+            s1 += part[i + 1] * part[i + 1]
+            s2 += part[i + 2] * part[i + 2]
+            s3 += part[i + 3] * part[i + 3]
+        energy = (s0 + s1) + (s2 + s3)
+        for i in range(mb, length):
+            energy += part[i] * part[i]
+        gain = np.sqrt(r[0] / energy) if energy > 0.0 else np.inf
+        if not np.isfinite(gain):  # no residual energy (or no signal): the frame adds nothing, as numpy's nan_to_num
+            gain = 0.0
+        out = res[f * shift : f * shift + length]
+        for n in range(length):
+            out[n] += part[n] * gain
+    return res

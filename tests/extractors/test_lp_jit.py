@@ -69,3 +69,30 @@ def test_short_rows_and_breakdowns() -> None:
     r[2, 0] = np.nan
     r[4, 2] = np.inf
     np.testing.assert_allclose(glottal.levinson_rows(r), levinson_ref(r), rtol=0, atol=1e-9)
+
+
+def lp_residual_ref(x: np.ndarray, fs: int, order: int) -> np.ndarray:
+    """glottal.lp_residual as numpy computed it: all frames' LPC at once, then their residuals overlap-added."""
+    length, shift = round(0.025 * fs) + 1, round(0.005 * fs)
+    starts = np.arange(0, max(0, x.size - length), shift)
+    win = glottal.hann_sym(np.array([length]), length)[0]
+    frames = np.lib.stride_tricks.sliding_window_view(x, length)[starts] * win
+    r = autocorr_ref(frames, order)
+    inv = fir_ref(levinson_ref(r), np.concatenate([np.zeros((starts.size, order)), frames], axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = np.nan_to_num(np.sqrt(r[:, 0] / np.einsum("fn,fn->f", inv, inv)), posinf=0.0)
+    res = np.zeros(x.size)
+    for f, s in enumerate(starts):
+        res[s : s + length] += gain[f] * inv[f]
+    return res / np.abs(res).max()
+
+
+@pytest.mark.parametrize("order", [12, 18])
+def test_lp_residual_matches_numpy_reference(order: int) -> None:
+    rng = np.random.default_rng(order)
+    fs = 16000
+    x = np.convolve(rng.standard_normal(fs), [1.0, -1.6, 0.9], "same")  # 1 s of a resonant noise
+    x[4000:6000] = 0.0  # silent frames: identity filters and no gain
+    y, y_ref = glottal.lp_residual(x, fs, order), lp_residual_ref(x, fs, order)
+    np.testing.assert_allclose(y, y_ref, rtol=0, atol=1e-11)
+    assert np.abs(y).max() == 1.0 and np.all(y[4400:5600] == 0.0)
