@@ -157,3 +157,47 @@ def lp_residual(x: np.ndarray, win: np.ndarray, shift: int, n_frames: int, order
         for n in range(length):
             out[n] += part[n] * gain
     return res
+
+
+@numba.njit(cache=True)
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    """sum x * y over equal-length slices: four interleaved partial sums (a fixed pattern), then their sum."""
+    n = x.size
+    s0 = s1 = s2 = s3 = 0.0
+    mb = n // 4 * 4
+    for i in range(0, mb, 4):
+        s0 += x[i] * y[i]
+        s1 += x[i + 1] * y[i + 1]
+        s2 += x[i + 2] * y[i + 2]
+        s3 += x[i + 3] * y[i + 3]
+    s = (s0 + s1) + (s2 + s3)
+    for i in range(mb, n):
+        s += x[i] * y[i]
+    return s
+
+
+@numba.njit(cache=True)
+def nccf(x: np.ndarray, starts: np.ndarray, lag: np.ndarray, length: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """(rows, offsets): normalised cross-correlation of x[s : s + L] with x[s + lag + d : s + lag + d + L]
+    (s, lag, L per row; d per column; x is zero outside itself), 0 where either segment has no energy. Each sum
+    runs over the samples inside x only: the same sums as over zero-padded segments, without the zeros."""
+    n_x = x.size
+    out = np.zeros((starts.size, offsets.size))
+    for f in range(starts.size):
+        sa, n = starts[f], length[f]
+        lo, hi = max(sa, 0), min(sa + n, n_x)
+        if hi <= lo:
+            continue
+        energy_a = _dot(x[lo:hi], x[lo:hi])
+        for i in range(offsets.size):
+            shift = lag[f] + offsets[i]
+            blo, bhi = max(sa + shift, 0), min(sa + shift + n, n_x)
+            if bhi <= blo:
+                continue
+            energy_b = _dot(x[blo:bhi], x[blo:bhi])
+            plo, phi = max(lo, blo - shift), min(hi, bhi - shift)  # where both segments lie inside x
+            cross = _dot(x[plo:phi], x[plo + shift : phi + shift]) if phi > plo else 0.0
+            den = np.sqrt(energy_a * energy_b)
+            if den > 0.0:
+                out[f, i] = cross / den
+    return out

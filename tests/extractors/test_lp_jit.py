@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from extractors import glottal
+from extractors import acoustic, glottal
 
 
 def autocorr_ref(win: np.ndarray, order: int) -> np.ndarray:
@@ -96,3 +96,34 @@ def test_lp_residual_matches_numpy_reference(order: int) -> None:
     y, y_ref = glottal.lp_residual(x, fs, order), lp_residual_ref(x, fs, order)
     np.testing.assert_allclose(y, y_ref, rtol=0, atol=1e-11)
     assert np.abs(y).max() == 1.0 and np.all(y[4400:5600] == 0.0)
+
+
+def nccf_ref(x: np.ndarray, rows: np.ndarray, lag: np.ndarray, length: np.ndarray, offsets: tuple) -> np.ndarray:
+    """acoustic.nccf as numpy computed it: zero-padded segments out to the longest, masked, one einsum per sum."""
+    hop = acoustic.HOP
+    width = int(length.max())
+    start = rows * hop + hop // 2 - (length + lag) // 2
+    inside = np.arange(width)[None] < length[:, None]
+    a = np.where(inside, glottal.windows(x, start, width), 0.0)
+    out = np.zeros((rows.size, len(offsets)))
+    for i, d in enumerate(offsets):
+        b = glottal.windows(x, start + lag + d, width)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[:, i] = np.einsum("fn,fn->f", a, b) / np.sqrt(
+                np.einsum("fn,fn->f", a, a) * np.einsum("fn,fn,fn->f", b, b, inside)
+            )
+    return np.nan_to_num(out)
+
+
+def test_nccf_matches_numpy_reference() -> None:
+    """Rows across the whole signal (segments running off both ends), a silent stretch (no energy: 0), lags and
+    lengths of the F0 range, the offsets the voicing stages use."""
+    rng = np.random.default_rng(5)
+    x = np.convolve(rng.standard_normal(16000 * 3), [1.0, -1.5, 0.8], "same") + 3 * np.sin(np.arange(48000) / 15.0)
+    x[16000:20000] = 0.0  # rows 103..122 see only zeros in their segments
+    rows = np.sort(rng.choice(300, 200, replace=False))
+    lag = rng.integers(32, 320, rows.size)
+    for length, offsets in ((np.maximum(2 * lag, acoustic.HOP), tuple(range(-7, 8))), (3 * lag, (-1, 0, 1))):
+        r, r_ref = acoustic.nccf(x, rows, lag, length, offsets), nccf_ref(x, rows, lag, length, offsets)
+        np.testing.assert_allclose(r, r_ref, rtol=0, atol=1e-12)
+        assert np.all(r[(rows > 102) & (rows < 123)] == 0.0) and np.abs(r).max() > 0.5
