@@ -473,8 +473,8 @@ def iaif_gci(
     def fir(a: np.ndarray, ext: np.ndarray) -> np.ndarray:  # ext: p_vt zeros (zero initial state), then the input
         return _fir_rows(a, ext, p_vt + 1 - a.shape[1])
 
-    def leaky(y: np.ndarray) -> np.ndarray:
-        return lfilter([1.0], [1.0, -leak], y, axis=1)
+    def leaky(y: np.ndarray) -> np.ndarray:  # lfilter([1], [1, -leak], y, axis=1) to the bit, compiled
+        return lp_jit.leaky(_f64c(y), leak)
 
     ramp_shape = np.linspace(-1.0, 1.0, pre)[None]
     wins, exts = [], []

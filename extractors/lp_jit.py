@@ -51,22 +51,27 @@ def _autocorr_row(w: np.ndarray, order: int, out: np.ndarray) -> None:
 
 
 @numba.njit(cache=True)
-def _levinson_row(r: np.ndarray, row: np.ndarray, prev: np.ndarray) -> None:
+def _levinson_row(r: np.ndarray, row: np.ndarray) -> None:
     """row (order+1): the LPC polynomial of autocorrelation r by Levinson-Durbin, the identity filter where its
-    coefficients end non-finite (no signal: a zero error); prev: scratch of the same size."""
+    coefficients end non-finite (no signal: a zero error)."""
     taps = r.size
     row[:] = 0.0
     row[0] = 1.0
     err = r[0] * (1 + 1e-9)  # tiny white-noise correction keeps the recursion stable
     for i in range(1, taps):
         s = r[i]
-        back = r[i - 1 : 0 : -1] if i > 1 else r[1:1]  # r[i-1], ..., r[1]
-        for j in range(i - 1):
-            s += row[j + 1] * back[j]
-        k = -s / err if err != 0.0 else np.nan  # numba raises on a division by zero; numpy's nan/inf instead
-        prev[:i] = row[:i]
         for j in range(1, i):
-            row[j] = prev[j] + k * prev[i - j]
+            s += row[j] * r[i - j]
+        k = -s / err if err != 0.0 else np.nan  # numba raises on a division by zero; numpy's nan/inf instead
+        lo, hi = 1, i - 1  # a[j] += k * a[i - j] on the previous step's a: in place, a pair at a time
+        while lo < hi:
+            a_lo, a_hi = row[lo], row[hi]
+            row[lo] = a_lo + k * a_hi
+            row[hi] = a_hi + k * a_lo
+            lo += 1
+            hi -= 1
+        if lo == hi:
+            row[lo] = row[lo] + k * row[lo]
         row[i] = k
         err = err * (1 - k * k)
     ok = True
@@ -104,9 +109,8 @@ def autocorr(win: np.ndarray, order: int, start: int) -> np.ndarray:
 def levinson(r: np.ndarray) -> np.ndarray:
     """(F, order+1) LPC polynomials of the autocorrelations r (F, order+1), row by row (_levinson_row)."""
     a = np.zeros(r.shape)
-    prev = np.zeros(r.shape[1])
     for f in range(r.shape[0]):
-        _levinson_row(r[f], a[f], prev)
+        _levinson_row(r[f], a[f])
     return a
 
 
@@ -131,14 +135,13 @@ def lp_residual(x: np.ndarray, win: np.ndarray, shift: int, n_frames: int, order
     frame = ext[order:]
     r = np.zeros(order + 1)
     a = np.zeros(order + 1)
-    prev = np.zeros(order + 1)
     part = np.zeros(length)
     for f in range(n_frames):
         seg = x[f * shift : f * shift + length]
         for n in range(length):
             frame[n] = seg[n] * win[n]
         _autocorr_row(frame, order, r)
-        _levinson_row(r, a, prev)
+        _levinson_row(r, a)
         _fir_row(a, ext, part)
         s0 = s1 = s2 = s3 = 0.0  # the residual's energy: four interleaved partial sums, then their sum
         mb = length // 4 * 4
@@ -200,4 +203,22 @@ def nccf(x: np.ndarray, starts: np.ndarray, lag: np.ndarray, length: np.ndarray,
             den = np.sqrt(energy_a * energy_b)
             if den > 0.0:
                 out[f, i] = cross / den
+    return out
+
+
+@numba.njit(cache=True)
+def leaky(y: np.ndarray, leak: float) -> np.ndarray:
+    """(F, n): rows of y through 1 / (1 - leak z^-1) from rest, y[n] = x[n] + leak * y[n - 1]:
+    scipy's lfilter([1], [1, -leak]) to the bit (its direct form adds 0 * x and negates exactly), without its
+    per-call cost on short rows."""
+    n_rows = y.shape[0]
+    n = y.shape[1]
+    out = np.empty((n_rows, n))
+    for f in range(n_rows):
+        x = y[f]
+        o = out[f]
+        prev = 0.0
+        for i in range(n):
+            prev = x[i] + leak * prev
+            o[i] = prev
     return out

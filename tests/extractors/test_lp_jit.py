@@ -127,3 +127,14 @@ def test_nccf_matches_numpy_reference() -> None:
         r, r_ref = acoustic.nccf(x, rows, lag, length, offsets), nccf_ref(x, rows, lag, length, offsets)
         np.testing.assert_allclose(r, r_ref, rtol=0, atol=1e-12)
         assert np.all(r[(rows > 102) & (rows < 123)] == 0.0) and np.abs(r).max() > 0.5
+
+
+def test_leaky_integrator_is_lfilter() -> None:
+    """lp_jit.leaky is scipy's lfilter([1], [1, -leak]) from rest, bit for bit (iaif_gci's integrations)."""
+    from scipy.signal import lfilter
+
+    from extractors import lp_jit
+
+    y = np.random.default_rng(2).standard_normal((9, 333))
+    np.testing.assert_array_equal(lp_jit.leaky(y, 0.99), lfilter([1.0], [1.0, -0.99], y, axis=1))
+    np.testing.assert_array_equal(lp_jit.leaky(y[:, 7:].copy(), 0.9), lfilter([1.0], [1.0, -0.9], y[:, 7:], axis=1))
