@@ -194,10 +194,7 @@ def phase_distortion(h: Harmonics, f0: np.ndarray, fs: int) -> np.ndarray:
     # written straight into the real part of the complex array irfft reads, and the folded cepstrum straight into
     # the zero-padded array rfft reads: scipy's own conversion and padding allocate and copy them again
     log_env = np.zeros((rows, bins.size), complex)
-    env = log_env.real
-    for i in range(rows):
-        c = h.count[i]
-        env[i] = np.interp(bins, xp[i, : c + 1], fp[i, : c + 1])
+    hmpd_jit.envelopes(bins, xp, fp, h.count, log_env.real)
     cep = irfft(log_env, axis=1)
     fold = np.zeros((rows, DFTLEN))
     fold[:, 0] = cep[:, 0]
@@ -236,7 +233,13 @@ def pdm_pdd(z: np.ndarray, with_pdm: bool = True) -> tuple[np.ndarray | None, np
 
 
 def _pdm(z: np.ndarray) -> np.ndarray:
-    """(rows, bins) complex64 PDM phasors of PD phasors z: their 25-row mean forwards and backwards (`_extend_ends`,
+    """(rows, bins) complex64 PDM phasors of PD phasors z: `hmpd_jit.pdm`, compiled, bit-identical to `_pdm_numpy`."""
+    out = hmpd_jit.pdm(np.ascontiguousarray(z.real), np.ascontiguousarray(z.imag))
+    return out.view(np.complex64)[..., 0]
+
+
+def _pdm_numpy(z: np.ndarray) -> np.ndarray:
+    """`_pdm` in numpy (the compiled kernel's reference). (rows, bins) complex64 PDM phasors of PD phasors z: their 25-row mean forwards and backwards (`_extend_ends`,
     `_box_twice`) normalised to 1, 0 where it is 0 (below 1e-6). In float32 (a phase: float32 is plenty), cos and
     sin side by side (the filters run along rows: each column is filtered as alone), in blocks of rows."""
     n, nb = z.shape

@@ -38,9 +38,9 @@ def _extend_ends(ext, n, half):
         j = min(i, pad)
         for c in range(ext.shape[1]):
             first, last = ext[half, c], ext[half + n - 1, c]
-            if pad:
-                ext[half - i, c] = 2 * first - ext[half + j, c]
-                ext[half + n - 1 + i, c] = 2 * last - ext[half + n - 1 - j, c]
+            if pad:  # 2 x as x + x: exact, and float32 stays float32
+                ext[half - i, c] = (first + first) - ext[half + j, c]
+                ext[half + n - 1 + i, c] = (last + last) - ext[half + n - 1 - j, c]
             else:
                 ext[half - i, c] = first
                 ext[half + n - 1 + i, c] = last
@@ -162,4 +162,64 @@ def phasors_on_bins(ys, count, f0, bins):
                 x = np.pi * (u - c)
                 s = np.sin(x) / x
                 o[j, 0], o[j, 1] = cos_last * s, sin_last * s
+    return out
+
+
+@numba.njit(cache=True)
+def envelopes(bins, xp, fp, count, out):
+    """out[i] = np.interp(bins, xp[i, : count[i] + 1], fp[i, : count[i] + 1]) for each row i (numba's np.interp is
+    numpy's algorithm: the same values), without a Python call per row."""
+    for i in range(xp.shape[0]):
+        c = count[i] + 1
+        out[i] = np.interp(bins, xp[i, :c], fp[i, :c])
+
+
+@numba.njit(cache=True)
+def _sums8(x, out):
+    """out[j] = x[j] + … + x[j + 7] (rows), by pairs as `hmpd._window_sums` sums them."""
+    for j in range(out.shape[0]):
+        x0, x1, x2, x3, x4, x5, x6, x7 = x[j], x[j + 1], x[j + 2], x[j + 3], x[j + 4], x[j + 5], x[j + 6], x[j + 7]
+        o = out[j]
+        for c in range(o.size):
+            o[c] = ((x0[c] + x1[c]) + (x2[c] + x3[c])) + ((x4[c] + x5[c]) + (x6[c] + x7[c]))
+
+
+@numba.njit(cache=True)
+def _sums25(x, p8, out):
+    """out[j] = x[j] + … + x[j + 24] as `hmpd._window_sums` sums them (25 = 16 + 8 + 1, each by pairs); p8: room
+    for the 8-row sums."""
+    _sums8(x, p8)
+    for j in range(out.shape[0]):
+        a, b, d, e, o = p8[j], p8[j + 8], p8[j + 16], x[j + 24], out[j]
+        for c in range(o.size):
+            o[c] = ((a[c] + b[c]) + d[c]) + e[c]
+
+
+@numba.njit(cache=True)
+def pdm(zc, zs):
+    """(rows, bins, 2) float32 cos and sin of `hmpd._pdm`'s PDM phasors (its steps, in float32 as there): the
+    25-row mean forwards and backwards, normalised to 1, 0 where its length is at most 1e-6."""
+    n, nb = zc.shape
+    w2, half = 2 * nb, 24
+    ext = np.empty((n + 2 * half, w2), np.float32)
+    for r in range(n):
+        for b in range(nb):
+            ext[half + r, b] = zc[r, b]
+            ext[half + r, nb + b] = zs[r, b]
+    _extend_ends(ext, n, half)
+    p8 = np.empty((n + 2 * half - 7, w2), np.float32)
+    s1 = np.empty((n + half, w2), np.float32)
+    _sums25(ext, p8, s1)
+    s2 = np.empty((n, w2), np.float32)
+    _sums25(s1, p8, s2)
+    out = np.empty((n, nb, 2), np.float32)
+    scale, tiny = np.float32(625.0), np.float32(1e-6)
+    for r in range(n):
+        m, o = s2[r], out[r]
+        for b in range(nb):
+            c, s = m[b] / scale, m[nb + b] / scale
+            mag = np.sqrt(c * c + s * s)
+            if mag <= tiny:  # no direction: 0
+                mag = np.float32(np.inf)
+            o[b, 0], o[b, 1] = c / mag, s / mag
     return out
