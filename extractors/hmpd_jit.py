@@ -1,11 +1,14 @@
-"""HMPD's PDD as one compiled kernel (numba): the same operations in the same order as the blocked numpy passes
-it replaces (`hmpd._pdd_numpy`, kept as its reference), so its PDD is bit-identical to theirs.
+"""HMPD's kernels compiled (numba): PDD (`pdd`), PDM (`pdm`), the phasors on the bins (`phasors_on_bins`) and the
+envelopes' interpolation (`envelopes`), each doing the same operations in the same order as the numpy code it
+replaces (`hmpd._pdd_numpy`, `_pdm_numpy`, `_phasors_on_bins_numpy`, np.interp, kept as their references), so their
+results are bit-identical to it.
 
 Why compiled: PDD (a 9-row median, a 17-tap Hann trend, the deviation phasors, a 9-row mean forwards and
 backwards, sqrt(-ln R²)) is ~40 cheap operations per value, and numpy makes one pass over a block per operation.
 Here each row is finished in one loop over its bins (the contiguous axis, innermost, so LLVM vectorises it); the
 sums keep numpy's order (no fastmath: no reassociation, no fused multiply-add), the median is the same exchange
-network (it only selects values). docs/acoustic.md, "Throughput (one core)", measures it.
+network (it only selects values). Comparisons are written out (`_mn`, `_mx`) where numba's min/max builtins doubled
+the compile time. docs/acoustic.md, "Throughput (one core)", measures the kernels and their compile cost.
 """
 
 from __future__ import annotations
