@@ -11,7 +11,7 @@ from scipy.fft import irfft, rfft
 from scipy.ndimage import median_filter
 from scipy.signal import filtfilt, freqz, lfilter
 
-from extractors import harmonics, hmpd, mcep, rd_conf
+from extractors import harmonics, hmpd, hmpd_jit, mcep, rd_conf
 from extractors.acoustic import COVAREP74_COLUMNS, COVAREP74_SOURCES, Covarep, CovarepConfig
 from extractors.base import Audio
 from testing.synth_voice import FS_HZ, synth_vowel
@@ -131,6 +131,40 @@ def test_filters_equal_scipys(monkeypatch: pytest.MonkeyPatch) -> None:
     n = np.arange(1, x.shape[0] + 1) % 40 + 1
     d = np.where(np.arange(40)[None] < n[:, None], np.abs(np.resize(x, (x.shape[0], 40))), np.nan)
     np.testing.assert_array_equal(harmonics._median_head(d, n), np.nanmedian(d, axis=1))
+
+
+def test_compiled_hmpd_kernels_equal_their_numpy_reference() -> None:
+    """hmpd_jit's kernels (`_pdd`, `_pdm`, `_phasors_on_bins`, the envelopes' interpolation) do the numpy passes'
+    operations in the same order: the same PDD, PDM, phasors and envelopes to the bit, on phasors with constant
+    stretches (R rounding to 1), bins without phase, ends where the median is 0, and on 1 … 30 rows (filtfilt's
+    shorter padding); phasors of rows with 0, few and all harmonics, across the 0.95 f0 anchor and the gap past the last harmonic."""
+    rng = np.random.default_rng(2)
+    z = np.exp(1j * np.cumsum(rng.normal(0, 0.3, (120, 40)), axis=0))
+    z[:, 30:] = 0.0  # no phase
+    z[50:60, 10:20] = 1.0  # PD constant over rows
+    z[:5, 25] = z[-5:, 25] = [1.0, -1.0, 1j, -1j, 1.0]  # the first and last rows' median 0 in cos and sin
+    for n in (1, 2, 5, 30, 120):
+        np.testing.assert_array_equal(hmpd._pdd(z[:n]), hmpd._pdd_numpy(z[:n]))
+        np.testing.assert_array_equal(hmpd._pdm(z[:n]), hmpd._pdm_numpy(z[:n]))
+    # 6 rows of quarter turns: the ends' trend where their median is 0 (the rounding of the short padding's sums
+    # gives it a direction in 13 of these 2000 bins unless set to none)
+    quarter = np.array([1, -1, 1j, -1j])[np.random.default_rng(2).integers(0, 4, (6, 2000))]
+    np.testing.assert_array_equal(hmpd._pdd(quarter), hmpd._pdd_numpy(quarter))
+    rows, h_max = 64, 40
+    f0 = rng.uniform(80, 420, rows)
+    count = np.minimum(np.round((FS_HZ / 2 - f0 / 2) / f0).astype(int), rng.integers(0, h_max + 1, rows))
+    count[:3] = 0, 1, h_max
+    f0[2:5] = 190.0, 6 * FS_HZ / hmpd.DFTLEN / 0.97, 9 * FS_HZ / hmpd.DFTLEN / 0.99  # bins between 0.95 f0 and f0
+    pd = np.where(np.arange(h_max)[None] < count[:, None], rng.uniform(-np.pi, np.pi, (rows, h_max)), np.nan)
+    np.testing.assert_array_equal(hmpd._phasors_on_bins(pd, f0, FS_HZ), hmpd._phasors_on_bins_numpy(pd, f0, FS_HZ))
+    # phase_distortion's envelopes: np.interp through each row's harmonics (one knot where it has none)
+    bins = np.arange(hmpd.DFTLEN // 2 + 1) * FS_HZ / hmpd.DFTLEN
+    xp, fp = np.arange(h_max + 1) * f0[:, None], rng.normal(size=(rows, h_max + 1))
+    env = np.zeros((rows, bins.size), complex)
+    hmpd_jit.envelopes(bins, xp, fp, count, env.real)
+    np.testing.assert_array_equal(env.imag, 0.0)
+    for i in range(rows):
+        np.testing.assert_array_equal(env.real[i], np.interp(bins, xp[i, : count[i] + 1], fp[i, : count[i] + 1]))
 
 
 @pytest.mark.parametrize("rd", [0.5, 2.0])
