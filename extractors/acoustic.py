@@ -929,7 +929,7 @@ def analyse_block(
 @register
 class Covarep(Extractor[CovarepConfig]):
     name = "covarep"
-    version = "12"
+    version = "13"
     config_type = CovarepConfig
     input_kind = "audio"
     uses_gpu = False  # the reference; the torch backend asks for a GPU (`wants_gpu`)
