@@ -652,24 +652,18 @@ class TorchKernels:
 
     def rd_covarep(self, x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int,
                    hop: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """glottal.rd_covarep: the frames on voiced rows' boundaries (the reference's bookkeeping), their harmonic
+        """glottal.rd_covarep: the frames on voiced rows' boundaries (`glottal.rd_frames`, shared), their harmonic
         spectra batched per DFT length (each harmonic count's zero padding as the reference's per-count call
         chooses it), the phase remainder per harmonic count, and one Brent search over every frame
         (`glottal.brent_min_rows`, given torch as its array namespace)."""
         n_rows = voiced.size
         if not voiced.any():
             return np.full(n_rows, np.nan), np.full(n_rows, np.nan)
-        bounds, fb = glottal.rd_boundaries(f0, voiced)
-        n_h = np.floor(glottal.MSP_MAX_HZ / fb).astype(int)
+        bounds, sel, hs, fsel, half, nfft = glottal.rd_frames(f0, voiced, fs)
         k = glottal.MSP_HARMONICS + 1
-        sel = np.flatnonzero(n_h >= k)  # fewer harmonics: no phase error (F0 above ~890 Hz)
         rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
         if sel.size:
-            hs, fsel = n_h[sel], fb[sel]
-            half = np.round(1.5 * fs / fsel).astype(int)
             counts = np.unique(hs)
-            nfft_of = {h: 1 << int(2 * (2 * int(half[hs == h].max()) + 1) - 1).bit_length() for h in counts}
-            nfft = np.array([nfft_of[h] for h in hs])
             xt = self._t(np.asarray(x, np.float64))
             frame = torch.empty((sel.size, k - 1), dtype=torch.float64, device=self.device)
             for size in np.unique(nfft):

@@ -1180,6 +1180,21 @@ def _lf_phase_unwrapped(n_harm: int) -> np.ndarray:
     return np.unwrap(_lf_phase(n_harm, conjugate=True), axis=0)
 
 
+def rd_frames(f0: np.ndarray, voiced: np.ndarray, fs: int) -> tuple[np.ndarray, ...]:
+    """The frames `rd_covarep` fits, in both backends: (the voiced rows' boundaries `rd_boundaries` gives, the
+    indices `sel` of those with enough harmonics, their harmonic counts, F0, Blackman half-lengths and DFT lengths).
+    Frames of fewer than MSP_HARMONICS + 1 harmonics (F0 above ~890 Hz) have no phase error to fit. Each harmonic
+    count's DFT length is twice its widest window (as `harmonic_spectrum` called per count chose it), so the
+    frames can be transformed together per length rather than per count (~80 counts a block: fewer calls)."""
+    bounds, fb = rd_boundaries(f0, voiced)
+    n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
+    sel = np.flatnonzero(n_h >= MSP_HARMONICS + 1)
+    hs, fsel = n_h[sel], fb[sel]
+    half = np.round(1.5 * fs / fsel).astype(int)
+    nfft_of = {h: 1 << int(2 * (2 * int(half[hs == h].max()) + 1) - 1).bit_length() for h in np.unique(hs)}
+    return bounds, sel, hs, fsel, half, np.array([nfft_of[h] for h in hs], dtype=int)
+
+
 def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
     """(Rd, MSP error) per row, NaN on unvoiced rows, as COVAREP's features compute Rd (the comment above): frames on
     the boundaries of voiced rows (F0: the mean of the voiced rows either side), 3-period Blackman windows and
@@ -1188,19 +1203,11 @@ def rd_covarep(x: np.ndarray, f0: np.ndarray, voiced: np.ndarray, fs: int, hop: 
     n_rows = voiced.size
     if not voiced.any():
         return np.full(n_rows, np.nan), np.full(n_rows, np.nan)
-    bounds, fb = rd_boundaries(f0, voiced)
+    bounds, sel, hs, fsel, half, nfft = rd_frames(f0, voiced, fs)
     rd_b, err_b = np.full(n_rows + 1, np.nan), np.full(n_rows + 1, np.nan)
-    n_h = np.floor(MSP_MAX_HZ / fb).astype(int)
     k = MSP_HARMONICS + 1
-    sel = np.flatnonzero(n_h >= k)  # fewer harmonics: no phase error (F0 above ~890 Hz)
     if sel.size:
-        hs, fsel = n_h[sel], fb[sel]
-        half = np.round(1.5 * fs / fsel).astype(int)
         counts = np.unique(hs)
-        # each harmonic count's DFT length: twice its widest window (as `harmonic_spectrum` called per count chose
-        # it); the frames are transformed together per length, not per count (~80 counts a block: fewer calls)
-        nfft_of = {h: 1 << int(2 * (2 * int(half[hs == h].max()) + 1) - 1).bit_length() for h in counts}
-        nfft = np.array([nfft_of[h] for h in hs])
         frame = np.empty((sel.size, k - 1))
         for size in np.unique(nfft):
             part = np.flatnonzero(nfft == size)

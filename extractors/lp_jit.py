@@ -16,25 +16,30 @@ import numpy as np
 
 
 @numba.njit(cache=True)
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    """sum x * y over equal-length slices: four interleaved partial sums (a fixed pattern), then their sum."""
+    n = x.size
+    s0 = s1 = s2 = s3 = 0.0
+    mb = n // 4 * 4
+    for i in range(0, mb, 4):
+        s0 += x[i] * y[i]
+        s1 += x[i + 1] * y[i + 1]
+        s2 += x[i + 2] * y[i + 2]
+        s3 += x[i + 3] * y[i + 3]
+    s = (s0 + s1) + (s2 + s3)
+    for i in range(mb, n):
+        s += x[i] * y[i]
+    return s
+
+
+@numba.njit(cache=True)
 def _autocorr_row(w: np.ndarray, order: int, out: np.ndarray) -> None:
     """out[k] = sum_n w[n] * w[n + k] for k = 0..order (0 past the row's end)."""
     n = w.size
     out[:] = 0.0
-    if order < 4:  # few lags: per lag, four interleaved partial sums (a fixed pattern), then their sum
+    if order < 4:  # few lags: per lag, `_dot`'s four interleaved partial sums (a fixed pattern), then their sum
         for k in range(min(order + 1, n)):
-            m = n - k
-            a = w[k:]
-            s0 = s1 = s2 = s3 = 0.0
-            mb = m // 4 * 4
-            for i in range(0, mb, 4):
-                s0 += a[i] * w[i]
-                s1 += a[i + 1] * w[i + 1]
-                s2 += a[i + 2] * w[i + 2]
-                s3 += a[i + 3] * w[i + 3]
-            s = (s0 + s1) + (s2 + s3)
-            for i in range(mb, m):
-                s += a[i] * w[i]
-            out[k] = s
+            out[k] = _dot(w[k:], w[: n - k])
         return
     # many lags: for each sample, for each lag (the lag loop vectorises; each lag sums in increasing n)
     full = max(n - order, 0)  # samples with every lag inside the row
@@ -143,16 +148,7 @@ def lp_residual(x: np.ndarray, win: np.ndarray, shift: int, n_frames: int, order
         _autocorr_row(frame, order, r)
         _levinson_row(r, a)
         _fir_row(a, ext, part)
-        s0 = s1 = s2 = s3 = 0.0  # the residual's energy: four interleaved partial sums, then their sum
-        mb = length // 4 * 4
-        for i in range(0, mb, 4):
-            s0 += part[i] * part[i]
-            s1 += part[i + 1] * part[i + 1]
-            s2 += part[i + 2] * part[i + 2]
-            s3 += part[i + 3] * part[i + 3]
-        energy = (s0 + s1) + (s2 + s3)
-        for i in range(mb, length):
-            energy += part[i] * part[i]
+        energy = _dot(part, part)  # the residual's energy
         gain = np.sqrt(r[0] / energy) if energy > 0.0 else np.inf
         if not np.isfinite(gain):  # no residual energy (or no signal): the frame adds nothing, as numpy's nan_to_num
             gain = 0.0
@@ -160,23 +156,6 @@ def lp_residual(x: np.ndarray, win: np.ndarray, shift: int, n_frames: int, order
         for n in range(length):
             out[n] += part[n] * gain
     return res
-
-
-@numba.njit(cache=True)
-def _dot(x: np.ndarray, y: np.ndarray) -> float:
-    """sum x * y over equal-length slices: four interleaved partial sums (a fixed pattern), then their sum."""
-    n = x.size
-    s0 = s1 = s2 = s3 = 0.0
-    mb = n // 4 * 4
-    for i in range(0, mb, 4):
-        s0 += x[i] * y[i]
-        s1 += x[i + 1] * y[i + 1]
-        s2 += x[i + 2] * y[i + 2]
-        s3 += x[i + 3] * y[i + 3]
-    s = (s0 + s1) + (s2 + s3)
-    for i in range(mb, n):
-        s += x[i] * y[i]
-    return s
 
 
 @numba.njit(cache=True)
