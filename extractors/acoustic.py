@@ -794,11 +794,11 @@ def srh_instants(n_samples: int) -> np.ndarray:
 
 def srh_track(x: np.ndarray, kernels: Kernels = NUMPY_KERNELS) -> tuple[np.ndarray, np.ndarray, float | None]:
     """(instants' rows k, SRH F0 there, the median pitch_srh's first pass found) of the block x: pitch_srh's two
-    passes over [50, 500] Hz and around that median (`srh.srh_track_and_f0`: one set of spectra for both)."""
+    passes over [50, 500] Hz and around that median (`srh.srh_track`: one set of spectra for both)."""
     k = srh_instants(x.size)
     if k.size == 0:
         return k, np.zeros(0), None
-    f0k, median, _ = srh.srh_track_and_f0(x, k * HOP, np.zeros(0, int), FS_HZ, values=kernels.srh_values)
+    f0k, median = srh.srh_track(x, k * HOP, FS_HZ, values=kernels.srh_values)
     return k, f0k, median
 
 

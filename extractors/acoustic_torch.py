@@ -499,8 +499,7 @@ class TorchKernels:
 
     def srh_track(self, x: np.ndarray, centres: np.ndarray, fs: int) -> tuple[np.ndarray, float | None]:
         """srh.srh_track on `srh_values`."""
-        f0, median, _ = srh.srh_track_and_f0(x, centres, np.zeros(0, int), fs, values=self.srh_values)
-        return f0, median
+        return srh.srh_track(x, centres, fs, values=self.srh_values)
 
     def pick(self, spec: np.ndarray, f0: np.ndarray, fs: int) -> harmonics.Harmonics:
         """harmonics.pick, batched over rows: local maxima of the log amplitude with parabolic refinement, the one

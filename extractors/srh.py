@@ -134,28 +134,13 @@ def srh_f0(x: np.ndarray, centres: np.ndarray, fs: int, f0_median: float | None)
     return best(srh_values(x, centres, fs, lo, hi), np.arange(lo, hi + 1))[0]
 
 
-def srh_track(x: np.ndarray, centres: np.ndarray, fs: int) -> tuple[np.ndarray, float | None]:
+def srh_track(x: np.ndarray, centres: np.ndarray, fs: int, values=srh_values) -> tuple[np.ndarray, float | None]:
     """(SRH F0 of the frames at `centres`, the median that narrowed its range) by pitch_srh's two passes: the
     full range, then the range around the median F0 of the frames whose SRH exceeds ITER_THRESHOLD. SRH(f) does not
-    depend on the range, so the second pass is the first's sums read over the narrower range: one set of spectra."""
-    f0, median, _ = srh_track_and_f0(x, centres, np.zeros(0, int), fs)
-    return f0, median
-
-
-def srh_track_and_f0(
-    x: np.ndarray, centres: np.ndarray, others: np.ndarray, fs: int, values=srh_values
-) -> tuple[np.ndarray, float | None, np.ndarray]:
-    """`srh_track` at `centres`, and `srh_f0` at `others` around the median it found, from one `values` call (one LP
-    residual and one pass of spectra for both; `values`: a backend's `srh_values`). SRH(f) of a frame does not
-    depend on the range searched (each f's sums read the same bins in the same order), so `others`' F0 is the
-    argmax of their full-range values over the narrowed range: srh_f0's, bit for bit."""
-    centres, others = np.asarray(centres, dtype=int), np.asarray(others, dtype=int)
-    value = values(x, np.concatenate([centres, others]), fs, F0_MIN_HZ, F0_MAX_HZ)
-    f = np.arange(F0_MIN_HZ, F0_MAX_HZ + 1)
-    f0, median = narrowed(value[: centres.size], f)
-    lo, hi = search_range(median)
-    part = slice(lo - F0_MIN_HZ, hi - F0_MIN_HZ + 1)
-    return f0, median, best(value[centres.size :, part], f[part])[0]
+    depend on the range, so the second pass is the first's sums read over the narrower range: one set of spectra
+    (one LP residual and one `values` call; `values`: a backend's `srh_values`)."""
+    value = values(x, np.asarray(centres, dtype=int), fs, F0_MIN_HZ, F0_MAX_HZ)
+    return narrowed(value, np.arange(F0_MIN_HZ, F0_MAX_HZ + 1))
 
 
 def narrowed(value: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, float | None]:
